@@ -1,0 +1,187 @@
+"""The one error hierarchy of weir, shared by storage, broker, fronts and SDK.
+
+Every error says whether retrying the same operation later can succeed
+(``retryable``). Each class has a stable ``code`` so that an error crosses the
+wire as (code, message) and is rebuilt as the same class on the client side.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+
+class WeirError(Exception):
+    """Base of every error weir raises on purpose."""
+
+    code: ClassVar[str] = "INTERNAL"
+    retryable: ClassVar[bool] = False
+
+    def __init__(self, message: str = "") -> None:
+        super().__init__(message or self.__class__.__name__)
+        self.message = message or self.__class__.__name__
+
+
+class RetryableError(WeirError):
+    """The operation may succeed if tried again later (after backoff)."""
+
+    retryable = True
+    code = "UNAVAILABLE"
+
+
+class FatalError(WeirError):
+    """Retrying the same operation will fail the same way."""
+
+    code = "INTERNAL"
+
+
+# --- retryable -------------------------------------------------------------
+
+
+class UnavailableError(RetryableError):
+    """The server is shutting down, starting, or the connection was lost."""
+
+    code = "UNAVAILABLE"
+
+
+class OverloadedError(RetryableError):
+    """Backpressure: too many bytes in flight for a session or partition."""
+
+    code = "OVERLOADED"
+
+
+class PartitionOverflowError(RetryableError):
+    """The partition reached its size or message limit; space frees up as retention runs."""
+
+    code = "PARTITION_OVERFLOW"
+
+
+class StorageFullError(RetryableError):
+    """The storage (disk or LMDB map) is full; nothing was written."""
+
+    code = "STORAGE_FULL"
+
+
+class CommitFailedError(RetryableError):
+    """The durable commit failed (or an earlier queued write of the partition did); nothing was written."""
+
+    code = "COMMIT_FAILED"
+
+
+class StaleGenerationError(RetryableError):
+    """A write named a partition generation that is no longer current: describe again."""
+
+    code = "STALE_GENERATION"
+
+
+class WeirTimeoutError(RetryableError):
+    """An operation did not finish within its timeout."""
+
+    code = "TIMEOUT"
+
+
+# --- fatal -----------------------------------------------------------------
+
+
+class BadRequestError(FatalError):
+    """The request is invalid (wrong types, bad values)."""
+
+    code = "BAD_REQUEST"
+
+
+class BatchFormatError(BadRequestError):
+    """A batch is corrupt or truncated (bad magic, CRC, lengths)."""
+
+    code = "BAD_BATCH"
+
+
+class MessageTooLargeError(BadRequestError):
+    """A message or batch is larger than the configured limit."""
+
+    code = "MESSAGE_TOO_LARGE"
+
+
+class NotFoundError(FatalError):
+    """A named object does not exist."""
+
+    code = "NOT_FOUND"
+
+
+class UnknownTopicError(NotFoundError):
+    code = "UNKNOWN_TOPIC"
+
+
+class UnknownPartitionError(NotFoundError):
+    code = "UNKNOWN_PARTITION"
+
+
+class UnknownConsumerError(NotFoundError):
+    code = "UNKNOWN_CONSUMER"
+
+
+class AlreadyExistsError(FatalError):
+    code = "ALREADY_EXISTS"
+
+
+class UnauthorizedError(FatalError):
+    code = "UNAUTHORIZED"
+
+
+class CorruptDataError(FatalError):
+    """Stored bytes fail their checksum or structure: never served."""
+
+    code = "CORRUPT_DATA"
+
+    def __init__(self, message: str, *, partition: str = "", offset: int | None = None) -> None:
+        where = f" (partition {partition}" if partition else ""
+        if where and offset is not None:
+            where += f", offset {offset}"
+        if where:
+            where += ")"
+        super().__init__(message + where)
+        self.partition = partition
+        self.offset = offset
+
+
+class DataLossError(FatalError):
+    """Requested offsets were removed by retention."""
+
+    code = "DATA_LOSS"
+
+
+class ClosedError(FatalError):
+    """The writer, reader, client or server has been closed."""
+
+    code = "CLOSED"
+
+
+class DataDirLockedError(FatalError):
+    """Another weir process holds the data directory."""
+
+    code = "DATA_DIR_LOCKED"
+
+
+class InternalError(FatalError):
+    code = "INTERNAL"
+
+
+def _all_subclasses(cls: type[WeirError]) -> list[type[WeirError]]:
+    out: list[type[WeirError]] = []
+    for sub in cls.__subclasses__():
+        out.append(sub)
+        out.extend(_all_subclasses(sub))
+    return out
+
+
+_BY_CODE: dict[str, type[WeirError]] = {}
+for _cls in _all_subclasses(WeirError):
+    _BY_CODE.setdefault(_cls.code, _cls)
+_BY_CODE["UNAVAILABLE"] = UnavailableError
+_BY_CODE["INTERNAL"] = InternalError
+
+
+def error_from_code(code: str, message: str) -> WeirError:
+    """Rebuild the error class named by a wire code (unknown codes become InternalError)."""
+    cls = _BY_CODE.get(code, InternalError)
+    if cls is CorruptDataError:
+        return CorruptDataError(message)
+    return cls(message)

@@ -1,0 +1,777 @@
+"""One partition log: the PQ tablet's partition on top of the KV.
+
+State (seed 000): StartOffset / EndOffset, the list of blobs (big sealed ones
+followed by the small *head*, whose bytes are also kept in memory), and the
+producer table producer_id -> (max seq_no, offset, last write).
+
+A change is made in two steps so that many partitions can share one fsync:
+``prepare_*`` computes the KV ops and the state after them without touching the
+current state; the caller commits the ops (normally through the
+`GroupCommitter`), then calls ``apply`` on success or ``abort`` on failure.
+Readers see only applied state, so EndOffset moves only after the commit is
+durable. One change may be prepared at a time.
+
+Write path: duplicates (seq_no <= the producer's max) are dropped and reported
+as skipped; the surviving batches get offsets and the write time stamped into
+their headers; if head + new bytes stay under the low watermark the new batches
+form one small head blob (and runs of `head_merge_fanout` equal-level head blobs
+merge, so the head never holds many blobs); otherwise head + new are cut into
+big blobs of about `max_blob_size` and the remainder, if smaller than the low
+watermark, becomes the new one-blob head.
+"""
+
+from __future__ import annotations
+
+import bisect
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+from weir.errors import (
+    BatchFormatError,
+    CorruptDataError,
+    PartitionOverflowError,
+)
+from weir.storage import keys
+from weir.storage.batch import (
+    BatchHeader,
+    decode_payload,
+    parse_header,
+    reencode_from,
+    stamp_header,
+    verify_body,
+)
+from weir.storage.blob import BIG, BlobInfo, split_parts
+from weir.storage.committer import GroupCommitter
+from weir.storage.kv import KV, Op, ReadView, delete, put
+from weir.storage.meta import PartitionMeta
+from weir.storage.producers import ProducerState
+
+MAX_HEAD_LEVEL = 254
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionConfig:
+    """Layout and limits of a partition (sizes in bytes, times in ms)."""
+
+    low_watermark: int = 6 << 20
+    max_blob_size: int = 8 << 20
+    head_merge_fanout: int = 8
+    retention_ms: int | None = None
+    retention_bytes: int | None = None
+    max_bytes: int | None = None
+    max_messages: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_blob_size <= 0 or self.low_watermark <= 0:
+            raise ValueError("blob sizes must be positive")
+        if self.low_watermark > self.max_blob_size:
+            raise ValueError("low_watermark must not exceed max_blob_size")
+        if self.head_merge_fanout < 2:
+            raise ValueError("head_merge_fanout must be at least 2")
+
+
+@dataclass(slots=True)
+class IncomingBatch:
+    """A validated batch waiting to be written (``buf`` holds exactly one batch)."""
+
+    buf: bytes | memoryview
+    header: BatchHeader
+
+
+@dataclass(slots=True)
+class BatchResult:
+    """What happened to one incoming batch: its first ``skipped`` records were duplicates,
+    the next ``written`` records are stored from ``offset`` on."""
+
+    offset: int
+    written: int
+    skipped: int
+
+    def offset_of(self, index: int) -> int | None:
+        """Offset of the record at ``index`` in the batch as sent (None if skipped)."""
+        if index < self.skipped:
+            return None
+        return self.offset + index - self.skipped
+
+
+@dataclass(slots=True)
+class ReadResult:
+    """Whole stored batches, as contiguous chunks of concatenated batches.
+
+    ``first_offset`` is the base offset of the first batch returned; it can be
+    below the offset asked for (a batch is never cut) or above it (retention
+    removed the offsets in between: compare with the request to detect a gap).
+    """
+
+    chunks: list[bytes | memoryview]
+    first_offset: int
+    next_offset: int
+    start_offset: int
+    end_offset: int
+
+    @property
+    def nbytes(self) -> int:
+        return sum(len(c) for c in self.chunks)
+
+
+@dataclass(slots=True)
+class _Unit:
+    """A stamped batch about to be placed in a blob."""
+
+    first: int
+    count: int
+    size: int
+    written: int
+    pieces: tuple[bytes | memoryview, ...]
+
+
+@dataclass(slots=True)
+class _NewBlob:
+    info: BlobInfo
+    data: bytes
+
+
+@dataclass(slots=True)
+class PreparedChange:
+    """KV ops of one write or retention step and the state they lead to."""
+
+    ops: list[Op]
+    nbytes: int
+    results: list[BatchResult] = field(default_factory=list)
+    drop_front: int = 0
+    drop_tail: int = 0
+    add: list[_NewBlob] = field(default_factory=list)
+    producers: dict[str, ProducerState] = field(default_factory=dict)
+    drop_producers: list[str] = field(default_factory=list)
+    start_offset: int = 0
+    end_offset: int = 0
+    last_written: int = 0
+
+
+SpaceCheck = Callable[[int], None]
+
+
+class PartitionLog:
+    """A partition's blobs, head, offsets and producers; see the module docstring."""
+
+    def __init__(
+        self,
+        kv: KV,
+        committer: GroupCommitter,
+        log_id: int,
+        config: PartitionConfig | None = None,
+        *,
+        label: str = "",
+        space_check: SpaceCheck | None = None,
+    ) -> None:
+        self.kv = kv
+        self.committer = committer
+        self.log_id = log_id
+        self.config = config or PartitionConfig()
+        self.label = label or str(log_id)
+        self._space_check = space_check
+        self.start_offset = 0
+        self.end_offset = 0
+        self.size_bytes = 0
+        self.producers: dict[str, ProducerState] = {}
+        self._blobs: list[BlobInfo] = []
+        self._firsts: list[int] = []
+        self._head_data: dict[int, bytes] = {}
+        self._head_count = 0
+        self._last_written = 0
+        self._read_start = 0  # >= start_offset while a retention step is in flight
+        self._pending: PreparedChange | None = None
+
+    # ------------------------------------------------------------------ recovery
+
+    @classmethod
+    def load(
+        cls,
+        kv: KV,
+        committer: GroupCommitter,
+        log_id: int,
+        config: PartitionConfig | None = None,
+        *,
+        label: str = "",
+        space_check: SpaceCheck | None = None,
+        verify_all: bool = False,
+    ) -> PartitionLog:
+        """Rebuild a partition (offsets, blob list, head bytes, producers) from the KV alone.
+
+        The head is checked batch by batch (CRC and offsets); big blobs are checked
+        for presence, and fully with ``verify_all``. Inconsistency raises
+        CorruptDataError naming the partition and offset.
+        """
+        log = cls(kv, committer, log_id, config, label=label, space_check=space_check)
+        prefix = keys.log_prefix(log_id)
+        stop = keys.log_prefix(log_id + 1) if log_id < (1 << 64) - 1 else None
+        with kv.snapshot() as view:
+            raw_meta = view.get(keys.PARTITIONS, prefix)
+            meta = PartitionMeta.unpack(raw_meta) if raw_meta is not None else PartitionMeta(0, 0)
+            blobs: list[BlobInfo] = []
+            for k, v in view.scan(keys.BLOB_INDEX, prefix, stop):
+                _, first, count = keys.parse_index_key(k)
+                blobs.append(BlobInfo.unpack(first, count, v))
+            expected = meta.start_offset
+            for b in blobs:
+                if b.first_offset != expected:
+                    raise CorruptDataError(
+                        f"blob index has a gap or overlap: blob starts at {b.first_offset}, "
+                        f"expected {expected}",
+                        partition=log.label,
+                        offset=expected,
+                    )
+                expected = b.end_offset
+            if expected != meta.end_offset:
+                raise CorruptDataError(
+                    f"blobs end at {expected} but partition meta says {meta.end_offset}",
+                    partition=log.label,
+                    offset=expected,
+                )
+            head_start = len(blobs)
+            while head_start > 0 and blobs[head_start - 1].is_head:
+                head_start -= 1
+            for i, b in enumerate(blobs):
+                if i >= head_start or verify_all:
+                    data = log._fetch(view, b)
+                    log._walk(data, b, b.first_offset, b.end_offset, verify=True)
+                    if i >= head_start:
+                        log._head_data[b.first_offset] = bytes(data)
+                else:
+                    for part in range(b.parts):
+                        if (
+                            view.get(
+                                keys.BLOBS, keys.blob_key(log_id, b.first_offset, b.count, part)
+                            )
+                            is None
+                        ):
+                            raise CorruptDataError(
+                                f"blob part {part} is missing",
+                                partition=log.label,
+                                offset=b.first_offset,
+                            )
+            for k, v in view.scan(keys.PRODUCERS, prefix, stop):
+                log.producers[k[len(prefix) :].decode()] = ProducerState.unpack(v)
+        log._blobs = blobs
+        log._firsts = [b.first_offset for b in blobs]
+        log._head_count = len(blobs) - head_start
+        log.start_offset = log._read_start = meta.start_offset
+        log.end_offset = meta.end_offset
+        log.size_bytes = sum(b.size for b in blobs)
+        log._last_written = blobs[-1].max_written if blobs else 0
+        return log
+
+    # ------------------------------------------------------------------ queries
+
+    @property
+    def message_count(self) -> int:
+        return self.end_offset - self.start_offset
+
+    @property
+    def head_bytes(self) -> int:
+        return sum(b.size for b in self._blobs[len(self._blobs) - self._head_count :])
+
+    @property
+    def blobs(self) -> Sequence[BlobInfo]:
+        return tuple(self._blobs)
+
+    def last_seq_no(self, producer_id: str) -> int | None:
+        st = self.producers.get(producer_id)
+        return None if st is None else st.max_seq_no
+
+    # ------------------------------------------------------------------ writes
+
+    def prepare_write(
+        self, batches: Sequence[IncomingBatch], now_ms: int | None = None
+    ) -> PreparedChange:
+        """Dedup, assign offsets, lay out blobs; returns the change to commit (state untouched)."""
+        self._begin()
+        try:
+            return self._prepare_write(batches, now_ms)
+        except BaseException:
+            self._pending = None
+            raise
+
+    def _prepare_write(
+        self, batches: Sequence[IncomingBatch], now_ms: int | None
+    ) -> PreparedChange:
+        cfg = self.config
+        incoming = sum(len(b.buf) for b in batches)
+        if cfg.max_bytes is not None and self.size_bytes + incoming > cfg.max_bytes:
+            raise PartitionOverflowError(
+                f"partition {self.label} holds {self.size_bytes} bytes, limit {cfg.max_bytes}; "
+                "writes resume when retention frees space"
+            )
+        if cfg.max_messages is not None:
+            n = sum(b.header.record_count for b in batches)
+            if self.message_count + n > cfg.max_messages:
+                raise PartitionOverflowError(
+                    f"partition {self.label} holds {self.message_count} messages, limit "
+                    f"{cfg.max_messages}; writes resume when retention frees space"
+                )
+        if self._space_check is not None:
+            self._space_check(incoming)
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        now = max(now, self._last_written)
+        offset = self.end_offset
+        change = PreparedChange(ops=[], nbytes=0, start_offset=self.start_offset, last_written=now)
+        units: list[_Unit] = []
+        producers = change.producers
+        for b in batches:
+            buf, h = b.buf, b.header
+            skip = 0
+            pid = h.producer_id
+            if pid:
+                st = producers.get(pid) or self.producers.get(pid)
+                if st is not None and h.first_seq <= st.max_seq_no:
+                    if h.last_seq <= st.max_seq_no:
+                        change.results.append(BatchResult(offset, 0, h.record_count))
+                        continue
+                    seqs = decode_payload(buf, 0, h).seq_list()
+                    skip = bisect.bisect_right(seqs, st.max_seq_no)
+                    buf = reencode_from(buf, h, skip)
+                    h = parse_header(buf)
+            head = stamp_header(buf, h, offset, now)
+            body = memoryview(buf)[h.payload_start : h.length]
+            units.append(_Unit(offset, h.record_count, h.length, now, (head, body)))
+            change.results.append(BatchResult(offset, h.record_count, skip))
+            if pid:
+                producers[pid] = ProducerState(h.last_seq, offset + h.record_count - 1, now)
+            offset += h.record_count
+        change.end_offset = offset
+        if units:
+            self._layout(change, units)
+        for pid, st in producers.items():
+            change.ops.append(put(keys.PRODUCERS, keys.producer_key(self.log_id, pid), st.pack()))
+        change.ops.append(self._meta_op(change.start_offset, change.end_offset))
+        change.nbytes = sum(len(u.data) for u in change.add)
+        return change
+
+    def _layout(self, change: PreparedChange, units: list[_Unit]) -> None:
+        cfg = self.config
+        head = self._blobs[len(self._blobs) - self._head_count :]
+        head_bytes = sum(b.size for b in head)
+        new_bytes = sum(u.size for u in units)
+        if head_bytes + new_bytes < cfg.low_watermark:
+            # New small head blob, then merge runs of equal-level head blobs.
+            items: list[tuple[BlobInfo, bytes, bool]] = [
+                (b, self._head_data[b.first_offset], True) for b in head
+            ]
+            items.append((*self._make_blob(units, 0), False))
+            k = cfg.head_merge_fanout
+            while len(items) >= k:
+                tail = items[-k:]
+                level = tail[-1][0].level
+                if level >= MAX_HEAD_LEVEL or any(t[0].level != level for t in tail):
+                    break
+                merged = BlobInfo(
+                    tail[0][0].first_offset,
+                    sum(t[0].count for t in tail),
+                    sum(t[0].size for t in tail),
+                    1,
+                    tail[0][0].min_written,
+                    tail[-1][0].max_written,
+                    level + 1,
+                )
+                items[-k:] = [(merged, b"".join(t[1] for t in tail), False)]
+            keep = 0
+            while keep < len(items) and items[keep][2]:
+                keep += 1
+            drop = head[keep:]
+            add = [_NewBlob(info, data) for info, data, _ in items[keep:]]
+        else:
+            # Compaction: head + new become big blobs; a small remainder is the new head.
+            all_units: list[_Unit] = []
+            for b in head:
+                all_units.extend(self._head_units(b))
+            all_units.extend(units)
+            chunks: list[list[_Unit]] = [[]]
+            size = 0
+            for u in all_units:
+                if chunks[-1] and size + u.size > cfg.max_blob_size:
+                    chunks.append([])
+                    size = 0
+                chunks[-1].append(u)
+                size += u.size
+            add = []
+            for i, chunk in enumerate(chunks):
+                last = i == len(chunks) - 1
+                level = 0 if last and size < cfg.low_watermark else BIG
+                info, data = self._make_blob(chunk, level)
+                add.append(_NewBlob(info, data))
+            drop = head
+        change.drop_tail = len(drop)
+        change.add = add
+        for b in drop:
+            change.ops.extend(self._delete_blob_ops(b))
+        for nb in add:
+            info = nb.info
+            for part, piece in enumerate(split_parts(nb.data, cfg.max_blob_size)):
+                key = keys.blob_key(self.log_id, info.first_offset, info.count, part)
+                change.ops.append(put(keys.BLOBS, key, piece))
+            change.ops.append(
+                put(
+                    keys.BLOB_INDEX,
+                    keys.index_key(self.log_id, info.first_offset, info.count),
+                    info.pack(),
+                )
+            )
+
+    def _make_blob(self, units: Sequence[_Unit], level: int) -> tuple[BlobInfo, bytes]:
+        data = b"".join(p for u in units for p in u.pieces)
+        parts = max(1, -(-len(data) // self.config.max_blob_size))
+        info = BlobInfo(
+            units[0].first,
+            sum(u.count for u in units),
+            len(data),
+            parts,
+            units[0].written,
+            units[-1].written,
+            level,
+        )
+        return info, data
+
+    def _head_units(self, b: BlobInfo) -> list[_Unit]:
+        data = self._head_data[b.first_offset]
+        mv = memoryview(data)
+        out = []
+        pos = 0
+        while pos < len(data):
+            h = parse_header(data, pos)
+            out.append(
+                _Unit(
+                    h.base_offset,
+                    h.record_count,
+                    h.length,
+                    h.written_at,
+                    (mv[pos : pos + h.length],),
+                )
+            )
+            pos += h.length
+        return out
+
+    def _delete_blob_ops(self, b: BlobInfo) -> list[Op]:
+        ops = [
+            delete(keys.BLOBS, keys.blob_key(self.log_id, b.first_offset, b.count, part))
+            for part in range(b.parts)
+        ]
+        ops.append(delete(keys.BLOB_INDEX, keys.index_key(self.log_id, b.first_offset, b.count)))
+        return ops
+
+    def _meta_op(self, start: int, end: int) -> Op:
+        return put(keys.PARTITIONS, keys.log_prefix(self.log_id), PartitionMeta(start, end).pack())
+
+    # ------------------------------------------------------------------ retention
+
+    def prepare_retention(
+        self, now_ms: int | None = None, protect_from: int | None = None
+    ) -> PreparedChange | None:
+        """Drop whole blobs from the front that are past retention (age or size), never
+        at or past ``protect_from`` (the lowest committed offset of important consumers).
+
+        Returns None when nothing is due. Offsets being removed are hidden from
+        readers at once; abort() shows them again.
+        """
+        cfg = self.config
+        if cfg.retention_ms is None and cfg.retention_bytes is None:
+            return None
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        n = 0
+        remaining = self.size_bytes
+        for b in self._blobs:
+            if protect_from is not None and b.end_offset > protect_from:
+                break
+            expired = cfg.retention_ms is not None and b.max_written < now - cfg.retention_ms
+            oversize = cfg.retention_bytes is not None and remaining - b.size >= cfg.retention_bytes
+            if not (expired or oversize):
+                break
+            n += 1
+            remaining -= b.size
+        if n == 0:
+            return None
+        self._begin()
+        dropped = self._blobs[:n]
+        new_start = dropped[-1].end_offset
+        change = PreparedChange(
+            ops=[],
+            nbytes=0,
+            drop_front=n,
+            start_offset=new_start,
+            end_offset=self.end_offset,
+            last_written=self._last_written,
+        )
+        for b in dropped:
+            change.ops.extend(self._delete_blob_ops(b))
+        for pid, st in self.producers.items():
+            if st.offset < new_start:
+                change.drop_producers.append(pid)
+                change.ops.append(delete(keys.PRODUCERS, keys.producer_key(self.log_id, pid)))
+        change.ops.append(self._meta_op(new_start, self.end_offset))
+        self._read_start = new_start
+        return change
+
+    # ------------------------------------------------------------------ commit protocol
+
+    def _begin(self) -> None:
+        if self._pending is not None:
+            raise RuntimeError(f"partition {self.label}: a change is already in flight")
+        self._pending = PreparedChange(ops=[], nbytes=0)
+
+    def apply(self, change: PreparedChange) -> None:
+        """Make a committed change visible: EndOffset moves, head and producers update."""
+        blobs = self._blobs
+        if change.drop_front:
+            for b in blobs[: change.drop_front]:
+                self._head_data.pop(b.first_offset, None)
+                self.size_bytes -= b.size
+            head_dropped = max(0, change.drop_front - (len(blobs) - self._head_count))
+            self._head_count -= head_dropped
+            del blobs[: change.drop_front]
+            del self._firsts[: change.drop_front]
+        if change.drop_tail:
+            for b in blobs[-change.drop_tail :]:
+                self._head_data.pop(b.first_offset, None)
+                self.size_bytes -= b.size
+            del blobs[-change.drop_tail :]
+            del self._firsts[-change.drop_tail :]
+            self._head_count -= change.drop_tail
+        for nb in change.add:
+            blobs.append(nb.info)
+            self._firsts.append(nb.info.first_offset)
+            self.size_bytes += nb.info.size
+            if nb.info.is_head:
+                self._head_data[nb.info.first_offset] = nb.data
+                self._head_count += 1
+            else:
+                # A big blob seals everything before it: the head is what follows it.
+                self._head_count = 0
+        self.producers.update(change.producers)
+        for pid in change.drop_producers:
+            self.producers.pop(pid, None)
+        self.start_offset = self._read_start = change.start_offset
+        self.end_offset = change.end_offset
+        self._last_written = change.last_written
+        self._pending = None
+
+    def abort(self, change: PreparedChange) -> None:
+        """Forget a change whose commit failed: the state stays as before it."""
+        self._read_start = self.start_offset
+        self._pending = None
+
+    def write(
+        self, batches: Sequence[IncomingBatch], now_ms: int | None = None
+    ) -> list[BatchResult]:
+        """Prepare, commit and apply one write synchronously (tests, tools, benchmarks)."""
+        change = self.prepare_write(batches, now_ms)
+        self._commit(change)
+        return change.results
+
+    def apply_retention(self, now_ms: int | None = None, protect_from: int | None = None) -> int:
+        """Run one retention step synchronously; returns how many blobs were dropped."""
+        change = self.prepare_retention(now_ms, protect_from)
+        if change is None:
+            return 0
+        self._commit(change)
+        return change.drop_front
+
+    def _commit(self, change: PreparedChange) -> None:
+        try:
+            self.committer.commit(change.ops, change.nbytes)
+        except BaseException:
+            self.abort(change)
+            raise
+        self.apply(change)
+
+    def drop_ops(self) -> list[Op]:
+        """KV ops deleting this partition entirely (its topic is being dropped)."""
+        ops: list[Op] = []
+        for b in self._blobs:
+            ops.extend(self._delete_blob_ops(b))
+        ops.extend(
+            delete(keys.PRODUCERS, keys.producer_key(self.log_id, p)) for p in self.producers
+        )
+        ops.append(delete(keys.PARTITIONS, keys.log_prefix(self.log_id)))
+        return ops
+
+    # ------------------------------------------------------------------ reads
+
+    def read(
+        self, from_offset: int, max_bytes: int = 1 << 20, to_offset: int | None = None
+    ) -> ReadResult:
+        """Whole batches from the one holding ``from_offset`` on, up to about ``max_bytes``
+        (at least one batch) and never past ``to_offset`` or EndOffset.
+
+        Big blobs are CRC-checked as they are read; damage raises CorruptDataError
+        naming the partition and offset instead of serving wrong bytes.
+        """
+        start = max(from_offset, self._read_start)
+        stop = self.end_offset if to_offset is None else min(to_offset, self.end_offset)
+        result = ReadResult([], start, start, self.start_offset, self.end_offset)
+        if start >= stop:
+            return result
+        i = bisect.bisect_right(self._firsts, start) - 1
+        if i < 0:
+            i = 0
+        total = 0
+        first: int | None = None
+        with self.kv.snapshot() as view:
+            while i < len(self._blobs):
+                b = self._blobs[i]
+                if b.first_offset >= stop or (total >= max_bytes and result.chunks):
+                    break
+                if b.is_head and b.first_offset in self._head_data:
+                    data: bytes | memoryview = memoryview(self._head_data[b.first_offset])
+                    verify = False
+                else:
+                    data = self._fetch(view, b)
+                    verify = True
+                a, z, base, nxt = self._slice(
+                    data, b, start, stop, max_bytes - total, bool(result.chunks), verify
+                )
+                if z > a:
+                    chunk = data[a:z]
+                    result.chunks.append(chunk if not verify else bytes(chunk))
+                    total += z - a
+                    if first is None:
+                        first = base
+                    result.next_offset = nxt
+                    start = nxt
+                if start < min(b.end_offset, stop):
+                    break  # the budget ran out inside this blob
+                i += 1
+        if first is not None:
+            result.first_offset = first
+        return result
+
+    def _fetch(self, view: ReadView, b: BlobInfo) -> memoryview:
+        if b.parts == 1:
+            v = view.get(keys.BLOBS, keys.blob_key(self.log_id, b.first_offset, b.count, 0))
+            if v is None:
+                raise CorruptDataError(
+                    "blob is missing", partition=self.label, offset=b.first_offset
+                )
+            if len(v) != b.size:
+                raise CorruptDataError(
+                    f"blob is {len(v)} bytes, index says {b.size}",
+                    partition=self.label,
+                    offset=b.first_offset,
+                )
+            return v
+        pieces = []
+        for part in range(b.parts):
+            v = view.get(keys.BLOBS, keys.blob_key(self.log_id, b.first_offset, b.count, part))
+            if v is None:
+                raise CorruptDataError(
+                    f"blob part {part} is missing", partition=self.label, offset=b.first_offset
+                )
+            pieces.append(v)
+        data = b"".join(pieces)
+        if len(data) != b.size:
+            raise CorruptDataError(
+                f"blob is {len(data)} bytes, index says {b.size}",
+                partition=self.label,
+                offset=b.first_offset,
+            )
+        return memoryview(data)
+
+    def _slice(
+        self,
+        data: bytes | memoryview,
+        b: BlobInfo,
+        start: int,
+        stop: int,
+        budget: int,
+        have_some: bool,
+        verify: bool,
+    ) -> tuple[int, int, int, int]:
+        """Byte range [a, z) of whole batches of blob ``b`` covering [start, stop) within
+        ``budget`` bytes; also the base offset of the first and the offset after the last."""
+        pos = 0
+        expected = b.first_offset
+        a = z = -1
+        base = nxt = start
+        n = len(data)
+        while pos < n and expected < stop:
+            try:
+                h = parse_header(data, pos)
+            except BatchFormatError as exc:
+                raise CorruptDataError(
+                    f"damaged batch: {exc}", partition=self.label, offset=expected
+                ) from None
+            if h.base_offset != expected:
+                raise CorruptDataError(
+                    f"batch at byte {pos} of blob has offset {h.base_offset}",
+                    partition=self.label,
+                    offset=expected,
+                )
+            end = pos + h.length
+            if h.next_offset > start:
+                if a < 0:
+                    a = pos
+                    base = h.base_offset
+                elif end - a > budget:
+                    break
+                if a == pos and have_some and h.length > budget:
+                    break
+                if verify:
+                    try:
+                        verify_body(data, pos, h)
+                    except BatchFormatError as exc:
+                        raise CorruptDataError(
+                            f"damaged batch: {exc}", partition=self.label, offset=h.base_offset
+                        ) from None
+                z = end
+                nxt = h.next_offset
+            pos = end
+            expected = h.next_offset
+        if a < 0 or z < 0:
+            return 0, 0, start, start
+        return a, z, base, nxt
+
+    def _walk(
+        self, data: bytes | memoryview, b: BlobInfo, start: int, stop: int, verify: bool
+    ) -> None:
+        _a, z, _, nxt = self._slice(data, b, start, stop, len(data) + 1, False, verify)
+        if z != len(data) or nxt != b.end_offset:
+            raise CorruptDataError(
+                f"blob holds offsets up to {nxt} in {z} bytes, index says {b.end_offset} in {len(data)}",
+                partition=self.label,
+                offset=nxt,
+            )
+
+    def offset_for_time(self, written_at_ms: int) -> int:
+        """The first offset written at or after ``written_at_ms`` (EndOffset if none)."""
+        i = 0
+        for i, b in enumerate(self._blobs):  # noqa: B007 - blob count is small; linear is fine
+            if b.max_written >= written_at_ms and b.end_offset > self._read_start:
+                break
+        else:
+            return self.end_offset
+        b = self._blobs[i]
+        if b.is_head and b.first_offset in self._head_data:
+            return self._time_in(self._head_data[b.first_offset], written_at_ms, b)
+        with self.kv.snapshot() as view:
+            return self._time_in(self._fetch(view, b), written_at_ms, b)
+
+    def _time_in(self, data: bytes | memoryview, ts: int, b: BlobInfo) -> int:
+        pos = 0
+        while pos < len(data):
+            h = parse_header(data, pos)
+            if h.written_at >= ts and h.next_offset > self._read_start:
+                return max(h.base_offset, self._read_start)
+            pos += h.length
+        return b.end_offset
+
+
+def validate_incoming(buffers: Iterable[bytes | memoryview]) -> list[IncomingBatch]:
+    """Parse and fully check client batches (header, CRCs, column structure)."""
+    out = []
+    for buf in buffers:
+        h = parse_header(buf)
+        if h.length != len(buf):
+            raise BatchFormatError(f"batch is {len(buf)} bytes, header says {h.length}")
+        verify_body(buf, 0, h)
+        decode_payload(buf, 0, h)
+        out.append(IncomingBatch(buf, h))
+    return out

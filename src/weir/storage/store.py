@@ -1,0 +1,91 @@
+"""The storage of one data directory: the KV, its group committer and the partition logs."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+from weir.errors import StorageFullError
+from weir.storage import keys
+from weir.storage.committer import CommitObserver, GroupCommitter
+from weir.storage.kv import DEFAULT_MAP_SIZE, LmdbKV, Op
+from weir.storage.partition import PartitionConfig, PartitionLog
+
+
+class Store:
+    """Opens (or creates) a data directory and hands out its partition logs.
+
+    ``extra_tables`` are key spaces for the layers above (topic registry,
+    consumer offsets); they share the KV and the group committer, so an offset
+    commit rides the same fsync as the writes around it.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        extra_tables: Iterable[str] = (),
+        map_size: int = DEFAULT_MAP_SIZE,
+        sync: bool = True,
+        min_disk_free: int = 64 << 20,
+        observer: CommitObserver | None = None,
+    ) -> None:
+        self.path = Path(path)
+        self.kv = LmdbKV(
+            self.path / "kv", (*keys.STORAGE_TABLES, *extra_tables), map_size=map_size, sync=sync
+        )
+        self.min_disk_free = min_disk_free
+        self.committer = GroupCommitter(self.kv, observer=observer)
+        self.partitions: dict[int, PartitionLog] = {}
+
+    def check_space(self, nbytes: int) -> None:
+        """Refuse a write early when the disk or the LMDB map is nearly full."""
+        u = self.kv.usage()
+        if u.disk_free_bytes - nbytes < self.min_disk_free:
+            raise StorageFullError(
+                f"disk nearly full: {u.disk_free_bytes} bytes free, keeping {self.min_disk_free} in reserve"
+            )
+        if u.used_bytes + nbytes > u.capacity_bytes:
+            # LMDB reuses freed pages, so this is a hint; the commit itself is the final word.
+            pass
+
+    def open_partition(
+        self,
+        log_id: int,
+        config: PartitionConfig | None = None,
+        *,
+        label: str = "",
+        verify_all: bool = False,
+    ) -> PartitionLog:
+        """The partition ``log_id`` rebuilt from the KV (an empty one if it never had data)."""
+        log = self.partitions.get(log_id)
+        if log is None:
+            log = PartitionLog.load(
+                self.kv,
+                self.committer,
+                log_id,
+                config,
+                label=label,
+                space_check=self.check_space,
+                verify_all=verify_all,
+            )
+            self.partitions[log_id] = log
+        return log
+
+    def stored_log_ids(self) -> list[int]:
+        """Every partition that has persisted metadata (had at least one write)."""
+        return [keys.log_id_of(k) for k, _ in self.kv.scan(keys.PARTITIONS)]
+
+    def drop_partition_ops(self, log_id: int) -> list[Op]:
+        """KV ops that remove a partition entirely; forget it once they are committed."""
+        log = self.open_partition(log_id)
+        return log.drop_ops()
+
+    def forget(self, log_id: int) -> None:
+        self.partitions.pop(log_id, None)
+
+    def close(self) -> None:
+        """Finish pending commits, then close the KV."""
+        self.committer.close()
+        self.kv.close()

@@ -1,0 +1,39 @@
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from weir.storage.batch import encode_batch
+from weir.storage.partition import IncomingBatch, validate_incoming
+from weir.storage.store import Store
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    s = Store(tmp_path / "data")
+    yield s
+    s.close()
+
+
+def make_batch(
+    n: int,
+    *,
+    producer: str = "",
+    first_seq: int = 1,
+    size: int = 100,
+    now_ms: int | None = None,
+    tag: bytes = b"",
+) -> list[IncomingBatch]:
+    """One validated batch of n messages whose data encodes (producer, seq) for checking."""
+    created = int(time.time() * 1000) if now_ms is None else now_ms
+    data = []
+    for i in range(n):
+        head = f"{producer}:{first_seq + i}:".encode() + tag
+        data.append(head + os.urandom(max(0, size - len(head))))
+    return validate_incoming(
+        [encode_batch(data, producer_id=producer, first_seq_no=first_seq, created_at=created)]
+    )

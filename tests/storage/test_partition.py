@@ -1,0 +1,260 @@
+"""PartitionLog behaviour: offsets, dedup, head and compaction, reads, retention, limits, recovery."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.storage.conftest import make_batch
+from weir.errors import CorruptDataError, PartitionOverflowError, StorageFullError
+from weir.storage.batch import decode_records, iter_batches
+from weir.storage.blob import BIG
+from weir.storage.partition import PartitionConfig, PartitionLog
+from weir.storage.store import Store
+
+SMALL = PartitionConfig(low_watermark=20_000, max_blob_size=32_000, head_merge_fanout=4)
+
+
+def read_all(log: PartitionLog, start: int = 0) -> list[tuple[int, bytes]]:
+    out = []
+    pos = start
+    while pos < log.end_offset:
+        res = log.read(pos, 50_000)
+        assert res.chunks, "read made no progress"
+        for chunk in res.chunks:
+            for bpos, _ in iter_batches(chunk):
+                for r in decode_records(chunk, bpos):
+                    if r.offset >= pos:
+                        out.append((r.offset, r.data))
+        pos = res.next_offset
+    return out
+
+
+def test_offsets_are_dense_and_reads_return_what_was_written(store: Store) -> None:
+    log = store.open_partition(1, SMALL, label="t/1")
+    written = []
+    for i in range(30):
+        (b,) = make_batch(10, producer="p", first_seq=i * 10 + 1)
+        (res,) = log.write([b])
+        assert res.offset == i * 10 and res.written == 10 and res.skipped == 0
+        written.extend(r.data for r in decode_records(b.buf))
+    assert (log.start_offset, log.end_offset) == (0, 300)
+    got = read_all(log)
+    assert [o for o, _ in got] == list(range(300))
+    assert [d for _, d in got] == written
+
+
+def test_duplicates_are_skipped_whole_and_partly(store: Store) -> None:
+    log = store.open_partition(1, SMALL)
+    log.write(make_batch(5, producer="p", first_seq=1))
+    (res,) = log.write(make_batch(5, producer="p", first_seq=1))
+    assert (res.written, res.skipped) == (0, 5)
+    (res,) = log.write(make_batch(5, producer="p", first_seq=4))  # 4,5 dup; 6,7,8 new
+    assert (res.offset, res.written, res.skipped) == (5, 3, 2)
+    assert res.offset_of(0) is None and res.offset_of(2) == 5
+    assert log.end_offset == 8
+    assert log.last_seq_no("p") == 8
+    seqs = [d.split(b":")[1] for _, d in read_all(log)]
+    assert seqs == [str(i).encode() for i in range(1, 9)]
+    # another producer has its own sequence
+    (res,) = log.write(make_batch(2, producer="q", first_seq=1))
+    assert res.written == 2
+    # no producer id: no dedup
+    log.write(make_batch(2, first_seq=1))
+    (res,) = log.write(make_batch(2, first_seq=1))
+    assert res.written == 2
+
+
+def test_dedup_within_one_write(store: Store) -> None:
+    log = store.open_partition(1, SMALL)
+    a = make_batch(3, producer="p", first_seq=1)
+    b = make_batch(3, producer="p", first_seq=2)  # 2,3 duplicate a's
+    res = log.write(a + b)
+    assert [(r.written, r.skipped) for r in res] == [(3, 0), (1, 2)]
+    assert log.end_offset == 4
+
+
+def test_head_compacts_into_big_blobs(store: Store) -> None:
+    log = store.open_partition(1, SMALL)
+    for i in range(100):
+        log.write(make_batch(3, producer="p", first_seq=i * 3 + 1, size=100))
+    blobs = log.blobs
+    big = [b for b in blobs if b.level == BIG]
+    assert big, "the head never compacted"
+    assert all(b.size <= SMALL.max_blob_size for b in big)
+    assert log.head_bytes < SMALL.low_watermark
+    # the head never holds more than fanout-1 blobs per level
+    head = [b for b in blobs if b.level != BIG]
+    for level in {b.level for b in head}:
+        assert sum(1 for b in head if b.level == level) < SMALL.head_merge_fanout
+    assert [o for o, _ in read_all(log)] == list(range(300))
+
+
+def test_big_write_goes_straight_to_big_blobs_in_parts(store: Store) -> None:
+    log = store.open_partition(1, SMALL)
+    (b,) = make_batch(1000, producer="p", size=100)  # ~104 KB, > max_blob_size: one batch in parts
+    log.write([b])
+    (blob,) = log.blobs
+    assert blob.level == BIG and blob.parts == 4
+    assert log.head_bytes == 0
+    assert len(read_all(log)) == 1000
+    store.close()
+    s2 = Store(store.path)
+    log2 = s2.open_partition(1, SMALL, verify_all=True)
+    assert len(read_all(log2)) == 1000
+    s2.close()
+    store.kv = s2.kv  # fixture closes again: harmless
+
+
+def test_read_budget_from_middle_and_upper_bound(store: Store) -> None:
+    log = store.open_partition(1, SMALL)
+    for i in range(20):
+        log.write(make_batch(10, producer="p", first_seq=i * 10 + 1))
+    res = log.read(15, max_bytes=1)  # budget smaller than a batch: still one batch
+    assert res.first_offset == 10 and res.next_offset == 20
+    res = log.read(15, max_bytes=10**9, to_offset=42)
+    assert res.first_offset == 10 and res.next_offset == 50  # whole batches: 40..49 holds 42
+    res = log.read(200)
+    assert res.chunks == [] and res.next_offset == 200
+    res = log.read(10, max_bytes=3000)
+    n = sum(h.record_count for c in res.chunks for _, h in iter_batches(c))
+    assert 10 <= n <= 30
+
+
+def test_retention_by_size_age_and_important_consumer(store: Store) -> None:
+    cfg = PartitionConfig(low_watermark=20_000, max_blob_size=32_000, retention_bytes=50_000)
+    log = store.open_partition(1, cfg)
+    t0 = 1_000_000
+    for i in range(100):
+        log.write(make_batch(10, producer=f"p{i}", first_seq=1), now_ms=t0 + i)
+    total = log.size_bytes
+    # protected by an important consumer at offset 0: nothing goes
+    assert log.apply_retention(now_ms=t0 + 1000, protect_from=0) == 0
+    dropped = log.apply_retention(now_ms=t0 + 1000, protect_from=500)
+    assert dropped > 0 and log.start_offset <= 500
+    dropped = log.apply_retention(now_ms=t0 + 1000)
+    assert log.size_bytes >= 50_000 and log.size_bytes < total
+    start = log.start_offset
+    assert start > 0
+    # producers whose last message is gone are forgotten; the others stay
+    assert all(st.offset >= start for st in log.producers.values())
+    assert "p99" in log.producers
+    got = read_all(log, 0)
+    assert got[0][0] == start and [o for o, _ in got] == list(range(start, 1000))
+    res = log.read(0)
+    assert res.first_offset == start  # the gap is visible to the reader
+    # by age: a blob goes once its newest batch is older than retention_ms
+    log.config = PartitionConfig(low_watermark=20_000, max_blob_size=32_000, retention_ms=1000)
+    first = log.blobs[0]
+    assert log.apply_retention(now_ms=first.max_written + 1000) == 0
+    assert log.apply_retention(now_ms=first.max_written + 1001) >= 1
+    assert log.start_offset >= first.end_offset > start
+    log.config = PartitionConfig(low_watermark=20_000, max_blob_size=32_000, retention_ms=1)
+    log.apply_retention(now_ms=t0 + 10**6)
+    assert log.start_offset == log.end_offset == 1000 and log.size_bytes == 0
+    # offsets never restart after everything expired, even across a restart
+    store.close()
+    s2 = Store(store.path)
+    log2 = s2.open_partition(1, cfg)
+    assert (log2.start_offset, log2.end_offset) == (1000, 1000)
+    (r,) = log2.write(make_batch(1, producer="p0", first_seq=1))
+    assert r.offset == 1000 and r.written == 1  # p0's state was dropped with its messages
+    s2.close()
+    store.kv = s2.kv
+
+
+def test_overflow_refuses_with_retryable_error_and_keeps_data(store: Store) -> None:
+    log = store.open_partition(1, PartitionConfig(max_messages=25))
+    log.write(make_batch(20, producer="p"))
+    with pytest.raises(PartitionOverflowError) as exc:
+        log.write(make_batch(10, producer="p", first_seq=21))
+    assert exc.value.retryable
+    assert log.end_offset == 20 and len(read_all(log)) == 20
+    log.write(make_batch(5, producer="p", first_seq=21))
+    assert log.end_offset == 25
+
+
+def test_failed_commit_rolls_back_and_writing_resumes(tmp_path: Path) -> None:
+    s = Store(tmp_path / "d", map_size=2 << 20, min_disk_free=0)
+    log = s.open_partition(1, PartitionConfig(low_watermark=200_000, max_blob_size=400_000))
+    log.write(make_batch(100, producer="p", size=1000))
+    before = read_all(log)
+    with pytest.raises(StorageFullError) as exc:
+        for i in range(100):
+            log.write(make_batch(300, producer="p", first_seq=101 + i * 300, size=1000))
+    assert exc.value.retryable
+    end = log.end_offset
+    assert read_all(log)[: len(before)] == before
+    # a smaller write still fits after the failed one: the head was rolled back
+    (r,) = log.write(make_batch(1, producer="p", first_seq=10**6, size=10))
+    assert r.offset == end
+    s.close()
+    s2 = Store(tmp_path / "d", map_size=2 << 20)
+    log2 = s2.open_partition(1, PartitionConfig(low_watermark=200_000, max_blob_size=400_000))
+    assert log2.end_offset == end + 1 and len(read_all(log2)) == end + 1
+    s2.close()
+
+
+def test_recovery_rebuilds_head_offsets_and_producers(tmp_path: Path) -> None:
+    s = Store(tmp_path / "d")
+    logs = [s.open_partition(i, SMALL) for i in range(3)]
+    for i in range(40):
+        for j, log in enumerate(logs):
+            log.write(make_batch(1 + j, producer=f"p{j}", first_seq=i * (1 + j) + 1))
+    state = [
+        (lg.start_offset, lg.end_offset, dict(lg.producers), read_all(lg), lg.blobs) for lg in logs
+    ]
+    s.close()
+    s2 = Store(tmp_path / "d")
+    assert sorted(s2.stored_log_ids()) == [0, 1, 2]
+    for i, st in enumerate(state):
+        lg = s2.open_partition(i, SMALL)
+        assert (lg.start_offset, lg.end_offset, dict(lg.producers), read_all(lg), lg.blobs) == st
+    s2.close()
+
+
+def test_offset_for_time(store: Store) -> None:
+    log = store.open_partition(1, SMALL)
+    for i in range(50):
+        log.write(make_batch(4, producer="p", first_seq=i * 4 + 1), now_ms=10_000 + i * 100)
+    assert log.offset_for_time(0) == 0
+    assert log.offset_for_time(10_000 + 25 * 100) == 100
+    assert log.offset_for_time(10_000 + 25 * 100 - 50) == 100
+    assert log.offset_for_time(10**9) == 200
+
+
+def test_written_at_never_goes_back(store: Store) -> None:
+    log = store.open_partition(1, SMALL)
+    log.write(make_batch(1, producer="p"), now_ms=5000)
+    log.write(make_batch(1, producer="p", first_seq=2), now_ms=4000)  # clock stepped back
+    res = log.read(0)
+    times = [h.written_at for c in res.chunks for _, h in iter_batches(c)]
+    assert times == [5000, 5000]
+
+
+def test_one_change_at_a_time(store: Store) -> None:
+    log = store.open_partition(1, SMALL)
+    change = log.prepare_write(make_batch(1))
+    with pytest.raises(RuntimeError, match="in flight"):
+        log.prepare_write(make_batch(1))
+    log.abort(change)
+    log.write(make_batch(1))
+    assert log.end_offset == 1
+
+
+def test_corrupt_meta_is_reported(tmp_path: Path) -> None:
+    from weir.storage import keys
+    from weir.storage.kv import put
+
+    s = Store(tmp_path / "d")
+    log = s.open_partition(7, SMALL, label="orders/7")
+    log.write(make_batch(3))
+    s.committer.commit(
+        [put(keys.PARTITIONS, keys.log_prefix(7), b"\x01" + b"\x00" * 8 + b"\x09" + b"\x00" * 7)]
+    )
+    s.close()
+    s2 = Store(tmp_path / "d")
+    with pytest.raises(CorruptDataError, match="orders/7"):
+        s2.open_partition(7, SMALL, label="orders/7")
+    s2.close()
