@@ -1,0 +1,642 @@
+"""The broker: the live topics of one data directory, protocol-agnostic.
+
+Fronts call it; it owns the storage, one `PartitionActor` per partition, the
+topic registry, committed offsets, producer pinning and consumer groups, and
+runs retention in the background.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import itertools
+import logging
+import struct
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import crc32c
+
+from weir.broker.config import BrokerConfig
+from weir.broker.consumers import OFFSETS, ConsumerGroup, OffsetStore
+from weir.broker.partition_actor import PartitionActor, WriteObserver
+from weir.broker.topics import (
+    NEXT_ID_KEY,
+    TOPICS,
+    ConsumerConfig,
+    TopicConfig,
+    canonical_topic,
+    check_consumer_name,
+    short_topic,
+    topic_key,
+)
+from weir.errors import (
+    AlreadyExistsError,
+    BadRequestError,
+    StaleGenerationError,
+    UnavailableError,
+    UnknownConsumerError,
+    UnknownPartitionError,
+    UnknownTopicError,
+)
+from weir.storage.codecs import Codec
+from weir.storage.committer import CommitObserver
+from weir.storage.kv import Op, delete, put
+from weir.storage.partition import BatchResult, IncomingBatch, PartitionConfig
+from weir.storage.store import Store
+
+log = logging.getLogger("weir.broker")
+
+PINS = "pins"
+SERVER = "server"
+BROKER_TABLES = (TOPICS, OFFSETS, PINS, SERVER)
+_U32 = struct.Struct(">I")
+_U64 = struct.Struct("<Q")
+_EPOCH_KEY = b"epoch"
+
+
+class _Unset:
+    pass
+
+
+UNSET: Any = _Unset()
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionInfo:
+    partition: int
+    start_offset: int
+    end_offset: int
+    size_bytes: int
+    generation: int
+    last_write_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerPartitionInfo:
+    partition: int
+    committed_offset: int  # next offset the consumer will read
+    start_offset: int
+    end_offset: int
+
+    @property
+    def lag(self) -> int:
+        return max(0, self.end_offset - max(self.committed_offset, self.start_offset))
+
+
+@dataclass(frozen=True, slots=True)
+class WriterToken:
+    key: tuple[str, str]
+    callback: Callable[[], None]
+
+
+class Broker:
+    """Open with `Broker.open`; close with `await broker.close()`."""
+
+    def __init__(
+        self,
+        config: BrokerConfig,
+        store: Store,
+        generation: int,
+        *,
+        on_write: Callable[[str, int], WriteObserver] | None = None,
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.generation = generation
+        self.offsets = OffsetStore(store.kv, store.committer)
+        self._topics: dict[str, TopicConfig] = {}
+        self._actors: dict[tuple[str, int], PartitionActor] = {}
+        self._groups: dict[tuple[str, str], ConsumerGroup] = {}
+        self._pins: dict[tuple[int, str], int] = {}
+        self._writers: dict[tuple[str, str], Callable[[], None]] = {}
+        self._on_write = on_write
+        self._retention_task: asyncio.Task[None] | None = None
+        self._closed = False
+        self._lock = asyncio.Lock()  # serializes registry changes
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @classmethod
+    async def open(
+        cls,
+        config: BrokerConfig,
+        *,
+        commit_observer: CommitObserver | None = None,
+        on_write: Callable[[str, int], WriteObserver] | None = None,
+    ) -> Broker:
+        """Open (or create) the data directory, recover every partition, start retention."""
+        store = await asyncio.to_thread(
+            Store,
+            config.data_dir,
+            extra_tables=BROKER_TABLES,
+            map_size=config.map_size,
+            min_disk_free=config.min_disk_free,
+            observer=commit_observer,
+        )
+        try:
+            raw = store.kv.get(SERVER, _EPOCH_KEY)
+            generation = (_U64.unpack(raw)[0] if raw else 0) + 1
+            store.committer.commit([put(SERVER, _EPOCH_KEY, _U64.pack(generation))])
+            broker = cls(config, store, generation, on_write=on_write)
+            await asyncio.to_thread(broker._load)
+        except BaseException:
+            store.close()
+            raise
+        broker._retention_task = asyncio.get_running_loop().create_task(broker._retention_loop())
+        log.info(
+            "broker open: data_dir=%s generation=%d topics=%d partitions=%d",
+            config.data_dir,
+            generation,
+            len(broker._topics),
+            len(broker._actors),
+        )
+        return broker
+
+    def _load(self) -> None:
+        for k, v in self.store.kv.scan(TOPICS):
+            if k == NEXT_ID_KEY:
+                continue
+            cfg = TopicConfig.from_json(v)
+            self._topics[cfg.name] = cfg
+            for p in range(cfg.partitions):
+                self._open_actor(cfg, p)
+        for k, v in self.store.kv.scan(PINS):
+            (tid,) = _U32.unpack_from(k)
+            self._pins[(tid, k[4:].decode())] = _U32.unpack(v)[0]
+
+    def _partition_config(self, cfg: TopicConfig) -> PartitionConfig:
+        c = self.config
+        return PartitionConfig(
+            low_watermark=c.low_watermark,
+            max_blob_size=c.max_blob_size,
+            retention_ms=cfg.retention_ms,
+            retention_bytes=cfg.retention_bytes,
+            max_bytes=cfg.max_partition_bytes,
+            max_messages=cfg.max_partition_messages,
+        )
+
+    def _open_actor(self, cfg: TopicConfig, partition: int) -> PartitionActor:
+        plog = self.store.open_partition(
+            cfg.log_id(partition),
+            self._partition_config(cfg),
+            label=f"{short_topic(cfg.name)}/{partition}",
+            verify_all=self.config.verify_on_start,
+        )
+        actor = PartitionActor(
+            plog,
+            self.store.committer,
+            topic=cfg.name,
+            partition=partition,
+            generation=self.generation,
+            max_queue_bytes=self.config.max_partition_queue_bytes,
+            max_commit_bytes=self.config.max_commit_bytes,
+            on_write=self._on_write(cfg.name, partition) if self._on_write else None,
+        )
+        self._actors[(cfg.name, partition)] = actor
+        return actor
+
+    async def close(self) -> None:
+        """Stop accepting work, finish in-flight commits, close LMDB."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._retention_task is not None:
+            self._retention_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._retention_task
+        for group in self._groups.values():
+            group.close()
+        await asyncio.gather(*(a.close() for a in self._actors.values()))
+        await asyncio.to_thread(self.store.close)
+        log.info("broker closed")
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise UnavailableError("server is shutting down")
+
+    async def _commit(self, ops: Sequence[Op]) -> None:
+        await asyncio.wrap_future(self.store.committer.submit(ops))
+
+    # ------------------------------------------------------------------ topics
+
+    def topic(self, name: str, database: str = "") -> TopicConfig:
+        cname = canonical_topic(name, database)
+        cfg = self._topics.get(cname)
+        if cfg is None:
+            raise UnknownTopicError(f"topic {short_topic(cname)!r} does not exist")
+        return cfg
+
+    def list_topics(self, prefix: str = "") -> list[TopicConfig]:
+        return [
+            c
+            for n, c in sorted(self._topics.items())
+            if short_topic(n).startswith(prefix) or n.startswith(prefix)
+        ]
+
+    async def create_topic(
+        self,
+        name: str,
+        *,
+        partitions: int | None = None,
+        retention_ms: int | None = UNSET,
+        retention_bytes: int | None = UNSET,
+        max_partition_bytes: int | None = None,
+        max_partition_messages: int | None = None,
+        codecs: Iterable[int | str] = (),
+        consumers: Iterable[ConsumerConfig] = (),
+        database: str = "",
+    ) -> TopicConfig:
+        self._check_open()
+        cname = canonical_topic(name, database)
+        async with self._lock:
+            if cname in self._topics:
+                raise AlreadyExistsError(f"topic {short_topic(cname)!r} already exists")
+            raw = self.store.kv.get(TOPICS, NEXT_ID_KEY)
+            topic_id = _U32.unpack(raw)[0] if raw else 1
+            now = _now_ms()
+            cfg = TopicConfig(
+                name=cname,
+                topic_id=topic_id,
+                partitions=self.config.default_partitions if partitions is None else partitions,
+                retention_ms=self.config.default_retention_ms
+                if retention_ms is UNSET
+                else retention_ms,
+                retention_bytes=self.config.default_retention_bytes
+                if retention_bytes is UNSET
+                else retention_bytes,
+                max_partition_bytes=max_partition_bytes,
+                max_partition_messages=max_partition_messages,
+                codecs=tuple(int(Codec.parse(c)) for c in codecs),
+                consumers={
+                    c.name: dataclasses.replace(c, created_at_ms=c.created_at_ms or now)
+                    for c in consumers
+                    if check_consumer_name(c.name)
+                },
+                created_at_ms=now,
+            )
+            await self._commit(
+                [
+                    put(TOPICS, topic_key(cname), cfg.to_json()),
+                    put(TOPICS, NEXT_ID_KEY, _U32.pack(topic_id + 1)),
+                ]
+            )
+            self._topics[cname] = cfg
+            for p in range(cfg.partitions):
+                self._open_actor(cfg, p)
+        log.info("topic created: %s partitions=%d", short_topic(cname), cfg.partitions)
+        return cfg
+
+    async def alter_topic(
+        self,
+        name: str,
+        *,
+        partitions: int | None = None,
+        retention_ms: int | None = UNSET,
+        retention_bytes: int | None = UNSET,
+        max_partition_bytes: int | None = UNSET,
+        max_partition_messages: int | None = UNSET,
+        codecs: Iterable[int | str] | None = None,
+        add_consumers: Iterable[ConsumerConfig] = (),
+        drop_consumers: Iterable[str] = (),
+        database: str = "",
+    ) -> TopicConfig:
+        """Change a topic. Partitions can be added, never removed."""
+        self._check_open()
+        async with self._lock:
+            cfg = self.topic(name, database)
+            changes: dict[str, Any] = {}
+            if partitions is not None:
+                if partitions < cfg.partitions:
+                    raise BadRequestError(
+                        f"topic {short_topic(cfg.name)!r} has {cfg.partitions} partitions; "
+                        "partitions can be added, never removed"
+                    )
+                changes["partitions"] = partitions
+            for attr, value in (
+                ("retention_ms", retention_ms),
+                ("retention_bytes", retention_bytes),
+                ("max_partition_bytes", max_partition_bytes),
+                ("max_partition_messages", max_partition_messages),
+            ):
+                if value is not UNSET:
+                    changes[attr] = value
+            if codecs is not None:
+                changes["codecs"] = tuple(int(Codec.parse(c)) for c in codecs)
+            consumers = dict(cfg.consumers)
+            now = _now_ms()
+            for c in add_consumers:
+                check_consumer_name(c.name)
+                consumers[c.name] = dataclasses.replace(c, created_at_ms=c.created_at_ms or now)
+            dropped = []
+            for cname in drop_consumers:
+                if cname not in consumers:
+                    raise UnknownConsumerError(
+                        f"consumer {cname!r} is not registered on {short_topic(cfg.name)!r}"
+                    )
+                del consumers[cname]
+                dropped.append(cname)
+            changes["consumers"] = consumers
+            new = dataclasses.replace(cfg, **changes)
+            ops: list[Op] = [put(TOPICS, topic_key(new.name), new.to_json())]
+            for cname in dropped:
+                ops.extend(self.offsets.drop_ops(cfg.topic_id, cname))
+            await self._commit(ops)
+            for cname in dropped:
+                self.offsets.forget(cfg.topic_id, cname)
+            self._topics[new.name] = new
+            pcfg = self._partition_config(new)
+            for p in range(cfg.partitions):
+                self._actors[(new.name, p)].log.config = pcfg
+            for p in range(cfg.partitions, new.partitions):
+                self._open_actor(new, p)
+            if new.partitions != cfg.partitions:
+                for (tname, _), group in self._groups.items():
+                    if tname == new.name:
+                        group.set_partitions(new.partitions)
+        log.info(
+            "topic altered: %s %s",
+            short_topic(new.name),
+            sorted(k for k in changes if k != "consumers"),
+        )
+        return new
+
+    async def drop_topic(self, name: str, database: str = "") -> None:
+        self._check_open()
+        async with self._lock:
+            cfg = self.topic(name, database)
+            actors = [self._actors.pop((cfg.name, p)) for p in range(cfg.partitions)]
+            await asyncio.gather(*(a.close() for a in actors))
+            for key in [k for k in self._groups if k[0] == cfg.name]:
+                self._groups.pop(key).close()
+            ops: list[Op] = [delete(TOPICS, topic_key(cfg.name))]
+            for p in range(cfg.partitions):
+                ops.extend(self.store.drop_partition_ops(cfg.log_id(p)))
+            ops.extend(self.offsets.drop_ops(cfg.topic_id))
+            pins = [pid for (tid, pid) in self._pins if tid == cfg.topic_id]
+            ops.extend(delete(PINS, _U32.pack(cfg.topic_id) + pid.encode()) for pid in pins)
+            await self._commit(ops)
+            for p in range(cfg.partitions):
+                self.store.forget(cfg.log_id(p))
+            self.offsets.forget(cfg.topic_id)
+            for pid in pins:
+                del self._pins[(cfg.topic_id, pid)]
+            del self._topics[cfg.name]
+        log.info("topic dropped: %s", short_topic(cfg.name))
+
+    # ------------------------------------------------------------------ partitions
+
+    def actor(self, topic: str, partition: int, database: str = "") -> PartitionActor:
+        cfg = self.topic(topic, database)
+        if not isinstance(partition, int) or not 0 <= partition < cfg.partitions:
+            raise UnknownPartitionError(
+                f"topic {short_topic(cfg.name)!r} has partitions 0..{cfg.partitions - 1}, not {partition!r}"
+            )
+        return self._actors[(cfg.name, partition)]
+
+    def partitions(self, topic: str, database: str = "") -> list[PartitionInfo]:
+        cfg = self.topic(topic, database)
+        out = []
+        for p in range(cfg.partitions):
+            a = self._actors[(cfg.name, p)]
+            blobs = a.log.blobs
+            out.append(
+                PartitionInfo(
+                    p,
+                    a.start_offset,
+                    a.end_offset,
+                    a.log.size_bytes,
+                    a.generation,
+                    blobs[-1].max_written if blobs else 0,
+                )
+            )
+        return out
+
+    # ------------------------------------------------------------------ writes
+
+    async def resolve_partition(
+        self,
+        topic: str,
+        producer_id: str = "",
+        partition: int | None = None,
+        generation: int | None = None,
+        database: str = "",
+    ) -> int:
+        """The partition a write session writes to.
+
+        A producer_id is pinned to one partition (hash first, then remembered
+        durably) so its seq_no order and dedup hold across reconnects. An
+        explicit partition must agree with the pin; one named with a generation
+        must name the current one.
+        """
+        cfg = self.topic(topic, database)
+        if partition is not None:
+            self.actor(cfg.name, partition)  # range check
+            if generation is not None and generation != self.generation:
+                raise StaleGenerationError(
+                    f"partition {short_topic(cfg.name)}/{partition} has generation {self.generation}, "
+                    f"not {generation}: describe the topic again"
+                )
+        if not producer_id:
+            if partition is None:
+                raise BadRequestError("a write needs a producer_id or a partition")
+            return partition
+        pinned = self._pins.get((cfg.topic_id, producer_id))
+        if pinned is not None:
+            if partition is not None and partition != pinned:
+                raise BadRequestError(
+                    f"producer {producer_id!r} writes to partition {pinned} of {short_topic(cfg.name)!r}, "
+                    f"not {partition}"
+                )
+            return pinned
+        chosen = (
+            partition
+            if partition is not None
+            else crc32c.crc32c(producer_id.encode()) % cfg.partitions
+        )
+        key = _U32.pack(cfg.topic_id) + producer_id.encode()
+        await self._commit([put(PINS, key, _U32.pack(chosen))])
+        self._pins.setdefault((cfg.topic_id, producer_id), chosen)
+        return self._pins[(cfg.topic_id, producer_id)]
+
+    def register_writer(
+        self, topic: str, producer_id: str, on_superseded: Callable[[], None]
+    ) -> WriterToken:
+        """One live write session per producer: a new one closes the old (its writes can't interleave)."""
+        key = (topic, producer_id)
+        old = self._writers.get(key)
+        self._writers[key] = on_superseded
+        if old is not None:
+            old()
+        return WriterToken(key, on_superseded)
+
+    def unregister_writer(self, token: WriterToken) -> None:
+        if self._writers.get(token.key) is token.callback:
+            del self._writers[token.key]
+
+    async def write(
+        self,
+        topic: str,
+        partition: int,
+        batches: Sequence[IncomingBatch],
+        nbytes: int | None = None,
+    ) -> list[BatchResult]:
+        """Store validated batches durably in one partition; per-batch results in order."""
+        self._check_open()
+        actor = self.actor(topic, partition)
+        cfg = self._topics[actor.topic]
+        if cfg.codecs:
+            for b in batches:
+                codec = b.header.data_codec if b.header.data_codec != Codec.RAW else b.header.codec
+                if codec not in cfg.codecs and codec != Codec.RAW:
+                    raise BadRequestError(
+                        f"topic {short_topic(cfg.name)!r} accepts codecs "
+                        f"{[Codec(c).name.lower() for c in cfg.codecs]}, not {Codec(codec).name.lower()}"
+                    )
+        size = sum(len(b.buf) for b in batches) if nbytes is None else nbytes
+        return await actor.write(batches, size)
+
+    def last_seq_no(self, topic: str, partition: int, producer_id: str) -> int | None:
+        return self.actor(topic, partition).log.last_seq_no(producer_id)
+
+    # ------------------------------------------------------------------ consumers
+
+    async def ensure_consumer(
+        self, topic: str, consumer: str, database: str = ""
+    ) -> ConsumerConfig:
+        """The consumer's config; registers it when auto_create_consumers is on."""
+        cfg = self.topic(topic, database)
+        check_consumer_name(consumer)
+        existing = cfg.consumers.get(consumer)
+        if existing is not None:
+            return existing
+        if not self.config.auto_create_consumers:
+            raise UnknownConsumerError(
+                f"consumer {consumer!r} is not registered on {short_topic(cfg.name)!r}; add it with alter"
+            )
+        new = await self.alter_topic(cfg.name, add_consumers=[ConsumerConfig(consumer)])
+        return new.consumers[consumer]
+
+    def consumer(self, topic: str, consumer: str, database: str = "") -> ConsumerConfig:
+        cfg = self.topic(topic, database)
+        c = cfg.consumers.get(consumer)
+        if c is None:
+            raise UnknownConsumerError(
+                f"consumer {consumer!r} is not registered on {short_topic(cfg.name)!r}"
+            )
+        return c
+
+    def committed_offset(self, topic: str, partition: int, consumer: str) -> int | None:
+        cfg = self.topic(topic)
+        return self.offsets.get(cfg.topic_id, partition, consumer)
+
+    def read_start(self, topic: str, partition: int, consumer: str, read_from_ms: int = 0) -> int:
+        """Where a consumer's read session starts: its committed offset, else the first
+        offset written at/after ``read_from_ms``, else the partition start."""
+        actor = self.actor(topic, partition)
+        committed = self.committed_offset(topic, partition, consumer) if consumer else None
+        start = actor.start_offset
+        if committed is not None:
+            pos = max(committed, start)
+        elif read_from_ms > 0:
+            pos = actor.log.offset_for_time(read_from_ms)
+        else:
+            pos = start
+        if read_from_ms > 0 and committed is not None:
+            pos = max(pos, actor.log.offset_for_time(read_from_ms))
+        return min(pos, actor.end_offset)
+
+    async def commit_offset(
+        self,
+        topic: str,
+        partition: int,
+        consumer: str,
+        offset: int,
+        *,
+        allow_backwards: bool = False,
+    ) -> bool:
+        """Store the consumer's next offset to read. Never past EndOffset; backwards only
+        when asked (an operator's rewind), never from a read session."""
+        cfg = self.topic(topic)
+        actor = self.actor(topic, partition)
+        if consumer not in cfg.consumers:
+            await self.ensure_consumer(topic, consumer)
+        if offset > actor.end_offset:
+            raise BadRequestError(
+                f"cannot commit offset {offset} on {short_topic(cfg.name)}/{partition}: end offset is "
+                f"{actor.end_offset}"
+            )
+        return await self.offsets.commit(
+            cfg.topic_id, partition, consumer, offset, allow_backwards=allow_backwards
+        )
+
+    def describe_consumer(self, topic: str, consumer: str) -> list[ConsumerPartitionInfo]:
+        cfg = self.topic(topic)
+        self.consumer(topic, consumer)
+        out = []
+        for p in range(cfg.partitions):
+            a = self._actors[(cfg.name, p)]
+            committed = self.offsets.get(cfg.topic_id, p, consumer)
+            out.append(
+                ConsumerPartitionInfo(
+                    p,
+                    a.start_offset if committed is None else committed,
+                    a.start_offset,
+                    a.end_offset,
+                )
+            )
+        return out
+
+    def group(self, topic: str, consumer: str) -> ConsumerGroup:
+        cfg = self.topic(topic)
+        key = (cfg.name, consumer)
+        g = self._groups.get(key)
+        if g is None:
+            g = ConsumerGroup(cfg.name, consumer, cfg.partitions, self.config.rebalance_timeout_s)
+            self._groups[key] = g
+        return g
+
+    # ------------------------------------------------------------------ retention
+
+    async def run_retention(self, now_ms: int | None = None) -> int:
+        """One retention pass over every partition; returns blobs removed."""
+        removed = 0
+        for cfg in list(self._topics.values()):
+            if cfg.retention_ms is None and cfg.retention_bytes is None:
+                continue
+            important = [c.name for c in cfg.consumers.values() if c.important]
+            for p in range(cfg.partitions):
+                actor = self._actors.get((cfg.name, p))
+                if actor is None:
+                    continue
+                protect = (
+                    self.offsets.min_committed(cfg.topic_id, p, important) if important else None
+                )
+                try:
+                    removed += await actor.run_retention(now_ms, protect)
+                except Exception:  # one partition's trouble must not stop the pass
+                    log.exception("retention failed for %s/%d", short_topic(cfg.name), p)
+        return removed
+
+    async def _retention_loop(self) -> None:
+        for _ in itertools.count():
+            await asyncio.sleep(self.config.retention_interval_s)
+            if self._closed:
+                return
+            try:
+                n = await self.run_retention()
+                if n:
+                    log.info("retention removed %d blobs", n)
+            except Exception:
+                log.exception("retention pass failed")
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)

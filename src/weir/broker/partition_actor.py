@@ -1,0 +1,282 @@
+"""The partition actor: one asyncio owner per partition (the PQ tablet's partition actor).
+
+Writes join an incoming queue. When the actor is Idle it switches to Writing,
+takes everything queued (up to `max_commit_bytes`), prepares one storage change,
+hands its ops to the group committer (one fsync shared with other partitions)
+and waits. On success it applies the change, so EndOffset moves and waiting
+readers wake; then it answers every write. On failure it rolls the change back
+and fails the whole queue: a later write of the same producer must never
+overtake a failed one, or the failed one could never be written (dedup would
+skip it). One commit is in flight per partition; work arriving meanwhile rides
+the next one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from weir.errors import ClosedError, OverloadedError, UnavailableError, WeirError
+from weir.storage.committer import GroupCommitter
+from weir.storage.partition import BatchResult, IncomingBatch, PartitionLog, ReadResult
+
+
+class ActorState(enum.Enum):
+    IDLE = "idle"
+    WRITING = "writing"
+
+
+@dataclass(slots=True)
+class _Write:
+    batches: Sequence[IncomingBatch]
+    nbytes: int
+    future: asyncio.Future[list[BatchResult]]
+
+
+@dataclass(slots=True)
+class _Retention:
+    now_ms: int
+    protect_from: int | None
+    future: asyncio.Future[int]
+
+
+WriteObserver = Callable[[int, int, int], None]  # (records written, bytes, records skipped)
+
+
+class PartitionActor:
+    """Owns one PartitionLog inside the event loop; see the module docstring."""
+
+    def __init__(
+        self,
+        log: PartitionLog,
+        committer: GroupCommitter,
+        *,
+        topic: str,
+        partition: int,
+        generation: int,
+        max_queue_bytes: int,
+        max_commit_bytes: int,
+        on_write: WriteObserver | None = None,
+    ) -> None:
+        self.log = log
+        self.committer = committer
+        self.topic = topic
+        self.partition = partition
+        self.generation = generation
+        self.max_queue_bytes = max_queue_bytes
+        self.max_commit_bytes = max_commit_bytes
+        self.state = ActorState.IDLE
+        self._queue: deque[_Write | _Retention] = deque()
+        self._queued_bytes = 0
+        self._task: asyncio.Task[None] | None = None
+        self._moved = asyncio.Event()
+        self._closed = False
+        self._on_write = on_write
+        self.overload_refusals = 0
+
+    # ----------------------------------------------------------------- queries
+
+    @property
+    def start_offset(self) -> int:
+        return self.log.start_offset
+
+    @property
+    def end_offset(self) -> int:
+        return self.log.end_offset
+
+    @property
+    def queued_bytes(self) -> int:
+        return self._queued_bytes
+
+    def read(self, from_offset: int, max_bytes: int, to_offset: int | None = None) -> ReadResult:
+        return self.log.read(from_offset, max_bytes, to_offset)
+
+    async def wait_for_data(self, offset: int, timeout: float | None) -> bool:
+        """Wait until EndOffset passes ``offset`` (True) or the timeout ends (False)."""
+        while self.log.end_offset <= offset:
+            if self._closed:
+                raise UnavailableError(f"partition {self.topic}/{self.partition} is closed")
+            ev = self._moved
+            try:
+                await asyncio.wait_for(ev.wait(), timeout)
+            except TimeoutError:
+                return self.log.end_offset > offset
+        return True
+
+    def moved_event(self) -> asyncio.Event:
+        """An event set the next time EndOffset moves (or the actor closes)."""
+        return self._moved
+
+    # ----------------------------------------------------------------- writes
+
+    async def write(self, batches: Sequence[IncomingBatch], nbytes: int) -> list[BatchResult]:
+        """Queue batches for the next commit; returns once they are durable (or raises)."""
+        if self._closed:
+            raise UnavailableError(f"partition {self.topic}/{self.partition} is shutting down")
+        if self._queue and self._queued_bytes + nbytes > self.max_queue_bytes:
+            # One write larger than the bound is let through when the queue is empty,
+            # so progress never stalls; otherwise refuse instead of growing memory.
+            self.overload_refusals += 1
+            raise OverloadedError(
+                f"partition {self.topic}/{self.partition} has {self._queued_bytes} bytes waiting "
+                f"for commit (limit {self.max_queue_bytes}); retry shortly"
+            )
+        fut: asyncio.Future[list[BatchResult]] = asyncio.get_running_loop().create_future()
+        self._queue.append(_Write(batches, nbytes, fut))
+        self._queued_bytes += nbytes
+        self._kick()
+        return await fut
+
+    async def run_retention(self, now_ms: int | None, protect_from: int | None) -> int:
+        """One retention step, ordered with the writes; returns blobs removed."""
+        if self._closed:
+            return 0
+        fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        self._queue.append(_Retention(now, protect_from, fut))
+        self._kick()
+        return await fut
+
+    def _kick(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(
+                self._run(), name=f"partition-{self.topic}/{self.partition}"
+            )
+
+    def _take_writes(self) -> list[_Write]:
+        items: list[_Write] = []
+        total = 0
+        while self._queue and isinstance(self._queue[0], _Write):
+            item = self._queue[0]
+            assert isinstance(item, _Write)
+            if items and total + item.nbytes > self.max_commit_bytes:
+                break
+            self._queue.popleft()
+            self._queued_bytes -= item.nbytes
+            total += item.nbytes
+            if not item.future.done():  # a cancelled caller drops out here
+                items.append(item)
+        return items
+
+    async def _run(self) -> None:
+        try:
+            while self._queue:
+                self.state = ActorState.WRITING
+                head = self._queue[0]
+                if isinstance(head, _Retention):
+                    self._queue.popleft()
+                    await self._retain(head)
+                    continue
+                items = self._take_writes()
+                if items:
+                    await self._write(items)
+        finally:
+            self.state = ActorState.IDLE
+            self._task = None
+            if self._queue and not self._closed:
+                self._kick()
+
+    async def _write(self, items: list[_Write]) -> None:
+        batches = [b for it in items for b in it.batches]
+        try:
+            change = self.log.prepare_write(batches)
+        except WeirError as exc:
+            # Refused before anything was committed (overflow, disk full): nothing was
+            # stored, and the queue behind fails too so no later write overtakes these.
+            for it in items:
+                _fail(it.future, exc)
+            self._fail_queue(exc)
+            return
+        try:
+            await asyncio.wrap_future(self.committer.submit(change.ops, change.nbytes))
+        except BaseException as exc:
+            self.log.abort(change)
+            err = (
+                exc
+                if isinstance(exc, WeirError)
+                else UnavailableError(f"commit interrupted: {exc!r}")
+            )
+            for it in items:
+                _fail(it.future, err)
+            self._fail_queue(err)
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+            return
+        self.log.apply(change)
+        self._notify()
+        results = change.results
+        pos = 0
+        written = skipped = 0
+        for it in items:
+            n = len(it.batches)
+            mine = results[pos : pos + n]
+            pos += n
+            for r in mine:
+                written += r.written
+                skipped += r.skipped
+            if not it.future.done():
+                it.future.set_result(mine)
+        if self._on_write is not None:
+            self._on_write(written, change.nbytes, skipped)
+
+    async def _retain(self, item: _Retention) -> None:
+        try:
+            change = self.log.prepare_retention(item.now_ms, item.protect_from)
+            if change is None:
+                _resolve(item.future, 0)
+                return
+            try:
+                await asyncio.wrap_future(self.committer.submit(change.ops))
+            except BaseException:
+                self.log.abort(change)
+                raise
+            self.log.apply(change)
+            _resolve(item.future, change.drop_front)
+        except WeirError as exc:
+            _fail(item.future, exc)
+
+    def _fail_queue(self, exc: BaseException) -> None:
+        while self._queue:
+            item = self._queue.popleft()
+            if isinstance(item, _Write):
+                self._queued_bytes -= item.nbytes
+            _fail(item.future, exc)
+
+    def _notify(self) -> None:
+        ev = self._moved
+        self._moved = asyncio.Event()
+        ev.set()
+
+    async def close(self) -> None:
+        """Stop taking writes, let the in-flight commit finish, fail what is still queued."""
+        self._closed = True
+        task = self._task
+        if task is not None:
+            # finish the commit in flight; fail the rest of the queue
+            pending = list(self._queue)
+            self._queue.clear()
+            self._queued_bytes = 0
+            for item in pending:
+                _fail(item.future, UnavailableError("server is shutting down"))
+            with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+                await asyncio.wait_for(asyncio.shield(task), 30)
+        self._fail_queue(ClosedError("partition closed"))
+        self._notify()
+
+
+def _fail(fut: asyncio.Future[Any], exc: BaseException) -> None:
+    if not fut.done():
+        fut.set_exception(exc)
+        # Mark retrieved: a caller that went away must not produce "exception never retrieved".
+        fut.exception()
+
+
+def _resolve(fut: asyncio.Future[int], value: int) -> None:
+    if not fut.done():
+        fut.set_result(value)

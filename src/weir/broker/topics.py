@@ -1,0 +1,132 @@
+"""Topic registry: the SchemeShard role. Topic names, configs and their consumers.
+
+Names follow Pulsar's ``tenant/namespace/topic``. A single user writes just
+``orders``; it means ``public/default/orders``. Two parts mean
+``public/<namespace>/<topic>``. Clients that speak a database path (the YDB SDK
+sends ``/local``) have it stripped first: the database is the root.
+
+Configs are JSON records in the ``topics`` table; a topic id (u32) names the
+topic inside storage keys, so a dropped and re-created topic never sees the old
+one's data.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from weir.errors import BadRequestError
+from weir.storage.codecs import Codec
+
+TOPICS = "topics"
+DEFAULT_TENANT = "public"
+DEFAULT_NAMESPACE = "default"
+_PART = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._\-]{0,199}$")
+NEXT_ID_KEY = b"\x00next_topic_id"
+MAX_PARTITIONS = 10_000
+
+
+def canonical_topic(path: str, database: str = "") -> str:
+    """``tenant/namespace/topic`` for a topic path as a client wrote it."""
+    if not isinstance(path, str):
+        raise BadRequestError(f"topic name must be a string, got {type(path).__name__}")
+    p = path.strip()
+    db = database.strip().rstrip("/")
+    if db and (p == db or p.startswith(db + "/")):
+        p = p[len(db) :]
+    p = p.strip("/")
+    parts = p.split("/") if p else []
+    if not 1 <= len(parts) <= 3 or not all(_PART.match(x) for x in parts):
+        raise BadRequestError(
+            f"bad topic name {path!r}: use 'topic', 'namespace/topic' or 'tenant/namespace/topic' "
+            "with letters, digits, '.', '_' and '-'"
+        )
+    if len(parts) == 1:
+        parts = [DEFAULT_TENANT, DEFAULT_NAMESPACE, *parts]
+    elif len(parts) == 2:
+        parts = [DEFAULT_TENANT, *parts]
+    return "/".join(parts)
+
+
+def short_topic(name: str) -> str:
+    """The name a single user typed: default tenant and namespace are left out."""
+    prefix = f"{DEFAULT_TENANT}/{DEFAULT_NAMESPACE}/"
+    return name[len(prefix) :] if name.startswith(prefix) else name
+
+
+def check_consumer_name(name: str) -> str:
+    if not isinstance(name, str) or not _PART.match(name):
+        raise BadRequestError(
+            f"bad consumer name {name!r}: letters, digits, '.', '_' and '-', up to 200 characters"
+        )
+    return name
+
+
+@dataclass(frozen=True)
+class ConsumerConfig:
+    """A registered consumer. ``important`` consumers hold back retention."""
+
+    name: str
+    important: bool = False
+    read_from_ms: int = 0  # a new consumer starts at the first message written at/after this
+    created_at_ms: int = 0
+
+
+@dataclass(frozen=True)
+class TopicConfig:
+    name: str
+    topic_id: int
+    partitions: int
+    retention_ms: int | None = None
+    retention_bytes: int | None = None  # per partition
+    max_partition_bytes: int | None = None
+    max_partition_messages: int | None = None
+    codecs: tuple[int, ...] = ()  # accepted codecs; empty: all
+    consumers: dict[str, ConsumerConfig] = field(default_factory=dict)
+    created_at_ms: int = 0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.partitions, int) or not 1 <= self.partitions <= MAX_PARTITIONS:
+            raise BadRequestError(
+                f"partitions must be between 1 and {MAX_PARTITIONS}, got {self.partitions!r}"
+            )
+        for attr in (
+            "retention_ms",
+            "retention_bytes",
+            "max_partition_bytes",
+            "max_partition_messages",
+        ):
+            v = getattr(self, attr)
+            if v is not None and (not isinstance(v, int) or v <= 0):
+                raise BadRequestError(f"{attr} must be a positive integer or unset, got {v!r}")
+        for c in self.codecs:
+            Codec.parse(c)
+
+    def to_json(self) -> bytes:
+        d = asdict(self)
+        d["codecs"] = list(self.codecs)
+        return json.dumps(d, sort_keys=True).encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes | memoryview) -> TopicConfig:
+        d: dict[str, Any] = json.loads(bytes(raw))
+        d["codecs"] = tuple(d.get("codecs", ()))
+        d["consumers"] = {k: ConsumerConfig(**v) for k, v in d.get("consumers", {}).items()}
+        return cls(**d)
+
+    def with_consumer(self, consumer: ConsumerConfig) -> TopicConfig:
+        return replace(self, consumers={**self.consumers, consumer.name: consumer})
+
+    def log_id(self, partition: int) -> int:
+        return log_id(self.topic_id, partition)
+
+
+def log_id(topic_id: int, partition: int) -> int:
+    """The storage name of a partition: topic id in the high 32 bits."""
+    return (topic_id << 32) | partition
+
+
+def topic_key(name: str) -> bytes:
+    return name.encode()

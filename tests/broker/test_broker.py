@@ -1,0 +1,224 @@
+"""Broker: topic registry, partition actors, pinning, generations, consumers, backpressure."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from tests.storage.conftest import make_batch
+from weir.broker.broker import Broker
+from weir.broker.config import BrokerConfig
+from weir.broker.consumers import ConsumerGroup
+from weir.broker.topics import ConsumerConfig, canonical_topic
+from weir.errors import (
+    AlreadyExistsError,
+    BadRequestError,
+    OverloadedError,
+    StaleGenerationError,
+    StorageFullError,
+    UnknownPartitionError,
+    UnknownTopicError,
+)
+
+
+async def open_broker(path: Path, **kw: object) -> Broker:
+    return await Broker.open(BrokerConfig(data_dir=path, retention_interval_s=3600, **kw))  # type: ignore[arg-type]
+
+
+def test_topic_names() -> None:
+    assert canonical_topic("orders") == "public/default/orders"
+    assert canonical_topic("/local/orders", "/local") == "public/default/orders"
+    assert canonical_topic("shop/orders") == "public/shop/orders"
+    assert canonical_topic("acme/shop/orders/") == "acme/shop/orders"
+    for bad in ("", "a/b/c/d", "with space", "../x", 5):
+        with pytest.raises(BadRequestError):
+            canonical_topic(bad)  # type: ignore[arg-type]
+
+
+async def test_topic_lifecycle_persists(tmp_path: Path) -> None:
+    b = await open_broker(tmp_path)
+    cfg = await b.create_topic(
+        "orders", partitions=2, consumers=[ConsumerConfig("billing", important=True)]
+    )
+    assert cfg.partitions == 2 and cfg.retention_ms == 7 * 24 * 3600 * 1000
+    with pytest.raises(AlreadyExistsError):
+        await b.create_topic("public/default/orders")
+    with pytest.raises(BadRequestError, match="never removed"):
+        await b.alter_topic("orders", partitions=1)
+    await b.alter_topic("orders", partitions=4, retention_ms=1000, codecs=["raw", "gzip"])
+    await b.write("orders", 3, make_batch(5, producer="p"))
+    gen1 = b.generation
+    await b.close()
+    b = await open_broker(tmp_path)
+    cfg = b.topic("orders")
+    assert (cfg.partitions, cfg.retention_ms, cfg.codecs) == (4, 1000, (1, 2))
+    assert cfg.consumers["billing"].important
+    assert b.generation == gen1 + 1
+    assert [p.end_offset for p in b.partitions("orders")] == [0, 0, 0, 5]
+    await b.drop_topic("orders")
+    with pytest.raises(UnknownTopicError):
+        b.topic("orders")
+    # a new topic of the same name starts empty
+    await b.create_topic("orders", partitions=4)
+    assert [p.end_offset for p in b.partitions("orders")] == [0, 0, 0, 0]
+    await b.close()
+
+
+async def test_concurrent_writes_share_commits_and_wake_readers(tmp_path: Path) -> None:
+    b = await open_broker(tmp_path)
+    await b.create_topic("t", partitions=8)
+    actor = b.actor("t", 0)
+    waiter = asyncio.create_task(actor.wait_for_data(0, timeout=10))
+    await asyncio.sleep(0)
+    assert not waiter.done()
+
+    async def producer(i: int) -> None:
+        for r in range(20):
+            res = await b.write("t", i % 8, make_batch(10, producer=f"p{i}", first_seq=r * 10 + 1))
+            assert res[0].written == 10
+
+    commits0 = b.store.committer.stats.commits
+    await asyncio.gather(*(producer(i) for i in range(16)))
+    assert await waiter
+    assert sum(p.end_offset for p in b.partitions("t")) == 16 * 20 * 10
+    commits = b.store.committer.stats.commits - commits0
+    assert commits < 16 * 20 / 2, f"{commits} commits for 320 writes"
+    # a write of the same messages again is skipped by dedup
+    res = await b.write("t", 0, make_batch(10, producer="p0", first_seq=1))
+    assert (res[0].written, res[0].skipped) == (0, 10)
+    await b.close()
+
+
+async def test_failed_commit_fails_the_queue_then_writes_resume(tmp_path: Path) -> None:
+    b = await open_broker(tmp_path, map_size=4 << 20, min_disk_free=0)
+    await b.create_topic("t", partitions=1)
+    await b.write("t", 0, make_batch(10, producer="p"))
+    big = make_batch(2000, producer="p", first_seq=11, size=4000)  # ~8 MB: cannot fit the map
+    after = make_batch(5, producer="p", first_seq=2011)
+    t_big = asyncio.create_task(b.write("t", 0, big))
+    await asyncio.sleep(0)
+    t_after = asyncio.create_task(b.write("t", 0, after))
+    results = await asyncio.gather(t_big, t_after, return_exceptions=True)
+    assert isinstance(results[0], StorageFullError)
+    # the later write of the same producer must not overtake the failed one
+    assert isinstance(results[1], Exception)
+    assert b.actor("t", 0).end_offset == 10
+    res = await b.write("t", 0, make_batch(5, producer="p", first_seq=11))
+    assert res[0].offset == 10 and res[0].written == 5
+    await b.close()
+
+
+async def test_backpressure_refuses_instead_of_growing(tmp_path: Path) -> None:
+    b = await open_broker(tmp_path, max_partition_queue_bytes=50_000)
+    await b.create_topic("t", partitions=1)
+    tasks = [
+        asyncio.create_task(b.write("t", 0, make_batch(100, producer=f"p{i}"))) for i in range(20)
+    ]
+    results = await asyncio.gather(*tasks, return_exceptions=True)
+    refused = [r for r in results if isinstance(r, OverloadedError)]
+    ok = [r for r in results if isinstance(r, list)]
+    assert refused and ok
+    assert refused[0].retryable
+    assert b.actor("t", 0).end_offset == 100 * len(ok)
+    assert b.actor("t", 0).queued_bytes == 0
+    await b.close()
+
+
+async def test_producer_pinning_and_generations(tmp_path: Path) -> None:
+    b = await open_broker(tmp_path)
+    await b.create_topic("t", partitions=4)
+    p = await b.resolve_partition("t", "svc-1")
+    assert p == await b.resolve_partition("t", "svc-1")
+    with pytest.raises(BadRequestError, match="writes to partition"):
+        await b.resolve_partition("t", "svc-1", partition=(p + 1) % 4)
+    assert await b.resolve_partition("t", "", partition=2, generation=b.generation) == 2
+    with pytest.raises(StaleGenerationError):
+        await b.resolve_partition("t", "", partition=2, generation=b.generation - 1)
+    with pytest.raises(UnknownPartitionError):
+        await b.resolve_partition("t", "", partition=4)
+    with pytest.raises(BadRequestError):
+        await b.resolve_partition("t")
+    await b.close()
+    b = await open_broker(tmp_path)
+    await b.alter_topic("t", partitions=16)  # growing the topic does not move a pinned producer
+    assert await b.resolve_partition("t", "svc-1") == p
+    await b.close()
+
+
+async def test_offsets_commit_describe_and_never_backwards(tmp_path: Path) -> None:
+    b = await open_broker(tmp_path)
+    await b.create_topic("t", partitions=2)
+    await b.write("t", 0, make_batch(10, producer="p"))
+    await b.ensure_consumer("t", "c")
+    assert await b.commit_offset("t", 0, "c", 4)
+    assert not await b.commit_offset("t", 0, "c", 3)
+    assert b.committed_offset("t", 0, "c") == 4
+    with pytest.raises(BadRequestError, match="end offset"):
+        await b.commit_offset("t", 0, "c", 11)
+    assert await b.commit_offset("t", 0, "c", 2, allow_backwards=True)
+    info = b.describe_consumer("t", "c")
+    assert [(i.committed_offset, i.end_offset, i.lag) for i in info] == [(2, 10, 8), (0, 0, 0)]
+    await b.close()
+    b = await open_broker(tmp_path)
+    assert b.committed_offset("t", 0, "c") == 2
+    assert b.read_start("t", 0, "c") == 2
+    await b.close()
+
+
+async def test_retention_keeps_what_an_important_consumer_has_not_read(tmp_path: Path) -> None:
+    b = await open_broker(tmp_path, low_watermark=10_000, max_blob_size=20_000)
+    await b.create_topic(
+        "t", partitions=1, retention_ms=1, consumers=[ConsumerConfig("audit", important=True)]
+    )
+    for i in range(20):
+        await b.write("t", 0, make_batch(10, producer="p", first_seq=i * 10 + 1))
+    now = 10**13
+    assert await b.run_retention(now) == 0  # audit has read nothing
+    await b.commit_offset("t", 0, "audit", 120)
+    assert await b.run_retention(now) > 0
+    start = b.actor("t", 0).start_offset
+    assert 0 < start <= 120
+    await b.close()
+
+
+class Member:
+    def __init__(self, sid: str) -> None:
+        self.session_id = sid
+        self.owned: set[int] = set()
+        self.revoked: list[tuple[int, bool]] = []
+
+    def assign(self, topic: str, partition: int) -> None:
+        assert partition not in self.owned
+        self.owned.add(partition)
+
+    def revoke(self, topic: str, partition: int, graceful: bool) -> None:
+        self.revoked.append((partition, graceful))
+        if not graceful:
+            self.owned.discard(partition)
+
+
+async def test_group_spreads_partitions_and_moves_them_gracefully() -> None:
+    g = ConsumerGroup("t", "c", partitions=4, rebalance_timeout=0.05)
+    a, b = Member("a"), Member("b")
+    g.join(a)
+    assert a.owned == {0, 1, 2, 3}
+    g.join(b)
+    # b gets nothing until a lets go: no partition is ever read by two sessions
+    assert b.owned == set() and len(a.revoked) == 2 and all(gr for _, gr in a.revoked)
+    for p, _ in list(a.revoked):
+        a.owned.discard(p)
+        g.released("a", p)
+    assert len(a.owned) == 2 and len(b.owned) == 2 and not (a.owned & b.owned)
+    # a session that never confirms loses the partition after the timeout
+    c = Member("c")
+    g.join(c)
+    await asyncio.sleep(0.2)
+    assert len(c.owned) >= 1
+    assert any(not gr for m in (a, b) for _, gr in m.revoked)
+    # leaving frees partitions at once
+    g.leave("a")
+    owned = [m.owned for m in (b, c)]
+    assert set().union(*owned) == {0, 1, 2, 3} and not (owned[0] & owned[1])
+    g.close()
