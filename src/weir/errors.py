@@ -154,6 +154,12 @@ class ClosedError(FatalError):
     code = "CLOSED"
 
 
+class ProducerFencedError(FatalError):
+    """A newer write session with the same producer_id took over; this one must stop."""
+
+    code = "PRODUCER_FENCED"
+
+
 class DataDirLockedError(FatalError):
     """Another weir process holds the data directory."""
 

@@ -489,6 +489,16 @@ class Broker:
         nbytes: int | None = None,
     ) -> list[BatchResult]:
         """Store validated batches durably in one partition; per-batch results in order."""
+        return await self.submit(topic, partition, batches, nbytes)
+
+    def submit(
+        self,
+        topic: str,
+        partition: int,
+        batches: Sequence[IncomingBatch],
+        nbytes: int | None = None,
+    ) -> asyncio.Future[list[BatchResult]]:
+        """Queue a write now (calls are committed in call order); the future resolves when durable."""
         self._check_open()
         actor = self.actor(topic, partition)
         cfg = self._topics[actor.topic]
@@ -501,7 +511,7 @@ class Broker:
                         f"{[Codec(c).name.lower() for c in cfg.codecs]}, not {Codec(codec).name.lower()}"
                     )
         size = sum(len(b.buf) for b in batches) if nbytes is None else nbytes
-        return await actor.write(batches, size)
+        return actor.submit(batches, size)
 
     def last_seq_no(self, topic: str, partition: int, producer_id: str) -> int | None:
         return self.actor(topic, partition).log.last_seq_no(producer_id)

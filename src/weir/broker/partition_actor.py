@@ -117,6 +117,15 @@ class PartitionActor:
 
     async def write(self, batches: Sequence[IncomingBatch], nbytes: int) -> list[BatchResult]:
         """Queue batches for the next commit; returns once they are durable (or raises)."""
+        return await self.submit(batches, nbytes)
+
+    def submit(
+        self, batches: Sequence[IncomingBatch], nbytes: int
+    ) -> asyncio.Future[list[BatchResult]]:
+        """Queue batches now (order of calls is commit order); the future resolves when durable.
+
+        Raises OverloadedError at once when the queue is over its byte bound.
+        """
         if self._closed:
             raise UnavailableError(f"partition {self.topic}/{self.partition} is shutting down")
         if self._queue and self._queued_bytes + nbytes > self.max_queue_bytes:
@@ -131,7 +140,7 @@ class PartitionActor:
         self._queue.append(_Write(batches, nbytes, fut))
         self._queued_bytes += nbytes
         self._kick()
-        return await fut
+        return fut
 
     async def run_retention(self, now_ms: int | None, protect_from: int | None) -> int:
         """One retention step, ordered with the writes; returns blobs removed."""

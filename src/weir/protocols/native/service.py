@@ -1,0 +1,696 @@
+"""The native front: weir.proto over grpc.aio, batches in and out untouched.
+
+A write session validates each batch (header, both CRCs, column structure,
+producer id) and queues it on the partition actor in arrival order; acks go
+back in the same order as the commits complete. A read session sends stored
+chunks as they are, within the byte credit the client grants.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import itertools
+import logging
+import uuid
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import grpc
+
+from weir.broker.broker import UNSET, Broker
+from weir.broker.consumers import ConsumerGroup
+from weir.broker.topics import ConsumerConfig, TopicConfig, short_topic
+from weir.errors import (
+    BadRequestError,
+    InternalError,
+    MessageTooLargeError,
+    OverloadedError,
+    ProducerFencedError,
+    WeirError,
+)
+from weir.protocols.native import weir_pb2 as pb
+from weir.protocols.native import weir_pb2_grpc as pb_grpc
+from weir.protocols.native.status import CODE_KEY, grpc_status
+from weir.storage.batch import BatchHeader
+from weir.storage.codecs import Codec
+from weir.storage.partition import BatchResult, validate_incoming
+
+log = logging.getLogger("weir.native")
+
+T = TypeVar("T")
+MAX_CHUNK_BYTES = 4 << 20
+
+
+def _error(err: BaseException) -> pb.Error:
+    if not isinstance(err, WeirError):
+        err = InternalError(f"unexpected server error: {err!r}")
+    return pb.Error(code=err.code, message=err.message, retryable=err.retryable)
+
+
+def _unary(
+    fn: Callable[[Any, Any, grpc.aio.ServicerContext], Awaitable[T]],
+) -> Callable[[Any, Any, grpc.aio.ServicerContext], Awaitable[T]]:
+    """Turn WeirError into a gRPC status with the weir code in trailing metadata."""
+
+    @functools.wraps(fn)
+    async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext) -> T:
+        try:
+            return await fn(self, request, context)
+        except WeirError as err:
+            await context.abort(
+                grpc_status(err), err.message, trailing_metadata=((CODE_KEY, err.code),)
+            )
+        except Exception as err:
+            log.exception("%s failed", fn.__name__)
+            await context.abort(
+                grpc.StatusCode.INTERNAL,
+                f"internal error: {err!r}",
+                trailing_metadata=((CODE_KEY, "INTERNAL"),),
+            )
+        raise AssertionError("unreachable")
+
+    return wrapper
+
+
+def _opt(msg: Any, name: str) -> Any:
+    """The value of an optional proto field, UNSET when absent, None for -1 (clear)."""
+    if not msg.HasField(name):
+        return UNSET
+    v = getattr(msg, name)
+    return None if v < 0 else v
+
+
+def describe(broker: Broker, cfg: TopicConfig) -> pb.TopicDescription:
+    d = pb.TopicDescription(
+        topic=short_topic(cfg.name),
+        partitions=cfg.partitions,
+        codecs=[Codec(c).name.lower() for c in cfg.codecs],
+        consumers=[
+            pb.ConsumerSettings(name=c.name, important=c.important, read_from_ms=c.read_from_ms)
+            for c in cfg.consumers.values()
+        ],
+        partition_status=[
+            pb.PartitionStatus(
+                partition=p.partition,
+                start_offset=p.start_offset,
+                end_offset=p.end_offset,
+                size_bytes=p.size_bytes,
+                generation=p.generation,
+                last_write_ms=p.last_write_ms,
+            )
+            for p in broker.partitions(cfg.name)
+        ],
+        created_at_ms=cfg.created_at_ms,
+    )
+    for name in (
+        "retention_ms",
+        "retention_bytes",
+        "max_partition_bytes",
+        "max_partition_messages",
+    ):
+        v = getattr(cfg, name)
+        if v is not None:
+            setattr(d, name, v)
+    return d
+
+
+class NativeService(pb_grpc.WeirServicer):
+    """The gRPC servicer of weir.proto."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+
+    # ------------------------------------------------------------------ admin
+
+    @_unary
+    async def CreateTopic(
+        self, request: pb.CreateTopicRequest, context: grpc.aio.ServicerContext
+    ) -> pb.TopicDescription:
+        cfg = await self.broker.create_topic(
+            request.topic,
+            partitions=request.partitions or None,
+            retention_ms=_opt(request, "retention_ms"),
+            retention_bytes=_opt(request, "retention_bytes"),
+            max_partition_bytes=_none(_opt(request, "max_partition_bytes")),
+            max_partition_messages=_none(_opt(request, "max_partition_messages")),
+            codecs=list(request.codecs),
+            consumers=[
+                ConsumerConfig(c.name, c.important, c.read_from_ms) for c in request.consumers
+            ],
+        )
+        return describe(self.broker, cfg)
+
+    @_unary
+    async def DescribeTopic(
+        self, request: pb.DescribeTopicRequest, context: grpc.aio.ServicerContext
+    ) -> pb.TopicDescription:
+        return describe(self.broker, self.broker.topic(request.topic))
+
+    @_unary
+    async def AlterTopic(
+        self, request: pb.AlterTopicRequest, context: grpc.aio.ServicerContext
+    ) -> pb.TopicDescription:
+        cfg = await self.broker.alter_topic(
+            request.topic,
+            partitions=request.partitions if request.HasField("partitions") else None,
+            retention_ms=_opt(request, "retention_ms"),
+            retention_bytes=_opt(request, "retention_bytes"),
+            max_partition_bytes=_opt(request, "max_partition_bytes"),
+            max_partition_messages=_opt(request, "max_partition_messages"),
+            codecs=list(request.codecs) if request.set_codecs else None,
+            add_consumers=[
+                ConsumerConfig(c.name, c.important, c.read_from_ms) for c in request.add_consumers
+            ],
+            drop_consumers=list(request.drop_consumers),
+        )
+        return describe(self.broker, cfg)
+
+    @_unary
+    async def DropTopic(
+        self, request: pb.DropTopicRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DropTopicResponse:
+        await self.broker.drop_topic(request.topic)
+        return pb.DropTopicResponse()
+
+    @_unary
+    async def ListTopics(
+        self, request: pb.ListTopicsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListTopicsResponse:
+        return pb.ListTopicsResponse(
+            topics=[describe(self.broker, c) for c in self.broker.list_topics(request.prefix)]
+        )
+
+    @_unary
+    async def DescribeConsumer(
+        self, request: pb.DescribeConsumerRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ConsumerDescription:
+        c = self.broker.consumer(request.topic, request.consumer)
+        parts = self.broker.describe_consumer(request.topic, request.consumer)
+        return pb.ConsumerDescription(
+            topic=short_topic(self.broker.topic(request.topic).name),
+            consumer=pb.ConsumerSettings(
+                name=c.name, important=c.important, read_from_ms=c.read_from_ms
+            ),
+            partitions=[
+                pb.ConsumerPartition(
+                    partition=p.partition,
+                    committed_offset=p.committed_offset,
+                    start_offset=p.start_offset,
+                    end_offset=p.end_offset,
+                    lag=p.lag,
+                )
+                for p in parts
+            ],
+        )
+
+    @_unary
+    async def CommitOffset(
+        self, request: pb.CommitOffsetRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CommitOffsetResponse:
+        changed = await self.broker.commit_offset(
+            request.topic,
+            request.partition,
+            request.consumer,
+            request.offset,
+            allow_backwards=request.allow_backwards,
+        )
+        return pb.CommitOffsetResponse(changed=changed)
+
+    @_unary
+    async def OffsetsForTime(
+        self, request: pb.OffsetsForTimeRequest, context: grpc.aio.ServicerContext
+    ) -> pb.OffsetsForTimeResponse:
+        cfg = self.broker.topic(request.topic)
+        return pb.OffsetsForTimeResponse(
+            offsets=[
+                self.broker.actor(cfg.name, p).log.offset_for_time(request.timestamp_ms)
+                for p in range(cfg.partitions)
+            ]
+        )
+
+    # ------------------------------------------------------------------ range read
+
+    async def ReadRange(
+        self, request: pb.ReadRangeRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.ReadRangeResponse]:
+        try:
+            actor = self.broker.actor(request.topic, request.partition)
+            if request.from_offset < 0:
+                raise BadRequestError(f"from_offset must be >= 0, got {request.from_offset}")
+            to = (
+                actor.end_offset
+                if request.to_offset < 0
+                else min(request.to_offset, actor.end_offset)
+            )
+            budget = max(1, min(request.max_bytes or MAX_CHUNK_BYTES, 64 << 20))
+            pos = request.from_offset
+            sent = False
+            while pos < to:
+                res = actor.read(pos, budget, to)
+                if not res.chunks:
+                    break
+                yield pb.ReadRangeResponse(
+                    chunks=[bytes(c) for c in res.chunks],
+                    first_offset=res.first_offset,
+                    next_offset=res.next_offset,
+                    start_offset=res.start_offset,
+                    end_offset=res.end_offset,
+                )
+                sent = True
+                pos = res.next_offset
+            if not sent:
+                yield pb.ReadRangeResponse(
+                    first_offset=max(pos, actor.start_offset),
+                    next_offset=max(pos, actor.start_offset),
+                    start_offset=actor.start_offset,
+                    end_offset=actor.end_offset,
+                )
+        except WeirError as err:
+            await context.abort(
+                grpc_status(err), err.message, trailing_metadata=((CODE_KEY, err.code),)
+            )
+
+    # ------------------------------------------------------------------ streams
+
+    async def StreamWrite(
+        self, request_iterator: AsyncIterator[pb.WriteRequest], context: grpc.aio.ServicerContext
+    ) -> None:
+        await WriteSession(self.broker, context).run(request_iterator)
+
+    async def StreamRead(
+        self, request_iterator: AsyncIterator[pb.ReadRequest], context: grpc.aio.ServicerContext
+    ) -> None:
+        await ReadSession(self.broker, context).run(request_iterator)
+
+
+def _none(v: Any) -> Any:
+    return None if v is UNSET else v
+
+
+class WriteSession:
+    """One StreamWrite: init, then batches in, acks out in order; the first error ends it."""
+
+    def __init__(self, broker: Broker, context: grpc.aio.ServicerContext) -> None:
+        self.broker = broker
+        self.context = context
+        self.session_id = uuid.uuid4().hex[:16]
+        self._pending: deque[tuple[asyncio.Future[list[BatchResult]], int]] = deque()
+        self._have_pending = asyncio.Event()
+        self._inflight = 0
+        self._failure: BaseException | None = None
+        self._done = asyncio.Event()
+
+    def _fail(self, err: BaseException) -> None:
+        if self._failure is None:
+            self._failure = err
+        self._done.set()
+
+    async def run(self, requests: AsyncIterator[pb.WriteRequest]) -> None:
+        token = None
+        reader = acker = None
+        try:
+            first = await anext(requests, None)
+            if first is None:
+                return
+            if first.WhichOneof("kind") != "init":
+                raise BadRequestError("the first message of a write stream must be init")
+            init = first.init
+            cfg = self.broker.topic(init.topic)
+            self.topic = cfg.name
+            self.producer_id = init.producer_id
+            self.partition = await self.broker.resolve_partition(
+                cfg.name,
+                init.producer_id,
+                init.partition if init.HasField("partition") else None,
+                init.generation if init.HasField("generation") else None,
+            )
+            if self.producer_id:
+                token = self.broker.register_writer(cfg.name, self.producer_id, self._superseded)
+            last = (
+                self.broker.last_seq_no(cfg.name, self.partition, self.producer_id)
+                if self.producer_id
+                else None
+            )
+            result = pb.WriteInitResult(
+                topic=short_topic(cfg.name),
+                partition=self.partition,
+                generation=self.broker.generation,
+                session_id=self.session_id,
+            )
+            if last is not None:
+                result.last_seq_no = last
+            await self.context.write(pb.WriteResponse(init=result))
+            reader = asyncio.create_task(self._read(requests))
+            acker = asyncio.create_task(self._ack())
+            await self._done.wait()
+            if self._failure is not None:
+                raise self._failure
+        except WeirError as err:
+            with contextlib.suppress(Exception):
+                await self.context.write(pb.WriteResponse(error=_error(err)))
+        except asyncio.CancelledError:
+            raise
+        except Exception as err:
+            log.exception("write session %s failed", self.session_id)
+            with contextlib.suppress(Exception):
+                await self.context.write(pb.WriteResponse(error=_error(err)))
+        finally:
+            for t in (reader, acker):
+                if t is not None:
+                    t.cancel()
+            if token is not None:
+                self.broker.unregister_writer(token)
+
+    def _superseded(self) -> None:
+        self._fail(
+            ProducerFencedError(f"another write session of producer {self.producer_id!r} took over")
+        )
+
+    async def _read(self, requests: AsyncIterator[pb.WriteRequest]) -> None:
+        cfg = self.broker.config
+        try:
+            async for req in requests:
+                if req.WhichOneof("kind") != "batches":
+                    raise BadRequestError("only batches may follow init on a write stream")
+                bufs = req.batches.batches
+                if not bufs:
+                    continue
+                nbytes = 0
+                for b in bufs:
+                    if len(b) > cfg.max_batch_bytes:
+                        raise MessageTooLargeError(
+                            f"batch of {len(b)} bytes exceeds max_batch_bytes {cfg.max_batch_bytes}"
+                        )
+                    nbytes += len(b)
+                batches = validate_incoming(bufs)
+                for inc in batches:
+                    self._check_producer(inc.header)
+                if self._inflight and self._inflight + nbytes > cfg.max_session_inflight_bytes:
+                    raise OverloadedError(
+                        f"write session has {self._inflight} bytes unacknowledged "
+                        f"(limit {cfg.max_session_inflight_bytes}); slow down"
+                    )
+                fut = self.broker.submit(self.topic, self.partition, batches, nbytes)
+                self._inflight += nbytes
+                self._pending.append((fut, nbytes))
+                self._have_pending.set()
+            # the client half-closed: finish acking what is pending, then end
+            self._pending.append((_closed_marker(), 0))
+            self._have_pending.set()
+        except asyncio.CancelledError:
+            raise
+        except BaseException as err:
+            self._fail(err)
+
+    def _check_producer(self, h: BatchHeader) -> None:
+        if h.producer_id != self.producer_id:
+            raise BadRequestError(
+                f"batch producer_id {h.producer_id!r} differs from the session's {self.producer_id!r}"
+            )
+
+    async def _ack(self) -> None:
+        try:
+            while True:
+                while not self._pending:
+                    self._have_pending.clear()
+                    await self._have_pending.wait()
+                fut, nbytes = self._pending[0]
+                results = await fut
+                self._pending.popleft()
+                if results is None:  # end of input
+                    self._done.set()
+                    return
+                self._inflight -= nbytes
+                acks = [
+                    pb.BatchAck(offset=r.offset, written=r.written, skipped=r.skipped)
+                    for r in results
+                ]
+                await self.context.write(pb.WriteResponse(ack=pb.WriteAck(acks=acks)))
+        except asyncio.CancelledError:
+            raise
+        except BaseException as err:
+            self._fail(err)
+
+
+def _closed_marker() -> asyncio.Future[Any]:
+    f: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    f.set_result(None)
+    return f
+
+
+@dataclass(eq=False)
+class _Assignment:
+    id: int
+    topic: str
+    partition: int
+    offset: int
+    task: asyncio.Task[None] | None = None
+    revoking: bool = False
+    group: ConsumerGroup | None = None
+    commits: set[asyncio.Task[None]] = field(default_factory=set)
+
+
+_assignment_ids = itertools.count(1)
+
+
+class ReadSession:
+    """One StreamRead: partitions assigned by the consumer group (or all, without a consumer)."""
+
+    def __init__(self, broker: Broker, context: grpc.aio.ServicerContext) -> None:
+        self.broker = broker
+        self.context = context
+        self.session_id = uuid.uuid4().hex[:16]
+        self.consumer = ""
+        self.start = pb.START_COMMITTED
+        self.read_from_ms = 0
+        self._credit = 0
+        self._credit_event = asyncio.Event()
+        self._out: asyncio.Queue[pb.ReadResponse | None] = asyncio.Queue()
+        self._assignments: dict[int, _Assignment] = {}
+        self._by_tp: dict[tuple[str, int], _Assignment] = {}
+        self._groups: list[ConsumerGroup] = []
+        self._failure: BaseException | None = None
+        self._stop = asyncio.Event()
+
+    async def run(self, requests: AsyncIterator[pb.ReadRequest]) -> None:
+        sender = asyncio.create_task(self._send())
+        handler = asyncio.create_task(self._handle(requests))
+        stop = asyncio.create_task(self._stop.wait())
+        try:
+            await asyncio.wait({handler, stop}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            handler.cancel()
+            stop.cancel()
+            for g in self._groups:
+                g.leave(self.session_id)
+            for a in list(self._assignments.values()):
+                if a.task is not None:
+                    a.task.cancel()
+            self._out.put_nowait(None)
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await asyncio.wait_for(sender, 5)
+
+    def _fail(self, err: BaseException) -> None:
+        """Send the error and end the session (the client reconnects if it is retryable)."""
+        if self._failure is None:
+            self._failure = err
+            if not isinstance(err, WeirError):
+                log.error("read session %s failed: %r", self.session_id, err)
+            self._out.put_nowait(pb.ReadResponse(error=_error(err)))
+        self._stop.set()
+
+    async def _handle(self, requests: AsyncIterator[pb.ReadRequest]) -> None:
+        try:
+            first = await anext(requests, None)
+            if first is None:
+                return
+            if first.WhichOneof("kind") != "init":
+                raise BadRequestError("the first message of a read stream must be init")
+            init = first.init
+            if not init.topics:
+                raise BadRequestError("a read session needs at least one topic")
+            self.consumer = init.consumer
+            self.start = init.start
+            self.read_from_ms = init.read_from_ms
+            self._add_credit(init.credit_bytes or (16 << 20))
+            topics = [self.broker.topic(t).name for t in init.topics]
+            if self.consumer:
+                for t in topics:
+                    await self.broker.ensure_consumer(t, self.consumer)
+            self._out.put_nowait(
+                pb.ReadResponse(init=pb.ReadInitResult(session_id=self.session_id))
+            )
+            for t in topics:
+                if self.consumer:
+                    g = self.broker.group(t, self.consumer)
+                    self._groups.append(g)
+                    g.join(self)
+                else:
+                    for p in range(self.broker.topic(t).partitions):
+                        self.assign(t, p)
+            async for req in requests:
+                kind = req.WhichOneof("kind")
+                if kind == "credit":
+                    self._add_credit(req.credit.bytes)
+                elif kind == "commit":
+                    self._commit(req.commit)
+                elif kind == "released":
+                    self._released(req.released.assignment_id)
+                else:
+                    raise BadRequestError(f"unexpected {kind} on a read stream")
+            # client half-closed: let commits finish so their acks go out
+            await self._drain_commits()
+        except asyncio.CancelledError:
+            raise
+        except Exception as err:
+            self._fail(err)
+
+    async def _send(self) -> None:
+        while True:
+            msg = await self._out.get()
+            if msg is None:
+                return
+            try:
+                await self.context.write(msg)
+            except Exception:
+                return
+
+    def _add_credit(self, n: int) -> None:
+        if n < 0:
+            raise BadRequestError("credit must not be negative")
+        self._credit += n
+        if self._credit > 0:
+            self._credit_event.set()
+
+    async def _drain_commits(self) -> None:
+        tasks = [t for a in self._assignments.values() for t in a.commits]
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    # GroupMember -------------------------------------------------------------
+
+    def assign(self, topic: str, partition: int) -> None:
+        actor = self.broker.actor(topic, partition)
+        committed = (
+            self.broker.committed_offset(topic, partition, self.consumer) if self.consumer else None
+        )
+        if self.start == pb.START_LATEST:
+            offset = actor.end_offset
+        elif self.start == pb.START_EARLIEST or not self.consumer:
+            offset = actor.start_offset
+            if self.read_from_ms:
+                offset = actor.log.offset_for_time(self.read_from_ms)
+        else:
+            consumer = self.broker.consumer(topic, self.consumer)
+            offset = self.broker.read_start(
+                topic, partition, self.consumer, self.read_from_ms or consumer.read_from_ms
+            )
+        a = _Assignment(next(_assignment_ids), topic, partition, offset)
+        a.group = next((g for g in self._groups if g.topic == topic), None)
+        self._assignments[a.id] = a
+        self._by_tp[(topic, partition)] = a
+        self._out.put_nowait(
+            pb.ReadResponse(
+                assigned=pb.PartitionAssigned(
+                    assignment_id=a.id,
+                    topic=short_topic(topic),
+                    partition=partition,
+                    read_offset=offset,
+                    committed_offset=committed if committed is not None else actor.start_offset,
+                    start_offset=actor.start_offset,
+                    end_offset=actor.end_offset,
+                )
+            )
+        )
+        a.task = asyncio.get_running_loop().create_task(self._pump(a))
+
+    def revoke(self, topic: str, partition: int, graceful: bool) -> None:
+        a = self._by_tp.get((topic, partition))
+        if a is None:
+            return
+        a.revoking = True
+        if a.task is not None:
+            a.task.cancel()
+        self._out.put_nowait(
+            pb.ReadResponse(revoked=pb.PartitionRevoked(assignment_id=a.id, graceful=graceful))
+        )
+        if not graceful:
+            self._forget(a)
+
+    def _forget(self, a: _Assignment) -> None:
+        self._assignments.pop(a.id, None)
+        if self._by_tp.get((a.topic, a.partition)) is a:
+            del self._by_tp[(a.topic, a.partition)]
+
+    def _released(self, assignment_id: int) -> None:
+        a = self._assignments.get(assignment_id)
+        if a is None:
+            return
+        self._forget(a)
+        if a.group is not None:
+            a.group.released(self.session_id, a.partition)
+
+    def _commit(self, c: pb.ReadCommit) -> None:
+        a = self._assignments.get(c.assignment_id)
+        if a is None:
+            raise BadRequestError(
+                f"commit for assignment {c.assignment_id}, which this session does not hold"
+            )
+        if not self.consumer:
+            raise BadRequestError("a read session without a consumer cannot commit")
+
+        async def do() -> None:
+            try:
+                await self.broker.commit_offset(a.topic, a.partition, self.consumer, c.offset)
+                committed = self.broker.committed_offset(a.topic, a.partition, self.consumer)
+                self._out.put_nowait(
+                    pb.ReadResponse(
+                        commit_ack=pb.CommitAck(assignment_id=a.id, committed_offset=committed or 0)
+                    )
+                )
+            except WeirError as err:
+                self._fail(err)
+
+        t = asyncio.get_running_loop().create_task(do())
+        a.commits.add(t)
+        t.add_done_callback(a.commits.discard)
+
+    async def _pump(self, a: _Assignment) -> None:
+        """Send stored chunks of one partition as data arrives and credit allows."""
+        actor = self.broker.actor(a.topic, a.partition)
+        try:
+            while True:
+                if actor.end_offset <= a.offset:
+                    await actor.wait_for_data(a.offset, None)
+                while self._credit <= 0:
+                    self._credit_event.clear()
+                    await self._credit_event.wait()
+                res = actor.read(a.offset, min(self._credit, MAX_CHUNK_BYTES))
+                if not res.chunks:
+                    if res.next_offset > a.offset:
+                        a.offset = res.next_offset
+                    else:
+                        await asyncio.sleep(0)
+                    continue
+                n = res.nbytes
+                self._credit -= n
+                self._out.put_nowait(
+                    pb.ReadResponse(
+                        data=pb.ReadData(
+                            assignment_id=a.id,
+                            chunks=[bytes(c) for c in res.chunks],
+                            next_offset=res.next_offset,
+                            end_offset=res.end_offset,
+                            bytes=n,
+                        )
+                    )
+                )
+                a.offset = res.next_offset
+        except asyncio.CancelledError:
+            raise
+        except Exception as err:
+            self._fail(err)

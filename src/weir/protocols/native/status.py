@@ -1,0 +1,58 @@
+"""How weir errors cross the native protocol: gRPC status + the weir error code.
+
+Unary calls abort with a gRPC status and the trailing metadata ``weir-code``;
+streams send an ``Error`` message and end. The client rebuilds the same error
+class from the code (`weir.errors.error_from_code`).
+"""
+
+from __future__ import annotations
+
+import grpc
+
+from weir.errors import WeirError
+
+CODE_KEY = "weir-code"
+
+_GRPC: dict[str, grpc.StatusCode] = {
+    "BAD_REQUEST": grpc.StatusCode.INVALID_ARGUMENT,
+    "BAD_BATCH": grpc.StatusCode.INVALID_ARGUMENT,
+    "MESSAGE_TOO_LARGE": grpc.StatusCode.INVALID_ARGUMENT,
+    "NOT_FOUND": grpc.StatusCode.NOT_FOUND,
+    "UNKNOWN_TOPIC": grpc.StatusCode.NOT_FOUND,
+    "UNKNOWN_PARTITION": grpc.StatusCode.NOT_FOUND,
+    "UNKNOWN_CONSUMER": grpc.StatusCode.NOT_FOUND,
+    "ALREADY_EXISTS": grpc.StatusCode.ALREADY_EXISTS,
+    "UNAUTHORIZED": grpc.StatusCode.UNAUTHENTICATED,
+    "OVERLOADED": grpc.StatusCode.RESOURCE_EXHAUSTED,
+    "PARTITION_OVERFLOW": grpc.StatusCode.RESOURCE_EXHAUSTED,
+    "STORAGE_FULL": grpc.StatusCode.RESOURCE_EXHAUSTED,
+    "COMMIT_FAILED": grpc.StatusCode.UNAVAILABLE,
+    "UNAVAILABLE": grpc.StatusCode.UNAVAILABLE,
+    "STALE_GENERATION": grpc.StatusCode.FAILED_PRECONDITION,
+    "PRODUCER_FENCED": grpc.StatusCode.FAILED_PRECONDITION,
+    "TIMEOUT": grpc.StatusCode.DEADLINE_EXCEEDED,
+    "CORRUPT_DATA": grpc.StatusCode.DATA_LOSS,
+    "DATA_LOSS": grpc.StatusCode.OUT_OF_RANGE,
+    "CLOSED": grpc.StatusCode.CANCELLED,
+}
+
+
+def grpc_status(err: WeirError) -> grpc.StatusCode:
+    return _GRPC.get(err.code, grpc.StatusCode.INTERNAL)
+
+
+def code_from_grpc(status: grpc.StatusCode) -> str:
+    """A weir code for a gRPC failure that carried none (transport errors)."""
+    if status in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCode.UNKNOWN):
+        return "UNAVAILABLE"
+    if status == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return "TIMEOUT"
+    if status == grpc.StatusCode.RESOURCE_EXHAUSTED:
+        return "OVERLOADED"
+    if status == grpc.StatusCode.INVALID_ARGUMENT:
+        return "BAD_REQUEST"
+    if status == grpc.StatusCode.UNAUTHENTICATED:
+        return "UNAUTHORIZED"
+    if status == grpc.StatusCode.UNIMPLEMENTED:
+        return "BAD_REQUEST"
+    return "INTERNAL"

@@ -1,0 +1,134 @@
+"""The weir server: one broker, one grpc.aio server, every protocol front on one port."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import logging
+import signal
+import sys
+from collections.abc import Callable
+
+import grpc
+
+from weir.broker.broker import Broker
+from weir.broker.config import BrokerConfig
+from weir.errors import BadRequestError
+from weir.protocols.native import weir_pb2_grpc
+from weir.protocols.native.service import NativeService
+
+log = logging.getLogger("weir.server")
+
+DEFAULT_LISTEN = "127.0.0.1:2136"
+MAX_MESSAGE_BYTES = 256 << 20
+
+# The YDB SDK pings every 10 s even with no call in flight; without these the
+# server answers GOAWAY too_many_pings and the SDK reconnects forever.
+GRPC_OPTIONS: list[tuple[str, int]] = [
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.min_ping_interval_without_data_ms", 1000),
+    ("grpc.http2.max_ping_strikes", 0),
+    ("grpc.so_reuseport", 0),  # a second server on the same port must fail, not share it
+]
+
+FrontInstaller = Callable[[grpc.aio.Server, Broker, "Server"], None]
+
+
+def parse_listen(listen: str) -> tuple[str, int]:
+    host, sep, port = listen.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise BadRequestError(f"listen address must be HOST:PORT, got {listen!r}")
+    return host.strip("[]"), int(port)
+
+
+def _install_native(server: grpc.aio.Server, broker: Broker, _: Server) -> None:
+    weir_pb2_grpc.add_WeirServicer_to_server(NativeService(broker), server)  # type: ignore[no-untyped-call]
+
+
+def default_fronts() -> list[FrontInstaller]:
+    fronts: list[FrontInstaller] = [_install_native]
+    try:
+        ydb_front = importlib.import_module("weir.protocols.ydb.front")
+    except ImportError:  # pragma: no cover - the YDB front ships with weir
+        log.warning("YDB Topic API front not available")
+    else:
+        fronts.append(ydb_front.install)
+    return fronts
+
+
+class Server:
+    """Start with `await Server(...).start()`; stop with `await server.stop()`."""
+
+    def __init__(
+        self,
+        config: BrokerConfig,
+        listen: str = DEFAULT_LISTEN,
+        fronts: list[FrontInstaller] | None = None,
+    ) -> None:
+        self.config = config
+        self.host, self.port = parse_listen(listen)
+        self.fronts = default_fronts() if fronts is None else fronts
+        self.broker: Broker | None = None
+        self._grpc: grpc.aio.Server | None = None
+        self.stopping = False
+
+    @property
+    def endpoint(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    async def start(self) -> None:
+        # Short GIL switch interval: the group-commit thread gets the GIL back quickly
+        # after its fsync instead of waiting up to 5 ms behind the event loop.
+        sys.setswitchinterval(0.0005)
+        self.broker = await Broker.open(self.config)
+        server = grpc.aio.server(options=GRPC_OPTIONS)
+        for install in self.fronts:
+            install(server, self.broker, self)
+        try:
+            port = server.add_insecure_port(f"{self.host}:{self.port}")
+        except RuntimeError as exc:
+            await self.broker.close()
+            raise OSError(f"cannot listen on {self.host}:{self.port}: {exc}") from None
+        if port == 0:
+            await self.broker.close()
+            raise OSError(
+                f"cannot listen on {self.host}:{self.port}: address in use or not available"
+            )
+        self.port = port
+        await server.start()
+        self._grpc = server
+        log.info("weir listening on %s (data in %s)", self.endpoint, self.config.data_dir)
+
+    async def stop(self, grace: float = 5.0) -> None:
+        """Stop accepting calls, give streams `grace` seconds, finish commits, close LMDB."""
+        self.stopping = True
+        if self._grpc is not None:
+            await self._grpc.stop(grace)
+            self._grpc = None
+        if self.broker is not None:
+            await self.broker.close()
+
+    async def wait_closed(self) -> None:
+        if self._grpc is not None:
+            await self._grpc.wait_for_termination()
+
+
+async def serve(
+    config: BrokerConfig,
+    listen: str = DEFAULT_LISTEN,
+    ready: Callable[[Server], None] | None = None,
+) -> None:
+    """Run until SIGTERM or SIGINT, then shut down cleanly."""
+    server = Server(config, listen)
+    await server.start()
+    if ready is not None:
+        ready(server)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("shutting down")
+    await server.stop()
