@@ -1,0 +1,32 @@
+"""The asyncio SDK: the same names as the sync one in `weir`.
+
+import weir.aio
+async with weir.aio.Client("127.0.0.1:2136") as client:
+    writer = client.writer("orders", producer_id="svc-1")
+    await writer.write(b"hello")
+    await writer.close()
+"""
+
+from weir.client.admin import Consumer, ConsumerInfo, ConsumerLag, PartitionInfo, TopicInfo
+from weir.client.aio import Client, RangeChunk, Reader, Writer
+from weir.client.messages import Batch, Message
+from weir.client.reader import PartitionSession, PartitionSessionClosedError, Start
+from weir.client.writer import WriteResult
+
+__all__ = [
+    "Batch",
+    "Client",
+    "Consumer",
+    "ConsumerInfo",
+    "ConsumerLag",
+    "Message",
+    "PartitionInfo",
+    "PartitionSession",
+    "PartitionSessionClosedError",
+    "RangeChunk",
+    "Reader",
+    "Start",
+    "TopicInfo",
+    "WriteResult",
+    "Writer",
+]

@@ -1,0 +1,454 @@
+"""The asyncio SDK: `weir.aio.Client`, `Writer`, `Reader` (twins of the sync ones in `weir`)."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+from collections.abc import AsyncIterator, Iterable, Mapping
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+import grpc
+
+from weir.client.admin import (
+    Consumer,
+    ConsumerInfo,
+    TopicInfo,
+    consumer_info,
+    consumer_settings,
+    topic_info,
+)
+from weir.client.connection import Connection, error_from_rpc
+from weir.client.messages import Batch, Message
+from weir.client.reader import PartitionSession, ReaderCore, Start
+from weir.client.writer import WriterCore, WriteResult, WriterSettings
+from weir.errors import BadRequestError
+from weir.protocols.native import weir_pb2 as pb
+from weir.storage.codecs import Codec
+
+DEFAULT_ENDPOINT = "127.0.0.1:2136"
+
+
+def to_ms(value: dt.datetime | dt.timedelta | int | float | None, what: str) -> int | None:
+    """ms from a datetime (since epoch), a timedelta (duration), or a number already in ms."""
+    if value is None:
+        return None
+    if isinstance(value, dt.datetime):
+        return int(value.timestamp() * 1000)
+    if isinstance(value, dt.timedelta):
+        return int(value.total_seconds() * 1000)
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return int(value)
+    raise BadRequestError(
+        f"{what} must be a datetime, a timedelta or ms, not {type(value).__name__}"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class RangeChunk:
+    """Part of an offset-range read: whole stored batches plus where they sit."""
+
+    topic: str
+    partition: int
+    chunks: list[bytes]
+    first_offset: int
+    next_offset: int
+    start_offset: int
+    end_offset: int
+
+    def messages(self, from_offset: int | None = None) -> list[Message]:
+        from weir.client.messages import decode_chunks
+
+        return decode_chunks(
+            self.topic,
+            self.partition,
+            self.chunks,
+            self.first_offset if from_offset is None else from_offset,
+        )
+
+
+def _set_limit(req: Any, name: str, value: int | object | None) -> None:
+    if value is _KEEP:
+        return
+    setattr(req, name, -1 if value is None else int(value))  # type: ignore[call-overload]
+
+
+_KEEP: Any = object()
+
+
+class Writer:
+    """Asynchronous writer; see `weir.client.writer` for the semantics."""
+
+    def __init__(self, core: WriterCore) -> None:
+        self._core = core
+
+    @property
+    def partition(self) -> int | None:
+        return self._core.partition
+
+    @property
+    def last_seq_no(self) -> int | None:
+        """The producer's last seq_no the server had when this writer connected."""
+        return self._core.last_seq_no
+
+    @property
+    def producer_id(self) -> str | None:
+        return self._core.producer_id
+
+    async def wait_init(self, timeout: float | None = 30.0) -> Writer:
+        await self._core.wait_init(timeout)
+        return self
+
+    async def write(
+        self,
+        data: bytes | str,
+        *,
+        key: bytes | str | None = None,
+        headers: Mapping[str, str] | None = None,
+        seq_no: int | None = None,
+        created_at: dt.datetime | int | None = None,
+        timeout: float | None = None,
+    ) -> None:
+        """Buffer a message; returns at once unless the buffer is full."""
+        await self._core.write_async(data, key, headers, seq_no, created_at, timeout)
+
+    async def write_future(
+        self,
+        data: bytes | str,
+        *,
+        key: bytes | str | None = None,
+        headers: Mapping[str, str] | None = None,
+        seq_no: int | None = None,
+        created_at: dt.datetime | int | None = None,
+        timeout: float | None = None,
+    ) -> asyncio.Future[WriteResult]:
+        """Buffer a message; the returned future resolves with its WriteResult."""
+        fut: asyncio.Future[WriteResult] = asyncio.get_running_loop().create_future()
+        await self._core.write_async(data, key, headers, seq_no, created_at, timeout, fut)
+        return fut
+
+    async def write_with_result(
+        self,
+        data: bytes | str,
+        *,
+        key: bytes | str | None = None,
+        headers: Mapping[str, str] | None = None,
+        seq_no: int | None = None,
+        created_at: dt.datetime | int | None = None,
+        timeout: float | None = None,
+    ) -> WriteResult:
+        """Write and wait for the ack: partition, offset and seq_no (or skipped)."""
+        fut = await self.write_future(
+            data, key=key, headers=headers, seq_no=seq_no, created_at=created_at, timeout=timeout
+        )
+        return await fut
+
+    async def flush(self, timeout: float | None = None) -> None:
+        """Wait until every message written so far is acknowledged."""
+        await self._core.flush(timeout)
+
+    async def close(self, timeout: float | None = None) -> None:
+        """Flush, then stop; later calls raise ClosedError."""
+        await self._core.close(timeout)
+
+    async def __aenter__(self) -> Writer:
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+
+class Reader:
+    """Asynchronous reader; see `weir.client.reader` for the semantics."""
+
+    def __init__(self, core: ReaderCore) -> None:
+        self._core = core
+        self._batch: Batch | None = None
+        self._pos = 0
+
+    @property
+    def partitions(self) -> list[PartitionSession]:
+        return self._core.partitions
+
+    async def wait_connected(self, timeout: float | None = 30.0) -> Reader:
+        await self._core.wait_connected(timeout)
+        return self
+
+    async def receive_batch(self, timeout: float | None = None) -> Batch | None:
+        """The next batch (None if nothing arrives within ``timeout`` seconds)."""
+        return await self._core.receive_batch(timeout)
+
+    async def receive_message(self, timeout: float | None = None) -> Message | None:
+        """The next message (None if nothing arrives within ``timeout`` seconds)."""
+        if self._batch is None or self._pos >= len(self._batch.messages):
+            self._batch = await self._core.receive_batch(timeout)
+            self._pos = 0
+            if self._batch is None:
+                return None
+        msg = self._batch.messages[self._pos]
+        self._pos += 1
+        return msg
+
+    def __aiter__(self) -> AsyncIterator[Message]:
+        return self._iter()
+
+    async def _iter(self) -> AsyncIterator[Message]:
+        while True:
+            msg = await self.receive_message()
+            if msg is not None:
+                yield msg
+
+    def commit(self, item: Message | Batch) -> asyncio.Future[None]:
+        """Commit up to and including ``item``; returns at once (the future is the ack)."""
+        fut = self._core.commit(item)
+        fut.add_done_callback(_consume_exception)
+        return fut
+
+    async def commit_with_ack(self, item: Message | Batch, timeout: float | None = 30.0) -> None:
+        await asyncio.wait_for(self._core.commit(item), timeout)
+
+    async def close(self, timeout: float | None = 10.0) -> None:
+        await self._core.close(timeout)
+
+    async def __aenter__(self) -> Reader:
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+
+def _consume_exception(fut: asyncio.Future[None]) -> None:
+    if not fut.cancelled():
+        fut.exception()
+
+
+class Client:
+    """Asynchronous weir client: admin calls, writers and readers over one connection.
+
+    >>> async with weir.aio.Client("127.0.0.1:2136") as client:
+    ...     await client.create_topic("orders", partitions=4)
+    """
+
+    def __init__(self, endpoint: str = DEFAULT_ENDPOINT) -> None:
+        self.endpoint = endpoint
+        self._conn: Connection | None = None
+
+    @property
+    def conn(self) -> Connection:
+        if self._conn is None:
+            self._conn = Connection(self.endpoint)
+        return self._conn
+
+    async def __aenter__(self) -> Client:
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if self._conn is not None:
+            await self._conn.close()
+
+    # ------------------------------------------------------------------ admin
+
+    async def create_topic(
+        self,
+        name: str,
+        partitions: int = 1,
+        *,
+        retention: dt.timedelta | int | None = _KEEP,
+        retention_bytes: int | None = None,
+        max_partition_bytes: int | None = None,
+        max_partition_messages: int | None = None,
+        codecs: Iterable[str] = (),
+        consumers: Iterable[Consumer | str] = (),
+        timeout: float | None = 30.0,
+    ) -> TopicInfo:
+        """Create a topic. ``retention`` (timedelta or ms) defaults to the server's (7 days)."""
+        req = pb.CreateTopicRequest(
+            topic=name,
+            partitions=partitions,
+            codecs=list(codecs),
+            consumers=[consumer_settings(c) for c in consumers],
+        )
+        if retention is not _KEEP:
+            req.retention_ms = -1 if retention is None else to_ms(retention, "retention")  # type: ignore[assignment]
+        for attr, v in (
+            ("retention_bytes", retention_bytes),
+            ("max_partition_bytes", max_partition_bytes),
+            ("max_partition_messages", max_partition_messages),
+        ):
+            if v is not None:
+                setattr(req, attr, v)
+        return topic_info(await self.conn.call("CreateTopic", req, timeout))
+
+    async def describe_topic(self, name: str, *, timeout: float | None = 30.0) -> TopicInfo:
+        return topic_info(
+            await self.conn.call("DescribeTopic", pb.DescribeTopicRequest(topic=name), timeout)
+        )
+
+    async def alter_topic(
+        self,
+        name: str,
+        *,
+        partitions: int | None = None,
+        retention: dt.timedelta | int | None = _KEEP,
+        retention_bytes: int | None = _KEEP,
+        max_partition_bytes: int | None = _KEEP,
+        max_partition_messages: int | None = _KEEP,
+        codecs: Iterable[str] | None = None,
+        add_consumers: Iterable[Consumer | str] = (),
+        drop_consumers: Iterable[str] = (),
+        timeout: float | None = 30.0,
+    ) -> TopicInfo:
+        """Change a topic; arguments left out stay as they are (None clears a limit)."""
+        req = pb.AlterTopicRequest(
+            topic=name,
+            add_consumers=[consumer_settings(c) for c in add_consumers],
+            drop_consumers=list(drop_consumers),
+        )
+        if partitions is not None:
+            req.partitions = partitions
+        if retention is not _KEEP:
+            req.retention_ms = -1 if retention is None else to_ms(retention, "retention")  # type: ignore[assignment]
+        _set_limit(req, "retention_bytes", retention_bytes)
+        _set_limit(req, "max_partition_bytes", max_partition_bytes)
+        _set_limit(req, "max_partition_messages", max_partition_messages)
+        if codecs is not None:
+            req.codecs.extend(codecs)
+            req.set_codecs = True
+        return topic_info(await self.conn.call("AlterTopic", req, timeout))
+
+    async def drop_topic(self, name: str, *, timeout: float | None = 30.0) -> None:
+        await self.conn.call("DropTopic", pb.DropTopicRequest(topic=name), timeout)
+
+    async def list_topics(
+        self, prefix: str = "", *, timeout: float | None = 30.0
+    ) -> list[TopicInfo]:
+        resp = await self.conn.call("ListTopics", pb.ListTopicsRequest(prefix=prefix), timeout)
+        return [topic_info(t) for t in resp.topics]
+
+    async def describe_consumer(
+        self, topic: str, consumer: str, *, timeout: float | None = 30.0
+    ) -> ConsumerInfo:
+        req = pb.DescribeConsumerRequest(topic=topic, consumer=consumer)
+        return consumer_info(await self.conn.call("DescribeConsumer", req, timeout))
+
+    async def commit_offset(
+        self,
+        topic: str,
+        partition: int,
+        consumer: str,
+        offset: int,
+        *,
+        allow_backwards: bool = False,
+        timeout: float | None = 30.0,
+    ) -> bool:
+        """Set a consumer's committed offset (the next offset it reads)."""
+        req = pb.CommitOffsetRequest(
+            topic=topic,
+            partition=partition,
+            consumer=consumer,
+            offset=offset,
+            allow_backwards=allow_backwards,
+        )
+        return bool((await self.conn.call("CommitOffset", req, timeout)).changed)
+
+    async def offsets_for_time(
+        self, topic: str, timestamp: dt.datetime | int, *, timeout: float | None = 30.0
+    ) -> list[int]:
+        """Per partition, the first offset written at or after ``timestamp``."""
+        req = pb.OffsetsForTimeRequest(topic=topic, timestamp_ms=to_ms(timestamp, "timestamp") or 0)
+        return list((await self.conn.call("OffsetsForTime", req, timeout)).offsets)
+
+    async def read_range(
+        self,
+        topic: str,
+        partition: int,
+        from_offset: int,
+        to_offset: int = -1,
+        *,
+        max_bytes: int = 4 << 20,
+    ) -> AsyncIterator[RangeChunk]:
+        """Stored batches of ``[from_offset, to_offset)`` of one partition, no consumer involved."""
+        req = pb.ReadRangeRequest(
+            topic=topic,
+            partition=partition,
+            from_offset=from_offset,
+            to_offset=to_offset,
+            max_bytes=max_bytes,
+        )
+        call = self.conn.stub.ReadRange(req)
+        try:
+            async for r in call:
+                yield RangeChunk(
+                    topic,
+                    partition,
+                    list(r.chunks),
+                    r.first_offset,
+                    r.next_offset,
+                    r.start_offset,
+                    r.end_offset,
+                )
+        except grpc.aio.AioRpcError as exc:
+            raise error_from_rpc(exc) from None
+
+    # ------------------------------------------------------------------ streams
+
+    def writer(
+        self,
+        topic: str,
+        *,
+        producer_id: str | None = None,
+        partition: int | None = None,
+        codec: str | Codec = Codec.RAW,
+        **settings: Any,
+    ) -> Writer:
+        """A writer to ``topic`` (call inside a running event loop).
+
+        With ``producer_id`` the writer sticks to that producer's partition and
+        resends safely; settings: max_buffer_messages, max_buffer_bytes,
+        max_batch_messages, max_batch_bytes, linger_ms, max_inflight_requests.
+        """
+        s = WriterSettings(
+            producer_id=producer_id, partition=partition, codec=Codec.parse(codec), **settings
+        )
+        core = WriterCore(self.conn, topic, s, asyncio.get_running_loop())
+        core.start()
+        return Writer(core)
+
+    def reader(
+        self,
+        topics: str | list[str],
+        *,
+        consumer: str = "",
+        start: str | Start = Start.COMMITTED,
+        read_from: dt.datetime | int | None = None,
+        buffer_bytes: int = 64 << 20,
+    ) -> Reader:
+        """A reader of one or more topics (call inside a running event loop).
+
+        With a ``consumer``, partitions are shared with the consumer's other
+        readers and start at its committed offsets; without one, every
+        partition is read from ``start`` (earliest by default) and nothing is committed.
+        """
+        names = [topics] if isinstance(topics, str) else list(topics)
+        core = ReaderCore(
+            self.conn,
+            names,
+            consumer=consumer,
+            start=Start.parse(start)
+            if consumer
+            else (Start.parse(start) if start != Start.COMMITTED else Start.EARLIEST),
+            read_from_ms=to_ms(read_from, "read_from") or 0,
+            buffer_bytes=buffer_bytes,
+        )
+        core.start_session()
+        return Reader(core)

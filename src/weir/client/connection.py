@@ -1,0 +1,119 @@
+"""The client's side of the wire: one gRPC channel, typed errors, backoff."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import grpc
+
+from weir.errors import BadRequestError, UnavailableError, WeirError, error_from_code
+from weir.protocols.native import weir_pb2_grpc as pb_grpc
+from weir.protocols.native.status import CODE_KEY, code_from_grpc
+
+T = TypeVar("T")
+
+CHANNEL_OPTIONS: list[tuple[str, int]] = [
+    ("grpc.max_receive_message_length", 256 << 20),
+    ("grpc.max_send_message_length", 256 << 20),
+    ("grpc.keepalive_time_ms", 10_000),
+    ("grpc.keepalive_timeout_ms", 10_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.max_pings_without_data", 0),
+    ("grpc.enable_retries", 0),
+]
+
+
+def normalize_endpoint(endpoint: str) -> str:
+    """Accept "host:port" or "grpc://host:port"."""
+    if not isinstance(endpoint, str) or not endpoint:
+        raise BadRequestError(f"endpoint must be 'host:port', got {endpoint!r}")
+    for scheme in ("grpc://", "weir://"):
+        if endpoint.startswith(scheme):
+            endpoint = endpoint[len(scheme) :]
+    host, sep, port = endpoint.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise BadRequestError(f"endpoint must be 'host:port', got {endpoint!r}")
+    return endpoint.rstrip("/")
+
+
+def error_from_rpc(exc: grpc.aio.AioRpcError | grpc.RpcError) -> WeirError:
+    """The typed error a failed call stands for (the server's code, else one from the status)."""
+    code = None
+    try:
+        for k, v in exc.trailing_metadata() or ():
+            if k == CODE_KEY:
+                code = v if isinstance(v, str) else v.decode()
+    except Exception:
+        code = None
+    status = exc.code()
+    details = exc.details() or str(status)
+    if code is None:
+        code = code_from_grpc(status)
+        if code == "UNAVAILABLE":
+            details = f"cannot reach the weir server: {details}"
+    return error_from_code(code, details)
+
+
+class Backoff:
+    """Exponential backoff with jitter: 50 ms doubling up to 5 s."""
+
+    def __init__(self, first: float = 0.05, cap: float = 5.0) -> None:
+        self.first = first
+        self.cap = cap
+        self.attempt = 0
+
+    def next_delay(self) -> float:
+        d: float = min(self.cap, self.first * (2.0**self.attempt))
+        self.attempt += 1
+        return d * (0.5 + random.random() / 2)
+
+    def reset(self) -> None:
+        self.attempt = 0
+
+
+class Connection:
+    """A grpc.aio channel to one server; must be created inside the loop that uses it."""
+
+    def __init__(self, endpoint: str) -> None:
+        self.endpoint = normalize_endpoint(endpoint)
+        self.channel = grpc.aio.insecure_channel(self.endpoint, options=CHANNEL_OPTIONS)
+        self.stub = pb_grpc.WeirStub(self.channel)  # type: ignore[no-untyped-call]
+        self.closed = False
+
+    async def call(self, method: str, request: Any, timeout: float | None = 30.0) -> Any:
+        """A unary call with typed errors; retryable failures are retried for up to ``timeout``."""
+        fn = getattr(self.stub, method)
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        backoff = Backoff()
+        while True:
+            remaining = None if deadline is None else max(0.01, deadline - loop.time())
+            try:
+                return await fn(request, timeout=remaining)
+            except grpc.aio.AioRpcError as exc:
+                err = error_from_rpc(exc)
+                if not err.retryable or (deadline is not None and loop.time() >= deadline):
+                    raise err from None
+                await asyncio.sleep(
+                    min(backoff.next_delay(), max(0.0, (deadline or 1e18) - loop.time()))
+                )
+
+    async def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            await self.channel.close()
+
+
+async def retrying(op: Callable[[], Awaitable[T]], *, attempts: int = 5) -> T:
+    backoff = Backoff()
+    for i in range(attempts):
+        try:
+            return await op()
+        except WeirError as err:
+            if not err.retryable or i == attempts - 1:
+                raise
+            await asyncio.sleep(backoff.next_delay())
+    raise UnavailableError("unreachable")

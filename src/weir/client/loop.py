@@ -1,0 +1,44 @@
+"""A private event loop in a daemon thread: what runs the sync client's streams."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+from weir.errors import WeirTimeoutError
+
+T = TypeVar("T")
+
+
+class LoopThread:
+    """Runs coroutines for synchronous callers."""
+
+    def __init__(self, name: str = "weir-client") -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._main, name=name, daemon=True)
+        self._thread.start()
+
+    def _main(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        """Run ``coro`` in the loop and wait for its result (its exception is re-raised here)."""
+        if threading.current_thread() is self._thread:
+            raise RuntimeError("a sync weir call from inside a weir callback would deadlock")
+        fut = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        try:
+            return fut.result(timeout)
+        except TimeoutError:
+            fut.cancel()
+            raise WeirTimeoutError(f"operation did not finish within {timeout} s") from None
+
+    def stop(self) -> None:
+        if not self.loop.is_running():
+            return
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(10)
+        if not self.loop.is_running():
+            self.loop.close()

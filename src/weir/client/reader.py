@@ -1,0 +1,385 @@
+"""The reader: partition sessions, batches of messages, commits, flow control.
+
+The server assigns partitions to the reader (spreading a consumer's partitions
+over its live readers) and sends stored chunks within the byte credit the
+reader grants; the reader gives credit back as the application takes batches,
+so memory stays bounded by ``buffer_bytes``.
+
+Commits (seed 001): ``commit(message or batch)`` stores "everything up to and
+including this one is processed" for its partition; ``commit_with_ack`` waits
+for the server's ack. A commit is only valid in the session that delivered the
+message: after a rebalance or reconnect the partition is read again from the
+committed offset. ``close()`` waits for the acks of commits made before it and
+does not reconnect to deliver them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import logging
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+
+from weir.client.connection import Backoff, Connection, error_from_rpc
+from weir.client.messages import Batch, Message, decode_chunks
+from weir.errors import (
+    BadRequestError,
+    ClosedError,
+    UnavailableError,
+    WeirError,
+    WeirTimeoutError,
+    error_from_code,
+)
+from weir.protocols.native import weir_pb2 as pb
+
+log = logging.getLogger("weir.client.reader")
+
+
+class Start(enum.Enum):
+    """Where a reader starts in each partition it is given."""
+
+    COMMITTED = pb.START_COMMITTED  # the consumer's committed offset (earliest if none)
+    EARLIEST = pb.START_EARLIEST
+    LATEST = pb.START_LATEST
+
+    @classmethod
+    def parse(cls, value: str | Start) -> Start:
+        if isinstance(value, Start):
+            return value
+        try:
+            return cls[value.upper()]
+        except KeyError:
+            raise BadRequestError(
+                f"start must be committed, earliest or latest, not {value!r}"
+            ) from None
+
+
+class PartitionSessionClosedError(WeirError):
+    """The partition was taken from this reader (rebalance or reconnect) before the commit."""
+
+    code = "PARTITION_SESSION_CLOSED"
+    retryable = False
+
+
+@dataclass(eq=False)
+class PartitionSession:
+    """One partition as currently read by this reader."""
+
+    assignment_id: int
+    topic: str
+    partition: int
+    read_offset: int  # next offset to hand to the application
+    committed_offset: int
+    end_offset: int
+    generation: int  # of the stream that assigned it
+    revoking: bool = False
+    closed: bool = False
+    commits: deque[tuple[int, asyncio.Future[None]]] = field(default_factory=deque)
+
+
+@dataclass(slots=True)
+class _Entry:
+    session: PartitionSession
+    chunks: list[bytes]
+    nbytes: int
+
+
+class ReaderCore:
+    """Shared by `weir.Reader` and `weir.aio.Reader` (runs in one event loop)."""
+
+    def __init__(
+        self,
+        conn: Connection,
+        topics: list[str],
+        *,
+        consumer: str = "",
+        start: Start = Start.COMMITTED,
+        read_from_ms: int = 0,
+        buffer_bytes: int = 64 << 20,
+    ) -> None:
+        if not topics:
+            raise BadRequestError("a reader needs at least one topic")
+        self.conn = conn
+        self.topics = topics
+        self.consumer = consumer
+        self.start = start
+        self.read_from_ms = read_from_ms
+        self.buffer_bytes = buffer_bytes
+        self.session_id = ""
+        self._queue: deque[_Entry] = deque()
+        self._queue_event = asyncio.Event()
+        self._sessions: dict[int, PartitionSession] = {}
+        self._generation = 0
+        self._call: Any = None
+        self._credit_back = 0
+        self._error: WeirError | None = None
+        self._closing = False
+        self._closed = False
+        self._task: asyncio.Task[None] | None = None
+        self._connected = asyncio.Event()
+        self.reconnects = 0
+
+    def start_session(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="weir-reader")
+
+    async def wait_connected(self, timeout: float | None = None) -> None:
+        try:
+            await asyncio.wait_for(self._connected.wait(), timeout)
+        except TimeoutError:
+            raise WeirTimeoutError(f"reader not connected after {timeout} s") from None
+        if self._error is not None:
+            raise self._error
+
+    @property
+    def partitions(self) -> list[PartitionSession]:
+        return [s for s in self._sessions.values() if not s.closed]
+
+    # ------------------------------------------------------------------ receiving
+
+    async def receive_batch(self, timeout: float | None = None) -> Batch | None:
+        """The next batch of messages (None if none arrives within ``timeout``)."""
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while True:
+            if self._closing or self._closed:
+                raise ClosedError("reader is closed")
+            while self._queue:
+                entry = self._queue.popleft()
+                batch = self._deliver(entry)
+                if batch is not None:
+                    return batch
+            if self._error is not None:
+                raise self._error
+            self._queue_event.clear()
+            remaining = None if deadline is None else deadline - loop.time()
+            if remaining is not None and remaining <= 0:
+                return None
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._queue_event.wait(), remaining)
+
+    def _deliver(self, entry: _Entry) -> Batch | None:
+        ps = entry.session
+        current = ps.generation == self._generation and not ps.closed
+        if current:
+            self._give_credit(entry.nbytes)
+        if not current or ps.revoking:
+            return None
+        msgs = decode_chunks(ps.topic, ps.partition, entry.chunks, ps.read_offset, ps)
+        if not msgs:
+            return None
+        ps.read_offset = msgs[-1].offset + 1
+        return Batch(ps.topic, ps.partition, msgs, entry.nbytes, ps)
+
+    def _give_credit(self, n: int) -> None:
+        self._credit_back += n
+        if self._credit_back >= self.buffer_bytes // 4 and self._call is not None:
+            credit, self._credit_back = self._credit_back, 0
+            self._send(pb.ReadRequest(credit=pb.ReadCredit(bytes=credit)))
+
+    def _send(self, req: pb.ReadRequest) -> None:
+        call = self._call
+        if call is None:
+            return
+
+        async def write() -> None:
+            try:
+                await call.write(req)
+            except Exception as exc:  # the stream broke; the session loop notices
+                log.debug("read stream write failed: %r", exc)
+
+        asyncio.get_running_loop().create_task(write())
+
+    # ------------------------------------------------------------------ commits
+
+    def commit(self, item: Message | Batch) -> asyncio.Future[None]:
+        """Commit everything up to and including ``item`` in its partition; the future is the ack."""
+        if self._closed:
+            raise ClosedError("reader is closed")
+        if not isinstance(item, Message | Batch):
+            raise BadRequestError(f"commit takes a Message or a Batch, not {type(item).__name__}")
+        ps: PartitionSession | None = item._session
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if ps is None or ps.closed or ps.generation != self._generation or self._call is None:
+            fut.set_exception(
+                PartitionSessionClosedError(
+                    f"{item.topic}/{item.partition} is no longer read by this session; its messages after "
+                    "the last acknowledged commit will be delivered again"
+                )
+            )
+            return fut
+        offset = item.commit_offset
+        if offset <= ps.committed_offset:
+            fut.set_result(None)
+            return fut
+        ps.commits.append((offset, fut))
+        self._send(
+            pb.ReadRequest(commit=pb.ReadCommit(assignment_id=ps.assignment_id, offset=offset))
+        )
+        return fut
+
+    def _on_commit_ack(self, ack: Any) -> None:
+        ps = self._sessions.get(ack.assignment_id)
+        if ps is None:
+            return
+        ps.committed_offset = max(ps.committed_offset, ack.committed_offset)
+        while ps.commits and ps.commits[0][0] <= ps.committed_offset:
+            _, fut = ps.commits.popleft()
+            if not fut.done():
+                fut.set_result(None)
+        if ps.revoking and not ps.commits:
+            self._release(ps)
+
+    # ------------------------------------------------------------------ session
+
+    async def _run(self) -> None:
+        backoff = Backoff()
+        while not self._closing:
+            call = None
+            try:
+                call = self.conn.stub.StreamRead()
+                init = pb.ReadInit(
+                    topics=self.topics,
+                    consumer=self.consumer,
+                    start=self.start.value,
+                    read_from_ms=self.read_from_ms,
+                    credit_bytes=self.buffer_bytes,
+                )
+                await call.write(pb.ReadRequest(init=init))
+                self._generation += 1
+                self._call = call
+                self._credit_back = 0
+                got_init = False
+                while True:
+                    resp = await call.read()
+                    if resp is grpc.aio.EOF:
+                        raise UnavailableError("server ended the read stream")
+                    kind = resp.WhichOneof("kind")
+                    if kind == "data":
+                        d = resp.data
+                        ps = self._sessions.get(d.assignment_id)
+                        if ps is not None:
+                            ps.end_offset = d.end_offset
+                            self._queue.append(_Entry(ps, list(d.chunks), d.bytes))
+                            self._queue_event.set()
+                    elif kind == "commit_ack":
+                        self._on_commit_ack(resp.commit_ack)
+                    elif kind == "assigned":
+                        self._on_assigned(resp.assigned)
+                    elif kind == "revoked":
+                        self._on_revoked(resp.revoked)
+                    elif kind == "init":
+                        self.session_id = resp.init.session_id
+                        got_init = True
+                        backoff.reset()
+                        self._connected.set()
+                    elif kind == "error":
+                        raise error_from_code(resp.error.code, resp.error.message)
+                    if not got_init:
+                        continue
+            except asyncio.CancelledError:
+                if call is not None:
+                    call.cancel()
+                raise
+            except (WeirError, grpc.aio.AioRpcError) as exc:
+                err = error_from_rpc(exc) if isinstance(exc, grpc.aio.AioRpcError) else exc
+                self._end_stream(call, err)
+                if not err.retryable:
+                    self._error = err
+                    self._connected.set()
+                    self._queue_event.set()
+                    return
+                if self._closing:
+                    return
+                self.reconnects += 1
+                delay = backoff.next_delay()
+                log.info("reader: %s; reconnecting in %.2f s", err.message, delay)
+                await asyncio.sleep(delay)
+            except Exception as exc:
+                log.exception("reader failed")
+                self._end_stream(call, UnavailableError(repr(exc)))
+                self._error = UnavailableError(f"reader failed: {exc!r}")
+                self._queue_event.set()
+                return
+
+    def _end_stream(self, call: Any, err: WeirError) -> None:
+        self._call = None
+        if call is not None:
+            call.cancel()
+        for ps in self._sessions.values():
+            self._close_session(ps, err)
+        self._sessions.clear()
+        self._queue.clear()
+
+    def _close_session(self, ps: PartitionSession, err: WeirError) -> None:
+        ps.closed = True
+        while ps.commits:
+            _, fut = ps.commits.popleft()
+            if not fut.done():
+                fut.set_exception(
+                    PartitionSessionClosedError(
+                        f"{ps.topic}/{ps.partition}: session ended before the commit ack ({err.message})"
+                    )
+                )
+
+    def _on_assigned(self, a: Any) -> None:
+        ps = PartitionSession(
+            a.assignment_id,
+            a.topic,
+            a.partition,
+            a.read_offset,
+            a.committed_offset,
+            a.end_offset,
+            self._generation,
+        )
+        self._sessions[a.assignment_id] = ps
+
+    def _on_revoked(self, r: Any) -> None:
+        ps = self._sessions.get(r.assignment_id)
+        if ps is None:
+            return
+        # drop what the application has not taken yet: the next owner reads it again
+        self._queue = deque(e for e in self._queue if e.session is not ps)
+        if not r.graceful:
+            self._close_session(ps, UnavailableError("partition taken away"))
+            del self._sessions[r.assignment_id]
+            return
+        ps.revoking = True
+        if not ps.commits:
+            self._release(ps)
+
+    def _release(self, ps: PartitionSession) -> None:
+        ps.closed = True
+        self._sessions.pop(ps.assignment_id, None)
+        self._send(pb.ReadRequest(released=pb.PartitionReleased(assignment_id=ps.assignment_id)))
+
+    # ------------------------------------------------------------------ close
+
+    async def close(self, timeout: float | None = 10.0) -> None:
+        """Wait for acks of commits made so far (never reconnecting for them), then stop."""
+        if self._closed:
+            return
+        self._closing = True
+        pending = [f for ps in self._sessions.values() for _, f in ps.commits]
+        if pending and self._call is not None:
+            with contextlib.suppress(TimeoutError, Exception):
+                await asyncio.wait_for(asyncio.gather(*pending, return_exceptions=True), timeout)
+        self._closed = True
+        call = self._call
+        self._call = None
+        if call is not None:
+            with contextlib.suppress(Exception):
+                await call.done_writing()
+            call.cancel()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+        for ps in self._sessions.values():
+            self._close_session(ps, ClosedError("reader closed"))
+        self._queue.clear()
+        self._queue_event.set()

@@ -1,0 +1,368 @@
+"""The synchronous SDK: `weir.Client`, `Writer`, `Reader`, twins of `weir.aio`.
+
+Calls run on the client's private event loop thread; `Writer.write` is the
+exception: it only touches the thread-safe buffer, so it is as cheap as a
+local append.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import datetime as dt
+from collections.abc import Iterable, Iterator, Mapping
+from types import TracebackType
+from typing import Any
+
+from weir.client import aio
+from weir.client.admin import Consumer, ConsumerInfo, TopicInfo
+from weir.client.aio import _KEEP, DEFAULT_ENDPOINT, RangeChunk
+from weir.client.loop import LoopThread
+from weir.client.messages import Batch, Message
+from weir.client.reader import PartitionSession, Start
+from weir.client.writer import WriteResult
+from weir.errors import ClosedError
+from weir.storage.codecs import Codec
+
+
+class Writer:
+    """Synchronous writer: `write()` buffers and returns; `flush()` waits for acks."""
+
+    def __init__(self, inner: aio.Writer, loop: LoopThread) -> None:
+        self._inner = inner
+        self._core = inner._core
+        self._loop = loop
+
+    @property
+    def partition(self) -> int | None:
+        return self._core.partition
+
+    @property
+    def last_seq_no(self) -> int | None:
+        return self._core.last_seq_no
+
+    @property
+    def producer_id(self) -> str | None:
+        return self._core.producer_id
+
+    def wait_init(self, timeout: float | None = 30.0) -> Writer:
+        self._loop.run(self._core.wait_init(timeout))
+        return self
+
+    def write(
+        self,
+        data: bytes | str,
+        *,
+        key: bytes | str | None = None,
+        headers: Mapping[str, str] | None = None,
+        seq_no: int | None = None,
+        created_at: dt.datetime | int | None = None,
+        timeout: float | None = None,
+    ) -> None:
+        """Buffer a message; returns at once unless the buffer is full (then waits up to ``timeout``)."""
+        self._core.write_threadsafe(data, key, headers, seq_no, created_at, timeout)
+
+    def write_future(
+        self,
+        data: bytes | str,
+        *,
+        key: bytes | str | None = None,
+        headers: Mapping[str, str] | None = None,
+        seq_no: int | None = None,
+        created_at: dt.datetime | int | None = None,
+        timeout: float | None = None,
+    ) -> concurrent.futures.Future[WriteResult]:
+        """Buffer a message; the future resolves with its WriteResult once acknowledged."""
+        fut: concurrent.futures.Future[WriteResult] = concurrent.futures.Future()
+        self._core.write_threadsafe(data, key, headers, seq_no, created_at, timeout, fut)
+        return fut
+
+    def write_with_result(
+        self,
+        data: bytes | str,
+        *,
+        key: bytes | str | None = None,
+        headers: Mapping[str, str] | None = None,
+        seq_no: int | None = None,
+        created_at: dt.datetime | int | None = None,
+        timeout: float | None = None,
+    ) -> WriteResult:
+        """Write and wait for the ack: partition, offset and seq_no (or skipped)."""
+        fut = self.write_future(
+            data, key=key, headers=headers, seq_no=seq_no, created_at=created_at, timeout=timeout
+        )
+        return fut.result(timeout)
+
+    def flush(self, timeout: float | None = None) -> None:
+        self._loop.run(self._core.flush(timeout))
+
+    def close(self, timeout: float | None = None) -> None:
+        if self._core.closed:
+            return
+        self._loop.run(self._core.close(timeout))
+
+    def __enter__(self) -> Writer:
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+class Reader:
+    """Synchronous reader: iterate messages, or take batches; commit what you processed."""
+
+    def __init__(self, inner: aio.Reader, loop: LoopThread) -> None:
+        self._inner = inner
+        self._loop = loop
+        self._batch: Batch | None = None
+        self._pos = 0
+
+    @property
+    def partitions(self) -> list[PartitionSession]:
+        return self._inner.partitions
+
+    def wait_connected(self, timeout: float | None = 30.0) -> Reader:
+        self._loop.run(self._inner.wait_connected(timeout))
+        return self
+
+    def receive_batch(self, timeout: float | None = None) -> Batch | None:
+        return self._loop.run(self._inner.receive_batch(timeout))
+
+    def receive_message(self, timeout: float | None = None) -> Message | None:
+        if self._batch is None or self._pos >= len(self._batch.messages):
+            self._batch = self.receive_batch(timeout)
+            self._pos = 0
+            if self._batch is None:
+                return None
+        msg = self._batch.messages[self._pos]
+        self._pos += 1
+        return msg
+
+    def __iter__(self) -> Iterator[Message]:
+        while True:
+            msg = self.receive_message()
+            if msg is not None:
+                yield msg
+
+    def commit(self, item: Message | Batch) -> None:
+        """Commit up to and including ``item``; returns at once."""
+        self._loop.loop.call_soon_threadsafe(self._inner.commit, item)
+
+    def commit_with_ack(self, item: Message | Batch, timeout: float | None = 30.0) -> None:
+        self._loop.run(self._inner.commit_with_ack(item, timeout))
+
+    def close(self, timeout: float | None = 10.0) -> None:
+        self._loop.run(self._inner.close(timeout))
+
+    def __enter__(self) -> Reader:
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+class Client:
+    """Synchronous weir client.
+
+    >>> client = weir.Client("127.0.0.1:2136")
+    >>> client.create_topic("orders", partitions=4)
+    >>> with client.writer("orders", producer_id="svc-1") as w:
+    ...     w.write(b"hello")
+    """
+
+    def __init__(self, endpoint: str = DEFAULT_ENDPOINT) -> None:
+        self.endpoint = endpoint
+        self._loop = LoopThread()
+        self._aio = aio.Client(endpoint)
+        self._closed = False
+        self._loop.run(self._connect())
+
+    async def _connect(self) -> None:
+        self._aio.conn  # noqa: B018 - creates the channel inside the client's loop
+
+    def _run(self, coro: Any, timeout: float | None = None) -> Any:
+        if self._closed:
+            coro.close()
+            raise ClosedError("client is closed")
+        return self._loop.run(coro, timeout)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._loop.run(self._aio.close())
+        self._loop.stop()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    # admin ---------------------------------------------------------------
+
+    def create_topic(
+        self,
+        name: str,
+        partitions: int = 1,
+        *,
+        retention: dt.timedelta | int | None = _KEEP,
+        retention_bytes: int | None = None,
+        max_partition_bytes: int | None = None,
+        max_partition_messages: int | None = None,
+        codecs: Iterable[str] = (),
+        consumers: Iterable[Consumer | str] = (),
+        timeout: float | None = 30.0,
+    ) -> TopicInfo:
+        return self._run(  # type: ignore[no-any-return]
+            self._aio.create_topic(
+                name,
+                partitions,
+                retention=retention,
+                retention_bytes=retention_bytes,
+                max_partition_bytes=max_partition_bytes,
+                max_partition_messages=max_partition_messages,
+                codecs=codecs,
+                consumers=consumers,
+                timeout=timeout,
+            )
+        )
+
+    def describe_topic(self, name: str, *, timeout: float | None = 30.0) -> TopicInfo:
+        return self._run(self._aio.describe_topic(name, timeout=timeout))  # type: ignore[no-any-return]
+
+    def alter_topic(
+        self,
+        name: str,
+        *,
+        partitions: int | None = None,
+        retention: dt.timedelta | int | None = _KEEP,
+        retention_bytes: int | None = _KEEP,
+        max_partition_bytes: int | None = _KEEP,
+        max_partition_messages: int | None = _KEEP,
+        codecs: Iterable[str] | None = None,
+        add_consumers: Iterable[Consumer | str] = (),
+        drop_consumers: Iterable[str] = (),
+        timeout: float | None = 30.0,
+    ) -> TopicInfo:
+        return self._run(  # type: ignore[no-any-return]
+            self._aio.alter_topic(
+                name,
+                partitions=partitions,
+                retention=retention,
+                retention_bytes=retention_bytes,
+                max_partition_bytes=max_partition_bytes,
+                max_partition_messages=max_partition_messages,
+                codecs=codecs,
+                add_consumers=add_consumers,
+                drop_consumers=drop_consumers,
+                timeout=timeout,
+            )
+        )
+
+    def drop_topic(self, name: str, *, timeout: float | None = 30.0) -> None:
+        self._run(self._aio.drop_topic(name, timeout=timeout))
+
+    def list_topics(self, prefix: str = "", *, timeout: float | None = 30.0) -> list[TopicInfo]:
+        return self._run(self._aio.list_topics(prefix, timeout=timeout))  # type: ignore[no-any-return]
+
+    def describe_consumer(
+        self, topic: str, consumer: str, *, timeout: float | None = 30.0
+    ) -> ConsumerInfo:
+        return self._run(self._aio.describe_consumer(topic, consumer, timeout=timeout))  # type: ignore[no-any-return]
+
+    def commit_offset(
+        self,
+        topic: str,
+        partition: int,
+        consumer: str,
+        offset: int,
+        *,
+        allow_backwards: bool = False,
+        timeout: float | None = 30.0,
+    ) -> bool:
+        return self._run(  # type: ignore[no-any-return]
+            self._aio.commit_offset(
+                topic, partition, consumer, offset, allow_backwards=allow_backwards, timeout=timeout
+            )
+        )
+
+    def offsets_for_time(
+        self, topic: str, timestamp: dt.datetime | int, *, timeout: float | None = 30.0
+    ) -> list[int]:
+        return self._run(self._aio.offsets_for_time(topic, timestamp, timeout=timeout))  # type: ignore[no-any-return]
+
+    def read_range(
+        self,
+        topic: str,
+        partition: int,
+        from_offset: int,
+        to_offset: int = -1,
+        *,
+        max_bytes: int = 4 << 20,
+    ) -> Iterator[RangeChunk]:
+        """Stored batches of ``[from_offset, to_offset)`` of one partition, no consumer involved."""
+        it = self._aio.read_range(topic, partition, from_offset, to_offset, max_bytes=max_bytes)
+
+        async def step() -> RangeChunk | None:
+            try:
+                return await it.__anext__()
+            except StopAsyncIteration:
+                return None
+
+        try:
+            while True:
+                chunk = self._run(step())
+                if chunk is None:
+                    return
+                yield chunk
+        finally:
+            if not self._closed:
+                self._run(it.aclose())  # type: ignore[attr-defined]
+
+    # streams -------------------------------------------------------------
+
+    def writer(
+        self,
+        topic: str,
+        *,
+        producer_id: str | None = None,
+        partition: int | None = None,
+        codec: str | Codec = Codec.RAW,
+        **settings: Any,
+    ) -> Writer:
+        """A writer to ``topic``; see `weir.aio.Client.writer`."""
+
+        async def make() -> aio.Writer:
+            return self._aio.writer(
+                topic, producer_id=producer_id, partition=partition, codec=codec, **settings
+            )
+
+        return Writer(self._run(make()), self._loop)
+
+    def reader(
+        self,
+        topics: str | list[str],
+        *,
+        consumer: str = "",
+        start: str | Start = Start.COMMITTED,
+        read_from: dt.datetime | int | None = None,
+        buffer_bytes: int = 64 << 20,
+    ) -> Reader:
+        """A reader; see `weir.aio.Client.reader`."""
+
+        async def make() -> aio.Reader:
+            return self._aio.reader(
+                topics,
+                consumer=consumer,
+                start=start,
+                read_from=read_from,
+                buffer_bytes=buffer_bytes,
+            )
+
+        return Reader(self._run(make()), self._loop)

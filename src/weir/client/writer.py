@@ -1,0 +1,667 @@
+"""The writer: a bounded buffer, background batching, in-order acks, reconnect and resend.
+
+Follows the YDB SDK guide (seed 001): ``write()`` puts a message in an internal
+buffer and returns at once; it blocks only while the buffer (bounded in
+messages and bytes) is full, and one call may overshoot the bound so progress
+never stalls. A background sender packs buffered messages into batches (the
+storage batch format, columnar, encoded in C) and sends several per request;
+acks come back in order. ``flush()`` waits for every ack, ``close()`` flushes
+and then every call raises ClosedError.
+
+seq_nos are assigned automatically, continuing from the producer's last stored
+seq_no that the server reports at init, or supplied by the caller (then they
+must grow). After a lost connection the writer reconnects with backoff and
+resends every unacknowledged batch as it was; the broker's dedup drops what it
+already has and reports it as skipped.
+
+The same core serves the sync and the asyncio writer: its state is guarded by
+a lock, the sender and the ack reader run as tasks in an event loop (the
+caller's for `weir.aio`, the client's own thread for `weir.Client`), and a sync
+``write()`` touches only the buffer, so it costs a lock and a few appends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from uuid import uuid4
+
+import grpc
+
+from weir.client.connection import Backoff, Connection, error_from_rpc
+from weir.errors import (
+    BadRequestError,
+    ClosedError,
+    MessageTooLargeError,
+    UnavailableError,
+    WeirError,
+    WeirTimeoutError,
+    error_from_code,
+)
+from weir.protocols.native import weir_pb2 as pb
+from weir.storage.batch import encode_batch
+from weir.storage.codecs import Codec
+
+log = logging.getLogger("weir.client.writer")
+
+AnyFuture = asyncio.Future[Any] | concurrent.futures.Future[Any]
+
+
+@dataclass(frozen=True, slots=True)
+class WriteResult:
+    """Where a message went. ``skipped``: the broker already had this seq_no (offset unknown)."""
+
+    partition: int
+    offset: int | None
+    seq_no: int
+    skipped: bool
+
+
+@dataclass(frozen=True)
+class WriterSettings:
+    """Writer limits; the defaults suit most producers."""
+
+    producer_id: str | None = None
+    partition: int | None = None
+    codec: Codec = Codec.RAW
+    max_buffer_messages: int = 200_000
+    max_buffer_bytes: int = 64 << 20
+    max_batch_messages: int = 50_000
+    max_batch_bytes: int = 1 << 20
+    max_request_bytes: int = 8 << 20
+    max_inflight_requests: int = 4
+    linger_ms: float = 0.0
+    max_message_bytes: int = 32 << 20
+
+    def __post_init__(self) -> None:
+        for name in (
+            "max_buffer_messages",
+            "max_buffer_bytes",
+            "max_batch_messages",
+            "max_batch_bytes",
+            "max_request_bytes",
+            "max_inflight_requests",
+        ):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v <= 0:
+                raise BadRequestError(f"{name} must be a positive integer, got {v!r}")
+        if self.linger_ms < 0:
+            raise BadRequestError("linger_ms must be >= 0")
+
+
+@dataclass(slots=True)
+class _Sent:
+    """One encoded batch waiting for its ack."""
+
+    data: bytes
+    count: int
+    nbytes: int  # message bytes it accounts for in the buffer bound
+    first_seq: int
+    seqs: list[int] | None
+    futures: list[AnyFuture | None] | None
+
+
+@dataclass(slots=True)
+class _Request:
+    batches: list[_Sent]
+    sent_on: int = -1  # id of the stream it was last sent on
+
+
+@dataclass(slots=True)
+class _Buffer:
+    data: list[bytes] = field(default_factory=list)
+    keys: list[bytes] = field(default_factory=list)
+    headers: list[Mapping[str, str] | None] = field(default_factory=list)
+    created: list[int] = field(default_factory=list)
+    seqs: list[int] = field(default_factory=list)
+    futures: list[AnyFuture | None] = field(default_factory=list)
+    sizes: list[int] = field(default_factory=list)
+    has_keys: bool = False
+    has_headers: bool = False
+    has_futures: bool = False
+
+
+def _as_bytes(data: Any, what: str) -> bytes:
+    if isinstance(data, bytes):
+        return data
+    if isinstance(data, str):
+        return data.encode()
+    if isinstance(data, bytearray | memoryview):
+        return bytes(data)
+    raise BadRequestError(f"message {what} must be bytes or str, got {type(data).__name__}")
+
+
+class WriterCore:
+    """Shared by `weir.Writer` and `weir.aio.Writer`; see the module docstring."""
+
+    def __init__(
+        self,
+        conn: Connection,
+        topic: str,
+        settings: WriterSettings,
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        self.conn = conn
+        self.topic = topic
+        self.settings = settings
+        self.producer_id = settings.producer_id
+        if self.producer_id is None and settings.partition is None:
+            # no producer id given: a fresh one still makes resends after reconnects safe
+            self.producer_id = uuid4().hex
+        self.loop = loop
+        self._lock = threading.Lock()
+        self._space = threading.Condition(self._lock)
+        self._buf = _Buffer()
+        self._buf_bytes = 0
+        self._unacked = 0
+        self._unacked_bytes = 0
+        self._written = 0
+        self._acked = 0
+        self._manual_seq: bool | None = None
+        self._last_manual_seq = -1
+        self._next_seq = 1
+        self._sender_idle = True
+        self._error: WeirError | None = None
+        self._closed = False
+        self._closing = False
+        # loop-thread state
+        self._wake = asyncio.Event()
+        self._space_event = asyncio.Event()
+        self._acked_event = asyncio.Event()
+        self._ready = asyncio.Event()
+        self._inflight: deque[_Request] = deque()
+        self._inflight_event = asyncio.Event()
+        self._call: Any = None
+        self._call_id = 0
+        self._init_done = asyncio.Event()
+        self.partition: int | None = settings.partition
+        self.generation: int | None = None
+        self.last_seq_no: int | None = None
+        self.session_id = ""
+        self.reconnects = 0
+        self._tasks: list[asyncio.Task[None]] = []
+
+    # ------------------------------------------------------------------ start / stop
+
+    def start(self) -> None:
+        """Start the background tasks (call in the loop thread)."""
+        self._tasks = [
+            self.loop.create_task(self._session_loop(), name=f"weir-writer-session-{self.topic}"),
+            self.loop.create_task(self._sender(), name=f"weir-writer-sender-{self.topic}"),
+        ]
+
+    async def wait_init(self, timeout: float | None = None) -> None:
+        """Wait until the first session is established (partition and last seq_no known)."""
+        try:
+            await asyncio.wait_for(self._wait_init(), timeout)
+        except TimeoutError:
+            raise WeirTimeoutError(
+                f"writer to {self.topic!r} not connected after {timeout} s"
+            ) from None
+
+    async def _wait_init(self) -> None:
+        await self._init_done.wait()  # also set when the writer fails
+        if self._error is not None:
+            raise self._error
+
+    # ------------------------------------------------------------------ writing
+
+    def _check_usable(self) -> None:
+        if self._error is not None:
+            raise self._error
+        if self._closed or self._closing:
+            raise ClosedError(f"writer to {self.topic!r} is closed")
+
+    def _prepare(
+        self,
+        data: Any,
+        key: Any,
+        headers: Mapping[str, str] | None,
+        seq_no: int | None,
+        created_at: Any,
+    ) -> tuple[bytes, bytes, int, int]:
+        d = _as_bytes(data, "data")
+        k = b"" if key is None else _as_bytes(key, "key")
+        size = len(d) + len(k)
+        if size > self.settings.max_message_bytes:
+            raise MessageTooLargeError(
+                f"message of {size} bytes exceeds max_message_bytes {self.settings.max_message_bytes}"
+            )
+        if headers is not None and not isinstance(headers, Mapping):
+            raise BadRequestError(
+                f"headers must be a mapping of str to str, got {type(headers).__name__}"
+            )
+        if created_at is None:
+            ms = int(time.time() * 1000)
+        elif isinstance(created_at, int | float):
+            ms = int(created_at)
+        elif hasattr(created_at, "timestamp"):
+            ms = int(created_at.timestamp() * 1000)
+        else:
+            raise BadRequestError("created_at must be a datetime or ms since epoch")
+        if seq_no is not None and (not isinstance(seq_no, int) or seq_no < 0):
+            raise BadRequestError(f"seq_no must be a non-negative int, got {seq_no!r}")
+        return d, k, size, ms
+
+    def _append(
+        self,
+        d: bytes,
+        k: bytes,
+        headers: Mapping[str, str] | None,
+        seq_no: int | None,
+        ms: int,
+        size: int,
+        fut: AnyFuture | None,
+    ) -> bool:
+        """Append under the lock; True when the sender must be woken."""
+        manual = seq_no is not None
+        if self._manual_seq is None:
+            self._manual_seq = manual
+        elif self._manual_seq != manual:
+            raise BadRequestError(
+                "either give every message a seq_no or none (automatic numbering)"
+            )
+        if manual:
+            assert seq_no is not None
+            if seq_no <= self._last_manual_seq:
+                raise BadRequestError(
+                    f"seq_no {seq_no} is not above the previous {self._last_manual_seq}"
+                )
+            self._last_manual_seq = seq_no
+        b = self._buf
+        b.data.append(d)
+        b.keys.append(k)
+        b.headers.append(headers)
+        b.created.append(ms)
+        b.seqs.append(seq_no if manual else 0)  # type: ignore[arg-type]
+        b.futures.append(fut)
+        b.sizes.append(size)
+        if k:
+            b.has_keys = True
+        if headers:
+            b.has_headers = True
+        if fut is not None:
+            b.has_futures = True
+        self._buf_bytes += size
+        self._unacked += 1
+        self._unacked_bytes += size
+        self._written += 1
+        if self._sender_idle:
+            self._sender_idle = False
+            return True
+        return False
+
+    def _full(self) -> bool:
+        s = self.settings
+        return self._unacked > 0 and (
+            self._unacked >= s.max_buffer_messages or self._unacked_bytes >= s.max_buffer_bytes
+        )
+
+    def write_threadsafe(
+        self,
+        data: Any,
+        key: Any = None,
+        headers: Mapping[str, str] | None = None,
+        seq_no: int | None = None,
+        created_at: Any = None,
+        timeout: float | None = None,
+        fut: AnyFuture | None = None,
+    ) -> None:
+        """Buffer one message from any thread but the loop's; blocks while the buffer is full."""
+        d, k, size, ms = self._prepare(data, key, headers, seq_no, created_at)
+        with self._lock:
+            self._check_usable()
+            if self._full():
+                deadline = None if timeout is None else time.monotonic() + timeout
+                while self._full():
+                    remaining = None if deadline is None else deadline - time.monotonic()
+                    if remaining is not None and remaining <= 0:
+                        raise WeirTimeoutError(
+                            f"writer buffer full ({self._unacked} messages, {self._unacked_bytes} bytes) "
+                            f"for {timeout} s"
+                        )
+                    self._space.wait(remaining)
+                    self._check_usable()
+            wake = self._append(d, k, headers, seq_no, ms, size, fut)
+        if wake:
+            self.loop.call_soon_threadsafe(self._wake.set)
+
+    async def write_async(
+        self,
+        data: Any,
+        key: Any = None,
+        headers: Mapping[str, str] | None = None,
+        seq_no: int | None = None,
+        created_at: Any = None,
+        timeout: float | None = None,
+        fut: AnyFuture | None = None,
+    ) -> None:
+        """Buffer one message from the loop thread; waits while the buffer is full."""
+        d, k, size, ms = self._prepare(data, key, headers, seq_no, created_at)
+        deadline = None if timeout is None else self.loop.time() + timeout
+        while True:
+            with self._lock:
+                self._check_usable()
+                if not self._full():
+                    wake = self._append(d, k, headers, seq_no, ms, size, fut)
+                    break
+                self._space_event.clear()
+            remaining = None if deadline is None else deadline - self.loop.time()
+            if remaining is not None and remaining <= 0:
+                raise WeirTimeoutError(f"writer buffer full for {timeout} s")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._space_event.wait(), remaining)
+        if wake:
+            self._wake.set()
+
+    # ------------------------------------------------------------------ flush / close
+
+    async def flush(self, timeout: float | None = None) -> None:
+        """Wait until every message written before this call is acknowledged."""
+        with self._lock:
+            target = self._written
+        deadline = None if timeout is None else self.loop.time() + timeout
+        while True:
+            if self._error is not None:
+                raise self._error
+            if self._acked >= target:
+                return
+            self._acked_event.clear()
+            remaining = None if deadline is None else deadline - self.loop.time()
+            if remaining is not None and remaining <= 0:
+                raise WeirTimeoutError(
+                    f"flush timed out: {target - self._acked} messages not acknowledged after {timeout} s"
+                )
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._acked_event.wait(), remaining)
+
+    async def close(self, timeout: float | None = None) -> None:
+        """Flush (up to ``timeout``), then stop; later calls raise ClosedError."""
+        if self._closed:
+            return
+        with self._lock:
+            self._closing = True
+        try:
+            if self._error is None:
+                await self.flush(timeout)
+        finally:
+            with self._lock:
+                self._closed = True
+                self._space.notify_all()
+            for t in self._tasks:
+                t.cancel()
+            for t in self._tasks:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await t
+            call = self._call
+            if call is not None:
+                call.cancel()
+            self._fail_pending(ClosedError("writer closed before the message was acknowledged"))
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def unacknowledged(self) -> int:
+        return self._unacked
+
+    # ------------------------------------------------------------------ background
+
+    async def _session_loop(self) -> None:
+        backoff = Backoff()
+        while not self._closed:
+            call = None
+            try:
+                call = self.conn.stub.StreamWrite()
+                init = pb.WriteInit(topic=self.topic, producer_id=self.producer_id or "")
+                if self.settings.partition is not None:
+                    init.partition = self.settings.partition
+                await call.write(pb.WriteRequest(init=init))
+                resp = await call.read()
+                if resp is grpc.aio.EOF:
+                    raise UnavailableError("server closed the write stream during init")
+                kind = resp.WhichOneof("kind")
+                if kind == "error":
+                    raise error_from_code(resp.error.code, resp.error.message)
+                if kind != "init":
+                    raise UnavailableError(f"unexpected {kind} before init result")
+                r = resp.init
+                self.partition = r.partition
+                self.generation = r.generation
+                self.session_id = r.session_id
+                self.last_seq_no = r.last_seq_no if r.HasField("last_seq_no") else None
+                if not self._manual_seq:
+                    self._next_seq = max(self._next_seq, (self.last_seq_no or 0) + 1)
+                self._call_id += 1
+                self._call = call
+                self._ready.set()
+                self._init_done.set()
+                self._wake.set()
+                backoff.reset()
+                await self._receive(call)
+                raise UnavailableError("server ended the write stream")
+            except asyncio.CancelledError:
+                if call is not None:
+                    call.cancel()
+                raise
+            except (WeirError, grpc.aio.AioRpcError) as exc:
+                err = error_from_rpc(exc) if isinstance(exc, grpc.aio.AioRpcError) else exc
+                self._ready.clear()
+                self._call = None
+                if call is not None:
+                    call.cancel()
+                if not err.retryable:
+                    self._fail(err)
+                    return
+                if self._closed:
+                    return
+                self.reconnects += 1
+                delay = backoff.next_delay()
+                log.info("writer to %s: %s; reconnecting in %.2f s", self.topic, err.message, delay)
+                await asyncio.sleep(delay)
+            except Exception as exc:  # a bug: fail loudly rather than hang
+                log.exception("writer session failed")
+                self._fail(UnavailableError(f"writer failed: {exc!r}"))
+                return
+
+    async def _receive(self, call: Any) -> None:
+        while True:
+            resp = await call.read()
+            if resp is grpc.aio.EOF:
+                return
+            kind = resp.WhichOneof("kind")
+            if kind == "ack":
+                self._on_ack(resp.ack.acks)
+            elif kind == "error":
+                raise error_from_code(resp.error.code, resp.error.message)
+
+    def _on_ack(self, acks: Any) -> None:
+        if not self._inflight:
+            raise UnavailableError("ack for nothing in flight")
+        req = self._inflight.popleft()
+        if len(acks) != len(req.batches):
+            raise UnavailableError(f"ack for {len(acks)} batches, request had {len(req.batches)}")
+        n = nbytes = 0
+        part = self.partition if self.partition is not None else -1
+        for sent, ack in zip(req.batches, acks, strict=True):
+            n += sent.count
+            nbytes += sent.nbytes
+            if sent.futures is not None:
+                for i, fut in enumerate(sent.futures):
+                    if fut is None or fut.done():
+                        continue
+                    seq = sent.seqs[i] if sent.seqs is not None else sent.first_seq + i
+                    if i < ack.skipped:
+                        fut.set_result(WriteResult(part, None, seq, True))
+                    else:
+                        fut.set_result(WriteResult(part, ack.offset + i - ack.skipped, seq, False))
+        with self._lock:
+            self._unacked -= n
+            self._unacked_bytes -= nbytes
+            self._acked += n
+            self._space.notify_all()
+        self._space_event.set()
+        self._acked_event.set()
+        self._inflight_event.set()
+
+    def _take(self) -> list[_Sent]:
+        """Encode what is buffered into batches for one request (called in the loop thread)."""
+        s = self.settings
+        with self._lock:
+            b = self._buf
+            n_total = len(b.data)
+            if n_total == 0:
+                return []
+            # how many messages fit one request
+            budget = s.max_request_bytes
+            n = 0
+            acc = 0
+            for size in b.sizes:
+                if n and acc + size > budget:
+                    break
+                acc += size
+                n += 1
+            if n == n_total:
+                taken, self._buf = b, _Buffer()
+            else:
+                taken = _Buffer(
+                    b.data[:n],
+                    b.keys[:n],
+                    b.headers[:n],
+                    b.created[:n],
+                    b.seqs[:n],
+                    b.futures[:n],
+                    b.sizes[:n],
+                    b.has_keys,
+                    b.has_headers,
+                    b.has_futures,
+                )
+                del (
+                    b.data[:n],
+                    b.keys[:n],
+                    b.headers[:n],
+                    b.created[:n],
+                    b.seqs[:n],
+                    b.futures[:n],
+                    b.sizes[:n],
+                )
+            self._buf_bytes -= acc
+            manual = bool(self._manual_seq)
+            first_auto = self._next_seq
+            if not manual:
+                self._next_seq += n
+        out: list[_Sent] = []
+        start = 0
+        while start < n:
+            # split into batches by count and bytes
+            end = start
+            acc = 0
+            while end < n and end - start < s.max_batch_messages:
+                size = taken.sizes[end]
+                if end > start and acc + size > s.max_batch_bytes:
+                    break
+                acc += size
+                end += 1
+            data = taken.data[start:end] if (start, end) != (0, n) else taken.data
+            seqs = taken.seqs[start:end] if manual else None
+            first_seq = seqs[0] if seqs else first_auto + start
+            futures = taken.futures[start:end] if taken.has_futures else None
+            encoded = encode_batch(
+                data,
+                producer_id=self.producer_id or "",
+                first_seq_no=first_seq,
+                seq_nos=seqs,
+                created_at=taken.created[start:end],
+                keys=taken.keys[start:end] if taken.has_keys else None,
+                headers=taken.headers[start:end] if taken.has_headers else None,
+                codec=s.codec,
+            )
+            out.append(_Sent(encoded, end - start, acc, first_seq, seqs, futures))
+            start = end
+        return out
+
+    async def _sender(self) -> None:
+        s = self.settings
+        try:
+            while True:
+                with self._lock:
+                    empty = not self._buf.data
+                    if empty:
+                        self._sender_idle = True
+                        self._wake.clear()
+                resend = self._ready.is_set() and any(
+                    r.sent_on != self._call_id for r in self._inflight
+                )
+                if empty and not resend:
+                    await self._wake.wait()
+                    continue
+                if not self._ready.is_set():
+                    await self._ready.wait()
+                    continue
+                call, call_id = self._call, self._call_id
+                # resend what the current stream has not seen (after a reconnect), in order
+                for req in list(self._inflight):
+                    if req.sent_on != call_id:
+                        req.sent_on = call_id
+                        await self._send(call, req)
+                if empty:
+                    continue
+                if len(self._inflight) >= s.max_inflight_requests:
+                    self._inflight_event.clear()
+                    await self._inflight_event.wait()
+                    continue
+                if s.linger_ms and self._buf_bytes < s.max_batch_bytes:
+                    await asyncio.sleep(s.linger_ms / 1000)
+                batches = self._take()
+                if not batches:
+                    continue
+                req = _Request(batches, call_id)
+                self._inflight.append(req)
+                await self._send(call, req)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.exception("writer sender failed")
+            self._fail(UnavailableError(f"writer sender failed: {exc!r}"))
+
+    async def _send(self, call: Any, req: _Request) -> None:
+        try:
+            await call.write(
+                pb.WriteRequest(batches=pb.WriteBatches(batches=[b.data for b in req.batches]))
+            )
+        except (grpc.aio.AioRpcError, grpc.aio.UsageError, asyncio.InvalidStateError) as exc:
+            # the stream broke; the session loop reconnects and we resend
+            log.debug("write stream broke while sending: %r", exc)
+            self._ready.clear()
+
+    def _fail(self, err: WeirError) -> None:
+        if self._error is None:
+            self._error = err
+        self._ready.clear()
+        self._fail_pending(err)
+        with self._lock:
+            self._space.notify_all()
+        self._space_event.set()
+        self._acked_event.set()
+        self._init_done.set()
+
+    def _fail_pending(self, err: WeirError) -> None:
+        futures: list[AnyFuture | None] = []
+        for req in self._inflight:
+            for sent in req.batches:
+                if sent.futures:
+                    futures.extend(sent.futures)
+        with self._lock:
+            futures.extend(self._buf.futures)
+        for f in futures:
+            if f is not None and not f.done():
+                f.set_exception(err)
