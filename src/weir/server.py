@@ -13,6 +13,7 @@ import grpc
 
 from weir.broker.broker import Broker
 from weir.broker.config import BrokerConfig
+from weir.broker.observer import BrokerObserver
 from weir.errors import BadRequestError
 from weir.protocols.native import weir_pb2_grpc
 from weir.protocols.native.service import NativeService
@@ -66,8 +67,10 @@ class Server:
         config: BrokerConfig,
         listen: str = DEFAULT_LISTEN,
         fronts: list[FrontInstaller] | None = None,
+        observer: BrokerObserver | None = None,
     ) -> None:
         self.config = config
+        self.observer = observer
         self.host, self.port = parse_listen(listen)
         self.fronts = default_fronts() if fronts is None else fronts
         self.broker: Broker | None = None
@@ -82,7 +85,7 @@ class Server:
         # Short GIL switch interval: the group-commit thread gets the GIL back quickly
         # after its fsync instead of waiting up to 5 ms behind the event loop.
         sys.setswitchinterval(0.0005)
-        self.broker = await Broker.open(self.config)
+        self.broker = await Broker.open(self.config, observer=self.observer)
         server = grpc.aio.server(options=GRPC_OPTIONS)
         for install in self.fronts:
             install(server, self.broker, self)

@@ -22,7 +22,8 @@ import crc32c
 
 from weir.broker.config import BrokerConfig
 from weir.broker.consumers import OFFSETS, ConsumerGroup, OffsetStore
-from weir.broker.partition_actor import PartitionActor, WriteObserver
+from weir.broker.observer import NULL_OBSERVER, BrokerObserver
+from weir.broker.partition_actor import PartitionActor
 from weir.broker.topics import (
     NEXT_ID_KEY,
     TOPICS,
@@ -43,7 +44,6 @@ from weir.errors import (
     UnknownTopicError,
 )
 from weir.storage.codecs import Codec
-from weir.storage.committer import CommitObserver
 from weir.storage.kv import Op, delete, put
 from weir.storage.partition import BatchResult, IncomingBatch, PartitionConfig
 from weir.storage.store import Store
@@ -102,9 +102,10 @@ class Broker:
         store: Store,
         generation: int,
         *,
-        on_write: Callable[[str, int], WriteObserver] | None = None,
+        observer: BrokerObserver | None = None,
     ) -> None:
         self.config = config
+        self.observer = observer or NULL_OBSERVER
         self.store = store
         self.generation = generation
         self.offsets = OffsetStore(store.kv, store.committer)
@@ -113,7 +114,6 @@ class Broker:
         self._groups: dict[tuple[str, str], ConsumerGroup] = {}
         self._pins: dict[tuple[int, str], int] = {}
         self._writers: dict[tuple[str, str], Callable[[], None]] = {}
-        self._on_write = on_write
         self._retention_task: asyncio.Task[None] | None = None
         self._closed = False
         self._lock = asyncio.Lock()  # serializes registry changes
@@ -121,13 +121,7 @@ class Broker:
     # ------------------------------------------------------------------ lifecycle
 
     @classmethod
-    async def open(
-        cls,
-        config: BrokerConfig,
-        *,
-        commit_observer: CommitObserver | None = None,
-        on_write: Callable[[str, int], WriteObserver] | None = None,
-    ) -> Broker:
+    async def open(cls, config: BrokerConfig, *, observer: BrokerObserver | None = None) -> Broker:
         """Open (or create) the data directory, recover every partition, start retention."""
         store = await asyncio.to_thread(
             Store,
@@ -135,13 +129,13 @@ class Broker:
             extra_tables=BROKER_TABLES,
             map_size=config.map_size,
             min_disk_free=config.min_disk_free,
-            observer=commit_observer,
+            observer=(observer or NULL_OBSERVER).on_commit,
         )
         try:
             raw = store.kv.get(SERVER, _EPOCH_KEY)
             generation = (_U64.unpack(raw)[0] if raw else 0) + 1
             store.committer.commit([put(SERVER, _EPOCH_KEY, _U64.pack(generation))])
-            broker = cls(config, store, generation, on_write=on_write)
+            broker = cls(config, store, generation, observer=observer)
             await asyncio.to_thread(broker._load)
         except BaseException:
             store.close()
@@ -194,7 +188,7 @@ class Broker:
             generation=self.generation,
             max_queue_bytes=self.config.max_partition_queue_bytes,
             max_commit_bytes=self.config.max_commit_bytes,
-            on_write=self._on_write(cfg.name, partition) if self._on_write else None,
+            observer=self.observer,
         )
         self._actors[(cfg.name, partition)] = actor
         return actor

@@ -18,10 +18,11 @@ import contextlib
 import enum
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from weir.broker.observer import NULL_OBSERVER, BrokerObserver
 from weir.errors import ClosedError, OverloadedError, UnavailableError, WeirError
 from weir.storage.committer import GroupCommitter
 from weir.storage.partition import BatchResult, IncomingBatch, PartitionLog, ReadResult
@@ -46,9 +47,6 @@ class _Retention:
     future: asyncio.Future[int]
 
 
-WriteObserver = Callable[[int, int, int], None]  # (records written, bytes, records skipped)
-
-
 class PartitionActor:
     """Owns one PartitionLog inside the event loop; see the module docstring."""
 
@@ -62,7 +60,7 @@ class PartitionActor:
         generation: int,
         max_queue_bytes: int,
         max_commit_bytes: int,
-        on_write: WriteObserver | None = None,
+        observer: BrokerObserver = NULL_OBSERVER,
     ) -> None:
         self.log = log
         self.committer = committer
@@ -77,7 +75,7 @@ class PartitionActor:
         self._task: asyncio.Task[None] | None = None
         self._moved = asyncio.Event()
         self._closed = False
-        self._on_write = on_write
+        self.observer = observer
         self.overload_refusals = 0
 
     # ----------------------------------------------------------------- queries
@@ -132,6 +130,7 @@ class PartitionActor:
             # One write larger than the bound is let through when the queue is empty,
             # so progress never stalls; otherwise refuse instead of growing memory.
             self.overload_refusals += 1
+            self.observer.on_refused(self.topic, self.partition, "overloaded")
             raise OverloadedError(
                 f"partition {self.topic}/{self.partition} has {self._queued_bytes} bytes waiting "
                 f"for commit (limit {self.max_queue_bytes}); retry shortly"
@@ -196,6 +195,11 @@ class PartitionActor:
         try:
             change = self.log.prepare_write(batches)
         except WeirError as exc:
+            reason = {"PARTITION_OVERFLOW": "overflow", "STORAGE_FULL": "storage_full"}.get(
+                exc.code
+            )
+            if reason:
+                self.observer.on_refused(self.topic, self.partition, reason)
             # Refused before anything was committed (overflow, disk full): nothing was
             # stored, and the queue behind fails too so no later write overtakes these.
             for it in items:
@@ -231,8 +235,7 @@ class PartitionActor:
                 skipped += r.skipped
             if not it.future.done():
                 it.future.set_result(mine)
-        if self._on_write is not None:
-            self._on_write(written, change.nbytes, skipped)
+        self.observer.on_write(self.topic, self.partition, written, change.nbytes, skipped)
 
     async def _retain(self, item: _Retention) -> None:
         try:

@@ -678,6 +678,7 @@ class ReadSession:
                     continue
                 n = res.nbytes
                 self._credit -= n
+                self.broker.observer.on_read(a.topic, a.partition, n)
                 self._out.put_nowait(
                     pb.ReadResponse(
                         data=pb.ReadData(
