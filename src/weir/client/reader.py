@@ -198,10 +198,7 @@ class ReaderCore:
 
     def commit(self, item: Message | Batch) -> asyncio.Future[None]:
         """Commit everything up to and including ``item`` in its partition; the future is the ack."""
-        if self._closed:
-            raise ClosedError("reader is closed")
-        if not isinstance(item, Message | Batch):
-            raise BadRequestError(f"commit takes a Message or a Batch, not {type(item).__name__}")
+        self.check_commit(item)
         ps: PartitionSession | None = item._session
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         if ps is None or ps.closed or ps.generation != self._generation or self._call is None:
@@ -221,6 +218,15 @@ class ReaderCore:
             pb.ReadRequest(commit=pb.ReadCommit(assignment_id=ps.assignment_id, offset=offset))
         )
         return fut
+
+    def check_commit(self, item: Any) -> None:
+        """Raise at once for a commit that can never work (safe to call from any thread)."""
+        if self._closed or self._closing:
+            raise ClosedError("reader is closed")
+        if not isinstance(item, Message | Batch):
+            raise BadRequestError(f"commit takes a Message or a Batch, not {type(item).__name__}")
+        if not self.consumer:
+            raise BadRequestError("a reader without a consumer cannot commit; give it consumer=...")
 
     def _on_commit_ack(self, ack: Any) -> None:
         ps = self._sessions.get(ack.assignment_id)

@@ -146,7 +146,8 @@ class Reader:
                 yield msg
 
     def commit(self, item: Message | Batch) -> None:
-        """Commit up to and including ``item``; returns at once."""
+        """Commit up to and including ``item``; returns at once (`close()` waits for the ack)."""
+        self._inner._core.check_commit(item)
         self._loop.loop.call_soon_threadsafe(self._inner.commit, item)
 
     def commit_with_ack(self, item: Message | Batch, timeout: float | None = 30.0) -> None:

@@ -366,6 +366,8 @@ class WriterCore:
 
     async def flush(self, timeout: float | None = None) -> None:
         """Wait until every message written before this call is acknowledged."""
+        if self._closed:
+            raise ClosedError(f"writer to {self.topic!r} is closed")
         with self._lock:
             target = self._written
         deadline = None if timeout is None else self.loop.time() + timeout

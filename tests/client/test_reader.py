@@ -1,0 +1,156 @@
+"""The SDK reader: consumers, committed offsets, partition sharing, start positions, asyncio twin."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+import weir
+import weir.aio
+from tests.conftest import ServerProcess
+from weir.errors import BadRequestError, ClosedError, UnknownTopicError
+
+
+@pytest.fixture
+def client(shared_server: ServerProcess) -> weir.Client:
+    c = weir.Client(shared_server.endpoint)
+    yield c
+    c.close()
+
+
+def fill(client: weir.Client, topic: str, n: int, partitions: int = 1, producers: int = 1) -> None:
+    client.create_topic(topic, partitions=partitions)
+    writers = [client.writer(topic, producer_id=f"w{i}") for i in range(producers)]
+    for i in range(n):
+        writers[i % producers].write(b"%d" % i)
+    for w in writers:
+        w.close()
+
+
+def take(reader: weir.Reader, n: int, timeout: float = 20) -> list[weir.Message]:
+    out: list[weir.Message] = []
+    deadline = time.monotonic() + timeout
+    while len(out) < n and time.monotonic() < deadline:
+        b = reader.receive_batch(timeout=0.5)
+        if b is not None:
+            out.extend(b)
+    return out
+
+
+def test_consumer_resumes_at_committed_offset(client: weir.Client, topic_name: str) -> None:
+    fill(client, topic_name, 1000)
+    r = client.reader(topic_name, consumer="billing")
+    first = take(r, 400)
+    assert [int(m.data) for m in first][:400] == list(range(400))
+    r.commit_with_ack(first[399])
+    r.close()
+    assert client.describe_consumer(topic_name, "billing").partitions[0].committed_offset == 400
+    r = client.reader(topic_name, consumer="billing")
+    rest = take(r, 600)
+    assert [int(m.data) for m in rest] == list(range(400, 1000))
+    r.commit(rest[-1])  # fire and forget; close waits for its ack
+    r.close()
+    info = client.describe_consumer(topic_name, "billing")
+    assert info.partitions[0].committed_offset == 1000 and info.lag == 0
+    with pytest.raises(ClosedError):
+        r.receive_batch(timeout=0.1)
+
+
+def test_two_readers_share_partitions_and_nothing_is_read_twice_after_commit(
+    client: weir.Client, topic_name: str
+) -> None:
+    fill(client, topic_name, 4000, partitions=4, producers=8)
+    a = client.reader(topic_name, consumer="group").wait_connected()
+    b = client.reader(topic_name, consumer="group").wait_connected()
+    seen: dict[int, int] = {}
+    deadline = time.monotonic() + 30
+    while len(seen) < 4000 and time.monotonic() < deadline:
+        for r in (a, b):
+            batch = r.receive_batch(timeout=0.2)
+            if batch is not None:
+                for m in batch:
+                    seen[int(m.data)] = seen.get(int(m.data), 0) + 1
+                r.commit_with_ack(batch)
+    assert sorted(seen) == list(range(4000))
+    assert all(c == 1 for c in seen.values())
+    parts_a = {p.partition for p in a.partitions}
+    parts_b = {p.partition for p in b.partitions}
+    assert parts_a and parts_b and not parts_a & parts_b and parts_a | parts_b == {0, 1, 2, 3}
+    a.close()
+    # b takes over a's partitions and finds nothing new: everything was committed
+    deadline = time.monotonic() + 20
+    while len(b.partitions) < 4 and time.monotonic() < deadline:
+        assert b.receive_batch(timeout=0.2) is None
+    assert len(b.partitions) == 4
+    b.close()
+    assert client.describe_consumer(topic_name, "group").lag == 0
+
+
+def test_start_positions_and_read_from_time(client: weir.Client, topic_name: str) -> None:
+    fill(client, topic_name, 100)
+    cut = int(time.time() * 1000) + 1
+    time.sleep(0.01)  # written_at is in ms: the next write must land in a later millisecond
+    with client.writer(topic_name, producer_id="w0") as w:
+        for i in range(100, 150):
+            w.write(b"%d" % i)
+    r = client.reader(topic_name, consumer="late", start="latest").wait_connected()
+    assert r.receive_batch(timeout=0.3) is None
+    with client.writer(topic_name, producer_id="w0") as w:
+        w.write(b"150")
+    assert [int(m.data) for m in take(r, 1)] == [150]
+    r.close()
+    r = client.reader(topic_name, read_from=cut)  # no consumer: from the time on, all partitions
+    assert [int(m.data) for m in take(r, 51)] == list(range(100, 151))
+    r.close()
+    r = client.reader(topic_name, start="earliest")
+    msgs = take(r, 151)
+    assert len(msgs) == 151
+    with pytest.raises(BadRequestError, match="without a consumer"):
+        r.commit_with_ack(msgs[-1])
+    r.close()
+
+
+def test_unknown_topic_is_a_clear_error(client: weir.Client) -> None:
+    r = client.reader("does_not_exist", consumer="c")
+    with pytest.raises(UnknownTopicError, match="does_not_exist"):
+        r.receive_batch(timeout=10)
+    r.close()
+
+
+async def test_asyncio_twin(shared_server: ServerProcess, topic_name: str) -> None:
+    async with weir.aio.Client(shared_server.endpoint) as client:
+        await client.create_topic(topic_name, partitions=2)
+        async with client.writer(topic_name, producer_id="aio") as w:
+            for i in range(300):
+                await w.write(b"%d" % i, headers={"i": str(i)})
+            res = await w.write_with_result(b"300")
+            assert res.offset == 300 and res.seq_no == 301
+        reader = client.reader(topic_name, consumer="aio-c")
+        got: list[weir.Message] = []
+        async for m in reader:
+            got.append(m)
+            if len(got) == 301:
+                break
+        await reader.commit_with_ack(got[-1])
+        await reader.close()
+        assert [int(m.data) for m in got] == list(range(301))
+        assert got[5].headers == {"i": "5"}
+        info = await client.describe_consumer(topic_name, "aio-c")
+        assert info.lag == 0
+        chunks = [c async for c in client.read_range(topic_name, res.partition, 0)]
+        assert sum(len(c.messages()) for c in chunks) == 301
+
+
+async def test_async_writer_buffer_bound_and_timeout(
+    shared_server: ServerProcess, topic_name: str
+) -> None:
+    async with weir.aio.Client(shared_server.endpoint) as client:
+        await client.create_topic(topic_name)
+        w = client.writer(topic_name, producer_id="bounded", max_buffer_messages=10)
+        await asyncio.gather(*(w.write(b"x") for _ in range(200)))
+        await w.flush()
+        await w.close()
+        info = await client.describe_topic(topic_name)
+        assert info.messages == 200
