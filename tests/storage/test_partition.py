@@ -258,3 +258,22 @@ def test_corrupt_meta_is_reported(tmp_path: Path) -> None:
     with pytest.raises(CorruptDataError, match="orders/7"):
         s2.open_partition(7, SMALL, label="orders/7")
     s2.close()
+
+
+def test_large_batches_are_sealed_in_place_not_rewritten(store: Store) -> None:
+    cfg = PartitionConfig(low_watermark=60_000, max_blob_size=100_000)  # seal size 12,500
+    log = store.open_partition(1, cfg)
+    written = 0
+    for i in range(20):
+        (b,) = make_batch(150, producer="p", first_seq=i * 150 + 1, size=100)  # ~16 KB each
+        written += len(b.buf)
+        log.write([b])
+    # every byte went to the KV once: compaction sealed the head blobs where they lay
+    assert store.committer.stats.bytes == written
+    assert all(b.level == BIG for b in log.blobs[:-3])
+    assert [o for o, _ in read_all(log)] == list(range(3000))
+    # small batches are still merged into big blobs
+    log2 = store.open_partition(2, cfg)
+    for i in range(200):
+        log2.write(make_batch(1, producer="p", first_seq=i + 1, size=500))
+    assert any(b.level == BIG and b.count > 50 for b in log2.blobs)

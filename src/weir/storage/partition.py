@@ -23,6 +23,7 @@ watermark, becomes the new one-blob head.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -57,6 +58,7 @@ class PartitionConfig:
     low_watermark: int = 6 << 20
     max_blob_size: int = 8 << 20
     head_merge_fanout: int = 8
+    seal_blob_size: int | None = None  # default max_blob_size // 8
     retention_ms: int | None = None
     retention_bytes: int | None = None
     max_bytes: int | None = None
@@ -69,6 +71,15 @@ class PartitionConfig:
             raise ValueError("low_watermark must not exceed max_blob_size")
         if self.head_merge_fanout < 2:
             raise ValueError("head_merge_fanout must be at least 2")
+        if self.seal_blob_size is not None and not 0 < self.seal_blob_size <= self.low_watermark:
+            raise ValueError("seal_blob_size must be positive and not above low_watermark")
+
+    @property
+    def seal_size(self) -> int:
+        """Head blobs at least this big are sealed in place by compaction, not rewritten."""
+        if self.seal_blob_size is not None:
+            return self.seal_blob_size
+        return min(self.low_watermark, max(1, self.max_blob_size // 8))
 
 
 @dataclass(slots=True)
@@ -129,7 +140,7 @@ class _Unit:
 @dataclass(slots=True)
 class _NewBlob:
     info: BlobInfo
-    data: bytes
+    data: bytes | None  # None: the blob exists already, only its index entry changes
 
 
 @dataclass(slots=True)
@@ -345,7 +356,7 @@ class PartitionLog:
         for pid, st in producers.items():
             change.ops.append(put(keys.PRODUCERS, keys.producer_key(self.log_id, pid), st.pack()))
         change.ops.append(self._meta_op(change.start_offset, change.end_offset))
-        change.nbytes = sum(len(u.data) for u in change.add)
+        change.nbytes = sum(len(u.data) for u in change.add if u.data is not None)
         return change
 
     def _layout(self, change: PreparedChange, units: list[_Unit]) -> None:
@@ -378,38 +389,65 @@ class PartitionLog:
             keep = 0
             while keep < len(items) and items[keep][2]:
                 keep += 1
-            drop = head[keep:]
-            add = [_NewBlob(info, data) for info, data, _ in items[keep:]]
+            delete = head[keep:]  # merged away: gone from memory and from the KV
+            change.drop_tail = len(delete)
+            change.add = [_NewBlob(info, data) for info, data, _ in items[keep:]]
         else:
-            # Compaction: head + new become big blobs; a small remainder is the new head.
-            all_units: list[_Unit] = []
+            # Compaction: the head and the new batches become big (sealed) blobs. Runs of
+            # small blobs are merged up to max_blob_size; a blob already at least
+            # seal_blob_size is sealed where it lies (only its index entry changes), so
+            # producers that send large batches pay no second write. A remainder smaller
+            # than the low watermark stays behind as the new one-blob head.
+            seal = cfg.seal_size
+            add = change.add
+            delete = []
+            run: list[_Unit] = []
             for b in head:
-                all_units.extend(self._head_units(b))
-            all_units.extend(units)
-            chunks: list[list[_Unit]] = [[]]
-            size = 0
-            for u in all_units:
-                if chunks[-1] and size + u.size > cfg.max_blob_size:
-                    chunks.append([])
-                    size = 0
-                chunks[-1].append(u)
-                size += u.size
-            add = []
-            for i, chunk in enumerate(chunks):
-                last = i == len(chunks) - 1
-                level = 0 if last and size < cfg.low_watermark else BIG
-                info, data = self._make_blob(chunk, level)
-                add.append(_NewBlob(info, data))
-            drop = head
-        change.drop_tail = len(drop)
-        change.add = add
-        for b in drop:
+                if b.size >= seal:
+                    self._cut(run, add, final=False)
+                    add.append(_NewBlob(dataclasses.replace(b, level=BIG), None))
+                else:
+                    run.extend(self._head_units(b))
+                    delete.append(b)
+            if new_bytes >= seal:
+                self._cut(run, add, final=False)
+            run.extend(units)
+            self._cut(run, add, final=True)
+            change.drop_tail = len(head)  # the whole head leaves memory; sealed ones come back
+        for b in delete:
             change.ops.extend(self._delete_blob_ops(b))
-        for nb in add:
+        self._add_ops(change)
+
+    def _cut(self, run: list[_Unit], out: list[_NewBlob], *, final: bool) -> None:
+        """Turn a run of batches into blobs of at most max_blob_size (emptying ``run``).
+
+        With ``final``, a last piece smaller than the low watermark becomes the head.
+        """
+        if not run:
+            return
+        cfg = self.config
+        chunks: list[list[_Unit]] = [[]]
+        size = 0
+        for u in run:
+            if chunks[-1] and size + u.size > cfg.max_blob_size:
+                chunks.append([])
+                size = 0
+            chunks[-1].append(u)
+            size += u.size
+        for i, chunk in enumerate(chunks):
+            last = i == len(chunks) - 1
+            level = 0 if final and last and size < cfg.low_watermark else BIG
+            info, data = self._make_blob(chunk, level)
+            out.append(_NewBlob(info, data))
+        run.clear()
+
+    def _add_ops(self, change: PreparedChange) -> None:
+        for nb in change.add:
             info = nb.info
-            for part, piece in enumerate(split_parts(nb.data, cfg.max_blob_size)):
-                key = keys.blob_key(self.log_id, info.first_offset, info.count, part)
-                change.ops.append(put(keys.BLOBS, key, piece))
+            if nb.data is not None:
+                for part, piece in enumerate(split_parts(nb.data, self.config.max_blob_size)):
+                    key = keys.blob_key(self.log_id, info.first_offset, info.count, part)
+                    change.ops.append(put(keys.BLOBS, key, piece))
             change.ops.append(
                 put(
                     keys.BLOB_INDEX,
@@ -541,6 +579,7 @@ class PartitionLog:
             self._firsts.append(nb.info.first_offset)
             self.size_bytes += nb.info.size
             if nb.info.is_head:
+                assert nb.data is not None
                 self._head_data[nb.info.first_offset] = nb.data
                 self._head_count += 1
             else:

@@ -1,0 +1,156 @@
+"""Produce / consume through the weir SDK against a real server on loopback.
+
+    python bench/sdk_bench.py [--messages 1000000] [--size 100] [--big 100000] [--profile DIR]
+
+Starts `weir serve` in a child process on an ephemeral port with a fresh data
+directory (acks after fsync, as always), then measures from a single producer:
+N messages of S bytes, M messages of 10 KB, and one consumer reading the N
+messages back. With --profile, py-spy records the server during the run and
+writes flame graphs (SVG) into DIR.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import weir
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass
+class Row:
+    workload: str
+    messages: int
+    bytes: int
+    seconds: float
+
+    @property
+    def msgs_per_s(self) -> float:
+        return self.messages / self.seconds
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.bytes / self.seconds / 1e6
+
+
+class Server:
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir
+        self.proc: subprocess.Popen[str] | None = None
+        self.endpoint = ""
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "weir.cli", "serve", "--data-dir", str(self.data_dir), "--listen", "127.0.0.1:0"],
+            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, cwd=ROOT,
+        )
+        assert self.proc.stderr is not None
+        deadline = time.monotonic() + 60
+        for line in self.proc.stderr:
+            m = re.search(r"weir listening on (\S+)", line)
+            if m:
+                self.endpoint = m.group(1).split(",")[0]
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError("server did not start")
+        threading.Thread(target=lambda: [None for _ in self.proc.stderr], daemon=True).start()  # type: ignore[union-attr]
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def produce(client: weir.Client, topic: str, n: int, size: int, label: str) -> Row:
+    payload = os.urandom(size)
+    w = client.writer(topic, producer_id=f"bench-{label}").wait_init()
+    write = w.write
+    t0 = time.perf_counter()
+    for _ in range(n):
+        write(payload)
+    w.flush()
+    dt = time.perf_counter() - t0
+    w.close()
+    return Row(f"produce {n:,} x {size} B, 1 producer", n, n * size, dt)
+
+
+def consume(client: weir.Client, topic: str, n: int, size: int) -> Row:
+    r = client.reader(topic, consumer="bench").wait_connected()
+    got = 0
+    t0 = time.perf_counter()
+    deadline = t0 + 300
+    while got < n and time.perf_counter() < deadline:
+        b = r.receive_batch(timeout=5)
+        if b is None:
+            break
+        for _m in b.messages:
+            got += 1
+    dt = time.perf_counter() - t0
+    r.close()
+    return Row(f"consume {n:,} x {size} B, 1 consumer", got, got * size, dt)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--messages", type=int, default=1_000_000)
+    ap.add_argument("--size", type=int, default=100)
+    ap.add_argument("--big", type=int, default=100_000, help="number of 10 KB messages")
+    ap.add_argument("--profile", default=None, help="write py-spy flame graphs of the server here")
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    data = Path(tempfile.mkdtemp(prefix="weir-sdk-bench-"))
+    server = Server(data / "data")
+    server.start()
+    spy = None
+    if args.profile:
+        Path(args.profile).mkdir(parents=True, exist_ok=True)
+        assert server.proc is not None
+        py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+        spy = subprocess.Popen(
+            [py_spy, "record", "-p", str(server.proc.pid), "-o", f"{args.profile}/server.txt", "--format", "raw",
+             "--rate", "250", "--nonblocking", "--threads"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+    rows: list[Row] = []
+    try:
+        client = weir.Client(server.endpoint)
+        client.create_topic("small", partitions=1)
+        client.create_topic("big", partitions=1)
+        rows.append(produce(client, "small", args.messages, args.size, "small"))
+        if args.big:
+            rows.append(produce(client, "big", args.big, 10_000, "big"))
+        rows.append(consume(client, "small", args.messages, args.size))
+        client.close()
+    finally:
+        if spy is not None:
+            spy.send_signal(signal.SIGINT)
+            spy.wait(60)
+        server.stop()
+        shutil.rmtree(data, ignore_errors=True)
+    print("| workload | messages/s | MB/s | seconds |")
+    print("|---|---:|---:|---:|")
+    for r in rows:
+        print(f"| {r.workload} | {r.msgs_per_s:,.0f} | {r.mb_per_s:,.1f} | {r.seconds:.2f} |")
+    if args.json:
+        Path(args.json).write_text(json.dumps([{**asdict(r), "msgs_per_s": r.msgs_per_s, "mb_per_s": r.mb_per_s} for r in rows], indent=1))
+
+
+if __name__ == "__main__":
+    main()
