@@ -53,5 +53,8 @@ bench: $(VENV)/.installed-bench
 soak: install-test
 	WEIR_SOAK=1 $(BIN)/python -m pytest -q tests/reliability -m slow
 
+proto: install-test
+	$(BIN)/python -m weir.protocols.native.codegen
+
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis
