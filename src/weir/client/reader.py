@@ -199,7 +199,7 @@ class ReaderCore:
     def commit(self, item: Message | Batch) -> asyncio.Future[None]:
         """Commit everything up to and including ``item`` in its partition; the future is the ack."""
         self.check_commit(item)
-        ps: PartitionSession | None = item._session
+        ps: PartitionSession | None = item.session
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         if ps is None or ps.closed or ps.generation != self._generation or self._call is None:
             fut.set_exception(

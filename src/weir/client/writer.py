@@ -28,9 +28,12 @@ import contextlib
 import logging
 import threading
 import time
+from bisect import bisect_right
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from itertools import accumulate
+from time import time as _time
 from typing import Any
 from uuid import uuid4
 
@@ -117,16 +120,27 @@ class _Request:
 
 @dataclass(slots=True)
 class _Buffer:
+    """Messages not yet encoded, as parallel columns; rarely used fields are sparse
+    (index -> value) so the common write costs three list appends."""
+
     data: list[bytes] = field(default_factory=list)
-    keys: list[bytes] = field(default_factory=list)
-    headers: list[Mapping[str, str] | None] = field(default_factory=list)
     created: list[int] = field(default_factory=list)
-    seqs: list[int] = field(default_factory=list)
-    futures: list[AnyFuture | None] = field(default_factory=list)
     sizes: list[int] = field(default_factory=list)
-    has_keys: bool = False
-    has_headers: bool = False
-    has_futures: bool = False
+    seqs: list[int] = field(default_factory=list)  # manual seq_no mode only
+    keys: dict[int, bytes] = field(default_factory=dict)
+    headers: dict[int, Mapping[str, str]] = field(default_factory=dict)
+    futures: dict[int, AnyFuture] = field(default_factory=dict)
+
+    def split(self, n: int) -> _Buffer:
+        """Remove and return the first ``n`` messages."""
+        head = _Buffer(self.data[:n], self.created[:n], self.sizes[:n], self.seqs[:n])
+        del self.data[:n], self.created[:n], self.sizes[:n], self.seqs[:n]
+        for name in ("keys", "headers", "futures"):
+            src: dict[int, Any] = getattr(self, name)
+            if src:
+                setattr(head, name, {i: v for i, v in src.items() if i < n})
+                setattr(self, name, {i - n: v for i, v in src.items() if i >= n})
+        return head
 
 
 def _as_bytes(data: Any, what: str) -> bytes:
@@ -269,6 +283,7 @@ class WriterCore:
             raise BadRequestError(
                 "either give every message a seq_no or none (automatic numbering)"
             )
+        b = self._buf
         if manual:
             assert seq_no is not None
             if seq_no <= self._last_manual_seq:
@@ -276,20 +291,17 @@ class WriterCore:
                     f"seq_no {seq_no} is not above the previous {self._last_manual_seq}"
                 )
             self._last_manual_seq = seq_no
-        b = self._buf
+            b.seqs.append(seq_no)
+        i = len(b.data)
         b.data.append(d)
-        b.keys.append(k)
-        b.headers.append(headers)
         b.created.append(ms)
-        b.seqs.append(seq_no if manual else 0)  # type: ignore[arg-type]
-        b.futures.append(fut)
         b.sizes.append(size)
         if k:
-            b.has_keys = True
+            b.keys[i] = k
         if headers:
-            b.has_headers = True
+            b.headers[i] = headers
         if fut is not None:
-            b.has_futures = True
+            b.futures[i] = fut
         self._buf_bytes += size
         self._unacked += 1
         self._unacked_bytes += size
@@ -316,6 +328,42 @@ class WriterCore:
         fut: AnyFuture | None = None,
     ) -> None:
         """Buffer one message from any thread but the loop's; blocks while the buffer is full."""
+        if (
+            type(data) is bytes
+            and key is None
+            and headers is None
+            and seq_no is None
+            and created_at is None
+            and fut is None
+            and len(data) <= self.settings.max_message_bytes
+        ):
+            # The common call, inlined: a lock and three appends.
+            ms = int(_time() * 1000)
+            size = len(data)
+            with self._lock:
+                ok = (
+                    self._error is None
+                    and not self._closing
+                    and not self._closed
+                    and self._manual_seq is not True
+                    and not self._full()
+                )
+                if ok:
+                    self._manual_seq = False
+                    b = self._buf
+                    b.data.append(data)
+                    b.created.append(ms)
+                    b.sizes.append(size)
+                    self._buf_bytes += size
+                    self._unacked += 1
+                    self._unacked_bytes += size
+                    self._written += 1
+                    wake = self._sender_idle
+                    self._sender_idle = False
+            if ok:
+                if wake:
+                    self.loop.call_soon_threadsafe(self._wake.set)
+                return
         d, k, size, ms = self._prepare(data, key, headers, seq_no, created_at)
         with self._lock:
             self._check_usable()
@@ -520,74 +568,44 @@ class WriterCore:
         s = self.settings
         with self._lock:
             b = self._buf
-            n_total = len(b.data)
-            if n_total == 0:
+            if not b.data:
                 return []
-            # how many messages fit one request
-            budget = s.max_request_bytes
-            n = 0
-            acc = 0
-            for size in b.sizes:
-                if n and acc + size > budget:
-                    break
-                acc += size
-                n += 1
-            if n == n_total:
+            cum = list(accumulate(b.sizes))
+            n = max(1, bisect_right(cum, s.max_request_bytes))  # how many fit one request
+            if n == len(b.data):
                 taken, self._buf = b, _Buffer()
             else:
-                taken = _Buffer(
-                    b.data[:n],
-                    b.keys[:n],
-                    b.headers[:n],
-                    b.created[:n],
-                    b.seqs[:n],
-                    b.futures[:n],
-                    b.sizes[:n],
-                    b.has_keys,
-                    b.has_headers,
-                    b.has_futures,
-                )
-                del (
-                    b.data[:n],
-                    b.keys[:n],
-                    b.headers[:n],
-                    b.created[:n],
-                    b.seqs[:n],
-                    b.futures[:n],
-                    b.sizes[:n],
-                )
-            self._buf_bytes -= acc
+                taken = b.split(n)
+                cum = cum[:n]
+            self._buf_bytes -= cum[-1]
             manual = bool(self._manual_seq)
             first_auto = self._next_seq
             if not manual:
                 self._next_seq += n
         out: list[_Sent] = []
         start = 0
+        base = 0
         while start < n:
-            # split into batches by count and bytes
-            end = start
-            acc = 0
-            while end < n and end - start < s.max_batch_messages:
-                size = taken.sizes[end]
-                if end > start and acc + size > s.max_batch_bytes:
-                    break
-                acc += size
-                end += 1
-            data = taken.data[start:end] if (start, end) != (0, n) else taken.data
+            # one batch: up to max_batch_bytes and max_batch_messages, at least one message
+            end = bisect_right(cum, base + s.max_batch_bytes, lo=start)
+            end = min(max(end, start + 1), start + s.max_batch_messages, n)
+            whole = start == 0 and end == n
             seqs = taken.seqs[start:end] if manual else None
             first_seq = seqs[0] if seqs else first_auto + start
-            futures = taken.futures[start:end] if taken.has_futures else None
+            idx = range(start, end)
             encoded = encode_batch(
-                data,
+                taken.data if whole else taken.data[start:end],
                 producer_id=self.producer_id or "",
                 first_seq_no=first_seq,
                 seq_nos=seqs,
-                created_at=taken.created[start:end],
-                keys=taken.keys[start:end] if taken.has_keys else None,
-                headers=taken.headers[start:end] if taken.has_headers else None,
+                created_at=taken.created if whole else taken.created[start:end],
+                keys=[taken.keys.get(i, b"") for i in idx] if taken.keys else None,
+                headers=[taken.headers.get(i) for i in idx] if taken.headers else None,
                 codec=s.codec,
             )
-            out.append(_Sent(encoded, end - start, acc, first_seq, seqs, futures))
+            futures = [taken.futures.get(i) for i in idx] if taken.futures else None
+            out.append(_Sent(encoded, end - start, cum[end - 1] - base, first_seq, seqs, futures))
+            base = cum[end - 1]
             start = end
         return out
 
@@ -663,7 +681,7 @@ class WriterCore:
                 if sent.futures:
                     futures.extend(sent.futures)
         with self._lock:
-            futures.extend(self._buf.futures)
+            futures.extend(self._buf.futures.values())
         for f in futures:
             if f is not None and not f.done():
                 f.set_exception(err)
