@@ -372,9 +372,23 @@ def parse_listen(value: str) -> tuple[str, int]:
     if not sep or not port_text.isdigit():
         raise argparse.ArgumentTypeError("expected HOST:PORT")
     host = host.strip("[]")
-    if host != "localhost" and not ipaddress.ip_address(host).is_loopback:
-        raise argparse.ArgumentTypeError("only loopback addresses may be bound")
+    if host != "localhost":
+        try:
+            loopback = ipaddress.ip_address(host).is_loopback
+        except ValueError:
+            loopback = False
+        if not loopback:
+            raise argparse.ArgumentTypeError(f"{host!r}: only loopback addresses may be bound")
     return host, int(port_text)
+
+
+def parse_codecs(value: str) -> list[int]:
+    """Parse a comma list of codec names (raw, gzip, lzop, zstd) into Ydb.Topic.Codec values."""
+    names = [c.strip().lower() for c in value.split(",") if c.strip()]
+    unknown = [n for n in names if n not in CODEC_NAMES]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown codec(s): {', '.join(unknown)}")
+    return [CODEC_NAMES[n] for n in names]
 
 
 async def serve(args: argparse.Namespace) -> None:
@@ -387,12 +401,15 @@ async def serve(args: argparse.Namespace) -> None:
     if bound == 0:
         raise SystemExit(f"cannot bind {host}:{port}")
     users = {args.user: args.password} if args.user else {}
-    codecs = [CODEC_NAMES[c.strip().lower()] for c in args.codecs.split(",") if c.strip()]
-    cfg = Config(host, bound, args.partitions, users, args.require_auth, codecs)
+    cfg = Config(host, bound, args.partitions, users, args.require_auth, args.codecs)
     topic = TopicServicer(cfg)
-    ydb_discovery_v1_pb2_grpc.add_DiscoveryServiceServicer_to_server(DiscoveryServicer(cfg), server)  # type: ignore[no-untyped-call]
-    ydb_auth_v1_pb2_grpc.add_AuthServiceServicer_to_server(AuthServicer(cfg), server)  # type: ignore[no-untyped-call]
-    ydb_topic_v1_pb2_grpc.add_TopicServiceServicer_to_server(topic, server)  # type: ignore[no-untyped-call]
+    registrations: list[tuple[Any, Any]] = [  # (generated add_*_to_server, servicer)
+        (ydb_discovery_v1_pb2_grpc.add_DiscoveryServiceServicer_to_server, DiscoveryServicer(cfg)),
+        (ydb_auth_v1_pb2_grpc.add_AuthServiceServicer_to_server, AuthServicer(cfg)),
+        (ydb_topic_v1_pb2_grpc.add_TopicServiceServicer_to_server, topic),
+    ]
+    for add_to_server, servicer in registrations:
+        add_to_server(servicer, server)
     await server.start()
     print(f"LISTENING {host}:{bound}", flush=True)
 
@@ -424,6 +441,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     parser.add_argument(
         "--codecs",
+        type=parse_codecs,
         default="raw,gzip",
         help="supported_codecs announced to writers (comma list; empty = none)",
     )
