@@ -1,0 +1,145 @@
+"""What every client command shares: its options, the client it opens, value parsing, errors."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from weir.config import parse_duration_ms, parse_size
+from weir.errors import UnavailableError, WeirError
+
+if TYPE_CHECKING:
+    from weir.client.sync import Client
+
+DEFAULT_ENDPOINT = "127.0.0.1:2136"
+DEFAULT_TIMEOUT = 10.0
+
+
+class CliError(Exception):
+    """A failure to report as one line ``error: ...`` and an exit status (1 unless told)."""
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+
+
+Endpoint = Annotated[
+    str,
+    typer.Option(
+        "--endpoint",
+        "-e",
+        envvar="WEIR_ENDPOINT",
+        help="Server address, HOST:PORT.",
+        show_envvar=True,
+    ),
+]
+Timeout = Annotated[
+    float,
+    typer.Option(
+        "--timeout",
+        envvar="WEIR_TIMEOUT",
+        min=0.1,
+        help="Seconds to wait for the server before giving up.",
+    ),
+]
+Json = Annotated[bool, typer.Option("--json", help="Print the result as JSON, for scripts.")]
+
+
+@contextmanager
+def connect(endpoint: str) -> Iterator[Client]:
+    """A client for one command; server errors become one-line CLI errors."""
+    from weir.client.sync import Client
+
+    try:
+        client = Client(endpoint)
+    except WeirError as err:
+        raise CliError(err.message, 2) from None
+    try:
+        yield client
+    except UnavailableError as err:
+        raise CliError(f"{err.message} (endpoint {endpoint})") from None
+    except WeirError as err:
+        raise CliError(err.message) from None
+    finally:
+        client.close()
+
+
+# ---------------------------------------------------------------------------- values
+
+
+def bad(option: str, message: str) -> typer.BadParameter:
+    return typer.BadParameter(message, param_hint=f"'{option}'")
+
+
+def optional_size(text: str | None, option: str) -> int | None:
+    """Bytes from "64MiB" / "1000000", None for "none"."""
+    if text is None or text.strip().lower() == "none":
+        return None
+    try:
+        value = parse_size(int(text) if text.strip().isdigit() else text)
+    except ValueError as exc:
+        raise bad(option, f'{exc}, or "none"') from None
+    if value <= 0:
+        raise bad(option, 'must be greater than 0 (use "none" for no limit)')
+    return value
+
+
+def optional_count(text: str | None, option: str) -> int | None:
+    if text is None or text.strip().lower() == "none":
+        return None
+    if not text.strip().isdigit() or int(text) <= 0:
+        raise bad(option, f'expected a positive number or "none", got {text!r}')
+    return int(text)
+
+
+def retention_ms(text: str, option: str) -> int | None:
+    """ms from "7d" / "12h" / "3600000", None for "none" (keep forever)."""
+    if text.strip().lower() == "none":
+        return None
+    try:
+        ms = round(parse_duration_ms(text))
+    except ValueError as exc:
+        raise bad(option, f'{exc}, or "none"') from None
+    if ms <= 0:
+        raise bad(option, 'must be greater than 0 (use "none" to keep messages forever)')
+    return ms
+
+
+def timestamp_ms(text: str, option: str) -> int:
+    """A point in time: ISO 8601 ("2026-05-01T12:00:00Z"), epoch ms, or a duration ago ("15m")."""
+    t = text.strip()
+    if t.isdigit():
+        return int(t)
+    try:
+        parsed = dt.datetime.fromisoformat(t.replace("Z", "+00:00"))
+    except ValueError:
+        pass
+    else:
+        if parsed.tzinfo is None:
+            parsed = parsed.astimezone()  # local time, as a person typing it means
+        return int(parsed.timestamp() * 1000)
+    try:
+        ago = parse_duration_ms(t)
+    except ValueError:
+        raise bad(
+            option,
+            f'expected a time such as "2026-05-01T12:00:00Z", epoch ms, or a duration ago '
+            f'such as "15m", got {text!r}',
+        ) from None
+    return int(time.time() * 1000 - ago)
+
+
+_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "0": "\0", "\\": "\\"}
+_ESCAPE = re.compile(r"\\(.)")
+
+
+def unescape(text: str) -> str:
+    r"""Turn ``\n``, ``\t``, ``\r``, ``\0`` and ``\\`` typed on a command line into characters."""
+    return _ESCAPE.sub(lambda m: _ESCAPES.get(m.group(1), m.group(0)), text)

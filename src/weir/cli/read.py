@@ -1,0 +1,431 @@
+"""`weir read TOPIC`: print messages raw, as JSON lines, or through a format string.
+
+Two ways to read, chosen by the options:
+
+- a read session (the default): partitions are shared with the consumer's other
+  readers, start at ``--from earliest|latest|committed`` or ``--since``, and
+  commits go with the session. Without ``--follow`` it stops at the end offsets
+  the topic had when the command started.
+- offset ranges (``--from OFFSET`` or ``--partition``): each chosen partition is
+  read from exactly that position; ``--consumer`` commits after printing.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import json
+import os
+import sys
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from weir.cli import output
+from weir.cli.common import (
+    DEFAULT_ENDPOINT,
+    DEFAULT_TIMEOUT,
+    CliError,
+    Endpoint,
+    Json,
+    Timeout,
+    bad,
+    connect,
+    timestamp_ms,
+    unescape,
+)
+from weir.cli.progress import Progress
+from weir.errors import UnknownConsumerError
+
+if TYPE_CHECKING:
+    from weir.client.admin import TopicInfo
+    from weir.client.messages import Message
+    from weir.client.sync import Client, Reader
+
+IDLE_STOP_S = 5.0  # without --follow: give up on partitions other readers hold
+_POLL_S = 0.1  # how long one receive waits before the "caught up?" check
+_BACKOFF_MAX_S = 1.0  # --follow over offset ranges: longest pause between polls
+STARTS = ("earliest", "latest", "committed")
+
+
+class OutputClosed(Exception):
+    """stdout went away (``| head``): stop quietly."""
+
+
+def _text(b: bytes) -> str:
+    return b.decode("utf-8", "replace")
+
+
+def _iso(ms: int) -> str:
+    return (
+        dt.datetime.fromtimestamp(ms / 1000, dt.UTC)
+        .isoformat(timespec="milliseconds")
+        .replace("+00:00", "Z")
+    )
+
+
+def _json_bytes(doc: dict[str, Any], name: str, value: bytes) -> None:
+    try:
+        doc[name] = value.decode("utf-8")
+    except UnicodeDecodeError:
+        doc[name] = base64.b64encode(value).decode()
+        doc[f"{name}_encoding"] = "base64"
+
+
+def message_json(m: Message) -> dict[str, Any]:
+    """A message with its metadata; a value or key that is not UTF-8 is base64 (``value_encoding``)."""
+    doc: dict[str, Any] = {"topic": m.topic, "partition": m.partition, "offset": m.offset}
+    if m.key:
+        _json_bytes(doc, "key", m.key)
+    else:
+        doc["key"] = None
+    _json_bytes(doc, "value", m.data)
+    doc.update(
+        headers=dict(m.headers),
+        producer_id=m.producer_id,
+        seq_no=m.seq_no,
+        created_at_ms=m.created_at_ms,
+        written_at_ms=m.written_at_ms,
+    )
+    return doc
+
+
+FORMAT_FIELDS = (
+    "topic",
+    "partition",
+    "offset",
+    "key",
+    "value",
+    "headers",
+    "producer_id",
+    "seq_no",
+    "created_at",
+    "written_at",
+    "created_at_ms",
+    "written_at_ms",
+    "size",
+)
+
+
+def format_fields(m: Message) -> dict[str, Any]:
+    return {
+        "topic": m.topic,
+        "partition": m.partition,
+        "offset": m.offset,
+        "key": _text(m.key),
+        "value": _text(m.data),
+        "headers": json.dumps(dict(m.headers), ensure_ascii=False),
+        "producer_id": m.producer_id,
+        "seq_no": m.seq_no,
+        "created_at": _iso(m.created_at_ms),
+        "written_at": _iso(m.written_at_ms),
+        "created_at_ms": m.created_at_ms,
+        "written_at_ms": m.written_at_ms,
+        "size": len(m.data),
+    }
+
+
+class Printer:
+    """Writes messages to stdout in the chosen format, flushing after each batch."""
+
+    def __init__(self, fmt: str, delimiter: bytes) -> None:
+        self.delimiter = delimiter
+        self.out = sys.stdout.buffer
+        self.template: str | None = None
+        if fmt == "raw":
+            self.render = self._raw
+        elif fmt == "json":
+            self.render = self._json
+        elif "{" in fmt:
+            self.template = unescape(fmt)
+            self._check_template(self.template)
+            self.render = self._formatted
+        else:
+            raise bad(
+                "--format",
+                f"expected raw, json or a format string such as '{{offset}}: {{value}}', got {fmt!r}",
+            )
+
+    @staticmethod
+    def _check_template(template: str) -> None:
+        sample = dict.fromkeys(FORMAT_FIELDS, 0)
+        try:
+            template.format_map(sample)
+        except KeyError as exc:
+            raise bad(
+                "--format", f"unknown field {{{exc.args[0]}}}; fields: {', '.join(FORMAT_FIELDS)}"
+            ) from None
+        except (ValueError, IndexError) as exc:
+            raise bad("--format", f"bad format string: {exc}") from None
+
+    def _raw(self, m: Message) -> bytes:
+        return m.data + self.delimiter
+
+    def _json(self, m: Message) -> bytes:
+        return json.dumps(message_json(m), ensure_ascii=False).encode() + b"\n"
+
+    def _formatted(self, m: Message) -> bytes:
+        assert self.template is not None
+        return self.template.format_map(format_fields(m)).encode() + self.delimiter
+
+    def print(self, messages: Sequence[Message]) -> None:
+        try:
+            self.out.write(b"".join(self.render(m) for m in messages))
+            self.out.flush()
+        except BrokenPipeError:
+            # Python would complain again when it flushes stdout at exit
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise OutputClosed from None
+
+
+def _held_offsets(reader: Reader) -> dict[int, int]:
+    """Partition -> next offset for the partitions this reader holds now."""
+    for _ in range(3):  # the client's thread may be changing the sessions right now
+        try:
+            return {ps.partition: ps.read_offset for ps in reader.partitions}
+        except RuntimeError:
+            continue
+    return {}
+
+
+def read_session(
+    client: Client,
+    topic: str,
+    targets: dict[int, int],
+    *,
+    consumer: str,
+    start: str,
+    since_ms: int | None,
+    count: int | None,
+    follow: bool,
+    printer: Printer,
+    bar: Progress,
+    timeout: float,
+) -> int:
+    """Read through a read session; returns how many messages were printed."""
+    reader = client.reader(topic, consumer=consumer, start=start, read_from=since_ms)
+    printed = 0
+    try:
+        reader.wait_connected(timeout)
+        quiet_since = time.monotonic()
+        while count is None or printed < count:
+            batch = reader.receive_batch(timeout=_POLL_S)
+            if batch is not None:
+                msgs = batch.messages if count is None else batch.messages[: count - printed]
+                printer.print(msgs)
+                printed += len(msgs)
+                bar.update(completed=printed, messages=printed)
+                if consumer:
+                    # acked before reading on: at exit no commit is left in flight
+                    reader.commit_with_ack(msgs[-1], timeout)
+                quiet_since = time.monotonic()
+            if follow:
+                continue
+            held = _held_offsets(reader)
+            if held.keys() >= targets.keys() and all(held[p] >= t for p, t in targets.items()):
+                break
+            if batch is None and time.monotonic() - quiet_since > IDLE_STOP_S:
+                break  # other readers of the consumer hold the rest
+    finally:
+        reader.close()
+    return printed
+
+
+def read_ranges(
+    client: Client,
+    topic: str,
+    positions: dict[int, int],
+    targets: dict[int, int],
+    *,
+    consumer: str,
+    count: int | None,
+    follow: bool,
+    printer: Printer,
+    bar: Progress,
+    timeout: float,
+) -> int:
+    """Read offset ranges partition by partition; with --follow, poll for more."""
+    printed = 0
+    pause = 0.05
+    while True:
+        progressed = False
+        for p, pos in positions.items():
+            if count is not None and printed >= count:
+                return printed
+            end = -1 if follow else targets[p]
+            if count is not None:  # end the range there, rather than abandon the stream
+                limit = pos + count - printed
+                end = limit if end < 0 else min(end, limit)
+            if end >= 0 and pos >= end:
+                continue
+            for chunk in client.read_range(topic, p, pos, end):
+                msgs = chunk.messages(positions[p])
+                if count is not None:
+                    msgs = msgs[: count - printed]
+                if msgs:
+                    printer.print(msgs)
+                    printed += len(msgs)
+                    bar.update(completed=printed, messages=printed)
+                    positions[p] = msgs[-1].offset + 1
+                    progressed = True
+                    if consumer:
+                        client.commit_offset(topic, p, consumer, positions[p], timeout=timeout)
+                else:
+                    positions[p] = max(positions[p], chunk.next_offset)
+                if count is not None and printed >= count:
+                    break
+        if not follow or (count is not None and printed >= count):
+            return printed
+        if progressed:
+            pause = 0.05
+            continue
+        time.sleep(pause)  # ReadRange cannot wait for new data: poll, backing off
+        pause = min(_BACKOFF_MAX_S, pause * 2)
+
+
+def _positions(
+    client: Client,
+    info: TopicInfo,
+    partitions: list[int],
+    *,
+    start: str,
+    offset: int | None,
+    since_ms: int | None,
+    consumer: str,
+    timeout: float,
+) -> dict[int, int]:
+    parts = {p.partition: p for p in info.partition_info}
+    if offset is not None:
+        return dict.fromkeys(partitions, offset)
+    if since_ms is not None:
+        at = client.offsets_for_time(info.name, since_ms, timeout=timeout)
+        return {p: at[p] for p in partitions}
+    if start == "committed":
+        try:
+            lags = client.describe_consumer(info.name, consumer, timeout=timeout).partitions
+        except UnknownConsumerError:  # a new consumer starts at the beginning
+            return {p: parts[p].start_offset for p in partitions}
+        committed = {c.partition: c.committed_offset for c in lags}
+        return {p: committed[p] for p in partitions}
+    if start == "latest":
+        return {p: parts[p].end_offset for p in partitions}
+    return {p: parts[p].start_offset for p in partitions}
+
+
+def read(
+    topic: Annotated[str, typer.Argument(help="Topic to read.")],
+    consumer: Annotated[
+        str | None,
+        typer.Option("--consumer", "-c", help="Read as this consumer and commit what was printed."),
+    ] = None,
+    from_: Annotated[
+        str | None,
+        typer.Option(
+            "--from",
+            "-o",
+            help="Where to start: earliest, latest, committed (default with --consumer) or an offset.",
+        ),
+    ] = None,
+    since: Annotated[
+        str | None,
+        typer.Option(
+            help='Start at messages written since: "2026-05-01T12:00:00Z", epoch ms, or "15m" ago.'
+        ),
+    ] = None,
+    partition: Annotated[
+        int | None, typer.Option("--partition", "-p", min=0, help="Read only this partition.")
+    ] = None,
+    count: Annotated[
+        int | None, typer.Option("--count", "-n", min=1, help="Stop after this many messages.")
+    ] = None,
+    follow: Annotated[
+        bool, typer.Option("--follow", "-F", help="Keep waiting for new messages (Ctrl-C stops).")
+    ] = False,
+    fmt: Annotated[
+        str,
+        typer.Option(
+            "--format",
+            "-f",
+            help="raw (the value), json (a line with metadata) or a format string: '{offset} {key}={value}'.",
+        ),
+    ] = "raw",
+    delimiter: Annotated[
+        str, typer.Option("--delimiter", "-D", help=r"Printed after each raw or formatted message.")
+    ] = r"\n",
+    progress: Annotated[
+        bool | None,
+        typer.Option(
+            "--progress/--no-progress",
+            help="Progress bar (default: when stdout is not a terminal).",
+        ),
+    ] = None,
+    endpoint: Endpoint = DEFAULT_ENDPOINT,
+    timeout: Timeout = DEFAULT_TIMEOUT,
+    json_out: Json = False,
+) -> None:
+    """Print messages: by default from the start (or the consumer's committed offset) to the end."""
+    printer = Printer("json" if json_out else fmt, unescape(delimiter).encode())
+    if from_ is not None and since is not None:
+        raise bad("--since", "give either --from or --since, not both")
+    start = (from_ or ("committed" if consumer else "earliest")).strip().lower()
+    offset = int(start) if start.isdigit() else None
+    if offset is None and start not in STARTS:
+        raise bad("--from", f"expected earliest, latest, committed or an offset, got {from_!r}")
+    if start == "committed" and not consumer:
+        raise bad("--from", "committed needs --consumer")
+    since_ms = timestamp_ms(since, "--since") if since is not None else None
+    show = (
+        progress if progress is not None else output.stderr.is_terminal and not sys.stdout.isatty()
+    )
+    with connect(endpoint) as client:
+        info = client.describe_topic(topic, timeout=timeout)
+        if partition is not None and partition >= info.partitions:
+            raise CliError(
+                f"topic {topic!r} has partitions 0..{info.partitions - 1}, not {partition}"
+            )
+        targets = {p.partition: p.end_offset for p in info.partition_info}
+        chosen = [partition] if partition is not None else sorted(targets)
+        by_range = offset is not None or partition is not None
+        positions = None
+        if by_range or show:  # a read session finds its own; the bar wants a total
+            positions = _positions(
+                client,
+                info,
+                chosen,
+                start=start,
+                offset=offset,
+                since_ms=since_ms,
+                consumer=consumer or "",
+                timeout=timeout,
+            )
+        total = None
+        if positions is not None and not follow:
+            total = sum(max(0, targets[p] - pos) for p, pos in positions.items())
+            total = total if count is None else min(total, count)
+        common: dict[str, Any] = {
+            "consumer": consumer or "",
+            "count": count,
+            "follow": follow,
+            "printer": printer,
+            "timeout": timeout,
+        }
+        with Progress(f"reading {topic}", total=total, enabled=show, unit="messages") as bar:
+            try:
+                if by_range:
+                    assert positions is not None
+                    n = read_ranges(client, topic, positions, targets, bar=bar, **common)
+                else:
+                    n = read_session(
+                        client,
+                        topic,
+                        {p: targets[p] for p in chosen},
+                        start=start,
+                        since_ms=since_ms,
+                        bar=bar,
+                        **common,
+                    )
+                bar.finish(completed=n, messages=n)
+            except OutputClosed:
+                return

@@ -1,0 +1,179 @@
+"""`weir serve`: the server with its config, logs, metrics endpoint and clean shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import lmdb
+import typer
+
+from weir import config as configuration
+from weir import logs
+from weir.broker.observer import BrokerObserver
+from weir.cli.common import CliError
+from weir.errors import DataDirLockedError, WeirError
+
+log = logging.getLogger("weir.serve")
+
+
+class ObserverFanout(BrokerObserver):
+    """Hands every broker event to each observer in turn (metrics, then logs)."""
+
+    def __init__(self, *observers: BrokerObserver) -> None:
+        self.observers = observers
+
+    def on_write(self, topic: str, partition: int, records: int, nbytes: int, skipped: int) -> None:
+        for o in self.observers:
+            o.on_write(topic, partition, records, nbytes, skipped)
+
+    def on_read(self, topic: str, partition: int, nbytes: int) -> None:
+        for o in self.observers:
+            o.on_read(topic, partition, nbytes)
+
+    def on_refused(self, topic: str, partition: int, reason: str) -> None:
+        for o in self.observers:
+            o.on_refused(topic, partition, reason)
+
+    def on_commit(self, jobs: int, nbytes: int, seconds: float) -> None:
+        for o in self.observers:
+            o.on_commit(jobs, nbytes, seconds)
+
+    def on_consumer_commit(self, topic: str, partition: int, consumer: str, offset: int) -> None:
+        for o in self.observers:
+            o.on_consumer_commit(topic, partition, consumer, offset)
+
+
+def announce(cfg: configuration.Config, text: str) -> None:
+    """A line for the person (and the test) watching stderr; a log event in JSON mode."""
+    if cfg.log.json:
+        log.info(text)
+    else:
+        sys.stderr.write(text + "\n")
+        sys.stderr.flush()
+
+
+async def run(cfg: configuration.Config) -> None:
+    """Serve until SIGTERM or SIGINT, then stop accepting, finish commits and close the data."""
+    from prometheus_client import disable_created_metrics
+
+    from weir.metrics import MetricsEndpoint, ServerMetrics
+    from weir.server import Server
+
+    disable_created_metrics()  # type: ignore[no-untyped-call]  # no *_created: they double the output
+    metrics = ServerMetrics()
+    server = Server(
+        cfg.broker, cfg.listen, observer=ObserverFanout(metrics.observer, logs.LogObserver())
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    def on_signal(signum: int) -> None:
+        if stop.is_set():
+            log.warning("second %s: exiting without waiting", signal.Signals(signum).name)
+            os._exit(128 + signum)  # LMDB keeps every acknowledged commit across this
+        log.info("%s received: shutting down", signal.Signals(signum).name)
+        stop.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, on_signal, sig)
+
+    def alive() -> bool:
+        """False once the broker closed on its own or its group-commit thread died."""
+        broker = server.broker
+        if broker is None or server.stopping:
+            return True
+        committer = getattr(broker.store.committer, "_thread", None)
+        return not broker.closed and (committer is None or committer.is_alive())
+
+    endpoint = None
+    if cfg.metrics.enabled:
+        # up before recovery, so /healthz answers and /readyz says "not yet" while it runs
+        endpoint = MetricsEndpoint(metrics, cfg.metrics.listen, alive)
+        await endpoint.start()
+    try:
+        await server.start()
+        metrics.broker = server.broker
+        metrics.ready = True
+        if endpoint is not None:
+            announce(cfg, f"weir metrics on {endpoint.url}/metrics")
+        announce(cfg, f"weir listening on {server.endpoint}, data in {cfg.broker.data_dir}")
+        await stop.wait()
+        metrics.ready = False
+        await server.stop(cfg.shutdown_grace_s)
+    finally:
+        if endpoint is not None:
+            await endpoint.stop()
+    log.info("stopped")
+
+
+def _locked_message(data_dir: Path) -> str:
+    pid = ""
+    with contextlib.suppress(OSError):
+        pid = (data_dir / "kv" / "weir.lock").read_text().strip()
+    holder = f" (pid {pid})" if pid.isdigit() else ""
+    return f"data directory {data_dir} is in use by another weir server{holder}"
+
+
+def serve(
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            "-c",
+            envvar="WEIR_CONFIG",
+            help="TOML config file (see docs/configuration.md).",
+        ),
+    ] = None,
+    data_dir: Annotated[
+        Path | None,
+        typer.Option("--data-dir", help="Directory holding the data (config: server.data_dir)."),
+    ] = None,
+    listen: Annotated[
+        str | None, typer.Option("--listen", help="HOST:PORT for clients (config: server.listen).")
+    ] = None,
+    metrics_listen: Annotated[
+        str | None,
+        typer.Option("--metrics-listen", help="Serve /metrics, /healthz, /readyz on HOST:PORT."),
+    ] = None,
+    log_level: Annotated[
+        str | None, typer.Option("--log-level", help="debug, info, warning or error.")
+    ] = None,
+    log_json: Annotated[
+        bool | None, typer.Option("--log-json/--log-text", help="Log lines as JSON or as text.")
+    ] = None,
+) -> None:
+    """Start the server with its embedded storage (SIGTERM or Ctrl-C stops it cleanly)."""
+    overrides: dict[str, tuple[object, str]] = {}
+    if data_dir is not None:
+        overrides["server.data_dir"] = (str(data_dir), "--data-dir")
+    if listen is not None:
+        overrides["server.listen"] = (listen, "--listen")
+    if metrics_listen is not None:
+        overrides["metrics.enabled"] = (True, "--metrics-listen")
+        overrides["metrics.listen"] = (metrics_listen, "--metrics-listen")
+    if log_level is not None:
+        overrides["log.level"] = (log_level, "--log-level")
+    if log_json is not None:
+        overrides["log.json"] = (log_json, "--log-json")
+    cfg = configuration.load(config, env=os.environ, overrides=overrides)
+    logs.configure(cfg.log.level, cfg.log.json)
+    data = cfg.broker.data_dir
+    try:
+        asyncio.run(run(cfg))
+    except DataDirLockedError:
+        raise CliError(_locked_message(data)) from None
+    except WeirError as err:
+        raise CliError(err.message) from None
+    except lmdb.Error as err:
+        raise CliError(f"cannot open data directory {data}: {err}") from None
+    except OSError as err:
+        if err.strerror is None:  # ours: "cannot listen on ..." / "cannot serve metrics on ..."
+            raise CliError(str(err)) from None
+        raise CliError(f"cannot open data directory {data}: {err.strerror}") from None

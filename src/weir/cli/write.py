@@ -1,0 +1,273 @@
+"""`weir write TOPIC`: messages from stdin or a file, one per line or length-delimited."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+import struct
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Annotated
+
+import typer
+
+from weir.cli import output
+from weir.cli.common import (
+    DEFAULT_ENDPOINT,
+    DEFAULT_TIMEOUT,
+    CliError,
+    Endpoint,
+    Json,
+    Timeout,
+    bad,
+    connect,
+    unescape,
+)
+from weir.cli.progress import Progress
+from weir.errors import BadRequestError, WeirError
+from weir.storage.codecs import Codec
+
+if TYPE_CHECKING:
+    from weir.client.writer import WriteResult
+
+_LENGTH = struct.Struct(">I")
+_READ_SIZE = 1 << 16
+
+
+class CountingReader:
+    """A binary input that counts the bytes taken from it (for the progress bar)."""
+
+    def __init__(self, raw: IO[bytes]) -> None:
+        self.raw = raw
+        self.consumed = 0
+
+    def read_some(self) -> bytes:
+        """What is available now (up to 64 KiB): a line typed at a terminal arrives at once."""
+        read1 = getattr(self.raw, "read1", None)
+        data: bytes = read1(_READ_SIZE) if read1 is not None else self.raw.read(_READ_SIZE)
+        self.consumed += len(data)
+        return data
+
+    def read_exactly(self, n: int) -> bytes:
+        data = self.raw.read(n)
+        self.consumed += len(data)
+        return data
+
+
+def split_delimited(source: CountingReader, delimiter: bytes) -> Iterator[list[bytes]]:
+    """Messages separated by ``delimiter``, in groups as the input arrives.
+
+    A final delimiter does not start an empty message.
+    """
+    buf = bytearray()
+    scan = 0
+    while chunk := source.read_some():
+        buf += chunk
+        start = 0
+        group = []
+        while (i := buf.find(delimiter, max(start, scan - len(delimiter) + 1))) >= 0:
+            group.append(bytes(buf[start:i]))
+            start = i + len(delimiter)
+        del buf[:start]
+        scan = len(buf)
+        if group:
+            yield group
+    if buf:
+        yield [bytes(buf)]
+
+
+def split_length_prefixed(source: CountingReader, group_size: int = 1024) -> Iterator[list[bytes]]:
+    """Messages each preceded by its length as a 4-byte big-endian unsigned integer."""
+    n = 0
+    group: list[bytes] = []
+    while head := source.read_exactly(_LENGTH.size):
+        if len(head) < _LENGTH.size:
+            raise CliError(f"input ends inside the length of message {n + 1}")
+        (size,) = _LENGTH.unpack(head)
+        data = source.read_exactly(size)
+        if len(data) < size:
+            raise CliError(f"input ends inside message {n + 1}: {len(data)} of {size} bytes")
+        n += 1
+        group.append(data)
+        if len(group) >= group_size:
+            yield group
+            group = []
+    if group:
+        yield group
+
+
+@dataclass
+class Offsets:
+    """Where the sampled messages (first, and last of each input group) were stored.
+
+    A future per message would cost more than the write itself, so only the
+    ends of each group carry one; together they give the offset range.
+    """
+
+    first: int | None = None
+    last: int | None = None
+    partition: int | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def done(self, fut: Future[WriteResult]) -> None:
+        if fut.cancelled() or fut.exception() is not None:
+            return  # the writer's flush reports the failure
+        r = fut.result()
+        if r.offset is None:  # a duplicate: stored earlier
+            return
+        with self.lock:
+            self.partition = r.partition
+            self.first = r.offset if self.first is None else min(self.first, r.offset)
+            self.last = r.offset if self.last is None else max(self.last, r.offset)
+
+
+def _split_key(data: bytes, sep: bytes) -> tuple[bytes | None, bytes]:
+    """(key, value) split at the first ``sep``; no ``sep`` means no key."""
+    key, found, value = data.partition(sep)
+    return (key, value) if found else (None, data)
+
+
+def _headers(items: list[str] | None) -> dict[str, str] | None:
+    if not items:
+        return None
+    headers = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise bad("--header", f"expected NAME=VALUE, got {item!r}")
+        headers[name] = value
+    return headers
+
+
+def _open_input(file: Path | None) -> tuple[IO[bytes], int | None]:
+    """The input stream and its size when known (a regular file)."""
+    if file is None or str(file) == "-":
+        stream: IO[bytes] = sys.stdin.buffer
+    else:
+        try:
+            stream = file.open("rb")
+        except OSError as exc:
+            raise CliError(f"cannot read {file}: {exc.strerror}") from None
+    try:
+        st = os.fstat(stream.fileno())
+    except (OSError, ValueError):
+        return stream, None
+    return stream, st.st_size if stat.S_ISREG(st.st_mode) else None
+
+
+def write(
+    topic: Annotated[str, typer.Argument(help="Topic to write to.")],
+    file: Annotated[
+        Path | None,
+        typer.Option("--file", "-f", help="Read messages from this file instead of stdin."),
+    ] = None,
+    delimiter: Annotated[
+        str, typer.Option("--delimiter", "-D", help=r"Message separator (escapes: \n \t \0).")
+    ] = r"\n",
+    length_delimited: Annotated[
+        bool,
+        typer.Option(
+            "--length-delimited", help="Each message is a 4-byte big-endian length, then the bytes."
+        ),
+    ] = False,
+    key: Annotated[str | None, typer.Option("--key", "-k", help="Key of every message.")] = None,
+    key_delimiter: Annotated[
+        str | None,
+        typer.Option(
+            "--key-delimiter", "-K", help="Split each message at the first SEP into key and value."
+        ),
+    ] = None,
+    header: Annotated[
+        list[str] | None,
+        typer.Option("--header", "-H", help="Header NAME=VALUE on every message (repeat)."),
+    ] = None,
+    producer_id: Annotated[
+        str | None,
+        typer.Option(
+            "--producer-id", "-P", help="Producer id: pins a partition; resends are deduplicated."
+        ),
+    ] = None,
+    partition: Annotated[
+        int | None, typer.Option("--partition", "-p", min=0, help="Write to this partition.")
+    ] = None,
+    codec: Annotated[str, typer.Option(help="Compression: raw, gzip, lz4 or zstd.")] = "raw",
+    progress: Annotated[
+        bool | None,
+        typer.Option("--progress/--no-progress", help="Progress bar (default: on a terminal)."),
+    ] = None,
+    endpoint: Endpoint = DEFAULT_ENDPOINT,
+    timeout: Timeout = DEFAULT_TIMEOUT,
+    json_out: Json = False,
+) -> None:
+    """Write messages read from stdin (or --file): one per line by default."""
+    if key is not None and key_delimiter is not None:
+        raise bad("--key-delimiter", "give either --key or --key-delimiter, not both")
+    sep = unescape(delimiter).encode()
+    if not sep:
+        raise bad("--delimiter", "must not be empty")
+    ksep = unescape(key_delimiter).encode() if key_delimiter is not None else None
+    headers = _headers(header)
+    try:
+        Codec.parse(codec)
+    except BadRequestError:
+        raise bad("--codec", f"unknown codec {codec!r}: use raw, gzip, lz4 or zstd") from None
+    stream, size = _open_input(file)
+    source = CountingReader(stream)
+    messages = split_length_prefixed(source) if length_delimited else split_delimited(source, sep)
+    show = (
+        progress if progress is not None else output.stderr.is_terminal and not sys.stdin.isatty()
+    )
+    offsets = Offsets()
+    sent = nbytes = 0
+    started = time.monotonic()
+    with connect(endpoint) as client, Progress(f"writing {topic}", total=size, enabled=show) as bar:
+        writer = client.writer(topic, producer_id=producer_id, partition=partition, codec=codec)
+        try:
+            writer.wait_init(timeout)
+            for group in messages:
+                for i, data in enumerate(group):
+                    k: bytes | str | None = key
+                    if ksep is not None:
+                        k, data = _split_key(data, ksep)
+                    if sent == 0 or i == len(group) - 1:
+                        fut = writer.write_future(data, key=k, headers=headers)
+                        fut.add_done_callback(offsets.done)
+                    else:
+                        writer.write(data, key=k, headers=headers)
+                    sent += 1
+                    nbytes += len(data)
+                bar.update(completed=source.consumed, messages=sent)
+            writer.flush(timeout=None)
+            bar.finish(completed=source.consumed, messages=sent)
+        except WeirError as err:
+            sent_before = f" ({sent} messages were sent before it)" if sent else ""
+            raise CliError(err.message + sent_before) from None
+        finally:
+            with contextlib.suppress(WeirError):
+                writer.close(timeout)
+            if stream is not sys.stdin.buffer:
+                stream.close()
+    seconds = time.monotonic() - started
+    result = {
+        "topic": topic,
+        "messages": sent,
+        "bytes": nbytes,
+        "partition": offsets.partition if offsets.partition is not None else writer.partition,
+        "first_offset": offsets.first,
+        "last_offset": offsets.last,
+        "producer_id": writer.producer_id,
+        "seconds": round(seconds, 3),
+    }
+    if json_out:
+        output.print_json(result)
+        return
+    where = ""
+    if offsets.first is not None:
+        where = f": partition {result['partition']}, offsets {offsets.first}..{offsets.last}"
+    output.stderr.print(f"wrote {sent} messages ({output.human_bytes(nbytes)}) to {topic}{where}")

@@ -1,0 +1,325 @@
+"""Prometheus metrics of one server, and the HTTP endpoint that serves them.
+
+Two sources feed one per-server registry: `PrometheusObserver` counts broker
+events as they happen (writes, reads, refusals, group commits), and
+`BrokerCollector` reads the live broker when scraped (offsets, sizes, queues,
+consumer lag), so gauges cost nothing between scrapes. `MetricsEndpoint` serves
+``/metrics``, ``/healthz`` and ``/readyz`` from the server's own event loop: a
+scrape reads broker state without locks, and an answer from ``/healthz`` proves
+the loop that serves clients is responsive.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    ProcessCollector,
+    generate_latest,
+)
+from prometheus_client.core import GaugeMetricFamily, Metric
+
+import weir
+from weir.broker.observer import BrokerObserver
+from weir.broker.topics import short_topic
+
+if TYPE_CHECKING:
+    from weir.broker.broker import Broker
+
+log = logging.getLogger("weir.metrics")
+
+_TP = ("topic", "partition")
+_COMMIT_SECONDS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+_COMMIT_JOBS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+_COMMIT_BYTES = tuple(float(1 << n) for n in range(10, 29, 2))  # 1 KiB .. 256 MiB
+
+
+class PrometheusObserver(BrokerObserver):
+    """Broker events as counters and histograms (topic names as users type them)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        r = registry
+        self.written_messages = Counter(
+            "weir_written_messages", "Messages stored (acknowledged writes).", _TP, registry=r
+        )
+        self.written_bytes = Counter(
+            "weir_written_bytes", "Bytes committed to storage for writes.", _TP, registry=r
+        )
+        self.dedup_skipped = Counter(
+            "weir_dedup_skipped_messages",
+            "Messages dropped as duplicates (seq_no not above the producer's last).",
+            _TP,
+            registry=r,
+        )
+        self.read_bytes = Counter(
+            "weir_read_bytes", "Stored bytes sent to readers.", _TP, registry=r
+        )
+        self.read_responses = Counter(
+            "weir_read_responses",
+            "Read responses (chunks of stored batches) sent.",
+            _TP,
+            registry=r,
+        )
+        self.refusals = Counter(
+            "weir_write_refusals",
+            "Writes refused by backpressure: overloaded, overflow (partition limits), storage_full.",
+            (*_TP, "reason"),
+            registry=r,
+        )
+        self.consumer_commits = Counter(
+            "weir_consumer_commits",
+            "Committed offset moves of consumers.",
+            (*_TP, "consumer"),
+            registry=r,
+        )
+        self.commit_seconds = Histogram(
+            "weir_group_commit_seconds",
+            "Duration of one group commit (one transaction and fsync).",
+            buckets=_COMMIT_SECONDS,
+            registry=r,
+        )
+        self.commit_jobs = Histogram(
+            "weir_group_commit_jobs",
+            "Jobs (partition writes, offset commits, ...) merged into one group commit.",
+            buckets=_COMMIT_JOBS,
+            registry=r,
+        )
+        self.commit_bytes = Histogram(
+            "weir_group_commit_bytes",
+            "Bytes written by one group commit.",
+            buckets=_COMMIT_BYTES,
+            registry=r,
+        )
+
+    def on_write(self, topic: str, partition: int, records: int, nbytes: int, skipped: int) -> None:
+        labels = (short_topic(topic), str(partition))
+        self.written_messages.labels(*labels).inc(records)
+        self.written_bytes.labels(*labels).inc(nbytes)
+        if skipped:
+            self.dedup_skipped.labels(*labels).inc(skipped)
+
+    def on_read(self, topic: str, partition: int, nbytes: int) -> None:
+        labels = (short_topic(topic), str(partition))
+        self.read_bytes.labels(*labels).inc(nbytes)
+        self.read_responses.labels(*labels).inc()
+
+    def on_refused(self, topic: str, partition: int, reason: str) -> None:
+        self.refusals.labels(short_topic(topic), str(partition), reason).inc()
+
+    def on_commit(self, jobs: int, nbytes: int, seconds: float) -> None:
+        self.commit_seconds.observe(seconds)
+        self.commit_jobs.observe(jobs)
+        self.commit_bytes.observe(nbytes)
+
+    def on_consumer_commit(self, topic: str, partition: int, consumer: str, offset: int) -> None:
+        self.consumer_commits.labels(short_topic(topic), str(partition), consumer).inc()
+
+
+class BrokerCollector:
+    """Gauges read from the live broker at scrape time (nothing while it is not open)."""
+
+    def __init__(self, metrics: ServerMetrics) -> None:
+        self.metrics = metrics
+
+    def describe(self) -> Iterable[Metric]:
+        return self._families()
+
+    def _families(self) -> list[GaugeMetricFamily]:
+        tp = list(_TP)
+        tpc = [*tp, "consumer"]
+        return [
+            GaugeMetricFamily("weir_build_info", "weir version.", labels=["version"]),
+            GaugeMetricFamily("weir_ready", "1 while the server accepts clients, else 0."),
+            GaugeMetricFamily("weir_broker_generation", "Restarts of this data directory."),
+            GaugeMetricFamily("weir_topics", "Topics."),
+            GaugeMetricFamily(
+                "weir_partition_start_offset", "First offset still stored.", labels=tp
+            ),
+            GaugeMetricFamily(
+                "weir_partition_end_offset", "Offset the next message will get.", labels=tp
+            ),
+            GaugeMetricFamily("weir_partition_size_bytes", "Bytes stored.", labels=tp),
+            GaugeMetricFamily(
+                "weir_partition_head_bytes",
+                "Bytes in small head blobs, not yet compacted.",
+                labels=tp,
+            ),
+            GaugeMetricFamily(
+                "weir_partition_queued_bytes",
+                "Bytes waiting for commit (writes are refused past limits.max_partition_queue_bytes).",
+                labels=tp,
+            ),
+            GaugeMetricFamily(
+                "weir_consumer_committed_offset",
+                "Next offset the consumer will read.",
+                labels=tpc,
+            ),
+            GaugeMetricFamily(
+                "weir_consumer_lag_messages",
+                "Messages stored but not yet committed by the consumer.",
+                labels=tpc,
+            ),
+            GaugeMetricFamily("weir_storage_used_bytes", "Size of the LMDB data file."),
+            GaugeMetricFamily(
+                "weir_storage_capacity_bytes", "Largest size of the LMDB file (storage.map_size)."
+            ),
+            GaugeMetricFamily(
+                "weir_storage_disk_free_bytes", "Free space of the disk holding the data."
+            ),
+            GaugeMetricFamily(
+                "weir_group_commit_pending_jobs", "Jobs waiting for the next group commit."
+            ),
+        ]
+
+    def collect(self) -> Iterable[Metric]:
+        fams = {f.name: f for f in self._families()}
+        fams["weir_build_info"].add_metric([weir.__version__], 1)
+        fams["weir_ready"].add_metric([], 1 if self.metrics.ready else 0)
+        broker = self.metrics.broker
+        if broker is not None and not broker.closed:
+            self._collect_broker(broker, fams)
+        return list(fams.values())
+
+    @staticmethod
+    def _collect_broker(broker: Broker, fams: dict[str, GaugeMetricFamily]) -> None:
+        fams["weir_broker_generation"].add_metric([], broker.generation)
+        topics = broker.list_topics()
+        fams["weir_topics"].add_metric([], len(topics))
+        for cfg in topics:
+            name = short_topic(cfg.name)
+            for info in broker.partitions(cfg.name):
+                labels = [name, str(info.partition)]
+                actor = broker.actor(cfg.name, info.partition)
+                fams["weir_partition_start_offset"].add_metric(labels, info.start_offset)
+                fams["weir_partition_end_offset"].add_metric(labels, info.end_offset)
+                fams["weir_partition_size_bytes"].add_metric(labels, info.size_bytes)
+                fams["weir_partition_head_bytes"].add_metric(labels, actor.log.head_bytes)
+                fams["weir_partition_queued_bytes"].add_metric(labels, actor.queued_bytes)
+            for consumer in cfg.consumers:
+                for c in broker.describe_consumer(cfg.name, consumer):
+                    labels = [name, str(c.partition), consumer]
+                    fams["weir_consumer_committed_offset"].add_metric(labels, c.committed_offset)
+                    fams["weir_consumer_lag_messages"].add_metric(labels, c.lag)
+        usage = broker.store.kv.usage()
+        fams["weir_storage_used_bytes"].add_metric([], usage.used_bytes)
+        fams["weir_storage_capacity_bytes"].add_metric([], usage.capacity_bytes)
+        fams["weir_storage_disk_free_bytes"].add_metric([], usage.disk_free_bytes)
+        fams["weir_group_commit_pending_jobs"].add_metric([], broker.store.committer.pending)
+
+
+class ServerMetrics:
+    """The metrics of one server: a registry of its own, the observer, the broker gauges."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.observer = PrometheusObserver(self.registry)
+        self.broker: Broker | None = None
+        self.ready = False
+        self.registry.register(BrokerCollector(self))
+        ProcessCollector(registry=self.registry)
+
+    def exposition(self) -> bytes:
+        """The Prometheus text format of every series."""
+        return generate_latest(self.registry)
+
+
+_MAX_HEADER_LINES = 100
+_READ_TIMEOUT = 10.0
+_REASONS = {
+    200: "OK",
+    400: "Bad Request",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    503: "Service Unavailable",
+}
+
+
+class MetricsEndpoint:
+    """``/metrics``, ``/healthz`` and ``/readyz`` over HTTP/1.1 on the running event loop."""
+
+    def __init__(
+        self, metrics: ServerMetrics, listen: str, alive: Callable[[], bool] = lambda: True
+    ) -> None:
+        host, _, port = listen.rpartition(":")
+        self.host = host.strip("[]")
+        self.port = int(port)
+        self.metrics = metrics
+        self.alive = alive
+        self._server: asyncio.Server | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    async def start(self) -> None:
+        try:
+            self._server = await asyncio.start_server(self._serve, self.host, self.port)
+        except OSError as exc:
+            raise OSError(
+                f"cannot serve metrics on {self.host}:{self.port}: {exc.strerror or exc}"
+            ) from None
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            with contextlib.suppress(Exception):
+                await self._server.wait_closed()
+            self._server = None
+
+    def respond(self, method: str, path: str) -> tuple[int, str, bytes]:
+        """(status, content type, body) for one request."""
+        text = "text/plain; charset=utf-8"
+        if method not in ("GET", "HEAD"):
+            return 405, text, b"only GET\n"
+        path = path.split("?", 1)[0]
+        if path == "/metrics":
+            return 200, CONTENT_TYPE_LATEST, self.metrics.exposition()
+        if path == "/healthz":
+            ok = self.alive()
+            return (200, text, b"ok\n") if ok else (503, text, b"failed\n")
+        if path == "/readyz":
+            if self.metrics.ready:
+                return 200, text, b"ready\n"
+            return 503, text, b"not ready: starting or shutting down\n"
+        if path == "/":
+            return 200, text, b"weir: /metrics /healthz /readyz\n"
+        return 404, text, b"not found: try /metrics, /healthz or /readyz\n"
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            request = await asyncio.wait_for(reader.readline(), _READ_TIMEOUT)
+            for _ in range(_MAX_HEADER_LINES):
+                line = await asyncio.wait_for(reader.readline(), _READ_TIMEOUT)
+                if line in (b"\r\n", b"\n", b""):
+                    break
+            parts = request.decode("latin-1").split()
+            if len(parts) != 3:
+                status, ctype, body = 400, "text/plain", b"bad request\n"
+                method = "GET"
+            else:
+                method = parts[0]
+                status, ctype, body = self.respond(method, parts[1])
+            head = (
+                f"HTTP/1.1 {status} {_REASONS.get(status, '')}\r\n"
+                f"Content-Type: {ctype}\r\nContent-Length: {len(body)}\r\n"
+                "Connection: close\r\n\r\n"
+            )
+            writer.write(head.encode() + (b"" if method == "HEAD" else body))
+            await writer.drain()
+        except (TimeoutError, ConnectionError, asyncio.IncompleteReadError):
+            pass
+        except Exception:
+            log.exception("metrics request failed")
+        finally:
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()

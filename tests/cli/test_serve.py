@@ -1,0 +1,125 @@
+"""`weir serve` as an operator runs it: config file, environment, signals, refusals to start."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.cli.conftest import Weir, metrics_url, one_line_error
+from tests.conftest import ROOT, ServerProcess
+
+
+def serve_once(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 30
+) -> subprocess.CompletedProcess[str]:
+    """`weir serve` that is expected to refuse to start (it must exit by itself)."""
+    return subprocess.run(
+        [sys.executable, "-m", "weir.cli", "serve", *args],
+        capture_output=True,
+        text=True,
+        env=Weir().env(env),
+        cwd=ROOT,
+        timeout=timeout,
+    )
+
+
+def test_sigterm_stops_cleanly_and_a_second_server_is_refused(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    weir = Weir(server.endpoint)
+    assert weir("topic", "create", "kept").code == 0
+    assert weir("write", "kept", input="a\nb\n").code == 0
+    assert server.proc is not None
+    locked = serve_once("--data-dir", str(server.data_dir), "--listen", "127.0.0.1:0")
+    assert locked.returncode == 1
+    holder = f"in use by another weir server (pid {server.proc.pid})"
+    assert holder in locked.stderr.splitlines()[-1]
+
+    assert server.stop() == 0
+    log = "".join(server.log)
+    assert "SIGTERM received: shutting down" in log
+    assert "broker closed" in log
+    server.start()
+    assert Weir(server.endpoint)("read", "kept").text == "a\nb\n"
+
+
+def test_an_unusable_data_dir_is_a_clear_error(tmp_path: Path) -> None:
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("")
+    broken = serve_once("--data-dir", str(not_a_dir), "--listen", "127.0.0.1:0")
+    assert broken.returncode == 1
+    assert f"cannot open data directory {not_a_dir}" in broken.stderr.splitlines()[-1]
+
+
+def test_bad_config_is_one_line_naming_the_key_and_exit_2(tmp_path: Path) -> None:
+    def check(
+        toml: str | None, mentioned: list[str], env: dict[str, str] | None = None, *args: str
+    ) -> None:
+        extra = list(args)
+        if toml is not None:
+            path = tmp_path / "weir.toml"
+            path.write_text(toml)
+            extra += ["--config", str(path)]
+        result = serve_once("--data-dir", str(tmp_path / "data"), *extra, env=env)
+        assert result.returncode == 2, result.stderr
+        lines = result.stderr.splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: config: "), result.stderr
+        for word in mentioned:
+            assert word in lines[0], (word, lines[0])
+
+    check('[storage]\nmap_size = "lots"\n', ["storage.map_size", '"lots"', "weir.toml"])
+    check("[storage]\nmapsize = 1\n", ["storage.mapsize", "unknown key", "did you mean map_size"])
+    check("[stroage]\n", ["stroage", "unknown section"])
+    check("[server]\nlisten = 2136\n", ["server.listen", "2136"])
+    check("[log\n", ["not valid TOML", "line 1"])
+    check(None, ["log.level", '"loud"', "WEIR_LOG_LEVEL"], {"WEIR_LOG_LEVEL": "loud"})
+    check(None, ["WEIR_STORAGE_MAPSIZE", "unknown"], {"WEIR_STORAGE_MAPSIZE": "1"})
+    check(None, ["server.listen", "--listen"], None, "--listen", "nowhere")
+    check('[storage]\nlow_watermark = "16MiB"\n', ["storage.low_watermark", "max_blob_size"])
+    assert not (tmp_path / "data").exists()  # nothing was started
+
+
+def test_config_file_env_and_json_logs(tmp_path: Path) -> None:
+    config = tmp_path / "weir.toml"
+    config.write_text(
+        '[topics]\ndefault_partitions = 3\ndefault_retention_ms = "2h"\n'
+        '[metrics]\nenabled = true\nlisten = "127.0.0.1:0"\n'
+        "[log]\njson = false\n"
+    )
+    srv = ServerProcess(tmp_path / "data", "--config", str(config), env={"WEIR_LOG_JSON": "true"})
+    srv.start()
+    try:
+        created = Weir(srv.endpoint)("topic", "create", "configured", "--json").json()
+        assert (created["partitions"], created["retention_ms"]) == (3, 2 * 3600 * 1000)
+        assert metrics_url(srv).startswith("http://127.0.0.1:")
+    finally:
+        assert srv.stop() == 0
+    events = [json.loads(line) for line in srv.log]  # the environment beat the file: all JSON
+    assert {"ts", "level", "logger", "msg"} <= events[0].keys()
+    assert any(e["msg"].startswith("weir listening on ") for e in events)
+    assert any("configured" in e["msg"] for e in events)  # the topic creation, as an event
+
+
+def test_config_default_is_a_valid_file_and_check_reports_sources(tmp_path: Path) -> None:
+    weir = Weir()
+    default = weir("config", "default")
+    assert default.code == 0
+    path = tmp_path / "weir.toml"
+    path.write_bytes(default.out)
+    checked = weir(
+        "config",
+        "check",
+        "--config",
+        str(path),
+        "--json",
+        env={"WEIR_SERVER_LISTEN": "127.0.0.1:9999"},
+    )
+    doc = checked.json()
+    assert doc["server.listen"] == {"value": "127.0.0.1:9999", "source": "WEIR_SERVER_LISTEN"}
+    assert doc["storage.map_size"] == {"value": 1 << 40, "source": str(path)}
+    assert doc["topics.default_retention_ms"]["value"] == 7 * 24 * 3600 * 1000
+    bad = weir("config", "check", "--config", str(tmp_path / "missing.toml"))
+    assert bad.code == 2
+    assert "does not exist" in one_line_error(bad)

@@ -1,0 +1,126 @@
+"""`weir topic ...` and `weir consumer ...` against a real server: tables, JSON, errors."""
+
+from __future__ import annotations
+
+import socket
+
+from tests.cli.conftest import Weir, one_line_error
+from weir.client.sync import Client
+
+
+def test_create_describe_alter_list_drop(weir: Weir, topic_name: str) -> None:
+    created = weir(
+        "topic",
+        "create",
+        topic_name,
+        "--partitions",
+        "2",
+        "--retention",
+        "12h",
+        "--max-partition-bytes",
+        "1GiB",
+        "--consumer",
+        "audit",
+        "--json",
+    ).json()
+    assert created["name"] == topic_name
+    assert created["partitions"] == 2
+    assert created["retention_ms"] == 12 * 3600 * 1000
+    assert created["max_partition_bytes"] == 1 << 30
+    assert [c["name"] for c in created["consumers"]] == ["audit"]
+
+    table = weir("topic", "describe", topic_name)
+    assert table.code == 0, table.err
+    assert topic_name in table.text and "12h" in table.text and "audit" in table.text
+
+    altered = weir(
+        "topic",
+        "alter",
+        topic_name,
+        "--partitions",
+        "3",
+        "--retention",
+        "none",
+        "--add-important-consumer",
+        "billing",
+        "--drop-consumer",
+        "audit",
+        "--json",
+    ).json()
+    assert altered["partitions"] == 3
+    assert altered["retention_ms"] is None
+    assert altered["consumers"] == [{"name": "billing", "important": True, "read_from_ms": 0}]
+    assert [p["partition"] for p in altered["partition_info"]] == [0, 1, 2]
+
+    listed = weir("topic", "list", topic_name[:10], "--json").json()
+    assert topic_name in [t["name"] for t in listed]
+    assert topic_name in weir("topic", "list").text
+
+    assert weir("topic", "drop", topic_name, "--json").json() == {"dropped": topic_name}
+    gone = weir("topic", "describe", topic_name)
+    assert gone.code == 1
+    assert "does not exist" in one_line_error(gone)
+
+
+def test_server_refusals_are_one_line_errors_with_status_1(
+    weir: Weir, sdk: Client, topic_name: str
+) -> None:
+    sdk.create_topic(topic_name, 2)
+    again, shrink, nobody = weir.many(
+        ["topic", "create", topic_name],
+        ["topic", "alter", topic_name, "--partitions", "1"],
+        ["consumer", "describe", topic_name, "nobody"],
+    )
+    assert (again.code, shrink.code, nobody.code) == (1, 1, 1)
+    assert "already exists" in one_line_error(again)
+    assert "never removed" in one_line_error(shrink)
+    assert "nobody" in one_line_error(nobody)
+
+
+def test_bad_arguments_are_one_line_errors_with_status_2(weir: Weir, topic_name: str) -> None:
+    cases = [
+        (["topic", "create", topic_name, "--partitions", "many"], "--partitions"),
+        (["topic", "create", topic_name, "--retention", "forever"], "--retention"),
+        (["topic", "create", topic_name, "--codec", "brotli"], "--codec"),
+        (["topic", "create", topic_name, "--bogus"], "--bogus"),
+        (["topic", "alter", topic_name], "nothing to change"),
+        (["topic", "describe"], "topic"),
+        (["read", topic_name, "--from", "yesterday"], "--from"),
+        (["read", topic_name, "--format", "{nope}"], "{nope}"),
+        (["read", topic_name, "--since", "last tuesday"], "--since"),
+        (["write", topic_name, "--header", "novalue"], "--header"),
+        (["frobnicate"], "frobnicate"),
+    ]
+    for (args, mentioned), result in zip(cases, weir.many(*(a for a, _ in cases)), strict=True):
+        assert result.code == 2, (args, result.err)
+        assert mentioned in one_line_error(result), (args, result.err)
+    # nothing was created by the refused commands
+    assert weir("topic", "describe", topic_name).code == 1
+
+
+def test_unreachable_server_is_a_one_line_error() -> None:
+    with socket.socket() as s:  # a loopback port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    result = Weir(f"127.0.0.1:{port}")("topic", "list", "--timeout", "0.5")
+    assert result.code == 1
+    assert f"127.0.0.1:{port}" in one_line_error(result)
+
+
+def test_consumer_describe_and_commit(weir: Weir, sdk: Client, topic_name: str) -> None:
+    sdk.create_topic(topic_name, 2)
+    with sdk.writer(topic_name, partition=1) as writer:
+        for value in ("a", "b", "c"):
+            writer.write(value)
+    moved = weir("consumer", "commit", topic_name, "ops", "1", "2", "--json").json()
+    assert moved["changed"] is True
+    assert moved["lag"] == 1
+    assert [
+        (p["partition"], p["committed_offset"], p["end_offset"], p["lag"])
+        for p in moved["partitions"]
+    ] == [(0, 0, 0, 0), (1, 2, 3, 1)]
+    back = weir("consumer", "commit", topic_name, "ops", "1", "0")
+    assert back.code == 0 and "--allow-backwards" in back.err
+    assert "committed" in back.text and "lag" in back.text  # the table after the commit
+    rewound = weir("consumer", "commit", topic_name, "ops", "1", "0", "--allow-backwards", "--json")
+    assert rewound.json()["lag"] == 3
