@@ -1,9 +1,10 @@
 """The README's five-minute tour, run exactly as written against a fresh server.
 
 README.md quotes `TOUR` in a fenced block opened with ```console tour: lines
-starting with "$ " are typed commands, the lines after one are (part of) what it
-prints. The commands must be these, in this order, and every output line the
-README shows must appear in what the command really prints.
+starting with "$ " are typed commands, the lines after one are what it prints.
+The commands must be these, in this order; every output line the README shows
+must be a line the command really prints (spacing at the ends aside), and a
+`weir read` must print exactly the messages shown.
 """
 
 from __future__ import annotations
@@ -25,17 +26,17 @@ TOUR: list[tuple[str, str]] = [
         "wrote 2 messages (10 B) to orders: partition 0, offsets 0..1",
     ),
     (
-        "weir read orders",
-        "hello\nworld",
+        "weir read orders --format '{partition}:{offset} {value}'",
+        "0:0 hello\n0:1 world",
     ),
     (
-        "weir read orders --consumer billing --count 1 --format '{partition}:{offset} {value}'",
-        "0:0 hello",
+        "weir read orders --consumer billing --count 1",
+        "hello",
     ),
     (
         "weir consumer describe orders billing",
         """\
-                consumer billing of orders
+consumer billing of orders
 ┏━━━━━━━━━━━┳━━━━━━━━━━━┳━━━━━┳━━━━━┓
 ┃ partition ┃ committed ┃ end ┃ lag ┃
 ┡━━━━━━━━━━━╇━━━━━━━━━━━╇━━━━━╇━━━━━┩
@@ -46,9 +47,8 @@ TOUR: list[tuple[str, str]] = [
 └───────────┴───────────┴─────┴─────┘""",
     ),
     (
-        "weir read orders --consumer billing --json",
-        '{"topic": "orders", "partition": 0, "offset": 1, "key": null, "value": "world", '
-        '"headers": {}, "producer_id": "shop-1", "seq_no": 2,',
+        "weir read orders --consumer billing",
+        "world",
     ),
 ]
 
@@ -84,6 +84,8 @@ def test_the_tour_runs_as_written(server: ServerProcess) -> None:
     for command, expected in steps or TOUR:
         result = weir.shell(command)
         assert result.code == 0, f"{command}\n{result.err}"
-        printed = result.text + result.err
+        printed = _lines(result.text + result.err)
         for line in _lines(expected):
             assert line in printed, f"{command}: {line!r} not in\n{printed}"
+        if command.startswith("weir read"):  # messages: all of them, nothing else
+            assert _lines(result.text) == _lines(expected), command
