@@ -179,7 +179,13 @@ class Broker:
             self._partition_config(cfg),
             label=f"{short_topic(cfg.name)}/{partition}",
             verify_all=self.config.verify_on_start,
+            strict=False,
         )
+        if plog.damage is not None:
+            log.error(
+                "partition opened damaged, its damaged range and writes are refused: %s",
+                plog.damage,
+            )
         actor = PartitionActor(
             plog,
             self.store.committer,

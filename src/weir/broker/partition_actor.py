@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import logging
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -23,9 +24,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from weir.broker.observer import NULL_OBSERVER, BrokerObserver
-from weir.errors import ClosedError, OverloadedError, UnavailableError, WeirError
+from weir.errors import ClosedError, InternalError, OverloadedError, UnavailableError, WeirError
 from weir.storage.committer import GroupCommitter
 from weir.storage.partition import BatchResult, IncomingBatch, PartitionLog, ReadResult
+
+log = logging.getLogger("weir.partition")
 
 
 class ActorState(enum.Enum):
@@ -206,6 +209,13 @@ class PartitionActor:
                 _fail(it.future, exc)
             self._fail_queue(exc)
             return
+        except Exception as exc:  # a bug must fail these writes, not leave them hanging
+            log.exception("prepare_write failed on %s/%d", self.topic, self.partition)
+            bug = InternalError(f"write failed on the server: {exc!r}")
+            for it in items:
+                _fail(it.future, bug)
+            self._fail_queue(bug)
+            return
         try:
             await asyncio.wrap_future(self.committer.submit(change.ops, change.nbytes))
         except BaseException as exc:
@@ -250,7 +260,7 @@ class PartitionActor:
                 raise
             self.log.apply(change)
             _resolve(item.future, change.drop_front)
-        except WeirError as exc:
+        except Exception as exc:
             _fail(item.future, exc)
 
     def _fail_queue(self, exc: BaseException) -> None:

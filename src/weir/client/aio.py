@@ -23,7 +23,7 @@ from weir.client.connection import Connection, error_from_rpc
 from weir.client.messages import Batch, Message
 from weir.client.reader import PartitionSession, ReaderCore, Start
 from weir.client.writer import WriterCore, WriteResult, WriterSettings
-from weir.errors import BadRequestError
+from weir.errors import BadRequestError, WeirError
 from weir.protocols.native import weir_pb2 as pb
 from weir.storage.codecs import Codec
 
@@ -95,6 +95,12 @@ class Writer:
     @property
     def producer_id(self) -> str | None:
         return self._core.producer_id
+
+    @property
+    def last_error(self) -> WeirError | None:
+        """The retryable error (server down, storage full, overloaded...) behind the latest
+        reconnect; the writer keeps retrying, this says why it is waiting."""
+        return self._core.last_error
 
     async def wait_init(self, timeout: float | None = 30.0) -> Writer:
         await self._core.wait_init(timeout)

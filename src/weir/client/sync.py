@@ -20,7 +20,7 @@ from weir.client.loop import LoopThread
 from weir.client.messages import Batch, Message
 from weir.client.reader import PartitionSession, Start
 from weir.client.writer import WriteResult
-from weir.errors import ClosedError
+from weir.errors import ClosedError, WeirError
 from weir.storage.codecs import Codec
 
 
@@ -43,6 +43,12 @@ class Writer:
     @property
     def producer_id(self) -> str | None:
         return self._core.producer_id
+
+    @property
+    def last_error(self) -> WeirError | None:
+        """The retryable error (server down, storage full, overloaded...) behind the latest
+        reconnect; the writer keeps retrying, this says why it is waiting."""
+        return self._core.last_error
 
     def wait_init(self, timeout: float | None = 30.0) -> Writer:
         self._loop.run(self._core.wait_init(timeout))

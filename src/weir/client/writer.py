@@ -201,6 +201,7 @@ class WriterCore:
         self.last_seq_no: int | None = None
         self.session_id = ""
         self.reconnects = 0
+        self.last_error: WeirError | None = None  # the retryable error behind the latest reconnect
         self._tasks: list[asyncio.Task[None]] = []
 
     # ------------------------------------------------------------------ start / stop
@@ -515,6 +516,7 @@ class WriterCore:
                 if self._closed:
                     return
                 self.reconnects += 1
+                self.last_error = err
                 delay = backoff.next_delay()
                 log.info("writer to %s: %s; reconnecting in %.2f s", self.topic, err.message, delay)
                 await asyncio.sleep(delay)

@@ -193,6 +193,7 @@ class PartitionLog:
         self._last_written = 0
         self._read_start = 0  # >= start_offset while a retention step is in flight
         self._pending: PreparedChange | None = None
+        self.damage: CorruptDataError | None = None  # set when opened damaged (strict=False)
 
     # ------------------------------------------------------------------ recovery
 
@@ -207,19 +208,34 @@ class PartitionLog:
         label: str = "",
         space_check: SpaceCheck | None = None,
         verify_all: bool = False,
+        strict: bool = True,
     ) -> PartitionLog:
         """Rebuild a partition (offsets, blob list, head bytes, producers) from the KV alone.
 
         The head is checked batch by batch (CRC and offsets); big blobs are checked
-        for presence, and fully with ``verify_all``. Inconsistency raises
-        CorruptDataError naming the partition and offset.
+        for presence, and fully with ``verify_all``. Damage raises CorruptDataError
+        naming the partition and offset; with ``strict=False`` the partition opens
+        *damaged* instead (`damage` holds the error): the damaged range is refused
+        on read, writes are refused, and the rest stays readable, so one bad
+        partition does not keep a whole server from starting.
         """
         log = cls(kv, committer, log_id, config, label=label, space_check=space_check)
-        prefix = keys.log_prefix(log_id)
-        stop = keys.log_prefix(log_id + 1) if log_id < (1 << 64) - 1 else None
-        with kv.snapshot() as view:
+        try:
+            log._load(verify_all)
+        except CorruptDataError as err:
+            if strict:
+                raise
+            log.damage = err
+        return log
+
+    def _load(self, verify_all: bool) -> None:
+        prefix = keys.log_prefix(self.log_id)
+        stop = keys.log_prefix(self.log_id + 1) if self.log_id < (1 << 64) - 1 else None
+        with self.kv.snapshot() as view:
             raw_meta = view.get(keys.PARTITIONS, prefix)
             meta = PartitionMeta.unpack(raw_meta) if raw_meta is not None else PartitionMeta(0, 0)
+            self.start_offset = self._read_start = meta.start_offset
+            self.end_offset = meta.end_offset
             blobs: list[BlobInfo] = []
             for k, v in view.scan(keys.BLOB_INDEX, prefix, stop):
                 _, first, count = keys.parse_index_key(k)
@@ -230,48 +246,41 @@ class PartitionLog:
                     raise CorruptDataError(
                         f"blob index has a gap or overlap: blob starts at {b.first_offset}, "
                         f"expected {expected}",
-                        partition=log.label,
+                        partition=self.label,
                         offset=expected,
                     )
                 expected = b.end_offset
             if expected != meta.end_offset:
                 raise CorruptDataError(
                     f"blobs end at {expected} but partition meta says {meta.end_offset}",
-                    partition=log.label,
+                    partition=self.label,
                     offset=expected,
                 )
+            self._blobs = blobs
+            self._firsts = [b.first_offset for b in blobs]
+            self.size_bytes = sum(b.size for b in blobs)
+            self._last_written = blobs[-1].max_written if blobs else 0
             head_start = len(blobs)
             while head_start > 0 and blobs[head_start - 1].is_head:
                 head_start -= 1
+            self._head_count = len(blobs) - head_start
+            for k, v in view.scan(keys.PRODUCERS, prefix, stop):
+                self.producers[k[len(prefix) :].decode()] = ProducerState.unpack(v)
             for i, b in enumerate(blobs):
                 if i >= head_start or verify_all:
-                    data = log._fetch(view, b)
-                    log._walk(data, b, b.first_offset, b.end_offset, verify=True)
+                    data = self._fetch(view, b)
+                    self._walk(data, b, b.first_offset, b.end_offset, verify=True)
                     if i >= head_start:
-                        log._head_data[b.first_offset] = bytes(data)
+                        self._head_data[b.first_offset] = bytes(data)
                 else:
                     for part in range(b.parts):
-                        if (
-                            view.get(
-                                keys.BLOBS, keys.blob_key(log_id, b.first_offset, b.count, part)
-                            )
-                            is None
-                        ):
+                        key = keys.blob_key(self.log_id, b.first_offset, b.count, part)
+                        if view.get(keys.BLOBS, key) is None:
                             raise CorruptDataError(
                                 f"blob part {part} is missing",
-                                partition=log.label,
+                                partition=self.label,
                                 offset=b.first_offset,
                             )
-            for k, v in view.scan(keys.PRODUCERS, prefix, stop):
-                log.producers[k[len(prefix) :].decode()] = ProducerState.unpack(v)
-        log._blobs = blobs
-        log._firsts = [b.first_offset for b in blobs]
-        log._head_count = len(blobs) - head_start
-        log.start_offset = log._read_start = meta.start_offset
-        log.end_offset = meta.end_offset
-        log.size_bytes = sum(b.size for b in blobs)
-        log._last_written = blobs[-1].max_written if blobs else 0
-        return log
 
     # ------------------------------------------------------------------ queries
 
@@ -307,6 +316,12 @@ class PartitionLog:
     def _prepare_write(
         self, batches: Sequence[IncomingBatch], now_ms: int | None
     ) -> PreparedChange:
+        if self.damage is not None:
+            raise CorruptDataError(
+                f"writes refused: {self.damage.message}; the partition needs repair",
+                partition=self.label,
+                offset=self.damage.offset,
+            )
         cfg = self.config
         incoming = sum(len(b.buf) for b in batches)
         if cfg.max_bytes is not None and self.size_bytes + incoming > cfg.max_bytes:
@@ -512,7 +527,7 @@ class PartitionLog:
         readers at once; abort() shows them again.
         """
         cfg = self.config
-        if cfg.retention_ms is None and cfg.retention_bytes is None:
+        if self.damage is not None or (cfg.retention_ms is None and cfg.retention_bytes is None):
             return None
         now = int(time.time() * 1000) if now_ms is None else now_ms
         n = 0
@@ -679,8 +694,14 @@ class PartitionLog:
                 if start < min(b.end_offset, stop):
                     break  # the budget ran out inside this blob
                 i += 1
-        if first is not None:
-            result.first_offset = first
+        if first is None:
+            # offsets below EndOffset that no blob holds: never answer "nothing" for them
+            if self.damage is not None:
+                raise self.damage
+            raise CorruptDataError(
+                "no stored batch holds this offset", partition=self.label, offset=start
+            )
+        result.first_offset = first
         return result
 
     def _fetch(self, view: ReadView, b: BlobInfo) -> memoryview:

@@ -57,8 +57,12 @@ class Store:
         *,
         label: str = "",
         verify_all: bool = False,
+        strict: bool = True,
     ) -> PartitionLog:
-        """The partition ``log_id`` rebuilt from the KV (an empty one if it never had data)."""
+        """The partition ``log_id`` rebuilt from the KV (an empty one if it never had data).
+
+        ``strict=False`` opens a damaged partition in a degraded state instead of raising.
+        """
         log = self.partitions.get(log_id)
         if log is None:
             log = PartitionLog.load(
@@ -69,6 +73,7 @@ class Store:
                 label=label,
                 space_check=self.check_space,
                 verify_all=verify_all,
+                strict=strict,
             )
             self.partitions[log_id] = log
         return log

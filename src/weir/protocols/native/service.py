@@ -81,7 +81,11 @@ def _opt(msg: Any, name: str) -> Any:
     if not msg.HasField(name):
         return UNSET
     v = getattr(msg, name)
-    return None if v < 0 else v
+    if v == -1:
+        return None
+    if v < 0:
+        raise BadRequestError(f"{name} must be positive, or -1 to clear it; got {v}")
+    return v
 
 
 def describe(broker: Broker, cfg: TopicConfig) -> pb.TopicDescription:

@@ -42,17 +42,27 @@ def grpc_status(err: WeirError) -> grpc.StatusCode:
 
 
 def code_from_grpc(status: grpc.StatusCode) -> str:
-    """A weir code for a gRPC failure that carried none (transport errors)."""
-    if status in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCode.UNKNOWN):
+    """A weir code for a gRPC failure that carried none.
+
+    The server puts a weir code on every error it means, so a bare status comes
+    from the transport or gRPC itself: a dropped connection surfaces as
+    UNAVAILABLE, CANCELLED, UNKNOWN or INTERNAL ("Internal error from Core"), all
+    worth a retry; RESOURCE_EXHAUSTED is gRPC's message size limit.
+    """
+    if status in (
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.CANCELLED,
+        grpc.StatusCode.UNKNOWN,
+        grpc.StatusCode.INTERNAL,
+        grpc.StatusCode.ABORTED,
+    ):
         return "UNAVAILABLE"
     if status == grpc.StatusCode.DEADLINE_EXCEEDED:
         return "TIMEOUT"
     if status == grpc.StatusCode.RESOURCE_EXHAUSTED:
-        return "OVERLOADED"
-    if status == grpc.StatusCode.INVALID_ARGUMENT:
+        return "MESSAGE_TOO_LARGE"
+    if status in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.UNIMPLEMENTED):
         return "BAD_REQUEST"
     if status == grpc.StatusCode.UNAUTHENTICATED:
         return "UNAUTHORIZED"
-    if status == grpc.StatusCode.UNIMPLEMENTED:
-        return "BAD_REQUEST"
-    return "INTERNAL"
+    return "UNAVAILABLE"

@@ -1,0 +1,293 @@
+"""Hostile input on the native protocol: each gets a clear error, the server stays up,
+and stored data does not change."""
+
+from __future__ import annotations
+
+import hashlib
+import socket
+import struct
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import weir
+from tests.conftest import ServerProcess
+from weir.protocols.native import weir_pb2 as pb
+from weir.protocols.native import weir_pb2_grpc as pb_grpc
+from weir.storage.batch import crc32c, encode_batch
+
+ENV = {"WEIR_LIMITS_MAX_BATCH_BYTES": "64KiB", "WEIR_METRICS_ENABLED": "false"}
+
+
+@pytest.fixture(scope="module")
+def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    s = ServerProcess(tmp_path_factory.mktemp("hostile") / "data", env=ENV).start()
+    c = weir.Client(s.endpoint)
+    c.create_topic("target", partitions=2)
+    with c.writer("target", producer_id="good") as w:
+        for i in range(500):
+            w.write(b"good-%d" % i)
+    c.close()
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def stub(srv: ServerProcess) -> Iterator[pb_grpc.WeirStub]:
+    ch = grpc.insecure_channel(srv.endpoint)
+    yield pb_grpc.WeirStub(ch)
+    ch.close()
+
+
+def fingerprint(srv: ServerProcess) -> list[tuple[int, int, str]]:
+    """Per partition: start, end and a hash of every stored byte."""
+    c = weir.Client(srv.endpoint)
+    out = []
+    for p in c.describe_topic("target").partition_info:
+        h = hashlib.sha256()
+        for chunk in c.read_range("target", p.partition, p.start_offset, p.end_offset):
+            for b in chunk.chunks:
+                h.update(b)
+        out.append((p.start_offset, p.end_offset, h.hexdigest()))
+    c.close()
+    return out
+
+
+def write_stream(
+    stub: pb_grpc.WeirStub, init: pb.WriteInit | None, *batches: bytes
+) -> list[pb.WriteResponse]:
+    reqs = ([pb.WriteRequest(init=init)] if init is not None else []) + (
+        [pb.WriteRequest(batches=pb.WriteBatches(batches=list(batches)))] if batches else []
+    )
+    return list(stub.StreamWrite(iter(reqs), timeout=20))
+
+
+def error_of(responses: list[pb.WriteResponse] | list[pb.ReadResponse]) -> str:
+    errs = [r.error.code for r in responses if r.WhichOneof("kind") == "error"]
+    return errs[0] if errs else ""
+
+
+def good_batch(n: int = 3, producer: str = "evil", first_seq: int = 1) -> bytes:
+    return encode_batch(
+        [b"x%d" % i for i in range(n)], producer_id=producer, first_seq_no=first_seq
+    )
+
+
+def recrc(buf: bytearray) -> bytes:
+    """Make both CRCs of a tampered batch right again, so only the structure is wrong."""
+    from weir.storage import batch as B
+
+    h = B.HEADER.unpack_from(buf)
+    pid_len = h[15]
+    start = B.HEADER_SIZE + pid_len
+    struct.pack_into("<I", buf, 32, crc32c(bytes(buf[start:])))
+    struct.pack_into("<I", buf, 12, B._header_crc(buf, 0, start))
+    return bytes(buf)
+
+
+INIT = pb.WriteInit(topic="target", producer_id="evil")
+
+
+def test_bad_batches_get_clear_errors_and_change_nothing(
+    srv: ServerProcess, stub: pb_grpc.WeirStub
+) -> None:
+    before = fingerprint(srv)
+    good = good_batch()
+    flipped = bytearray(good)
+    flipped[-1] ^= 0xFF
+    sparse = bytearray(encode_batch([b"a", b"b"], producer_id="evil", seq_nos=[10, 20]))
+    struct.pack_into("<II", sparse, 72 + 4, 20, 10)  # seq column goes backwards
+    cases = {
+        "garbage": (b"\x00" * 100, "BAD_BATCH"),
+        "wrong CRC": (bytes(flipped), "BAD_BATCH"),
+        "truncated": (good[:-3], "BAD_BATCH"),
+        "trailing bytes": (good + b"xx", "BAD_BATCH"),
+        "seq_no backwards inside a batch": (recrc(sparse), "BAD_BATCH"),
+        "another producer's batch": (good_batch(producer="someone-else"), "BAD_REQUEST"),
+        "oversized": (encode_batch([b"z" * 70_000], producer_id="evil"), "MESSAGE_TOO_LARGE"),
+    }
+    for name, (batch, code) in cases.items():
+        got = error_of(write_stream(stub, INIT, batch))
+        assert got == code, f"{name}: got {got!r}"
+    assert fingerprint(srv) == before
+    # a bad batch after a good one in the same request: the request is refused whole
+    got = error_of(write_stream(stub, INIT, good_batch(first_seq=1000), cases["wrong CRC"][0]))
+    assert got == "BAD_BATCH"
+    assert fingerprint(srv) == before
+
+
+def test_protocol_misuse_and_unknown_names(srv: ServerProcess, stub: pb_grpc.WeirStub) -> None:
+    before = fingerprint(srv)
+    assert error_of(write_stream(stub, None, good_batch())) == "BAD_REQUEST"  # batches before init
+    assert (
+        error_of(write_stream(stub, pb.WriteInit(topic="nope", producer_id="p"))) == "UNKNOWN_TOPIC"
+    )
+    assert (
+        error_of(write_stream(stub, pb.WriteInit(topic="target", partition=7)))
+        == "UNKNOWN_PARTITION"
+    )
+    assert (
+        error_of(write_stream(stub, pb.WriteInit(topic="target", partition=-1)))
+        == "UNKNOWN_PARTITION"
+    )
+    assert (
+        error_of(write_stream(stub, pb.WriteInit(topic="target", partition=0, generation=-5)))
+        == "STALE_GENERATION"
+    )
+    assert (
+        error_of(write_stream(stub, pb.WriteInit(topic="bad name!", producer_id="p")))
+        == "BAD_REQUEST"
+    )
+    reads = list(stub.StreamRead(iter([pb.ReadRequest(credit=pb.ReadCredit(bytes=5))]), timeout=20))
+    assert error_of(reads) == "BAD_REQUEST"
+    reads = list(
+        stub.StreamRead(
+            iter(
+                [
+                    pb.ReadRequest(init=pb.ReadInit(topics=["target"], consumer="c")),
+                    pb.ReadRequest(commit=pb.ReadCommit(assignment_id=999_999, offset=1)),
+                ]
+            ),
+            timeout=20,
+        )
+    )
+    assert error_of(reads) == "BAD_REQUEST"
+    reads = list(
+        stub.StreamRead(iter([pb.ReadRequest(init=pb.ReadInit(topics=["ghost"]))]), timeout=20)
+    )
+    assert error_of(reads) == "UNKNOWN_TOPIC"
+    for call, req, status in [
+        (
+            stub.CreateTopic,
+            pb.CreateTopicRequest(topic="t2", partitions=-1),
+            grpc.StatusCode.INVALID_ARGUMENT,
+        ),
+        (
+            stub.CreateTopic,
+            pb.CreateTopicRequest(topic="a/b/c/d"),
+            grpc.StatusCode.INVALID_ARGUMENT,
+        ),
+        (
+            stub.CreateTopic,
+            pb.CreateTopicRequest(topic="t3", retention_ms=-7),
+            grpc.StatusCode.INVALID_ARGUMENT,
+        ),
+        (stub.DescribeTopic, pb.DescribeTopicRequest(topic="ghost"), grpc.StatusCode.NOT_FOUND),
+        (
+            stub.CommitOffset,
+            pb.CommitOffsetRequest(topic="target", partition=0, consumer="c", offset=10**9),
+            grpc.StatusCode.INVALID_ARGUMENT,
+        ),
+        (
+            stub.CommitOffset,
+            pb.CommitOffsetRequest(topic="target", partition=9, consumer="c", offset=0),
+            grpc.StatusCode.NOT_FOUND,
+        ),
+    ]:
+        with pytest.raises(grpc.RpcError) as exc:
+            call(req, timeout=20)
+        assert exc.value.code() == status, (req, exc.value.details())
+        assert exc.value.details()
+    with pytest.raises(grpc.RpcError) as exc:
+        list(
+            stub.ReadRange(
+                pb.ReadRangeRequest(topic="target", partition=0, from_offset=-3), timeout=20
+            )
+        )
+    assert exc.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert fingerprint(srv) == before
+
+
+def test_resent_and_backwards_seq_nos_are_skipped_not_stored(
+    srv: ServerProcess, stub: pb_grpc.WeirStub
+) -> None:
+    init = pb.WriteInit(topic="target", producer_id="replayer")
+    first = write_stream(stub, init, good_batch(5, "replayer", 100))
+    assert first[-1].ack.acks[0].written == 5
+    again = write_stream(stub, init, good_batch(5, "replayer", 100), good_batch(3, "replayer", 50))
+    acks = [a for r in again if r.WhichOneof("kind") == "ack" for a in r.ack.acks]
+    assert [(a.written, a.skipped) for a in acks] == [(0, 5), (0, 3)]
+    assert again[0].init.last_seq_no == 104
+
+
+def test_cut_streams_and_garbage_on_the_port_leave_the_server_serving(
+    srv: ServerProcess, stub: pb_grpc.WeirStub
+) -> None:
+    # a stream abandoned mid-flight: whole batches or nothing
+    call = stub.StreamWrite(
+        iter(
+            [pb.WriteRequest(init=pb.WriteInit(topic="target", producer_id="quitter"))]
+            + [
+                pb.WriteRequest(
+                    batches=pb.WriteBatches(batches=[good_batch(50, "quitter", 1 + 50 * i)])
+                )
+                for i in range(20)
+            ]
+        ),
+        timeout=20,
+    )
+    next(call)
+    call.cancel()
+    # raw garbage on the gRPC port
+    for junk in (b"GET / HTTP/1.1\r\n\r\n", b"\x00" * 64, bytes(range(256)) * 8):
+        with socket.create_connection(("127.0.0.1", srv.port), timeout=5) as s:
+            s.sendall(junk)
+            s.settimeout(2)
+            try:
+                s.recv(1024)
+            except OSError:
+                pass
+    assert srv.proc is not None and srv.proc.poll() is None
+    c = weir.Client(srv.endpoint)
+    part = c.describe_topic("target").partition_info
+    for p in part:
+        msgs = [
+            m for ch in c.read_range("target", p.partition, p.start_offset) for m in ch.messages()
+        ]
+        assert [m.offset for m in msgs] == list(range(p.start_offset, p.end_offset))
+        quitter = [int(m.data[1:]) for m in msgs if m.producer_id == "quitter"]
+        assert len(quitter) % 50 == 0  # whole batches only
+    c.close()
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(junk=st.lists(st.binary(min_size=0, max_size=300), min_size=1, max_size=3))
+def test_random_batches_never_crash_the_server_or_change_data(
+    srv: ServerProcess, stub: pb_grpc.WeirStub, junk: list[bytes]
+) -> None:
+    before = fingerprint(srv)
+    got = error_of(write_stream(stub, pb.WriteInit(topic="target", producer_id="fuzz"), *junk))
+    assert got in {"BAD_BATCH", "BAD_REQUEST"}, got
+    assert srv.proc is not None and srv.proc.poll() is None
+    assert fingerprint(srv) == before
+
+
+def test_atheris_fuzzes_the_batch_decoder_for_a_bounded_time(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    pytest.importorskip("atheris")
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(Path(__file__).with_name("fuzz_batch.py")),
+            "-max_total_time=15",
+            "-rss_limit_mb=2048",
+            f"-artifact_prefix={tmp_path}/",
+            str(corpus),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "Done" in out.stderr, out.stderr[-2000:]
