@@ -125,7 +125,7 @@ def check(
             where[mid].add((p, offset))
         r.stored += len(rows)
     r.duplicated = sorted(m for m, n in seen_stored.items() if n > 1)
-    for session, p, offset, mid in history.deliveries:
+    for _session, p, offset, mid in history.deliveries:
         where[mid].add((p, offset))
     r.moved = sorted(m for m, locs in where.items() if len(locs) > 1)
     for mid, (p, offset) in history.acks.items():
@@ -134,7 +134,7 @@ def check(
         elif offset is not None and (p, offset) not in where[mid]:
             r.moved.append(f"{mid} acked at p{p}/{offset}, found at {sorted(where[mid])}")
     last: dict[tuple[str, int], int] = {}
-    for session, p, offset, mid in history.deliveries:
+    for session, p, offset, _mid in history.deliveries:
         key = (session, p)
         if key in last and offset <= last[key]:
             r.backwards_reads.append(f"session {session} p{p}: {offset} after {last[key]}")
