@@ -167,8 +167,12 @@ class Chaos:
 
     def _faults(self) -> None:
         lo, hi = self.s.fault_every_s
+        deck: list[str] = []
         while not self.stop.wait(self.rng.uniform(lo, hi)):
-            kind = self.rng.choice(self.s.faults)
+            if not deck:  # every kind of fault once per round, in a random order
+                deck = list(self.s.faults)
+                self.rng.shuffle(deck)
+            kind = deck.pop()
             self.faults[kind] += 1
             self.history.fault(kind)
             proc = self.server.proc
