@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +19,7 @@ from tests.conftest import ROOT, ServerProcess
 from weir.client.sync import Client
 
 BIN = Path(sys.executable).parent
+PYCACHE = str(Path(tempfile.gettempdir()) / "weir-cli-test-pycache")
 _METRICS = re.compile(r"weir metrics on (http://\S+?)/metrics")
 
 
@@ -49,6 +51,9 @@ class Weir:
         env = {k: v for k, v in os.environ.items() if not k.startswith("WEIR_")}
         env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
         env["COLUMNS"] = "100"
+        if env.pop("PYTHONDONTWRITEBYTECODE", None):
+            # an installed `weir` starts from bytecode; keep it out of the source tree
+            env["PYTHONPYCACHEPREFIX"] = PYCACHE
         if self.endpoint:
             env["WEIR_ENDPOINT"] = self.endpoint
         return {**env, **(extra or {})}
