@@ -64,3 +64,16 @@ def test_close_finishes_pending_and_refuses_new(store: Store) -> None:
     assert all(f.done() and f.exception() is None for f in futs)
     with pytest.raises(ClosedError):
         store.committer.submit([])
+
+
+def test_a_cancelled_job_does_not_stop_the_committer(store: Store) -> None:
+    gate = threading.Event()
+    store.committer.submit([]).add_done_callback(lambda _: gate.wait(5))
+    a = store.committer.submit([put(keys.BLOBS, b"\xfe" * 8 + b"a", b"1")])
+    b = store.committer.submit([put(keys.BLOBS, b"\xfe" * 8 + b"b", b"2")])
+    assert b.cancel()  # its submitter went away before the commit
+    gate.set()
+    a.result(10)
+    store.committer.submit([put(keys.BLOBS, b"\xfe" * 8 + b"c", b"3")]).result(10)
+    assert store.kv.get(keys.BLOBS, b"\xfe" * 8 + b"b") is None
+    assert store.kv.get(keys.BLOBS, b"\xfe" * 8 + b"c") == b"3"

@@ -583,9 +583,12 @@ class Broker:
                 f"cannot commit offset {offset} on {short_topic(cfg.name)}/{partition}: end offset is "
                 f"{actor.end_offset}"
             )
-        return await self.offsets.commit(
+        changed = await self.offsets.commit(
             cfg.topic_id, partition, consumer, offset, allow_backwards=allow_backwards
         )
+        if changed:
+            self.observer.on_consumer_commit(cfg.name, partition, consumer, offset)
+        return changed
 
     def describe_consumer(self, topic: str, consumer: str) -> list[ConsumerPartitionInfo]:
         cfg = self.topic(topic)

@@ -405,6 +405,8 @@ class Client:
                 )
         except grpc.aio.AioRpcError as exc:
             raise error_from_rpc(exc) from None
+        finally:
+            call.cancel()  # the caller may stop early: do not leave the call pending
 
     # ------------------------------------------------------------------ streams
 

@@ -32,6 +32,8 @@ class LoopThread:
         try:
             return fut.result(timeout)
         except TimeoutError:
+            if fut.done():
+                raise  # the coroutine itself raised TimeoutError
             fut.cancel()
             raise WeirTimeoutError(f"operation did not finish within {timeout} s") from None
 

@@ -126,7 +126,12 @@ class Reader:
 
     @property
     def partitions(self) -> list[PartitionSession]:
-        return self._inner.partitions
+        """The partitions this reader holds now (read in the loop thread that changes them)."""
+
+        async def get() -> list[PartitionSession]:
+            return self._inner.partitions
+
+        return self._loop.run(get())
 
     def wait_connected(self, timeout: float | None = 30.0) -> Reader:
         self._loop.run(self._inner.wait_connected(timeout))

@@ -95,12 +95,17 @@ class GroupCommitter:
                 if self._closing:
                     return None
                 self._cond.wait()
-            jobs = [self._pending.popleft()]
-            total = jobs[0].nbytes
-            while self._pending and total + self._pending[0].nbytes <= self._max_txn_bytes:
+            jobs: list[_Job] = []
+            total = 0
+            while self._pending and (
+                not jobs or total + self._pending[0].nbytes <= self._max_txn_bytes
+            ):
                 job = self._pending.popleft()
-                total += job.nbytes
-                jobs.append(job)
+                # A job whose submitter cancelled it before we took it is dropped; once
+                # taken it runs to the end (cancel() then returns False).
+                if job.future.set_running_or_notify_cancel():
+                    total += job.nbytes
+                    jobs.append(job)
             return jobs
 
     def _run(self) -> None:
@@ -108,7 +113,8 @@ class GroupCommitter:
             jobs = self._take()
             if jobs is None:
                 return
-            self._commit(jobs)
+            if jobs:
+                self._commit(jobs)
 
     @staticmethod
     def _ops(jobs: list[_Job]) -> Iterator[Op]:

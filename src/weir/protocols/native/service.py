@@ -257,6 +257,7 @@ class NativeService(pb_grpc.WeirServicer):
                 res = actor.read(pos, budget, to)
                 if not res.chunks:
                     break
+                self.broker.observer.on_read(actor.topic, actor.partition, res.nbytes)
                 yield pb.ReadRangeResponse(
                     chunks=[bytes(c) for c in res.chunks],
                     first_offset=res.first_offset,
@@ -394,6 +395,7 @@ class WriteSession:
                 for inc in batches:
                     self._check_producer(inc.header)
                 if self._inflight and self._inflight + nbytes > cfg.max_session_inflight_bytes:
+                    self.broker.observer.on_refused(self.topic, self.partition, "overloaded")
                     raise OverloadedError(
                         f"write session has {self._inflight} bytes unacknowledged "
                         f"(limit {cfg.max_session_inflight_bytes}); slow down"
