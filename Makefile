@@ -5,7 +5,7 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-WEIR_DATA   ?= ./data
+WEIR_DATA   ?= ./weir-data
 WEIR_LISTEN ?= 127.0.0.1:2136
 
 .PHONY: serve test install install-test lint typecheck pytest bench bench-storage soak proto clean
