@@ -54,8 +54,20 @@ class Server:
 
     def start(self) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "weir.cli", "serve", "--data-dir", str(self.data_dir), "--listen", "127.0.0.1:0"],
-            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, cwd=ROOT,
+            [
+                sys.executable,
+                "-m",
+                "weir.cli",
+                "serve",
+                "--data-dir",
+                str(self.data_dir),
+                "--listen",
+                "127.0.0.1:0",
+            ],
+            stderr=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            text=True,
+            cwd=ROOT,
         )
         assert self.proc.stderr is not None
         deadline = time.monotonic() + 60
@@ -108,7 +120,9 @@ def consume(client: weir.Client, topic: str, n: int, size: int) -> Row:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--messages", type=int, default=1_000_000)
     ap.add_argument("--size", type=int, default=100)
     ap.add_argument("--big", type=int, default=100_000, help="number of 10 KB messages")
@@ -124,9 +138,22 @@ def main() -> None:
         assert server.proc is not None
         py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
         spy = subprocess.Popen(
-            [py_spy, "record", "-p", str(server.proc.pid), "-o", f"{args.profile}/server.txt", "--format", "raw",
-             "--rate", "250", "--nonblocking", "--threads"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            [
+                py_spy,
+                "record",
+                "-p",
+                str(server.proc.pid),
+                "-o",
+                f"{args.profile}/server.txt",
+                "--format",
+                "raw",
+                "--rate",
+                "250",
+                "--nonblocking",
+                "--threads",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
     rows: list[Row] = []
     try:
@@ -149,7 +176,12 @@ def main() -> None:
     for r in rows:
         print(f"| {r.workload} | {r.msgs_per_s:,.0f} | {r.mb_per_s:,.1f} | {r.seconds:.2f} |")
     if args.json:
-        Path(args.json).write_text(json.dumps([{**asdict(r), "msgs_per_s": r.msgs_per_s, "mb_per_s": r.mb_per_s} for r in rows], indent=1))
+        Path(args.json).write_text(
+            json.dumps(
+                [{**asdict(r), "msgs_per_s": r.msgs_per_s, "mb_per_s": r.mb_per_s} for r in rows],
+                indent=1,
+            )
+        )
 
 
 if __name__ == "__main__":

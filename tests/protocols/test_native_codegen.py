@@ -9,6 +9,8 @@ import sys
 def test_generated_code_is_fresh() -> None:
     out = subprocess.run(
         [sys.executable, "-m", "weir.protocols.native.codegen", "--check"],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert out.returncode == 0, out.stderr
