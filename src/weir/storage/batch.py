@@ -155,7 +155,7 @@ def encode_headers(headers: Mapping[str, str] | None) -> bytes:
                 f"header {k!r}: keys and values must be str, got {type(k).__name__}/{type(v).__name__}"
             )
         kb = k.encode()
-        vb = v.encode()
+        vb = v.encode("utf-8", "surrogateescape")  # lossless for YDB metadata bytes
         if len(kb) > 0xFFFF:
             raise BadRequestError(f"header key longer than 65535 bytes: {k[:40]!r}...")
         parts.append(struct.pack("<H", len(kb)) + kb + struct.pack("<I", len(vb)) + vb)
@@ -180,7 +180,7 @@ def decode_headers(buf: bytes | memoryview) -> dict[str, str]:
             pos += 4
             if pos + vl > n:
                 raise BatchFormatError("record header value runs past its end")
-            out[k] = bytes(buf[pos : pos + vl]).decode()
+            out[k] = bytes(buf[pos : pos + vl]).decode("utf-8", "surrogateescape")
             pos += vl
     except UnicodeDecodeError as exc:
         raise BatchFormatError(f"record headers are not utf-8: {exc}") from None
