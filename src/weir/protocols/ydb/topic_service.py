@@ -1,0 +1,280 @@
+"""``Ydb.Topic.V1.TopicService``: the unary scheme and offset calls, and the two streams.
+
+Unary calls answer with an Operation whose status is SUCCESS and whose result
+is Any-packed (the SDK unpacks it by type), or the error's YDB status. The
+streams are handed to `WriteSession` and `ReadSession`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import grpc
+from google.protobuf.message import Message
+
+from weir.broker.broker import UNSET, Broker
+from weir.broker.topics import ConsumerConfig, TopicConfig
+from weir.errors import BadRequestError, UnavailableError, UnknownConsumerError
+from weir.protocols.ydb.auth import Authenticator
+from weir.protocols.ydb.conversions import (
+    MIB,
+    database_of,
+    duration_ms,
+    set_duration,
+    set_ts,
+    topic_codecs,
+    ts_ms,
+)
+from weir.protocols.ydb.discovery import NODE_ID
+from weir.protocols.ydb.protos import (
+    StreamRead,
+    StreamWrite,
+    ydb_scheme_pb2,
+    ydb_topic_pb2,
+    ydb_topic_v1_pb2_grpc,
+)
+from weir.protocols.ydb.read_session import ReadSession
+from weir.protocols.ydb.shutdown import ServerState, Shutdown
+from weir.protocols.ydb.status import UnsupportedError, end_stream, operation
+from weir.protocols.ydb.write_session import WriteSession
+
+OWNER = "weir"
+
+Handler = Callable[[Any, Any, grpc.aio.ServicerContext], Awaitable[Any]]
+
+
+def _unary(response: Callable[..., Any]) -> Callable[[Handler], Handler]:
+    """Check the caller's ticket, run the call, and wrap its result or error in ``response``."""
+
+    def wrap(fn: Handler) -> Handler:
+        @functools.wraps(fn)
+        async def call(self: TopicServicer, request: Any, context: grpc.aio.ServicerContext) -> Any:
+            try:
+                self.check(context)
+                result: Message | None = await fn(self, request, context)
+            except Exception as err:
+                return response(operation=operation(error=err))
+            return response(operation=operation(result))
+
+        return call
+
+    return wrap
+
+
+def _entry(cfg: TopicConfig) -> Any:
+    return ydb_scheme_pb2.Entry(
+        name=cfg.name.rsplit("/", 1)[-1], owner=OWNER, type=ydb_scheme_pb2.Entry.TOPIC
+    )
+
+
+def _consumer(c: ConsumerConfig) -> Any:
+    out = ydb_topic_pb2.Consumer(name=c.name, important=c.important)
+    if c.read_from_ms:
+        set_ts(out.read_from, c.read_from_ms)
+    return out
+
+
+def _consumer_config(c: Any) -> ConsumerConfig:
+    read_from = ts_ms(c.read_from) if c.HasField("read_from") else 0
+    return ConsumerConfig(c.name, c.important, read_from)
+
+
+def _retention_ms(d: Any) -> int | None:
+    ms = duration_ms(d)
+    if ms < 0:
+        raise BadRequestError(f"retention period must not be negative, got {ms} ms")
+    return ms or None
+
+
+def _retention_bytes(mb: int) -> int | None:
+    if mb < 0:
+        raise BadRequestError(f"retention_storage_mb must not be negative, got {mb}")
+    return mb * MIB or None
+
+
+class TopicServicer(ydb_topic_v1_pb2_grpc.TopicServiceServicer):
+    """The topic calls of the YDB SDK, translated into broker calls."""
+
+    def __init__(self, broker: Broker, auth: Authenticator, server: ServerState) -> None:
+        self.broker = broker
+        self.auth = auth
+        self.server = server
+        self.shutdown = Shutdown(server)
+
+    def check(self, context: grpc.aio.ServicerContext) -> None:
+        if self.server.stopping:
+            raise UnavailableError("server is shutting down")
+        self.auth.check(context)
+
+    # ------------------------------------------------------------------ scheme
+
+    @_unary(ydb_topic_pb2.CreateTopicResponse)
+    async def CreateTopic(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        parts = request.partitioning_settings.min_active_partitions
+        if parts < 0:
+            raise BadRequestError(f"min_active_partitions must be positive, got {parts}")
+        await self.broker.create_topic(
+            request.path,
+            partitions=parts or None,
+            retention_ms=_retention_ms(request.retention_period)
+            if request.HasField("retention_period")
+            else UNSET,
+            retention_bytes=_retention_bytes(request.retention_storage_mb)
+            if request.retention_storage_mb
+            else UNSET,
+            codecs=topic_codecs(request.supported_codecs.codecs),
+            consumers=[_consumer_config(c) for c in request.consumers],
+            database=database_of(context),
+        )
+        return ydb_topic_pb2.CreateTopicResult()
+
+    @_unary(ydb_topic_pb2.DescribeTopicResponse)
+    async def DescribeTopic(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        cfg = self.broker.topic(request.path, database_of(context))
+        n = cfg.partitions
+        result = ydb_topic_pb2.DescribeTopicResult(
+            self=_entry(cfg),
+            partitioning_settings=ydb_topic_pb2.PartitioningSettings(
+                min_active_partitions=n, max_active_partitions=n, partition_count_limit=n
+            ),
+            supported_codecs=ydb_topic_pb2.SupportedCodecs(codecs=list(cfg.codecs)),
+            consumers=[_consumer(c) for c in cfg.consumers.values()],
+        )
+        if cfg.retention_ms:
+            set_duration(result.retention_period, cfg.retention_ms)
+        if cfg.retention_bytes:
+            result.retention_storage_mb = -(-cfg.retention_bytes // MIB)
+        total = 0
+        last_writes = []
+        for p in self.broker.partitions(cfg.name):
+            info = result.partitions.add(partition_id=p.partition, active=True)
+            st = info.partition_stats
+            st.partition_offsets.start = p.start_offset
+            st.partition_offsets.end = p.end_offset
+            st.store_size_bytes = p.size_bytes
+            if p.last_write_ms:
+                set_ts(st.last_write_time, p.last_write_ms)
+                last_writes.append(p.last_write_ms)
+            st.partition_node_id = NODE_ID
+            info.partition_location.node_id = NODE_ID
+            info.partition_location.generation = p.generation
+            total += p.size_bytes
+        result.topic_stats.store_size_bytes = total
+        if last_writes:
+            set_ts(result.topic_stats.min_last_write_time, min(last_writes))
+        return result
+
+    @_unary(ydb_topic_pb2.AlterTopicResponse)
+    async def AlterTopic(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        database = database_of(context)
+        cfg = self.broker.topic(request.path, database)
+        aps = request.alter_partitioning_settings
+        partitions = (
+            aps.set_min_active_partitions
+            if request.HasField("alter_partitioning_settings")
+            and aps.HasField("set_min_active_partitions")
+            else None
+        )
+        add = [_consumer_config(c) for c in request.add_consumers]
+        for ac in request.alter_consumers:
+            current = cfg.consumers.get(ac.name)
+            if current is None:
+                raise UnknownConsumerError(f"consumer {ac.name!r} is not registered")
+            changed = current
+            if ac.HasField("set_important"):
+                changed = dataclasses.replace(changed, important=ac.set_important)
+            if ac.HasField("set_read_from"):
+                changed = dataclasses.replace(changed, read_from_ms=ts_ms(ac.set_read_from))
+            add.append(changed)
+        await self.broker.alter_topic(
+            cfg.name,
+            partitions=partitions,
+            retention_ms=_retention_ms(request.set_retention_period)
+            if request.HasField("set_retention_period")
+            else UNSET,
+            retention_bytes=_retention_bytes(request.set_retention_storage_mb)
+            if request.HasField("set_retention_storage_mb")
+            else UNSET,
+            codecs=topic_codecs(request.set_supported_codecs.codecs)
+            if request.HasField("set_supported_codecs")
+            else None,
+            add_consumers=add,
+            drop_consumers=list(request.drop_consumers),
+        )
+        return ydb_topic_pb2.AlterTopicResult()
+
+    @_unary(ydb_topic_pb2.DropTopicResponse)
+    async def DropTopic(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        await self.broker.drop_topic(request.path, database_of(context))
+        return ydb_topic_pb2.DropTopicResult()
+
+    # ------------------------------------------------------------------ consumers
+
+    @_unary(ydb_topic_pb2.DescribeConsumerResponse)
+    async def DescribeConsumer(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        cfg = self.broker.topic(request.path, database_of(context))
+        consumer = self.broker.consumer(cfg.name, request.consumer)
+        result = ydb_topic_pb2.DescribeConsumerResult(
+            self=_entry(cfg), consumer=_consumer(consumer)
+        )
+        stats = {p.partition: p for p in self.broker.partitions(cfg.name)}
+        for c in self.broker.describe_consumer(cfg.name, request.consumer):
+            p = stats[c.partition]
+            info = result.partitions.add(partition_id=c.partition, active=True)
+            st = info.partition_stats
+            st.partition_offsets.start = p.start_offset
+            st.partition_offsets.end = p.end_offset
+            st.store_size_bytes = p.size_bytes
+            if p.last_write_ms:
+                set_ts(st.last_write_time, p.last_write_ms)
+            st.partition_node_id = NODE_ID
+            info.partition_consumer_stats.committed_offset = c.committed_offset
+            info.partition_location.node_id = NODE_ID
+            info.partition_location.generation = p.generation
+        return result
+
+    @_unary(ydb_topic_pb2.CommitOffsetResponse)
+    async def CommitOffset(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        cfg = self.broker.topic(request.path, database_of(context))
+        # An explicit commit sets the offset, backwards too (YDB's semantics: a rewind).
+        await self.broker.commit_offset(
+            cfg.name,
+            request.partition_id,
+            request.consumer,
+            request.offset,
+            allow_backwards=True,
+        )
+        return ydb_topic_pb2.CommitOffsetResult()
+
+    @_unary(ydb_topic_pb2.UpdateOffsetsInTransactionResponse)
+    async def UpdateOffsetsInTransaction(
+        self, request: Any, context: grpc.aio.ServicerContext
+    ) -> Any:
+        raise UnsupportedError("transactions are not supported by weir")
+
+    # ------------------------------------------------------------------ streams
+
+    async def StreamWrite(
+        self, request_iterator: AsyncIterator[Any], context: grpc.aio.ServicerContext
+    ) -> None:
+        if self.server.stopping:
+            await end_stream(
+                context, StreamWrite.FromServer, UnavailableError("server is shutting down")
+            )
+            return
+        session = WriteSession(self.broker, self.auth, self.shutdown, context, database_of(context))
+        await session.run(request_iterator)
+
+    async def StreamRead(
+        self, request_iterator: AsyncIterator[Any], context: grpc.aio.ServicerContext
+    ) -> None:
+        if self.server.stopping:
+            await end_stream(
+                context, StreamRead.FromServer, UnavailableError("server is shutting down")
+            )
+            return
+        session = ReadSession(self.broker, self.auth, self.shutdown, context, database_of(context))
+        await session.run(request_iterator)
