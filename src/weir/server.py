@@ -44,8 +44,8 @@ def parse_listen(listen: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def _install_native(server: grpc.aio.Server, broker: Broker, _: Server) -> None:
-    weir_pb2_grpc.add_WeirServicer_to_server(NativeService(broker), server)  # type: ignore[no-untyped-call]
+def _install_native(server: grpc.aio.Server, broker: Broker, srv: Server) -> None:
+    weir_pb2_grpc.add_WeirServicer_to_server(NativeService(broker, srv.stopping_event), server)  # type: ignore[no-untyped-call]
 
 
 def default_fronts() -> list[FrontInstaller]:
@@ -76,6 +76,9 @@ class Server:
         self.broker: Broker | None = None
         self._grpc: grpc.aio.Server | None = None
         self.stopping = False
+        # Set when stop() begins: open streams finish their acks and end at once instead
+        # of holding the shutdown for the whole grace period.
+        self.stopping_event = asyncio.Event()
 
     @property
     def endpoint(self) -> str:
@@ -107,6 +110,7 @@ class Server:
     async def stop(self, grace: float = 5.0) -> None:
         """Stop accepting calls, give streams `grace` seconds, finish commits, close LMDB."""
         self.stopping = True
+        self.stopping_event.set()
         if self._grpc is not None:
             await self._grpc.stop(grace)
             self._grpc = None

@@ -30,6 +30,7 @@ from weir.errors import (
     MessageTooLargeError,
     OverloadedError,
     ProducerFencedError,
+    UnavailableError,
     WeirError,
 )
 from weir.protocols.native import weir_pb2 as pb
@@ -125,8 +126,9 @@ def describe(broker: Broker, cfg: TopicConfig) -> pb.TopicDescription:
 class NativeService(pb_grpc.WeirServicer):
     """The gRPC servicer of weir.proto."""
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Broker, stopping: asyncio.Event | None = None) -> None:
         self.broker = broker
+        self.stopping = stopping or asyncio.Event()
 
     # ------------------------------------------------------------------ admin
 
@@ -284,12 +286,12 @@ class NativeService(pb_grpc.WeirServicer):
     async def StreamWrite(
         self, request_iterator: AsyncIterator[pb.WriteRequest], context: grpc.aio.ServicerContext
     ) -> None:
-        await WriteSession(self.broker, context).run(request_iterator)
+        await WriteSession(self.broker, context, self.stopping).run(request_iterator)
 
     async def StreamRead(
         self, request_iterator: AsyncIterator[pb.ReadRequest], context: grpc.aio.ServicerContext
     ) -> None:
-        await ReadSession(self.broker, context).run(request_iterator)
+        await ReadSession(self.broker, context, self.stopping).run(request_iterator)
 
 
 def _none(v: Any) -> Any:
@@ -299,9 +301,15 @@ def _none(v: Any) -> Any:
 class WriteSession:
     """One StreamWrite: init, then batches in, acks out in order; the first error ends it."""
 
-    def __init__(self, broker: Broker, context: grpc.aio.ServicerContext) -> None:
+    def __init__(
+        self,
+        broker: Broker,
+        context: grpc.aio.ServicerContext,
+        stopping: asyncio.Event | None = None,
+    ) -> None:
         self.broker = broker
         self.context = context
+        self.stopping = stopping or asyncio.Event()
         self.session_id = uuid.uuid4().hex[:16]
         self._pending: deque[tuple[asyncio.Future[list[BatchResult]], int]] = deque()
         self._have_pending = asyncio.Event()
@@ -351,7 +359,13 @@ class WriteSession:
             await self.context.write(pb.WriteResponse(init=result))
             reader = asyncio.create_task(self._read(requests))
             acker = asyncio.create_task(self._ack())
-            await self._done.wait()
+            await _first(self._done.wait(), self.stopping.wait())
+            if not self._done.is_set():
+                # the server is stopping: take no more batches, ack what is in flight, end
+                reader.cancel()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._drained(), 10)
+                raise UnavailableError("server is shutting down; reconnect to another or later")
             if self._failure is not None:
                 raise self._failure
         except WeirError as err:
@@ -369,6 +383,10 @@ class WriteSession:
                     t.cancel()
             if token is not None:
                 self.broker.unregister_writer(token)
+
+    async def _drained(self) -> None:
+        while self._pending and self._failure is None:
+            await asyncio.sleep(0.01)
 
     def _superseded(self) -> None:
         self._fail(
@@ -442,6 +460,16 @@ class WriteSession:
             self._fail(err)
 
 
+async def _first(*aws: Awaitable[Any]) -> None:
+    """Wait until the first of ``aws`` finishes; cancel the others."""
+    tasks = [asyncio.ensure_future(a) for a in aws]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for t in tasks:
+            t.cancel()
+
+
 def _closed_marker() -> asyncio.Future[Any]:
     f: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
     f.set_result(None)
@@ -466,9 +494,15 @@ _assignment_ids = itertools.count(1)
 class ReadSession:
     """One StreamRead: partitions assigned by the consumer group (or all, without a consumer)."""
 
-    def __init__(self, broker: Broker, context: grpc.aio.ServicerContext) -> None:
+    def __init__(
+        self,
+        broker: Broker,
+        context: grpc.aio.ServicerContext,
+        stopping: asyncio.Event | None = None,
+    ) -> None:
         self.broker = broker
         self.context = context
+        self.stopping = stopping or asyncio.Event()
         self.session_id = uuid.uuid4().hex[:16]
         self.consumer = ""
         self.start = pb.START_COMMITTED
@@ -486,9 +520,14 @@ class ReadSession:
         sender = asyncio.create_task(self._send())
         handler = asyncio.create_task(self._handle(requests))
         stop = asyncio.create_task(self._stop.wait())
+        server_stop = asyncio.create_task(self.stopping.wait())
         try:
-            await asyncio.wait({handler, stop}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({handler, stop, server_stop}, return_when=asyncio.FIRST_COMPLETED)
+            if server_stop.done() and not stop.done():
+                await self._drain_commits()  # their acks go out before the error
+                self._fail(UnavailableError("server is shutting down; reconnect later"))
         finally:
+            server_stop.cancel()
             handler.cancel()
             stop.cancel()
             for g in self._groups:

@@ -36,6 +36,10 @@ class Shutdown:
         return self.server.stopping
 
     async def wait(self) -> None:
+        event = getattr(self.server, "stopping_event", None)
+        if isinstance(event, asyncio.Event):
+            await event.wait()  # weir.server.Server says so itself
+            return
         if self._watcher is None or self._watcher.done():
             self._watcher = asyncio.get_running_loop().create_task(self._watch())
         await self._event.wait()
