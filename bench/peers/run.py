@@ -211,6 +211,10 @@ def summarize(rows: Iterable[dict[str, Any]]) -> str:
         if any(r["extra"].get("capped_by_time") for r in rs):
             msgs = [r["messages"] for r in rs]
             notes.append(f"capped by time ({min(msgs):,}-{max(msgs):,} msgs done)")
+        elif any(r["extra"].get("unread", 0) > 0 for r in rs):
+            notes.append(f"unread left: {max(r['extra']['unread'] for r in rs):,}")
+        if any(r["extra"].get("failed", 0) > 0 for r in rs):
+            notes.append(f"not acked: up to {max(r['extra'].get('failed', 0) for r in rs):,}")
         sat = any(r["extra"].get("saturated") for r in rs)
         if sat:
             notes.append("could not sustain the rate: latencies are lower bounds")

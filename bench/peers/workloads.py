@@ -127,6 +127,7 @@ class Gate:
     def __init__(self, parties: int) -> None:
         self.barrier = _SPAWN.Barrier(parties)
         self.total = _SPAWN.Value("q", -1)  # latency: messages sent, -1 = still sending
+        self.done = _SPAWN.Value("q", 0)  # consumer groups: messages processed by the group
 
     def wait(self, timeout: float = 120.0) -> None:
         self.barrier.wait(timeout)
@@ -184,6 +185,11 @@ def _run_workers(
                 errors.append(err)
                 break
             results[idx] = res
+    except BaseException:  # interrupted: do not wait for workers to finish their phase
+        for p in procs:
+            if p.is_alive():
+                p.terminate()
+        raise
     finally:
         for p in procs:
             p.join(10)
@@ -211,6 +217,11 @@ def _merge_throughput(
     for key in ("failed", "sent"):
         if any(key in p for p in parts):
             ex[key] = sum(p.get(key, 0) for p in parts)
+    errs = sorted({e for p in parts for e in p.get("server_errors", [])})
+    if errs:
+        ex["server_errors"] = errs[:3]
+    if any(p.get("ack_timeout") for p in parts):
+        ex["ack_timeout"] = True
     return Result(
         system=target.system,
         workload=workload,
@@ -240,12 +251,21 @@ def _split(n: int, parts: int) -> list[int]:
 async def _nats_connect(t: Target) -> Any:
     import nats
 
+    async def on_error(e: Exception) -> None:
+        # nats-py raises server API errors (e.g. 429) inside its async-reply
+        # handler; they surface here.  Counted by the callers, not printed.
+        _NATS_ERRORS.append(repr(e))
+
     return await nats.connect(
         f"nats://{t.host}:{t.port}",
         connect_timeout=5,
         allow_reconnect=False,
         pending_size=8 * 1024 * 1024,
+        error_cb=on_error,
     )
+
+
+_NATS_ERRORS: list[str] = []  # per worker process
 
 
 async def _nats_setup(t: Target, stream: str, subject: str) -> None:
@@ -315,7 +335,12 @@ async def _nats_produce(t: Target, p: dict[str, Any], gate: Gate) -> dict[str, A
         fut.add_done_callback(on_ack)
         sent += 1
     await nc.flush()
-    await asyncio.wait_for(js.publish_async_completed(), timeout=60)
+    ack_timeout = False
+    try:
+        await asyncio.wait_for(js.publish_async_completed(), timeout=60)
+    except TimeoutError:
+        # a future nats-py never resolves (server error reply, see README)
+        ack_timeout = True
     t1 = _now()
     await nc.close()
     return dict(
@@ -324,8 +349,10 @@ async def _nats_produce(t: Target, p: dict[str, Any], gate: Gate) -> dict[str, A
         t_start=t0,
         t_end=t1,
         sent=sent,
-        failed=failed,
+        failed=sent - acked,
         capped=capped,
+        ack_timeout=ack_timeout,
+        server_errors=sorted(set(_NATS_ERRORS))[:3],
     )
 
 
@@ -340,21 +367,34 @@ async def _nats_consume(t: Target, p: dict[str, Any], gate: Gate) -> dict[str, A
     gate.wait()
     t0 = _now()
     deadline = t0 + int(p["max_seconds"] * 1e9)
-    count = nbytes = 0
+    count = nbytes = idle = 0
     t_last = t0
     capped = False
-    while count < p["n"]:
+    # Run until the *group* has processed everything: a fetch that expires
+    # while the server is still delivering leaves messages in this
+    # subscription's queue, and the next fetch must pick them up (leaving
+    # early would strand them as ack-pending until ack_wait).
+    while gate.done.value < p["n"]:
         if _now() > deadline:
             capped = True
             break
+        want = max(1, min(batch, p["n"] - gate.done.value))
         try:
-            msgs = await sub.fetch(min(batch, p["n"] - count), timeout=p["idle_timeout"])
+            msgs = await sub.fetch(want, timeout=p["idle_timeout"])
         except (TimeoutError, nats.errors.TimeoutError):
-            break  # drained: the stream does not grow during this phase
+            msgs = []
+        if not msgs:
+            idle += 1
+            if idle >= p["max_idle"]:
+                break  # nothing more for us; reported via the group total
+            continue
+        idle = 0
         for m in msgs:
             nbytes += len(m.data)
             await m.ack()
         count += len(msgs)
+        with gate.done.get_lock():
+            gate.done.value += len(msgs)
         t_last = _now()
     f0 = _now()
     await nc.flush()
@@ -844,7 +884,10 @@ def produce(
     counts = _split(n, producers)
     if t.kind == "nats":
         fn: WorkerFn = _nats_produce
-        common = dict(subject=ref.subject, window=_byte_capped(size, 64 * MB, 256, 4000))
+        # <= 4,000 un-acked per producer and <= 32 MB in flight per stream in
+        # total: nats-server 2.15 answers 429 "too many requests" beyond its
+        # per-stream ingest queue limit.
+        common = dict(subject=ref.subject, window=_byte_capped(size * producers, 32 * MB, 64, 4000))
         how = f"js.publish_async, window {common['window']} un-acked"
     elif t.kind == "redis":
         fn = _redis_produce
@@ -886,6 +929,7 @@ def consume(
                     batch=batch,
                     n=available,
                     idle_timeout=1.0,
+                    max_idle=3,
                     max_seconds=max_seconds,
                 ),
             )
@@ -937,12 +981,14 @@ def consume(
         )
     parts = _run_workers(t, specs, timeout=max_seconds + 180)
     wl = f"consume C={consumers} {_size_label(size)}"
-    return _merge_throughput(
+    res = _merge_throughput(
         t,
         wl,
         parts,
         dict(available=available, size=size, consumers=consumers, mode="processes", how=how),
     )
+    res.extra["unread"] = available - res.messages
+    return res
 
 
 def latency(
