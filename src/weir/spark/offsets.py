@@ -1,0 +1,174 @@
+"""Offsets as a query names them, as they are now on the broker, and as Spark stores them.
+
+Options give offsets the way Spark's Kafka source does: ``earliest``,
+``latest``, or JSON per topic and partition such as
+``{"orders": {"0": 23, "1": -2}}`` where -2 means earliest and -1 latest.
+Streaming offsets travel through Spark's checkpoint as JSON and Spark compares
+them as strings, so `to_json` always builds them in one order.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from weir.client import Client
+from weir.errors import BadRequestError
+
+EARLIEST = -2
+LATEST = -1
+
+TopicPartition = tuple[str, int]
+# "earliest", "latest", or {topic: {partition: offset or EARLIEST / LATEST}}
+OffsetSpec = str | dict[str, dict[int, int]]
+
+_EXAMPLE = '{"orders": {"0": 23, "1": -2}}'
+
+
+def parse_spec(value: str, option: str, topics: list[str], starting: bool) -> OffsetSpec:
+    """Check a startingOffsets / endingOffsets value against the topics read."""
+    text = value.strip()
+    if text.lower() == "latest":
+        return "latest"
+    if text.lower() == "earliest":
+        if not starting:
+            raise BadRequestError(f"option {option}: earliest is not a valid end")
+        return "earliest"
+    try:
+        obj: Any = json.loads(text)
+    except ValueError:
+        raise BadRequestError(
+            f"option {option}: expected earliest, latest or JSON like {_EXAMPLE}, got {value!r}"
+        ) from None
+    if not isinstance(obj, dict):
+        raise BadRequestError(f"option {option}: expected a JSON object like {_EXAMPLE}")
+    out: dict[str, dict[int, int]] = {}
+    lowest = EARLIEST if starting else LATEST
+    for topic, parts in obj.items():
+        if topic not in topics:
+            raise BadRequestError(
+                f"option {option}: topic {topic!r} is not one of the topics read {topics}"
+            )
+        if not isinstance(parts, dict):
+            raise BadRequestError(f"option {option}: {topic!r} must map partitions to offsets")
+        per: dict[int, int] = {}
+        for p, off in parts.items():
+            try:
+                pi = int(p)
+            except ValueError:
+                raise BadRequestError(f"option {option}: partition {p!r} is not a number") from None
+            if pi < 0 or not isinstance(off, int) or isinstance(off, bool) or off < lowest:
+                raise BadRequestError(
+                    f"option {option}: {topic}/{p}: expected an offset >= {lowest}, got {off!r}"
+                )
+            per[pi] = off
+        out[topic] = per
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Bounds:
+    """A partition's first available offset and its end offset (the next one written)."""
+
+    start: int
+    end: int
+
+
+def fetch_bounds(client: Client, topics: Iterable[str]) -> dict[TopicPartition, Bounds]:
+    """Every partition of ``topics`` and its offsets now, in topic then partition order."""
+    out: dict[TopicPartition, Bounds] = {}
+    for topic in topics:
+        info = client.describe_topic(topic)
+        for p in sorted(info.partition_info, key=lambda p: p.partition):
+            out[(topic, p.partition)] = Bounds(p.start_offset, p.end_offset)
+    return out
+
+
+def offsets_for_time(
+    client: Client, topics: Iterable[str], timestamp_ms: int
+) -> dict[TopicPartition, int]:
+    """Per partition, the first offset the broker wrote at or after ``timestamp_ms``."""
+    out: dict[TopicPartition, int] = {}
+    for topic in topics:
+        for p, off in enumerate(client.offsets_for_time(topic, timestamp_ms)):
+            out[(topic, p)] = off
+    return out
+
+
+def resolve(
+    spec: OffsetSpec, bounds: Mapping[TopicPartition, Bounds], option: str, starting: bool
+) -> dict[TopicPartition, int]:
+    """Concrete offsets for every partition; partitions a JSON spec leaves out get the default
+    (earliest for a start, latest for an end)."""
+    if isinstance(spec, dict):
+        for topic, parts in spec.items():
+            for p in parts:
+                if (topic, p) not in bounds:
+                    raise BadRequestError(f"option {option}: topic {topic!r} has no partition {p}")
+    out: dict[TopicPartition, int] = {}
+    for tp, b in bounds.items():
+        if spec == "earliest":
+            o = EARLIEST
+        elif spec == "latest":
+            o = LATEST
+        else:
+            assert isinstance(spec, dict)
+            o = spec.get(tp[0], {}).get(tp[1], EARLIEST if starting else LATEST)
+        out[tp] = b.start if o == EARLIEST else b.end if o == LATEST else o
+    return out
+
+
+def to_json(offsets: Mapping[TopicPartition, int]) -> dict[str, dict[str, int]]:
+    """The offset dict Spark checkpoints: sorted by topic and partition, so equal offsets
+    give equal JSON (Spark compares the strings; another key order means "new data")."""
+    out: dict[str, dict[str, int]] = {}
+    for topic, p in sorted(offsets):
+        out.setdefault(topic, {})[str(p)] = offsets[(topic, p)]
+    return out
+
+
+def from_json(obj: Mapping[str, Mapping[str, int]]) -> dict[TopicPartition, int]:
+    return {(t, int(p)): int(o) for t, parts in obj.items() for p, o in parts.items()}
+
+
+def cap(
+    start: Mapping[TopicPartition, int], end: Mapping[TopicPartition, int], max_rows: int
+) -> dict[TopicPartition, int]:
+    """Ends that admit at most ``max_rows`` offsets in all, shared in proportion to each
+    partition's backlog (largest remainders first, so the whole budget is used)."""
+    lag = {tp: max(0, end[tp] - start[tp]) for tp in end}
+    total = sum(lag.values())
+    if total <= max_rows:
+        return dict(end)
+    share = {tp: lag[tp] * max_rows // total for tp in lag}
+    left = max_rows - sum(share.values())
+    order = sorted(lag, key=lambda tp: (-(lag[tp] * max_rows % total), tp))
+    for tp in order:
+        if left == 0:
+            break
+        if share[tp] < lag[tp]:
+            share[tp] += 1
+            left -= 1
+    return {tp: start[tp] + share[tp] for tp in end}
+
+
+def split(
+    ranges: list[tuple[TopicPartition, int, int]], min_partitions: int | None
+) -> list[tuple[TopicPartition, int, int]]:
+    """Cut offset ranges so there are at least ``min_partitions`` (more Spark tasks for big
+    partitions); each range gets pieces in proportion to its size. Deterministic."""
+    ranges = [r for r in ranges if r[2] > r[1]]
+    if not min_partitions or len(ranges) >= min_partitions:
+        return ranges
+    total = sum(e - s for _, s, e in ranges)
+    out: list[tuple[TopicPartition, int, int]] = []
+    for tp, s, e in ranges:
+        size = e - s
+        pieces = max(1, min(size, -(-size * min_partitions // total)))
+        for i in range(pieces):
+            a = s + size * i // pieces
+            b = s + size * (i + 1) // pieces
+            out.append((tp, a, b))
+    return out

@@ -1,0 +1,137 @@
+"""The options of `format("weir")`, parsed and checked once, on the driver.
+
+Spark hands a data source its options as strings under lower-cased keys;
+every mistake is reported here, naming the option, before any task runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from weir.client.aio import DEFAULT_ENDPOINT
+from weir.errors import BadRequestError
+from weir.spark.offsets import OffsetSpec, parse_spec
+
+DEFAULT_MAX_BYTES_PER_FETCH = 4 << 20
+
+
+def _get(options: Mapping[str, str], name: str) -> str | None:
+    v = options.get(name.lower())
+    return None if v is None else str(v)
+
+
+def _int(options: Mapping[str, str], name: str, minimum: int) -> int | None:
+    v = _get(options, name)
+    if v is None:
+        return None
+    try:
+        n = int(v.strip())
+    except ValueError:
+        raise BadRequestError(f"option {name}: expected an integer, got {v!r}") from None
+    if n < minimum:
+        raise BadRequestError(f"option {name}: must be at least {minimum}, got {n}")
+    return n
+
+
+def _bool(options: Mapping[str, str], name: str, default: bool) -> bool:
+    v = _get(options, name)
+    if v is None:
+        return default
+    s = v.strip().lower()
+    if s in ("true", "1", "yes"):
+        return True
+    if s in ("false", "0", "no"):
+        return False
+    raise BadRequestError(f"option {name}: expected true or false, got {v!r}")
+
+
+def _endpoint(options: Mapping[str, str]) -> str:
+    return (_get(options, "endpoint") or DEFAULT_ENDPOINT).strip()
+
+
+def _topics(options: Mapping[str, str]) -> list[str]:
+    raw = _get(options, "topic")
+    topics = [t.strip() for t in (raw or "").split(",") if t.strip()]
+    if not topics:
+        raise BadRequestError('option topic is required, e.g. .option("topic", "orders")')
+    if len(set(topics)) != len(topics):
+        raise BadRequestError(f"option topic names a topic twice: {raw!r}")
+    return topics
+
+
+@dataclass(frozen=True)
+class ReaderOptions:
+    """What `spark.read` / `spark.readStream` asked for."""
+
+    endpoint: str
+    topics: list[str]
+    starting: OffsetSpec
+    ending: OffsetSpec
+    starting_timestamp: int | None
+    ending_timestamp: int | None
+    max_offsets_per_trigger: int | None
+    fail_on_data_loss: bool
+    min_partitions: int | None
+    consumer: str | None
+    max_bytes_per_fetch: int
+    push_filters: bool
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str], streaming: bool) -> ReaderOptions:
+        topics = _topics(options)
+        default_start = "latest" if streaming else "earliest"
+        starting = parse_spec(
+            _get(options, "startingOffsets") or default_start, "startingOffsets", topics, True
+        )
+        ending_raw = _get(options, "endingOffsets")
+        ending_ts = _int(options, "endingTimestamp", 0)
+        if streaming and (ending_raw is not None or ending_ts is not None):
+            raise BadRequestError(
+                "options endingOffsets and endingTimestamp are for batch reads; "
+                "a stream runs on (use trigger(availableNow=True) to stop at the current end)"
+            )
+        ending = parse_spec(ending_raw or "latest", "endingOffsets", topics, False)
+        starting_ts = _int(options, "startingTimestamp", 0)
+        if starting_ts is not None and _get(options, "startingOffsets") is not None:
+            raise BadRequestError("give either startingOffsets or startingTimestamp, not both")
+        max_per_trigger = _int(options, "maxOffsetsPerTrigger", 1)
+        if max_per_trigger is not None and not streaming:
+            raise BadRequestError("option maxOffsetsPerTrigger is for streaming reads")
+        consumer = (_get(options, "consumer") or "").strip() or None
+        if consumer is not None and not streaming:
+            raise BadRequestError(
+                "option consumer is for streaming reads (it commits what each micro-batch read)"
+            )
+        return cls(
+            endpoint=_endpoint(options),
+            topics=topics,
+            starting=starting,
+            ending=ending,
+            starting_timestamp=starting_ts,
+            ending_timestamp=ending_ts,
+            max_offsets_per_trigger=max_per_trigger,
+            fail_on_data_loss=_bool(options, "failOnDataLoss", True),
+            min_partitions=_int(options, "minPartitions", 1),
+            consumer=consumer,
+            max_bytes_per_fetch=_int(options, "maxBytesPerFetch", 1024)
+            or DEFAULT_MAX_BYTES_PER_FETCH,
+            push_filters=_bool(options, "pushFilters", False),
+        )
+
+
+@dataclass(frozen=True)
+class WriterOptions:
+    """What `df.write` / `df.writeStream` asked for."""
+
+    endpoint: str
+    topic: str
+    write_id: str | None
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> WriterOptions:
+        topics = _topics(options)
+        if len(topics) != 1:
+            raise BadRequestError(f"a weir sink writes to one topic, got {topics}")
+        write_id = (_get(options, "writeId") or "").strip() or None
+        return cls(endpoint=_endpoint(options), topic=topics[0], write_id=write_id)

@@ -1,0 +1,314 @@
+"""`df.write` / `df.writeStream` into a weir topic, exactly once by construction.
+
+Every row gets a producer_id and a seq_no that depend only on where the row
+sits in the query, never on the attempt that writes it:
+
+* producer_id = ``spark-{id}-{spark partition}``, plus ``-p{n}`` when the row
+  names its target partition n (a ``partition`` column or a key): a producer
+  is pinned to one broker partition, so each target gets its own producer.
+  ``id`` is the streaming query id (stable across restarts from the same
+  checkpoint) or, for a batch write, an id made on the driver for the job
+  (or the ``writeId`` option).
+* seq_no = ``batch_id << 32 | row position in the task`` (batch_id is the
+  micro-batch id; 0 for a batch write).
+
+The broker skips a record whose seq_no is not above the last one its
+producer stored, so a retried task, or a micro-batch Spark replays after a
+crash, writes nothing twice. This holds when Spark hands the replay the same
+rows in the same order: see docs/spark.md for the conditions.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import crc32c
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark import TaskContext
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import (
+    BinaryType,
+    ByteType,
+    IntegerType,
+    LongType,
+    MapType,
+    ShortType,
+    StringType,
+    StructType,
+    TimestampType,
+)
+
+from weir.client import Client, Writer
+from weir.errors import BadRequestError
+from weir.spark.options import WriterOptions
+
+log = logging.getLogger("weir.spark")
+
+_ROWS_PER_TASK = 1 << 32  # the row position must fit the low half of a seq_no
+_FLUSH_TIMEOUT_S = 300.0
+
+
+@dataclass
+class WrittenMessage(WriterCommitMessage):
+    """What one task reports to the driver."""
+
+    spark_partition: int
+    rows: int
+    producers: int
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Which input columns the sink uses (checked on the driver, before any task runs)."""
+
+    key: bool
+    headers: bool
+    partition: bool
+    created_at: bool
+
+    @classmethod
+    def of(cls, schema: StructType) -> Layout:
+        types = {f.name: f.dataType for f in schema.fields}
+        text = (BinaryType, StringType)
+        value = types.get("value")
+        if value is None:
+            raise BadRequestError(
+                f"a weir sink needs a 'value' column (binary or string); got columns {list(types)}"
+            )
+        checks: dict[str, tuple[tuple[type, ...], str]] = {
+            "value": (text, "binary or string"),
+            "key": (text, "binary or string"),
+            "partition": ((IntegerType, LongType, ShortType, ByteType), "an integer"),
+            "created_at": ((TimestampType,), "a timestamp"),
+        }
+        for name, (allowed, what) in checks.items():
+            t = types.get(name)
+            if t is not None and not isinstance(t, allowed):
+                raise BadRequestError(f"column {name!r} must be {what}, not {t.simpleString()}")
+        h = types.get("headers")
+        if h is not None and not (
+            isinstance(h, MapType)
+            and isinstance(h.keyType, StringType)
+            and isinstance(h.valueType, StringType)
+        ):
+            raise BadRequestError(
+                f"column 'headers' must be map<string,string>, not {h.simpleString()}"
+            )
+        return cls("key" in types, "headers" in types, "partition" in types, "created_at" in types)
+
+
+class TaskWriter:
+    """One Spark task's rows into the topic: one SDK writer per target partition."""
+
+    def __init__(
+        self,
+        client: Client,
+        topic: str,
+        partitions: int,
+        layout: Layout,
+        producer_base: str,
+        batch_id: int,
+    ) -> None:
+        self.client = client
+        self.topic = topic
+        self.partitions = partitions
+        self.layout = layout
+        self.producer_base = producer_base
+        self.seq_base = batch_id << 32
+        self.rows = 0
+        self.writers: dict[int | None, Writer] = {}
+
+    def _writer(self, target: int | None) -> Writer:
+        w = self.writers.get(target)
+        if w is None:
+            pid = self.producer_base if target is None else f"{self.producer_base}-p{target}"
+            w = self.client.writer(self.topic, producer_id=pid, partition=target)
+            self.writers[target] = w
+        return w
+
+    def _targets(self, batch: pa.RecordBatch, keys: list[Any] | None) -> list[int | None]:
+        n = batch.num_rows
+        parts: list[int | None] = (
+            batch.column("partition").to_pylist() if self.layout.partition else [None] * n
+        )
+        count = self.partitions
+        out: list[int | None] = []
+        for i, p in enumerate(parts):
+            if p is not None:
+                if not 0 <= p < count:
+                    raise BadRequestError(
+                        f"row {self.rows + i}: partition {p} is not one of 0..{count - 1} of {self.topic!r}"
+                    )
+                out.append(p)
+                continue
+            k = keys[i] if keys is not None else None
+            if k:
+                kb = k.encode() if isinstance(k, str) else k
+                out.append(crc32c.crc32c(kb) % count)
+            else:
+                out.append(None)
+        return out
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        n = batch.num_rows
+        if n == 0:
+            return
+        if self.rows + n > _ROWS_PER_TASK:
+            raise BadRequestError(
+                f"a Spark task may write at most {_ROWS_PER_TASK} rows per batch; repartition"
+            )
+        if batch.column("value").null_count:
+            raise BadRequestError("column 'value' is null in some rows; every message needs one")
+        seq0 = self.seq_base + self.rows
+        values = batch.column("value").to_pylist()
+        lay = self.layout
+        keys = batch.column("key").to_pylist() if lay.key else None
+        if not (lay.key or lay.partition or lay.headers or lay.created_at):
+            write = self._writer(None).write
+            for seq, v in enumerate(values, seq0):
+                write(v, seq_no=seq)
+        else:
+            none = [None] * n
+            ks = keys if keys is not None else none
+            hs = batch.column("headers").to_pylist() if lay.headers else none
+            cs = none
+            if lay.created_at:
+                us = pc.cast(batch.column("created_at"), pa.int64())
+                cs = pc.divide(us, 1000).to_pylist()  # ms
+            # one pass per target partition: each producer gets its rows in order
+            groups: dict[int | None, list[int]] = {}
+            for i, t in enumerate(self._targets(batch, keys)):
+                groups.setdefault(t, []).append(i)
+            for target, rows in groups.items():
+                write = self._writer(target).write
+                if lay.headers or lay.created_at:
+                    for i in rows:
+                        h = hs[i]
+                        write(
+                            values[i],
+                            key=ks[i],
+                            headers=dict(h) if h else None,
+                            seq_no=seq0 + i,
+                            created_at=cs[i],
+                        )
+                else:
+                    for i in rows:
+                        write(values[i], key=ks[i], seq_no=seq0 + i)
+        self.rows += n
+
+    def finish(self) -> None:
+        """Wait until the broker acknowledged every row (written or skipped as a duplicate)."""
+        for w in self.writers.values():
+            w.flush(_FLUSH_TIMEOUT_S)
+        for w in self.writers.values():
+            w.close(_FLUSH_TIMEOUT_S)
+
+    def abandon(self) -> None:
+        for w in self.writers.values():
+            try:
+                w.close(1.0)
+            except Exception as exc:  # the task fails anyway; its retry rewrites the same rows
+                log.debug("closing a writer of a failed task: %r", exc)
+
+
+def _topic_partitions(options: WriterOptions) -> int:
+    with Client(options.endpoint) as client:
+        return client.describe_topic(options.topic).partitions
+
+
+def write_task(
+    options: WriterOptions,
+    layout: Layout,
+    partitions: int,
+    stable_id: str,
+    batch_id: int,
+    batches: Iterator[pa.RecordBatch],
+) -> WrittenMessage:
+    tc = TaskContext.get()
+    spark_partition = tc.partitionId() if tc is not None else 0
+    with Client(options.endpoint) as client:
+        tw = TaskWriter(
+            client,
+            options.topic,
+            partitions,
+            layout,
+            f"spark-{stable_id}-{spark_partition}",
+            batch_id,
+        )
+        try:
+            for b in batches:
+                tw.add(b)
+            tw.finish()
+        except BaseException:
+            tw.abandon()
+            raise
+    return WrittenMessage(spark_partition, tw.rows, len(tw.writers))
+
+
+class WeirBatchWriter(DataSourceArrowWriter):
+    """`df.write`: created once on the driver and pickled to every task, so the job id made
+    here is shared by all tasks of the job and by their retries."""
+
+    def __init__(self, options: WriterOptions, schema: StructType, overwrite: bool) -> None:
+        if overwrite:
+            raise BadRequestError('a topic can only be appended to: use mode("append")')
+        self.options = options
+        self.layout = Layout.of(schema)
+        self.partitions = _topic_partitions(options)
+        self.stable_id = options.write_id or uuid.uuid4().hex
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WrittenMessage:
+        return write_task(self.options, self.layout, self.partitions, self.stable_id, 0, iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        rows = sum(m.rows for m in messages if isinstance(m, WrittenMessage))
+        log.info(
+            "weir: wrote %d rows to %s (write id %s)", rows, self.options.topic, self.stable_id
+        )
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        log.warning(
+            "weir: write to %s failed; rows already written stay (write id %s)",
+            self.options.topic,
+            self.stable_id,
+        )
+
+
+class WeirStreamWriter(DataSourceStreamArrowWriter):
+    """`df.writeStream`: the ids come from the task (query id, micro-batch id)."""
+
+    def __init__(self, options: WriterOptions, schema: StructType, overwrite: bool) -> None:
+        self.options = options
+        self.layout = Layout.of(schema)
+        self.partitions = _topic_partitions(options)
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WrittenMessage:
+        tc = TaskContext.get()
+        query_id = tc.getLocalProperty("sql.streaming.queryId") if tc is not None else None
+        batch_id = tc.getLocalProperty("streaming.sql.batchId") if tc is not None else None
+        if not query_id or batch_id is None:
+            raise BadRequestError("weir stream writer: Spark gave the task no query or batch id")
+        return write_task(
+            self.options, self.layout, self.partitions, query_id, int(batch_id), iterator
+        )
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Nothing to do: the rows are durable once write() returned (idempotent by design)."""
+        rows = sum(m.rows for m in messages if isinstance(m, WrittenMessage))
+        log.debug("weir: batch %d wrote %d rows to %s", batchId, rows, self.options.topic)
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        log.warning(
+            "weir: batch %d to %s aborted; Spark replays it and the broker skips what it has",
+            batchId,
+            self.options.topic,
+        )

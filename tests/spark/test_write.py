@@ -1,0 +1,129 @@
+"""`df.write.format("weir")`: rows land where they say, with what they carry, once per write id."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import crc32c
+import pytest
+from pyspark.errors import PySparkException
+from pyspark.sql import functions as F
+
+import weir
+from tests.conftest import ServerProcess
+from tests.spark.topics import read_topic
+
+
+def _write(df: Any, server: ServerProcess, topic: str, **options: str) -> None:
+    w = df.write.format("weir").mode("append").option("endpoint", server.endpoint)
+    w = w.option("topic", topic)
+    for k, v in options.items():
+        w = w.option(k, v)
+    w.save()
+
+
+def test_rows_go_to_the_partition_of_their_key_or_column_with_headers_and_times(
+    spark: Any, weir_server: ServerProcess, client: weir.Client, topic_name: str
+) -> None:
+    client.create_topic(topic_name, partitions=4)
+    created = dt.datetime(2024, 5, 6, 7, 8, 9, 123000, tzinfo=dt.UTC)
+    rows = (
+        [(f"k{i}", f"keyed-{i}", None, {"n": str(i)}) for i in range(20)]
+        + [(None, f"placed-{i}", i % 4, None) for i in range(8)]
+        + [(f"k{i}", f"keyed-placed-{i}", 3, None) for i in range(4)]
+    )
+    df = spark.createDataFrame(
+        rows, "key string, value string, partition int, headers map<string,string>"
+    ).withColumn("created_at", F.lit(created))
+    _write(df.repartition(2), weir_server, topic_name)
+
+    stored = read_topic(client, topic_name)
+    where = {m.data.decode(): (p, m) for p, msgs in stored.items() for m in msgs}
+    assert len(where) == len(rows) == sum(len(v) for v in stored.values())
+    for i in range(20):
+        p, m = where[f"keyed-{i}"]
+        assert p == crc32c.crc32c(f"k{i}".encode()) % 4  # same key, same partition
+        assert m.key == f"k{i}".encode() and dict(m.headers) == {"n": str(i)}
+        assert m.created_at_ms == int(created.timestamp() * 1000)
+    for i in range(8):
+        assert where[f"placed-{i}"][0] == i % 4
+    for i in range(4):  # an explicit partition wins over the key
+        assert where[f"keyed-placed-{i}"][0] == 3
+
+
+def test_writing_the_same_rows_again_with_the_same_write_id_adds_nothing(
+    spark: Any, weir_server: ServerProcess, client: weir.Client, topic_name: str
+) -> None:
+    client.create_topic(topic_name, partitions=2)
+    df = spark.range(0, 500, numPartitions=3).select(F.col("id").cast("string").alias("value"))
+    _write(df, weir_server, topic_name, writeId="nightly-2024-05-06")
+    _write(df, weir_server, topic_name, writeId="nightly-2024-05-06")  # a rerun of the job
+    assert client.describe_topic(topic_name).messages == 500
+    values = sorted(int(m.data) for msgs in read_topic(client, topic_name).values() for m in msgs)
+    assert values == list(range(500))
+    # without a write id every job is a new producer: a rerun writes the rows again
+    _write(df, weir_server, topic_name)
+    assert client.describe_topic(topic_name).messages == 1000
+
+
+def test_streaming_read_of_what_a_batch_write_produced(
+    spark: Any, weir_server: ServerProcess, client: weir.Client, topic_name: str, tmp_path: Any
+) -> None:
+    client.create_topic(topic_name, partitions=2)
+    df = spark.range(0, 100, numPartitions=2).select(
+        (F.col("id") % 7).cast("string").alias("key"), F.col("id").cast("string").alias("value")
+    )
+    _write(df, weir_server, topic_name)
+    out = tmp_path / "parquet"
+    q = (
+        spark.readStream.format("weir")
+        .option("endpoint", weir_server.endpoint)
+        .option("topic", topic_name)
+        .option("startingOffsets", "earliest")
+        .load()
+        .select(F.col("key").cast("string"), F.col("value").cast("string"))
+        .writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert q.awaitTermination(180)
+    got = spark.read.parquet(str(out))
+    assert sorted(int(r.value) for r in got.collect()) == list(range(100))
+
+
+@pytest.mark.parametrize(
+    ("columns", "message"),
+    [
+        ("key string", "needs a 'value' column"),
+        ("value int", "'value' must be binary or string"),
+        ("value string, partition string", "'partition' must be an integer"),
+        ("value string, headers map<string,int>", "'headers' must be map<string,string>"),
+    ],
+)
+def test_a_bad_dataframe_is_refused_before_any_row_is_written(
+    spark: Any,
+    weir_server: ServerProcess,
+    client: weir.Client,
+    topic_name: str,
+    columns: str,
+    message: str,
+) -> None:
+    client.create_topic(topic_name, partitions=1)
+    df = spark.createDataFrame([], columns)
+    with pytest.raises(PySparkException, match=message):
+        _write(df, weir_server, topic_name)
+
+
+def test_overwrite_and_unknown_topics_are_refused(
+    spark: Any, weir_server: ServerProcess, topic_name: str
+) -> None:
+    df = spark.createDataFrame([("x",)], "value string")
+    with pytest.raises(PySparkException, match="does not exist"):
+        _write(df, weir_server, topic_name + "_missing")
+    with pytest.raises(PySparkException, match="appended"):
+        df.write.format("weir").mode("overwrite").option("endpoint", weir_server.endpoint).option(
+            "topic", topic_name
+        ).save()
