@@ -115,6 +115,7 @@ def make_spark(work: Path) -> Any:
 
     cwd = work / "cwd"
     cwd.mkdir(parents=True)
+    (work / "tmp").mkdir()
     old = os.getcwd()
     os.chdir(cwd)
     try:
@@ -128,6 +129,7 @@ def make_spark(work: Path) -> Any:
             .config("spark.sql.shuffle.partitions", "2")
             .config("spark.sql.warehouse.dir", str(work / "warehouse"))
             .config("spark.local.dir", str(work / "tmp"))
+            .config("spark.driver.extraJavaOptions", f"-Djava.io.tmpdir={work / 'tmp'}")
             .getOrCreate()
         )
     finally:

@@ -26,6 +26,8 @@ def spark_conf(work: Path) -> dict[str, str]:
         "spark.sql.streaming.stopTimeout": "10s",
         "spark.sql.warehouse.dir": str(work / "warehouse"),
         "spark.local.dir": str(work / "tmp"),
+        # the JVM's own temp dirs too, so that a killed Spark leaves nothing in /tmp
+        "spark.driver.extraJavaOptions": f"-Djava.io.tmpdir={work / 'tmp'}",
     }
 
 
