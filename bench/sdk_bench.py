@@ -22,6 +22,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -36,6 +37,8 @@ class Row:
     messages: int
     bytes: int
     seconds: float
+    server_cpu: float = 0.0  # CPU seconds the server used (robust on a noisy machine)
+    client_cpu: float = 0.0
 
     @property
     def msgs_per_s(self) -> float:
@@ -119,6 +122,21 @@ def consume(client: weir.Client, topic: str, n: int, size: int) -> Row:
     return Row(f"consume {n:,} x {size} B, 1 consumer", got, got * size, dt)
 
 
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measured(server: Server, fn: Callable[[], Row]) -> Row:
+    assert server.proc is not None
+    s0, c0 = cpu_seconds(server.proc.pid), time.process_time()
+    row = fn()
+    row.server_cpu = cpu_seconds(server.proc.pid) - s0
+    row.client_cpu = time.process_time() - c0
+    return row
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -160,10 +178,12 @@ def main() -> None:
         client = weir.Client(server.endpoint)
         client.create_topic("small", partitions=1)
         client.create_topic("big", partitions=1)
-        rows.append(produce(client, "small", args.messages, args.size, "small"))
+        rows.append(
+            measured(server, lambda: produce(client, "small", args.messages, args.size, "small"))
+        )
         if args.big:
-            rows.append(produce(client, "big", args.big, 10_000, "big"))
-        rows.append(consume(client, "small", args.messages, args.size))
+            rows.append(measured(server, lambda: produce(client, "big", args.big, 10_000, "big")))
+        rows.append(measured(server, lambda: consume(client, "small", args.messages, args.size)))
         client.close()
     finally:
         if spy is not None:
@@ -171,10 +191,13 @@ def main() -> None:
             spy.wait(60)
         server.stop()
         shutil.rmtree(data, ignore_errors=True)
-    print("| workload | messages/s | MB/s | seconds |")
-    print("|---|---:|---:|---:|")
+    print("| workload | messages/s | MB/s | seconds | server CPU µs/msg | client CPU µs/msg |")
+    print("|---|---:|---:|---:|---:|---:|")
     for r in rows:
-        print(f"| {r.workload} | {r.msgs_per_s:,.0f} | {r.mb_per_s:,.1f} | {r.seconds:.2f} |")
+        print(
+            f"| {r.workload} | {r.msgs_per_s:,.0f} | {r.mb_per_s:,.1f} | {r.seconds:.2f} | "
+            f"{1e6 * r.server_cpu / max(1, r.messages):.2f} | {1e6 * r.client_cpu / max(1, r.messages):.2f} |"
+        )
     if args.json:
         Path(args.json).write_text(
             json.dumps(

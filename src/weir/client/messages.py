@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import gc
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
@@ -96,8 +97,23 @@ def decode_chunks(
 ) -> list[Message]:
     """Messages at or after ``from_offset`` in concatenated stored batches (CRCs checked).
 
-    Built column by column with map/zip, so no Python code runs per message.
+    Built column by column with map/zip, so no Python code runs per message. The
+    cyclic garbage collector is paused meanwhile: the tuples made here form no cycles,
+    and letting it rescan a growing list of them halves the decoding rate.
     """
+    paused = gc.isenabled()
+    if paused:
+        gc.disable()
+    try:
+        return _decode_chunks(topic, partition, chunks, from_offset, session)
+    finally:
+        if paused:
+            gc.enable()
+
+
+def _decode_chunks(
+    topic: str, partition: int, chunks: Sequence[bytes], from_offset: int, session: Any
+) -> list[Message]:
     out: list[Message] = []
     for chunk in chunks:
         for pos, h in iter_batches(chunk):
