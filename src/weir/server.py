@@ -15,8 +15,8 @@ from weir.broker.broker import Broker
 from weir.broker.config import BrokerConfig
 from weir.broker.observer import BrokerObserver
 from weir.errors import BadRequestError
-from weir.protocols.native import weir_pb2_grpc
 from weir.protocols.native.service import NativeService
+from weir.protocols.native.service import add_to_server as add_native
 
 log = logging.getLogger("weir.server")
 
@@ -45,7 +45,7 @@ def parse_listen(listen: str) -> tuple[str, int]:
 
 
 def _install_native(server: grpc.aio.Server, broker: Broker, srv: Server) -> None:
-    weir_pb2_grpc.add_WeirServicer_to_server(NativeService(broker, srv.stopping_event), server)  # type: ignore[no-untyped-call]
+    add_native(NativeService(broker, srv.stopping_event), server)
 
 
 def default_fronts() -> list[FrontInstaller]:

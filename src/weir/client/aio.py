@@ -391,7 +391,7 @@ class Client:
             to_offset=to_offset,
             max_bytes=max_bytes,
         )
-        call = self.conn.stub.ReadRange(req)
+        call = self.conn.read_range(req)
         try:
             async for r in call:
                 yield RangeChunk(

@@ -10,7 +10,9 @@ from typing import Any, TypeVar
 import grpc
 
 from weir.errors import BadRequestError, UnavailableError, WeirError, error_from_code
+from weir.protocols.native import weir_pb2 as pb
 from weir.protocols.native import weir_pb2_grpc as pb_grpc
+from weir.protocols.native import wire
 from weir.protocols.native.status import CODE_KEY, code_from_grpc
 
 T = TypeVar("T")
@@ -81,6 +83,22 @@ class Connection:
         self.endpoint = normalize_endpoint(endpoint)
         self.channel = grpc.aio.insecure_channel(self.endpoint, options=CHANNEL_OPTIONS)
         self.stub = pb_grpc.WeirStub(self.channel)  # type: ignore[no-untyped-call]
+        # the bulk methods use the hand-rolled wire codec (see weir.protocols.native.wire)
+        self.stream_write = self.channel.stream_stream(
+            "/weir.v1.Weir/StreamWrite",
+            request_serializer=wire.encode_write_request,
+            response_deserializer=pb.WriteResponse.FromString,
+        )
+        self.stream_read = self.channel.stream_stream(
+            "/weir.v1.Weir/StreamRead",
+            request_serializer=pb.ReadRequest.SerializeToString,
+            response_deserializer=wire.decode_read_response,
+        )
+        self.read_range = self.channel.unary_stream(
+            "/weir.v1.Weir/ReadRange",
+            request_serializer=pb.ReadRangeRequest.SerializeToString,
+            response_deserializer=wire.decode_range_response,
+        )
         self.closed = False
 
     async def call(self, method: str, request: Any, timeout: float | None = 30.0) -> Any:

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import datetime as dt
 import gc
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from itertools import repeat
 from types import MappingProxyType
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from weir.storage.batch import decode_payload, iter_batches
 from weir.storage.codecs import Codec, decompress
 
 _UTC = dt.UTC
+T = TypeVar("T")
 
 
 def _ms_to_dt(ms: int) -> dt.datetime:
@@ -58,24 +59,77 @@ class Message(NamedTuple):
         )
 
 
-@dataclass(slots=True, eq=False)
-class Batch:
-    """Consecutive messages of one partition, as a reader receives them."""
+EMPTY_HEADERS: Mapping[str, str] = MappingProxyType({})
+_new = tuple.__new__
 
-    topic: str
-    partition: int
-    messages: list[Message]
-    nbytes: int
-    session: Any = field(default=None, repr=False)
+
+@dataclass(slots=True)
+class _Part:
+    """The records of one stored batch from a given offset on, as columns."""
+
+    first_offset: int
+    count: int
+    seqs: Any  # range or list[int]
+    created: Any  # list[int], or one int for all
+    written: int
+    producer_id: str
+    keys: list[bytes] | None
+    data: list[bytes]
+    headers: list[dict[str, str]] | None
+
+
+class Batch:
+    """Consecutive messages of one partition, as a reader receives them.
+
+    Decoded by column: `values`, `keys` and `offsets` are plain lists, cheap to
+    use for high-volume consumers; `messages` (and iterating the batch) builds a
+    `Message` per record on first use.
+    """
+
+    __slots__ = ("_messages", "_parts", "nbytes", "partition", "session", "topic")
+
+    def __init__(
+        self, topic: str, partition: int, parts: list[_Part], nbytes: int, session: Any = None
+    ) -> None:
+        self.topic = topic
+        self.partition = partition
+        self._parts = parts
+        self.nbytes = nbytes
+        self.session = session
+        self._messages: list[Message] | None = None
+
+    @property
+    def messages(self) -> list[Message]:
+        if self._messages is None:
+            self._messages = _paused_gc(
+                _messages, self.topic, self.partition, self._parts, self.session
+            )
+        return self._messages
+
+    @property
+    def values(self) -> list[bytes]:
+        """The data of every message, in offset order."""
+        if len(self._parts) == 1:
+            return self._parts[0].data
+        return [d for p in self._parts for d in p.data]
+
+    @property
+    def keys(self) -> list[bytes]:
+        return [k for p in self._parts for k in (p.keys if p.keys is not None else [b""] * p.count)]
+
+    @property
+    def offsets(self) -> range:
+        return range(self.start_offset, self.end_offset)
 
     @property
     def start_offset(self) -> int:
-        return self.messages[0].offset
+        return self._parts[0].first_offset
 
     @property
     def end_offset(self) -> int:
         """Offset after the last message: what a commit of the batch stores."""
-        return self.messages[-1].offset + 1
+        last = self._parts[-1]
+        return last.first_offset + last.count
 
     @property
     def commit_offset(self) -> int:
@@ -85,36 +139,47 @@ class Batch:
         return iter(self.messages)
 
     def __len__(self) -> int:
-        return len(self.messages)
+        return sum(p.count for p in self._parts)
+
+    def __repr__(self) -> str:
+        return f"Batch(topic={self.topic!r}, partition={self.partition}, offsets={self.start_offset}..{self.end_offset - 1})"
 
 
-EMPTY_HEADERS: Mapping[str, str] = MappingProxyType({})
-_new = tuple.__new__
+def decode_parts(chunks: Sequence[bytes | memoryview], from_offset: int) -> list[_Part]:
+    """The records at or after ``from_offset`` in concatenated stored batches, by column (CRCs checked)."""
+    return _paused_gc(_decode_parts, chunks, from_offset)
 
 
 def decode_chunks(
-    topic: str, partition: int, chunks: Sequence[bytes], from_offset: int, session: Any = None
+    topic: str,
+    partition: int,
+    chunks: Sequence[bytes | memoryview],
+    from_offset: int,
+    session: Any = None,
 ) -> list[Message]:
-    """Messages at or after ``from_offset`` in concatenated stored batches (CRCs checked).
+    """Messages at or after ``from_offset`` in concatenated stored batches (CRCs checked)."""
+    parts = _paused_gc(_decode_parts, chunks, from_offset)
+    return _paused_gc(_messages, topic, partition, parts, session)
 
-    Built column by column with map/zip, so no Python code runs per message. The
-    cyclic garbage collector is paused meanwhile: the tuples made here form no cycles,
-    and letting it rescan a growing list of them halves the decoding rate.
+
+def _paused_gc(fn: Callable[..., T], *args: Any) -> T:
+    """Run ``fn`` with the cyclic garbage collector paused.
+
+    Decoding makes many small objects that form no cycles; letting the collector
+    rescan a growing list of them halves the decoding rate.
     """
     paused = gc.isenabled()
     if paused:
         gc.disable()
     try:
-        return _decode_chunks(topic, partition, chunks, from_offset, session)
+        return fn(*args)
     finally:
         if paused:
             gc.enable()
 
 
-def _decode_chunks(
-    topic: str, partition: int, chunks: Sequence[bytes], from_offset: int, session: Any
-) -> list[Message]:
-    out: list[Message] = []
+def _decode_parts(chunks: Sequence[bytes | memoryview], from_offset: int) -> list[_Part]:
+    parts: list[_Part] = []
     for chunk in chunks:
         for pos, h in iter_batches(chunk):
             if h.next_offset <= from_offset:
@@ -122,36 +187,58 @@ def _decode_chunks(
             p = decode_payload(chunk, pos, h)
             n = h.record_count
             skip = max(0, from_offset - h.base_offset)
-            data: Any = p.data_list()
+            data = p.data_list()
             if h.data_codec != Codec.RAW:
                 # written through the YDB front: each message's data is compressed on its own
                 data = [_decompress_unknown(h.data_codec, d) for d in data]
             if p.seq_deltas is None:
                 seqs: Any = range(h.first_seq + skip, h.first_seq + n)
             else:
-                seqs = map(h.first_seq.__add__, p.seq_deltas[skip:])
+                seqs = list(map(h.first_seq.__add__, p.seq_deltas[skip:]))
             if p.created_deltas is None:
-                created: Any = repeat(h.created_base)
+                created: Any = h.created_base
             else:
-                created = map(h.created_base.__add__, p.created_deltas[skip:])
-            keys: Any = p.key_list()[skip:] if p.key_lens is not None else repeat(b"")
-            headers: Any = (
-                p.header_list()[skip:] if p.header_lens is not None else repeat(EMPTY_HEADERS)
+                created = list(map(h.created_base.__add__, p.created_deltas[skip:]))
+            keys = p.key_list() if p.key_lens is not None else None
+            headers = p.header_list() if p.header_lens is not None else None
+            if skip:
+                data = data[skip:]
+                keys = keys[skip:] if keys is not None else None
+                headers = headers[skip:] if headers is not None else None
+            parts.append(
+                _Part(
+                    h.base_offset + skip,
+                    n - skip,
+                    seqs,
+                    created,
+                    h.written_at,
+                    h.producer_id,
+                    keys,
+                    data,
+                    headers,
+                )
             )
-            rows = zip(
-                repeat(topic),
-                repeat(partition),
-                range(h.base_offset + skip, h.base_offset + n),
-                seqs,
-                created,
-                repeat(h.written_at),
-                repeat(h.producer_id),
-                keys,
-                data[skip:] if skip else data,
-                headers,
-                repeat(session),
-            )
-            out.extend(map(_new, repeat(Message), rows))
+    return parts
+
+
+def _messages(topic: str, partition: int, parts: list[_Part], session: Any) -> list[Message]:
+    """Message tuples built column by column with map/zip: no Python code runs per record."""
+    out: list[Message] = []
+    for p in parts:
+        rows = zip(
+            repeat(topic),
+            repeat(partition),
+            range(p.first_offset, p.first_offset + p.count),
+            p.seqs,
+            repeat(p.created) if isinstance(p.created, int) else p.created,
+            repeat(p.written),
+            repeat(p.producer_id),
+            p.keys if p.keys is not None else repeat(b""),
+            p.data,
+            p.headers if p.headers is not None else repeat(EMPTY_HEADERS),
+            repeat(session),
+        )
+        out.extend(map(_new, repeat(Message), rows))
     return out
 
 

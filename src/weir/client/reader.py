@@ -26,7 +26,7 @@ from typing import Any
 import grpc
 
 from weir.client.connection import Backoff, Connection, error_from_rpc
-from weir.client.messages import Batch, Message, decode_chunks
+from weir.client.messages import Batch, Message, decode_parts
 from weir.errors import (
     BadRequestError,
     ClosedError,
@@ -122,6 +122,8 @@ class ReaderCore:
         self._closed = False
         self._task: asyncio.Task[None] | None = None
         self._connected = asyncio.Event()
+        self._outbox: asyncio.Queue[tuple[int, pb.ReadRequest]] = asyncio.Queue()
+        self._writer: asyncio.Task[None] | None = None
         self.reconnects = 0
 
     def start_session(self) -> None:
@@ -169,11 +171,12 @@ class ReaderCore:
             self._give_credit(entry.nbytes)
         if not current or ps.revoking:
             return None
-        msgs = decode_chunks(ps.topic, ps.partition, entry.chunks, ps.read_offset, ps)
-        if not msgs:
+        parts = decode_parts(entry.chunks, ps.read_offset)
+        if not parts:
             return None
-        ps.read_offset = msgs[-1].offset + 1
-        return Batch(ps.topic, ps.partition, msgs, entry.nbytes, ps)
+        batch = Batch(ps.topic, ps.partition, parts, entry.nbytes, ps)
+        ps.read_offset = batch.end_offset
+        return batch
 
     def _give_credit(self, n: int) -> None:
         self._credit_back += n
@@ -182,17 +185,21 @@ class ReaderCore:
             self._send(pb.ReadRequest(credit=pb.ReadCredit(bytes=credit)))
 
     def _send(self, req: pb.ReadRequest) -> None:
-        call = self._call
-        if call is None:
-            return
+        """Queue a request for the current stream (gRPC allows one write at a time)."""
+        if self._call is not None:
+            self._outbox.put_nowait((self._generation, req))
 
-        async def write() -> None:
+    async def _write_outbox(self, call: Any, generation: int) -> None:
+        """The only writer of one stream: requests go out one at a time, in order."""
+        while True:
+            gen, req = await self._outbox.get()
+            if gen != generation:
+                continue  # queued for a stream that is gone
             try:
                 await call.write(req)
             except Exception as exc:  # the stream broke; the session loop notices
                 log.debug("read stream write failed: %r", exc)
-
-        asyncio.get_running_loop().create_task(write())
+                return
 
     # ------------------------------------------------------------------ commits
 
@@ -242,12 +249,25 @@ class ReaderCore:
 
     # ------------------------------------------------------------------ session
 
+    def _stop_writer(self) -> None:
+        if self._writer is not None:
+            self._writer.cancel()
+            self._writer = None
+        while not self._outbox.empty():
+            self._outbox.get_nowait()
+
     async def _run(self) -> None:
+        try:
+            await self._stream_loop()
+        finally:
+            self._stop_writer()
+
+    async def _stream_loop(self) -> None:
         backoff = Backoff()
         while not self._closing:
             call = None
             try:
-                call = self.conn.stub.StreamRead()
+                call = self.conn.stream_read()
                 init = pb.ReadInit(
                     topics=self.topics,
                     consumer=self.consumer,
@@ -257,6 +277,10 @@ class ReaderCore:
                 )
                 await call.write(pb.ReadRequest(init=init))
                 self._generation += 1
+                self._stop_writer()
+                self._writer = asyncio.get_running_loop().create_task(
+                    self._write_outbox(call, self._generation)
+                )
                 self._call = call
                 self._credit_back = 0
                 got_init = False
@@ -314,6 +338,7 @@ class ReaderCore:
 
     def _end_stream(self, call: Any, err: WeirError) -> None:
         self._call = None
+        self._stop_writer()
         if call is not None:
             call.cancel()
         for ps in self._sessions.values():
@@ -377,6 +402,7 @@ class ReaderCore:
         self._closed = True
         call = self._call
         self._call = None
+        self._stop_writer()  # the stream's only writer; done_writing below is then safe
         if call is not None:
             with contextlib.suppress(Exception):
                 await call.done_writing()

@@ -50,6 +50,7 @@ from weir.errors import (
     error_from_code,
 )
 from weir.protocols.native import weir_pb2 as pb
+from weir.protocols.native.wire import RawWriteRequest
 from weir.storage.batch import encode_batch
 from weir.storage.codecs import Codec
 
@@ -472,7 +473,7 @@ class WriterCore:
         while not self._closed:
             call = None
             try:
-                call = self.conn.stub.StreamWrite()
+                call = self.conn.stream_write()
                 init = pb.WriteInit(topic=self.topic, producer_id=self.producer_id or "")
                 if self.settings.partition is not None:
                     init.partition = self.settings.partition
@@ -657,9 +658,13 @@ class WriterCore:
 
     async def _send(self, call: Any, req: _Request) -> None:
         try:
-            await call.write(
-                pb.WriteRequest(batches=pb.WriteBatches(batches=[b.data for b in req.batches]))
-            )
+            await call.write(RawWriteRequest([b.data for b in req.batches]))
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # the writer is closing
+            # grpc.aio raises CancelledError on a call the session loop cancelled
+            self._ready.clear()
         except (grpc.aio.AioRpcError, grpc.aio.UsageError, asyncio.InvalidStateError) as exc:
             # the stream broke; the session loop reconnects and we resend
             log.debug("write stream broke while sending: %r", exc)

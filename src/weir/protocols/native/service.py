@@ -36,6 +36,14 @@ from weir.errors import (
 from weir.protocols.native import weir_pb2 as pb
 from weir.protocols.native import weir_pb2_grpc as pb_grpc
 from weir.protocols.native.status import CODE_KEY, grpc_status
+from weir.protocols.native.wire import (
+    RawRangeResponse,
+    RawReadData,
+    RawWriteRequest,
+    decode_write_request,
+    encode_range_response,
+    encode_read_response,
+)
 from weir.storage.batch import BatchHeader
 from weir.storage.codecs import Codec
 from weir.storage.partition import BatchResult, validate_incoming
@@ -242,7 +250,7 @@ class NativeService(pb_grpc.WeirServicer):
 
     async def ReadRange(
         self, request: pb.ReadRangeRequest, context: grpc.aio.ServicerContext
-    ) -> AsyncIterator[pb.ReadRangeResponse]:
+    ) -> AsyncIterator[pb.ReadRangeResponse | RawRangeResponse]:
         try:
             actor = self.broker.actor(request.topic, request.partition)
             if request.from_offset < 0:
@@ -260,12 +268,8 @@ class NativeService(pb_grpc.WeirServicer):
                 if not res.chunks:
                     break
                 self.broker.observer.on_read(actor.topic, actor.partition, res.nbytes)
-                yield pb.ReadRangeResponse(
-                    chunks=[bytes(c) for c in res.chunks],
-                    first_offset=res.first_offset,
-                    next_offset=res.next_offset,
-                    start_offset=res.start_offset,
-                    end_offset=res.end_offset,
+                yield RawRangeResponse(
+                    res.chunks, res.first_offset, res.next_offset, res.start_offset, res.end_offset
                 )
                 sent = True
                 pos = res.next_offset
@@ -368,19 +372,17 @@ class WriteSession:
                 raise UnavailableError("server is shutting down; reconnect to another or later")
             if self._failure is not None:
                 raise self._failure
-        except WeirError as err:
-            with contextlib.suppress(Exception):
-                await self.context.write(pb.WriteResponse(error=_error(err)))
         except asyncio.CancelledError:
             raise
         except Exception as err:
-            log.exception("write session %s failed", self.session_id)
+            if not isinstance(err, WeirError):
+                log.exception("write session %s failed", self.session_id)
+            # gRPC takes one write at a time: stop the acker before sending the error
+            await _stop(reader, acker)
             with contextlib.suppress(Exception):
                 await self.context.write(pb.WriteResponse(error=_error(err)))
         finally:
-            for t in (reader, acker):
-                if t is not None:
-                    t.cancel()
+            await _stop(reader, acker)
             if token is not None:
                 self.broker.unregister_writer(token)
 
@@ -399,7 +401,7 @@ class WriteSession:
             async for req in requests:
                 if req.WhichOneof("kind") != "batches":
                     raise BadRequestError("only batches may follow init on a write stream")
-                bufs = req.batches.batches
+                bufs = req.batches if isinstance(req, RawWriteRequest) else req.batches.batches
                 if not bufs:
                     continue
                 nbytes = 0
@@ -460,6 +462,16 @@ class WriteSession:
             self._fail(err)
 
 
+async def _stop(*tasks: asyncio.Task[None] | None) -> None:
+    """Cancel tasks and wait until they are done."""
+    live = [t for t in tasks if t is not None and not t.done()]
+    for t in live:
+        t.cancel()
+    for t in live:
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await t
+
+
 async def _first(*aws: Awaitable[Any]) -> None:
     """Wait until the first of ``aws`` finishes; cancel the others."""
     tasks = [asyncio.ensure_future(a) for a in aws]
@@ -509,7 +521,7 @@ class ReadSession:
         self.read_from_ms = 0
         self._credit = 0
         self._credit_event = asyncio.Event()
-        self._out: asyncio.Queue[pb.ReadResponse | None] = asyncio.Queue()
+        self._out: asyncio.Queue[pb.ReadResponse | RawReadData | None] = asyncio.Queue()
         self._assignments: dict[int, _Assignment] = {}
         self._by_tp: dict[tuple[str, int], _Assignment] = {}
         self._groups: list[ConsumerGroup] = []
@@ -725,18 +737,43 @@ class ReadSession:
                 self._credit -= n
                 self.broker.observer.on_read(a.topic, a.partition, n)
                 self._out.put_nowait(
-                    pb.ReadResponse(
-                        data=pb.ReadData(
-                            assignment_id=a.id,
-                            chunks=[bytes(c) for c in res.chunks],
-                            next_offset=res.next_offset,
-                            end_offset=res.end_offset,
-                            bytes=n,
-                        )
-                    )
+                    RawReadData(a.id, res.chunks, res.next_offset, res.end_offset, n)
                 )
                 a.offset = res.next_offset
         except asyncio.CancelledError:
             raise
         except Exception as err:
             self._fail(err)
+
+
+def add_to_server(servicer: NativeService, server: grpc.aio.Server) -> None:
+    """Register every method of weir.proto, the bulk ones with the hand-rolled wire codec.
+
+    Built from the service descriptor, so a method added to the .proto is served
+    (with generated serialization) without touching this function.
+    """
+    overrides: dict[str, dict[str, Any]] = {
+        "StreamWrite": {"request_deserializer": decode_write_request},
+        "StreamRead": {"response_serializer": encode_read_response},
+        "ReadRange": {"response_serializer": encode_range_response},
+    }
+    service = pb.DESCRIPTOR.services_by_name["Weir"]
+    handlers: dict[str, grpc.RpcMethodHandler] = {}
+    for m in service.methods:
+        inp = getattr(pb, m.input_type.name)
+        out = getattr(pb, m.output_type.name)
+        kwargs: dict[str, Any] = {
+            "request_deserializer": inp.FromString,
+            "response_serializer": out.SerializeToString,
+            **overrides.get(m.name, {}),
+        }
+        make = {
+            (False, False): grpc.unary_unary_rpc_method_handler,
+            (False, True): grpc.unary_stream_rpc_method_handler,
+            (True, False): grpc.stream_unary_rpc_method_handler,
+            (True, True): grpc.stream_stream_rpc_method_handler,
+        }[(m.client_streaming, m.server_streaming)]
+        handlers[m.name] = make(getattr(servicer, m.name), **kwargs)
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(service.full_name, handlers),)
+    )
