@@ -212,3 +212,25 @@ def test_kill_9_mid_stream_loses_and_duplicates_nothing(
     w.close()
     assert [int(m.data) for m in read_all(c, topic_name)] == list(range(n))
     c.close()
+
+
+def test_write_many_buffers_columns_at_once(client: weir.Client, topic_name: str) -> None:
+    client.create_topic(topic_name)
+    with client.writer(topic_name, producer_id="bulk") as w:
+        w.write_many([b"a%d" % i for i in range(1000)], keys=[f"k{i % 3}" for i in range(1000)])
+        w.write_many(["text"], headers=[{"h": "1"}], created_at=1_700_000_000_000)
+        w.write(b"single")
+    msgs = read_all(client, topic_name)
+    assert [m.data for m in msgs[:1000]] == [b"a%d" % i for i in range(1000)]
+    assert msgs[4].key == b"k1" and [m.seq_no for m in msgs] == list(range(1, 1003))
+    assert msgs[1000].data == b"text" and msgs[1000].headers == {"h": "1"}
+    assert msgs[1000].created_at_ms == 1_700_000_000_000 and msgs[1001].data == b"single"
+    w2 = client.writer(topic_name, producer_id="bulk2")
+    with pytest.raises(BadRequestError, match="entries for"):
+        w2.write_many([b"x", b"y"], keys=[b"k"])
+    with pytest.raises(BadRequestError, match="strictly increasing"):
+        w2.write_many([b"x", b"y"], seq_nos=[5, 5])
+    w2.write_many([b"x", b"y"], seq_nos=[5, 9])
+    with pytest.raises(BadRequestError, match="not above"):
+        w2.write_many([b"z"], seq_nos=[9])
+    w2.close()

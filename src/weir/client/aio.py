@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
@@ -118,6 +118,19 @@ class Writer:
     ) -> None:
         """Buffer a message; returns at once unless the buffer is full."""
         await self._core.write_async(data, key, headers, seq_no, created_at, timeout)
+
+    async def write_many(
+        self,
+        values: Sequence[bytes | str],
+        *,
+        keys: Sequence[bytes | str | None] | None = None,
+        headers: Sequence[Mapping[str, str] | None] | None = None,
+        seq_nos: Sequence[int] | None = None,
+        created_at: Sequence[int] | int | None = None,
+        timeout: float | None = None,
+    ) -> None:
+        """Buffer many messages in one call (columns of equal length): for bulk producers."""
+        await self._core.write_many_async(values, keys, headers, seq_nos, created_at, timeout)
 
     async def write_future(
         self,

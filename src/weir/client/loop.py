@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
@@ -38,8 +39,24 @@ class LoopThread:
             raise WeirTimeoutError(f"operation did not finish within {timeout} s") from None
 
     def stop(self) -> None:
+        """Cancel what still runs in the loop, let it finish, then stop the thread.
+
+        Stopping with tasks pending (a closed writer's stream, a half-read range)
+        would make Python and gRPC print "Task was destroyed but it is pending".
+        """
         if not self.loop.is_running():
             return
+
+        async def drain() -> None:
+            me = asyncio.current_task()
+            tasks = [t for t in asyncio.all_tasks() if t is not me]
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await self.loop.shutdown_asyncgens()
+
+        with contextlib.suppress(Exception):
+            asyncio.run_coroutine_threadsafe(drain(), self.loop).result(10)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(10)
         if not self.loop.is_running():

@@ -190,7 +190,7 @@ def _decode_parts(chunks: Sequence[bytes | memoryview], from_offset: int) -> lis
             data = p.data_list()
             if h.data_codec != Codec.RAW:
                 # written through the YDB front: each message's data is compressed on its own
-                data = [_decompress_unknown(h.data_codec, d) for d in data]
+                data = [decompress_message(h.data_codec, d) for d in data]
             if p.seq_deltas is None:
                 seqs: Any = range(h.first_seq + skip, h.first_seq + n)
             else:
@@ -242,8 +242,9 @@ def _messages(topic: str, partition: int, parts: list[_Part], session: Any) -> l
     return out
 
 
-def _decompress_unknown(codec: int, data: bytes) -> bytes:
-    """Decompress one message whose uncompressed size the batch does not record."""
+def decompress_message(codec: int, data: bytes) -> bytes:
+    """Decompress the data of one message written through the YDB front (its batch's
+    ``data_codec`` says how each message was compressed; the size is not recorded)."""
     if codec == Codec.GZIP:
         import zlib
 

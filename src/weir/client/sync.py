@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import datetime as dt
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -66,6 +66,19 @@ class Writer:
     ) -> None:
         """Buffer a message; returns at once unless the buffer is full (then waits up to ``timeout``)."""
         self._core.write_threadsafe(data, key, headers, seq_no, created_at, timeout)
+
+    def write_many(
+        self,
+        values: Sequence[bytes | str],
+        *,
+        keys: Sequence[bytes | str | None] | None = None,
+        headers: Sequence[Mapping[str, str] | None] | None = None,
+        seq_nos: Sequence[int] | None = None,
+        created_at: Sequence[int] | int | None = None,
+        timeout: float | None = None,
+    ) -> None:
+        """Buffer many messages in one call (columns of equal length): for bulk producers."""
+        self._core.write_many_threadsafe(values, keys, headers, seq_nos, created_at, timeout)
 
     def write_future(
         self,

@@ -30,9 +30,9 @@ import threading
 import time
 from bisect import bisect_right
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import accumulate
+from itertools import accumulate, pairwise
 from time import time as _time
 from typing import Any
 from uuid import uuid4
@@ -383,6 +383,145 @@ class WriterCore:
             wake = self._append(d, k, headers, seq_no, ms, size, fut)
         if wake:
             self.loop.call_soon_threadsafe(self._wake.set)
+
+    def _prepare_many(
+        self,
+        values: Sequence[Any],
+        keys: Sequence[Any] | None,
+        headers: Sequence[Mapping[str, str] | None] | None,
+        seq_nos: Sequence[int] | None,
+        created_at: Sequence[int] | int | None,
+    ) -> tuple[list[bytes], list[bytes] | None, list[int], list[int]]:
+        n = len(values)
+        for name, col in (("keys", keys), ("headers", headers), ("seq_nos", seq_nos)):
+            if col is not None and len(col) != n:
+                raise BadRequestError(f"{name} has {len(col)} entries for {n} values")
+        data = [v if type(v) is bytes else _as_bytes(v, "data") for v in values]
+        ks = [b"" if k is None else _as_bytes(k, "key") for k in keys] if keys is not None else None
+        sizes = list(map(len, data))
+        if ks is not None:
+            sizes = [a + len(b) for a, b in zip(sizes, ks, strict=True)]
+        if sizes and max(sizes) > self.settings.max_message_bytes:
+            raise MessageTooLargeError(
+                f"a message of {max(sizes)} bytes exceeds max_message_bytes {self.settings.max_message_bytes}"
+            )
+        if created_at is None:
+            created = [int(_time() * 1000)] * n
+        elif isinstance(created_at, int):
+            created = [created_at] * n
+        else:
+            if len(created_at) != n:
+                raise BadRequestError(f"created_at has {len(created_at)} entries for {n} values")
+            created = [int(c) for c in created_at]
+        if headers is not None:
+            for h in headers:
+                if h is not None and not isinstance(h, Mapping):
+                    raise BadRequestError(
+                        f"headers must be mappings of str to str, got {type(h).__name__}"
+                    )
+        if seq_nos is not None:
+            if any(not isinstance(s, int) or s < 0 for s in seq_nos):
+                raise BadRequestError("seq_nos must be non-negative ints")
+            if any(a >= b for a, b in pairwise(seq_nos)):
+                raise BadRequestError("seq_nos must be strictly increasing")
+        return data, ks, sizes, created
+
+    def _append_many(
+        self,
+        data: list[bytes],
+        ks: list[bytes] | None,
+        headers: Sequence[Mapping[str, str] | None] | None,
+        seq_nos: Sequence[int] | None,
+        created: list[int],
+        sizes: list[int],
+    ) -> bool:
+        """Append a column of messages under the lock; True when the sender must be woken."""
+        manual = seq_nos is not None
+        if self._manual_seq is None:
+            self._manual_seq = manual
+        elif self._manual_seq != manual:
+            raise BadRequestError(
+                "either give every message a seq_no or none (automatic numbering)"
+            )
+        b = self._buf
+        if manual:
+            assert seq_nos is not None
+            if seq_nos[0] <= self._last_manual_seq:
+                raise BadRequestError(
+                    f"seq_no {seq_nos[0]} is not above the previous {self._last_manual_seq}"
+                )
+            self._last_manual_seq = seq_nos[-1]
+            b.seqs.extend(seq_nos)
+        base = len(b.data)
+        b.data.extend(data)
+        b.created.extend(created)
+        b.sizes.extend(sizes)
+        if ks is not None:
+            b.keys.update((base + i, k) for i, k in enumerate(ks) if k)
+        if headers is not None:
+            b.headers.update((base + i, h) for i, h in enumerate(headers) if h)
+        total = sum(sizes)
+        self._buf_bytes += total
+        self._unacked += len(data)
+        self._unacked_bytes += total
+        self._written += len(data)
+        wake = self._sender_idle
+        self._sender_idle = False
+        return wake
+
+    def write_many_threadsafe(
+        self,
+        values: Sequence[Any],
+        keys: Sequence[Any] | None = None,
+        headers: Sequence[Mapping[str, str] | None] | None = None,
+        seq_nos: Sequence[int] | None = None,
+        created_at: Sequence[int] | int | None = None,
+        timeout: float | None = None,
+    ) -> None:
+        """Buffer a column of messages at once (may overshoot the bound, like one write)."""
+        if not values:
+            return
+        data, ks, sizes, created = self._prepare_many(values, keys, headers, seq_nos, created_at)
+        with self._lock:
+            self._check_usable()
+            deadline = None if timeout is None else time.monotonic() + timeout
+            while self._full():
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise WeirTimeoutError(f"writer buffer full for {timeout} s")
+                self._space.wait(remaining)
+                self._check_usable()
+            wake = self._append_many(data, ks, headers, seq_nos, created, sizes)
+        if wake:
+            self.loop.call_soon_threadsafe(self._wake.set)
+
+    async def write_many_async(
+        self,
+        values: Sequence[Any],
+        keys: Sequence[Any] | None = None,
+        headers: Sequence[Mapping[str, str] | None] | None = None,
+        seq_nos: Sequence[int] | None = None,
+        created_at: Sequence[int] | int | None = None,
+        timeout: float | None = None,
+    ) -> None:
+        if not values:
+            return
+        data, ks, sizes, created = self._prepare_many(values, keys, headers, seq_nos, created_at)
+        deadline = None if timeout is None else self.loop.time() + timeout
+        while True:
+            with self._lock:
+                self._check_usable()
+                if not self._full():
+                    wake = self._append_many(data, ks, headers, seq_nos, created, sizes)
+                    break
+                self._space_event.clear()
+            remaining = None if deadline is None else deadline - self.loop.time()
+            if remaining is not None and remaining <= 0:
+                raise WeirTimeoutError(f"writer buffer full for {timeout} s")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._space_event.wait(), remaining)
+        if wake:
+            self._wake.set()
 
     async def write_async(
         self,

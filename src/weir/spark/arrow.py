@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from weir.client.messages import _decompress_unknown
+from weir.client.messages import decompress_message
 from weir.errors import BatchFormatError
 from weir.spark.schema import ARROW_SCHEMA, HEADERS_TYPE, TIMESTAMP_TYPE
 from weir.storage.batch import Payload, decode_headers, decode_payload, iter_batches
@@ -98,7 +98,7 @@ class _Columns:
             ends = np.cumsum(dlens[skip:stop], dtype=np.int64) + a
             starts = ends - dlens[skip:stop]
             values = [
-                _decompress_unknown(h.data_codec, bytes(raw[s:e]))
+                decompress_message(h.data_codec, bytes(raw[s:e]))
                 for s, e in zip(starts.tolist(), ends.tolist(), strict=True)
             ]
             self.data_lens.append(np.fromiter(map(len, values), dtype=np.uint32, count=n))

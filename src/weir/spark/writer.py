@@ -21,6 +21,7 @@ rows in the same order: see docs/spark.md for the conditions.
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -173,11 +174,9 @@ class TaskWriter:
         lay = self.layout
         keys = batch.column("key").to_pylist() if lay.key else None
         if not (lay.key or lay.partition or lay.headers or lay.created_at):
-            write = self._writer(None).write
-            for seq, v in enumerate(values, seq0):
-                write(v, seq_no=seq)
+            self._writer(None).write_many(values, seq_nos=range(seq0, seq0 + n))
         else:
-            none = [None] * n
+            none: list[Any] = [None] * n
             ks = keys if keys is not None else none
             hs = batch.column("headers").to_pylist() if lay.headers else none
             cs = none
@@ -189,20 +188,17 @@ class TaskWriter:
             for i, t in enumerate(self._targets(batch, keys)):
                 groups.setdefault(t, []).append(i)
             for target, rows in groups.items():
-                write = self._writer(target).write
-                if lay.headers or lay.created_at:
-                    for i in rows:
-                        h = hs[i]
-                        write(
-                            values[i],
-                            key=ks[i],
-                            headers=dict(h) if h else None,
-                            seq_no=seq0 + i,
-                            created_at=cs[i],
-                        )
-                else:
-                    for i in rows:
-                        write(values[i], key=ks[i], seq_no=seq0 + i)
+                # one bulk call per target: columns of this producer's rows, in order
+                now = int(time.time() * 1000)
+                self._writer(target).write_many(
+                    [values[i] for i in rows],
+                    keys=[ks[i] for i in rows] if lay.key else None,
+                    headers=[dict(hs[i]) if hs[i] else None for i in rows] if lay.headers else None,
+                    seq_nos=[seq0 + i for i in rows],
+                    created_at=[cs[i] if cs[i] is not None else now for i in rows]
+                    if lay.created_at
+                    else None,
+                )
         self.rows += n
 
     def finish(self) -> None:
