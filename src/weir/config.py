@@ -396,7 +396,8 @@ KEYS: tuple[Key, ...] = (
         "max_session_inflight_bytes",
         SIZE,
         _B.max_session_inflight_bytes,
-        "Unacknowledged bytes per write session before it is refused as overloaded.",
+        "Unacknowledged bytes per write session: past it the native front refuses with "
+        "OVERLOADED; the YDB front stops reading the stream (backpressure) until acks catch up.",
         "max_session_inflight_bytes",
     ),
     Key(

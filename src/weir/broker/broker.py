@@ -185,6 +185,11 @@ class Broker:
             log.error(
                 "partition opened damaged, its damaged range and writes are refused: %s",
                 plog.damage,
+                extra={
+                    "topic": short_topic(cfg.name),
+                    "partition": partition,
+                    "offset": plog.damage.offset,
+                },
             )
         actor = PartitionActor(
             plog,
@@ -291,7 +296,12 @@ class Broker:
             self._topics[cname] = cfg
             for p in range(cfg.partitions):
                 self._open_actor(cfg, p)
-        log.info("topic created: %s partitions=%d", short_topic(cname), cfg.partitions)
+        log.info(
+            "topic created: %s partitions=%d",
+            short_topic(cname),
+            cfg.partitions,
+            extra={"topic": short_topic(cname), "partitions": cfg.partitions},
+        )
         return cfg
 
     async def alter_topic(
@@ -361,10 +371,12 @@ class Broker:
                 for (tname, _), group in self._groups.items():
                     if tname == new.name:
                         group.set_partitions(new.partitions)
+        changed = sorted(k for k in changes if k != "consumers" or new.consumers != cfg.consumers)
         log.info(
             "topic altered: %s %s",
             short_topic(new.name),
-            sorted(k for k in changes if k != "consumers"),
+            changed,
+            extra={"topic": short_topic(new.name), "changed": ",".join(changed)},
         )
         return new
 
@@ -389,7 +401,7 @@ class Broker:
             for pid in pins:
                 del self._pins[(cfg.topic_id, pid)]
             del self._topics[cfg.name]
-        log.info("topic dropped: %s", short_topic(cfg.name))
+        log.info("topic dropped: %s", short_topic(cfg.name), extra={"topic": short_topic(cfg.name)})
 
     # ------------------------------------------------------------------ partitions
 
@@ -635,7 +647,12 @@ class Broker:
                 try:
                     removed += await actor.run_retention(now_ms, protect)
                 except Exception:  # one partition's trouble must not stop the pass
-                    log.exception("retention failed for %s/%d", short_topic(cfg.name), p)
+                    log.exception(
+                        "retention failed for %s/%d",
+                        short_topic(cfg.name),
+                        p,
+                        extra={"topic": short_topic(cfg.name), "partition": p},
+                    )
         return removed
 
     async def _retention_loop(self) -> None:

@@ -210,7 +210,12 @@ class PartitionActor:
             self._fail_queue(exc)
             return
         except Exception as exc:  # a bug must fail these writes, not leave them hanging
-            log.exception("prepare_write failed on %s/%d", self.topic, self.partition)
+            log.exception(
+                "prepare_write failed on %s/%d",
+                self.topic,
+                self.partition,
+                extra={"topic": self.topic, "partition": self.partition},
+            )
             bug = InternalError(f"write failed on the server: {exc!r}")
             for it in items:
                 _fail(it.future, bug)

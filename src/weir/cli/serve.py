@@ -89,8 +89,7 @@ async def run(cfg: configuration.Config) -> None:
         broker = server.broker
         if broker is None or server.stopping:
             return True
-        committer = getattr(broker.store.committer, "_thread", None)
-        return not broker.closed and (committer is None or committer.is_alive())
+        return not broker.closed and broker.store.committer.alive
 
     endpoint = None
     if cfg.metrics.enabled:

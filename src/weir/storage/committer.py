@@ -89,6 +89,11 @@ class GroupCommitter:
     def pending(self) -> int:
         return len(self._pending)
 
+    @property
+    def alive(self) -> bool:
+        """False once the worker thread has stopped (closed, or died of a bug): writes would hang."""
+        return self._thread.is_alive()
+
     def _take(self) -> list[_Job] | None:
         with self._cond:
             while not self._pending:

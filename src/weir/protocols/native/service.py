@@ -361,6 +361,15 @@ class WriteSession:
             if last is not None:
                 result.last_seq_no = last
             await self.context.write(pb.WriteResponse(init=result))
+            log.debug(
+                "write session opened",
+                extra={
+                    "session": self.session_id,
+                    "topic": short_topic(cfg.name),
+                    "partition": self.partition,
+                    "producer": self.producer_id,
+                },
+            )
             reader = asyncio.create_task(self._read(requests))
             acker = asyncio.create_task(self._ack())
             await _first(self._done.wait(), self.stopping.wait())
@@ -376,7 +385,11 @@ class WriteSession:
             raise
         except Exception as err:
             if not isinstance(err, WeirError):
-                log.exception("write session %s failed", self.session_id)
+                log.exception(
+                    "write session %s failed",
+                    self.session_id,
+                    extra={"session": self.session_id, "topic": getattr(self, "topic", "")},
+                )
             # gRPC takes one write at a time: stop the acker before sending the error
             await _stop(reader, acker)
             with contextlib.suppress(Exception):
@@ -556,7 +569,12 @@ class ReadSession:
         if self._failure is None:
             self._failure = err
             if not isinstance(err, WeirError):
-                log.error("read session %s failed: %r", self.session_id, err)
+                log.error(
+                    "read session %s failed: %r",
+                    self.session_id,
+                    err,
+                    extra={"session": self.session_id},
+                )
             self._out.put_nowait(pb.ReadResponse(error=_error(err)))
         self._stop.set()
 
@@ -580,6 +598,14 @@ class ReadSession:
                     await self.broker.ensure_consumer(t, self.consumer)
             self._out.put_nowait(
                 pb.ReadResponse(init=pb.ReadInitResult(session_id=self.session_id))
+            )
+            log.debug(
+                "read session opened",
+                extra={
+                    "session": self.session_id,
+                    "topics": ",".join(map(short_topic, topics)),
+                    "consumer": self.consumer,
+                },
             )
             for t in topics:
                 if self.consumer:
