@@ -245,7 +245,9 @@ def test_cut_streams_and_garbage_on_the_port_leave_the_server_serving(
     part = c.describe_topic("target").partition_info
     for p in part:
         msgs = [
-            m for ch in c.read_range("target", p.partition, p.start_offset) for m in ch.messages()
+            m
+            for ch in c.read_range("target", p.partition, p.start_offset, p.end_offset)
+            for m in ch.messages()
         ]
         assert [m.offset for m in msgs] == list(range(p.start_offset, p.end_offset))
         quitter = [int(m.data[1:]) for m in msgs if m.producer_id == "quitter"]
