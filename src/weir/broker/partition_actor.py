@@ -110,10 +110,6 @@ class PartitionActor:
                 return self.log.end_offset > offset
         return True
 
-    def moved_event(self) -> asyncio.Event:
-        """An event set the next time EndOffset moves (or the actor closes)."""
-        return self._moved
-
     # ----------------------------------------------------------------- writes
 
     async def write(self, batches: Sequence[IncomingBatch], nbytes: int) -> list[BatchResult]:

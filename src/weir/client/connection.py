@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import grpc
 
-from weir.errors import BadRequestError, UnavailableError, WeirError, error_from_code
+from weir.errors import BadRequestError, WeirError, error_from_code
 from weir.protocols.native import weir_pb2 as pb
 from weir.protocols.native import weir_pb2_grpc as pb_grpc
 from weir.protocols.native import wire
@@ -123,15 +122,3 @@ class Connection:
         if not self.closed:
             self.closed = True
             await self.channel.close()
-
-
-async def retrying(op: Callable[[], Awaitable[T]], *, attempts: int = 5) -> T:
-    backoff = Backoff()
-    for i in range(attempts):
-        try:
-            return await op()
-        except WeirError as err:
-            if not err.retryable or i == attempts - 1:
-                raise
-            await asyncio.sleep(backoff.next_delay())
-    raise UnavailableError("unreachable")

@@ -88,17 +88,6 @@ class KV(ABC):
             return [(k, bytes(v)) for k, v in view.scan(table, start, stop)]
 
 
-def prefix_end(prefix: bytes) -> bytes | None:
-    """The smallest key greater than every key starting with ``prefix`` (None: no bound)."""
-    b = bytearray(prefix)
-    while b:
-        if b[-1] != 0xFF:
-            b[-1] += 1
-            return bytes(b)
-        b.pop()
-    return None
-
-
 class _LmdbView:
     __slots__ = ("_dbs", "_txn")
 

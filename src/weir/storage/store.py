@@ -40,15 +40,16 @@ class Store:
         self.partitions: dict[int, PartitionLog] = {}
 
     def check_space(self, nbytes: int) -> None:
-        """Refuse a write early when the disk or the LMDB map is nearly full."""
+        """Refuse a write early when the disk is nearly full.
+
+        A full LMDB map is not checked here: LMDB reuses freed pages, so only the
+        commit itself can tell, and it fails alone with StorageFullError.
+        """
         u = self.kv.usage()
         if u.disk_free_bytes - nbytes < self.min_disk_free:
             raise StorageFullError(
                 f"disk nearly full: {u.disk_free_bytes} bytes free, keeping {self.min_disk_free} in reserve"
             )
-        if u.used_bytes + nbytes > u.capacity_bytes:
-            # LMDB reuses freed pages, so this is a hint; the commit itself is the final word.
-            pass
 
     def open_partition(
         self,
