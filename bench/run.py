@@ -1,0 +1,639 @@
+"""The benchmark harness: weir next to real brokers on this machine, in one run.
+
+    python -m bench.run                          # full: 1M x 100 B, 100k x 10 KB, 3 reps (~45 min)
+    python -m bench.run --quick                  # 100k x 100 B, 10k x 10 KB (~10 min)
+    python -m bench.run --systems weir-native --quick --reps 1     # iterate on weir (~1 min)
+    python -m bench.run --workloads produce,latency --systems weir-native,redis-aof-always
+
+Every chosen server is started once (127.0.0.1 only, fresh data dirs, stopped
+by PID at the end), then each repetition walks the workloads and, inside each
+workload, every system in turn, starting with a different system each
+repetition, so slow drifts of this shared machine's load hit every system
+alike.  Workloads: produce/consume (P=1, P=4, C=1, C=2 for 100 B and 10 KB),
+latency (fixed rate, ack and end-to-end), ydb (the ydb SDK against weir's YDB
+front and against a null server), partitions (weir: fsyncs/s as partitions
+grow), disk (append + fdatasync).  After the repetitions an unmeasured pass
+records the weir server with py-spy during its produce, consume, latency,
+many-partitions and ydb runs and writes the top functions.
+
+Output in ``--out`` (default bench/results/): ``<mode>-<stamp>.jsonl`` (one row
+per measurement and repetition), ``.md`` (goals + table), ``-*.png`` charts,
+``-profile.txt``.  ``python -m bench.report FILE.jsonl`` rebuilds the .md and
+charts from a JSONL.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as a script: make `bench` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench import plots, report, server_profile
+from bench import weir_workloads as weir_wl
+from bench import ydb_workloads as ydb_wl
+from bench.peers import disk, servers
+from bench.peers import workloads as peer_wl
+from bench.peers.run import SYSTEMS as PEER_KINDS
+from bench.peers.run import Sink
+from bench.peers.workloads import Result, Target
+
+PEERS = list(PEER_KINDS)
+ALL = [*PEERS, "weir-native", "weir-ydb", "ydb-null", "disk"]
+WORKLOADS = ["produce", "latency", "ydb", "partitions", "disk"]
+RESULTS = Path(__file__).resolve().parent / "results"
+PEER_RESULTS = Path(__file__).resolve().parent / "peers" / "results"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Counts and time caps of one mode."""
+
+    mode: str
+    sizes: tuple[tuple[int, int], ...]  # (message size, message count)
+    max_seconds: float
+    latency_rate: int
+    latency_seconds: float
+    ydb_single: int  # messages written with write(msg)
+    ydb_batched: int  # messages written with write([100])
+    partitions: tuple[int, ...]
+    partitions_messages: int
+    producers: tuple[int, ...] = (1, 4)
+    consumers: tuple[int, ...] = (1, 2)
+
+
+def make_plan(args: argparse.Namespace) -> Plan:
+    quick = args.quick
+    return Plan(
+        mode="quick" if quick else "full",
+        sizes=(
+            (100, args.small or (100_000 if quick else 1_000_000)),
+            (10_240, args.large or (10_000 if quick else 100_000)),
+        ),
+        max_seconds=args.max_seconds or (15.0 if quick else 30.0),
+        latency_rate=args.latency_rate,
+        latency_seconds=args.latency_seconds or (5.0 if quick else 10.0),
+        ydb_single=3_000 if quick else 20_000,
+        ydb_batched=50_000 if quick else 300_000,
+        partitions=tuple(int(p) for p in args.partitions.split(",")),
+        partitions_messages=100_000 if quick else 300_000,
+    )
+
+
+# --------------------------------------------------------------------------
+# one interface over peers and weir
+# --------------------------------------------------------------------------
+
+
+@dataclass
+class Broker:
+    """A running system that takes the produce/consume/latency workloads."""
+
+    target: Target
+    prepare: Callable[[str], Any]
+    drop: Callable[[Any], None]
+    produce: Callable[[Any, int, int, int, float], Result]
+    consume: Callable[[Any, int, int, int, float], Result]
+    latency: Callable[[int, float], list[Result]]
+
+    @property
+    def name(self) -> str:
+        return self.target.system
+
+
+def peer_broker(t: Target) -> Broker:
+    return Broker(
+        t,
+        prepare=lambda tag: peer_wl.prepare_stream(t, tag),
+        drop=lambda ref: peer_wl.drop_stream(t, ref),
+        produce=lambda ref, n, size, p, cap: peer_wl.produce(t, ref, n, size, p, cap),
+        consume=lambda ref, n, size, c, cap: peer_wl.consume(t, ref, n, size, c, cap),
+        latency=lambda rate, secs: peer_wl.latency(t, rate, secs, 100),
+    )
+
+
+def weir_broker(t: Target, pid: int, mport: int) -> Broker:
+    return Broker(
+        t,
+        prepare=lambda tag: weir_wl.prepare_topic(t, tag),
+        drop=lambda ref: weir_wl.drop_topic(t, ref),
+        produce=lambda ref, n, size, p, cap: weir_wl.produce(t, ref, n, size, p, cap, pid, mport),
+        consume=lambda ref, n, size, c, cap: weir_wl.consume(t, ref, n, size, c, cap, pid, mport),
+        latency=lambda rate, secs: weir_wl.latency(t, rate, secs, 100, metrics_port=mport),
+    )
+
+
+@dataclass
+class Lab:
+    """Every server of the run, started once and stopped by PID at the end."""
+
+    data_root: Path
+    brokers: dict[str, Broker] = field(default_factory=dict)
+    handles: dict[str, Any] = field(default_factory=dict)
+    ydb: dict[str, tuple[Target, int]] = field(default_factory=dict)
+
+    def start(self, chosen: list[str]) -> None:
+        for name in chosen:
+            if name in PEERS:
+                t0 = time.monotonic()
+                h = servers.STARTERS[name](self.data_root / name)
+                self.handles[name] = h
+                t = Target(
+                    h.system, PEER_KINDS[name], h.host, h.port, h.fsync_before_ack, h.version
+                )
+                self.brokers[name] = peer_broker(t)
+                _say(f"{name}: {h.version}, pid {h.pid}, ready in {time.monotonic() - t0:.1f}s")
+        if {"weir-native", "weir-ydb"} & set(chosen):
+            h = weir_wl.start_server(self.data_root / "weir")
+            self.handles["weir"] = h
+            _say(f"weir: {h.version}, pid {h.pid}, ports {h.ports}")
+            if "weir-native" in chosen:
+                self.brokers["weir-native"] = weir_broker(
+                    weir_wl.target_of(h), h.pid, h.ports["metrics"]
+                )
+            if "weir-ydb" in chosen:
+                self.ydb["weir-ydb"] = (ydb_wl.weir_target(h), h.pid)
+        if "ydb-null" in chosen:
+            h = ydb_wl.start_null_server(self.data_root / "ydb-null")
+            self.handles["ydb-null"] = h
+            self.ydb["ydb-null"] = (ydb_wl.null_target(h), h.pid)
+            _say(f"ydb-null: pid {h.pid}, port {h.port}")
+
+    def stop(self) -> None:
+        for name, h in self.handles.items():
+            with contextlib.suppress(Exception):
+                h.stop()
+                _say(f"{name}: stopped (pid {h.pid})")
+        servers.stop_all()
+
+    @property
+    def weir(self) -> Any:
+        return self.handles.get("weir")
+
+
+def _say(msg: str) -> None:
+    print(f"== {msg}", flush=True)
+
+
+def _rotate(xs: list[Any], k: int) -> list[Any]:
+    return xs[k % len(xs) :] + xs[: k % len(xs)] if xs else xs
+
+
+# --------------------------------------------------------------------------
+# workloads, interleaved across systems
+# --------------------------------------------------------------------------
+
+
+def _measure(
+    sink: Sink,
+    system: str,
+    workload: str,
+    rep: int,
+    version: str,
+    fn: Callable[..., Any],
+    *args: Any,
+) -> Any:
+    """Run ``fn(*args)``, record its row(s) or its error; never raise (but ^C)."""
+    try:
+        out = fn(*args)
+    except KeyboardInterrupt:
+        raise
+    except Exception:
+        sink.error(system, workload, rep, traceback.format_exc())
+        return None
+    for r in out if isinstance(out, list) else [out]:
+        sink.add(r, rep, version)
+    return out
+
+
+def run_throughput(lab: Lab, plan: Plan, rep: int, sink: Sink) -> None:
+    """Per size: P=1 on every system, P=4 on every system, then C=1 and C=2 reading P=1's data."""
+    order = _rotate([b for b in lab.brokers.values()], rep)
+    for size, n in plan.sizes:
+        kept: dict[str, tuple[Any, int]] = {}
+        try:
+            for p in plan.producers:
+                for b in order:
+                    ref = None
+                    try:
+                        ref = b.prepare(f"p{p}")
+                    except Exception:
+                        sink.error(b.name, f"produce P={p} {size}B", rep, traceback.format_exc())
+                        continue
+                    r = _measure(
+                        sink,
+                        b.name,
+                        f"produce P={p} {size}B",
+                        rep,
+                        b.target.version,
+                        b.produce,
+                        ref,
+                        n,
+                        size,
+                        p,
+                        plan.max_seconds,
+                    )
+                    if p == plan.producers[0] and r is not None:
+                        kept[b.name] = (ref, r.messages)
+                    else:
+                        with contextlib.suppress(Exception):
+                            b.drop(ref)
+            for c in plan.consumers:
+                for b in order:
+                    if b.name not in kept:
+                        continue
+                    ref, available = kept[b.name]
+                    _measure(
+                        sink,
+                        b.name,
+                        f"consume C={c} {size}B",
+                        rep,
+                        b.target.version,
+                        b.consume,
+                        ref,
+                        available,
+                        size,
+                        c,
+                        plan.max_seconds,
+                    )
+        finally:
+            for b in order:
+                if b.name in kept:
+                    with contextlib.suppress(Exception):
+                        b.drop(kept[b.name][0])
+
+
+def run_latency(lab: Lab, plan: Plan, rep: int, sink: Sink) -> None:
+    for b in _rotate(list(lab.brokers.values()), rep):
+        _measure(
+            sink,
+            b.name,
+            "latency",
+            rep,
+            b.target.version,
+            b.latency,
+            plan.latency_rate,
+            plan.latency_seconds,
+        )
+
+
+def run_ydb(lab: Lab, plan: Plan, rep: int, sink: Sink) -> None:
+    """Both writer patterns on weir's YDB front and the null server, then the reader (weir)."""
+    order = _rotate(sorted(lab.ydb), rep)
+    for per_call, n in ((1, plan.ydb_single), (100, plan.ydb_batched)):
+        for name in order:
+            t, pid = lab.ydb[name]
+            wl = f"ydb produce P=1 100B {ydb_wl.pattern_label(per_call)}"
+            try:
+                ref = ydb_wl.prepare_topic(t, "y")
+            except Exception:
+                sink.error(name, wl, rep, traceback.format_exc())
+                continue
+            try:
+                r = _measure(
+                    sink,
+                    name,
+                    wl,
+                    rep,
+                    t.version,
+                    ydb_wl.produce,
+                    t,
+                    ref,
+                    n,
+                    100,
+                    per_call,
+                    plan.max_seconds,
+                    pid,
+                )
+                if per_call > 1 and name == "weir-ydb" and r is not None:
+                    _measure(
+                        sink,
+                        name,
+                        "ydb consume C=1 100B",
+                        rep,
+                        t.version,
+                        ydb_wl.consume,
+                        t,
+                        ref,
+                        r.messages,
+                        100,
+                        plan.max_seconds,
+                        pid,
+                    )
+            finally:
+                with contextlib.suppress(Exception):
+                    ydb_wl.drop_topic(t, ref)
+
+
+def run_partitions(lab: Lab, plan: Plan, rep: int, sink: Sink) -> None:
+    h = lab.weir
+    b = lab.brokers.get("weir-native")
+    if h is None or b is None:
+        return
+    for parts in plan.partitions:
+        _measure(
+            sink,
+            b.name,
+            f"partitions={parts}",
+            rep,
+            h.version,
+            weir_wl.many_partitions,
+            b.target,
+            h.ports["metrics"],
+            parts,
+            plan.partitions_messages,
+            100,
+            plan.max_seconds,
+            2,
+            h.pid,
+        )
+
+
+def run_disk(lab: Lab, plan: Plan, rep: int, sink: Sink) -> None:
+    _measure(
+        sink,
+        "disk",
+        "append",
+        rep,
+        "",
+        disk.run_all,
+        lab.data_root / "disk",
+        disk.DEFAULT_SIZES,
+        2.0 if plan.mode == "quick" else 3.0,
+    )
+
+
+RUNNERS: dict[str, Callable[[Lab, Plan, int, Sink], None]] = {
+    "produce": run_throughput,
+    "latency": run_latency,
+    "ydb": run_ydb,
+    "partitions": run_partitions,
+    "disk": run_disk,
+}
+
+
+# --------------------------------------------------------------------------
+# the profile pass
+# --------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _phase(lab: Lab, raw_dir: Path, name: str, sections: list[str]) -> Iterator[list[str]]:
+    """py-spy on the weir server for one phase; appends its summary to ``sections``."""
+    raw = raw_dir / (re.sub(r"[^A-Za-z0-9=@.-]+", "_", name).strip("_") + ".txt")
+    note: list[str] = []
+    prof = server_profile.Profiler(lab.weir.pid, raw)
+    with prof:
+        try:
+            yield note
+        except Exception:
+            note.append("FAILED: " + traceback.format_exc().strip().splitlines()[-1])
+    head = f"### {name}" + (f": {note[0]}" if note else "")
+    body = prof.error or server_profile.top_functions(raw)
+    sections.append(f"{head}\n\n{body}")
+    _say(f"profiled {name} -> {raw}")
+
+
+def _repeat(fn: Callable[[], Result], seconds: float, max_runs: int = 20) -> list[Result]:
+    """Run ``fn`` until ``seconds`` have passed (at least once): enough samples for py-spy."""
+    out: list[Result] = []
+    t0 = time.monotonic()
+    while len(out) < max_runs and (not out or time.monotonic() - t0 < seconds):
+        out.append(fn())
+    return out
+
+
+def _summary(rs: list[Result]) -> str:
+    """Median throughput (and server CPU per message) of the profiled runs."""
+    mps = report.median([r.msgs_per_s for r in rs])
+    mbs = report.median([r.mb_per_s for r in rs])
+    cpu = [r.extra["server_cpu_us_per_msg"] for r in rs if r.extra.get("server_cpu_us_per_msg")]
+    tail = f", server CPU {report.median(cpu):.2f} µs/msg" if cpu else ""
+    return f"{len(rs)} run(s), median {mps:,.0f} msgs/s, {mbs:,.1f} MB/s{tail} (under py-spy)"
+
+
+def profile_pass(lab: Lab, plan: Plan, out_txt: Path, raw_dir: Path) -> str:
+    """Unmeasured runs of each weir workload with py-spy attached to the server.
+
+    Each phase repeats its workload for a few seconds so that the profile has
+    enough samples; the throughput printed with it is under py-spy (lower).
+    """
+    h = lab.weir
+    if h is None:
+        return ""
+    b = None
+    if "weir-native" in lab.brokers:  # without metrics scrapes: they would show in the profile
+        b = weir_broker(lab.brokers["weir-native"].target, h.pid, 0)
+    secs = 5.0 if plan.mode == "quick" else 10.0
+    cap = plan.max_seconds
+    sections: list[str] = []
+
+    if b is not None:
+        for size, n in plan.sizes:
+
+            def produce_once(size: int = size, n: int = n) -> Result:
+                ref = b.prepare("prof")
+                try:
+                    return b.produce(ref, n, size, 1, cap)
+                finally:
+                    with contextlib.suppress(Exception):
+                        b.drop(ref)
+
+            with _phase(lab, raw_dir, f"produce P=1 {size}B", sections) as note:
+                note.append(_summary(_repeat(produce_once, secs)))
+        size, n = plan.sizes[0]
+        ref = b.prepare("prof")
+        try:
+            got = b.produce(ref, n, size, 1, cap).messages
+            with _phase(lab, raw_dir, f"consume C=1 {size}B", sections) as note:
+                note.append(_summary(_repeat(lambda: b.consume(ref, got, size, 1, cap), secs)))
+        finally:
+            with contextlib.suppress(Exception):
+                b.drop(ref)
+        with _phase(lab, raw_dir, "latency @5000/s", sections) as note:
+            ack, e2e = b.latency(plan.latency_rate, min(secs, plan.latency_seconds))
+            note.append(
+                f"ack p50 {ack.p50_ms or 0:.2f} ms p99 {ack.p99_ms or 0:.2f} ms, "
+                f"e2e p50 {e2e.p50_ms or 0:.2f} ms p99 {e2e.p99_ms or 0:.2f} ms (under py-spy)"
+            )
+        most = max(plan.partitions)
+        with _phase(lab, raw_dir, f"partitions={most}", sections) as note:
+            r = weir_wl.many_partitions(
+                b.target, h.ports["metrics"], most, plan.partitions_messages, 100, cap, 2, h.pid
+            )
+            note.append(_summary([r]) + f", {r.extra.get('fsyncs_per_s', 0):.0f} fsyncs/s")
+    if "weir-ydb" in lab.ydb:
+        t, pid = lab.ydb["weir-ydb"]
+
+        def ydb_once() -> Result:
+            ref = ydb_wl.prepare_topic(t, "prof")
+            try:
+                return ydb_wl.produce(t, ref, plan.ydb_batched, 100, 100, cap, pid)
+            finally:
+                with contextlib.suppress(Exception):
+                    ydb_wl.drop_topic(t, ref)
+
+        with _phase(lab, raw_dir, "ydb produce write([100 msgs])", sections) as note:
+            note.append(_summary(_repeat(ydb_once, secs)))
+    text = "\n\n".join(sections)
+    out_txt.write_text(
+        "# weir server profile: py-spy record --nonblocking --threads on the server, "
+        f"raw stacks in {raw_dir.name}/\n\n" + text
+    )
+    return text
+
+
+# --------------------------------------------------------------------------
+# main
+# --------------------------------------------------------------------------
+
+
+def git_commit() -> str:
+    """HEAD of the checkout weir runs from (+ "-dirty" with uncommitted changes under src/)."""
+    root = Path(__file__).resolve().parents[1]
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--", "src"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "?"
+    return head + ("-dirty" if dirty else "") if head else "?"
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--quick", action="store_true", help="100k x 100 B, 10k x 10 KB (default: full)"
+    )
+    ap.add_argument("--reps", type=int, default=3, help="repetitions (default 3)")
+    ap.add_argument("--systems", default=",".join(ALL), help=f"comma list of {ALL}")
+    ap.add_argument("--workloads", default=",".join(WORKLOADS), help=f"comma list of {WORKLOADS}")
+    ap.add_argument("--small", type=int, help="count of 100 B messages")
+    ap.add_argument("--large", type=int, help="count of 10 KB messages")
+    ap.add_argument("--max-seconds", type=float, help="cap per phase (quick 15, full 30)")
+    ap.add_argument("--latency-rate", type=int, default=5000)
+    ap.add_argument("--latency-seconds", type=float, help="quick 5, full 10")
+    ap.add_argument("--partitions", default="1,10,100,1000", help="partition counts")
+    ap.add_argument("--no-profile", action="store_true", help="skip the py-spy pass")
+    ap.add_argument("--budget-minutes", type=float, help="start no repetition after this long")
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--data-dir", type=Path, help="parent of the servers' temp dirs")
+    ap.add_argument("--keep-data", action="store_true")
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    plan = make_plan(args)
+    chosen = [s.strip() for s in args.systems.split(",") if s.strip()]
+    workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
+    bad = (set(chosen) - set(ALL)) | (set(workloads) - set(WORKLOADS))
+    if bad:
+        raise SystemExit(f"unknown {sorted(bad)}; systems {ALL}, workloads {WORKLOADS}")
+    chosen = [s for s in ALL if s in chosen]
+    if "disk" not in chosen and "disk" in workloads:
+        workloads.remove("disk")
+    # SIGTERM -> KeyboardInterrupt, so `finally` stops every server
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    args.out.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    prefix = args.out / f"{plan.mode}-{stamp}"
+    jsonl = prefix.with_suffix(".jsonl")
+    data_root = Path(tempfile.mkdtemp(prefix="weir-bench-", dir=args.data_dir))
+    meta: dict[str, Any] = dict(
+        mode=plan.mode,
+        host=platform.node(),
+        cpus=os.cpu_count(),
+        run=stamp,
+        reps=args.reps,
+        sizes=[list(s) for s in plan.sizes],
+        max_seconds=plan.max_seconds,
+        systems=chosen,
+        workloads=workloads,
+        command="python -m bench.run " + " ".join(argv if argv is not None else sys.argv[1:]),
+        weir_commit=git_commit(),
+    )
+    _say(
+        f"{plan}\n   systems {chosen}, workloads {workloads}, data in {data_root}, rows -> {jsonl}"
+    )
+    t0 = time.monotonic()
+    lab = Lab(data_root)
+    sink_meta = {k: meta[k] for k in ("mode", "host", "cpus", "run")}
+    prof_text = ""
+    with open(jsonl, "w") as fh:
+        fh.write(json.dumps({"meta": meta}) + "\n")
+        sink = Sink(fh, sink_meta)
+        try:
+            lab.start(chosen)
+            done = 0
+            for rep in range(args.reps):
+                if args.budget_minutes and time.monotonic() - t0 > args.budget_minutes * 60:
+                    _say(f"budget of {args.budget_minutes} min spent: stopping after {done} reps")
+                    break
+                for w in workloads:
+                    _say(f"rep {rep}: {w}")
+                    RUNNERS[w](lab, plan, rep, sink)
+                done += 1
+            meta["reps"] = done
+            if not args.no_profile and lab.weir is not None:
+                _say("profile pass (py-spy on the weir server)")
+                try:
+                    prof_text = profile_pass(
+                        lab,
+                        plan,
+                        prefix.with_name(prefix.name + "-profile.txt"),
+                        args.out / "raw" / prefix.name,
+                    )
+                except Exception:
+                    traceback.print_exc()
+        finally:
+            lab.stop()
+            if not args.keep_data:
+                shutil.rmtree(data_root, ignore_errors=True)
+        meta["seconds"] = time.monotonic() - t0
+        fh.write(json.dumps({"meta": {"seconds": meta["seconds"], "reps": meta["reps"]}}) + "\n")
+    rows, _ = report.load(jsonl)
+    charts = plots.make_all(rows, prefix)
+    base_rows: report.Rows = []
+    base_name = ""
+    if not any(r.get("system") in PEERS for r in rows):
+        base_rows, base_name = report.find_baseline([args.out, PEER_RESULTS], jsonl)
+    md = prefix.with_suffix(".md")
+    md.write_text(report.document(rows, meta, base_rows, base_name, charts, prof_text))
+    print()
+    print(report.goals_table(report.goals(rows)))
+    print()
+    print(report.table(rows, base_rows))
+    print(f"\nrows: {jsonl}\nreport: {md}\ncharts: {', '.join(str(c) for c in charts)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
