@@ -51,7 +51,7 @@ bench: $(VENV)/.installed-bench
 	$(BIN)/python -m bench.run
 
 soak: install-test
-	WEIR_SOAK=1 $(BIN)/python -m pytest -q tests/reliability -m slow
+	WEIR_SOAK=1 $(BIN)/python -m pytest -q -s tests/reliability -m slow
 
 proto: install-test
 	$(BIN)/python -m weir.protocols.native.codegen
