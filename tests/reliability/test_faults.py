@@ -57,6 +57,7 @@ def test_mixed_load_under_faults_keeps_every_promise(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(4 * 3600)  # WEIR_SOAK_SECONDS (30 min by default) plus the checking
 def test_soak(tmp_path: Path) -> None:
     seconds = float(os.environ.get("WEIR_SOAK_SECONDS", "1800"))
     result = run_chaos(
