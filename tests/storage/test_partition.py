@@ -8,9 +8,9 @@ import pytest
 
 from tests.storage.conftest import make_batch
 from weir.errors import CorruptDataError, PartitionOverflowError, StorageFullError
-from weir.storage.batch import decode_records, iter_batches
+from weir.storage.batch import decode_records, encode_batch, iter_batches
 from weir.storage.blob import BIG
-from weir.storage.partition import PartitionConfig, PartitionLog
+from weir.storage.partition import PartitionConfig, PartitionLog, validate_incoming
 from weir.storage.store import Store
 
 SMALL = PartitionConfig(low_watermark=20_000, max_blob_size=32_000, head_merge_fanout=4)
@@ -277,3 +277,19 @@ def test_large_batches_are_sealed_in_place_not_rewritten(store: Store) -> None:
     for i in range(200):
         log2.write(make_batch(1, producer="p", first_seq=i + 1, size=500))
     assert any(b.level == BIG and b.count > 50 for b in log2.blobs)
+
+
+def test_full_sdk_batches_are_written_once(store: Store) -> None:
+    """Default sizes: a batch cut at the SDK's 1 MiB limit is a bit under 1 MiB and must not
+    be rewritten by compaction (it was, at 1.84 bytes committed per byte written)."""
+    log = store.open_partition(1, PartitionConfig())
+    data = [bytes([i]) * 10240 for i in range(102)]  # what fits in one 1 MiB SDK batch
+    written = 0
+    for i in range(8):  # past the 6 MiB low watermark: compaction runs
+        (b,) = validate_incoming([encode_batch(data, producer_id="p", first_seq_no=i * 102 + 1)])
+        assert len(b.buf) < 1 << 20
+        written += len(b.buf)
+        log.write([b])
+    assert any(b.level == BIG for b in log.blobs)  # compaction happened
+    assert store.committer.stats.bytes == written
+    assert [o for o, _ in read_all(log)] == list(range(8 * 102))

@@ -58,7 +58,7 @@ class PartitionConfig:
     low_watermark: int = 6 << 20
     max_blob_size: int = 8 << 20
     head_merge_fanout: int = 8
-    seal_blob_size: int | None = None  # default max_blob_size // 8
+    seal_blob_size: int | None = None  # default 7/8 of max_blob_size // 8 (896 KiB)
     retention_ms: int | None = None
     retention_bytes: int | None = None
     max_bytes: int | None = None
@@ -79,7 +79,9 @@ class PartitionConfig:
         """Head blobs at least this big are sealed in place by compaction, not rewritten."""
         if self.seal_blob_size is not None:
             return self.seal_blob_size
-        return min(self.low_watermark, max(1, self.max_blob_size // 8))
+        # An eighth of the big blob size, less an eighth of that: batches cut at a client's
+        # 1 MiB limit come out a little under 1 MiB and must still count as large.
+        return min(self.low_watermark, max(1, self.max_blob_size * 7 // 64))
 
 
 @dataclass(slots=True)
