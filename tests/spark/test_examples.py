@@ -1,7 +1,7 @@
 """The README's Spark pipeline, run as a user runs it: the three example scripts in turn.
 
-Each script starts its own Spark (a child JVM), so this costs three Spark start-ups;
-it is the only test that proves the commands in README.md and examples/README.md work
+The pipeline and the report each start their own Spark (a child JVM), so this costs
+two Spark start-ups; it is the only test that proves the commands in README.md and examples/README.md work
 and that the report's two "top customers" tables agree (exactly-once totals).
 """
 
@@ -11,24 +11,12 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from tests.conftest import ROOT, ServerProcess
 
 EXAMPLES = ROOT / "examples"
 ORDERS = 3000
-
-
-@pytest.fixture
-def orders_server(tmp_path: Path) -> Iterator[ServerProcess]:
-    """Its own server: the examples use fixed topic names."""
-    srv = ServerProcess(tmp_path / "data")
-    srv.start()
-    yield srv
-    srv.stop()
 
 
 def _run(script: str, work: Path, *args: str) -> str:
@@ -62,8 +50,9 @@ def _table_after(out: str, title: str) -> list[tuple[str, int, float]]:
     return rows
 
 
-def test_orders_pipeline_from_the_readme(orders_server: ServerProcess, tmp_path: Path) -> None:
-    endpoint = ("--endpoint", orders_server.endpoint)
+def test_orders_pipeline_from_the_readme(server: ServerProcess, tmp_path: Path) -> None:
+    # a server of its own: the examples use fixed topic names
+    endpoint = ("--endpoint", server.endpoint)
     out_dir = ("--out", str(tmp_path / "orders-out"))
 
     produced = _run("orders_producer.py", tmp_path, *endpoint, "--orders", str(ORDERS))
