@@ -154,3 +154,24 @@ async def test_async_writer_buffer_bound_and_timeout(
         await w.close()
         info = await client.describe_topic(topic_name)
         assert info.messages == 200
+
+
+def test_commits_and_credits_interleave_on_one_stream(client: weir.Client, topic_name: str) -> None:
+    """Regression: credits (after every batch, with a tiny buffer) and commits (after every
+    message) were written to the stream from two tasks at once; grpc.aio answered with
+    'Internal error from Core' and the session died. One writer per stream now."""
+    fill(client, topic_name, 6000, partitions=4, producers=4)
+    r = client.reader(topic_name, consumer="eager", buffer_bytes=512)
+    got = []
+    deadline = time.monotonic() + 60
+    while len(got) < 6000 and time.monotonic() < deadline:
+        b = r.receive_batch(timeout=0.5)
+        if b is None:
+            continue
+        for m in b:
+            got.append(int(m.data))
+            r.commit(m)
+    r.close()  # waits for the acks of every commit made before it
+    assert sorted(got) == list(range(6000))
+    info = client.describe_consumer(topic_name, "eager")
+    assert info.lag == 0 and sum(p.committed_offset for p in info.partitions) == 6000
