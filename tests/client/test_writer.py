@@ -234,3 +234,30 @@ def test_write_many_buffers_columns_at_once(client: weir.Client, topic_name: str
     with pytest.raises(BadRequestError, match="not above"):
         w2.write_many([b"z"], seq_nos=[9])
     w2.close()
+
+
+def test_writer_survives_kill_9_while_sending(server: ServerProcess, topic_name: str) -> None:
+    """Regressions, both found by kills while the in-flight window is full:
+    - the sender waited for acks of requests sent on the dead stream and was not woken
+      when the new stream came up, so it never resent them: write() blocked for good;
+    - grpc.aio raised CancelledError inside a stream write the session loop had cancelled,
+      and the sender task died."""
+    c = weir.Client(server.endpoint)
+    c.create_topic(topic_name)
+    w = c.writer(topic_name, producer_id="busy")
+    payload = b"x" * 2000
+    n = 0
+    try:
+        for _ in range(8):
+            sent_before_kill = n + 10_000
+            while n < sent_before_kill:  # the buffer stays full: the sender is always writing
+                w.write(payload + b"%d" % n, timeout=30)  # raised when the sender had died
+                n += 1
+            server.kill()
+            server.start()
+        w.flush(timeout=60)
+    finally:
+        w.close(timeout=10)
+    got = [int(m.data[2000:]) for m in read_all(c, topic_name)]
+    assert got == list(range(n))
+    c.close()

@@ -637,6 +637,9 @@ class WriterCore:
                 self._ready.set()
                 self._init_done.set()
                 self._wake.set()
+                # a sender parked on a full in-flight window (all sent on the old stream,
+                # never to be acked) must wake up to resend them on this one
+                self._inflight_event.set()
                 backoff.reset()
                 await self._receive(call)
                 raise UnavailableError("server ended the write stream")
