@@ -1,8 +1,9 @@
 """The README's Spark pipeline, run as a user runs it: the three example scripts in turn.
 
 The pipeline and the report each start their own Spark (a child JVM), so this costs
-two Spark start-ups; it is the only test that proves the commands in README.md and examples/README.md work
-and that the report's two "top customers" tables agree (exactly-once totals).
+two Spark start-ups; it is the only test that proves the commands in README.md and
+examples/README.md work and that the report's two "top customers" tables agree
+(exactly-once totals).
 """
 
 from __future__ import annotations
