@@ -16,8 +16,8 @@ A batch is a self-delimiting byte string::
      40  first_seq    u64  seq_no of the first record
      48  last_seq     u64  seq_no of the last record (dedup needs no decoding)
      56  created_base i64  ms since epoch; records store deltas from it
-     64  data_codec   u8   codec each record's data is compressed with (YDB front), else RAW
-     65  reserved     u8
+     64  data_codec   u16  codec each record's data is compressed with (YDB front), else RAW;
+                          may be one weir only records (codecs.is_opaque: LZOP, 10000-19999)
      66  pid_len      u16  length of the producer id
      68  raw_len      u32  payload length before compression
     producer id (utf-8, pid_len bytes)
@@ -55,11 +55,11 @@ from typing import NamedTuple
 import crc32c as _crc32c
 
 from weir.errors import BadRequestError, BatchFormatError
-from weir.storage.codecs import Codec, compress, decompress
+from weir.storage.codecs import Codec, compress, decompress, is_opaque
 
 MAGIC = b"WEIR"
 VERSION = 1
-HEADER = struct.Struct("<4sBBHIIQqIIQQqBBHI")
+HEADER = struct.Struct("<4sBBHIIQqIIQQqHHI")
 HEADER_SIZE = HEADER.size  # 72
 assert HEADER_SIZE == 72
 
@@ -198,7 +198,7 @@ def encode_batch(
     keys: Sequence[bytes] | None = None,
     headers: Sequence[Mapping[str, str] | None] | None = None,
     codec: Codec = Codec.RAW,
-    data_codec: Codec = Codec.RAW,
+    data_codec: int = Codec.RAW,
 ) -> bytes:
     """Encode records into one batch (base_offset and written_at left zero for the broker).
 
@@ -209,6 +209,8 @@ def encode_batch(
     count = len(data)
     if count == 0:
         raise BadRequestError("a batch needs at least one record")
+    if not is_opaque(data_codec):
+        Codec.parse(int(data_codec))  # BadRequestError for an id that is no codec
     flags = 0
     cols: list[bytes | array[int]] = []
     blobs: list[bytes] = []
@@ -300,7 +302,6 @@ def encode_batch(
             last_seq,
             created_base,
             int(data_codec),
-            0,
             len(pid),
             len(raw),
         )
@@ -339,7 +340,6 @@ def parse_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHead
         last_seq,
         created_base,
         data_codec,
-        _res,
         pid_len,
         raw_len,
     ) = HEADER.unpack_from(buf, pos)
@@ -365,7 +365,8 @@ def parse_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHead
         raise BatchFormatError("dense batch seq_no range does not match its record count")
     try:
         Codec(codec)
-        Codec(data_codec)
+        if not is_opaque(data_codec):
+            Codec(data_codec)
     except ValueError:
         raise BatchFormatError(f"unknown codec {codec}/{data_codec}") from None
     try:
@@ -585,5 +586,5 @@ def reencode_from(buf: bytes | bytearray | memoryview, h: BatchHeader, skip: int
         keys=c.keys[skip:] if has_keys else None,
         headers=c.headers[skip:] if has_headers else None,
         codec=Codec(h.codec),
-        data_codec=Codec(h.data_codec),
+        data_codec=h.data_codec,
     )
