@@ -76,6 +76,7 @@ MAX_PRODUCER_ID = 0xFFFF
 _U64 = (1 << 64) - 1
 _I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
 
+_CODEC_IDS = frozenset(int(c) for c in Codec)
 _LITTLE = sys.byteorder == "little"
 _OFF_CRC = 12
 _OFF_STAMP = 16
@@ -209,8 +210,9 @@ def encode_batch(
     count = len(data)
     if count == 0:
         raise BadRequestError("a batch needs at least one record")
-    if not is_opaque(data_codec):
-        Codec.parse(int(data_codec))  # BadRequestError for an id that is no codec
+    data_codec = int(data_codec)  # a plain int hashes in C, a Codec does not
+    if data_codec not in _CODEC_IDS and not is_opaque(data_codec):
+        raise BadRequestError(f"unknown data codec {data_codec}")
     flags = 0
     cols: list[bytes | array[int]] = []
     blobs: list[bytes] = []
@@ -301,7 +303,7 @@ def encode_batch(
             first_seq,
             last_seq,
             created_base,
-            int(data_codec),
+            data_codec,
             len(pid),
             len(raw),
         )
@@ -363,12 +365,8 @@ def parse_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHead
         raise BatchFormatError("batch seq_no range smaller than its record count")
     if not flags & FLAG_SEQ_SPARSE and last_seq - first_seq != count - 1:
         raise BatchFormatError("dense batch seq_no range does not match its record count")
-    try:
-        Codec(codec)
-        if not is_opaque(data_codec):
-            Codec(data_codec)
-    except ValueError:
-        raise BatchFormatError(f"unknown codec {codec}/{data_codec}") from None
+    if codec not in _CODEC_IDS or (data_codec not in _CODEC_IDS and not is_opaque(data_codec)):
+        raise BatchFormatError(f"unknown codec {codec}/{data_codec}")
     try:
         producer_id = bytes(mv[pos + HEADER_SIZE : pos + payload_start]).decode()
     except UnicodeDecodeError:

@@ -44,17 +44,19 @@ class Codec(enum.IntEnum):
 
 LZOP = 3  # the YDB API's id; no codec of weir's
 CUSTOM_CODECS = range(10000, 20000)  # the YDB API's user-defined codec ids
+_FIRST_CUSTOM, _END_CUSTOM = CUSTOM_CODECS.start, CUSTOM_CODECS.stop
 _CUSTOM_PREFIX = "custom-"
 
 
 def is_opaque(codec: int) -> bool:
     """A per-message codec weir stores and serves as written but cannot decode."""
-    return codec == LZOP or codec in CUSTOM_CODECS
+    # comparisons, not `in range`: for an int subclass (a Codec) that scans the range
+    return codec == LZOP or _FIRST_CUSTOM <= codec < _END_CUSTOM
 
 
 def codec_name(codec: int) -> str:
     """The name of a codec id: "raw", "gzip", "zstd", "lz4", "lzop" or "custom-10001"."""
-    if codec in CUSTOM_CODECS:
+    if _FIRST_CUSTOM <= codec < _END_CUSTOM:
         return f"{_CUSTOM_PREFIX}{codec}"
     if codec == LZOP:
         return "lzop"
@@ -73,7 +75,7 @@ def codec_id(value: str | int) -> int:
         if name == "lzop":
             return LZOP
         number = name.removeprefix(_CUSTOM_PREFIX)
-        if number != name and number.isdigit() and int(number) in CUSTOM_CODECS:
+        if number != name and number.isdigit() and _FIRST_CUSTOM <= int(number) < _END_CUSTOM:
             return int(number)
     elif isinstance(value, int) and is_opaque(value):
         return value

@@ -89,14 +89,17 @@ def set_duration(d: Any, ms: int) -> None:
 
 def headers_from_metadata(items: Iterable[Any]) -> dict[str, str]:
     """MetadataItems (key str, value bytes) as weir headers, losslessly."""
-    headers = {i.key: i.value.decode("utf-8", "surrogateescape") for i in items}
-    for key in headers:
+    return {i.key: i.value.decode("utf-8", "surrogateescape") for i in items}
+
+
+def check_metadata_keys(headers: list[dict[str, str]]) -> None:
+    """BadRequestError if a message's own metadata poses as the write session's meta."""
+    for key in set().union(*headers):  # the few distinct keys of a request, gathered in C
         if key.startswith(SESSION_META):
             raise BadRequestError(
                 f"metadata key {key!r}: keys starting with {SESSION_META!r} are reserved for the "
                 "write session's meta"
             )
-    return headers
 
 
 def session_meta_headers(meta: Mapping[str, str]) -> dict[str, str]:

@@ -38,6 +38,7 @@ from weir.errors import (
 )
 from weir.protocols.ydb.auth import Authenticator
 from weir.protocols.ydb.conversions import (
+    check_metadata_keys,
     headers_from_metadata,
     session_meta_headers,
     storage_codec,
@@ -252,6 +253,7 @@ class WriteSession:
         headers: list[dict[str, str]] | None = None
         if any(m.metadata_items for m in msgs):
             headers = [headers_from_metadata(m.metadata_items) for m in msgs]
+            check_metadata_keys(headers)
             if self.meta:
                 headers = [{**h, **self.meta} for h in headers]
         elif self.meta:
