@@ -19,7 +19,7 @@ from ydb._topic_common.common import wrap_operation
 
 import weir
 from tests.conftest import ServerProcess
-from tests.ydb.conftest import DATABASE, path, receive
+from tests.ydb.conftest import DATABASE, connect, path, receive
 
 MIB = 1 << 20
 
@@ -332,3 +332,47 @@ async def test_asyncio_driver_gets_the_same_answers(
         ) == (90, 30, dt.timedelta(minutes=5))  # YDB's defaults when a strategy is turned on
         with pytest.raises(ydb.PreconditionFailed):
             await tc.alter_topic(topic, set_metering_mode=ydb.TopicMeteringMode.REQUEST_UNITS)
+
+
+def test_stored_settings_and_custom_codec_data_survive_a_kill(
+    server: ServerProcess, topic_name: str
+) -> None:
+    topic = path(topic_name)
+    custom = 10042
+
+    def reverse(b: bytes) -> bytes:
+        return b[::-1]
+
+    with connect(server) as driver:
+        tc = driver.topic_client
+        tc.create_topic(
+            topic,
+            min_active_partitions=1,
+            max_active_partitions=4,
+            supported_codecs=[ydb.TopicCodec.RAW, custom],
+            partition_write_burst_bytes=MIB,
+            attributes={"_max_partition_storage_size": str(64 * MIB)},
+            auto_partitioning_settings=ydb.TopicAutoPartitioningSettings(
+                strategy=ydb.TopicAutoPartitioningStrategy.SCALE_UP, up_utilization_percent=70
+            ),
+            consumers=[ydb.TopicConsumer("c", supported_codecs=[custom])],
+        )
+        with tc.writer(topic, producer_id="p", codec=custom, encoders={custom: reverse}) as w:
+            w.write([ydb.TopicWriterMessage(b"abc"), ydb.TopicWriterMessage(b"xyz")])
+    server.kill()
+    server.start()
+    with connect(server) as driver:
+        tc = driver.topic_client
+        d = tc.describe_topic(topic)
+        assert d.max_active_partitions == 4 and d.partition_write_burst_bytes == MIB
+        assert d.supported_codecs == [ydb.TopicCodec.RAW, custom]
+        assert d.attributes == {"_max_partition_storage_size": str(64 * MIB)}
+        aps = d.auto_partitioning_settings
+        assert aps is not None and aps.strategy == ydb.TopicAutoPartitioningStrategy.SCALE_UP
+        assert aps.up_utilization_percent == 70
+        assert d.consumers[0].supported_codecs == [custom]
+        reader = tc.reader(topic, consumer="c", decoders={custom: reverse})
+        try:
+            assert [m.data for m in receive(reader, 2)] == [b"abc", b"xyz"]
+        finally:
+            reader.close(flush=False)

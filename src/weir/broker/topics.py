@@ -172,7 +172,7 @@ class TopicConfig:
         if most and most < self.partitions:
             raise BadRequestError(
                 f"max_active_partitions ({most}) must not be below the partition count "
-                f"({self.partitions})"
+                f"({self.partitions}); raise it first (YDB Topic API: alter_topic)"
             )
 
     def to_json(self) -> bytes:
