@@ -142,6 +142,13 @@ class CorruptDataError(FatalError):
         self.offset = offset
 
 
+class UnsupportedCodecError(FatalError):
+    """Messages compressed with a codec weir only records (a ydb SDK custom codec, LZOP):
+    stored as written, readable with the ydb SDK and its own decoder."""
+
+    code = "UNSUPPORTED_CODEC"
+
+
 class DataLossError(FatalError):
     """Requested offsets were removed by retention."""
 

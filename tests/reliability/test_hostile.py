@@ -82,8 +82,7 @@ def recrc(buf: bytearray) -> bytes:
     """Make both CRCs of a tampered batch right again, so only the structure is wrong."""
     from weir.storage import batch as B
 
-    h = B.HEADER.unpack_from(buf)
-    pid_len = h[15]
+    (pid_len,) = struct.unpack_from("<H", buf, 66)
     start = B.HEADER_SIZE + pid_len
     struct.pack_into("<I", buf, 32, crc32c(bytes(buf[start:])))
     struct.pack_into("<I", buf, 12, B._header_crc(buf, 0, start))

@@ -28,6 +28,7 @@ from weir.broker.topics import (
     NEXT_ID_KEY,
     TOPICS,
     ConsumerConfig,
+    ScalingConfig,
     TopicConfig,
     canonical_topic,
     check_consumer_name,
@@ -43,7 +44,7 @@ from weir.errors import (
     UnknownPartitionError,
     UnknownTopicError,
 )
-from weir.storage.codecs import Codec
+from weir.storage.codecs import Codec, codec_id, codec_name
 from weir.storage.kv import Op, delete, put
 from weir.storage.partition import BatchResult, IncomingBatch, PartitionConfig
 from weir.storage.store import Store
@@ -257,6 +258,7 @@ class Broker:
         max_partition_messages: int | None = None,
         codecs: Iterable[int | str] = (),
         consumers: Iterable[ConsumerConfig] = (),
+        scaling: ScalingConfig | None = None,
         database: str = "",
     ) -> TopicConfig:
         self._check_open()
@@ -279,13 +281,14 @@ class Broker:
                 else retention_bytes,
                 max_partition_bytes=max_partition_bytes,
                 max_partition_messages=max_partition_messages,
-                codecs=tuple(int(Codec.parse(c)) for c in codecs),
+                codecs=tuple(codec_id(c) for c in codecs),
                 consumers={
                     c.name: dataclasses.replace(c, created_at_ms=c.created_at_ms or now)
                     for c in consumers
                     if check_consumer_name(c.name)
                 },
                 created_at_ms=now,
+                scaling=scaling or ScalingConfig(),
             )
             await self._commit(
                 [
@@ -316,6 +319,7 @@ class Broker:
         codecs: Iterable[int | str] | None = None,
         add_consumers: Iterable[ConsumerConfig] = (),
         drop_consumers: Iterable[str] = (),
+        scaling: ScalingConfig | None = None,
         database: str = "",
     ) -> TopicConfig:
         """Change a topic. Partitions can be added, never removed."""
@@ -339,7 +343,9 @@ class Broker:
                 if value is not UNSET:
                     changes[attr] = value
             if codecs is not None:
-                changes["codecs"] = tuple(int(Codec.parse(c)) for c in codecs)
+                changes["codecs"] = tuple(codec_id(c) for c in codecs)
+            if scaling is not None:
+                changes["scaling"] = scaling
             consumers = dict(cfg.consumers)
             now = _now_ms()
             for c in add_consumers:
@@ -520,7 +526,7 @@ class Broker:
                 if codec not in cfg.codecs and codec != Codec.RAW:
                     raise BadRequestError(
                         f"topic {short_topic(cfg.name)!r} accepts codecs "
-                        f"{[Codec(c).name.lower() for c in cfg.codecs]}, not {Codec(codec).name.lower()}"
+                        f"{[codec_name(c) for c in cfg.codecs]}, not {codec_name(codec)}"
                     )
         size = sum(len(b.buf) for b in batches) if nbytes is None else nbytes
         return actor.submit(batches, size)

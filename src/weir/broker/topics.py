@@ -15,10 +15,10 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import Any, ClassVar
 
 from weir.errors import BadRequestError
-from weir.storage.codecs import Codec
+from weir.storage.codecs import codec_id
 
 TOPICS = "topics"
 DEFAULT_TENANT = "public"
@@ -72,6 +72,70 @@ class ConsumerConfig:
     important: bool = False
     read_from_ms: int = 0  # a new consumer starts at the first message written at/after this
     created_at_ms: int = 0
+    codecs: tuple[int, ...] = ()  # the codecs it declares it can decode (reported, not checked)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "codecs", tuple(codec_id(c) for c in self.codecs))
+
+
+AUTO_PARTITIONING_STRATEGIES = ("disabled", "scale_up", "scale_up_and_down", "paused")
+
+
+@dataclass(frozen=True)
+class ScalingConfig:
+    """How a topic declares it should scale: partition growth under load and the write speed
+    per partition (the YDB Topic API's settings). Stored and reported, not acted on: weir
+    neither splits nor merges partitions and does not rate-limit writes.
+
+    Zero means "unset" for every number; the defaults of the percentages and of the window
+    are YDB's.
+    """
+
+    max_active_partitions: int = 0
+    strategy: str = "disabled"
+    up_utilization_percent: int = 0  # of the write speed: split above (default 90)
+    down_utilization_percent: int = 0  # merge below (default 30)
+    stabilization_window_ms: int = 0  # default 300 s
+    write_speed_bytes_per_second: int = 0
+    write_burst_bytes: int = 0
+
+    DEFAULT_UP_PERCENT: ClassVar[int] = 90
+    DEFAULT_DOWN_PERCENT: ClassVar[int] = 30
+    DEFAULT_WINDOW_MS: ClassVar[int] = 300_000
+
+    def __post_init__(self) -> None:
+        if self.strategy not in AUTO_PARTITIONING_STRATEGIES:
+            raise BadRequestError(
+                f"unknown auto-partitioning strategy {self.strategy!r}; expected one of "
+                + ", ".join(AUTO_PARTITIONING_STRATEGIES)
+            )
+        for attr in ("up_utilization_percent", "down_utilization_percent"):
+            v = getattr(self, attr)
+            if not isinstance(v, int) or not 0 <= v <= 100:
+                raise BadRequestError(
+                    f"{attr} must be a percentage (1 to 100, or 0 for the default), got {v!r}"
+                )
+        for attr in (
+            "max_active_partitions",
+            "stabilization_window_ms",
+            "write_speed_bytes_per_second",
+            "write_burst_bytes",
+        ):
+            v = getattr(self, attr)
+            if not isinstance(v, int) or v < 0:
+                raise BadRequestError(f"{attr} must not be negative, got {v!r}")
+
+    @property
+    def up_percent(self) -> int:
+        return self.up_utilization_percent or self.DEFAULT_UP_PERCENT
+
+    @property
+    def down_percent(self) -> int:
+        return self.down_utilization_percent or self.DEFAULT_DOWN_PERCENT
+
+    @property
+    def window_ms(self) -> int:
+        return self.stabilization_window_ms or self.DEFAULT_WINDOW_MS
 
 
 @dataclass(frozen=True)
@@ -86,6 +150,7 @@ class TopicConfig:
     codecs: tuple[int, ...] = ()  # accepted codecs; empty: all
     consumers: dict[str, ConsumerConfig] = field(default_factory=dict)
     created_at_ms: int = 0
+    scaling: ScalingConfig = field(default_factory=ScalingConfig)
 
     def __post_init__(self) -> None:
         if not isinstance(self.partitions, int) or not 1 <= self.partitions <= MAX_PARTITIONS:
@@ -102,7 +167,13 @@ class TopicConfig:
             if v is not None and (not isinstance(v, int) or v <= 0):
                 raise BadRequestError(f"{attr} must be a positive integer or unset, got {v!r}")
         for c in self.codecs:
-            Codec.parse(c)
+            codec_id(c)
+        most = self.scaling.max_active_partitions
+        if most and most < self.partitions:
+            raise BadRequestError(
+                f"max_active_partitions ({most}) must not be below the partition count "
+                f"({self.partitions}); raise it first (YDB Topic API: alter_topic)"
+            )
 
     def to_json(self) -> bytes:
         d = asdict(self)
@@ -113,7 +184,11 @@ class TopicConfig:
     def from_json(cls, raw: bytes | memoryview) -> TopicConfig:
         d: dict[str, Any] = json.loads(bytes(raw))
         d["codecs"] = tuple(d.get("codecs", ()))
-        d["consumers"] = {k: ConsumerConfig(**v) for k, v in d.get("consumers", {}).items()}
+        d["consumers"] = {
+            k: ConsumerConfig(**{**v, "codecs": tuple(v.get("codecs", ()))})
+            for k, v in d.get("consumers", {}).items()
+        }
+        d["scaling"] = ScalingConfig(**d.get("scaling", {}))
         return cls(**d)
 
     def with_consumer(self, consumer: ConsumerConfig) -> TopicConfig:

@@ -10,8 +10,9 @@ from itertools import repeat
 from types import MappingProxyType
 from typing import Any, NamedTuple, TypeVar
 
+from weir.errors import UnsupportedCodecError
 from weir.storage.batch import decode_payload, iter_batches
-from weir.storage.codecs import Codec, decompress
+from weir.storage.codecs import Codec, codec_name, decompress, is_opaque
 
 _UTC = dt.UTC
 T = TypeVar("T")
@@ -253,4 +254,10 @@ def decompress_message(codec: int, data: bytes) -> bytes:
         import zstandard
 
         return bytes(zstandard.ZstdDecompressor().decompressobj().decompress(data))
+    if is_opaque(codec):
+        raise UnsupportedCodecError(
+            f"messages written with codec {codec} ({codec_name(codec)}) by a ydb SDK writer are "
+            "stored as written and weir cannot decode them: read them with the ydb SDK and its "
+            "decoder for that codec"
+        )
     return decompress(codec, data, len(data))

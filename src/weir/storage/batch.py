@@ -16,8 +16,8 @@ A batch is a self-delimiting byte string::
      40  first_seq    u64  seq_no of the first record
      48  last_seq     u64  seq_no of the last record (dedup needs no decoding)
      56  created_base i64  ms since epoch; records store deltas from it
-     64  data_codec   u8   codec each record's data is compressed with (YDB front), else RAW
-     65  reserved     u8
+     64  data_codec   u16  codec each record's data is compressed with (YDB front), else RAW;
+                          may be one weir only records (codecs.is_opaque: LZOP, 10000-19999)
      66  pid_len      u16  length of the producer id
      68  raw_len      u32  payload length before compression
     producer id (utf-8, pid_len bytes)
@@ -55,11 +55,11 @@ from typing import NamedTuple
 import crc32c as _crc32c
 
 from weir.errors import BadRequestError, BatchFormatError
-from weir.storage.codecs import Codec, compress, decompress
+from weir.storage.codecs import Codec, compress, decompress, is_opaque
 
 MAGIC = b"WEIR"
 VERSION = 1
-HEADER = struct.Struct("<4sBBHIIQqIIQQqBBHI")
+HEADER = struct.Struct("<4sBBHIIQqIIQQqHHI")
 HEADER_SIZE = HEADER.size  # 72
 assert HEADER_SIZE == 72
 
@@ -76,6 +76,7 @@ MAX_PRODUCER_ID = 0xFFFF
 _U64 = (1 << 64) - 1
 _I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
 
+_CODEC_IDS = frozenset(int(c) for c in Codec)
 _LITTLE = sys.byteorder == "little"
 _OFF_CRC = 12
 _OFF_STAMP = 16
@@ -198,7 +199,7 @@ def encode_batch(
     keys: Sequence[bytes] | None = None,
     headers: Sequence[Mapping[str, str] | None] | None = None,
     codec: Codec = Codec.RAW,
-    data_codec: Codec = Codec.RAW,
+    data_codec: int = Codec.RAW,
 ) -> bytes:
     """Encode records into one batch (base_offset and written_at left zero for the broker).
 
@@ -209,6 +210,9 @@ def encode_batch(
     count = len(data)
     if count == 0:
         raise BadRequestError("a batch needs at least one record")
+    data_codec = int(data_codec)  # a plain int hashes in C, a Codec does not
+    if data_codec not in _CODEC_IDS and not is_opaque(data_codec):
+        raise BadRequestError(f"unknown data codec {data_codec}")
     flags = 0
     cols: list[bytes | array[int]] = []
     blobs: list[bytes] = []
@@ -299,8 +303,7 @@ def encode_batch(
             first_seq,
             last_seq,
             created_base,
-            int(data_codec),
-            0,
+            data_codec,
             len(pid),
             len(raw),
         )
@@ -339,7 +342,6 @@ def parse_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHead
         last_seq,
         created_base,
         data_codec,
-        _res,
         pid_len,
         raw_len,
     ) = HEADER.unpack_from(buf, pos)
@@ -363,11 +365,8 @@ def parse_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHead
         raise BatchFormatError("batch seq_no range smaller than its record count")
     if not flags & FLAG_SEQ_SPARSE and last_seq - first_seq != count - 1:
         raise BatchFormatError("dense batch seq_no range does not match its record count")
-    try:
-        Codec(codec)
-        Codec(data_codec)
-    except ValueError:
-        raise BatchFormatError(f"unknown codec {codec}/{data_codec}") from None
+    if codec not in _CODEC_IDS or (data_codec not in _CODEC_IDS and not is_opaque(data_codec)):
+        raise BatchFormatError(f"unknown codec {codec}/{data_codec}")
     try:
         producer_id = bytes(mv[pos + HEADER_SIZE : pos + payload_start]).decode()
     except UnicodeDecodeError:
@@ -585,5 +584,5 @@ def reencode_from(buf: bytes | bytearray | memoryview, h: BatchHeader, skip: int
         keys=c.keys[skip:] if has_keys else None,
         headers=c.headers[skip:] if has_headers else None,
         codec=Codec(h.codec),
-        data_codec=Codec(h.data_codec),
+        data_codec=h.data_codec,
     )

@@ -1,9 +1,14 @@
 """Compression codecs of the batch format.
 
-The numbering follows the YDB Topic API (RAW=1, GZIP=2, LZMA=3 unused, ZSTD=4)
-with LZ4 at 5, so a codec id travels unchanged between the YDB front, storage
-and the native protocol. Decompression is bounded by the declared size so a
-hostile batch cannot expand into unbounded memory.
+The numbering follows the YDB Topic API (RAW=1, GZIP=2, LZOP=3, ZSTD=4) with
+LZ4 at 5, so a codec id travels unchanged between the YDB front, storage and the
+native protocol. Decompression is bounded by the declared size so a hostile batch
+cannot expand into unbounded memory.
+
+Besides the codecs weir runs, a message's data may carry a codec weir only
+records (`is_opaque`): YDB's LZOP and the API's user-defined ids 10000-19999,
+which the ydb SDK encodes and decodes itself. Their data is stored as written and
+served with its codec id; weir never decodes it.
 """
 
 from __future__ import annotations
@@ -35,6 +40,52 @@ class Codec(enum.IntEnum):
         except (KeyError, ValueError):
             names = ", ".join(c.name.lower() for c in cls)
             raise BadRequestError(f"unknown codec {value!r}; expected one of {names}") from None
+
+
+LZOP = 3  # the YDB API's id; no codec of weir's
+CUSTOM_CODECS = range(10000, 20000)  # the YDB API's user-defined codec ids
+_FIRST_CUSTOM, _END_CUSTOM = CUSTOM_CODECS.start, CUSTOM_CODECS.stop
+_CUSTOM_PREFIX = "custom-"
+
+
+def is_opaque(codec: int) -> bool:
+    """A per-message codec weir stores and serves as written but cannot decode."""
+    # comparisons, not `in range`: for an int subclass (a Codec) that scans the range
+    return codec == LZOP or _FIRST_CUSTOM <= codec < _END_CUSTOM
+
+
+def codec_name(codec: int) -> str:
+    """The name of a codec id: "raw", "gzip", "zstd", "lz4", "lzop" or "custom-10001"."""
+    if _FIRST_CUSTOM <= codec < _END_CUSTOM:
+        return f"{_CUSTOM_PREFIX}{codec}"
+    if codec == LZOP:
+        return "lzop"
+    try:
+        return Codec(codec).name.lower()
+    except ValueError:
+        return f"unknown-{codec}"
+
+
+def codec_id(value: str | int) -> int:
+    """A topic codec given by name or id: weir's own, "lzop", or "custom-N" / N in 10000-19999."""
+    if isinstance(value, Codec):
+        return int(value)
+    if isinstance(value, str):
+        name = value.strip().lower()
+        if name == "lzop":
+            return LZOP
+        number = name.removeprefix(_CUSTOM_PREFIX)
+        if number != name and number.isdigit() and _FIRST_CUSTOM <= int(number) < _END_CUSTOM:
+            return int(number)
+    elif isinstance(value, int) and is_opaque(value):
+        return value
+    try:
+        return int(Codec.parse(value))
+    except BadRequestError:
+        raise BadRequestError(
+            f"unknown codec {value!r}; expected raw, gzip, zstd, lz4, lzop "
+            f"or custom-N with N in {CUSTOM_CODECS.start}..{CUSTOM_CODECS.stop - 1}"
+        ) from None
 
 
 _zstd_c = zstandard.ZstdCompressor(level=3)

@@ -45,7 +45,7 @@ from weir.protocols.native.wire import (
     encode_read_response,
 )
 from weir.storage.batch import BatchHeader
-from weir.storage.codecs import Codec
+from weir.storage.codecs import codec_name
 from weir.storage.partition import BatchResult, validate_incoming
 
 log = logging.getLogger("weir.native")
@@ -101,7 +101,7 @@ def describe(broker: Broker, cfg: TopicConfig) -> pb.TopicDescription:
     d = pb.TopicDescription(
         topic=short_topic(cfg.name),
         partitions=cfg.partitions,
-        codecs=[Codec(c).name.lower() for c in cfg.codecs],
+        codecs=[codec_name(c) for c in cfg.codecs],
         consumers=[
             pb.ConsumerSettings(name=c.name, important=c.important, read_from_ms=c.read_from_ms)
             for c in cfg.consumers.values()

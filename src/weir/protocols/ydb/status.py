@@ -44,6 +44,8 @@ STATUS_BY_CODE: dict[str, int] = {
     "STALE_GENERATION": StatusIds.PRECONDITION_FAILED,
     "PRODUCER_FENCED": StatusIds.PRECONDITION_FAILED,  # a newer session of the producer won
     "UNSUPPORTED": StatusIds.UNSUPPORTED,
+    "SCHEME_ERROR": StatusIds.SCHEME_ERROR,  # a path that cannot name a topic
+    "PRECONDITION_FAILED": StatusIds.PRECONDITION_FAILED,
     "CORRUPT_DATA": StatusIds.GENERIC_ERROR,  # persistent: retrying would loop
     "DATA_LOSS": StatusIds.GENERIC_ERROR,
 }
@@ -63,6 +65,18 @@ class UnsupportedError(WeirError):
     """A YDB feature weir does not implement (transactions, direct read)."""
 
     code = "UNSUPPORTED"
+
+
+class SchemeError(WeirError):
+    """A path that cannot be a topic (the database itself): YDB's SCHEME_ERROR."""
+
+    code = "SCHEME_ERROR"
+
+
+class PreconditionFailedError(WeirError):
+    """A setting this kind of database does not take (metering mode outside serverless)."""
+
+    code = "PRECONDITION_FAILED"
 
 
 def as_weir_error(err: BaseException) -> WeirError:

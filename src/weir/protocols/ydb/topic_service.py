@@ -7,8 +7,8 @@ streams are handed to `WriteSession` and `ReadSession`.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -16,17 +16,21 @@ import grpc
 from google.protobuf.message import Message
 
 from weir.broker.broker import UNSET, Broker
-from weir.broker.topics import ConsumerConfig, TopicConfig
-from weir.errors import BadRequestError, UnavailableError, UnknownConsumerError
+from weir.broker.topics import TopicConfig
+from weir.errors import (
+    AlreadyExistsError,
+    BadRequestError,
+    UnavailableError,
+    UnknownConsumerError,
+)
+from weir.protocols.ydb import topic_settings as ts
 from weir.protocols.ydb.auth import Authenticator
 from weir.protocols.ydb.conversions import (
-    MIB,
     database_of,
-    duration_ms,
-    set_duration,
+    names_database,
     set_ts,
     topic_codecs,
-    ts_ms,
+    ydb_codecs,
 )
 from weir.protocols.ydb.discovery import NODE_ID
 from weir.protocols.ydb.protos import (
@@ -38,9 +42,10 @@ from weir.protocols.ydb.protos import (
 )
 from weir.protocols.ydb.read_session import ReadSession
 from weir.protocols.ydb.shutdown import ServerState, Shutdown
-from weir.protocols.ydb.status import UnsupportedError, end_stream, operation
+from weir.protocols.ydb.status import SchemeError, UnsupportedError, end_stream, operation
 from weir.protocols.ydb.write_session import WriteSession
 
+log = logging.getLogger("weir.ydb")
 OWNER = "weir"
 
 Handler = Callable[[Any, Any, grpc.aio.ServicerContext], Awaitable[Any]]
@@ -64,35 +69,10 @@ def _unary(response: Callable[..., Any]) -> Callable[[Handler], Handler]:
     return wrap
 
 
-def _entry(cfg: TopicConfig) -> Any:
+def _entry(cfg: TopicConfig, name: str = "") -> Any:
     return ydb_scheme_pb2.Entry(
-        name=cfg.name.rsplit("/", 1)[-1], owner=OWNER, type=ydb_scheme_pb2.Entry.TOPIC
+        name=name or cfg.name.rsplit("/", 1)[-1], owner=OWNER, type=ydb_scheme_pb2.Entry.TOPIC
     )
-
-
-def _consumer(c: ConsumerConfig) -> Any:
-    out = ydb_topic_pb2.Consumer(name=c.name, important=c.important)
-    if c.read_from_ms:
-        set_ts(out.read_from, c.read_from_ms)
-    return out
-
-
-def _consumer_config(c: Any) -> ConsumerConfig:
-    read_from = ts_ms(c.read_from) if c.HasField("read_from") else 0
-    return ConsumerConfig(c.name, c.important, read_from)
-
-
-def _retention_ms(d: Any) -> int | None:
-    ms = duration_ms(d)
-    if ms < 0:
-        raise BadRequestError(f"retention period must not be negative, got {ms} ms")
-    return ms or None
-
-
-def _retention_bytes(mb: int) -> int | None:
-    if mb < 0:
-        raise BadRequestError(f"retention_storage_mb must not be negative, got {mb}")
-    return mb * MIB or None
 
 
 class TopicServicer(ydb_topic_v1_pb2_grpc.TopicServiceServicer):
@@ -113,40 +93,46 @@ class TopicServicer(ydb_topic_v1_pb2_grpc.TopicServiceServicer):
 
     @_unary(ydb_topic_pb2.CreateTopicResponse)
     async def CreateTopic(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        database = database_of(context)
+        if names_database(request.path, database):
+            raise SchemeError(f"{request.path!r} names the database, not a topic in it")
+        ts.check_create(request)
         parts = request.partitioning_settings.min_active_partitions
         if parts < 0:
             raise BadRequestError(f"min_active_partitions must be positive, got {parts}")
-        await self.broker.create_topic(
-            request.path,
-            partitions=parts or None,
-            retention_ms=_retention_ms(request.retention_period)
-            if request.HasField("retention_period")
-            else UNSET,
-            retention_bytes=_retention_bytes(request.retention_storage_mb)
-            if request.retention_storage_mb
-            else UNSET,
-            codecs=topic_codecs(request.supported_codecs.codecs),
-            consumers=[_consumer_config(c) for c in request.consumers],
-            database=database_of(context),
-        )
+        scaling = ts.scaling_of(request)
+        ts.check_max_partitions(parts or self.broker.config.default_partitions, scaling)
+        attributes = ts.attribute_settings(request.attributes)
+        try:
+            await self.broker.create_topic(
+                request.path,
+                partitions=parts or None,
+                retention_ms=ts.retention_ms(request.retention_period)
+                if request.HasField("retention_period")
+                else UNSET,
+                retention_bytes=ts.retention_bytes(request.retention_storage_mb)
+                if request.retention_storage_mb
+                else UNSET,
+                max_partition_bytes=attributes.get("max_partition_bytes"),
+                codecs=topic_codecs(request.supported_codecs.codecs),
+                consumers=[ts.consumer_config(c) for c in request.consumers],
+                scaling=scaling,
+                database=database,
+            )
+        except AlreadyExistsError:
+            # YDB: "path exist, request accepts it": SUCCESS, and the topic keeps its settings
+            log.debug("create of existing topic %r: nothing to do", request.path)
         return ydb_topic_pb2.CreateTopicResult()
 
     @_unary(ydb_topic_pb2.DescribeTopicResponse)
     async def DescribeTopic(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         cfg = self.broker.topic(request.path, database_of(context))
-        n = cfg.partitions
         result = ydb_topic_pb2.DescribeTopicResult(
             self=_entry(cfg),
-            partitioning_settings=ydb_topic_pb2.PartitioningSettings(
-                min_active_partitions=n, max_active_partitions=n, partition_count_limit=n
-            ),
-            supported_codecs=ydb_topic_pb2.SupportedCodecs(codecs=list(cfg.codecs)),
-            consumers=[_consumer(c) for c in cfg.consumers.values()],
+            supported_codecs=ydb_topic_pb2.SupportedCodecs(codecs=ydb_codecs(cfg.codecs)),
+            consumers=[ts.consumer_proto(c) for c in cfg.consumers.values()],
         )
-        if cfg.retention_ms:
-            set_duration(result.retention_period, cfg.retention_ms)
-        if cfg.retention_bytes:
-            result.retention_storage_mb = -(-cfg.retention_bytes // MIB)
+        ts.fill_settings(result, cfg)
         total = 0
         last_writes = []
         for p in self.broker.partitions(cfg.name):
@@ -171,6 +157,7 @@ class TopicServicer(ydb_topic_v1_pb2_grpc.TopicServiceServicer):
     async def AlterTopic(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         database = database_of(context)
         cfg = self.broker.topic(request.path, database)
+        ts.check_alter(request)
         aps = request.alter_partitioning_settings
         partitions = (
             aps.set_min_active_partitions
@@ -178,31 +165,29 @@ class TopicServicer(ydb_topic_v1_pb2_grpc.TopicServiceServicer):
             and aps.HasField("set_min_active_partitions")
             else None
         )
-        add = [_consumer_config(c) for c in request.add_consumers]
+        attributes = ts.attribute_settings(request.alter_attributes)
+        add = [ts.consumer_config(c) for c in request.add_consumers]
         for ac in request.alter_consumers:
             current = cfg.consumers.get(ac.name)
             if current is None:
                 raise UnknownConsumerError(f"consumer {ac.name!r} is not registered")
-            changed = current
-            if ac.HasField("set_important"):
-                changed = dataclasses.replace(changed, important=ac.set_important)
-            if ac.HasField("set_read_from"):
-                changed = dataclasses.replace(changed, read_from_ms=ts_ms(ac.set_read_from))
-            add.append(changed)
+            add.append(ts.altered_consumer(current, ac))
         await self.broker.alter_topic(
             cfg.name,
             partitions=partitions,
-            retention_ms=_retention_ms(request.set_retention_period)
+            retention_ms=ts.retention_ms(request.set_retention_period)
             if request.HasField("set_retention_period")
             else UNSET,
-            retention_bytes=_retention_bytes(request.set_retention_storage_mb)
+            retention_bytes=ts.retention_bytes(request.set_retention_storage_mb)
             if request.HasField("set_retention_storage_mb")
             else UNSET,
+            max_partition_bytes=attributes.get("max_partition_bytes", UNSET),
             codecs=topic_codecs(request.set_supported_codecs.codecs)
             if request.HasField("set_supported_codecs")
             else None,
             add_consumers=add,
             drop_consumers=list(request.drop_consumers),
+            scaling=ts.altered_scaling(cfg.scaling, request),
         )
         return ydb_topic_pb2.AlterTopicResult()
 
@@ -217,8 +202,10 @@ class TopicServicer(ydb_topic_v1_pb2_grpc.TopicServiceServicer):
     async def DescribeConsumer(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         cfg = self.broker.topic(request.path, database_of(context))
         consumer = self.broker.consumer(cfg.name, request.consumer)
+        # YDB answers with the topic's own entry, named "<topic>/<consumer>"
         result = ydb_topic_pb2.DescribeConsumerResult(
-            self=_entry(cfg), consumer=_consumer(consumer)
+            self=_entry(cfg, f"{cfg.name.rsplit('/', 1)[-1]}/{consumer.name}"),
+            consumer=ts.consumer_proto(consumer),
         )
         stats = {p.partition: p for p in self.broker.partitions(cfg.name)}
         for c in self.broker.describe_consumer(cfg.name, request.consumer):

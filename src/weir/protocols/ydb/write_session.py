@@ -37,7 +37,13 @@ from weir.errors import (
     WeirError,
 )
 from weir.protocols.ydb.auth import Authenticator
-from weir.protocols.ydb.conversions import headers_from_metadata, storage_codec
+from weir.protocols.ydb.conversions import (
+    check_metadata_keys,
+    headers_from_metadata,
+    session_meta_headers,
+    storage_codec,
+    ydb_codecs,
+)
 from weir.protocols.ydb.protos import StreamWrite, ydb_topic_pb2
 from weir.protocols.ydb.shutdown import Shutdown
 from weir.protocols.ydb.status import SUCCESS, UnsupportedError, end_stream
@@ -85,6 +91,7 @@ class WriteSession:
         self.partition = 0
         self.producer_id = ""
         self.key: bytes | None = None  # stored with each message when it adds information
+        self.meta: dict[str, str] = {}  # the session's write_session_meta, as headers
         self._pending: deque[_Pending] = deque()
         self._have_pending = asyncio.Event()
         self._acked = asyncio.Event()
@@ -166,6 +173,7 @@ class WriteSession:
         )
         if group and group != self.producer_id:
             self.key = group.encode()
+        self.meta = session_meta_headers(init.write_session_meta)
         token = None
         last = None
         if self.producer_id:
@@ -178,7 +186,7 @@ class WriteSession:
                     last_seq_no=last or 0,
                     session_id=self.session_id,
                     partition_id=self.partition,
-                    supported_codecs=ydb_topic_pb2.SupportedCodecs(codecs=list(cfg.codecs)),
+                    supported_codecs=ydb_topic_pb2.SupportedCodecs(codecs=ydb_codecs(cfg.codecs)),
                 ),
             )
         )
@@ -242,11 +250,14 @@ class WriteSession:
         seq_nos = [m.seq_no for m in msgs]
         created = [m.created_at.seconds * 1000 + m.created_at.nanos // 1_000_000 for m in msgs]
         keys = self._keys(msgs)
-        headers = (
-            [headers_from_metadata(m.metadata_items) for m in msgs]
-            if any(m.metadata_items for m in msgs)
-            else None
-        )
+        headers: list[dict[str, str]] | None = None
+        if any(m.metadata_items for m in msgs):
+            headers = [headers_from_metadata(m.metadata_items) for m in msgs]
+            check_metadata_keys(headers)
+            if self.meta:
+                headers = [{**h, **self.meta} for h in headers]
+        elif self.meta:
+            headers = [self.meta] * len(msgs)
         total = sum(sizes)
         cuts = [0, len(msgs)] if total <= MAX_BATCH_DATA else _cuts(sizes, MAX_BATCH_DATA)
         batches: list[IncomingBatch] = []
