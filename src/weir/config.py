@@ -433,6 +433,15 @@ KEYS: tuple[Key, ...] = (
         "retention_interval_s",
     ),
     Key(
+        "topics",
+        "producer_idle_timeout_ms",
+        OPTIONAL_DURATION_MS,
+        _B.producer_idle_timeout_ms,
+        "A producer that has not written for this long is no longer pinned to its partition "
+        '("none": pinned while its messages last).',
+        "producer_idle_timeout_ms",
+    ),
+    Key(
         "consumers",
         "auto_create",
         BOOL,
