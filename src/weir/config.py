@@ -462,7 +462,8 @@ KEYS: tuple[Key, ...] = (
         "users",
         USERS,
         dict(_B.users),
-        'Static users for YDB Auth Login, as user = "password" (env: "user:pw,user2:pw2").',
+        'Static users (YDB Auth Login and the native Login), as user = "password" '
+        '(env: "user:pw,user2:pw2").',
         "users",
     ),
     Key(
@@ -470,7 +471,7 @@ KEYS: tuple[Key, ...] = (
         "allow_anonymous",
         BOOL,
         _B.allow_anonymous,
-        "Serve clients that send no credentials.",
+        "Serve clients that send no credentials (on every front).",
         "allow_anonymous",
     ),
     Key(

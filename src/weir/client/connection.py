@@ -8,6 +8,13 @@ from typing import Any, TypeVar
 
 import grpc
 
+from weir.client.credentials import (
+    CredentialsArg,
+    TokenSource,
+    as_credentials,
+    interceptors,
+    with_call_errors,
+)
 from weir.errors import BadRequestError, WeirError, error_from_code
 from weir.protocols.native import weir_pb2 as pb
 from weir.protocols.native import weir_pb2_grpc as pb_grpc
@@ -76,11 +83,21 @@ class Backoff:
 
 
 class Connection:
-    """A grpc.aio channel to one server; must be created inside the loop that uses it."""
+    """A grpc.aio channel to one server; must be created inside the loop that uses it.
 
-    def __init__(self, endpoint: str) -> None:
+    With ``credentials`` every call carries a token from ``Login`` (see
+    `weir.client.credentials`); without, calls are anonymous.
+    """
+
+    def __init__(self, endpoint: str, credentials: CredentialsArg = None) -> None:
         self.endpoint = normalize_endpoint(endpoint)
-        self.channel = grpc.aio.insecure_channel(self.endpoint, options=CHANNEL_OPTIONS)
+        creds = as_credentials(credentials)
+        self.tokens = TokenSource(creds) if creds is not None else None
+        self.channel = grpc.aio.insecure_channel(
+            self.endpoint,
+            options=CHANNEL_OPTIONS,
+            interceptors=interceptors(self.tokens) if self.tokens is not None else None,
+        )
         self.stub = pb_grpc.WeirStub(self.channel)  # type: ignore[no-untyped-call]
         # the bulk methods use the hand-rolled wire codec (see weir.protocols.native.wire)
         self.stream_write = self.channel.stream_stream(
@@ -98,7 +115,18 @@ class Connection:
             request_serializer=pb.ReadRangeRequest.SerializeToString,
             response_deserializer=wire.decode_range_response,
         )
+        if self.tokens is not None:
+            self.tokens.bind(self._login)
+            self.stream_write = with_call_errors(self.stream_write)
+            self.stream_read = with_call_errors(self.stream_read)
         self.closed = False
+
+    async def _login(self, request: pb.LoginRequest) -> pb.LoginResponse:
+        try:
+            resp: pb.LoginResponse = await self.stub.Login(request, timeout=30.0)
+        except grpc.aio.AioRpcError as exc:
+            raise error_from_rpc(exc) from None
+        return resp
 
     async def call(self, method: str, request: Any, timeout: float | None = 30.0) -> Any:
         """A unary call with typed errors; retryable failures are retried for up to ``timeout``."""
@@ -110,8 +138,8 @@ class Connection:
             remaining = None if deadline is None else max(0.01, deadline - loop.time())
             try:
                 return await fn(request, timeout=remaining)
-            except grpc.aio.AioRpcError as exc:
-                err = error_from_rpc(exc)
+            except (grpc.aio.AioRpcError, WeirError) as exc:  # WeirError: from logging in
+                err = error_from_rpc(exc) if isinstance(exc, grpc.aio.AioRpcError) else exc
                 if not err.retryable or (deadline is not None and loop.time() >= deadline):
                     raise err from None
                 await asyncio.sleep(
