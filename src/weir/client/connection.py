@@ -8,13 +8,7 @@ from typing import Any, TypeVar
 
 import grpc
 
-from weir.client.credentials import (
-    CredentialsArg,
-    TokenSource,
-    as_credentials,
-    interceptors,
-    with_call_errors,
-)
+from weir.client.credentials import AuthedCall, CredentialsArg, TokenSource, as_credentials, bearer
 from weir.errors import BadRequestError, WeirError, error_from_code
 from weir.protocols.native import weir_pb2 as pb
 from weir.protocols.native import weir_pb2_grpc as pb_grpc
@@ -93,33 +87,44 @@ class Connection:
         self.endpoint = normalize_endpoint(endpoint)
         creds = as_credentials(credentials)
         self.tokens = TokenSource(creds) if creds is not None else None
-        self.channel = grpc.aio.insecure_channel(
-            self.endpoint,
-            options=CHANNEL_OPTIONS,
-            interceptors=interceptors(self.tokens) if self.tokens is not None else None,
-        )
+        self.channel = grpc.aio.insecure_channel(self.endpoint, options=CHANNEL_OPTIONS)
         self.stub = pb_grpc.WeirStub(self.channel)  # type: ignore[no-untyped-call]
         # the bulk methods use the hand-rolled wire codec (see weir.protocols.native.wire)
-        self.stream_write = self.channel.stream_stream(
+        self._stream_write = self.channel.stream_stream(
             "/weir.v1.Weir/StreamWrite",
             request_serializer=wire.encode_write_request,
             response_deserializer=pb.WriteResponse.FromString,
         )
-        self.stream_read = self.channel.stream_stream(
+        self._stream_read = self.channel.stream_stream(
             "/weir.v1.Weir/StreamRead",
             request_serializer=pb.ReadRequest.SerializeToString,
             response_deserializer=wire.decode_read_response,
         )
-        self.read_range = self.channel.unary_stream(
+        self._read_range = self.channel.unary_stream(
             "/weir.v1.Weir/ReadRange",
             request_serializer=pb.ReadRangeRequest.SerializeToString,
             response_deserializer=wire.decode_range_response,
         )
         if self.tokens is not None:
             self.tokens.bind(self._login)
-            self.stream_write = with_call_errors(self.stream_write)
-            self.stream_read = with_call_errors(self.stream_read)
         self.closed = False
+
+    def _open(self, multicallable: Any, *args: Any) -> Any:
+        if self.tokens is None:
+            return multicallable(*args)
+        return AuthedCall(self.tokens, multicallable, *args)
+
+    def stream_write(self) -> Any:
+        """A StreamWrite call (write / read / done_writing / cancel)."""
+        return self._open(self._stream_write)
+
+    def stream_read(self) -> Any:
+        """A StreamRead call."""
+        return self._open(self._stream_read)
+
+    def read_range(self, request: pb.ReadRangeRequest) -> Any:
+        """A ReadRange call: iterate it for the responses."""
+        return self._open(self._read_range, request)
 
     async def _login(self, request: pb.LoginRequest) -> pb.LoginResponse:
         try:
@@ -136,10 +141,19 @@ class Connection:
         backoff = Backoff()
         while True:
             remaining = None if deadline is None else max(0.01, deadline - loop.time())
+            token = ""
             try:
-                return await fn(request, timeout=remaining)
+                if self.tokens is None:
+                    return await fn(request, timeout=remaining)
+                token = await self.tokens.token()
+                return await fn(request, timeout=remaining, metadata=bearer(token))
             except (grpc.aio.AioRpcError, WeirError) as exc:  # WeirError: from logging in
-                err = error_from_rpc(exc) if isinstance(exc, grpc.aio.AioRpcError) else exc
+                if isinstance(exc, grpc.aio.AioRpcError):
+                    if self.tokens is not None and exc.code() == grpc.StatusCode.UNAUTHENTICATED:
+                        self.tokens.refused(token)
+                    err = error_from_rpc(exc)
+                else:
+                    err = exc
                 if not err.retryable or (deadline is not None and loop.time() >= deadline):
                     raise err from None
                 await asyncio.sleep(

@@ -2,18 +2,18 @@
 
 `weir.Client(endpoint, credentials=weir.UserPassword("alice", "secret"))` (or
 the tuple ``("alice", "secret")``) makes the connection call ``Login`` before its
-first call and send ``authorization: Bearer <token>`` on every call, unary and
-streams alike. The token is cached and renewed before it expires; when the
-server refuses it anyway (it restarted with another secret, or the user's
-password changed), the next call logs in again, and the refused call fails with
-the retryable `TokenRejectedError`, which the writer, the reader and unary calls
-retry. A wrong password is the fatal `UnauthorizedError`.
+first call and send ``authorization: Bearer <token>`` in the metadata of every
+call, unary and streams alike. The token is cached and renewed before it
+expires; when the server refuses it anyway (it came back with another secret,
+or the user's password changed), the next call logs in again, and the refused
+call fails with the retryable `TokenRejectedError`, which the writer, the reader
+and unary calls retry. A wrong password is the fatal `UnauthorizedError`.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,7 +22,6 @@ import grpc
 from weir.errors import BadRequestError, UnauthorizedError
 from weir.protocols.native import weir_pb2 as pb
 
-LOGIN_METHOD = "/weir.v1.Weir/Login"
 RENEW_AT = 0.8  # of a token's lifetime
 
 
@@ -103,117 +102,66 @@ class TokenSource:
             self._token = None
 
 
-async def _with_token(source: TokenSource, details: Any) -> tuple[Any, str | None]:
-    method = details.method.decode() if isinstance(details.method, bytes) else details.method
-    if method == LOGIN_METHOD:
-        return details, None
-    token = await source.token()
-    metadata = grpc.aio.Metadata(*(details.metadata or ()))
-    metadata.add("authorization", f"Bearer {token}")
-    return details._replace(metadata=metadata), token
+class AuthedCall:
+    """A stream call (bidirectional or server-streaming) that opens itself with the
+    connection's token on first use: the token may need a login, which is async, while
+    the SDK opens calls synchronously. Once open it is the plain grpc.aio call, so the
+    hot path pays nothing; a refusal of the token makes the next call log in again."""
 
+    __slots__ = ("_args", "_call", "_open", "_source", "_token")
 
-def _watch(source: TokenSource, call: Any, token: str | None) -> Any:
-    """Forget the token when the server answers UNAUTHENTICATED to a call that carried it."""
-    if token is None:
-        return call
+    def __init__(self, source: TokenSource, open_call: Callable[..., Any], *args: Any) -> None:
+        self._source = source
+        self._open = open_call
+        self._args = args
+        self._call: Any = None
+        self._token = ""
 
-    async def check(done: Any) -> None:
-        if await done.code() == grpc.StatusCode.UNAUTHENTICATED:
-            source.refused(token)
+    async def _opened(self) -> Any:
+        if self._call is None:
+            self._token = await self._source.token()
+            self._call = self._open(*self._args, metadata=bearer(self._token))
+        return self._call
 
-    def on_done(done: Any) -> None:
-        task = asyncio.ensure_future(check(done))
-        _pending.add(task)
-        task.add_done_callback(_pending.discard)
-
-    call.add_done_callback(on_done)
-    return call
-
-
-_pending: set[asyncio.Future[None]] = set()
-
-
-class _UnaryUnary(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[misc]
-    def __init__(self, source: TokenSource) -> None:
-        self.source = source
-
-    async def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
-        details, token = await _with_token(self.source, details)
-        return _watch(self.source, await continuation(details, request), token)
-
-
-class _UnaryStream(grpc.aio.UnaryStreamClientInterceptor):  # type: ignore[misc]
-    def __init__(self, source: TokenSource) -> None:
-        self.source = source
-
-    async def intercept_unary_stream(self, continuation: Any, details: Any, request: Any) -> Any:
-        details, token = await _with_token(self.source, details)
-        return _watch(self.source, await continuation(details, request), token)
-
-
-class _StreamUnary(grpc.aio.StreamUnaryClientInterceptor):  # type: ignore[misc]
-    def __init__(self, source: TokenSource) -> None:
-        self.source = source
-
-    async def intercept_stream_unary(
-        self, continuation: Any, details: Any, request_iterator: Any
-    ) -> Any:
-        details, token = await _with_token(self.source, details)
-        return _watch(self.source, await continuation(details, request_iterator), token)
-
-
-class _StreamStream(grpc.aio.StreamStreamClientInterceptor):  # type: ignore[misc]
-    def __init__(self, source: TokenSource) -> None:
-        self.source = source
-
-    async def intercept_stream_stream(
-        self, continuation: Any, details: Any, request_iterator: Any
-    ) -> Any:
-        details, token = await _with_token(self.source, details)
-        return _watch(self.source, await continuation(details, request_iterator), token)
-
-
-class _StreamCall:
-    """A bidirectional call whose ``write`` on an ended call raises the call's own error.
-
-    grpc.aio's intercepted stream calls raise a bare InvalidStateError there (a plain
-    call raises the AioRpcError), which would hide why the server ended the call
-    (UNAUTHENTICATED, UNAVAILABLE) from the writer's and reader's retry logic.
-    """
-
-    __slots__ = ("_call",)
-
-    def __init__(self, call: Any) -> None:
-        self._call = call
+    def _check(self, exc: grpc.aio.AioRpcError) -> None:
+        if exc.code() == grpc.StatusCode.UNAUTHENTICATED:
+            self._source.refused(self._token)
 
     async def write(self, request: Any) -> None:
+        call = await self._opened()
         try:
-            await self._call.write(request)
-        except asyncio.InvalidStateError:
-            code = await self._call.code()
-            if code != grpc.StatusCode.OK:
-                raise grpc.aio.AioRpcError(
-                    code,
-                    await self._call.initial_metadata(),
-                    await self._call.trailing_metadata(),
-                    await self._call.details(),
-                ) from None
+            await call.write(request)
+        except grpc.aio.AioRpcError as exc:
+            self._check(exc)
             raise
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._call, name)
+    async def read(self) -> Any:
+        call = await self._opened()
+        try:
+            return await call.read()
+        except grpc.aio.AioRpcError as exc:
+            self._check(exc)
+            raise
+
+    async def done_writing(self) -> None:
+        await (await self._opened()).done_writing()
+
+    def cancel(self) -> bool:
+        return bool(self._call.cancel()) if self._call is not None else False
+
+    def __aiter__(self) -> AsyncIterator[Any]:
+        return self._responses()
+
+    async def _responses(self) -> AsyncIterator[Any]:
+        call = await self._opened()
+        try:
+            async for response in call:
+                yield response
+        except grpc.aio.AioRpcError as exc:
+            self._check(exc)
+            raise
 
 
-def with_call_errors(open_call: Callable[..., Any]) -> Callable[..., Any]:
-    """``open_call`` (a stream-stream multicallable) returning `_StreamCall` wrappers."""
-
-    def open_wrapped(*args: Any, **kwargs: Any) -> Any:
-        return _StreamCall(open_call(*args, **kwargs))
-
-    return open_wrapped
-
-
-def interceptors(source: TokenSource) -> list[grpc.aio.ClientInterceptor]:
-    """One interceptor per call kind (grpc.aio files each under its first matching kind)."""
-    return [_UnaryUnary(source), _UnaryStream(source), _StreamUnary(source), _StreamStream(source)]
+def bearer(token: str) -> tuple[tuple[str, str], ...]:
+    """The call metadata that carries a token."""
+    return (("authorization", f"Bearer {token}"),)
