@@ -627,8 +627,10 @@ class Broker:
                         p,
                         extra={"topic": short_topic(cfg.name), "partition": p},
                     )
-        for cfg in self._topics.values():
-            self.pins.expire(cfg.topic_id, self._producer_tables(cfg), now_ms)
+        by_id = {cfg.topic_id: cfg for cfg in self._topics.values()}
+        self.pins.expire(
+            lambda tid: self._producer_tables(by_id[tid]) if tid in by_id else None, now_ms
+        )
         return removed
 
     async def _retention_loop(self) -> None:

@@ -144,16 +144,27 @@ class ProducerPins:
 
     # ------------------------------------------------------------------ expiry
 
-    def expire(self, topic_id: int, producers: ProducerTables, now_ms: int | None = None) -> int:
-        """Drop the pins of one topic whose producer has no open session and whose state
-        is gone or idle; returns how many went."""
+    def expire(
+        self, producers: Callable[[int], ProducerTables | None], now_ms: int | None = None
+    ) -> int:
+        """Drop the pins whose producer has no open session and whose state is gone or
+        idle; ``producers`` gives a topic's producer tables by topic id (None: dropped).
+        Returns how many went."""
         now = self.clock() if now_ms is None else now_ms
         gone = []
+        tables: dict[int, ProducerTables | None] = {}
         for key, pin in self._pins.items():
-            if key[0] != topic_id or key in self._writers:
+            if key in self._writers:
                 continue
-            table = producers[pin.partition] if pin.partition < len(producers) else {}
-            state = table.get(key[1])
+            topic_id, producer_id = key
+            if topic_id not in tables:
+                tables[topic_id] = producers(topic_id)
+            topic = tables[topic_id]
+            state = (
+                topic[pin.partition].get(producer_id)
+                if topic is not None and pin.partition < len(topic)
+                else None
+            )
             last = max(pin.touched_ms, state.last_write_ms if state is not None else 0)
             if (state is None and pin.touched_ms < now - PIN_GRACE_MS) or self._idle(last, now):
                 gone.append(key)
