@@ -433,6 +433,15 @@ KEYS: tuple[Key, ...] = (
         "retention_interval_s",
     ),
     Key(
+        "topics",
+        "producer_idle_timeout_ms",
+        OPTIONAL_DURATION_MS,
+        _B.producer_idle_timeout_ms,
+        "A producer that has not written for this long is no longer pinned to its partition "
+        '("none": pinned while its messages last).',
+        "producer_idle_timeout_ms",
+    ),
+    Key(
         "consumers",
         "auto_create",
         BOOL,
@@ -453,7 +462,8 @@ KEYS: tuple[Key, ...] = (
         "users",
         USERS,
         dict(_B.users),
-        'Static users for YDB Auth Login, as user = "password" (env: "user:pw,user2:pw2").',
+        'Static users (YDB Auth Login and the native Login), as user = "password" '
+        '(env: "user:pw,user2:pw2").',
         "users",
     ),
     Key(
@@ -461,7 +471,7 @@ KEYS: tuple[Key, ...] = (
         "allow_anonymous",
         BOOL,
         _B.allow_anonymous,
-        "Serve clients that send no credentials.",
+        "Serve clients that send no credentials (on every front).",
         "allow_anonymous",
     ),
     Key(

@@ -73,6 +73,14 @@ class StaleGenerationError(RetryableError):
     code = "STALE_GENERATION"
 
 
+class TokenRejectedError(RetryableError):
+    """The server no longer accepts the auth token sent (expired, or signed before its
+    secret or the user's password changed). Retryable: a client holding a user and
+    password logs in again and retries; with a wrong password that login then fails."""
+
+    code = "TOKEN_REJECTED"
+
+
 class WeirTimeoutError(RetryableError):
     """An operation did not finish within its timeout."""
 

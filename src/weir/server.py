@@ -17,6 +17,7 @@ from weir.broker.observer import BrokerObserver
 from weir.errors import BadRequestError
 from weir.protocols.native.service import NativeService
 from weir.protocols.native.service import add_to_server as add_native
+from weir.security import Security
 
 log = logging.getLogger("weir.server")
 
@@ -45,7 +46,7 @@ def parse_listen(listen: str) -> tuple[str, int]:
 
 
 def _install_native(server: grpc.aio.Server, broker: Broker, srv: Server) -> None:
-    add_native(NativeService(broker, srv.stopping_event), server)
+    add_native(NativeService(broker, srv.stopping_event, srv.security), server)
 
 
 def default_fronts() -> list[FrontInstaller]:
@@ -74,11 +75,19 @@ class Server:
         self.host, self.port = parse_listen(listen)
         self.fronts = default_fronts() if fronts is None else fronts
         self.broker: Broker | None = None
+        self._security: Security | None = None
         self._grpc: grpc.aio.Server | None = None
         self.stopping = False
         # Set when stop() begins: open streams finish their acks and end at once instead
         # of holding the shutdown for the whole grace period.
         self.stopping_event = asyncio.Event()
+
+    @property
+    def security(self) -> Security:
+        """Authentication shared by every front (set up once the broker is open)."""
+        if self._security is None:
+            raise RuntimeError("the server is not started")
+        return self._security
 
     @property
     def endpoint(self) -> str:
@@ -89,6 +98,7 @@ class Server:
         # after its fsync instead of waiting up to 5 ms behind the event loop.
         sys.setswitchinterval(0.0005)
         self.broker = await Broker.open(self.config, observer=self.observer)
+        self._security = Security.for_broker(self.broker)
         server = grpc.aio.server(options=GRPC_OPTIONS)
         for install in self.fronts:
             install(server, self.broker, self)

@@ -131,7 +131,8 @@ async def test_producer_pinning_and_generations(tmp_path: Path) -> None:
     await b.create_topic("t", partitions=4)
     p = await b.resolve_partition("t", "svc-1")
     assert p == await b.resolve_partition("t", "svc-1")
-    with pytest.raises(BadRequestError, match="writes to partition"):
+    await b.write("t", p, make_batch(1, producer="svc-1"))
+    with pytest.raises(BadRequestError, match="pinned to partition"):
         await b.resolve_partition("t", "svc-1", partition=(p + 1) % 4)
     assert await b.resolve_partition("t", "", partition=2, generation=b.generation) == 2
     with pytest.raises(StaleGenerationError):

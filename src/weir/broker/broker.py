@@ -1,8 +1,8 @@
 """The broker: the live topics of one data directory, protocol-agnostic.
 
 Fronts call it; it owns the storage, one `PartitionActor` per partition, the
-topic registry, committed offsets, producer pinning and consumer groups, and
-runs retention in the background.
+topic registry, committed offsets, producer pins (`producers.ProducerPins`) and
+consumer groups, and runs retention (and pin expiry) in the background.
 """
 
 from __future__ import annotations
@@ -18,12 +18,12 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import crc32c
-
 from weir.broker.config import BrokerConfig
 from weir.broker.consumers import OFFSETS, ConsumerGroup, OffsetStore
 from weir.broker.observer import NULL_OBSERVER, BrokerObserver
 from weir.broker.partition_actor import PartitionActor
+from weir.broker.producers import ProducerPins, ProducerTables
+from weir.broker.producers import WriterToken as WriterToken  # the fronts import it from here
 from weir.broker.topics import (
     NEXT_ID_KEY,
     TOPICS,
@@ -51,7 +51,7 @@ from weir.storage.store import Store
 
 log = logging.getLogger("weir.broker")
 
-PINS = "pins"
+PINS = "pins"  # legacy: pins used to be stored; emptied at open (see producers.py)
 SERVER = "server"
 BROKER_TABLES = (TOPICS, OFFSETS, PINS, SERVER)
 _U32 = struct.Struct(">I")
@@ -88,12 +88,6 @@ class ConsumerPartitionInfo:
         return max(0, self.end_offset - max(self.committed_offset, self.start_offset))
 
 
-@dataclass(frozen=True, slots=True)
-class WriterToken:
-    key: tuple[str, str]
-    callback: Callable[[], None]
-
-
 class Broker:
     """Open with `Broker.open`; close with `await broker.close()`."""
 
@@ -113,8 +107,7 @@ class Broker:
         self._topics: dict[str, TopicConfig] = {}
         self._actors: dict[tuple[str, int], PartitionActor] = {}
         self._groups: dict[tuple[str, str], ConsumerGroup] = {}
-        self._pins: dict[tuple[int, str], int] = {}
-        self._writers: dict[tuple[str, str], Callable[[], None]] = {}
+        self.pins = ProducerPins(config.producer_idle_timeout_ms)
         self._retention_task: asyncio.Task[None] | None = None
         self._closed = False
         self._lock = asyncio.Lock()  # serializes registry changes
@@ -159,9 +152,12 @@ class Broker:
             self._topics[cfg.name] = cfg
             for p in range(cfg.partitions):
                 self._open_actor(cfg, p)
-        for k, v in self.store.kv.scan(PINS):
-            (tid,) = _U32.unpack_from(k)
-            self._pins[(tid, k[4:].decode())] = _U32.unpack(v)[0]
+        # Pins are derived from the partitions' producer tables; rows an older
+        # version stored are dropped (the producer's state says where it writes).
+        legacy = [delete(PINS, bytes(k)) for k, _ in self.store.kv.scan(PINS)]
+        if legacy:
+            self.store.committer.commit(legacy)
+            log.info("dropped %d stored producer pins: pins follow producer state", len(legacy))
 
     def _partition_config(self, cfg: TopicConfig) -> PartitionConfig:
         c = self.config
@@ -398,14 +394,11 @@ class Broker:
             for p in range(cfg.partitions):
                 ops.extend(self.store.drop_partition_ops(cfg.log_id(p)))
             ops.extend(self.offsets.drop_ops(cfg.topic_id))
-            pins = [pid for (tid, pid) in self._pins if tid == cfg.topic_id]
-            ops.extend(delete(PINS, _U32.pack(cfg.topic_id) + pid.encode()) for pid in pins)
             await self._commit(ops)
             for p in range(cfg.partitions):
                 self.store.forget(cfg.log_id(p))
             self.offsets.forget(cfg.topic_id)
-            for pid in pins:
-                del self._pins[(cfg.topic_id, pid)]
+            self.pins.forget_topic(cfg.topic_id)
             del self._topics[cfg.name]
         log.info("topic dropped: %s", short_topic(cfg.name), extra={"topic": short_topic(cfg.name)})
 
@@ -449,10 +442,10 @@ class Broker:
     ) -> int:
         """The partition a write session writes to.
 
-        A producer_id is pinned to one partition (hash first, then remembered
-        durably) so its seq_no order and dedup hold across reconnects. An
-        explicit partition must agree with the pin; one named with a generation
-        must name the current one.
+        A producer_id is pinned to one partition (where its state is, else the one
+        asked for, else by hash; see `weir.broker.producers`) so its seq_no order
+        and dedup hold across reconnects; an explicit partition must agree with
+        the pin. A partition named with a generation must name the current one.
         """
         cfg = self.topic(topic, database)
         if partition is not None:
@@ -466,38 +459,19 @@ class Broker:
             if partition is None:
                 raise BadRequestError("a write needs a producer_id or a partition")
             return partition
-        pinned = self._pins.get((cfg.topic_id, producer_id))
-        if pinned is not None:
-            if partition is not None and partition != pinned:
-                raise BadRequestError(
-                    f"producer {producer_id!r} writes to partition {pinned} of {short_topic(cfg.name)!r}, "
-                    f"not {partition}"
-                )
-            return pinned
-        chosen = (
-            partition
-            if partition is not None
-            else crc32c.crc32c(producer_id.encode()) % cfg.partitions
-        )
-        key = _U32.pack(cfg.topic_id) + producer_id.encode()
-        await self._commit([put(PINS, key, _U32.pack(chosen))])
-        self._pins.setdefault((cfg.topic_id, producer_id), chosen)
-        return self._pins[(cfg.topic_id, producer_id)]
+        return self.pins.resolve(cfg, producer_id, partition, self._producer_tables(cfg))
+
+    def _producer_tables(self, cfg: TopicConfig) -> ProducerTables:
+        return [self._actors[(cfg.name, p)].log.producers for p in range(cfg.partitions)]
 
     def register_writer(
         self, topic: str, producer_id: str, on_superseded: Callable[[], None]
     ) -> WriterToken:
         """One live write session per producer: a new one closes the old (its writes can't interleave)."""
-        key = (topic, producer_id)
-        old = self._writers.get(key)
-        self._writers[key] = on_superseded
-        if old is not None:
-            old()
-        return WriterToken(key, on_superseded)
+        return self.pins.register_writer(self.topic(topic).topic_id, producer_id, on_superseded)
 
     def unregister_writer(self, token: WriterToken) -> None:
-        if self._writers.get(token.key) is token.callback:
-            del self._writers[token.key]
+        self.pins.unregister_writer(token)
 
     async def write(
         self,
@@ -637,7 +611,7 @@ class Broker:
     # ------------------------------------------------------------------ retention
 
     async def run_retention(self, now_ms: int | None = None) -> int:
-        """One retention pass over every partition; returns blobs removed."""
+        """One retention pass over every partition, then pin expiry; returns blobs removed."""
         removed = 0
         for cfg in list(self._topics.values()):
             if cfg.retention_ms is None and cfg.retention_bytes is None:
@@ -659,6 +633,10 @@ class Broker:
                         p,
                         extra={"topic": short_topic(cfg.name), "partition": p},
                     )
+        by_id = {cfg.topic_id: cfg for cfg in self._topics.values()}
+        self.pins.expire(
+            lambda tid: self._producer_tables(by_id[tid]) if tid in by_id else None, now_ms
+        )
         return removed
 
     async def _retention_loop(self) -> None:

@@ -31,6 +31,8 @@ class BrokerConfig:
     default_retention_ms: int | None = 7 * DAY_MS
     default_retention_bytes: int | None = None
     retention_interval_s: float = 10.0
+    # a producer idle this long is no longer bound to its partition (None: never)
+    producer_idle_timeout_ms: int | None = 7 * DAY_MS
     auto_create_consumers: bool = True
     # read sessions
     rebalance_timeout_s: float = 10.0

@@ -12,7 +12,9 @@ from weir.cli.common import (
     DEFAULT_TIMEOUT,
     Endpoint,
     Json,
+    Password,
     Timeout,
+    User,
     bad,
     connect,
     optional_count,
@@ -95,6 +97,8 @@ def create(
         ),
     ] = None,
     endpoint: Endpoint = DEFAULT_ENDPOINT,
+    user: User = None,
+    password: Password = None,
     timeout: Timeout = DEFAULT_TIMEOUT,
     json_out: Json = False,
 ) -> None:
@@ -110,7 +114,7 @@ def create(
     }
     if retention is not None:
         kwargs["retention"] = retention_ms(retention, "--retention")
-    with connect(endpoint) as client:
+    with connect(endpoint, user, password) as client:
         info = client.create_topic(topic, partitions or 0, timeout=timeout, **kwargs)
     if json_out:
         output.print_json(output.topic_json(info))
@@ -126,11 +130,13 @@ def create(
 def describe(
     topic: TopicName,
     endpoint: Endpoint = DEFAULT_ENDPOINT,
+    user: User = None,
+    password: Password = None,
     timeout: Timeout = DEFAULT_TIMEOUT,
     json_out: Json = False,
 ) -> None:
     """Show a topic's settings, its partitions (offsets, sizes) and its consumers."""
-    with connect(endpoint) as client:
+    with connect(endpoint, user, password) as client:
         info = client.describe_topic(topic, timeout=timeout)
     if json_out:
         output.print_json(output.topic_json(info))
@@ -166,6 +172,8 @@ def alter(
         typer.Option("--drop-consumer", help="Remove a consumer and its offsets (repeat)."),
     ] = None,
     endpoint: Endpoint = DEFAULT_ENDPOINT,
+    user: User = None,
+    password: Password = None,
     timeout: Timeout = DEFAULT_TIMEOUT,
     json_out: Json = False,
 ) -> None:
@@ -190,7 +198,7 @@ def alter(
     lists = (codec, add_consumer, add_important_consumer, drop_consumer)
     if all(v is None for v in options) and not any(lists):
         raise typer.BadParameter("nothing to change: give at least one option")
-    with connect(endpoint) as client:
+    with connect(endpoint, user, password) as client:
         info = client.alter_topic(topic, timeout=timeout, **kwargs)
     if json_out:
         output.print_json(output.topic_json(info))
@@ -202,11 +210,13 @@ def alter(
 def drop(
     topic: TopicName,
     endpoint: Endpoint = DEFAULT_ENDPOINT,
+    user: User = None,
+    password: Password = None,
     timeout: Timeout = DEFAULT_TIMEOUT,
     json_out: Json = False,
 ) -> None:
     """Delete a topic with all its messages and consumer offsets."""
-    with connect(endpoint) as client:
+    with connect(endpoint, user, password) as client:
         client.drop_topic(topic, timeout=timeout)
     if json_out:
         output.print_json({"dropped": topic})
@@ -218,11 +228,13 @@ def drop(
 def list_topics(
     prefix: Annotated[str, typer.Argument(help="Only topics whose name starts with this.")] = "",
     endpoint: Endpoint = DEFAULT_ENDPOINT,
+    user: User = None,
+    password: Password = None,
     timeout: Timeout = DEFAULT_TIMEOUT,
     json_out: Json = False,
 ) -> None:
     """List topics with their partitions, messages, size, retention and consumers."""
-    with connect(endpoint) as client:
+    with connect(endpoint, user, password) as client:
         topics = client.list_topics(prefix, timeout=timeout)
     if json_out:
         output.print_json([output.topic_json(t) for t in topics])
@@ -235,11 +247,13 @@ def describe_consumer(
     topic: TopicName,
     consumer: Annotated[str, typer.Argument(help="Consumer name.")],
     endpoint: Endpoint = DEFAULT_ENDPOINT,
+    user: User = None,
+    password: Password = None,
     timeout: Timeout = DEFAULT_TIMEOUT,
     json_out: Json = False,
 ) -> None:
     """Committed offset, end offset and lag of a consumer, per partition."""
-    with connect(endpoint) as client:
+    with connect(endpoint, user, password) as client:
         info = client.describe_consumer(topic, consumer, timeout=timeout)
     if json_out:
         output.print_json(output.consumer_json(info))
@@ -257,11 +271,13 @@ def commit(
         bool, typer.Option("--allow-backwards", help="Allow moving back (re-read messages).")
     ] = False,
     endpoint: Endpoint = DEFAULT_ENDPOINT,
+    user: User = None,
+    password: Password = None,
     timeout: Timeout = DEFAULT_TIMEOUT,
     json_out: Json = False,
 ) -> None:
     """Set a consumer's committed offset in one partition (skip ahead, or rewind)."""
-    with connect(endpoint) as client:
+    with connect(endpoint, user, password) as client:
         changed = client.commit_offset(
             topic, partition, consumer, offset, allow_backwards=allow_backwards, timeout=timeout
         )

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import datetime as dt
+import getpass
 import re
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -50,15 +52,50 @@ Timeout = Annotated[
     ),
 ]
 Json = Annotated[bool, typer.Option("--json", help="Print the result as JSON, for scripts.")]
+User = Annotated[
+    str | None,
+    typer.Option(
+        "--user",
+        envvar="WEIR_USER",
+        help="Log in as this user (a server with auth.users); every call then carries its token.",
+        show_envvar=True,
+    ),
+]
+Password = Annotated[
+    str | None,
+    typer.Option(
+        "--password",
+        envvar="WEIR_PASSWORD",
+        help="Password of --user (prefer the environment variable: a flag shows in ps); "
+        "asked for at a terminal when missing.",
+        show_envvar=True,
+    ),
+]
+
+
+def credentials(user: str | None, password: str | None) -> tuple[str, str] | None:
+    """(user, password) from the options; the password is asked for at a terminal."""
+    if not user:
+        if password is not None:
+            raise CliError("--password (or WEIR_PASSWORD) needs --user (or WEIR_USER)", 2)
+        return None
+    if password is None:
+        if not sys.stdin.isatty():
+            raise CliError(f"--user {user} needs --password or WEIR_PASSWORD", 2)
+        password = getpass.getpass(f"password for {user}: ")
+    return (user, password)
 
 
 @contextmanager
-def connect(endpoint: str) -> Iterator[Client]:
+def connect(
+    endpoint: str, user: str | None = None, password: str | None = None
+) -> Iterator[Client]:
     """A client for one command; server errors become one-line CLI errors."""
     from weir.client.sync import Client
 
+    creds = credentials(user, password)
     try:
-        client = Client(endpoint)
+        client = Client(endpoint, credentials=creds)
     except WeirError as err:
         raise CliError(err.message, 2) from None
     try:

@@ -30,7 +30,9 @@ from weir.cli.common import (
     CliError,
     Endpoint,
     Json,
+    Password,
     Timeout,
+    User,
     bad,
     connect,
     timestamp_ms,
@@ -362,6 +364,8 @@ def read(
         ),
     ] = None,
     endpoint: Endpoint = DEFAULT_ENDPOINT,
+    user: User = None,
+    password: Password = None,
     timeout: Timeout = DEFAULT_TIMEOUT,
     json_out: Json = False,
 ) -> None:
@@ -379,7 +383,7 @@ def read(
     show = (
         progress if progress is not None else output.stderr.is_terminal and not sys.stdout.isatty()
     )
-    with connect(endpoint) as client:
+    with connect(endpoint, user, password) as client:
         info = client.describe_topic(topic, timeout=timeout)
         if partition is not None and partition >= info.partitions:
             raise CliError(

@@ -24,7 +24,9 @@ from weir.cli.common import (
     CliError,
     Endpoint,
     Json,
+    Password,
     Timeout,
+    User,
     bad,
     connect,
     unescape,
@@ -202,6 +204,8 @@ def write(
         typer.Option("--progress/--no-progress", help="Progress bar (default: on a terminal)."),
     ] = None,
     endpoint: Endpoint = DEFAULT_ENDPOINT,
+    user: User = None,
+    password: Password = None,
     timeout: Timeout = DEFAULT_TIMEOUT,
     json_out: Json = False,
 ) -> None:
@@ -226,7 +230,10 @@ def write(
     offsets = Offsets()
     sent = nbytes = 0
     started = time.monotonic()
-    with connect(endpoint) as client, Progress(f"writing {topic}", total=size, enabled=show) as bar:
+    with (
+        connect(endpoint, user, password) as client,
+        Progress(f"writing {topic}", total=size, enabled=show) as bar,
+    ):
         writer = client.writer(topic, producer_id=producer_id, partition=partition, codec=codec)
         try:
             writer.wait_init(timeout)

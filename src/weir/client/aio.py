@@ -20,6 +20,7 @@ from weir.client.admin import (
     topic_info,
 )
 from weir.client.connection import Connection, error_from_rpc
+from weir.client.credentials import CredentialsArg
 from weir.client.messages import Batch, Message
 from weir.client.reader import PartitionSession, ReaderCore, Start
 from weir.client.writer import WriterCore, WriteResult, WriterSettings
@@ -251,16 +252,22 @@ class Client:
 
     >>> async with weir.aio.Client("127.0.0.1:2136") as client:
     ...     await client.create_topic("orders", partitions=4)
+
+    ``credentials`` (``weir.aio.UserPassword(user, password)`` or a ``(user, password)``
+    tuple) logs in to a server with users; every call then carries the token.
     """
 
-    def __init__(self, endpoint: str = DEFAULT_ENDPOINT) -> None:
+    def __init__(
+        self, endpoint: str = DEFAULT_ENDPOINT, *, credentials: CredentialsArg = None
+    ) -> None:
         self.endpoint = endpoint
+        self.credentials = credentials
         self._conn: Connection | None = None
 
     @property
     def conn(self) -> Connection:
         if self._conn is None:
-            self._conn = Connection(self.endpoint)
+            self._conn = Connection(self.endpoint, self.credentials)
         return self._conn
 
     async def __aenter__(self) -> Client:

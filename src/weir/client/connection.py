@@ -8,6 +8,7 @@ from typing import Any, TypeVar
 
 import grpc
 
+from weir.client.credentials import AuthedCall, CredentialsArg, TokenSource, as_credentials, bearer
 from weir.errors import BadRequestError, WeirError, error_from_code
 from weir.protocols.native import weir_pb2 as pb
 from weir.protocols.native import weir_pb2_grpc as pb_grpc
@@ -76,29 +77,61 @@ class Backoff:
 
 
 class Connection:
-    """A grpc.aio channel to one server; must be created inside the loop that uses it."""
+    """A grpc.aio channel to one server; must be created inside the loop that uses it.
 
-    def __init__(self, endpoint: str) -> None:
+    With ``credentials`` every call carries a token from ``Login`` (see
+    `weir.client.credentials`); without, calls are anonymous.
+    """
+
+    def __init__(self, endpoint: str, credentials: CredentialsArg = None) -> None:
         self.endpoint = normalize_endpoint(endpoint)
+        creds = as_credentials(credentials)
+        self.tokens = TokenSource(creds) if creds is not None else None
         self.channel = grpc.aio.insecure_channel(self.endpoint, options=CHANNEL_OPTIONS)
         self.stub = pb_grpc.WeirStub(self.channel)  # type: ignore[no-untyped-call]
         # the bulk methods use the hand-rolled wire codec (see weir.protocols.native.wire)
-        self.stream_write = self.channel.stream_stream(
+        self._stream_write = self.channel.stream_stream(
             "/weir.v1.Weir/StreamWrite",
             request_serializer=wire.encode_write_request,
             response_deserializer=pb.WriteResponse.FromString,
         )
-        self.stream_read = self.channel.stream_stream(
+        self._stream_read = self.channel.stream_stream(
             "/weir.v1.Weir/StreamRead",
             request_serializer=pb.ReadRequest.SerializeToString,
             response_deserializer=wire.decode_read_response,
         )
-        self.read_range = self.channel.unary_stream(
+        self._read_range = self.channel.unary_stream(
             "/weir.v1.Weir/ReadRange",
             request_serializer=pb.ReadRangeRequest.SerializeToString,
             response_deserializer=wire.decode_range_response,
         )
+        if self.tokens is not None:
+            self.tokens.bind(self._login)
         self.closed = False
+
+    def _open(self, multicallable: Any, *args: Any) -> Any:
+        if self.tokens is None:
+            return multicallable(*args)
+        return AuthedCall(self.tokens, multicallable, *args)
+
+    def stream_write(self) -> Any:
+        """A StreamWrite call (write / read / done_writing / cancel)."""
+        return self._open(self._stream_write)
+
+    def stream_read(self) -> Any:
+        """A StreamRead call."""
+        return self._open(self._stream_read)
+
+    def read_range(self, request: pb.ReadRangeRequest) -> Any:
+        """A ReadRange call: iterate it for the responses."""
+        return self._open(self._read_range, request)
+
+    async def _login(self, request: pb.LoginRequest) -> pb.LoginResponse:
+        try:
+            resp: pb.LoginResponse = await self.stub.Login(request, timeout=30.0)
+        except grpc.aio.AioRpcError as exc:
+            raise error_from_rpc(exc) from None
+        return resp
 
     async def call(self, method: str, request: Any, timeout: float | None = 30.0) -> Any:
         """A unary call with typed errors; retryable failures are retried for up to ``timeout``."""
@@ -108,10 +141,19 @@ class Connection:
         backoff = Backoff()
         while True:
             remaining = None if deadline is None else max(0.01, deadline - loop.time())
+            token = ""
             try:
-                return await fn(request, timeout=remaining)
-            except grpc.aio.AioRpcError as exc:
-                err = error_from_rpc(exc)
+                if self.tokens is None:
+                    return await fn(request, timeout=remaining)
+                token = await self.tokens.token()
+                return await fn(request, timeout=remaining, metadata=bearer(token))
+            except (grpc.aio.AioRpcError, WeirError) as exc:  # WeirError: from logging in
+                if isinstance(exc, grpc.aio.AioRpcError):
+                    if self.tokens is not None and exc.code() == grpc.StatusCode.UNAUTHENTICATED:
+                        self.tokens.refused(token)
+                    err = error_from_rpc(exc)
+                else:
+                    err = exc
                 if not err.retryable or (deadline is not None and loop.time() >= deadline):
                     raise err from None
                 await asyncio.sleep(

@@ -16,6 +16,7 @@ from typing import Any
 from weir.client import aio
 from weir.client.admin import Consumer, ConsumerInfo, TopicInfo
 from weir.client.aio import _KEEP, DEFAULT_ENDPOINT, RangeChunk
+from weir.client.credentials import CredentialsArg
 from weir.client.loop import LoopThread
 from weir.client.messages import Batch, Message
 from weir.client.reader import PartitionSession, Start
@@ -196,12 +197,17 @@ class Client:
     >>> client.create_topic("orders", partitions=4)
     >>> with client.writer("orders", producer_id="svc-1") as w:
     ...     w.write(b"hello")
+
+    ``credentials`` (``weir.UserPassword(user, password)`` or a ``(user, password)``
+    tuple) logs in to a server with users; every call then carries the token.
     """
 
-    def __init__(self, endpoint: str = DEFAULT_ENDPOINT) -> None:
+    def __init__(
+        self, endpoint: str = DEFAULT_ENDPOINT, *, credentials: CredentialsArg = None
+    ) -> None:
         self.endpoint = endpoint
         self._loop = LoopThread()
-        self._aio = aio.Client(endpoint)
+        self._aio = aio.Client(endpoint, credentials=credentials)
         self._closed = False
         self._loop.run(self._connect())
 

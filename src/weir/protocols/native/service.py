@@ -35,6 +35,7 @@ from weir.errors import (
 )
 from weir.protocols.native import weir_pb2 as pb
 from weir.protocols.native import weir_pb2_grpc as pb_grpc
+from weir.protocols.native.auth import PUBLIC_METHODS, guard
 from weir.protocols.native.status import CODE_KEY, grpc_status
 from weir.protocols.native.wire import (
     RawRangeResponse,
@@ -44,6 +45,7 @@ from weir.protocols.native.wire import (
     encode_range_response,
     encode_read_response,
 )
+from weir.security import Security
 from weir.storage.batch import BatchHeader
 from weir.storage.codecs import codec_name
 from weir.storage.partition import BatchResult, validate_incoming
@@ -134,9 +136,22 @@ def describe(broker: Broker, cfg: TopicConfig) -> pb.TopicDescription:
 class NativeService(pb_grpc.WeirServicer):
     """The gRPC servicer of weir.proto."""
 
-    def __init__(self, broker: Broker, stopping: asyncio.Event | None = None) -> None:
+    def __init__(
+        self,
+        broker: Broker,
+        stopping: asyncio.Event | None = None,
+        security: Security | None = None,
+    ) -> None:
         self.broker = broker
         self.stopping = stopping or asyncio.Event()
+        self.security = security if security is not None else Security.for_broker(broker)
+
+    @_unary
+    async def Login(
+        self, request: pb.LoginRequest, context: grpc.aio.ServicerContext
+    ) -> pb.LoginResponse:
+        issued = self.security.login(request.user, request.password)
+        return pb.LoginResponse(token=issued.token, expires_in_ms=issued.expires_in_ms)
 
     # ------------------------------------------------------------------ admin
 
@@ -773,10 +788,11 @@ class ReadSession:
 
 
 def add_to_server(servicer: NativeService, server: grpc.aio.Server) -> None:
-    """Register every method of weir.proto, the bulk ones with the hand-rolled wire codec.
+    """Register every method of weir.proto, the bulk ones with the hand-rolled wire codec,
+    each behind the authentication check (`weir.protocols.native.auth`) but Login.
 
     Built from the service descriptor, so a method added to the .proto is served
-    (with generated serialization) without touching this function.
+    (with generated serialization, and authenticated) without touching this function.
     """
     overrides: dict[str, dict[str, Any]] = {
         "StreamWrite": {"request_deserializer": decode_write_request},
@@ -799,7 +815,10 @@ def add_to_server(servicer: NativeService, server: grpc.aio.Server) -> None:
             (True, False): grpc.stream_unary_rpc_method_handler,
             (True, True): grpc.stream_stream_rpc_method_handler,
         }[(m.client_streaming, m.server_streaming)]
-        handlers[m.name] = make(getattr(servicer, m.name), **kwargs)
+        behavior = getattr(servicer, m.name)
+        if m.name not in PUBLIC_METHODS:
+            behavior = guard(servicer.security, behavior)
+        handlers[m.name] = make(behavior, **kwargs)
     server.add_generic_rpc_handlers(
         (grpc.method_handlers_generic_handler(service.full_name, handlers),)
     )

@@ -23,6 +23,7 @@ _GRPC: dict[str, grpc.StatusCode] = {
     "UNKNOWN_CONSUMER": grpc.StatusCode.NOT_FOUND,
     "ALREADY_EXISTS": grpc.StatusCode.ALREADY_EXISTS,
     "UNAUTHORIZED": grpc.StatusCode.UNAUTHENTICATED,
+    "TOKEN_REJECTED": grpc.StatusCode.UNAUTHENTICATED,
     "OVERLOADED": grpc.StatusCode.RESOURCE_EXHAUSTED,
     "PARTITION_OVERFLOW": grpc.StatusCode.RESOURCE_EXHAUSTED,
     "STORAGE_FULL": grpc.StatusCode.RESOURCE_EXHAUSTED,

@@ -76,6 +76,54 @@ class Error(_message.Message):
 Global___Error: _TypeAlias = Error  # noqa: Y015
 
 @_typing.final
+class LoginRequest(_message.Message):
+    """---------------------------------------------------------------- login"""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    USER_FIELD_NUMBER: _builtins.int
+    PASSWORD_FIELD_NUMBER: _builtins.int
+    user: _builtins.str
+    password: _builtins.str
+    def __init__(
+        self,
+        *,
+        user: _builtins.str = ...,
+        password: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["password", b"password", "user", b"user"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LoginRequest: _TypeAlias = LoginRequest  # noqa: Y015
+
+@_typing.final
+class LoginResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOKEN_FIELD_NUMBER: _builtins.int
+    EXPIRES_IN_MS_FIELD_NUMBER: _builtins.int
+    token: _builtins.str
+    """Send as `authorization: Bearer <token>`; valid across server restarts until it expires."""
+    expires_in_ms: _builtins.int
+    """Lifetime left: log in again before it runs out."""
+    def __init__(
+        self,
+        *,
+        token: _builtins.str = ...,
+        expires_in_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["expires_in_ms", b"expires_in_ms", "token", b"token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LoginResponse: _TypeAlias = LoginResponse  # noqa: Y015
+
+@_typing.final
 class WriteRequest(_message.Message):
     """---------------------------------------------------------------- write"""
 

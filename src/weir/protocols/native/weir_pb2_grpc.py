@@ -26,7 +26,12 @@ if _version_not_supported:
 
 
 class WeirStub:
-    """Missing associated documentation comment in .proto file."""
+    """Authentication: when the server has users, a client calls Login once and sends the
+    token it gets on every other call as the metadata `authorization: Bearer <token>`.
+    A call without it is refused with UNAUTHENTICATED when anonymous access is off; a
+    token that is present must be valid either way (weir code TOKEN_REJECTED when it
+    expired or the server no longer accepts it: log in again).
+    """
 
     def __init__(self, channel):
         """Constructor.
@@ -34,6 +39,11 @@ class WeirStub:
         Args:
             channel: A grpc.Channel.
         """
+        self.Login = channel.unary_unary(
+                '/weir.v1.Weir/Login',
+                request_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.LoginRequest.SerializeToString,
+                response_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.LoginResponse.FromString,
+                _registered_method=True)
         self.StreamWrite = channel.stream_stream(
                 '/weir.v1.Weir/StreamWrite',
                 request_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.WriteRequest.SerializeToString,
@@ -92,7 +102,18 @@ class WeirStub:
 
 
 class WeirServicer:
-    """Missing associated documentation comment in .proto file."""
+    """Authentication: when the server has users, a client calls Login once and sends the
+    token it gets on every other call as the metadata `authorization: Bearer <token>`.
+    A call without it is refused with UNAUTHENTICATED when anonymous access is off; a
+    token that is present must be valid either way (weir code TOKEN_REJECTED when it
+    expired or the server no longer accepts it: log in again).
+    """
+
+    def Login(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
 
     def StreamWrite(self, request_iterator, context):
         """Produce: init first, then batches; one ack per batch, in order. On an error
@@ -168,6 +189,11 @@ class WeirServicer:
 
 def add_WeirServicer_to_server(servicer, server):
     rpc_method_handlers = {
+            'Login': grpc.unary_unary_rpc_method_handler(
+                    servicer.Login,
+                    request_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.LoginRequest.FromString,
+                    response_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.LoginResponse.SerializeToString,
+            ),
             'StreamWrite': grpc.stream_stream_rpc_method_handler(
                     servicer.StreamWrite,
                     request_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.WriteRequest.FromString,
@@ -232,7 +258,39 @@ def add_WeirServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class Weir:
-    """Missing associated documentation comment in .proto file."""
+    """Authentication: when the server has users, a client calls Login once and sends the
+    token it gets on every other call as the metadata `authorization: Bearer <token>`.
+    A call without it is refused with UNAUTHENTICATED when anonymous access is off; a
+    token that is present must be valid either way (weir code TOKEN_REJECTED when it
+    expired or the server no longer accepts it: log in again).
+    """
+
+    @staticmethod
+    def Login(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/weir.v1.Weir/Login',
+            weir_dot_protocols_dot_native_dot_weir__pb2.LoginRequest.SerializeToString,
+            weir_dot_protocols_dot_native_dot_weir__pb2.LoginResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
 
     @staticmethod
     def StreamWrite(request_iterator,

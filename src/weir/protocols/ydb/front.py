@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 def install(grpc_server: grpc.aio.Server, broker: Broker, server: Server) -> None:
     """Register the YDB services for ``broker`` on ``grpc_server`` (before it starts)."""
-    auth = Authenticator(broker)
+    auth = Authenticator(broker, security=server.security)
 
     def address() -> tuple[str, int]:
         return server.host, server.port

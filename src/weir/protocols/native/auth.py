@@ -1,0 +1,72 @@
+"""Authentication on the native front: the bearer token of every call, checked by `weir.security`.
+
+`guard` wraps each method handler (unary, server-streaming and bidirectional
+alike) so that the call is admitted before the handler runs: the
+``authorization: Bearer <token>`` metadata is authenticated, or the call counts
+as anonymous when it has none. A refused call ends with UNAUTHENTICATED and the
+weir code in the trailing metadata, before any request is read. The principal
+is set in `weir.security.current_principal` for the handler.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import grpc
+
+from weir.errors import UnauthorizedError, WeirError
+from weir.protocols.native.status import CODE_KEY, grpc_status
+from weir.security import BearerToken, Principal, Security, current_principal
+
+AUTHORIZATION = "authorization"
+BEARER = "bearer "
+MAX_TOKEN_CHARS = 8192
+# Methods served without authentication: the one that hands out tokens.
+PUBLIC_METHODS = frozenset({"Login"})
+
+
+def bearer_token(metadata: Any) -> BearerToken | None:
+    """The bearer token of a call's metadata; None when it carries none."""
+    for key, value in metadata or ():
+        if key != AUTHORIZATION:
+            continue
+        text = value if isinstance(value, str) else value.decode(errors="replace")
+        if len(text) > MAX_TOKEN_CHARS:
+            raise UnauthorizedError(f"authorization metadata too long ({len(text)} characters)")
+        if not text.lower().startswith(BEARER):
+            raise UnauthorizedError("authorization metadata must be 'Bearer <token>'")
+        return BearerToken(text[len(BEARER) :].strip())
+    return None
+
+
+async def admit(security: Security, context: grpc.aio.ServicerContext) -> Principal:
+    """The caller's principal; a refused call is aborted with UNAUTHENTICATED."""
+    try:
+        principal = security.authenticate(bearer_token(context.invocation_metadata()))
+    except WeirError as err:
+        await context.abort(
+            grpc_status(err), err.message, trailing_metadata=((CODE_KEY, err.code),)
+        )
+        raise AssertionError("unreachable") from None
+    current_principal.set(principal)
+    return principal
+
+
+def guard(security: Security, behavior: Callable[..., Any]) -> Callable[..., Any]:
+    """``behavior`` (a method handler) behind the authentication check."""
+    if inspect.isasyncgenfunction(behavior):
+
+        async def stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+            await admit(security, context)
+            async for response in behavior(request, context):
+                yield response
+
+        return stream
+
+    async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        await admit(security, context)
+        return await behavior(request, context)
+
+    return call

@@ -1,0 +1,25 @@
+"""Who a call runs as: the result of authentication, the subject of authorization."""
+
+from __future__ import annotations
+
+from contextvars import ContextVar
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """An authenticated identity: a user name and the mechanism that proved it."""
+
+    name: str
+    mechanism: str  # "password", "token", "anonymous"; later "jwt", "mtls"
+
+    @property
+    def anonymous(self) -> bool:
+        return self.mechanism == "anonymous"
+
+
+ANONYMOUS = Principal("", "anonymous")
+
+# The principal of the call being served, set by the front before the handler runs
+# (a handler's task, and the tasks it starts, see it).
+current_principal: ContextVar[Principal] = ContextVar("weir_principal", default=ANONYMOUS)
