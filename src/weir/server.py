@@ -129,8 +129,10 @@ class Server:
         try:
             port = server.add_insecure_port(f"{self.host}:{self.port}")
         except RuntimeError as exc:
+            await server.stop(None)
             raise OSError(f"cannot listen on {self.host}:{self.port}: {exc}") from None
         if port == 0:
+            await server.stop(None)
             raise OSError(
                 f"cannot listen on {self.host}:{self.port}: address in use or not available"
             )
