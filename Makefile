@@ -1,8 +1,13 @@
 # weir: two commands do all set-up on a fresh machine.
-#   make serve   install weir and start the server (127.0.0.1:2136, data in ./data)
+#   make serve   install weir and start the server (127.0.0.1:2136, data in ./weir-data)
 #   make test    install the test dependencies and run every test (lint, types, pytest)
+# weir needs Python 3.11: the first of python3.11 and python3 that is 3.11 is used,
+# or name one with PYTHON=/path/to/python3.11.
 
-PYTHON ?= python3
+IS_311 := import sys; sys.exit(sys.version_info[:2] != (3, 11))
+ifeq ($(origin PYTHON),undefined)
+PYTHON := $(firstword $(foreach p,python3.11 python3,$(shell command -v $(p) >/dev/null 2>&1 && $(p) -c '$(IS_311)' 2>/dev/null && echo $(p))))
+endif
 VENV   := .venv
 BIN    := $(VENV)/bin
 WEIR_DATA   ?= ./weir-data
@@ -10,12 +15,23 @@ WEIR_LISTEN ?= 127.0.0.1:2136
 
 .PHONY: serve test install install-test lint typecheck pytest bench bench-storage soak proto clean
 
+# The virtualenv is made with Python 3.11 only, and removed again if making it
+# fails, so that a failed attempt never leaves a .venv the next `make` would trust.
 $(BIN)/python:
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
+	@if [ -z "$(PYTHON)" ] || ! $(PYTHON) -c '$(IS_311)' 2>/dev/null; then \
+	    echo "weir needs Python 3.11, and $(or $(PYTHON),neither python3.11 nor python3) is not it:" \
+	         "install python3.11, or run make PYTHON=/path/to/python3.11" >&2; \
+	    exit 1; \
+	fi
+	$(PYTHON) -m venv $(VENV) || { rm -rf $(VENV); exit 1; }
+	$(BIN)/python -m pip install --quiet --upgrade pip || { rm -rf $(VENV); exit 1; }
 
+# A .venv left by an older Python (made before this check) is replaced, not trusted.
 $(VENV)/.installed: $(BIN)/python pyproject.toml
-	$(BIN)/python -m pip install --quiet -e .
+	@$(BIN)/python -c '$(IS_311)' 2>/dev/null || { \
+	    echo "$(VENV) runs another Python than 3.11: making it again" >&2; \
+	    rm -rf $(VENV) && $(MAKE) --no-print-directory $(BIN)/python; }
+	$(BIN)/python -m pip install --quiet -e . || { rm -f $@; exit 1; }
 	touch $@
 
 $(VENV)/.installed-test: $(VENV)/.installed pyproject.toml

@@ -12,6 +12,9 @@ if TYPE_CHECKING:
 
 ORDERS = "orders"
 TOTALS = "order-totals"
+# Partitions the example expects: the producer routes customers to partitions by a
+# hash of the key over this count, and the pipeline's sink does the same for totals.
+PARTITIONS = {ORDERS: 4, TOTALS: 2}
 
 
 def arguments(description: str) -> argparse.ArgumentParser:
@@ -22,6 +25,27 @@ def arguments(description: str) -> argparse.ArgumentParser:
         help="weir server (default: $WEIR_ENDPOINT or 127.0.0.1:2136)",
     )
     return ap
+
+
+def ensure_topics(endpoint: str) -> None:
+    """Create the example's topics, or check the ones there are of the expected shape.
+
+    Runs before anything is written: a topic of another shape (say an `orders`
+    made by hand with 2 partitions) stops the script with a message, not with a
+    half-written topic.
+    """
+    import weir
+    from weir.errors import AlreadyExistsError
+
+    with weir.Client(endpoint) as client:
+        for name, partitions in PARTITIONS.items():
+            try:
+                client.create_topic(name, partitions=partitions, exist_ok=True)
+            except AlreadyExistsError as err:
+                sys.exit(
+                    f"error: {err.message}; this example needs {name!r} with {partitions} "
+                    f"partitions: drop it (weir topic drop {name}) or use another server"
+                )
 
 
 def local_spark(app: str) -> SparkSession:

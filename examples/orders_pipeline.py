@@ -22,7 +22,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from common import ORDERS, TOTALS, arguments, local_spark
+from common import ORDERS, TOTALS, arguments, ensure_topics, local_spark
 from pyspark.sql import functions as F
 
 ORDER = "order_id long, customer string, items int, amount double"
@@ -34,6 +34,7 @@ def main() -> None:
     ap.add_argument("--follow", action="store_true", help="keep running until Ctrl-C")
     args = ap.parse_args()
     out = args.out.resolve()
+    ensure_topics(args.endpoint)  # the sink routes totals by key over 2 partitions
 
     spark = local_spark("weir-orders-pipeline")
     orders = (

@@ -1,34 +1,214 @@
-"""README.md's Python example runs as written against a real server."""
+"""Every page's examples, run as a newcomer runs them: in order, on one server, twice.
+
+A reader follows README.md (the tour, the SDK, the `ydb` SDK, the example
+producer), then the docs, all against the one server `make serve` started, and
+may well run a step again. So the examples must not collide (a topic name one
+page creates with one shape and another page expects with another) and must
+run again without an error and with a result the page explains.
+
+CHAIN lists every runnable block (see tests/doc_blocks.py) in reading order. The
+Spark snippets of docs/spark.md are checked here for what they need from the
+server (the topics they name exist by then); tests/spark/test_docs.py runs them
+in the Spark session the Spark tests share, and tests/spark/test_examples.py runs
+the README's pipeline (orders_pipeline.py, orders_report.py): no Spark starts here.
+"""
 
 from __future__ import annotations
 
 import re
 import subprocess
 import sys
+from pathlib import Path
 
+from tests.cli.conftest import Weir
 from tests.conftest import ROOT, ServerProcess
+from tests.doc_blocks import PAGES, Block, block, blocks, console_steps, lines
+from weir.client.sync import Client
+
+CHAIN: list[tuple[str, str]] = [
+    ("README.md", "tour"),
+    ("README.md", "readme-sdk"),
+    ("README.md", "readme-ydb"),
+    ("README.md", "readme-spark"),
+    ("docs/cli.md", "cli-topics"),
+    ("docs/ydb.md", "ydb-sdk"),
+    ("docs/spark.md", "spark-setup"),
+    ("docs/spark.md", "spark-topics"),
+    ("docs/spark.md", "spark-read"),
+    ("docs/spark.md", "spark-write"),
+]
+
+# Python blocks that are not programs, and why.
+ILLUSTRATIONS = {
+    ("docs/observability.md", "log.info("): "one line of server code",
+    ("docs/spark.md", "totals.writeStream"): (
+        "needs a streaming DataFrame; tests/spark/test_examples.py runs the examples' "
+        "pipeline, which writes one into a topic"
+    ),
+}
+
+SMALL_ORDERS = 300  # the README's producer writes 50,000; the same script, smaller
+SPARK_SCRIPTS = ["examples/orders_pipeline.py", "examples/orders_report.py"]
 
 
-def test_readme_python_example_runs(server: ServerProcess) -> None:
-    text = (ROOT / "README.md").read_text()
-    m = re.search(r"```python readme-sdk\n(.*?)```", text, re.S)
-    assert m, "README.md has no ```python readme-sdk block"
-    code = m.group(1).replace("127.0.0.1:2136", server.endpoint)
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    lines = out.stdout.split()
-    assert lines[-1] == "0"  # no lag left for the consumer
+def test_every_runnable_block_is_in_the_chain() -> None:
+    on_disk = {str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md")}
+    assert on_disk <= set(PAGES), f"add the new page to tests/doc_blocks.py: {on_disk}"
+    found = [b for page in PAGES for b in blocks(page)]
+    named = [(b.page, b.name) for b in found if b.name]
+    assert sorted(named) == sorted(CHAIN), "a runnable block is missing from CHAIN, or gone"
+    for b in found:
+        if b.lang == "python" and not b.name:
+            assert any(p == b.page and s in b.code for p, s in ILLUSTRATIONS), (
+                f"{b.page}: a python block that nothing runs; name it (```python NAME) and "
+                f"add it to CHAIN, or list it in ILLUSTRATIONS:\n{b.code}"
+            )
 
 
-def test_readme_ydb_example_runs(server: ServerProcess) -> None:
-    text = (ROOT / "README.md").read_text()
-    m = re.search(r"```python readme-ydb\n(.*?)```", text, re.S)
-    assert m, "README.md has no ```python readme-ydb block"
-    code = m.group(1).replace("127.0.0.1:2136", server.endpoint)
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stdout.split() == ["page=/home", "page=/cart"]
+class Reader:
+    """One newcomer at one server: runs the pages' blocks and keeps what they printed."""
+
+    def __init__(self, server: ServerProcess, work: Path) -> None:
+        self.endpoint = server.endpoint
+        self.weir = Weir(server.endpoint)
+        self.work = work
+
+    def console(self, b: Block) -> list[tuple[str, str, str]]:
+        """(command, the output the page shows, what it printed); every command must succeed."""
+        done = []
+        for command, shown in console_steps(b):
+            result = self.weir.shell(command)
+            assert result.code == 0, f"{b.page} {b.name}: {command}\n{result.err}"
+            done.append((command, shown, result.text + result.err))
+        return done
+
+    def python(self, b: Block) -> list[str]:
+        code = b.code.replace("127.0.0.1:2136", self.endpoint)
+        out = subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=self.work,
+        )
+        assert out.returncode == 0, f"{b.page} {b.name}:\n{out.stderr[-3000:]}"
+        return out.stdout.splitlines()
+
+    def producer(self, b: Block) -> str:
+        """The README's producer line, at a small size; the Spark lines are another test's."""
+        commands = [line.split() for line in b.code.splitlines() if line.strip()]
+        assert [c[1] for c in commands[1:]] == SPARK_SCRIPTS
+        command = commands[0]
+        assert command[:2] == [".venv/bin/python", "examples/orders_producer.py"], command
+        args = [sys.executable, str(ROOT / command[1]), *command[2:]]
+        args[args.index("--orders") + 1] = str(SMALL_ORDERS)
+        out = subprocess.run(
+            args,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=self.work,
+            env=self.weir.env(),  # WEIR_ENDPOINT, as a user would set it
+        )
+        assert out.returncode == 0, out.stderr[-3000:]
+        return out.stdout
+
+    def spark_needs(self, b: Block, client: Client) -> None:
+        """The topics a Spark snippet reads or writes exist at this point of the chain."""
+        names = re.findall(r'\.option\("topic", "([^"]+)"\)', b.code)
+        for name in ",".join(names).split(","):
+            if name:
+                client.describe_topic(name)  # UnknownTopicError: a step is missing
+
+
+def _shown_lines_printed(steps: list[tuple[str, str, str]]) -> None:
+    for command, shown, printed in steps:
+        for line in lines(shown):
+            assert line in lines(printed), f"{command}: {line!r} not in\n{printed}"
+
+
+def _messages(client: Client, topic: str) -> list[int]:
+    return [p.end_offset - p.start_offset for p in client.describe_topic(topic).partition_info]
+
+
+def test_every_page_runs_in_order_on_one_server_and_again(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    reader = Reader(server, tmp_path)
+    client = Client(server.endpoint)
+    try:
+        for run in (1, 2):
+            # README: the tour. The first run prints what the README shows; a second
+            # finds the topic, appends two messages, and the consumer reads those.
+            tour = reader.console(block("README.md", "tour"))
+            if run == 1:
+                _shown_lines_printed(tour)
+                reads = [(c, s, p) for c, s, p in tour if c.startswith("weir read")]
+                for command, shown, printed in reads:
+                    assert lines(printed) == lines(shown), command
+            else:
+                assert "topic events already exists with 2 partitions" in tour[0][2]
+                assert "partition 0, offsets 2..3" in tour[1][2]
+                assert lines(tour[3][2]) == ["hello"] and lines(tour[5][2]) == ["world"]
+
+            # README: the SDK. One writer, one partition, whatever the keys.
+            sdk = reader.python(block("README.md", "readme-sdk"))
+            partition, offset, seq_no = map(int, sdk[0].split())
+            assert (offset, seq_no) == (1001 * run - 1, 1001 * run)
+            assert sdk[-1] == "0"  # the consumer's lag
+            counts = _messages(client, "payments")
+            assert counts[partition] == 1001 * run and sum(counts) == 1001 * run, counts
+
+            # README: the ydb SDK, its own topic; the consumer reads the new messages.
+            assert reader.python(block("README.md", "readme-ydb")) == ["page=/home", "page=/cart"]
+
+            # README: the example producer. A rerun stores nothing twice.
+            produced = reader.producer(block("README.md", "readme-spark"))
+            new = SMALL_ORDERS if run == 1 else 0
+            assert f"wrote {new:,} orders" in produced, produced
+            assert sum(_messages(client, "orders")) == SMALL_ORDERS
+            assert client.describe_topic("orders").partitions == 4
+
+            # docs/cli.md: the topic commands, on a topic of their own (dropped at the end).
+            _shown_lines_printed(reader.console(block("docs/cli.md", "cli-topics")))
+
+            # docs/ydb.md: its own topic too.
+            assert reader.python(block("docs/ydb.md", "ydb-sdk")) == []
+            assert sum(_messages(client, "shipments")) == run
+            assert client.describe_consumer("shipments", "billing").lag == 0
+
+            # docs/spark.md: the topics its snippets name, then the snippets' needs.
+            spark_topics = reader.console(block("docs/spark.md", "spark-topics"))
+            if run == 1:
+                _shown_lines_printed(spark_topics)
+            else:
+                assert all("already exists" in printed for _, _, printed in spark_topics)
+            for name in ("spark-setup", "spark-read", "spark-write"):
+                b = block("docs/spark.md", name)
+                compile(b.code, f"{b.page}:{name}", "exec")
+                reader.spark_needs(b, client)
+    finally:
+        client.close()
+
+
+def test_the_example_producer_checks_the_topic_before_writing(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """An `orders` of another shape (the old tour made one with 2 partitions) is refused."""
+    client = Client(server.endpoint)
+    try:
+        client.create_topic("orders", partitions=2)
+        out = subprocess.run(
+            [sys.executable, str(ROOT / "examples" / "orders_producer.py"), "--orders", "500"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=tmp_path,
+            env=Weir(server.endpoint).env(),
+        )
+        assert out.returncode != 0
+        assert "error: topic 'orders' already exists with 2 partitions, not 4" in out.stderr
+        assert "Traceback" not in out.stderr, out.stderr
+        assert client.describe_topic("orders").messages == 0  # nothing was written
+    finally:
+        client.close()

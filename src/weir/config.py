@@ -316,7 +316,7 @@ KEYS: tuple[Key, ...] = (
         "server",
         "data_dir",
         PATH,
-        Path("data"),
+        Path("weir-data"),
         "Directory of the LMDB environment; one server per directory.",
         "data_dir",
     ),

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import importlib
 import logging
 import signal
+import socket
 import sys
 from collections.abc import Callable
 
@@ -43,6 +45,35 @@ def parse_listen(listen: str) -> tuple[str, int]:
     if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise BadRequestError(f"listen address must be HOST:PORT, got {listen!r}")
     return host.strip("[]"), int(port)
+
+
+def check_port_free(host: str, port: int) -> None:
+    """Raise OSError("cannot listen on ...") when no address of ``host`` can bind ``port``.
+
+    gRPC answers a taken port with a raw ``E... add_port.cc`` line on stderr and a
+    vague error; this asks the kernel first, the way gRPC binds (SO_REUSEADDR, no
+    SO_REUSEPORT), and names the reason. gRPC still binds for real afterwards.
+    """
+    if port == 0:
+        return
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise OSError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    first: OSError | None = None
+    for family, kind, proto, _, address in infos:
+        with socket.socket(family, kind, proto) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind(address)
+            except OSError as exc:
+                first = first or exc
+                continue
+        return  # one address binds: gRPC serves on the ones it can
+    reason = first.strerror if first is not None and first.strerror else "not available"
+    if first is not None and first.errno == errno.EADDRINUSE:
+        reason = "address already in use (is another server running there?)"
+    raise OSError(f"cannot listen on {host}:{port}: {reason}")
 
 
 def _install_native(server: grpc.aio.Server, broker: Broker, srv: Server) -> None:
@@ -94,28 +125,43 @@ class Server:
         return f"{self.host}:{self.port}"
 
     async def start(self) -> None:
+        """Bind the port, then open the data: a start that cannot listen leaves the data alone.
+
+        Opening the data directory raises its generation (fencing every writer of the
+        previous one), so it must not happen for a start that then fails on the port.
+        """
         # Short GIL switch interval: the group-commit thread gets the GIL back quickly
         # after its fsync instead of waiting up to 5 ms behind the event loop.
         sys.setswitchinterval(0.0005)
-        self.broker = await Broker.open(self.config, observer=self.observer)
-        self._security = Security.for_broker(self.broker)
+        check_port_free(self.host, self.port)  # a clear error, and no raw gRPC log line
         server = grpc.aio.server(options=GRPC_OPTIONS)
-        for install in self.fronts:
-            install(server, self.broker, self)
         try:
             port = server.add_insecure_port(f"{self.host}:{self.port}")
         except RuntimeError as exc:
-            await self.broker.close()
+            await server.stop(None)
             raise OSError(f"cannot listen on {self.host}:{self.port}: {exc}") from None
         if port == 0:
-            await self.broker.close()
+            await server.stop(None)
             raise OSError(
                 f"cannot listen on {self.host}:{self.port}: address in use or not available"
             )
         self.port = port
-        await server.start()
+        try:
+            self.broker = await Broker.open(self.config, observer=self.observer)
+            self._security = Security.for_broker(self.broker)
+            for install in self.fronts:
+                install(server, self.broker, self)
+            await server.start()
+        except BaseException:
+            await server.stop(None)
+            if self.broker is not None:
+                await self.broker.close()
+            raise
         self._grpc = server
-        log.info("weir listening on %s (data in %s)", self.endpoint, self.config.data_dir)
+        log.debug(
+            "grpc server started",
+            extra={"endpoint": self.endpoint, "data_dir": self.config.data_dir},
+        )
 
     async def stop(self, grace: float = 5.0) -> None:
         """Stop accepting calls, give streams `grace` seconds, finish commits, close LMDB."""

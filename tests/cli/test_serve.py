@@ -99,7 +99,8 @@ def test_config_file_env_and_json_logs(tmp_path: Path) -> None:
     events = [json.loads(line) for line in srv.log]  # the environment beat the file: all JSON
     assert {"ts", "level", "logger", "msg"} <= events[0].keys()
     assert any(e["msg"].startswith("weir listening on ") for e in events)
-    assert any("configured" in e["msg"] for e in events)  # the topic creation, as an event
+    created = [e for e in events if e["msg"] == "topic created"]  # the creation, as an event
+    assert [(e["topic"], e["partitions"]) for e in created] == [("configured", 3)]
 
 
 def test_config_default_is_a_valid_file_and_check_reports_sources(tmp_path: Path) -> None:
@@ -123,3 +124,31 @@ def test_config_default_is_a_valid_file_and_check_reports_sources(tmp_path: Path
     bad = weir("config", "check", "--config", str(tmp_path / "missing.toml"))
     assert bad.code == 2
     assert "does not exist" in one_line_error(bad)
+
+
+def test_a_taken_port_is_one_line_and_leaves_the_data_alone(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """A start that cannot listen must not open the data (each open raises the generation)."""
+    other = ServerProcess(tmp_path / "other", "--log-json")
+    other.start()
+    assert other.stop() == 0  # generation 1
+    taken = f"127.0.0.1:{server.port}"
+    for _ in range(2):
+        refused = serve_once("--data-dir", str(other.data_dir), "--listen", taken)
+        assert refused.returncode == 1
+        # one line, no raw gRPC log lines (E1123 ... add_port.cc), no "broker open"
+        assert refused.stderr.splitlines() == [
+            f"error: cannot listen on {taken}: address already in use "
+            "(is another server running there?)"
+        ]
+    fresh = tmp_path / "never-made"
+    serve_once("--data-dir", str(fresh), "--listen", taken)
+    assert not fresh.exists()
+    other.log.clear()
+    other.start()
+    try:
+        opened = [json.loads(x) for x in other.log if '"broker open"' in x]
+        assert [e["generation"] for e in opened] == [2]  # not 4: the refused starts opened nothing
+    finally:
+        other.stop()

@@ -119,8 +119,38 @@ def test_consumer_describe_and_commit(weir: Weir, sdk: Client, topic_name: str) 
         (p["partition"], p["committed_offset"], p["end_offset"], p["lag"])
         for p in moved["partitions"]
     ] == [(0, 0, 0, 0), (1, 2, 3, 1)]
-    back = weir("consumer", "commit", topic_name, "ops", "1", "0")
-    assert back.code == 0 and "--allow-backwards" in back.err
-    assert "committed" in back.text and "lag" in back.text  # the table after the commit
+    # refused, so a failure: a script must not take it for a rewind
+    back, back_json = weir.many(
+        ["consumer", "commit", topic_name, "ops", "1", "0"],
+        ["consumer", "commit", topic_name, "ops", "1", "0", "--json"],
+    )
+    for refused in (back, back_json):
+        assert refused.code == 1 and refused.out == b""
+        assert one_line_error(refused) == (
+            "error: offset 0 is behind the committed offset 2 of consumer 'ops' in partition 1; "
+            "nothing changed (use --allow-backwards to rewind)"
+        )
+    same = weir("consumer", "commit", topic_name, "ops", "1", "2")  # not backwards: fine
+    assert same.code == 0, same.err
+    assert "committed" in same.text and "lag" in same.text  # the table
     rewound = weir("consumer", "commit", topic_name, "ops", "1", "0", "--allow-backwards", "--json")
     assert rewound.json()["lag"] == 3
+
+
+def test_create_if_not_exists(weir: Weir, topic_name: str) -> None:
+    created = weir("topic", "create", topic_name, "--partitions", "2", "--if-not-exists")
+    assert created.code == 0, created.err
+    assert created.text.startswith(f"created topic {topic_name} with 2 partitions")
+    again = weir("topic", "create", topic_name, "--partitions", "2", "--if-not-exists")
+    assert again.code == 0, again.err
+    assert again.text.startswith(f"topic {topic_name} already exists with 2 partitions")
+    assert (
+        weir("topic", "create", topic_name, "--if-not-exists", "--json").json()["partitions"] == 2
+    )
+    other = weir("topic", "create", topic_name, "--partitions", "4", "--if-not-exists")
+    assert other.code == 1
+    assert one_line_error(other) == (
+        f"error: topic {topic_name!r} already exists with 2 partitions, not 4"
+    )
+    plain = weir("topic", "create", topic_name, "--partitions", "2")
+    assert plain.code == 1 and "already exists" in one_line_error(plain)

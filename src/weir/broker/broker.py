@@ -136,11 +136,13 @@ class Broker:
             raise
         broker._retention_task = asyncio.get_running_loop().create_task(broker._retention_loop())
         log.info(
-            "broker open: data_dir=%s generation=%d topics=%d partitions=%d",
-            config.data_dir,
-            generation,
-            len(broker._topics),
-            len(broker._actors),
+            "broker open",
+            extra={
+                "data_dir": str(config.data_dir),
+                "generation": generation,
+                "topics": len(broker._topics),
+                "partitions": len(broker._actors),
+            },
         )
         return broker
 
@@ -295,12 +297,7 @@ class Broker:
             self._topics[cname] = cfg
             for p in range(cfg.partitions):
                 self._open_actor(cfg, p)
-        log.info(
-            "topic created: %s partitions=%d",
-            short_topic(cname),
-            cfg.partitions,
-            extra={"topic": short_topic(cname), "partitions": cfg.partitions},
-        )
+        log.info("topic created", extra={"topic": short_topic(cname), "partitions": cfg.partitions})
         return cfg
 
     async def alter_topic(
@@ -375,10 +372,7 @@ class Broker:
                         group.set_partitions(new.partitions)
         changed = sorted(k for k in changes if k != "consumers" or new.consumers != cfg.consumers)
         log.info(
-            "topic altered: %s %s",
-            short_topic(new.name),
-            changed,
-            extra={"topic": short_topic(new.name), "changed": ",".join(changed)},
+            "topic altered", extra={"topic": short_topic(new.name), "changed": ",".join(changed)}
         )
         return new
 
@@ -400,7 +394,7 @@ class Broker:
             self.offsets.forget(cfg.topic_id)
             self.pins.forget_topic(cfg.topic_id)
             del self._topics[cfg.name]
-        log.info("topic dropped: %s", short_topic(cfg.name), extra={"topic": short_topic(cfg.name)})
+        log.info("topic dropped", extra={"topic": short_topic(cfg.name)})
 
     # ------------------------------------------------------------------ partitions
 
@@ -628,10 +622,7 @@ class Broker:
                     removed += await actor.run_retention(now_ms, protect)
                 except Exception:  # one partition's trouble must not stop the pass
                     log.exception(
-                        "retention failed for %s/%d",
-                        short_topic(cfg.name),
-                        p,
-                        extra={"topic": short_topic(cfg.name), "partition": p},
+                        "retention failed", extra={"topic": short_topic(cfg.name), "partition": p}
                     )
         by_id = {cfg.topic_id: cfg for cfg in self._topics.values()}
         self.pins.expire(
@@ -647,7 +638,7 @@ class Broker:
             try:
                 n = await self.run_retention()
                 if n:
-                    log.info("retention removed %d blobs", n)
+                    log.info("retention removed blobs", extra={"blobs": n})
             except Exception:
                 log.exception("retention pass failed")
 

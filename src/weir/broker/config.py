@@ -14,7 +14,7 @@ DAY_MS = 24 * 3600 * 1000
 class BrokerConfig:
     """Everything the broker needs to run; the CLI builds it from TOML, env and flags."""
 
-    data_dir: Path = field(default_factory=lambda: Path("data"))
+    data_dir: Path = field(default_factory=lambda: Path("weir-data"))
     # storage
     map_size: int = DEFAULT_MAP_SIZE
     low_watermark: int = 6 << 20

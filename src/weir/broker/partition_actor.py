@@ -207,10 +207,7 @@ class PartitionActor:
             return
         except Exception as exc:  # a bug must fail these writes, not leave them hanging
             log.exception(
-                "prepare_write failed on %s/%d",
-                self.topic,
-                self.partition,
-                extra={"topic": self.topic, "partition": self.partition},
+                "prepare_write failed", extra={"topic": self.topic, "partition": self.partition}
             )
             bug = InternalError(f"write failed on the server: {exc!r}")
             for it in items:

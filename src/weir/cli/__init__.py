@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
+from typing import Annotated
 
 import typer
 
+import weir
 from weir.cli import output
 from weir.cli.admin import consumer_app, topic_app
 from weir.cli.common import CliError
@@ -28,6 +30,29 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        output.stdout.out(f"weir {weir.__version__}", highlight=False)
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            is_eager=True,
+            callback=_print_version,
+            help="Print the version of weir and exit.",
+        ),
+    ] = False,
+) -> None:
+    """weir: a durable, partitioned topic service."""
+
+
 app.command("serve")(serve)
 app.add_typer(topic_app, name="topic")
 app.add_typer(consumer_app, name="consumer")

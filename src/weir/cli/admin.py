@@ -10,6 +10,7 @@ from weir.cli import output
 from weir.cli.common import (
     DEFAULT_ENDPOINT,
     DEFAULT_TIMEOUT,
+    CliError,
     Endpoint,
     Json,
     Password,
@@ -21,7 +22,7 @@ from weir.cli.common import (
     optional_size,
     retention_ms,
 )
-from weir.errors import BadRequestError
+from weir.errors import AlreadyExistsError, BadRequestError
 from weir.storage.codecs import Codec
 
 topic_app = typer.Typer(help="Create, inspect, change and drop topics.", no_args_is_help=True)
@@ -78,9 +79,7 @@ def create(
     topic: TopicName,
     partitions: Annotated[
         int | None,
-        typer.Option(
-            "--partitions", "-p", min=1, help="Number of partitions (default: the server's)."
-        ),
+        typer.Option("--partitions", min=1, help="Number of partitions (default: the server's)."),
     ] = None,
     retention: Retention = None,
     retention_bytes: RetentionBytes = None,
@@ -96,6 +95,14 @@ def create(
             "--important-consumer", help="Register a consumer that holds back retention (repeat)."
         ),
     ] = None,
+    if_not_exists: Annotated[
+        bool,
+        typer.Option(
+            "--if-not-exists",
+            help="Succeed if the topic exists with these settings (else: an error naming "
+            "what differs). For scripts that may run twice.",
+        ),
+    ] = False,
     endpoint: Endpoint = DEFAULT_ENDPOINT,
     user: User = None,
     password: Password = None,
@@ -114,13 +121,24 @@ def create(
     }
     if retention is not None:
         kwargs["retention"] = retention_ms(retention, "--retention")
+    created = True
     with connect(endpoint, user, password) as client:
-        info = client.create_topic(topic, partitions or 0, timeout=timeout, **kwargs)
+        try:
+            info = client.create_topic(topic, partitions or 0, timeout=timeout, **kwargs)
+        except AlreadyExistsError:
+            if not if_not_exists:
+                raise
+            # the same call again, accepting the topic only if it is the one asked for
+            info = client.create_topic(
+                topic, partitions or 0, timeout=timeout, exist_ok=True, **kwargs
+            )
+            created = False
     if json_out:
         output.print_json(output.topic_json(info))
     else:
         output.stdout.print(
-            f"created topic {info.name} with {info.partitions} "
+            f"{'created topic' if created else 'topic'} {info.name} "
+            f"{'with' if created else 'already exists with'} {info.partitions} "
             f"partition{'s' if info.partitions != 1 else ''}, "
             f"retention {output.human_duration_ms(info.retention_ms)}"
         )
@@ -150,7 +168,7 @@ def alter(
     partitions: Annotated[
         int | None,
         typer.Option(
-            "--partitions", "-p", min=1, help="New number of partitions (can grow, never shrink)."
+            "--partitions", min=1, help="New number of partitions (can grow, never shrink)."
         ),
     ] = None,
     retention: Retention = None,
@@ -282,13 +300,19 @@ def commit(
             topic, partition, consumer, offset, allow_backwards=allow_backwards, timeout=timeout
         )
         info = client.describe_consumer(topic, consumer, timeout=timeout)
+    committed = next(
+        (p.committed_offset for p in info.partitions if p.partition == partition), offset
+    )
+    if not changed and offset < committed:
+        # refused, not done: a script must not take it for a rewind
+        raise CliError(
+            f"offset {offset} is behind the committed offset {committed} of consumer "
+            f"{consumer!r} in partition {partition}; nothing changed "
+            "(use --allow-backwards to rewind)"
+        )
     if json_out:
         output.print_json({"changed": changed, **output.consumer_json(info)})
         return
     if not changed:
-        output.stderr.print(
-            f"offset unchanged: {offset} is behind the committed offset (use --allow-backwards to rewind)"
-            if offset < info.partitions[partition].committed_offset
-            else "offset unchanged"
-        )
+        output.stderr.print("offset unchanged")
     output.show_consumer(info)

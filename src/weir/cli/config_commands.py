@@ -25,7 +25,7 @@ def default() -> None:
 def check(
     config: Annotated[
         Path | None,
-        typer.Option("--config", "-c", envvar="WEIR_CONFIG", help="TOML config file to check."),
+        typer.Option("--config", envvar="WEIR_CONFIG", help="TOML config file to check."),
     ] = None,
     json_out: Json = False,
 ) -> None:

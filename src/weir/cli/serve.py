@@ -50,10 +50,11 @@ class ObserverFanout(BrokerObserver):
             o.on_consumer_commit(topic, partition, consumer, offset)
 
 
-def announce(cfg: configuration.Config, text: str) -> None:
-    """A line for the person (and the test) watching stderr; a log event in JSON mode."""
+def announce(cfg: configuration.Config, text: str, **fields: object) -> None:
+    """A line for the person (and the test) watching stderr; in JSON mode a log event,
+    whose ``fields`` are keys of its object."""
     if cfg.log.json:
-        log.info(text)
+        log.info(text, extra=fields)
     else:
         sys.stderr.write(text + "\n")
         sys.stderr.flush()
@@ -101,8 +102,13 @@ async def run(cfg: configuration.Config) -> None:
         metrics.broker = server.broker
         metrics.ready = True
         if endpoint is not None:
-            announce(cfg, f"weir metrics on {endpoint.url}/metrics")
-        announce(cfg, f"weir listening on {server.endpoint}, data in {cfg.broker.data_dir}")
+            announce(cfg, f"weir metrics on {endpoint.url}/metrics", url=f"{endpoint.url}/metrics")
+        announce(
+            cfg,
+            f"weir listening on {server.endpoint}, data in {cfg.broker.data_dir}",
+            endpoint=server.endpoint,
+            data_dir=str(cfg.broker.data_dir),
+        )
         await stop.wait()
         metrics.ready = False
         await server.stop(cfg.shutdown_grace_s)
@@ -125,7 +131,6 @@ def serve(
         Path | None,
         typer.Option(
             "--config",
-            "-c",
             envvar="WEIR_CONFIG",
             help="TOML config file (see docs/configuration.md).",
         ),

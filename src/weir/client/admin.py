@@ -62,6 +62,55 @@ class ConsumerInfo:
         return sum(p.lag for p in self.partitions)
 
 
+def _duration(ms: object) -> str:
+    if not isinstance(ms, int):
+        return "none"
+    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000)):
+        if ms and ms % size == 0:
+            return f"{ms // size}{unit}"
+    return f"{ms} ms"
+
+
+def topic_differences(
+    info: TopicInfo,
+    *,
+    partitions: int,
+    retention_ms: int | object | None,
+    limits: dict[str, int | None],
+    codecs: list[str],
+    consumers: list[Consumer],
+) -> list[str]:
+    """How an existing topic differs from the one a create asked for, in words.
+
+    Only what the caller gave is compared: ``partitions`` 0, a ``retention_ms``
+    that is not an int or None (left to the server), limits that are None
+    (the defaults: no limit) and empty ``codecs`` / ``consumers`` match anything.
+    """
+    diffs = []
+    if partitions and info.partitions != partitions:
+        diffs.append(f"{info.partitions} partitions, not {partitions}")
+    if (
+        retention_ms is None or isinstance(retention_ms, int)
+    ) and info.retention_ms != retention_ms:
+        have, want = (_duration(v) for v in (info.retention_ms, retention_ms))
+        diffs.append(f"retention {have}, not {want}")
+    for attr, want_limit in limits.items():
+        have_limit = getattr(info, attr)
+        if want_limit is not None and have_limit != want_limit:
+            diffs.append(f"{attr} {'none' if have_limit is None else have_limit}, not {want_limit}")
+    if codecs and sorted(info.codecs) != sorted(codecs):
+        diffs.append(f"codecs {', '.join(info.codecs) or 'any'}, not {', '.join(codecs)}")
+    registered = {c.name: c for c in info.consumers}
+    for c in consumers:
+        have_consumer = registered.get(c.name)
+        if have_consumer is None:
+            diffs.append(f"no consumer {c.name!r}")
+        elif have_consumer.important != c.important:
+            kind = "an important" if have_consumer.important else "a plain"
+            diffs.append(f"{kind} consumer {c.name!r}")
+    return diffs
+
+
 def _opt(msg: object, name: str) -> int | None:
     return getattr(msg, name) if msg.HasField(name) else None  # type: ignore[attr-defined]
 

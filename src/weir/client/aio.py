@@ -17,6 +17,7 @@ from weir.client.admin import (
     TopicInfo,
     consumer_info,
     consumer_settings,
+    topic_differences,
     topic_info,
 )
 from weir.client.connection import Connection, error_from_rpc
@@ -24,7 +25,7 @@ from weir.client.credentials import CredentialsArg
 from weir.client.messages import Batch, Message
 from weir.client.reader import PartitionSession, ReaderCore, Start
 from weir.client.writer import WriterCore, WriteResult, WriterSettings
-from weir.errors import BadRequestError, WeirError
+from weir.errors import AlreadyExistsError, BadRequestError, WeirError
 from weir.protocols.native import weir_pb2 as pb
 from weir.storage.codecs import Codec
 
@@ -295,25 +296,56 @@ class Client:
         max_partition_messages: int | None = None,
         codecs: Iterable[str] = (),
         consumers: Iterable[Consumer | str] = (),
+        exist_ok: bool = False,
         timeout: float | None = 30.0,
     ) -> TopicInfo:
-        """Create a topic. ``retention`` (timedelta or ms) defaults to the server's (7 days)."""
+        """Create a topic. ``retention`` (timedelta or ms) defaults to the server's (7 days).
+
+        With ``exist_ok=True`` an existing topic is returned instead of raising
+        AlreadyExistsError, but only if it matches what was given (partitions,
+        unless 0; retention, limits, codecs and consumers when given): a topic of
+        another shape still raises AlreadyExistsError, naming the differences, so
+        that a program never writes into a topic it did not expect.
+        """
+        consumer_list = [Consumer(c) if isinstance(c, str) else c for c in consumers]
+        codec_list = list(codecs)
         req = pb.CreateTopicRequest(
             topic=name,
             partitions=partitions,
-            codecs=list(codecs),
-            consumers=[consumer_settings(c) for c in consumers],
+            codecs=codec_list,
+            consumers=[consumer_settings(c) for c in consumer_list],
         )
+        retention_ms: int | object | None = _KEEP
         if retention is not _KEEP:
-            req.retention_ms = -1 if retention is None else to_ms(retention, "retention")  # type: ignore[assignment]
-        for attr, v in (
-            ("retention_bytes", retention_bytes),
-            ("max_partition_bytes", max_partition_bytes),
-            ("max_partition_messages", max_partition_messages),
-        ):
+            retention_ms = None if retention is None else to_ms(retention, "retention")
+            req.retention_ms = -1 if retention_ms is None else retention_ms
+        limits = {
+            "retention_bytes": retention_bytes,
+            "max_partition_bytes": max_partition_bytes,
+            "max_partition_messages": max_partition_messages,
+        }
+        for attr, v in limits.items():
             if v is not None:
                 setattr(req, attr, v)
-        return topic_info(await self.conn.call("CreateTopic", req, timeout))
+        try:
+            return topic_info(await self.conn.call("CreateTopic", req, timeout))
+        except AlreadyExistsError:
+            if not exist_ok:
+                raise
+        existing = await self.describe_topic(name, timeout=timeout)
+        diffs = topic_differences(
+            existing,
+            partitions=partitions,
+            retention_ms=retention_ms,
+            limits=limits,
+            codecs=[Codec.parse(c).name.lower() for c in codec_list],
+            consumers=consumer_list,
+        )
+        if diffs:
+            raise AlreadyExistsError(
+                f"topic {existing.name!r} already exists with {'; '.join(diffs)}"
+            )
+        return existing
 
     async def describe_topic(self, name: str, *, timeout: float | None = 30.0) -> TopicInfo:
         return topic_info(

@@ -248,8 +248,14 @@ class Client:
         max_partition_messages: int | None = None,
         codecs: Iterable[str] = (),
         consumers: Iterable[Consumer | str] = (),
+        exist_ok: bool = False,
         timeout: float | None = 30.0,
     ) -> TopicInfo:
+        """Create a topic; ``exist_ok=True`` accepts an existing one of the same shape.
+
+        See ``weir.aio.Client.create_topic``: an existing topic that differs
+        from what was asked for raises AlreadyExistsError naming the differences.
+        """
         return self._run(  # type: ignore[no-any-return]
             self._aio.create_topic(
                 name,
@@ -260,6 +266,7 @@ class Client:
                 max_partition_messages=max_partition_messages,
                 codecs=codecs,
                 consumers=consumers,
+                exist_ok=exist_ok,
                 timeout=timeout,
             )
         )

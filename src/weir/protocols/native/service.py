@@ -401,8 +401,7 @@ class WriteSession:
         except Exception as err:
             if not isinstance(err, WeirError):
                 log.exception(
-                    "write session %s failed",
-                    self.session_id,
+                    "write session failed",
                     extra={"session": self.session_id, "topic": getattr(self, "topic", "")},
                 )
             # gRPC takes one write at a time: stop the acker before sending the error
@@ -584,12 +583,7 @@ class ReadSession:
         if self._failure is None:
             self._failure = err
             if not isinstance(err, WeirError):
-                log.error(
-                    "read session %s failed: %r",
-                    self.session_id,
-                    err,
-                    extra={"session": self.session_id},
-                )
+                log.error("read session failed: %r", err, extra={"session": self.session_id})
             self._out.put_nowait(pb.ReadResponse(error=_error(err)))
         self._stop.set()
 
