@@ -47,7 +47,13 @@ def to_ms(value: dt.datetime | dt.timedelta | int | float | None, what: str) -> 
 
 @dataclass(frozen=True, slots=True)
 class RangeChunk:
-    """Part of an offset-range read: whole stored batches plus where they sit."""
+    """Part of an offset-range read: whole stored batches plus where they sit.
+
+    ``chunks`` hold whole stored batches, so they may start before the range
+    asked for and end after it; `messages` returns only the messages in the
+    range (``from_offset`` and ``to_offset`` of the read; ``to_offset`` -1:
+    the end of the partition when the read started).
+    """
 
     topic: str
     partition: int
@@ -56,15 +62,20 @@ class RangeChunk:
     next_offset: int
     start_offset: int
     end_offset: int
+    from_offset: int = 0
+    to_offset: int = -1
 
     def messages(self, from_offset: int | None = None) -> list[Message]:
+        """The messages of this chunk in the range read, from ``from_offset`` on if given."""
         from weir.client.messages import decode_chunks
 
+        lo = self.from_offset if from_offset is None else max(self.from_offset, from_offset)
         return decode_chunks(
             self.topic,
             self.partition,
             self.chunks,
-            self.first_offset if from_offset is None else from_offset,
+            lo,
+            to_offset=None if self.to_offset < 0 else self.to_offset,
         )
 
 
@@ -415,6 +426,8 @@ class Client:
                     r.next_offset,
                     r.start_offset,
                     r.end_offset,
+                    from_offset,
+                    to_offset,
                 )
         except grpc.aio.AioRpcError as exc:
             raise error_from_rpc(exc) from None
