@@ -104,7 +104,8 @@ class Writer:
         return self._core.last_seq_no
 
     @property
-    def producer_id(self) -> str | None:
+    def producer_id(self) -> str:
+        """The writer's producer id: the one given, else generated (resends stay safe)."""
         return self._core.producer_id
 
     @property

@@ -24,6 +24,11 @@ CHANNEL_OPTIONS: list[tuple[str, int]] = [
     ("grpc.keepalive_permit_without_calls", 1),
     ("grpc.http2.max_pings_without_data", 0),
     ("grpc.enable_retries", 0),
+    # gRPC's own reconnect backoff (1 s growing to 120 s by default) would keep a writer
+    # from a restarted server long after it is back; the SDK backs off on its own.
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 2000),
 ]
 
 

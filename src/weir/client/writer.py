@@ -167,10 +167,9 @@ class WriterCore:
         self.conn = conn
         self.topic = topic
         self.settings = settings
-        self.producer_id = settings.producer_id
-        if self.producer_id is None and settings.partition is None:
-            # no producer id given: a fresh one still makes resends after reconnects safe
-            self.producer_id = uuid4().hex
+        # Every writer is a producer: without an id given, a fresh one still lets the
+        # broker drop what a resend after a reconnect repeats (with or without partition=).
+        self.producer_id: str = settings.producer_id or uuid4().hex
         self.loop = loop
         self._lock = threading.Lock()
         self._space = threading.Condition(self._lock)
@@ -613,7 +612,7 @@ class WriterCore:
             call = None
             try:
                 call = self.conn.stream_write()
-                init = pb.WriteInit(topic=self.topic, producer_id=self.producer_id or "")
+                init = pb.WriteInit(topic=self.topic, producer_id=self.producer_id)
                 if self.settings.partition is not None:
                     init.partition = self.settings.partition
                 await call.write(pb.WriteRequest(init=init))
@@ -740,7 +739,7 @@ class WriterCore:
             idx = range(start, end)
             encoded = encode_batch(
                 taken.data if whole else taken.data[start:end],
-                producer_id=self.producer_id or "",
+                producer_id=self.producer_id,
                 first_seq_no=first_seq,
                 seq_nos=seqs,
                 created_at=taken.created if whole else taken.created[start:end],
