@@ -58,7 +58,7 @@ def test_writer_pinned_to_a_partition_resends_without_duplicates(
     try:
         for _ in range(2):
             base = stored_count(admin, topic_name)
-            wait_until(lambda: stored_count(admin, topic_name) > base + 2000, what="writes")
+            wait_until(lambda b=base: stored_count(admin, topic_name) > b + 2000, what="writes")
             held = threading.Event()
             c._loop.loop.call_soon_threadsafe(held.wait)  # acks stay unread from now on
             last = -1
