@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 
 import grpc
 
-from weir.errors import BadRequestError, WeirError, error_from_code
+from weir.errors import BadRequestError, UnavailableError, WeirError, error_from_code
 from weir.protocols.native import weir_pb2 as pb
 from weir.protocols.native import weir_pb2_grpc as pb_grpc
 from weir.protocols.native import wire
@@ -80,11 +80,33 @@ class Backoff:
         self.attempt = 0
 
 
+def cannot_connect(endpoint: str, err: WeirError) -> WeirError | None:
+    """The error to fail fast with when ``err`` says nothing listens at ``endpoint`` (or its
+    host name does not resolve); None for other failures, which are worth retrying."""
+    if not isinstance(err, UnavailableError):
+        return None
+    text = err.message.lower()
+    if "connection refused" in text:
+        why = "connection refused"
+    elif "errors resolving" in text or "name not found" in text or "dns resolution" in text:
+        why = "cannot resolve the host name"
+    else:
+        return None
+    return UnavailableError(f"cannot connect to {endpoint}: {why}")
+
+
 class Connection:
-    """A grpc.aio channel to one server; must be created inside the loop that uses it."""
+    """A grpc.aio channel to one server; must be created inside the loop that uses it.
+
+    Until one call or stream has succeeded on it, a refused connection fails at
+    once (`unreachable`): a wrong port or a server that is not running is an
+    error to report, not an outage to wait out. After that, the same refusal is
+    a server restarting, and callers retry with backoff.
+    """
 
     def __init__(self, endpoint: str) -> None:
         self.endpoint = normalize_endpoint(endpoint)
+        self.ever_connected = False
         self.channel = grpc.aio.insecure_channel(self.endpoint, options=CHANNEL_OPTIONS)
         self.stub = pb_grpc.WeirStub(self.channel)  # type: ignore[no-untyped-call]
         # the bulk methods use the hand-rolled wire codec (see weir.protocols.native.wire)
@@ -114,14 +136,27 @@ class Connection:
         while True:
             remaining = None if deadline is None else max(0.01, deadline - loop.time())
             try:
-                return await fn(request, timeout=remaining)
+                result = await fn(request, timeout=remaining)
             except grpc.aio.AioRpcError as exc:
                 err = error_from_rpc(exc)
+                fast = self.unreachable(err)
+                if fast is not None:
+                    raise fast from None
                 if not err.retryable or (deadline is not None and loop.time() >= deadline):
                     raise err from None
                 await asyncio.sleep(
                     min(backoff.next_delay(), max(0.0, (deadline or 1e18) - loop.time()))
                 )
+            else:
+                self.ever_connected = True
+                return result
+
+    def unreachable(self, err: WeirError) -> WeirError | None:
+        """The error to fail fast with, when this connection never got through and ``err``
+        says nothing listens at the endpoint; None when retrying makes sense."""
+        if self.ever_connected:
+            return None
+        return cannot_connect(self.endpoint, err)
 
     async def close(self) -> None:
         if not self.closed:

@@ -10,9 +10,18 @@ and then every call raises ClosedError.
 
 seq_nos are assigned automatically, continuing from the producer's last stored
 seq_no that the server reports at init, or supplied by the caller (then they
-must grow). After a lost connection the writer reconnects with backoff and
-resends every unacknowledged batch as it was; the broker's dedup drops what it
-already has and reports it as skipped.
+must grow). Every writer has a producer id (generated when none is given). After
+a lost connection or a refusal (partition full, overloaded, storage full) the
+writer reconnects with exponential backoff and jitter, and resends every
+unacknowledged batch as it was; the broker's dedup drops what it already has and
+reports it as skipped. The backoff starts over only once an ack shows progress.
+
+Waits are bounded: when messages wait and none has been acknowledged for
+``delivery_timeout`` seconds (60 by default), the writer gives up: it fails
+with a DeliveryTimeoutError that names the last reason, and ``write()``,
+``flush()`` and ``close()`` raise it. A connection refused before the writer
+ever got through fails at once. ``on_reconnect`` is called with the reason each
+time the writer is about to reconnect.
 
 The same core serves the sync and the asyncio writer: its state is guarded by
 a lock, the sender and the ack reader run as tasks in an event loop (the
@@ -30,7 +39,7 @@ import threading
 import time
 from bisect import bisect_right
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate, pairwise
 from time import time as _time
@@ -43,6 +52,7 @@ from weir.client.connection import Backoff, Connection, error_from_rpc
 from weir.errors import (
     BadRequestError,
     ClosedError,
+    DeliveryTimeoutError,
     MessageTooLargeError,
     UnavailableError,
     WeirError,
@@ -58,6 +68,9 @@ log = logging.getLogger("weir.client.writer")
 
 AnyFuture = asyncio.Future[Any] | concurrent.futures.Future[Any]
 
+DEFAULT_MAX_MESSAGE_BYTES = 32 << 20  # until the server reports its limit
+DEFAULT_DELIVERY_TIMEOUT = 60.0
+
 
 @dataclass(frozen=True, slots=True)
 class WriteResult:
@@ -71,7 +84,14 @@ class WriteResult:
 
 @dataclass(frozen=True)
 class WriterSettings:
-    """Writer limits; the defaults suit most producers."""
+    """Writer limits; the defaults suit most producers.
+
+    ``max_message_bytes``: None follows the server's limit (reported when the
+    writer connects; 32 MiB until then), a number lowers it. ``delivery_timeout``:
+    seconds messages may wait with none acknowledged before the writer gives up
+    (None: never). ``on_reconnect(error)``: called in the client's event loop
+    each time the writer is about to reconnect (keep it quick; no sync weir calls).
+    """
 
     producer_id: str | None = None
     partition: int | None = None
@@ -83,7 +103,9 @@ class WriterSettings:
     max_request_bytes: int = 8 << 20
     max_inflight_requests: int = 4
     linger_ms: float = 0.0
-    max_message_bytes: int = 32 << 20
+    max_message_bytes: int | None = None
+    delivery_timeout: float | None = DEFAULT_DELIVERY_TIMEOUT
+    on_reconnect: Callable[[WeirError], None] | None = None
 
     def __post_init__(self) -> None:
         for name in (
@@ -99,6 +121,13 @@ class WriterSettings:
                 raise BadRequestError(f"{name} must be a positive integer, got {v!r}")
         if self.linger_ms < 0:
             raise BadRequestError("linger_ms must be >= 0")
+        m = self.max_message_bytes
+        if m is not None and (not isinstance(m, int) or isinstance(m, bool) or m <= 0):
+            raise BadRequestError(f"max_message_bytes must be a positive integer, got {m!r}")
+        if self.delivery_timeout is not None and not self.delivery_timeout > 0:
+            raise BadRequestError(
+                f"delivery_timeout must be > 0 seconds or None, got {self.delivery_timeout!r}"
+            )
 
 
 @dataclass(slots=True)
@@ -203,6 +232,12 @@ class WriterCore:
         self.reconnects = 0
         self.last_error: WeirError | None = None  # the retryable error behind the latest reconnect
         self._tasks: list[asyncio.Task[None]] = []
+        self._backoff = Backoff()
+        # the message size limit: the setting, lowered to the server's once it reports it
+        self.max_message_bytes = settings.max_message_bytes or DEFAULT_MAX_MESSAGE_BYTES
+        self._limit_may_grow = settings.max_message_bytes is None
+        self._server_limit: int | None = None
+        self._inited = threading.Event()  # the first init, or the writer failed
 
     # ------------------------------------------------------------------ start / stop
 
@@ -212,6 +247,10 @@ class WriterCore:
             self.loop.create_task(self._session_loop(), name=f"weir-writer-session-{self.topic}"),
             self.loop.create_task(self._sender(), name=f"weir-writer-sender-{self.topic}"),
         ]
+        if self.settings.delivery_timeout is not None:
+            self._tasks.append(
+                self.loop.create_task(self._watchdog(), name=f"weir-writer-watchdog-{self.topic}")
+            )
 
     async def wait_init(self, timeout: float | None = None) -> None:
         """Wait until the first session is established (partition and last seq_no known)."""
@@ -219,8 +258,13 @@ class WriterCore:
             await asyncio.wait_for(self._wait_init(), timeout)
         except TimeoutError:
             raise WeirTimeoutError(
-                f"writer to {self.topic!r} not connected after {timeout} s"
+                f"writer to {self.topic!r} at {self.conn.endpoint} not connected after "
+                f"{timeout:g} s{self._why()}"
             ) from None
+
+    def _why(self) -> str:
+        """The last error behind a wait, for messages: "; last error: ..." or nothing."""
+        return f"; last error: {self.last_error.message}" if self.last_error is not None else ""
 
     async def _wait_init(self) -> None:
         await self._init_done.wait()  # also set when the writer fails
@@ -246,10 +290,6 @@ class WriterCore:
         d = _as_bytes(data, "data")
         k = b"" if key is None else _as_bytes(key, "key")
         size = len(d) + len(k)
-        if size > self.settings.max_message_bytes:
-            raise MessageTooLargeError(
-                f"message of {size} bytes exceeds max_message_bytes {self.settings.max_message_bytes}"
-            )
         if headers is not None and not isinstance(headers, Mapping):
             raise BadRequestError(
                 f"headers must be a mapping of str to str, got {type(headers).__name__}"
@@ -265,6 +305,39 @@ class WriterCore:
         if seq_no is not None and (not isinstance(seq_no, int) or seq_no < 0):
             raise BadRequestError(f"seq_no must be a non-negative int, got {seq_no!r}")
         return d, k, size, ms
+
+    def _check_size(self, size: int) -> None:
+        limit = self.max_message_bytes
+        if size > limit:
+            whose = "the server's limit" if limit == self._server_limit else "max_message_bytes"
+            raise MessageTooLargeError(
+                f"a message of {size} bytes exceeds {whose} of {limit} bytes"
+            )
+
+    def _limit_wait(self, timeout: float | None) -> float | None:
+        return timeout if timeout is not None else self.settings.delivery_timeout
+
+    def _limit_unknown(self, size: int, waited: float | None) -> WeirError:
+        return self._error or WeirTimeoutError(
+            f"writer to {self.topic!r} at {self.conn.endpoint} not connected after {waited:g} s: "
+            f"the server's message size limit, which a message of {size} bytes needs, is "
+            f"unknown{self._why()}"
+        )
+
+    def _await_limit_threadsafe(self, size: int, timeout: float | None) -> None:
+        """A message bigger than the default limit waits for the server's (a thread's call)."""
+        wait = self._limit_wait(timeout)
+        if not self._inited.wait(wait) or self._error is not None:
+            raise self._limit_unknown(size, wait)
+
+    async def _await_limit_async(self, size: int, timeout: float | None) -> None:
+        wait = self._limit_wait(timeout)
+        try:
+            await asyncio.wait_for(self._init_done.wait(), wait)
+        except TimeoutError:
+            raise self._limit_unknown(size, wait) from None
+        if self._error is not None:
+            raise self._error
 
     def _append(
         self,
@@ -336,7 +409,7 @@ class WriterCore:
             and seq_no is None
             and created_at is None
             and fut is None
-            and len(data) <= self.settings.max_message_bytes
+            and len(data) <= self.max_message_bytes
         ):
             # The common call, inlined: a lock and three appends.
             ms = int(_time() * 1000)
@@ -366,6 +439,9 @@ class WriterCore:
                     self.loop.call_soon_threadsafe(self._wake.set)
                 return
         d, k, size, ms = self._prepare(data, key, headers, seq_no, created_at)
+        if size > self.max_message_bytes and self._limit_may_grow:
+            self._await_limit_threadsafe(size, timeout)
+        self._check_size(size)
         with self._lock:
             self._check_usable()
             if self._full():
@@ -400,10 +476,6 @@ class WriterCore:
         sizes = list(map(len, data))
         if ks is not None:
             sizes = [a + len(b) for a, b in zip(sizes, ks, strict=True)]
-        if sizes and max(sizes) > self.settings.max_message_bytes:
-            raise MessageTooLargeError(
-                f"a message of {max(sizes)} bytes exceeds max_message_bytes {self.settings.max_message_bytes}"
-            )
         if created_at is None:
             created = [int(_time() * 1000)] * n
         elif isinstance(created_at, int):
@@ -481,6 +553,10 @@ class WriterCore:
         if not values:
             return
         data, ks, sizes, created = self._prepare_many(values, keys, headers, seq_nos, created_at)
+        biggest = max(sizes)
+        if biggest > self.max_message_bytes and self._limit_may_grow:
+            self._await_limit_threadsafe(biggest, timeout)
+        self._check_size(biggest)
         with self._lock:
             self._check_usable()
             deadline = None if timeout is None else time.monotonic() + timeout
@@ -506,6 +582,10 @@ class WriterCore:
         if not values:
             return
         data, ks, sizes, created = self._prepare_many(values, keys, headers, seq_nos, created_at)
+        biggest = max(sizes)
+        if biggest > self.max_message_bytes and self._limit_may_grow:
+            await self._await_limit_async(biggest, timeout)
+        self._check_size(biggest)
         deadline = None if timeout is None else self.loop.time() + timeout
         while True:
             with self._lock:
@@ -534,6 +614,9 @@ class WriterCore:
     ) -> None:
         """Buffer one message from the loop thread; waits while the buffer is full."""
         d, k, size, ms = self._prepare(data, key, headers, seq_no, created_at)
+        if size > self.max_message_bytes and self._limit_may_grow:
+            await self._await_limit_async(size, timeout)
+        self._check_size(size)
         deadline = None if timeout is None else self.loop.time() + timeout
         while True:
             with self._lock:
@@ -568,13 +651,16 @@ class WriterCore:
             remaining = None if deadline is None else deadline - self.loop.time()
             if remaining is not None and remaining <= 0:
                 raise WeirTimeoutError(
-                    f"flush timed out: {target - self._acked} messages not acknowledged after {timeout} s"
+                    f"flush timed out: {target - self._acked} messages to {self.topic!r} not "
+                    f"acknowledged after {timeout:g} s{self._why()}"
                 )
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._acked_event.wait(), remaining)
 
     async def close(self, timeout: float | None = None) -> None:
-        """Flush (up to ``timeout``), then stop; later calls raise ClosedError."""
+        """Flush (up to ``timeout``; the delivery timeout bounds it too), then stop; later
+        calls raise ClosedError. Raises the writer's error when it failed with messages
+        left unacknowledged: they were not stored, or not all."""
         if self._closed:
             return
         with self._lock:
@@ -582,6 +668,8 @@ class WriterCore:
         try:
             if self._error is None:
                 await self.flush(timeout)
+            elif self._unacked:
+                raise self._error
         finally:
             with self._lock:
                 self._closed = True
@@ -607,7 +695,7 @@ class WriterCore:
     # ------------------------------------------------------------------ background
 
     async def _session_loop(self) -> None:
-        backoff = Backoff()
+        backoff = self._backoff
         while not self._closed:
             call = None
             try:
@@ -624,22 +712,19 @@ class WriterCore:
                     raise error_from_code(resp.error.code, resp.error.message)
                 if kind != "init":
                     raise UnavailableError(f"unexpected {kind} before init result")
-                r = resp.init
-                self.partition = r.partition
-                self.generation = r.generation
-                self.session_id = r.session_id
-                self.last_seq_no = r.last_seq_no if r.HasField("last_seq_no") else None
-                if not self._manual_seq:
-                    self._next_seq = max(self._next_seq, (self.last_seq_no or 0) + 1)
+                self.conn.ever_connected = True
+                self._on_init(resp.init)
                 self._call_id += 1
                 self._call = call
                 self._ready.set()
                 self._init_done.set()
+                self._inited.set()
                 self._wake.set()
                 # a sender parked on a full in-flight window (all sent on the old stream,
                 # never to be acked) must wake up to resend them on this one
                 self._inflight_event.set()
-                backoff.reset()
+                # no backoff.reset() here: refusals (partition full, overloaded) come after
+                # the init; the first ack on this stream resets it (see _on_ack)
                 await self._receive(call)
                 raise UnavailableError("server ended the write stream")
             except asyncio.CancelledError:
@@ -652,7 +737,11 @@ class WriterCore:
                 self._call = None
                 if call is not None:
                     call.cancel()
-                if not err.retryable:
+                fast = self.conn.unreachable(err)
+                if fast is not None:
+                    err = fast
+                if not err.retryable or fast is not None:
+                    self.last_error = err
                     self._fail(err)
                     return
                 if self._closed:
@@ -660,12 +749,80 @@ class WriterCore:
                 self.reconnects += 1
                 self.last_error = err
                 delay = backoff.next_delay()
-                log.info("writer to %s: %s; reconnecting in %.2f s", self.topic, err.message, delay)
+                log.warning(
+                    "writer to %s: %s; reconnecting in %.2f s", self.topic, err.message, delay
+                )
+                self._notify_reconnect(err)
                 await asyncio.sleep(delay)
             except Exception as exc:  # a bug: fail loudly rather than hang
                 log.exception("writer session failed")
                 self._fail(UnavailableError(f"writer failed: {exc!r}"))
                 return
+
+    def _on_init(self, r: Any) -> None:
+        self.partition = r.partition
+        self.generation = r.generation
+        self.session_id = r.session_id
+        self.last_seq_no = r.last_seq_no if r.HasField("last_seq_no") else None
+        if not self._manual_seq:
+            self._next_seq = max(self._next_seq, (self.last_seq_no or 0) + 1)
+        if r.max_message_bytes > 0:
+            self._server_limit = r.max_message_bytes
+        limits = [x for x in (self.settings.max_message_bytes, self._server_limit) if x]
+        self.max_message_bytes = min(limits) if limits else DEFAULT_MAX_MESSAGE_BYTES
+        self._limit_may_grow = False
+
+    def _notify_reconnect(self, err: WeirError) -> None:
+        cb = self.settings.on_reconnect
+        if cb is None:
+            return
+        try:
+            cb(err)
+        except Exception:
+            log.exception("on_reconnect callback of the writer to %s failed", self.topic)
+
+    async def _watchdog(self) -> None:
+        """Give up when messages wait and none is acknowledged for ``delivery_timeout``."""
+        limit = self.settings.delivery_timeout
+        assert limit is not None
+        tick = min(1.0, limit / 10)
+        stalled_since: float | None = None
+        seen = -1
+        while not self._closed and self._error is None:
+            await asyncio.sleep(tick)
+            now = self.loop.time()
+            with self._lock:
+                unacked, acked = self._unacked, self._acked
+            if not unacked:
+                stalled_since, seen = None, acked
+            elif acked != seen or stalled_since is None:
+                stalled_since, seen = now, acked
+            elif now - stalled_since >= limit:
+                reason = self.last_error
+                why = (
+                    f"last error: {reason.message}"
+                    if reason is not None
+                    else f"the server at {self.conn.endpoint} did not answer"
+                )
+                self._give_up(
+                    DeliveryTimeoutError(
+                        f"writer to {self.topic!r} gave up: {unacked} messages not acknowledged "
+                        f"for {limit:g} s (delivery_timeout); {why}",
+                        reason,
+                    )
+                )
+                return
+
+    def _give_up(self, err: WeirError) -> None:
+        """Fail the writer and stop reconnecting (from a task of its own)."""
+        self._fail(err)
+        me = asyncio.current_task()
+        for t in self._tasks:
+            if t is not me:
+                t.cancel()
+        call, self._call = self._call, None
+        if call is not None:
+            call.cancel()
 
     async def _receive(self, call: Any) -> None:
         while True:
@@ -698,6 +855,7 @@ class WriterCore:
                         fut.set_result(WriteResult(part, None, seq, True))
                     else:
                         fut.set_result(WriteResult(part, ack.offset + i - ack.skipped, seq, False))
+        self._backoff.reset()  # progress: the next failure starts the backoff over
         with self._lock:
             self._unacked -= n
             self._unacked_bytes -= nbytes
@@ -821,6 +979,7 @@ class WriterCore:
         self._space_event.set()
         self._acked_event.set()
         self._init_done.set()
+        self._inited.set()
 
     def _fail_pending(self, err: WeirError) -> None:
         futures: list[AnyFuture | None] = []
