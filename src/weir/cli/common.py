@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import re
 import time
 from collections.abc import Iterator
@@ -52,10 +53,30 @@ Timeout = Annotated[
 Json = Annotated[bool, typer.Option("--json", help="Print the result as JSON, for scripts.")]
 
 
+class ReconnectNotice:
+    """The SDK's ``on_reconnect`` hook for a command: "reconnecting to HOST:PORT... (reason)"
+    on stderr, once for a run of retries with the same reason."""
+
+    def __init__(self, endpoint: str) -> None:
+        self.endpoint = endpoint
+        self._last = ""
+
+    def __call__(self, err: WeirError) -> None:
+        if err.message == self._last:
+            return
+        self._last = err.message
+        from weir.cli import output
+
+        output.stderr.print(f"reconnecting to {self.endpoint}... ({err.message})", markup=False)
+
+
 @contextmanager
 def connect(endpoint: str) -> Iterator[Client]:
     """A client for one command; server errors become one-line CLI errors."""
     from weir.client.sync import Client
+
+    # the command says "reconnecting..." itself (ReconnectNotice): no SDK log lines too
+    logging.getLogger("weir.client").setLevel(logging.ERROR)
 
     try:
         client = Client(endpoint)
@@ -64,7 +85,8 @@ def connect(endpoint: str) -> Iterator[Client]:
     try:
         yield client
     except UnavailableError as err:
-        raise CliError(f"{err.message} (endpoint {endpoint})") from None
+        where = "" if endpoint in err.message else f" (endpoint {endpoint})"
+        raise CliError(err.message + where) from None
     except WeirError as err:
         raise CliError(err.message) from None
     finally:
@@ -72,6 +94,11 @@ def connect(endpoint: str) -> Iterator[Client]:
 
 
 # ---------------------------------------------------------------------------- values
+
+
+def plural(n: int, noun: str) -> str:
+    """The count and the noun, singular for one: "1 message", "2 messages"."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def bad(option: str, message: str) -> typer.BadParameter:

@@ -58,6 +58,11 @@ class Writer:
         return self._core.reconnects
 
     @property
+    def unacknowledged(self) -> int:
+        """Messages written and not yet acknowledged (lost, when the writer has failed)."""
+        return self._core.unacknowledged
+
+    @property
     def max_message_bytes(self) -> int:
         """The largest message (data plus key) this writer takes: its setting, lowered to
         the server's limit once connected."""
