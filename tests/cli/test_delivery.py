@@ -377,3 +377,29 @@ def test_relative_and_out_of_range_start_offsets(weir: Weir, sdk: Client, topic_
     assert "partition 0 ends at 20, 1 ends at 5" in beyond.err
     assert "offset 99999999 is beyond the end offset" in note and "waiting for it" in note
     assert weir("read", topic_name, "--from", "-x").code == 2
+
+
+def test_consumer_read_stops_early_only_for_partitions_other_readers_hold(
+    weir: Weir, sdk: Client, topic_name: str
+) -> None:
+    """The one documented early stop: another reader of the consumer holds a partition
+    (and has not committed it): the command reads its own, then says which it left."""
+    sdk.create_topic(topic_name, 2)
+    for p in range(2):
+        with sdk.writer(topic_name, partition=p) as w:
+            w.write_many([b"%d-%d" % (p, i) for i in range(10)])
+    other = sdk.reader(topic_name, consumer="shared")  # takes partitions, never commits
+    try:
+        other.wait_connected()
+        wait_until(lambda: len(other.partitions) == 2, what="the other reader's partitions")
+        result = weir("read", topic_name, "--consumer", "shared", timeout=60)
+    finally:
+        other.close()
+    assert result.code == 0, result.err
+    mine = {int(line.split(b"-")[0]) for line in result.out.split()}
+    assert len(result.out.split()) == 10 and len(mine) == 1  # one partition was shared out
+    (left,) = {0, 1} - mine
+    assert (
+        f"stopped after 5 s without data: partition {left} of {topic_name} is read by "
+        "other readers of consumer shared" in result.err
+    )

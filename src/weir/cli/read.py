@@ -304,7 +304,16 @@ def read_session(
                         f"no data from {endpoint} for {quiet:.0f} s", printed, held, targets
                     )
             elif quiet >= IDLE_STOP_S:
-                others = sorted(p for p, t in targets.items() if held.get(p, -1) < t)
+                # the rest is held by other readers: name what they have not committed yet
+                lag = client.describe_consumer(topic, consumer, timeout=timeout).partitions
+                committed = {c.partition: c.committed_offset for c in lag}
+                others = sorted(
+                    p
+                    for p, t in targets.items()
+                    if held.get(p, -1) < t and committed.get(p, -1) < t
+                )
+                if not others:
+                    break  # they are done too
                 output.stderr.print(
                     f"stopped after {IDLE_STOP_S:g} s without data: "
                     f"partition{'s' if len(others) > 1 else ''} {', '.join(map(str, others))} "
