@@ -213,6 +213,7 @@ class WriterCore:
         self._next_seq = 1
         self._sender_idle = True
         self._error: WeirError | None = None
+        self._error_seen = False  # raised to the caller, or set on a future
         self._closed = False
         self._closing = False
         # loop-thread state
@@ -268,14 +269,18 @@ class WriterCore:
 
     async def _wait_init(self) -> None:
         await self._init_done.wait()  # also set when the writer fails
+        self._raise_error()
+
+    def _raise_error(self) -> None:
+        """Raise the error the writer failed with, if it did (the caller has seen it then)."""
         if self._error is not None:
+            self._error_seen = True
             raise self._error
 
     # ------------------------------------------------------------------ writing
 
     def _check_usable(self) -> None:
-        if self._error is not None:
-            raise self._error
+        self._raise_error()
         if self._closed or self._closing:
             raise ClosedError(f"writer to {self.topic!r} is closed")
 
@@ -318,7 +323,10 @@ class WriterCore:
         return timeout if timeout is not None else self.settings.delivery_timeout
 
     def _limit_unknown(self, size: int, waited: float | None) -> WeirError:
-        return self._error or WeirTimeoutError(
+        if self._error is not None:
+            self._error_seen = True
+            return self._error
+        return WeirTimeoutError(
             f"writer to {self.topic!r} at {self.conn.endpoint} not connected after {waited:g} s: "
             f"the server's message size limit, which a message of {size} bytes needs, is "
             f"unknown{self._why()}"
@@ -336,8 +344,7 @@ class WriterCore:
             await asyncio.wait_for(self._init_done.wait(), wait)
         except TimeoutError:
             raise self._limit_unknown(size, wait) from None
-        if self._error is not None:
-            raise self._error
+        self._raise_error()
 
     def _append(
         self,
@@ -643,8 +650,7 @@ class WriterCore:
             target = self._written
         deadline = None if timeout is None else self.loop.time() + timeout
         while True:
-            if self._error is not None:
-                raise self._error
+            self._raise_error()
             if self._acked >= target:
                 return
             self._acked_event.clear()
@@ -660,7 +666,8 @@ class WriterCore:
     async def close(self, timeout: float | None = None) -> None:
         """Flush (up to ``timeout``; the delivery timeout bounds it too), then stop; later
         calls raise ClosedError. Raises the writer's error when it failed with messages
-        left unacknowledged: they were not stored, or not all."""
+        left unacknowledged (not stored, or not all) and no call or future has carried
+        the error to the caller yet."""
         if self._closed:
             return
         with self._lock:
@@ -668,8 +675,8 @@ class WriterCore:
         try:
             if self._error is None:
                 await self.flush(timeout)
-            elif self._unacked:
-                raise self._error
+            elif self._unacked and not self._error_seen:
+                self._raise_error()
         finally:
             with self._lock:
                 self._closed = True
@@ -992,3 +999,5 @@ class WriterCore:
         for f in futures:
             if f is not None and not f.done():
                 f.set_exception(err)
+                if err is self._error:
+                    self._error_seen = True
