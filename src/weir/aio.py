@@ -11,7 +11,7 @@ from weir.client.admin import Consumer, ConsumerInfo, ConsumerLag, PartitionInfo
 from weir.client.aio import Client, RangeChunk, Reader, Writer
 from weir.client.messages import Batch, Message
 from weir.client.reader import PartitionSession, PartitionSessionClosedError, Start
-from weir.client.writer import WriteResult
+from weir.client.writer_settings import WriteResult
 
 __all__ = [
     "Batch",

@@ -33,10 +33,13 @@ def last_error(result: Result) -> str:
     return lines[-1]
 
 
-def free_port() -> int:
+@pytest.fixture
+def refused() -> Iterator[str]:
+    """A loopback endpoint that refuses connections: the port is bound (so no other
+    process can take it meanwhile) but not listening."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+        yield f"127.0.0.1:{s.getsockname()[1]}"
 
 
 def wait_until(check: Callable[[], bool], timeout: float = 30, what: str = "") -> None:
@@ -157,8 +160,8 @@ def test_write_gives_up_mid_stream_when_the_server_dies(
     assert f"reconnecting to {server.endpoint}..." in result.err
 
 
-def test_refused_connection_is_reported_at_once(weir: Weir, topic_name: str) -> None:
-    endpoint = f"127.0.0.1:{free_port()}"
+def test_refused_connection_is_reported_at_once(weir: Weir, topic_name: str, refused: str) -> None:
+    endpoint = refused
     write, read, follow = weir.many(
         ["write", topic_name, "-e", endpoint],
         ["read", topic_name, "-e", endpoint],

@@ -20,7 +20,7 @@ import weir
 import weir.aio
 from tests.cli.conftest import metrics_url
 from tests.conftest import ServerProcess
-from weir.client.writer import WriterSettings
+from weir.client.writer_settings import WriterSettings
 from weir.errors import (
     BadRequestError,
     DeliveryTimeoutError,
@@ -105,11 +105,13 @@ def test_writer_pinned_to_a_partition_resends_without_duplicates(
 # ---------------------------------------------------------------------------- helpers
 
 
-def free_port() -> int:
-    """A loopback port nothing listens on (bound for a moment, then released)."""
+@pytest.fixture
+def refused() -> Iterator[str]:
+    """A loopback endpoint that refuses connections: the port is bound (so no other
+    process can take it meanwhile) but not listening."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+        yield f"127.0.0.1:{s.getsockname()[1]}"
 
 
 def outcome(fn: Callable[[], object], limit: float = 30) -> BaseException | None:
@@ -229,8 +231,8 @@ def test_refusals_back_off_exponentially(tmp_path: Path) -> None:
 # ---------------------------------------------------------------------------- unreachable
 
 
-def test_refused_connection_fails_fast_naming_the_endpoint() -> None:
-    endpoint = f"127.0.0.1:{free_port()}"
+def test_refused_connection_fails_fast_naming_the_endpoint(refused: str) -> None:
+    endpoint = refused
     c = weir.Client(endpoint)
     try:
         want = f"cannot connect to {endpoint}: connection refused"
@@ -253,8 +255,8 @@ def test_refused_connection_fails_fast_naming_the_endpoint() -> None:
         c.close()
 
 
-async def test_asyncio_refused_connection_fails_fast() -> None:
-    endpoint = f"127.0.0.1:{free_port()}"
+async def test_asyncio_refused_connection_fails_fast(refused: str) -> None:
+    endpoint = refused
     want = f"cannot connect to {endpoint}: connection refused"
     async with weir.aio.Client(endpoint) as c:
         w = c.writer("ev")

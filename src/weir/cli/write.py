@@ -37,7 +37,7 @@ from weir.errors import BadRequestError, DeliveryTimeoutError, MessageTooLargeEr
 from weir.storage.codecs import Codec
 
 if TYPE_CHECKING:
-    from weir.client.writer import WriteResult
+    from weir.client.writer_settings import WriteResult
 
 _LENGTH = struct.Struct(">I")
 _READ_SIZE = 1 << 16

@@ -23,7 +23,8 @@ from weir.client.admin import (
 from weir.client.connection import Connection, error_from_rpc
 from weir.client.messages import Batch, Message
 from weir.client.reader import PartitionSession, ReaderCore, Start
-from weir.client.writer import WriterCore, WriteResult, WriterSettings
+from weir.client.writer import WriterCore
+from weir.client.writer_settings import WriteResult, WriterSettings
 from weir.errors import BadRequestError, WeirError, WeirTimeoutError
 from weir.protocols.native import weir_pb2 as pb
 from weir.storage.codecs import Codec

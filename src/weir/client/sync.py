@@ -20,7 +20,7 @@ from weir.client.aio import _KEEP, DEFAULT_ENDPOINT, RangeChunk
 from weir.client.loop import LoopThread
 from weir.client.messages import Batch, Message
 from weir.client.reader import PartitionSession, Start
-from weir.client.writer import WriteResult
+from weir.client.writer_settings import WriteResult
 from weir.errors import ClosedError, WeirError
 from weir.storage.codecs import Codec
 

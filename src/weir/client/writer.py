@@ -32,15 +32,13 @@ caller's for `weir.aio`, the client's own thread for `weir.Client`), and a sync
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import logging
 import threading
 import time
 from bisect import bisect_right
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
 from itertools import accumulate, pairwise
 from time import time as _time
 from typing import Any
@@ -49,11 +47,13 @@ from uuid import uuid4
 import grpc
 
 from weir.client.connection import Backoff, Connection, error_from_rpc
+from weir.client.delivery import MessageLimit, StallClock
+from weir.client.write_buffer import AnyFuture, Buffer, Request, Sent, as_bytes
+from weir.client.writer_settings import WriteResult, WriterSettings
 from weir.errors import (
     BadRequestError,
     ClosedError,
     DeliveryTimeoutError,
-    MessageTooLargeError,
     UnavailableError,
     WeirError,
     WeirTimeoutError,
@@ -62,125 +62,8 @@ from weir.errors import (
 from weir.protocols.native import weir_pb2 as pb
 from weir.protocols.native.wire import RawWriteRequest
 from weir.storage.batch import encode_batch
-from weir.storage.codecs import Codec
 
 log = logging.getLogger("weir.client.writer")
-
-AnyFuture = asyncio.Future[Any] | concurrent.futures.Future[Any]
-
-DEFAULT_MAX_MESSAGE_BYTES = 32 << 20  # until the server reports its limit
-DEFAULT_DELIVERY_TIMEOUT = 60.0
-
-
-@dataclass(frozen=True, slots=True)
-class WriteResult:
-    """Where a message went. ``skipped``: the broker already had this seq_no (offset unknown)."""
-
-    partition: int
-    offset: int | None
-    seq_no: int
-    skipped: bool
-
-
-@dataclass(frozen=True)
-class WriterSettings:
-    """Writer limits; the defaults suit most producers.
-
-    ``max_message_bytes``: None follows the server's limit (reported when the
-    writer connects; 32 MiB until then), a number lowers it. ``delivery_timeout``:
-    seconds messages may wait with none acknowledged before the writer gives up
-    (None: never). ``on_reconnect(error)``: called in the client's event loop
-    each time the writer is about to reconnect (keep it quick; no sync weir calls).
-    """
-
-    producer_id: str | None = None
-    partition: int | None = None
-    codec: Codec = Codec.RAW
-    max_buffer_messages: int = 200_000
-    max_buffer_bytes: int = 64 << 20
-    max_batch_messages: int = 50_000
-    max_batch_bytes: int = 1 << 20
-    max_request_bytes: int = 8 << 20
-    max_inflight_requests: int = 4
-    linger_ms: float = 0.0
-    max_message_bytes: int | None = None
-    delivery_timeout: float | None = DEFAULT_DELIVERY_TIMEOUT
-    on_reconnect: Callable[[WeirError], None] | None = None
-
-    def __post_init__(self) -> None:
-        for name in (
-            "max_buffer_messages",
-            "max_buffer_bytes",
-            "max_batch_messages",
-            "max_batch_bytes",
-            "max_request_bytes",
-            "max_inflight_requests",
-        ):
-            v = getattr(self, name)
-            if not isinstance(v, int) or v <= 0:
-                raise BadRequestError(f"{name} must be a positive integer, got {v!r}")
-        if self.linger_ms < 0:
-            raise BadRequestError("linger_ms must be >= 0")
-        m = self.max_message_bytes
-        if m is not None and (not isinstance(m, int) or isinstance(m, bool) or m <= 0):
-            raise BadRequestError(f"max_message_bytes must be a positive integer, got {m!r}")
-        if self.delivery_timeout is not None and not self.delivery_timeout > 0:
-            raise BadRequestError(
-                f"delivery_timeout must be > 0 seconds or None, got {self.delivery_timeout!r}"
-            )
-
-
-@dataclass(slots=True)
-class _Sent:
-    """One encoded batch waiting for its ack."""
-
-    data: bytes
-    count: int
-    nbytes: int  # message bytes it accounts for in the buffer bound
-    first_seq: int
-    seqs: list[int] | None
-    futures: list[AnyFuture | None] | None
-
-
-@dataclass(slots=True)
-class _Request:
-    batches: list[_Sent]
-    sent_on: int = -1  # id of the stream it was last sent on
-
-
-@dataclass(slots=True)
-class _Buffer:
-    """Messages not yet encoded, as parallel columns; rarely used fields are sparse
-    (index -> value) so the common write costs three list appends."""
-
-    data: list[bytes] = field(default_factory=list)
-    created: list[int] = field(default_factory=list)
-    sizes: list[int] = field(default_factory=list)
-    seqs: list[int] = field(default_factory=list)  # manual seq_no mode only
-    keys: dict[int, bytes] = field(default_factory=dict)
-    headers: dict[int, Mapping[str, str]] = field(default_factory=dict)
-    futures: dict[int, AnyFuture] = field(default_factory=dict)
-
-    def split(self, n: int) -> _Buffer:
-        """Remove and return the first ``n`` messages."""
-        head = _Buffer(self.data[:n], self.created[:n], self.sizes[:n], self.seqs[:n])
-        del self.data[:n], self.created[:n], self.sizes[:n], self.seqs[:n]
-        for name in ("keys", "headers", "futures"):
-            src: dict[int, Any] = getattr(self, name)
-            if src:
-                setattr(head, name, {i: v for i, v in src.items() if i < n})
-                setattr(self, name, {i - n: v for i, v in src.items() if i >= n})
-        return head
-
-
-def _as_bytes(data: Any, what: str) -> bytes:
-    if isinstance(data, bytes):
-        return data
-    if isinstance(data, str):
-        return data.encode()
-    if isinstance(data, bytearray | memoryview):
-        return bytes(data)
-    raise BadRequestError(f"message {what} must be bytes or str, got {type(data).__name__}")
 
 
 class WriterCore:
@@ -202,7 +85,7 @@ class WriterCore:
         self.loop = loop
         self._lock = threading.Lock()
         self._space = threading.Condition(self._lock)
-        self._buf = _Buffer()
+        self._buf = Buffer()
         self._buf_bytes = 0
         self._unacked = 0
         self._unacked_bytes = 0
@@ -221,7 +104,7 @@ class WriterCore:
         self._space_event = asyncio.Event()
         self._acked_event = asyncio.Event()
         self._ready = asyncio.Event()
-        self._inflight: deque[_Request] = deque()
+        self._inflight: deque[Request] = deque()
         self._inflight_event = asyncio.Event()
         self._call: Any = None
         self._call_id = 0
@@ -234,10 +117,7 @@ class WriterCore:
         self.last_error: WeirError | None = None  # the retryable error behind the latest reconnect
         self._tasks: list[asyncio.Task[None]] = []
         self._backoff = Backoff()
-        # the message size limit: the setting, lowered to the server's once it reports it
-        self.max_message_bytes = settings.max_message_bytes or DEFAULT_MAX_MESSAGE_BYTES
-        self._limit_may_grow = settings.max_message_bytes is None
-        self._server_limit: int | None = None
+        self.limit = MessageLimit(settings.max_message_bytes)
         self._inited = threading.Event()  # the first init, or the writer failed
 
     # ------------------------------------------------------------------ start / stop
@@ -292,8 +172,8 @@ class WriterCore:
         seq_no: int | None,
         created_at: Any,
     ) -> tuple[bytes, bytes, int, int]:
-        d = _as_bytes(data, "data")
-        k = b"" if key is None else _as_bytes(key, "key")
+        d = as_bytes(data, "data")
+        k = b"" if key is None else as_bytes(key, "key")
         size = len(d) + len(k)
         if headers is not None and not isinstance(headers, Mapping):
             raise BadRequestError(
@@ -311,13 +191,9 @@ class WriterCore:
             raise BadRequestError(f"seq_no must be a non-negative int, got {seq_no!r}")
         return d, k, size, ms
 
-    def _check_size(self, size: int) -> None:
-        limit = self.max_message_bytes
-        if size > limit:
-            whose = "the server's limit" if limit == self._server_limit else "max_message_bytes"
-            raise MessageTooLargeError(
-                f"a message of {size} bytes exceeds {whose} of {limit} bytes"
-            )
+    @property
+    def max_message_bytes(self) -> int:
+        return self.limit.bytes
 
     def _limit_wait(self, timeout: float | None) -> float | None:
         return timeout if timeout is not None else self.settings.delivery_timeout
@@ -416,7 +292,7 @@ class WriterCore:
             and seq_no is None
             and created_at is None
             and fut is None
-            and len(data) <= self.max_message_bytes
+            and len(data) <= self.limit.bytes
         ):
             # The common call, inlined: a lock and three appends.
             ms = int(_time() * 1000)
@@ -446,9 +322,9 @@ class WriterCore:
                     self.loop.call_soon_threadsafe(self._wake.set)
                 return
         d, k, size, ms = self._prepare(data, key, headers, seq_no, created_at)
-        if size > self.max_message_bytes and self._limit_may_grow:
+        if self.limit.must_wait(size):
             self._await_limit_threadsafe(size, timeout)
-        self._check_size(size)
+        self.limit.check(size)
         with self._lock:
             self._check_usable()
             if self._full():
@@ -478,8 +354,8 @@ class WriterCore:
         for name, col in (("keys", keys), ("headers", headers), ("seq_nos", seq_nos)):
             if col is not None and len(col) != n:
                 raise BadRequestError(f"{name} has {len(col)} entries for {n} values")
-        data = [v if type(v) is bytes else _as_bytes(v, "data") for v in values]
-        ks = [b"" if k is None else _as_bytes(k, "key") for k in keys] if keys is not None else None
+        data = [v if type(v) is bytes else as_bytes(v, "data") for v in values]
+        ks = [b"" if k is None else as_bytes(k, "key") for k in keys] if keys is not None else None
         sizes = list(map(len, data))
         if ks is not None:
             sizes = [a + len(b) for a, b in zip(sizes, ks, strict=True)]
@@ -561,9 +437,9 @@ class WriterCore:
             return
         data, ks, sizes, created = self._prepare_many(values, keys, headers, seq_nos, created_at)
         biggest = max(sizes)
-        if biggest > self.max_message_bytes and self._limit_may_grow:
+        if self.limit.must_wait(biggest):
             self._await_limit_threadsafe(biggest, timeout)
-        self._check_size(biggest)
+        self.limit.check(biggest)
         with self._lock:
             self._check_usable()
             deadline = None if timeout is None else time.monotonic() + timeout
@@ -590,9 +466,9 @@ class WriterCore:
             return
         data, ks, sizes, created = self._prepare_many(values, keys, headers, seq_nos, created_at)
         biggest = max(sizes)
-        if biggest > self.max_message_bytes and self._limit_may_grow:
+        if self.limit.must_wait(biggest):
             await self._await_limit_async(biggest, timeout)
-        self._check_size(biggest)
+        self.limit.check(biggest)
         deadline = None if timeout is None else self.loop.time() + timeout
         while True:
             with self._lock:
@@ -621,9 +497,9 @@ class WriterCore:
     ) -> None:
         """Buffer one message from the loop thread; waits while the buffer is full."""
         d, k, size, ms = self._prepare(data, key, headers, seq_no, created_at)
-        if size > self.max_message_bytes and self._limit_may_grow:
+        if self.limit.must_wait(size):
             await self._await_limit_async(size, timeout)
-        self._check_size(size)
+        self.limit.check(size)
         deadline = None if timeout is None else self.loop.time() + timeout
         while True:
             with self._lock:
@@ -773,11 +649,7 @@ class WriterCore:
         self.last_seq_no = r.last_seq_no if r.HasField("last_seq_no") else None
         if not self._manual_seq:
             self._next_seq = max(self._next_seq, (self.last_seq_no or 0) + 1)
-        if r.max_message_bytes > 0:
-            self._server_limit = r.max_message_bytes
-        limits = [x for x in (self.settings.max_message_bytes, self._server_limit) if x]
-        self.max_message_bytes = min(limits) if limits else DEFAULT_MAX_MESSAGE_BYTES
-        self._limit_may_grow = False
+        self.limit.learn(r.max_message_bytes)
 
     def _notify_reconnect(self, err: WeirError) -> None:
         cb = self.settings.on_reconnect
@@ -793,18 +665,12 @@ class WriterCore:
         limit = self.settings.delivery_timeout
         assert limit is not None
         tick = min(1.0, limit / 10)
-        stalled_since: float | None = None
-        seen = -1
+        clock = StallClock()
         while not self._closed and self._error is None:
             await asyncio.sleep(tick)
-            now = self.loop.time()
             with self._lock:
                 unacked, acked = self._unacked, self._acked
-            if not unacked:
-                stalled_since, seen = None, acked
-            elif acked != seen or stalled_since is None:
-                stalled_since, seen = now, acked
-            elif now - stalled_since >= limit:
+            if clock.observe(unacked, acked, self.loop.time()) >= limit:
                 reason = self.last_error
                 why = (
                     f"last error: {reason.message}"
@@ -872,7 +738,7 @@ class WriterCore:
         self._acked_event.set()
         self._inflight_event.set()
 
-    def _take(self) -> list[_Sent]:
+    def _take(self) -> list[Sent]:
         """Encode what is buffered into batches for one request (called in the loop thread)."""
         s = self.settings
         with self._lock:
@@ -882,7 +748,7 @@ class WriterCore:
             cum = list(accumulate(b.sizes))
             n = max(1, bisect_right(cum, s.max_request_bytes))  # how many fit one request
             if n == len(b.data):
-                taken, self._buf = b, _Buffer()
+                taken, self._buf = b, Buffer()
             else:
                 taken = b.split(n)
                 cum = cum[:n]
@@ -891,7 +757,7 @@ class WriterCore:
             first_auto = self._next_seq
             if not manual:
                 self._next_seq += n
-        out: list[_Sent] = []
+        out: list[Sent] = []
         start = 0
         base = 0
         while start < n:
@@ -913,7 +779,7 @@ class WriterCore:
                 codec=s.codec,
             )
             futures = [taken.futures.get(i) for i in idx] if taken.futures else None
-            out.append(_Sent(encoded, end - start, cum[end - 1] - base, first_seq, seqs, futures))
+            out.append(Sent(encoded, end - start, cum[end - 1] - base, first_seq, seqs, futures))
             base = cum[end - 1]
             start = end
         return out
@@ -953,7 +819,7 @@ class WriterCore:
                 batches = self._take()
                 if not batches:
                     continue
-                req = _Request(batches, call_id)
+                req = Request(batches, call_id)
                 self._inflight.append(req)
                 await self._send(call, req)
         except asyncio.CancelledError:
@@ -962,7 +828,7 @@ class WriterCore:
             log.exception("writer sender failed")
             self._fail(UnavailableError(f"writer sender failed: {exc!r}"))
 
-    async def _send(self, call: Any, req: _Request) -> None:
+    async def _send(self, call: Any, req: Request) -> None:
         try:
             await call.write(RawWriteRequest([b.data for b in req.batches]))
         except asyncio.CancelledError:
