@@ -12,7 +12,7 @@ from weir.client.aio import Client, RangeChunk, Reader, Writer
 from weir.client.credentials import UserPassword
 from weir.client.messages import Batch, Message
 from weir.client.reader import PartitionSession, PartitionSessionClosedError, Start
-from weir.client.writer import WriteResult
+from weir.client.writer_settings import WriteResult
 
 __all__ = [
     "Batch",

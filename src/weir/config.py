@@ -377,6 +377,15 @@ KEYS: tuple[Key, ...] = (
     ),
     Key(
         "limits",
+        "max_message_bytes",
+        SIZE,
+        _B.max_message_bytes,
+        "Largest message (data plus key) a writer may send, on every front; writers learn it "
+        "when they connect (capped at limits.max_batch_bytes less 4KiB).",
+        "max_message_bytes",
+    ),
+    Key(
+        "limits",
         "max_partition_queue_bytes",
         SIZE,
         _B.max_partition_queue_bytes,

@@ -87,6 +87,21 @@ class WeirTimeoutError(RetryableError):
     code = "TIMEOUT"
 
 
+class DeliveryTimeoutError(WeirTimeoutError):
+    """A writer's messages went unacknowledged for its delivery timeout, so it gave up.
+
+    ``reason`` is the last error behind the wait (server unreachable, partition
+    full, overloaded...), None when the server simply did not answer. The
+    writer is failed: a new writer may succeed once the cause is gone.
+    """
+
+    code = "DELIVERY_TIMEOUT"
+
+    def __init__(self, message: str, reason: WeirError | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
 # --- fatal -----------------------------------------------------------------
 
 

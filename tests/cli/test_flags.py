@@ -11,10 +11,6 @@ import weir
 from tests.cli.conftest import Weir
 from weir.cli import app
 
-# Short flags another change of issue 14 is giving one meaning (item 12: `-f` is
-# --file in write and --format in read; write and read are not this change's).
-BEING_FIXED_ELSEWHERE = {"-f"}
-
 
 def _commands(cmd: Any, path: str) -> list[tuple[str, Any]]:
     """Every command under ``cmd`` (typer's own click), with the words that call it."""
@@ -35,9 +31,7 @@ def test_a_short_flag_means_one_thing_in_every_command() -> None:
             for short in (o for o in param.opts + param.secondary_opts if not o.startswith("--")):
                 meanings[short] |= set(longs[:1])
                 where[short].append(f"{path} {longs[:1]}")
-    clashes = {
-        s: where[s] for s, m in meanings.items() if len(m) > 1 and s not in BEING_FIXED_ELSEWHERE
-    }
+    clashes = {s: where[s] for s, m in meanings.items() if len(m) > 1}
     assert not clashes, clashes
     assert meanings["-c"] == {"--consumer"}  # serve and config check use --config only
 

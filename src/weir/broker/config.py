@@ -8,6 +8,9 @@ from pathlib import Path
 from weir.storage.kv import DEFAULT_MAP_SIZE
 
 DAY_MS = 24 * 3600 * 1000
+DEFAULT_MAX_MESSAGE_BYTES = 32 << 20
+# room a batch needs besides its one message: header, producer id, columns
+BATCH_OVERHEAD_BYTES = 4 << 10
 
 
 @dataclass(frozen=True)
@@ -23,6 +26,7 @@ class BrokerConfig:
     verify_on_start: bool = False
     # limits and backpressure
     max_batch_bytes: int = 64 << 20  # one incoming batch / request
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES  # one message: data plus key
     max_partition_queue_bytes: int = 128 << 20  # bytes waiting for commit, per partition
     max_commit_bytes: int = 16 << 20  # bytes of one partition in one commit
     max_session_inflight_bytes: int = 128 << 20  # per write session, unacknowledged
@@ -39,3 +43,9 @@ class BrokerConfig:
     # auth: user -> password; empty means no static users
     users: dict[str, str] = field(default_factory=dict)
     allow_anonymous: bool = True
+
+    @property
+    def message_limit(self) -> int:
+        """The largest message (data plus key) writers may send: ``max_message_bytes``, or
+        less when ``max_batch_bytes`` leaves no room for a batch that big."""
+        return max(1, min(self.max_message_bytes, self.max_batch_bytes - BATCH_OVERHEAD_BYTES))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import getpass
+import logging
 import re
 import sys
 import time
@@ -86,6 +87,23 @@ def credentials(user: str | None, password: str | None) -> tuple[str, str] | Non
     return (user, password)
 
 
+class ReconnectNotice:
+    """The SDK's ``on_reconnect`` hook for a command: "reconnecting to HOST:PORT... (reason)"
+    on stderr, once for a run of retries with the same reason."""
+
+    def __init__(self, endpoint: str) -> None:
+        self.endpoint = endpoint
+        self._last = ""
+
+    def __call__(self, err: WeirError) -> None:
+        if err.message == self._last:
+            return
+        self._last = err.message
+        from weir.cli import output
+
+        output.stderr.print(f"reconnecting to {self.endpoint}... ({err.message})", markup=False)
+
+
 @contextmanager
 def connect(
     endpoint: str, user: str | None = None, password: str | None = None
@@ -94,6 +112,9 @@ def connect(
     from weir.client.sync import Client
 
     creds = credentials(user, password)
+    # the command says "reconnecting..." itself (ReconnectNotice): no SDK log lines too
+    logging.getLogger("weir.client").setLevel(logging.ERROR)
+
     try:
         client = Client(endpoint, credentials=creds)
     except WeirError as err:
@@ -101,7 +122,8 @@ def connect(
     try:
         yield client
     except UnavailableError as err:
-        raise CliError(f"{err.message} (endpoint {endpoint})") from None
+        where = "" if endpoint in err.message else f" (endpoint {endpoint})"
+        raise CliError(err.message + where) from None
     except WeirError as err:
         raise CliError(err.message) from None
     finally:
@@ -109,6 +131,11 @@ def connect(
 
 
 # ---------------------------------------------------------------------------- values
+
+
+def plural(n: int, noun: str) -> str:
+    """The count and the noun, singular for one: "1 message", "2 messages"."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def bad(option: str, message: str) -> typer.BadParameter:

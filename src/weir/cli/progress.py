@@ -6,10 +6,21 @@ import time
 from types import TracebackType
 
 from rich import progress as rp
+from rich.text import Text
 
 from weir.cli import output
 
 _REFRESH_S = 0.1
+
+
+class BinarySpeedColumn(rp.ProgressColumn):
+    """Transfer speed in binary units (KiB/s, MiB/s), as the summaries print sizes."""
+
+    def render(self, task: rp.Task) -> Text:
+        speed = task.finished_speed or task.speed
+        if speed is None:
+            return Text("?", style="progress.data.speed")
+        return Text(f"{output.human_bytes(int(speed))}/s", style="progress.data.speed")
 
 
 class Progress:
@@ -36,8 +47,8 @@ class Progress:
             if unit == "bytes":
                 columns += [
                     rp.TextColumn("{task.fields[messages]} messages"),
-                    rp.DownloadColumn(),
-                    rp.TransferSpeedColumn(),
+                    rp.DownloadColumn(binary_units=True),  # MiB, as the summary counts
+                    BinarySpeedColumn(),
                 ]
             else:
                 columns.append(rp.MofNCompleteColumn())

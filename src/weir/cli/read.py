@@ -2,12 +2,18 @@
 
 Two ways to read, chosen by the options:
 
-- a read session (the default): partitions are shared with the consumer's other
-  readers, start at ``--from earliest|latest|committed`` or ``--since``, and
-  commits go with the session. Without ``--follow`` it stops at the end offsets
-  the topic had when the command started.
-- offset ranges (``--from OFFSET`` or ``--partition``): each chosen partition is
-  read from exactly that position; ``--consumer`` commits after printing.
+- offset ranges (the default, and with ``--from OFFSET|-N`` or ``--partition``): each
+  chosen partition is read from exactly its start position to the end offset it had
+  when the command started (or on, with ``--follow``). A lost connection is retried
+  from the last printed offset, so nothing is printed twice; with ``--consumer`` the
+  offsets printed are committed.
+- a read session (``--consumer`` reading from its committed offset): partitions are
+  shared with the consumer's other readers, and what is printed is committed. Without
+  ``--follow`` it stops at the end offsets the topic had when the command started, or
+  IDLE_STOP_S after its own partitions are done while other readers hold the rest.
+
+A read that cannot reach the end offsets it set out to (the server lost or silent
+for ``--timeout``) says so on stderr and exits 1.
 """
 
 from __future__ import annotations
@@ -31,15 +37,17 @@ from weir.cli.common import (
     Endpoint,
     Json,
     Password,
+    ReconnectNotice,
     Timeout,
     User,
     bad,
     connect,
+    plural,
     timestamp_ms,
     unescape,
 )
 from weir.cli.progress import Progress
-from weir.errors import UnknownConsumerError
+from weir.errors import UnknownConsumerError, WeirError
 
 if TYPE_CHECKING:
     from weir.client.admin import TopicInfo
@@ -192,6 +200,26 @@ def _held_offsets(reader: Reader) -> dict[int, int]:
     return {}
 
 
+def _behind(positions: dict[int, int], targets: dict[int, int]) -> str:
+    """ "partition 0 at offset 120 of 500, ..." for the partitions not read to their target."""
+    left = [
+        f"partition {p} at offset {positions.get(p, '?')} of {t}"
+        for p, t in sorted(targets.items())
+        if positions.get(p, -1) < t
+    ]
+    return ", ".join(left) if left else "every partition read"
+
+
+def stopped_early(
+    why: str, printed: int, positions: dict[int, int], targets: dict[int, int]
+) -> CliError:
+    """The error of a read that ends before the end offsets it set out to reach."""
+    return CliError(
+        f"read stopped before the end: {why}; printed {printed} messages "
+        f"({_behind(positions, targets)})"
+    )
+
+
 def read_session(
     client: Client,
     topic: str,
@@ -205,31 +233,97 @@ def read_session(
     printer: Printer,
     bar: Progress,
     timeout: float,
+    endpoint: str,
 ) -> int:
-    """Read through a read session; returns how many messages were printed."""
-    reader = client.reader(topic, consumer=consumer, start=start, read_from=since_ms)
+    """Read as a consumer through a read session; returns how many messages were printed.
+
+    Everything printed is committed (with its ack) before reading on, so a session that
+    reconnects continues right after it. Without --follow the read ends at ``targets``;
+    partitions other readers of the consumer hold are theirs: once this reader has read
+    its own to their targets and nothing came for IDLE_STOP_S, it stops and says so.
+    A server that is lost (or sends nothing to a reader that has data to get) for
+    ``timeout`` seconds ends the read with an error.
+    """
+    reader = client.reader(
+        topic,
+        consumer=consumer,
+        start=start,
+        read_from=since_ms,
+        on_reconnect=ReconnectNotice(endpoint),
+    )
     printed = 0
+    held: dict[int, int] = {}
     try:
         reader.wait_connected(timeout)
         quiet_since = time.monotonic()
+        was_connected = True
         while count is None or printed < count:
             batch = reader.receive_batch(timeout=_POLL_S)
+            now = time.monotonic()
             if batch is not None:
                 msgs = batch.messages if count is None else batch.messages[: count - printed]
                 printer.print(msgs)
                 printed += len(msgs)
                 bar.update(completed=printed, messages=printed)
-                if consumer:
+                reconnects = reader.reconnects
+                try:
                     # acked before reading on: at exit no commit is left in flight
                     reader.commit_with_ack(msgs[-1], timeout)
-                quiet_since = time.monotonic()
+                except WeirError as err:
+                    if reader.connected and reader.reconnects == reconnects:
+                        raise  # not a lost connection (a rebalance took the partition)
+                    reason = reader.last_error.message if reader.last_error else err.message
+                    raise CliError(
+                        f"lost the connection to {endpoint} ({reason}) while committing; "
+                        f"the last {plural(len(msgs), 'message')} printed may be printed again "
+                        "by the next read of this consumer"
+                    ) from None
+                quiet_since = now
+                continue
+            down = reader.disconnected_for
+            if not reader.connected:
+                was_connected = False
+            if not reader.connected and down >= timeout:
+                reason = reader.last_error.message if reader.last_error else "no connection"
+                why = f"lost the connection to {endpoint} for {down:.0f} s ({reason})"
+                if follow:
+                    raise CliError(f"{why}; printed {printed} messages")
+                raise stopped_early(why, printed, held, targets)
+            if not reader.connected:
+                continue
+            if not was_connected:  # back after a reconnect: the quiet time starts now
+                was_connected, quiet_since = True, now
             if follow:
                 continue
-            held = _held_offsets(reader)
-            if held.keys() >= targets.keys() and all(held[p] >= t for p, t in targets.items()):
+            mine = _held_offsets(reader)
+            held.update(mine)
+            if all(held.get(p, -1) >= t for p, t in targets.items()):
                 break
-            if batch is None and time.monotonic() - quiet_since > IDLE_STOP_S:
-                break  # other readers of the consumer hold the rest
+            quiet = now - quiet_since
+            if any(p in mine and mine[p] < t for p, t in targets.items()):
+                if quiet >= timeout:  # our own partitions, and nothing comes: a stuck server
+                    raise stopped_early(
+                        f"no data from {endpoint} for {quiet:.0f} s", printed, held, targets
+                    )
+            elif quiet >= IDLE_STOP_S:
+                # the rest is held by other readers: name what they have not committed yet
+                lag = client.describe_consumer(topic, consumer, timeout=timeout).partitions
+                committed = {c.partition: c.committed_offset for c in lag}
+                others = sorted(
+                    p
+                    for p, t in targets.items()
+                    if held.get(p, -1) < t and committed.get(p, -1) < t
+                )
+                if not others:
+                    break  # they are done too
+                output.stderr.print(
+                    f"stopped after {IDLE_STOP_S:g} s without data: "
+                    f"partition{'s' if len(others) > 1 else ''} {', '.join(map(str, others))} "
+                    f"of {topic} {'are' if len(others) > 1 else 'is'} read by other readers "
+                    f"of consumer {consumer}",
+                    markup=False,
+                )
+                break
     finally:
         reader.close()
     return printed
@@ -247,44 +341,78 @@ def read_ranges(
     printer: Printer,
     bar: Progress,
     timeout: float,
+    endpoint: str,
 ) -> int:
-    """Read offset ranges partition by partition; with --follow, poll for more."""
+    """Read exact offset ranges partition by partition; with --follow, poll for more.
+
+    Positions only move past what was printed, so a lost connection is retried from
+    there (no message twice, none skipped); when the server has not answered for
+    ``timeout`` seconds the read ends with an error that says where it stopped.
+    """
     printed = 0
     pause = 0.05
-    while True:
+    answered = time.monotonic()  # when the server last answered
+    backoff = _POLL_S
+    notice = ReconnectNotice(endpoint)
+    pending = {p for p, pos in positions.items() if follow or pos < targets[p]}
+    while pending:
         progressed = False
-        for p, pos in positions.items():
-            if count is not None and printed >= count:
-                return printed
-            end = -1 if follow else targets[p]
-            if count is not None:  # end the range there, rather than abandon the stream
-                limit = pos + count - printed
-                end = limit if end < 0 else min(end, limit)
-            if end >= 0 and pos >= end:
-                continue
-            for chunk in client.read_range(topic, p, pos, end):
-                msgs = chunk.messages(positions[p])
-                if count is not None:
-                    msgs = msgs[: count - printed]
-                if msgs:
-                    printer.print(msgs)
-                    printed += len(msgs)
-                    bar.update(completed=printed, messages=printed)
-                    positions[p] = msgs[-1].offset + 1
-                    progressed = True
-                    if consumer:
-                        client.commit_offset(topic, p, consumer, positions[p], timeout=timeout)
-                else:
-                    positions[p] = max(positions[p], chunk.next_offset)
+        try:
+            for p in sorted(pending):
                 if count is not None and printed >= count:
-                    break
-        if not follow or (count is not None and printed >= count):
+                    return printed
+                end = -1 if follow else targets[p]
+                if count is not None:  # end the range there, rather than abandon the stream
+                    limit = positions[p] + count - printed
+                    end = limit if end < 0 else min(end, limit)
+                if end >= 0 and positions[p] >= end:
+                    pending.discard(p)
+                    continue
+                wait = max(_POLL_S, timeout - (time.monotonic() - answered))
+                for chunk in client.read_range(topic, p, positions[p], end, timeout=wait):
+                    answered = time.monotonic()
+                    msgs = chunk.messages(positions[p])
+                    if count is not None:
+                        msgs = msgs[: count - printed]
+                    if msgs:
+                        printer.print(msgs)
+                        printed += len(msgs)
+                        bar.update(completed=printed, messages=printed)
+                        positions[p] = msgs[-1].offset + 1
+                        progressed = True
+                        if consumer:
+                            client.commit_offset(topic, p, consumer, positions[p], timeout=timeout)
+                    else:  # nothing left in the range here (retention removed it)
+                        positions[p] = max(positions[p], chunk.next_offset)
+                    if count is not None and printed >= count:
+                        break
+                answered = time.monotonic()
+                if not follow:
+                    pending.discard(p)  # read to its end offset (or as far as it now goes)
+        except WeirError as err:
+            if not err.retryable:
+                raise
+            silent = time.monotonic() - answered
+            if silent >= timeout:
+                why = f"no answer from {endpoint} for {silent:.0f} s ({err.message})"
+                if follow:
+                    raise CliError(f"{why}; printed {printed} messages") from None
+                raise stopped_early(why, printed, positions, targets) from None
+            notice(err)
+            time.sleep(min(backoff, max(0.0, timeout - silent)))
+            backoff = min(_BACKOFF_MAX_S, backoff * 2)
+            continue
+        backoff = _POLL_S
+        if count is not None and printed >= count:
             return printed
+        if not follow:
+            continue
         if progressed:
             pause = 0.05
             continue
         time.sleep(pause)  # ReadRange cannot wait for new data: poll, backing off
         pause = min(_BACKOFF_MAX_S, pause * 2)
+    return printed
 
 
 def _positions(
@@ -294,6 +422,7 @@ def _positions(
     *,
     start: str,
     offset: int | None,
+    back: int | None,
     since_ms: int | None,
     consumer: str,
     timeout: float,
@@ -301,6 +430,8 @@ def _positions(
     parts = {p.partition: p for p in info.partition_info}
     if offset is not None:
         return dict.fromkeys(partitions, offset)
+    if back is not None:  # --from -N: N before the end of each partition
+        return {p: max(parts[p].start_offset, parts[p].end_offset - back) for p in partitions}
     if since_ms is not None:
         at = client.offsets_for_time(info.name, since_ms, timeout=timeout)
         return {p: at[p] for p in partitions}
@@ -327,7 +458,8 @@ def read(
         typer.Option(
             "--from",
             "-o",
-            help="Where to start: earliest, latest, committed (default with --consumer) or an offset.",
+            help="Where to start: earliest, latest, committed (default with --consumer), an "
+            "offset, or -N: N messages before the end of each partition.",
         ),
     ] = None,
     since: Annotated[
@@ -375,8 +507,13 @@ def read(
         raise bad("--since", "give either --from or --since, not both")
     start = (from_ or ("committed" if consumer else "earliest")).strip().lower()
     offset = int(start) if start.isdigit() else None
-    if offset is None and start not in STARTS:
-        raise bad("--from", f"expected earliest, latest, committed or an offset, got {from_!r}")
+    back = int(start[1:]) if start[:1] == "-" and start[1:].isdigit() else None
+    if offset is None and back is None and start not in STARTS:
+        raise bad(
+            "--from",
+            f"expected earliest, latest, committed, an offset or -N (N before the end), "
+            f"got {from_!r}",
+        )
     if start == "committed" and not consumer:
         raise bad("--from", "committed needs --consumer")
     since_ms = timestamp_ms(since, "--since") if since is not None else None
@@ -391,7 +528,9 @@ def read(
             )
         targets = {p.partition: p.end_offset for p in info.partition_info}
         chosen = [partition] if partition is not None else sorted(targets)
-        by_range = offset is not None or partition is not None
+        # Exact offset ranges unless reading as a consumer from its own position: they
+        # resume exactly where they stopped when the connection is lost.
+        by_range = not consumer or offset is not None or back is not None or partition is not None
         positions = None
         if by_range or show:  # a read session finds its own; the bar wants a total
             positions = _positions(
@@ -400,10 +539,21 @@ def read(
                 chosen,
                 start=start,
                 offset=offset,
+                back=back,
                 since_ms=since_ms,
                 consumer=consumer or "",
                 timeout=timeout,
             )
+        if by_range and positions is not None:
+            beyond = {p: targets[p] for p, pos in positions.items() if pos > targets[p]}
+            if beyond:
+                ends = ", ".join(f"{p} ends at {e}" for p, e in sorted(beyond.items()))
+                then = "waiting for it" if follow else "nothing to read there"
+                output.stderr.print(
+                    f"note: offset {offset} is beyond the end offset of {topic} (partition "
+                    f"{ends}); {then}",
+                    markup=False,
+                )
         total = None
         if positions is not None and not follow:
             total = sum(max(0, targets[p] - pos) for p, pos in positions.items())
@@ -414,6 +564,7 @@ def read(
             "follow": follow,
             "printer": printer,
             "timeout": timeout,
+            "endpoint": endpoint,
         }
         with Progress(f"reading {topic}", total=total, enabled=show, unit="messages") as bar:
             try:
@@ -421,10 +572,12 @@ def read(
                     assert positions is not None
                     n = read_ranges(client, topic, positions, targets, bar=bar, **common)
                 else:
+                    parts = {p.partition: p for p in info.partition_info}
                     n = read_session(
                         client,
                         topic,
-                        {p: targets[p] for p in chosen},
+                        # an empty partition has nothing to wait for, whoever holds it
+                        {p: targets[p] for p in chosen if targets[p] > parts[p].start_offset},
                         start=start,
                         since_ms=since_ms,
                         bar=bar,

@@ -25,18 +25,21 @@ from weir.cli.common import (
     Endpoint,
     Json,
     Password,
+    ReconnectNotice,
     Timeout,
     User,
     bad,
     connect,
+    optional_size,
+    plural,
     unescape,
 )
 from weir.cli.progress import Progress
-from weir.errors import BadRequestError, WeirError
+from weir.errors import BadRequestError, DeliveryTimeoutError, MessageTooLargeError, WeirError
 from weir.storage.codecs import Codec
 
 if TYPE_CHECKING:
-    from weir.client.writer import WriteResult
+    from weir.client.writer_settings import WriteResult
 
 _LENGTH = struct.Struct(">I")
 _READ_SIZE = 1 << 16
@@ -167,7 +170,7 @@ def write(
     topic: Annotated[str, typer.Argument(help="Topic to write to.")],
     file: Annotated[
         Path | None,
-        typer.Option("--file", "-f", help="Read messages from this file instead of stdin."),
+        typer.Option("--file", help="Read messages from this file instead of stdin."),
     ] = None,
     delimiter: Annotated[
         str, typer.Option("--delimiter", "-D", help=r"Message separator (escapes: \n \t \0).")
@@ -199,6 +202,14 @@ def write(
         int | None, typer.Option("--partition", "-p", min=0, help="Write to this partition.")
     ] = None,
     codec: Annotated[str, typer.Option(help="Compression: raw, gzip, lz4 or zstd.")] = "raw",
+    max_message_bytes: Annotated[
+        str | None,
+        typer.Option(
+            "--max-message-bytes",
+            help="Refuse messages bigger than this (data plus key; 1MiB, bytes). "
+            "Default: the server's limit (limits.max_message_bytes).",
+        ),
+    ] = None,
     progress: Annotated[
         bool | None,
         typer.Option("--progress/--no-progress", help="Progress bar (default: on a terminal)."),
@@ -221,12 +232,12 @@ def write(
         Codec.parse(codec)
     except BadRequestError:
         raise bad("--codec", f"unknown codec {codec!r}: use raw, gzip, lz4 or zstd") from None
+    limit = optional_size(max_message_bytes, "--max-message-bytes")
     stream, size = _open_input(file)
     source = CountingReader(stream)
     messages = split_length_prefixed(source) if length_delimited else split_delimited(source, sep)
-    show = (
-        progress if progress is not None else output.stderr.is_terminal and not sys.stdin.isatty()
-    )
+    # a bar when someone watches stderr and the input is not typed at that terminal
+    show = progress if progress is not None else output.stderr.is_terminal and not _isatty(stream)
     offsets = Offsets()
     sent = nbytes = 0
     started = time.monotonic()
@@ -234,7 +245,16 @@ def write(
         connect(endpoint, user, password) as client,
         Progress(f"writing {topic}", total=size, enabled=show) as bar,
     ):
-        writer = client.writer(topic, producer_id=producer_id, partition=partition, codec=codec)
+        writer = client.writer(
+            topic,
+            producer_id=producer_id,
+            partition=partition,
+            codec=codec,
+            max_message_bytes=limit,
+            # --timeout holds mid-stream too: messages unacknowledged that long end the command
+            delivery_timeout=timeout,
+            on_reconnect=ReconnectNotice(endpoint),
+        )
         try:
             writer.wait_init(timeout)
             for group in messages:
@@ -242,18 +262,28 @@ def write(
                     k: bytes | str | None = key
                     if ksep is not None:
                         k, data = _split_key(data, ksep)
-                    if sent == 0 or i == len(group) - 1:
-                        fut = writer.write_future(data, key=k, headers=headers)
-                        fut.add_done_callback(offsets.done)
-                    else:
-                        writer.write(data, key=k, headers=headers)
+                    try:
+                        if sent == 0 or i == len(group) - 1:
+                            fut = writer.write_future(data, key=k, headers=headers)
+                            fut.add_done_callback(offsets.done)
+                        else:
+                            writer.write(data, key=k, headers=headers)
+                    except MessageTooLargeError as err:
+                        before = f" ({plural(sent, 'message')} sent before it)" if sent else ""
+                        raise CliError(f"message {sent + 1}: {err.message}{before}") from None
                     sent += 1
                     nbytes += len(data)
                 bar.update(completed=source.consumed, messages=sent)
-            writer.flush(timeout=None)
+            writer.flush(timeout=None)  # bounded by the delivery timeout (--timeout)
             bar.finish(completed=source.consumed, messages=sent)
+        except DeliveryTimeoutError as err:
+            why = err.reason.message if err.reason is not None else "the server did not answer"
+            raise CliError(
+                f"{why} (gave up after {timeout:g} s, --timeout; "
+                f"{writer.unacknowledged} of {plural(sent, 'message')} not acknowledged)"
+            ) from None
         except WeirError as err:
-            sent_before = f" ({sent} messages were sent before it)" if sent else ""
+            sent_before = f" ({plural(sent, 'message')} sent before it)" if sent else ""
             raise CliError(err.message + sent_before) from None
         finally:
             with contextlib.suppress(WeirError):
@@ -277,4 +307,13 @@ def write(
     where = ""
     if offsets.first is not None:
         where = f": partition {result['partition']}, offsets {offsets.first}..{offsets.last}"
-    output.stderr.print(f"wrote {sent} messages ({output.human_bytes(nbytes)}) to {topic}{where}")
+    output.stderr.print(
+        f"wrote {plural(sent, 'message')} ({output.human_bytes(nbytes)}) to {topic}{where}"
+    )
+
+
+def _isatty(stream: IO[bytes]) -> bool:
+    try:
+        return stream.isatty()
+    except (OSError, ValueError):
+        return False

@@ -6,7 +6,7 @@ from weir.client.credentials import UserPassword
 from weir.client.messages import Batch, Message
 from weir.client.reader import PartitionSession, PartitionSessionClosedError, Start
 from weir.client.sync import Client, Reader, Writer
-from weir.client.writer import WriteResult
+from weir.client.writer_settings import WriteResult
 
 __all__ = [
     "Batch",

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
@@ -24,8 +25,9 @@ from weir.client.connection import Connection, error_from_rpc
 from weir.client.credentials import CredentialsArg
 from weir.client.messages import Batch, Message
 from weir.client.reader import PartitionSession, ReaderCore, Start
-from weir.client.writer import WriterCore, WriteResult, WriterSettings
-from weir.errors import AlreadyExistsError, BadRequestError, WeirError
+from weir.client.writer import WriterCore
+from weir.client.writer_settings import WriteResult, WriterSettings
+from weir.errors import AlreadyExistsError, BadRequestError, WeirError, WeirTimeoutError
 from weir.protocols.native import weir_pb2 as pb
 from weir.storage.codecs import Codec
 
@@ -49,7 +51,13 @@ def to_ms(value: dt.datetime | dt.timedelta | int | float | None, what: str) -> 
 
 @dataclass(frozen=True, slots=True)
 class RangeChunk:
-    """Part of an offset-range read: whole stored batches plus where they sit."""
+    """Part of an offset-range read: whole stored batches plus where they sit.
+
+    ``chunks`` hold whole stored batches, so they may start before the range
+    asked for and end after it; `messages` returns only the messages in the
+    range (``from_offset`` and ``to_offset`` of the read; ``to_offset`` -1:
+    the end of the partition when the read started).
+    """
 
     topic: str
     partition: int
@@ -58,15 +66,20 @@ class RangeChunk:
     next_offset: int
     start_offset: int
     end_offset: int
+    from_offset: int = 0
+    to_offset: int = -1
 
     def messages(self, from_offset: int | None = None) -> list[Message]:
+        """The messages of this chunk in the range read, from ``from_offset`` on if given."""
         from weir.client.messages import decode_chunks
 
+        lo = self.from_offset if from_offset is None else max(self.from_offset, from_offset)
         return decode_chunks(
             self.topic,
             self.partition,
             self.chunks,
-            self.first_offset if from_offset is None else from_offset,
+            lo,
+            to_offset=None if self.to_offset < 0 else self.to_offset,
         )
 
 
@@ -95,14 +108,31 @@ class Writer:
         return self._core.last_seq_no
 
     @property
-    def producer_id(self) -> str | None:
+    def producer_id(self) -> str:
+        """The writer's producer id: the one given, else generated (resends stay safe)."""
         return self._core.producer_id
 
     @property
     def last_error(self) -> WeirError | None:
-        """The retryable error (server down, storage full, overloaded...) behind the latest
-        reconnect; the writer keeps retrying, this says why it is waiting."""
+        """The error (server down, storage full, overloaded...) behind the latest reconnect;
+        the writer keeps retrying until its delivery timeout, this says why it is waiting."""
         return self._core.last_error
+
+    @property
+    def reconnects(self) -> int:
+        """How many times this writer has reconnected (after a lost stream or a refusal)."""
+        return self._core.reconnects
+
+    @property
+    def unacknowledged(self) -> int:
+        """Messages written and not yet acknowledged (lost, when the writer has failed)."""
+        return self._core.unacknowledged
+
+    @property
+    def max_message_bytes(self) -> int:
+        """The largest message (data plus key) this writer takes: its setting, lowered to
+        the server's limit once connected."""
+        return self._core.max_message_bytes
 
     async def wait_init(self, timeout: float | None = 30.0) -> Writer:
         await self._core.wait_init(timeout)
@@ -179,7 +209,12 @@ class Writer:
     async def __aexit__(
         self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
     ) -> None:
-        await self.close()
+        if e is None:
+            await self.close()
+            return
+        # an error is on its way out already (often this writer's own): do not mask it
+        with contextlib.suppress(WeirError):
+            await self.close()
 
 
 class Reader:
@@ -189,6 +224,25 @@ class Reader:
         self._core = core
         self._batch: Batch | None = None
         self._pos = 0
+
+    @property
+    def connected(self) -> bool:
+        """Whether the reader has a live stream now (False while it reconnects)."""
+        return self._core.connected
+
+    @property
+    def disconnected_for(self) -> float:
+        """Seconds since the stream was lost, 0 while connected."""
+        return self._core.disconnected_for
+
+    @property
+    def last_error(self) -> WeirError | None:
+        """The error behind the latest reconnect (the reader retries for as long as it lives)."""
+        return self._core.last_error
+
+    @property
+    def reconnects(self) -> int:
+        return self._core.reconnects
 
     @property
     def partitions(self) -> list[PartitionSession]:
@@ -434,8 +488,13 @@ class Client:
         to_offset: int = -1,
         *,
         max_bytes: int = 4 << 20,
+        timeout: float | None = None,
     ) -> AsyncIterator[RangeChunk]:
-        """Stored batches of ``[from_offset, to_offset)`` of one partition, no consumer involved."""
+        """Stored batches of ``[from_offset, to_offset)`` of one partition, no consumer involved.
+
+        ``timeout``: seconds to wait for each chunk before raising WeirTimeoutError
+        (a server that stopped answering); None waits as long as the connection lives.
+        """
         req = pb.ReadRangeRequest(
             topic=topic,
             partition=partition,
@@ -443,9 +502,20 @@ class Client:
             to_offset=to_offset,
             max_bytes=max_bytes,
         )
-        call = self.conn.read_range(req)
+        conn = self.conn
+        call = conn.read_range(req)
         try:
-            async for r in call:
+            while True:
+                try:
+                    r = await asyncio.wait_for(call.read(), timeout)
+                except TimeoutError:
+                    raise WeirTimeoutError(
+                        f"no answer from {conn.endpoint} for {timeout:g} s while reading "
+                        f"{topic}/{partition} from offset {from_offset}"
+                    ) from None
+                if r is grpc.aio.EOF:
+                    return
+                conn.ever_connected = True
                 yield RangeChunk(
                     topic,
                     partition,
@@ -454,9 +524,12 @@ class Client:
                     r.next_offset,
                     r.start_offset,
                     r.end_offset,
+                    from_offset,
+                    to_offset,
                 )
         except grpc.aio.AioRpcError as exc:
-            raise error_from_rpc(exc) from None
+            err = error_from_rpc(exc)
+            raise (conn.unreachable(err) or err) from None
         finally:
             call.cancel()  # the caller may stop early: do not leave the call pending
 
@@ -473,9 +546,14 @@ class Client:
     ) -> Writer:
         """A writer to ``topic`` (call inside a running event loop).
 
-        With ``producer_id`` the writer sticks to that producer's partition and
-        resends safely; settings: max_buffer_messages, max_buffer_bytes,
-        max_batch_messages, max_batch_bytes, linger_ms, max_inflight_requests.
+        ``producer_id`` names the producer: it sticks to one partition and its
+        seq_nos continue across writers; without one a fresh id is generated, so
+        resends after a reconnect are safe either way. Settings (see
+        `weir.client.writer.WriterSettings`): max_message_bytes (default: the
+        server's limit), delivery_timeout (seconds with nothing acknowledged before
+        the writer gives up; default 60, None: never), on_reconnect (a callback
+        taking the error), max_buffer_messages, max_buffer_bytes, max_batch_messages,
+        max_batch_bytes, max_request_bytes, linger_ms, max_inflight_requests.
         """
         s = WriterSettings(
             producer_id=producer_id, partition=partition, codec=Codec.parse(codec), **settings
@@ -492,12 +570,17 @@ class Client:
         start: str | Start = Start.COMMITTED,
         read_from: dt.datetime | int | None = None,
         buffer_bytes: int = 64 << 20,
+        on_reconnect: Callable[[WeirError], None] | None = None,
     ) -> Reader:
         """A reader of one or more topics (call inside a running event loop).
 
         With a ``consumer``, partitions are shared with the consumer's other
         readers and start at its committed offsets; without one, every
         partition is read from ``start`` (earliest by default) and nothing is committed.
+        A lost stream is reconnected for as long as the reader lives; ``on_reconnect``
+        (a callback taking the error, run in the event loop) hears of each attempt.
+        Without a consumer, a reconnected reader starts again from ``start``: to read
+        exact offsets across reconnects, use `read_range`.
         """
         names = [topics] if isinstance(topics, str) else list(topics)
         core = ReaderCore(
@@ -509,6 +592,7 @@ class Client:
             else (Start.parse(start) if start != Start.COMMITTED else Start.EARLIEST),
             read_from_ms=to_ms(read_from, "read_from") or 0,
             buffer_bytes=buffer_bytes,
+            on_reconnect=on_reconnect,
         )
         core.start_session()
         return Reader(core)

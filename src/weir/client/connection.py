@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 import grpc
 
 from weir.client.credentials import AuthedCall, CredentialsArg, TokenSource, as_credentials, bearer
-from weir.errors import BadRequestError, WeirError, error_from_code
+from weir.errors import BadRequestError, UnavailableError, WeirError, error_from_code
 from weir.protocols.native import weir_pb2 as pb
 from weir.protocols.native import weir_pb2_grpc as pb_grpc
 from weir.protocols.native import wire
@@ -25,6 +25,11 @@ CHANNEL_OPTIONS: list[tuple[str, int]] = [
     ("grpc.keepalive_permit_without_calls", 1),
     ("grpc.http2.max_pings_without_data", 0),
     ("grpc.enable_retries", 0),
+    # gRPC's own reconnect backoff (1 s growing to 120 s by default) would keep a writer
+    # from a restarted server long after it is back; the SDK backs off on its own.
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 2000),
 ]
 
 
@@ -76,8 +81,28 @@ class Backoff:
         self.attempt = 0
 
 
+def cannot_connect(endpoint: str, err: WeirError) -> WeirError | None:
+    """The error to fail fast with when ``err`` says nothing listens at ``endpoint`` (or its
+    host name does not resolve); None for other failures, which are worth retrying."""
+    if not isinstance(err, UnavailableError):
+        return None
+    text = err.message.lower()
+    if "connection refused" in text:
+        why = "connection refused"
+    elif "errors resolving" in text or "name not found" in text or "dns resolution" in text:
+        why = "cannot resolve the host name"
+    else:
+        return None
+    return UnavailableError(f"cannot connect to {endpoint}: {why}")
+
+
 class Connection:
     """A grpc.aio channel to one server; must be created inside the loop that uses it.
+
+    Until one call or stream has succeeded on it, a refused connection fails at
+    once (`unreachable`): a wrong port or a server that is not running is an
+    error to report, not an outage to wait out. After that, the same refusal is
+    a server restarting, and callers retry with backoff.
 
     With ``credentials`` every call carries a token from ``Login`` (see
     `weir.client.credentials`); without, calls are anonymous.
@@ -87,6 +112,7 @@ class Connection:
         self.endpoint = normalize_endpoint(endpoint)
         creds = as_credentials(credentials)
         self.tokens = TokenSource(creds) if creds is not None else None
+        self.ever_connected = False
         self.channel = grpc.aio.insecure_channel(self.endpoint, options=CHANNEL_OPTIONS)
         self.stub = pb_grpc.WeirStub(self.channel)  # type: ignore[no-untyped-call]
         # the bulk methods use the hand-rolled wire codec (see weir.protocols.native.wire)
@@ -144,9 +170,10 @@ class Connection:
             token = ""
             try:
                 if self.tokens is None:
-                    return await fn(request, timeout=remaining)
-                token = await self.tokens.token()
-                return await fn(request, timeout=remaining, metadata=bearer(token))
+                    result = await fn(request, timeout=remaining)
+                else:
+                    token = await self.tokens.token()
+                    result = await fn(request, timeout=remaining, metadata=bearer(token))
             except (grpc.aio.AioRpcError, WeirError) as exc:  # WeirError: from logging in
                 if isinstance(exc, grpc.aio.AioRpcError):
                     if self.tokens is not None and exc.code() == grpc.StatusCode.UNAUTHENTICATED:
@@ -154,11 +181,24 @@ class Connection:
                     err = error_from_rpc(exc)
                 else:
                     err = exc
+                fast = self.unreachable(err)
+                if fast is not None:
+                    raise fast from None
                 if not err.retryable or (deadline is not None and loop.time() >= deadline):
                     raise err from None
                 await asyncio.sleep(
                     min(backoff.next_delay(), max(0.0, (deadline or 1e18) - loop.time()))
                 )
+            else:
+                self.ever_connected = True
+                return result
+
+    def unreachable(self, err: WeirError) -> WeirError | None:
+        """The error to fail fast with, when this connection never got through and ``err``
+        says nothing listens at the endpoint; None when retrying makes sense."""
+        if self.ever_connected:
+            return None
+        return cannot_connect(self.endpoint, err)
 
     async def close(self) -> None:
         if not self.closed:

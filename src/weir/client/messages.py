@@ -157,9 +157,11 @@ def decode_chunks(
     chunks: Sequence[bytes | memoryview],
     from_offset: int,
     session: Any = None,
+    to_offset: int | None = None,
 ) -> list[Message]:
-    """Messages at or after ``from_offset`` in concatenated stored batches (CRCs checked)."""
-    parts = _paused_gc(_decode_parts, chunks, from_offset)
+    """Messages in ``[from_offset, to_offset)`` of concatenated stored batches (CRCs checked);
+    no ``to_offset``: to the end of the chunks."""
+    parts = _paused_gc(_decode_parts, chunks, from_offset, to_offset)
     return _paused_gc(_messages, topic, partition, parts, session)
 
 
@@ -179,33 +181,43 @@ def _paused_gc(fn: Callable[..., T], *args: Any) -> T:
             gc.enable()
 
 
-def _decode_parts(chunks: Sequence[bytes | memoryview], from_offset: int) -> list[_Part]:
+def _decode_parts(
+    chunks: Sequence[bytes | memoryview], from_offset: int, to_offset: int | None = None
+) -> list[_Part]:
     parts: list[_Part] = []
     for chunk in chunks:
         for pos, h in iter_batches(chunk):
             if h.next_offset <= from_offset:
                 continue
+            if to_offset is not None and h.base_offset >= to_offset:
+                return parts
             p = decode_payload(chunk, pos, h)
             n = h.record_count
+            if to_offset is not None and h.next_offset > to_offset:
+                n = to_offset - h.base_offset  # the records past the range are left out
             skip = max(0, from_offset - h.base_offset)
+            if n <= skip:
+                continue
+            trim = skip > 0 or n < h.record_count
             data = p.data_list()
+            if trim:
+                data = data[skip:n]
             if h.data_codec != Codec.RAW:
                 # written through the YDB front: each message's data is compressed on its own
                 data = [decompress_message(h.data_codec, d) for d in data]
             if p.seq_deltas is None:
                 seqs: Any = range(h.first_seq + skip, h.first_seq + n)
             else:
-                seqs = list(map(h.first_seq.__add__, p.seq_deltas[skip:]))
+                seqs = list(map(h.first_seq.__add__, p.seq_deltas[skip:n]))
             if p.created_deltas is None:
                 created: Any = h.created_base
             else:
-                created = list(map(h.created_base.__add__, p.created_deltas[skip:]))
+                created = list(map(h.created_base.__add__, p.created_deltas[skip:n]))
             keys = p.key_list() if p.key_lens is not None else None
             headers = p.header_list() if p.header_lens is not None else None
-            if skip:
-                data = data[skip:]
-                keys = keys[skip:] if keys is not None else None
-                headers = headers[skip:] if headers is not None else None
+            if trim:
+                keys = keys[skip:n] if keys is not None else None
+                headers = headers[skip:n] if headers is not None else None
             parts.append(
                 _Part(
                     h.base_offset + skip,

@@ -11,6 +11,11 @@ for the server's ack. A commit is only valid in the session that delivered the
 message: after a rebalance or reconnect the partition is read again from the
 committed offset. ``close()`` waits for the acks of commits made before it and
 does not reconnect to deliver them.
+
+A lost stream is reconnected with backoff, for as long as the reader lives
+(like a Kafka consumer); ``connected``, ``last_error`` and the ``on_reconnect``
+callback tell an application that it is waiting and why. A connection refused
+before the reader ever got through fails at once.
 """
 
 from __future__ import annotations
@@ -19,7 +24,9 @@ import asyncio
 import contextlib
 import enum
 import logging
+import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,6 +86,7 @@ class PartitionSession:
     generation: int  # of the stream that assigned it
     revoking: bool = False
     closed: bool = False
+    closed_because: str = ""
     commits: deque[tuple[int, asyncio.Future[None]]] = field(default_factory=deque)
 
 
@@ -101,6 +109,7 @@ class ReaderCore:
         start: Start = Start.COMMITTED,
         read_from_ms: int = 0,
         buffer_bytes: int = 64 << 20,
+        on_reconnect: Callable[[WeirError], None] | None = None,
     ) -> None:
         if not topics:
             raise BadRequestError("a reader needs at least one topic")
@@ -125,6 +134,22 @@ class ReaderCore:
         self._outbox: asyncio.Queue[tuple[int, pb.ReadRequest]] = asyncio.Queue()
         self._writer: asyncio.Task[None] | None = None
         self.reconnects = 0
+        self.on_reconnect = on_reconnect
+        self.last_error: WeirError | None = None  # behind the latest reconnect
+        self._live = False  # the current stream got its init result
+        self._down_since: float | None = None  # monotonic time the stream was lost (None: up)
+
+    @property
+    def connected(self) -> bool:
+        """Whether the reader has a live stream now (False while it reconnects)."""
+        return self._live
+
+    @property
+    def disconnected_for(self) -> float:
+        """Seconds since the stream was lost (0 while connected or before the first one)."""
+        if self._down_since is None:
+            return 0.0
+        return time.monotonic() - self._down_since
 
     def start_session(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="weir-reader")
@@ -133,7 +158,10 @@ class ReaderCore:
         try:
             await asyncio.wait_for(self._connected.wait(), timeout)
         except TimeoutError:
-            raise WeirTimeoutError(f"reader not connected after {timeout} s") from None
+            why = f"; last error: {self.last_error.message}" if self.last_error else ""
+            raise WeirTimeoutError(
+                f"reader at {self.conn.endpoint} not connected after {timeout:g} s{why}"
+            ) from None
         if self._error is not None:
             raise self._error
 
@@ -209,10 +237,14 @@ class ReaderCore:
         ps: PartitionSession | None = item.session
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         if ps is None or ps.closed or ps.generation != self._generation or self._call is None:
+            why = ps.closed_because if ps is not None and ps.closed_because else ""
+            if not why and self._call is None and self.last_error is not None:
+                why = f"the connection was lost: {self.last_error.message}"
             fut.set_exception(
                 PartitionSessionClosedError(
-                    f"{item.topic}/{item.partition} is no longer read by this session; its messages after "
-                    "the last acknowledged commit will be delivered again"
+                    f"{item.topic}/{item.partition} is no longer read by this session"
+                    f"{f' ({why})' if why else ''}; its messages after the last acknowledged "
+                    "commit will be delivered again"
                 )
             )
             return fut
@@ -306,6 +338,9 @@ class ReaderCore:
                         self.session_id = resp.init.session_id
                         got_init = True
                         backoff.reset()
+                        self.conn.ever_connected = True
+                        self._live = True
+                        self._down_since = None
                         self._connected.set()
                     elif kind == "error":
                         raise error_from_code(resp.error.code, resp.error.message)
@@ -317,8 +352,12 @@ class ReaderCore:
                 raise
             except (WeirError, grpc.aio.AioRpcError) as exc:
                 err = error_from_rpc(exc) if isinstance(exc, grpc.aio.AioRpcError) else exc
+                fast = self.conn.unreachable(err)
+                if fast is not None:
+                    err = fast
+                self.last_error = err
                 self._end_stream(call, err)
-                if not err.retryable:
+                if not err.retryable or fast is not None:
                     self._error = err
                     self._connected.set()
                     self._queue_event.set()
@@ -327,7 +366,12 @@ class ReaderCore:
                     return
                 self.reconnects += 1
                 delay = backoff.next_delay()
-                log.info("reader: %s; reconnecting in %.2f s", err.message, delay)
+                log.warning("reader: %s; reconnecting in %.2f s", err.message, delay)
+                if self.on_reconnect is not None:
+                    try:
+                        self.on_reconnect(err)
+                    except Exception:
+                        log.exception("on_reconnect callback of the reader failed")
                 await asyncio.sleep(delay)
             except Exception as exc:
                 log.exception("reader failed")
@@ -338,6 +382,9 @@ class ReaderCore:
 
     def _end_stream(self, call: Any, err: WeirError) -> None:
         self._call = None
+        if self._live or self._down_since is None:
+            self._down_since = time.monotonic()
+        self._live = False
         self._stop_writer()
         if call is not None:
             call.cancel()
@@ -348,6 +395,7 @@ class ReaderCore:
 
     def _close_session(self, ps: PartitionSession, err: WeirError) -> None:
         ps.closed = True
+        ps.closed_because = err.message
         while ps.commits:
             _, fut = ps.commits.popleft()
             if not fut.done():

@@ -8,8 +8,9 @@ local append.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import datetime as dt
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -20,7 +21,7 @@ from weir.client.credentials import CredentialsArg
 from weir.client.loop import LoopThread
 from weir.client.messages import Batch, Message
 from weir.client.reader import PartitionSession, Start
-from weir.client.writer import WriteResult
+from weir.client.writer_settings import WriteResult
 from weir.errors import ClosedError, WeirError
 from weir.storage.codecs import Codec
 
@@ -42,14 +43,31 @@ class Writer:
         return self._core.last_seq_no
 
     @property
-    def producer_id(self) -> str | None:
+    def producer_id(self) -> str:
+        """The writer's producer id: the one given, else generated (resends stay safe)."""
         return self._core.producer_id
 
     @property
     def last_error(self) -> WeirError | None:
-        """The retryable error (server down, storage full, overloaded...) behind the latest
-        reconnect; the writer keeps retrying, this says why it is waiting."""
+        """The error (server down, storage full, overloaded...) behind the latest reconnect;
+        the writer keeps retrying until its delivery timeout, this says why it is waiting."""
         return self._core.last_error
+
+    @property
+    def reconnects(self) -> int:
+        """How many times this writer has reconnected (after a lost stream or a refusal)."""
+        return self._core.reconnects
+
+    @property
+    def unacknowledged(self) -> int:
+        """Messages written and not yet acknowledged (lost, when the writer has failed)."""
+        return self._core.unacknowledged
+
+    @property
+    def max_message_bytes(self) -> int:
+        """The largest message (data plus key) this writer takes: its setting, lowered to
+        the server's limit once connected."""
+        return self._core.max_message_bytes
 
     def wait_init(self, timeout: float | None = 30.0) -> Writer:
         self._loop.run(self._core.wait_init(timeout))
@@ -126,7 +144,12 @@ class Writer:
     def __exit__(
         self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
     ) -> None:
-        self.close()
+        if e is None:
+            self.close()
+            return
+        # an error is on its way out already (often this writer's own): do not mask it
+        with contextlib.suppress(WeirError):
+            self.close()
 
 
 class Reader:
@@ -137,6 +160,25 @@ class Reader:
         self._loop = loop
         self._batch: Batch | None = None
         self._pos = 0
+
+    @property
+    def connected(self) -> bool:
+        """Whether the reader has a live stream now (False while it reconnects)."""
+        return self._inner._core.connected
+
+    @property
+    def disconnected_for(self) -> float:
+        """Seconds since the stream was lost, 0 while connected."""
+        return self._inner._core.disconnected_for
+
+    @property
+    def last_error(self) -> WeirError | None:
+        """The error behind the latest reconnect (the reader retries for as long as it lives)."""
+        return self._inner._core.last_error
+
+    @property
+    def reconnects(self) -> int:
+        return self._inner._core.reconnects
 
     @property
     def partitions(self) -> list[PartitionSession]:
@@ -343,9 +385,13 @@ class Client:
         to_offset: int = -1,
         *,
         max_bytes: int = 4 << 20,
+        timeout: float | None = None,
     ) -> Iterator[RangeChunk]:
-        """Stored batches of ``[from_offset, to_offset)`` of one partition, no consumer involved."""
-        it = self._aio.read_range(topic, partition, from_offset, to_offset, max_bytes=max_bytes)
+        """Stored batches of ``[from_offset, to_offset)`` of one partition, no consumer involved;
+        ``timeout`` bounds the wait for each chunk (see `weir.aio.Client.read_range`)."""
+        it = self._aio.read_range(
+            topic, partition, from_offset, to_offset, max_bytes=max_bytes, timeout=timeout
+        )
 
         async def step() -> RangeChunk | None:
             try:
@@ -391,6 +437,7 @@ class Client:
         start: str | Start = Start.COMMITTED,
         read_from: dt.datetime | int | None = None,
         buffer_bytes: int = 64 << 20,
+        on_reconnect: Callable[[WeirError], None] | None = None,
     ) -> Reader:
         """A reader; see `weir.aio.Client.reader`."""
 
@@ -401,6 +448,7 @@ class Client:
                 start=start,
                 read_from=read_from,
                 buffer_bytes=buffer_bytes,
+                on_reconnect=on_reconnect,
             )
 
         return Reader(self._run(make()), self._loop)

@@ -10,9 +10,18 @@ and then every call raises ClosedError.
 
 seq_nos are assigned automatically, continuing from the producer's last stored
 seq_no that the server reports at init, or supplied by the caller (then they
-must grow). After a lost connection the writer reconnects with backoff and
-resends every unacknowledged batch as it was; the broker's dedup drops what it
-already has and reports it as skipped.
+must grow). Every writer has a producer id (generated when none is given). After
+a lost connection or a refusal (partition full, overloaded, storage full) the
+writer reconnects with exponential backoff and jitter, and resends every
+unacknowledged batch as it was; the broker's dedup drops what it already has and
+reports it as skipped. The backoff starts over only once an ack shows progress.
+
+Waits are bounded: when messages wait and none has been acknowledged for
+``delivery_timeout`` seconds (60 by default), the writer gives up: it fails
+with a DeliveryTimeoutError that names the last reason, and ``write()``,
+``flush()`` and ``close()`` raise it. A connection refused before the writer
+ever got through fails at once. ``on_reconnect`` is called with the reason each
+time the writer is about to reconnect.
 
 The same core serves the sync and the asyncio writer: its state is guarded by
 a lock, the sender and the ack reader run as tasks in an event loop (the
@@ -23,7 +32,6 @@ caller's for `weir.aio`, the client's own thread for `weir.Client`), and a sync
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import logging
 import threading
@@ -31,7 +39,6 @@ import time
 from bisect import bisect_right
 from collections import deque
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from itertools import accumulate, pairwise
 from time import time as _time
 from typing import Any
@@ -40,10 +47,13 @@ from uuid import uuid4
 import grpc
 
 from weir.client.connection import Backoff, Connection, error_from_rpc
+from weir.client.delivery import MessageLimit, StallClock
+from weir.client.write_buffer import AnyFuture, Buffer, Request, Sent, as_bytes
+from weir.client.writer_settings import WriteResult, WriterSettings
 from weir.errors import (
     BadRequestError,
     ClosedError,
-    MessageTooLargeError,
+    DeliveryTimeoutError,
     UnavailableError,
     WeirError,
     WeirTimeoutError,
@@ -52,106 +62,8 @@ from weir.errors import (
 from weir.protocols.native import weir_pb2 as pb
 from weir.protocols.native.wire import RawWriteRequest
 from weir.storage.batch import encode_batch
-from weir.storage.codecs import Codec
 
 log = logging.getLogger("weir.client.writer")
-
-AnyFuture = asyncio.Future[Any] | concurrent.futures.Future[Any]
-
-
-@dataclass(frozen=True, slots=True)
-class WriteResult:
-    """Where a message went. ``skipped``: the broker already had this seq_no (offset unknown)."""
-
-    partition: int
-    offset: int | None
-    seq_no: int
-    skipped: bool
-
-
-@dataclass(frozen=True)
-class WriterSettings:
-    """Writer limits; the defaults suit most producers."""
-
-    producer_id: str | None = None
-    partition: int | None = None
-    codec: Codec = Codec.RAW
-    max_buffer_messages: int = 200_000
-    max_buffer_bytes: int = 64 << 20
-    max_batch_messages: int = 50_000
-    max_batch_bytes: int = 1 << 20
-    max_request_bytes: int = 8 << 20
-    max_inflight_requests: int = 4
-    linger_ms: float = 0.0
-    max_message_bytes: int = 32 << 20
-
-    def __post_init__(self) -> None:
-        for name in (
-            "max_buffer_messages",
-            "max_buffer_bytes",
-            "max_batch_messages",
-            "max_batch_bytes",
-            "max_request_bytes",
-            "max_inflight_requests",
-        ):
-            v = getattr(self, name)
-            if not isinstance(v, int) or v <= 0:
-                raise BadRequestError(f"{name} must be a positive integer, got {v!r}")
-        if self.linger_ms < 0:
-            raise BadRequestError("linger_ms must be >= 0")
-
-
-@dataclass(slots=True)
-class _Sent:
-    """One encoded batch waiting for its ack."""
-
-    data: bytes
-    count: int
-    nbytes: int  # message bytes it accounts for in the buffer bound
-    first_seq: int
-    seqs: list[int] | None
-    futures: list[AnyFuture | None] | None
-
-
-@dataclass(slots=True)
-class _Request:
-    batches: list[_Sent]
-    sent_on: int = -1  # id of the stream it was last sent on
-
-
-@dataclass(slots=True)
-class _Buffer:
-    """Messages not yet encoded, as parallel columns; rarely used fields are sparse
-    (index -> value) so the common write costs three list appends."""
-
-    data: list[bytes] = field(default_factory=list)
-    created: list[int] = field(default_factory=list)
-    sizes: list[int] = field(default_factory=list)
-    seqs: list[int] = field(default_factory=list)  # manual seq_no mode only
-    keys: dict[int, bytes] = field(default_factory=dict)
-    headers: dict[int, Mapping[str, str]] = field(default_factory=dict)
-    futures: dict[int, AnyFuture] = field(default_factory=dict)
-
-    def split(self, n: int) -> _Buffer:
-        """Remove and return the first ``n`` messages."""
-        head = _Buffer(self.data[:n], self.created[:n], self.sizes[:n], self.seqs[:n])
-        del self.data[:n], self.created[:n], self.sizes[:n], self.seqs[:n]
-        for name in ("keys", "headers", "futures"):
-            src: dict[int, Any] = getattr(self, name)
-            if src:
-                setattr(head, name, {i: v for i, v in src.items() if i < n})
-                setattr(self, name, {i - n: v for i, v in src.items() if i >= n})
-        return head
-
-
-def _as_bytes(data: Any, what: str) -> bytes:
-    if isinstance(data, bytes):
-        return data
-    if isinstance(data, str):
-        return data.encode()
-    if isinstance(data, bytearray | memoryview):
-        return bytes(data)
-    raise BadRequestError(f"message {what} must be bytes or str, got {type(data).__name__}")
 
 
 class WriterCore:
@@ -167,14 +79,13 @@ class WriterCore:
         self.conn = conn
         self.topic = topic
         self.settings = settings
-        self.producer_id = settings.producer_id
-        if self.producer_id is None and settings.partition is None:
-            # no producer id given: a fresh one still makes resends after reconnects safe
-            self.producer_id = uuid4().hex
+        # Every writer is a producer: without an id given, a fresh one still lets the
+        # broker drop what a resend after a reconnect repeats (with or without partition=).
+        self.producer_id: str = settings.producer_id or uuid4().hex
         self.loop = loop
         self._lock = threading.Lock()
         self._space = threading.Condition(self._lock)
-        self._buf = _Buffer()
+        self._buf = Buffer()
         self._buf_bytes = 0
         self._unacked = 0
         self._unacked_bytes = 0
@@ -185,6 +96,7 @@ class WriterCore:
         self._next_seq = 1
         self._sender_idle = True
         self._error: WeirError | None = None
+        self._error_seen = False  # raised to the caller, or set on a future
         self._closed = False
         self._closing = False
         # loop-thread state
@@ -192,7 +104,7 @@ class WriterCore:
         self._space_event = asyncio.Event()
         self._acked_event = asyncio.Event()
         self._ready = asyncio.Event()
-        self._inflight: deque[_Request] = deque()
+        self._inflight: deque[Request] = deque()
         self._inflight_event = asyncio.Event()
         self._call: Any = None
         self._call_id = 0
@@ -204,6 +116,9 @@ class WriterCore:
         self.reconnects = 0
         self.last_error: WeirError | None = None  # the retryable error behind the latest reconnect
         self._tasks: list[asyncio.Task[None]] = []
+        self._backoff = Backoff()
+        self.limit = MessageLimit(settings.max_message_bytes)
+        self._inited = threading.Event()  # the first init, or the writer failed
 
     # ------------------------------------------------------------------ start / stop
 
@@ -213,6 +128,10 @@ class WriterCore:
             self.loop.create_task(self._session_loop(), name=f"weir-writer-session-{self.topic}"),
             self.loop.create_task(self._sender(), name=f"weir-writer-sender-{self.topic}"),
         ]
+        if self.settings.delivery_timeout is not None:
+            self._tasks.append(
+                self.loop.create_task(self._watchdog(), name=f"weir-writer-watchdog-{self.topic}")
+            )
 
     async def wait_init(self, timeout: float | None = None) -> None:
         """Wait until the first session is established (partition and last seq_no known)."""
@@ -220,19 +139,28 @@ class WriterCore:
             await asyncio.wait_for(self._wait_init(), timeout)
         except TimeoutError:
             raise WeirTimeoutError(
-                f"writer to {self.topic!r} not connected after {timeout} s"
+                f"writer to {self.topic!r} at {self.conn.endpoint} not connected after "
+                f"{timeout:g} s{self._why()}"
             ) from None
+
+    def _why(self) -> str:
+        """The last error behind a wait, for messages: "; last error: ..." or nothing."""
+        return f"; last error: {self.last_error.message}" if self.last_error is not None else ""
 
     async def _wait_init(self) -> None:
         await self._init_done.wait()  # also set when the writer fails
+        self._raise_error()
+
+    def _raise_error(self) -> None:
+        """Raise the error the writer failed with, if it did (the caller has seen it then)."""
         if self._error is not None:
+            self._error_seen = True
             raise self._error
 
     # ------------------------------------------------------------------ writing
 
     def _check_usable(self) -> None:
-        if self._error is not None:
-            raise self._error
+        self._raise_error()
         if self._closed or self._closing:
             raise ClosedError(f"writer to {self.topic!r} is closed")
 
@@ -244,13 +172,9 @@ class WriterCore:
         seq_no: int | None,
         created_at: Any,
     ) -> tuple[bytes, bytes, int, int]:
-        d = _as_bytes(data, "data")
-        k = b"" if key is None else _as_bytes(key, "key")
+        d = as_bytes(data, "data")
+        k = b"" if key is None else as_bytes(key, "key")
         size = len(d) + len(k)
-        if size > self.settings.max_message_bytes:
-            raise MessageTooLargeError(
-                f"message of {size} bytes exceeds max_message_bytes {self.settings.max_message_bytes}"
-            )
         if headers is not None and not isinstance(headers, Mapping):
             raise BadRequestError(
                 f"headers must be a mapping of str to str, got {type(headers).__name__}"
@@ -266,6 +190,37 @@ class WriterCore:
         if seq_no is not None and (not isinstance(seq_no, int) or seq_no < 0):
             raise BadRequestError(f"seq_no must be a non-negative int, got {seq_no!r}")
         return d, k, size, ms
+
+    @property
+    def max_message_bytes(self) -> int:
+        return self.limit.bytes
+
+    def _limit_wait(self, timeout: float | None) -> float | None:
+        return timeout if timeout is not None else self.settings.delivery_timeout
+
+    def _limit_unknown(self, size: int, waited: float | None) -> WeirError:
+        if self._error is not None:
+            self._error_seen = True
+            return self._error
+        return WeirTimeoutError(
+            f"writer to {self.topic!r} at {self.conn.endpoint} not connected after {waited:g} s: "
+            f"the server's message size limit, which a message of {size} bytes needs, is "
+            f"unknown{self._why()}"
+        )
+
+    def _await_limit_threadsafe(self, size: int, timeout: float | None) -> None:
+        """A message bigger than the default limit waits for the server's (a thread's call)."""
+        wait = self._limit_wait(timeout)
+        if not self._inited.wait(wait) or self._error is not None:
+            raise self._limit_unknown(size, wait)
+
+    async def _await_limit_async(self, size: int, timeout: float | None) -> None:
+        wait = self._limit_wait(timeout)
+        try:
+            await asyncio.wait_for(self._init_done.wait(), wait)
+        except TimeoutError:
+            raise self._limit_unknown(size, wait) from None
+        self._raise_error()
 
     def _append(
         self,
@@ -337,7 +292,7 @@ class WriterCore:
             and seq_no is None
             and created_at is None
             and fut is None
-            and len(data) <= self.settings.max_message_bytes
+            and len(data) <= self.limit.bytes
         ):
             # The common call, inlined: a lock and three appends.
             ms = int(_time() * 1000)
@@ -367,6 +322,9 @@ class WriterCore:
                     self.loop.call_soon_threadsafe(self._wake.set)
                 return
         d, k, size, ms = self._prepare(data, key, headers, seq_no, created_at)
+        if self.limit.must_wait(size):
+            self._await_limit_threadsafe(size, timeout)
+        self.limit.check(size)
         with self._lock:
             self._check_usable()
             if self._full():
@@ -396,15 +354,11 @@ class WriterCore:
         for name, col in (("keys", keys), ("headers", headers), ("seq_nos", seq_nos)):
             if col is not None and len(col) != n:
                 raise BadRequestError(f"{name} has {len(col)} entries for {n} values")
-        data = [v if type(v) is bytes else _as_bytes(v, "data") for v in values]
-        ks = [b"" if k is None else _as_bytes(k, "key") for k in keys] if keys is not None else None
+        data = [v if type(v) is bytes else as_bytes(v, "data") for v in values]
+        ks = [b"" if k is None else as_bytes(k, "key") for k in keys] if keys is not None else None
         sizes = list(map(len, data))
         if ks is not None:
             sizes = [a + len(b) for a, b in zip(sizes, ks, strict=True)]
-        if sizes and max(sizes) > self.settings.max_message_bytes:
-            raise MessageTooLargeError(
-                f"a message of {max(sizes)} bytes exceeds max_message_bytes {self.settings.max_message_bytes}"
-            )
         if created_at is None:
             created = [int(_time() * 1000)] * n
         elif isinstance(created_at, int):
@@ -482,6 +436,10 @@ class WriterCore:
         if not values:
             return
         data, ks, sizes, created = self._prepare_many(values, keys, headers, seq_nos, created_at)
+        biggest = max(sizes)
+        if self.limit.must_wait(biggest):
+            self._await_limit_threadsafe(biggest, timeout)
+        self.limit.check(biggest)
         with self._lock:
             self._check_usable()
             deadline = None if timeout is None else time.monotonic() + timeout
@@ -507,6 +465,10 @@ class WriterCore:
         if not values:
             return
         data, ks, sizes, created = self._prepare_many(values, keys, headers, seq_nos, created_at)
+        biggest = max(sizes)
+        if self.limit.must_wait(biggest):
+            await self._await_limit_async(biggest, timeout)
+        self.limit.check(biggest)
         deadline = None if timeout is None else self.loop.time() + timeout
         while True:
             with self._lock:
@@ -535,6 +497,9 @@ class WriterCore:
     ) -> None:
         """Buffer one message from the loop thread; waits while the buffer is full."""
         d, k, size, ms = self._prepare(data, key, headers, seq_no, created_at)
+        if self.limit.must_wait(size):
+            await self._await_limit_async(size, timeout)
+        self.limit.check(size)
         deadline = None if timeout is None else self.loop.time() + timeout
         while True:
             with self._lock:
@@ -561,21 +526,24 @@ class WriterCore:
             target = self._written
         deadline = None if timeout is None else self.loop.time() + timeout
         while True:
-            if self._error is not None:
-                raise self._error
+            self._raise_error()
             if self._acked >= target:
                 return
             self._acked_event.clear()
             remaining = None if deadline is None else deadline - self.loop.time()
             if remaining is not None and remaining <= 0:
                 raise WeirTimeoutError(
-                    f"flush timed out: {target - self._acked} messages not acknowledged after {timeout} s"
+                    f"flush timed out: {target - self._acked} messages to {self.topic!r} not "
+                    f"acknowledged after {timeout:g} s{self._why()}"
                 )
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._acked_event.wait(), remaining)
 
     async def close(self, timeout: float | None = None) -> None:
-        """Flush (up to ``timeout``), then stop; later calls raise ClosedError."""
+        """Flush (up to ``timeout``; the delivery timeout bounds it too), then stop; later
+        calls raise ClosedError. Raises the writer's error when it failed with messages
+        left unacknowledged (not stored, or not all) and no call or future has carried
+        the error to the caller yet."""
         if self._closed:
             return
         with self._lock:
@@ -583,6 +551,8 @@ class WriterCore:
         try:
             if self._error is None:
                 await self.flush(timeout)
+            elif self._unacked and not self._error_seen:
+                self._raise_error()
         finally:
             with self._lock:
                 self._closed = True
@@ -608,12 +578,12 @@ class WriterCore:
     # ------------------------------------------------------------------ background
 
     async def _session_loop(self) -> None:
-        backoff = Backoff()
+        backoff = self._backoff
         while not self._closed:
             call = None
             try:
                 call = self.conn.stream_write()
-                init = pb.WriteInit(topic=self.topic, producer_id=self.producer_id or "")
+                init = pb.WriteInit(topic=self.topic, producer_id=self.producer_id)
                 if self.settings.partition is not None:
                     init.partition = self.settings.partition
                 await call.write(pb.WriteRequest(init=init))
@@ -625,22 +595,19 @@ class WriterCore:
                     raise error_from_code(resp.error.code, resp.error.message)
                 if kind != "init":
                     raise UnavailableError(f"unexpected {kind} before init result")
-                r = resp.init
-                self.partition = r.partition
-                self.generation = r.generation
-                self.session_id = r.session_id
-                self.last_seq_no = r.last_seq_no if r.HasField("last_seq_no") else None
-                if not self._manual_seq:
-                    self._next_seq = max(self._next_seq, (self.last_seq_no or 0) + 1)
+                self.conn.ever_connected = True
+                self._on_init(resp.init)
                 self._call_id += 1
                 self._call = call
                 self._ready.set()
                 self._init_done.set()
+                self._inited.set()
                 self._wake.set()
                 # a sender parked on a full in-flight window (all sent on the old stream,
                 # never to be acked) must wake up to resend them on this one
                 self._inflight_event.set()
-                backoff.reset()
+                # no backoff.reset() here: refusals (partition full, overloaded) come after
+                # the init; the first ack on this stream resets it (see _on_ack)
                 await self._receive(call)
                 raise UnavailableError("server ended the write stream")
             except asyncio.CancelledError:
@@ -653,7 +620,11 @@ class WriterCore:
                 self._call = None
                 if call is not None:
                     call.cancel()
-                if not err.retryable:
+                fast = self.conn.unreachable(err)
+                if fast is not None:
+                    err = fast
+                if not err.retryable or fast is not None:
+                    self.last_error = err
                     self._fail(err)
                     return
                 if self._closed:
@@ -661,12 +632,70 @@ class WriterCore:
                 self.reconnects += 1
                 self.last_error = err
                 delay = backoff.next_delay()
-                log.info("writer to %s: %s; reconnecting in %.2f s", self.topic, err.message, delay)
+                log.warning(
+                    "writer to %s: %s; reconnecting in %.2f s", self.topic, err.message, delay
+                )
+                self._notify_reconnect(err)
                 await asyncio.sleep(delay)
             except Exception as exc:  # a bug: fail loudly rather than hang
                 log.exception("writer session failed")
                 self._fail(UnavailableError(f"writer failed: {exc!r}"))
                 return
+
+    def _on_init(self, r: Any) -> None:
+        self.partition = r.partition
+        self.generation = r.generation
+        self.session_id = r.session_id
+        self.last_seq_no = r.last_seq_no if r.HasField("last_seq_no") else None
+        if not self._manual_seq:
+            self._next_seq = max(self._next_seq, (self.last_seq_no or 0) + 1)
+        self.limit.learn(r.max_message_bytes)
+
+    def _notify_reconnect(self, err: WeirError) -> None:
+        cb = self.settings.on_reconnect
+        if cb is None:
+            return
+        try:
+            cb(err)
+        except Exception:
+            log.exception("on_reconnect callback of the writer to %s failed", self.topic)
+
+    async def _watchdog(self) -> None:
+        """Give up when messages wait and none is acknowledged for ``delivery_timeout``."""
+        limit = self.settings.delivery_timeout
+        assert limit is not None
+        tick = min(1.0, limit / 10)
+        clock = StallClock()
+        while not self._closed and self._error is None:
+            await asyncio.sleep(tick)
+            with self._lock:
+                unacked, acked = self._unacked, self._acked
+            if clock.observe(unacked, acked, self.loop.time()) >= limit:
+                reason = self.last_error
+                why = (
+                    f"last error: {reason.message}"
+                    if reason is not None
+                    else f"the server at {self.conn.endpoint} did not answer"
+                )
+                self._give_up(
+                    DeliveryTimeoutError(
+                        f"writer to {self.topic!r} gave up: {unacked} messages not acknowledged "
+                        f"for {limit:g} s (delivery_timeout); {why}",
+                        reason,
+                    )
+                )
+                return
+
+    def _give_up(self, err: WeirError) -> None:
+        """Fail the writer and stop reconnecting (from a task of its own)."""
+        self._fail(err)
+        me = asyncio.current_task()
+        for t in self._tasks:
+            if t is not me:
+                t.cancel()
+        call, self._call = self._call, None
+        if call is not None:
+            call.cancel()
 
     async def _receive(self, call: Any) -> None:
         while True:
@@ -699,6 +728,7 @@ class WriterCore:
                         fut.set_result(WriteResult(part, None, seq, True))
                     else:
                         fut.set_result(WriteResult(part, ack.offset + i - ack.skipped, seq, False))
+        self._backoff.reset()  # progress: the next failure starts the backoff over
         with self._lock:
             self._unacked -= n
             self._unacked_bytes -= nbytes
@@ -708,7 +738,7 @@ class WriterCore:
         self._acked_event.set()
         self._inflight_event.set()
 
-    def _take(self) -> list[_Sent]:
+    def _take(self) -> list[Sent]:
         """Encode what is buffered into batches for one request (called in the loop thread)."""
         s = self.settings
         with self._lock:
@@ -718,7 +748,7 @@ class WriterCore:
             cum = list(accumulate(b.sizes))
             n = max(1, bisect_right(cum, s.max_request_bytes))  # how many fit one request
             if n == len(b.data):
-                taken, self._buf = b, _Buffer()
+                taken, self._buf = b, Buffer()
             else:
                 taken = b.split(n)
                 cum = cum[:n]
@@ -727,7 +757,7 @@ class WriterCore:
             first_auto = self._next_seq
             if not manual:
                 self._next_seq += n
-        out: list[_Sent] = []
+        out: list[Sent] = []
         start = 0
         base = 0
         while start < n:
@@ -740,7 +770,7 @@ class WriterCore:
             idx = range(start, end)
             encoded = encode_batch(
                 taken.data if whole else taken.data[start:end],
-                producer_id=self.producer_id or "",
+                producer_id=self.producer_id,
                 first_seq_no=first_seq,
                 seq_nos=seqs,
                 created_at=taken.created if whole else taken.created[start:end],
@@ -749,7 +779,7 @@ class WriterCore:
                 codec=s.codec,
             )
             futures = [taken.futures.get(i) for i in idx] if taken.futures else None
-            out.append(_Sent(encoded, end - start, cum[end - 1] - base, first_seq, seqs, futures))
+            out.append(Sent(encoded, end - start, cum[end - 1] - base, first_seq, seqs, futures))
             base = cum[end - 1]
             start = end
         return out
@@ -789,7 +819,7 @@ class WriterCore:
                 batches = self._take()
                 if not batches:
                     continue
-                req = _Request(batches, call_id)
+                req = Request(batches, call_id)
                 self._inflight.append(req)
                 await self._send(call, req)
         except asyncio.CancelledError:
@@ -798,7 +828,7 @@ class WriterCore:
             log.exception("writer sender failed")
             self._fail(UnavailableError(f"writer sender failed: {exc!r}"))
 
-    async def _send(self, call: Any, req: _Request) -> None:
+    async def _send(self, call: Any, req: Request) -> None:
         try:
             await call.write(RawWriteRequest([b.data for b in req.batches]))
         except asyncio.CancelledError:
@@ -822,6 +852,7 @@ class WriterCore:
         self._space_event.set()
         self._acked_event.set()
         self._init_done.set()
+        self._inited.set()
 
     def _fail_pending(self, err: WeirError) -> None:
         futures: list[AnyFuture | None] = []
@@ -834,3 +865,5 @@ class WriterCore:
         for f in futures:
             if f is not None and not f.done():
                 f.set_exception(err)
+                if err is self._error:
+                    self._error_seen = True

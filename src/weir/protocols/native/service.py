@@ -13,6 +13,7 @@ import contextlib
 import functools
 import itertools
 import logging
+import operator
 import uuid
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -46,9 +47,9 @@ from weir.protocols.native.wire import (
     encode_read_response,
 )
 from weir.security import Security
-from weir.storage.batch import BatchHeader
+from weir.storage.batch import BatchHeader, decode_payload
 from weir.storage.codecs import codec_name
-from weir.storage.partition import BatchResult, validate_incoming
+from weir.storage.partition import BatchResult, IncomingBatch, validate_incoming
 
 log = logging.getLogger("weir.native")
 
@@ -372,6 +373,7 @@ class WriteSession:
                 partition=self.partition,
                 generation=self.broker.generation,
                 session_id=self.session_id,
+                max_message_bytes=self.broker.config.message_limit,
             )
             if last is not None:
                 result.last_seq_no = last
@@ -441,6 +443,7 @@ class WriteSession:
                 batches = validate_incoming(bufs)
                 for inc in batches:
                     self._check_producer(inc.header)
+                    check_message_sizes(inc, cfg.message_limit)
                 if self._inflight and self._inflight + nbytes > cfg.max_session_inflight_bytes:
                     self.broker.observer.on_refused(self.topic, self.partition, "overloaded")
                     raise OverloadedError(
@@ -487,6 +490,25 @@ class WriteSession:
             raise
         except BaseException as err:
             self._fail(err)
+
+
+def check_message_sizes(inc: IncomingBatch, limit: int) -> None:
+    """Refuse a batch holding a message (data plus key) over ``limit`` bytes.
+
+    A payload no bigger than the limit cannot hold such a message, so only the
+    rare batch with a bigger one is decoded again for its lengths.
+    """
+    h = inc.header
+    if h.raw_len <= limit:
+        return
+    p = decode_payload(inc.buf, 0, h)
+    sizes = p.data_lens if p.key_lens is None else map(operator.add, p.data_lens, p.key_lens)
+    biggest = max(sizes, default=0)
+    if biggest > limit:
+        raise MessageTooLargeError(
+            f"a message of {biggest} bytes exceeds the limit of {limit} bytes "
+            "(limits.max_message_bytes)"
+        )
 
 
 async def _stop(*tasks: asyncio.Task[None] | None) -> None:

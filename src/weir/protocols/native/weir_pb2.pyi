@@ -249,12 +249,18 @@ class WriteInitResult(_message.Message):
     GENERATION_FIELD_NUMBER: _builtins.int
     LAST_SEQ_NO_FIELD_NUMBER: _builtins.int
     SESSION_ID_FIELD_NUMBER: _builtins.int
+    MAX_MESSAGE_BYTES_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     partition: _builtins.int
     generation: _builtins.int
     last_seq_no: _builtins.int
     """The producer's highest stored seq_no, when it has one."""
     session_id: _builtins.str
+    max_message_bytes: _builtins.int
+    """The server's limit on one message (data plus key), in bytes: the writer checks
+    each message against it rather than have the server refuse the whole stream.
+    0 from a server that does not report it.
+    """
     def __init__(
         self,
         *,
@@ -263,10 +269,11 @@ class WriteInitResult(_message.Message):
         generation: _builtins.int = ...,
         last_seq_no: _builtins.int | None = ...,
         session_id: _builtins.str = ...,
+        max_message_bytes: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_last_seq_no", b"_last_seq_no", "last_seq_no", b"last_seq_no"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_last_seq_no", b"_last_seq_no", "generation", b"generation", "last_seq_no", b"last_seq_no", "partition", b"partition", "session_id", b"session_id", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_last_seq_no", b"_last_seq_no", "generation", b"generation", "last_seq_no", b"last_seq_no", "max_message_bytes", b"max_message_bytes", "partition", b"partition", "session_id", b"session_id", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__last_seq_no: _TypeAlias = _typing.Literal["last_seq_no"]  # noqa: Y015
     _WhichOneofArgType__last_seq_no: _TypeAlias = _typing.Literal["_last_seq_no", b"_last_seq_no"]  # noqa: Y015

@@ -241,11 +241,12 @@ class WriteSession:
         codec = storage_codec(wr.codec)
         data = [m.data for m in msgs]
         sizes = list(map(len, data))
-        limit = self.broker.config.max_batch_bytes
+        limit = self.broker.config.message_limit
         biggest = max(sizes)
         if biggest > limit:
             raise MessageTooLargeError(
-                f"a message of {biggest} bytes exceeds the limit of {limit} bytes"
+                f"a message of {biggest} bytes exceeds the limit of {limit} bytes "
+                "(limits.max_message_bytes)"
             )
         seq_nos = [m.seq_no for m in msgs]
         created = [m.created_at.seconds * 1000 + m.created_at.nanos // 1_000_000 for m in msgs]
