@@ -16,6 +16,7 @@ from tests.conftest import ROOT
 PAGES = [
     "README.md",
     "docs/cli.md",
+    "docs/sdk.md",
     "docs/configuration.md",
     "docs/observability.md",
     "docs/storage.md",

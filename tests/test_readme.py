@@ -31,6 +31,7 @@ CHAIN: list[tuple[str, str]] = [
     ("README.md", "readme-ydb"),
     ("README.md", "readme-spark"),
     ("docs/cli.md", "cli-topics"),
+    ("docs/sdk.md", "sdk-tour"),
     ("docs/ydb.md", "ydb-sdk"),
     ("docs/spark.md", "spark-setup"),
     ("docs/spark.md", "spark-topics"),
@@ -171,6 +172,11 @@ def test_every_page_runs_in_order_on_one_server_and_again(
 
             # docs/cli.md: the topic commands, on a topic of their own (dropped at the end).
             _shown_lines_printed(reader.console(block("docs/cli.md", "cli-topics")))
+
+            # docs/sdk.md: a partition writer with a generated producer id, an exact range.
+            sdk_page = reader.python(block("docs/sdk.md", "sdk-tour"))
+            assert sdk_page == ["True", "[b'event 10', b'event 11', b'event 12']"]
+            assert sum(_messages(client, "sdk-events")) == 100 * run
 
             # docs/ydb.md: its own topic too.
             assert reader.python(block("docs/ydb.md", "ydb-sdk")) == []

@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 
 from tests.cli.conftest import Weir, one_line_error
+from weir.client import Consumer
 from weir.client.sync import Client
 
 
@@ -154,3 +155,13 @@ def test_create_if_not_exists(weir: Weir, topic_name: str) -> None:
     )
     plain = weir("topic", "create", topic_name, "--partitions", "2")
     assert plain.code == 1 and "already exists" in one_line_error(plain)
+
+
+def test_topic_list_never_cuts_a_name(weir: Weir, sdk: Client, topic_name: str) -> None:
+    """The table is 80 columns wide in a pipe: long names must still print whole."""
+    names = [f"{topic_name}_{'x' * 50}_{i}" for i in range(3)]
+    for name in names:
+        sdk.create_topic(name, partitions=1, consumers=[Consumer("a-consumer-with-a-long-name")])
+    text = weir("topic", "list", topic_name).text
+    for name in names:
+        assert name in text, text

@@ -123,7 +123,8 @@ def show_topic_list(topics: list[TopicInfo]) -> None:
         stderr.print("no topics")
         return
     table = Table()
-    table.add_column("topic")
+    # a name is what a user copies into the next command: never cut it short to fit
+    table.add_column("topic", no_wrap=True, min_width=max(len(t.name) for t in topics))
     for col in ("partitions", "messages", "size"):
         table.add_column(col, justify="right")
     table.add_column("retention")
