@@ -16,6 +16,12 @@ to four per write (many small requests) or as many as fit in one SDK batch
 compaction made, and the largest single commit. Byte counts do not depend on
 the disk, so this part runs without fsync; CPU µs/write is the process's CPU
 time (both threads) per write.
+
+Read cache: 1, 4 and 10 consumers replay one partition side by side (in turn,
+1 MiB per read request, as the broker serves them on its one event loop), with
+the shared read cache off and on. Two shapes of data: 1 MiB SDK batches of 1 KB
+messages (big blobs of 1 MiB, sealed in place) and 10 KB writes of 100 B
+messages (big blobs of 6 MiB, packed by compaction).
 """
 
 from __future__ import annotations
@@ -213,6 +219,86 @@ def print_amplification(rows: list[AmpRow]) -> None:
         )
 
 
+READ_SHAPES = [  # (label, message size, messages per write)
+    ("1 KB msgs, 1 MiB batches", 1_000, 1_000),
+    ("100 B msgs, 10 KB writes", 100, 100),
+]
+
+
+@dataclass
+class CacheRow:
+    data: str
+    readers: int
+    cache: bool
+    read_bytes: int
+    seconds: float
+    cpu_s: float
+    hits: int
+    misses: int
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.read_bytes / self.seconds / 1e6
+
+
+def replay(data_dir: Path, readers: int, cache: bool) -> tuple[int, float, float, int, int]:
+    """``readers`` consumers read the partition's big blobs from offset 0, in turn, on a
+    freshly opened store (empty cache): (bytes read, seconds, CPU seconds, hits, misses)."""
+    store = Store(data_dir, read_cache_bytes=(256 << 20) if cache else 0)
+    log = store.open_partition(1, PartitionConfig())
+    end = max(b.end_offset for b in log.blobs if not b.is_head)  # big blobs only
+    pos = [0] * readers
+    total = 0
+    t0, c0 = time.perf_counter(), time.process_time()
+    while pos[-1] < end:
+        for i in range(readers):  # each consumer's next read request in turn
+            res = log.read(pos[i], 1 << 20, end)
+            total += res.nbytes
+            pos[i] = res.next_offset
+    dt, cpu = time.perf_counter() - t0, time.process_time() - c0
+    st = store.read_cache.stats
+    store.close()
+    return total, dt, cpu, st.hits, st.misses
+
+
+def cache_readers(
+    dirpath: Path, mb: float, readers_list: list[int], repeat: int = 3
+) -> list[CacheRow]:
+    """Rows of `replay`, the fastest of ``repeat`` runs each (the machine is shared)."""
+    rows = []
+    for label, msg_size, batch_msgs in READ_SHAPES:
+        data_dir = dirpath / f"read-{msg_size}"
+        store = Store(data_dir, sync=False)
+        log = store.open_partition(1, PartitionConfig())
+        payload = [os.urandom(msg_size) for _ in range(batch_msgs)]
+        seq = 1
+        while log.size_bytes < mb * 1e6:
+            log.write(validate_incoming([encode_batch(payload, producer_id="p", first_seq_no=seq)]))
+            seq += batch_msgs
+        store.close()
+        for readers in readers_list:
+            for cache in (False, True):
+                runs = [replay(data_dir, readers, cache) for _ in range(repeat)]
+                best = min(runs, key=lambda r: r[1])
+                rows.append(CacheRow(label, readers, cache, *best))
+        shutil.rmtree(data_dir, ignore_errors=True)
+    return rows
+
+
+def print_cache(rows: list[CacheRow]) -> None:
+    print(
+        "| data | consumers | read cache | MB read | seconds | MB/s | CPU ms per MB "
+        "| hits | misses |"
+    )
+    print("|---|---:|---|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        print(
+            f"| {r.data} | {r.readers} | {'on' if r.cache else 'off'} | "
+            f"{r.read_bytes / 1e6:,.0f} | {r.seconds:.2f} | {r.mb_per_s:,.0f} | "
+            f"{1e3 * r.cpu_s / (r.read_bytes / 1e6):.2f} | {r.hits:,} | {r.misses:,} |"
+        )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -222,6 +308,10 @@ def main() -> None:
     )
     ap.add_argument("--seconds", type=float, default=3.0, help="duration of each case")
     ap.add_argument("--amp-mb", type=float, default=32.0, help="MB written per amplification case")
+    ap.add_argument(
+        "--read-mb", type=float, default=48.0, help="MB in the partition the consumers replay"
+    )
+    ap.add_argument("--readers", default="1,4,10", help="consumer counts for the cache rows")
     ap.add_argument("--only", default="append,amp,cache", help="parts to run (comma-separated)")
     ap.add_argument("--json", default=None, help="write the rows as JSON to this file")
     args = ap.parse_args()
@@ -239,6 +329,11 @@ def main() -> None:
         print()
         print_amplification(amp)
         out["amplification"] = [{**asdict(r), "ratio": r.ratio} for r in amp]
+    if "cache" in parts:
+        cache = cache_readers(base, args.read_mb, [int(n) for n in args.readers.split(",")])
+        print()
+        print_cache(cache)
+        out["read_cache"] = [{**asdict(r), "mb_per_s": r.mb_per_s} for r in cache]
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1))
     if not args.dir:

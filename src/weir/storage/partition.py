@@ -51,6 +51,7 @@ from weir.storage.head import SEALABLE, Entry, HeadSegment, push
 from weir.storage.kv import KV, Op, ReadView, delete, delete_range, put
 from weir.storage.meta import PartitionMeta
 from weir.storage.producers import ProducerState
+from weir.storage.read_cache import CachedBlob, ReadCache
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,6 +182,7 @@ class PartitionLog:
         *,
         label: str = "",
         space_check: SpaceCheck | None = None,
+        cache: ReadCache | None = None,
     ) -> None:
         self.kv = kv
         self.committer = committer
@@ -188,6 +190,8 @@ class PartitionLog:
         self.config = config or PartitionConfig()
         self.label = label or str(log_id)
         self._space_check = space_check
+        self._cache = cache if cache is not None else ReadCache(0)
+        self._cache_owner = self._cache.new_owner()
         self.start_offset = 0
         self.end_offset = 0
         self.size_bytes = 0
@@ -213,6 +217,7 @@ class PartitionLog:
         *,
         label: str = "",
         space_check: SpaceCheck | None = None,
+        cache: ReadCache | None = None,
         verify_all: bool = False,
         strict: bool = True,
     ) -> PartitionLog:
@@ -225,7 +230,7 @@ class PartitionLog:
         on read, writes are refused, and the rest stays readable, so one bad
         partition does not keep a whole server from starting.
         """
-        log = cls(kv, committer, log_id, config, label=label, space_check=space_check)
+        log = cls(kv, committer, log_id, config, label=label, space_check=space_check, cache=cache)
         try:
             log._load(verify_all)
         except CorruptDataError as err:
@@ -584,6 +589,7 @@ class PartitionLog:
         if change.drop_front:
             for b in blobs[: change.drop_front]:
                 self._head.pop(b.first_offset, None)
+                self._cache.discard(self._cache_key(b))
                 self.size_bytes -= b.size
             head_dropped = max(0, change.drop_front - (len(blobs) - self._head_count))
             self._head_count -= head_dropped
@@ -654,6 +660,10 @@ class PartitionLog:
         ops.append(delete(keys.PARTITIONS, keys.log_prefix(self.log_id)))
         return ops
 
+    def drop_cached(self) -> None:
+        """Forget this partition's blobs in the read cache (it was dropped)."""
+        self._cache.drop_owner(self._cache_owner)
+
     # ------------------------------------------------------------------ reads
 
     def read(
@@ -662,9 +672,10 @@ class PartitionLog:
         """Whole batches from the one holding ``from_offset`` on, up to about ``max_bytes``
         (at least one batch) and never past ``to_offset`` or EndOffset.
 
-        Head blobs are served from memory; big blobs are CRC-checked as they are read;
-        damage raises CorruptDataError naming the partition and offset instead of
-        serving wrong bytes.
+        Head blobs are served from memory. A big blob is checked whole (CRCs, offsets)
+        on its first read and then served from the shared read cache; one the cache
+        does not take is checked as it is read. Damage raises CorruptDataError naming
+        the partition and offset instead of serving wrong bytes.
         """
         start = max(from_offset, self._read_start)
         stop = self.end_offset if to_offset is None else min(to_offset, self.end_offset)
@@ -683,11 +694,15 @@ class PartitionLog:
                     break
                 budget = max_bytes - total
                 seg = self._head.get(b.first_offset) if b.is_head else None
+                cached = None if b.is_head else self._cached(view, b)
                 if seg is not None:
                     data: bytes | memoryview = memoryview(seg.data)
                     a, z, base, nxt = self._slice(
                         data, b, start, stop, budget, bool(result.chunks), False
                     )
+                elif cached is not None:
+                    data = memoryview(cached.data)
+                    a, z, base, nxt = cached.slice(start, stop, budget, bool(result.chunks))
                 else:  # checked as it is read; copied out of the map before the view closes
                     data = self._fetch(view, b)
                     a, z, base, nxt = self._slice(
@@ -695,7 +710,7 @@ class PartitionLog:
                     )
                 if z > a:
                     chunk = data[a:z]
-                    result.chunks.append(chunk if seg is not None else bytes(chunk))
+                    result.chunks.append(bytes(chunk) if seg is None and cached is None else chunk)
                     total += z - a
                     if first is None:
                         first = base
@@ -713,6 +728,25 @@ class PartitionLog:
             )
         result.first_offset = first
         return result
+
+    def _cache_key(self, b: BlobInfo) -> tuple[int, int, int]:
+        return (self._cache_owner, b.first_offset, b.count)
+
+    def _cached(self, view: ReadView, b: BlobInfo) -> CachedBlob | None:
+        """Big blob ``b`` from the read cache, checked whole and added on a miss; None when
+        the cache does not take it or it is damaged (never cached: the checked read path
+        then serves its undamaged batches and refuses the damaged ones)."""
+        key = self._cache_key(b)
+        blob = self._cache.get(key)
+        if blob is None and self._cache.admits(b.size):
+            data = bytes(self._fetch(view, b))
+            try:
+                offsets, starts = self._index(data, b)
+            except CorruptDataError:
+                return None
+            blob = CachedBlob(data, offsets, starts)
+            self._cache.put(key, blob)
+        return blob
 
     def _index(self, data: bytes | memoryview, b: BlobInfo) -> tuple[array[int], array[int]]:
         """Check every batch of blob ``b`` (header and payload CRCs, dense offsets, the
