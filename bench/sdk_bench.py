@@ -1,12 +1,18 @@
 """Produce / consume through the weir SDK against a real server on loopback.
 
     python bench/sdk_bench.py [--messages 1000000] [--size 100] [--big 100000] [--profile DIR]
+                              [--readers 1,4,10] [--shared-messages 100000]
 
 Starts `weir serve` in a child process on an ephemeral port with a fresh data
 directory (acks after fsync, as always), then measures from a single producer:
 N messages of S bytes, M messages of 10 KB, and one consumer reading the N
 messages back. With --profile, py-spy records the server during the run and
 writes flame graphs (SVG) into DIR.
+
+With --readers, it then starts a server with the read cache off and one with it
+on (storage.read_cache_bytes), writes --shared-messages of 1 KB to one
+partition, and lets 1, 4, 10 consumers (each its own client and consumer name)
+read all of it at the same time: total MB/s and the server's CPU per MB.
 """
 
 from __future__ import annotations
@@ -50,8 +56,9 @@ class Row:
 
 
 class Server:
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, env: dict[str, str] | None = None) -> None:
         self.data_dir = data_dir
+        self.env = env
         self.proc: subprocess.Popen[str] | None = None
         self.endpoint = ""
 
@@ -71,6 +78,7 @@ class Server:
             stdout=subprocess.DEVNULL,
             text=True,
             cwd=ROOT,
+            env={**os.environ, **(self.env or {})},
         )
         assert self.proc.stderr is not None
         deadline = time.monotonic() + 60
@@ -129,6 +137,37 @@ def consume(
     return Row(f"consume {n:,} x {size} B, 1 consumer ({how})", got, got * size, dt)
 
 
+def shared_readers(client: weir.Client, topic: str, n: int, readers: int) -> Row:
+    """``readers`` consumers, each with a client of its own, read the same n messages at once."""
+    got = [0] * readers
+    ready = threading.Barrier(readers + 1)
+
+    def run(i: int) -> None:
+        c = weir.Client(client.endpoint)
+        r = c.reader(topic, consumer=f"shared-{readers}-{i}").wait_connected()
+        ready.wait()
+        deadline = time.perf_counter() + 300
+        while got[i] < n and time.perf_counter() < deadline:
+            b = r.receive_batch(timeout=5)
+            if b is None:
+                break
+            got[i] += len(b.values)
+        r.close()
+        c.close()
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(readers)]
+    for t in threads:
+        t.start()
+    ready.wait()
+    t0 = time.perf_counter()
+    for t in threads:
+        t.join()
+    dt = time.perf_counter() - t0
+    total = sum(got)
+    who = f"{readers} consumer{'s' if readers > 1 else ''}"
+    return Row(f"{who} of one partition", total, total * 1000, dt)
+
+
 def cpu_seconds(pid: int) -> float:
     """utime + stime of a process, from /proc."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -153,7 +192,12 @@ def main() -> None:
     ap.add_argument("--big", type=int, default=100_000, help="number of 10 KB messages")
     ap.add_argument("--profile", default=None, help="write py-spy flame graphs of the server here")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--readers", default="", help="e.g. 1,4,10: shared-partition reader rows")
+    ap.add_argument("--shared-messages", type=int, default=100_000, help="1 KB messages read")
     args = ap.parse_args()
+    if args.readers:
+        shared_rows(args.shared_messages, [int(x) for x in args.readers.split(",")])
+        return
     data = Path(tempfile.mkdtemp(prefix="weir-sdk-bench-"))
     server = Server(data / "data")
     server.start()
@@ -216,6 +260,39 @@ def main() -> None:
                 [{**asdict(r), "msgs_per_s": r.msgs_per_s, "mb_per_s": r.mb_per_s} for r in rows],
                 indent=1,
             )
+        )
+
+
+def shared_rows(n: int, readers_list: list[int]) -> None:
+    """The read cache over the wire: the same consumers with it off and on."""
+    rows: list[tuple[str, Row]] = []
+    for label, cache in (("off", "0"), ("on", "256MiB")):
+        data = Path(tempfile.mkdtemp(prefix="weir-sdk-bench-"))
+        server = Server(data / "data", env={"WEIR_STORAGE_READ_CACHE_BYTES": cache})
+        server.start()
+        try:
+            client = weir.Client(server.endpoint)
+            client.create_topic("shared", partitions=1)
+            produce(client, "shared", n, 1000, "shared")
+            for readers in readers_list:
+                rows.append(
+                    (
+                        label,
+                        measured(
+                            server, lambda c=client, r=readers: shared_readers(c, "shared", n, r)
+                        ),
+                    )
+                )
+            client.close()
+        finally:
+            server.stop()
+            shutil.rmtree(data, ignore_errors=True)
+    print("| workload | read cache | messages/s | MB/s | seconds | server CPU ms per MB |")
+    print("|---|---|---:|---:|---:|---:|")
+    for label, r in rows:
+        print(
+            f"| {r.workload} | {label} | {r.msgs_per_s:,.0f} | {r.mb_per_s:,.1f} | "
+            f"{r.seconds:.2f} | {1e3 * r.server_cpu / max(1e-9, r.bytes / 1e6):.2f} |"
         )
 
 

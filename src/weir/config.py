@@ -175,6 +175,10 @@ def _size(value: object) -> int:
     return n
 
 
+def _size_or_zero(value: object) -> int:
+    return parse_size(_number_text(value))
+
+
 def _optional(parse: Callable[[object], Any]) -> Callable[[object], Any]:
     def parse_optional(value: object) -> Any:
         if isinstance(value, str) and value.strip().lower() == "none":
@@ -251,6 +255,8 @@ def _render_seconds(s: float) -> str:
 def _render_size(n: int | None) -> str:
     if n is None:
         return '"none"'
+    if n == 0:
+        return "0"
     for unit, factor in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if n % factor == 0:
             return f'"{n // factor}{unit}"'
@@ -271,6 +277,7 @@ PATH = Kind("path", lambda v: Path(_str(v)), render=lambda p: _show(str(p)))
 BOOL = Kind("bool", _bool, _bool_text)
 PARTITIONS = Kind("integer", _partitions, _int_text, str)
 SIZE = Kind("size", _size, render=_render_size)
+SIZE_OR_ZERO = Kind("size", _size_or_zero, render=_render_size)  # 0 turns a feature off
 OPTIONAL_SIZE = Kind("size or none", _optional(_size), render=_render_size)
 DURATION_MS = Kind("duration", _ms, render=_render_duration_ms)
 OPTIONAL_DURATION_MS = Kind("duration or none", _optional(_ms), render=_render_duration_ms)
@@ -366,6 +373,15 @@ KEYS: tuple[Key, ...] = (
         _B.verify_on_start,
         "Check the CRC of every stored batch at start, not only the heads (slow on big data).",
         "verify_on_start",
+    ),
+    Key(
+        "storage",
+        "read_cache_bytes",
+        SIZE_OR_ZERO,
+        _B.read_cache_bytes,
+        "Memory for the read cache all partitions share: a big blob is checked once, then "
+        "served to every reader from memory. 0 turns it off.",
+        "read_cache_bytes",
     ),
     Key(
         "limits",

@@ -25,7 +25,7 @@ from prometheus_client import (
     ProcessCollector,
     generate_latest,
 )
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 import weir
 from weir.broker.observer import BrokerObserver
@@ -132,7 +132,7 @@ class BrokerCollector:
     def describe(self) -> Iterable[Metric]:
         return self._families()
 
-    def _families(self) -> list[GaugeMetricFamily]:
+    def _families(self) -> list[GaugeMetricFamily | CounterMetricFamily]:
         tp = list(_TP)
         tpc = [*tp, "consumer"]
         return [
@@ -177,6 +177,25 @@ class BrokerCollector:
             GaugeMetricFamily(
                 "weir_group_commit_pending_jobs", "Jobs waiting for the next group commit."
             ),
+            CounterMetricFamily(
+                "weir_read_cache_hits", "Big-blob reads served from the shared read cache."
+            ),
+            CounterMetricFamily(
+                "weir_read_cache_misses",
+                "Big-blob reads that fetched and checked the blob (then cached if it fits).",
+            ),
+            CounterMetricFamily(
+                "weir_read_cache_evictions",
+                "Blobs evicted to keep the read cache within storage.read_cache_bytes.",
+            ),
+            GaugeMetricFamily(
+                "weir_read_cache_bytes", "Memory held by the read cache (blobs and their index)."
+            ),
+            GaugeMetricFamily("weir_read_cache_blobs", "Big blobs in the read cache."),
+            GaugeMetricFamily(
+                "weir_read_cache_capacity_bytes",
+                "Bound of the read cache (storage.read_cache_bytes).",
+            ),
         ]
 
     def collect(self) -> Iterable[Metric]:
@@ -189,7 +208,9 @@ class BrokerCollector:
         return list(fams.values())
 
     @staticmethod
-    def _collect_broker(broker: Broker, fams: dict[str, GaugeMetricFamily]) -> None:
+    def _collect_broker(
+        broker: Broker, fams: dict[str, GaugeMetricFamily | CounterMetricFamily]
+    ) -> None:
         fams["weir_broker_generation"].add_metric([], broker.generation)
         topics = broker.list_topics()
         fams["weir_topics"].add_metric([], len(topics))
@@ -213,6 +234,13 @@ class BrokerCollector:
         fams["weir_storage_capacity_bytes"].add_metric([], usage.capacity_bytes)
         fams["weir_storage_disk_free_bytes"].add_metric([], usage.disk_free_bytes)
         fams["weir_group_commit_pending_jobs"].add_metric([], broker.store.committer.pending)
+        cache = broker.store.read_cache.stats
+        fams["weir_read_cache_hits"].add_metric([], cache.hits)
+        fams["weir_read_cache_misses"].add_metric([], cache.misses)
+        fams["weir_read_cache_evictions"].add_metric([], cache.evictions)
+        fams["weir_read_cache_bytes"].add_metric([], cache.bytes)
+        fams["weir_read_cache_blobs"].add_metric([], cache.blobs)
+        fams["weir_read_cache_capacity_bytes"].add_metric([], cache.capacity)
 
 
 class ServerMetrics:

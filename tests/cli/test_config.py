@@ -119,3 +119,11 @@ def test_docs_list_every_key_with_its_default() -> None:
     assert config.reference_markdown() in docs, (
         "regenerate the table: weir.config.reference_markdown()"
     )
+
+
+def test_read_cache_size_takes_zero_to_turn_it_off(tmp_path: Path) -> None:
+    assert load(env={"WEIR_STORAGE_READ_CACHE_BYTES": "0"}).broker.read_cache_bytes == 0
+    cfg = load(write(tmp_path, '[storage]\nread_cache_bytes = "1GiB"\n')).broker
+    assert cfg.read_cache_bytes == 1 << 30
+    with pytest.raises(ConfigError, match="read_cache_bytes"):
+        load(env={"WEIR_STORAGE_READ_CACHE_BYTES": "-5"})

@@ -4,7 +4,9 @@
 - what was acknowledged is readable byte for byte;
 - a duplicate seq_no is never stored twice;
 - compaction, retention and recovery never change what a reader sees for
-  offsets still retained.
+  offsets still retained;
+- a byte is committed to the KV at most twice (once as a head piece, at most
+  once more when compaction packs it into a big blob).
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ class PartitionMachine(RuleBasedStateMachine):
         self.last_offset: dict[str, int] = {}
         self.start = 0
         self.now = 1_000_000
+        self.stored = 0  # bytes the writes added
+        self.committed_before = 0  # bytes committed by stores closed by reopen
 
     def teardown(self) -> None:
         self.store.close()
@@ -66,7 +70,9 @@ class PartitionMachine(RuleBasedStateMachine):
             )
             expected.append((seqs, data))
         offset = self.start + len(self.model)
+        size_before = self.log.size_bytes
         results = self.log.write(validate_incoming(incoming), now_ms=self.now)
+        self.stored += self.log.size_bytes - size_before
         for (seqs, data), res in zip(expected, results, strict=True):
             mx = self.max_seq.get(producer, 0) if producer else -1
             skip = sum(1 for s in seqs if s <= mx) if producer else 0
@@ -124,6 +130,7 @@ class PartitionMachine(RuleBasedStateMachine):
 
     @rule()
     def reopen(self) -> None:
+        self.committed_before += self.store.committer.stats.bytes
         self.store.close()
         self.store = Store(self.dir)
         self.log = self.store.open_partition(1, CFG, verify_all=True)
@@ -151,6 +158,10 @@ class PartitionMachine(RuleBasedStateMachine):
         assert log.end_offset - log.start_offset == len(self.model)
         if self.model:
             assert sorted(self.model) == list(range(log.start_offset, log.end_offset))
+
+    @invariant()
+    def bytes_committed_at_most_twice(self) -> None:
+        assert self.committed_before + self.store.committer.stats.bytes <= 2 * self.stored
 
     @invariant()
     def no_seq_stored_twice(self) -> None:

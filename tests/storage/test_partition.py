@@ -8,6 +8,7 @@ import pytest
 
 from tests.storage.conftest import make_batch
 from weir.errors import CorruptDataError, PartitionOverflowError, StorageFullError
+from weir.storage import keys
 from weir.storage.batch import decode_records, encode_batch, iter_batches
 from weir.storage.blob import BIG
 from weir.storage.partition import PartitionConfig, PartitionLog, validate_incoming
@@ -244,7 +245,6 @@ def test_one_change_at_a_time(store: Store) -> None:
 
 
 def test_corrupt_meta_is_reported(tmp_path: Path) -> None:
-    from weir.storage import keys
     from weir.storage.kv import put
 
     s = Store(tmp_path / "d")
@@ -293,3 +293,62 @@ def test_full_sdk_batches_are_written_once(store: Store) -> None:
     assert any(b.level == BIG for b in log.blobs)  # compaction happened
     assert store.committer.stats.bytes == written
     assert [o for o, _ in read_all(log)] == list(range(8 * 102))
+
+
+@pytest.mark.parametrize(("size", "per_write"), [(100, 1), (100, 4), (1000, 1), (1000, 8)])
+def test_small_writes_are_committed_at_most_twice_into_full_big_blobs(
+    tmp_path: Path, size: int, per_write: int
+) -> None:
+    """Issue 14 item 7: 21 MB of small writes made 0.9-1.8 MB "big" blobs and committed 2.9x the
+    bytes stored. A byte now goes to the KV once as a head piece and at most once more when
+    compaction packs it into a big blob between the low watermark and max_blob_size."""
+    cfg = PartitionConfig(low_watermark=60_000, max_blob_size=80_000)  # seal size 8,750
+    s = Store(tmp_path / "d", sync=False)  # byte counts do not depend on fsync
+    log = s.open_partition(1, cfg)
+    seq = 1
+    while log.size_bytes < 10 * cfg.max_blob_size:
+        log.write(make_batch(per_write, producer="p", first_seq=seq, size=size))
+        seq += per_write
+    big = [b for b in log.blobs if b.level == BIG]
+    assert len(big) >= 8
+    assert all(cfg.low_watermark <= b.size <= cfg.max_blob_size for b in big), [b.size for b in big]
+    assert s.committer.stats.bytes <= 2 * log.size_bytes
+    # what is still in the head was written once; what was compacted, at most twice
+    assert log.size_bytes <= s.committer.stats.bytes <= log.size_bytes + sum(b.size for b in big)
+    s.close()
+
+
+def test_default_sizes_small_writes_fill_big_blobs_to_the_low_watermark(tmp_path: Path) -> None:
+    """The documented sizes: 10 KB writes end up in big blobs of 6-8 MiB, committed twice."""
+    s = Store(tmp_path / "d", sync=False)
+    log = s.open_partition(1, PartitionConfig())
+    payload = [bytes(10_000)]
+    seq = 1
+    while log.size_bytes < 15 << 20:
+        log.write(validate_incoming([encode_batch(payload, producer_id="p", first_seq_no=seq)]))
+        seq += 1
+    big = [b for b in log.blobs if b.level == BIG]
+    assert len(big) >= 2
+    assert all(6 << 20 <= b.size <= 8 << 20 for b in big), [b.size for b in big]
+    assert s.committer.stats.bytes <= 2 * log.size_bytes
+    s.close()
+
+
+def test_head_keeps_one_piece_per_write_and_few_segments_in_memory(tmp_path: Path) -> None:
+    cfg = PartitionConfig(low_watermark=200_000, max_blob_size=300_000, head_merge_fanout=4)
+    s = Store(tmp_path / "d", sync=False)
+    log = s.open_partition(1, cfg)
+    for i in range(300):
+        log.write(make_batch(1, producer="p", first_seq=i + 1, size=200))
+    assert all(b.level != BIG for b in log.blobs)  # still all head
+    with s.kv.snapshot() as view:
+        pieces = sum(1 for _ in view.scan(keys.BLOB_INDEX, keys.log_prefix(1), keys.log_prefix(2)))
+    assert pieces == 300  # never rewritten in the KV
+    assert len(log.blobs) < 4 * 5  # coalesced in memory: fanout - 1 per level at most
+    assert s.committer.stats.bytes == log.size_bytes
+    before = read_all(log)
+    s.close()
+    s2 = Store(tmp_path / "d")
+    log2 = s2.open_partition(1, cfg)
+    assert read_all(log2) == before and len(log2.blobs) == len(log.blobs)
+    s2.close()

@@ -124,6 +124,7 @@ class Broker:
             map_size=config.map_size,
             min_disk_free=config.min_disk_free,
             observer=(observer or NULL_OBSERVER).on_commit,
+            read_cache_bytes=config.read_cache_bytes,
         )
         try:
             raw = store.kv.get(SERVER, _EPOCH_KEY)

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from weir.storage.kv import DEFAULT_MAP_SIZE
+from weir.storage.read_cache import DEFAULT_READ_CACHE_BYTES
 
 DAY_MS = 24 * 3600 * 1000
 DEFAULT_MAX_MESSAGE_BYTES = 32 << 20
@@ -24,6 +25,7 @@ class BrokerConfig:
     max_blob_size: int = 8 << 20
     min_disk_free: int = 64 << 20
     verify_on_start: bool = False
+    read_cache_bytes: int = DEFAULT_READ_CACHE_BYTES  # shared by all partitions; 0: off
     # limits and backpressure
     max_batch_bytes: int = 64 << 20  # one incoming batch / request
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES  # one message: data plus key

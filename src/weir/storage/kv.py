@@ -26,12 +26,19 @@ from weir.errors import CommitFailedError, DataDirLockedError, StorageFullError
 Buffer = bytes | bytearray | memoryview
 
 
+class RangeEnd(NamedTuple):
+    """The value of a range delete: keys from the op's key up to ``stop`` (excluded) go."""
+
+    stop: bytes
+
+
 class Op(NamedTuple):
-    """A put (value is bytes) or a delete (value is None) in a table."""
+    """A put (value is bytes), a delete (value is None) or a range delete (value is a
+    `RangeEnd`) in a table. Ops apply in order."""
 
     table: str
     key: bytes
-    value: Buffer | None
+    value: Buffer | RangeEnd | None
 
 
 def put(table: str, key: bytes, value: Buffer) -> Op:
@@ -40,6 +47,12 @@ def put(table: str, key: bytes, value: Buffer) -> Op:
 
 def delete(table: str, key: bytes) -> Op:
     return Op(table, key, None)
+
+
+def delete_range(table: str, start: bytes, stop: bytes) -> Op:
+    """Delete every key in ``[start, stop)``: many small keys in one op (compaction
+    removes every head piece it packed, retention every part of a blob)."""
+    return Op(table, start, RangeEnd(stop))
 
 
 class ReadView(Protocol):
@@ -117,6 +130,14 @@ class _LmdbView:
 DEFAULT_MAP_SIZE = 1 << 40  # 1 TiB of address space; the file grows as data arrives
 
 
+def _delete_range(cur: lmdb.Cursor, start: bytes, stop: bytes) -> None:
+    if not cur.set_range(start):
+        return
+    while bytes(cur.key()) < stop:  # an exhausted cursor's key is b"": delete() says False
+        if not cur.delete():
+            return
+
+
 class LmdbKV(KV):
     """LMDB environment in ``path`` with one sub-database per table.
 
@@ -188,6 +209,8 @@ class LmdbKV(KV):
                 for table, key, value in ops:
                     if value is None:
                         txn.delete(key, db=dbs[table])
+                    elif isinstance(value, RangeEnd):
+                        _delete_range(txn.cursor(db=dbs[table]), key, value.stop)
                     else:
                         txn.put(key, value, db=dbs[table])
         except lmdb.MapFullError:

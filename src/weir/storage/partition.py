@@ -14,10 +14,12 @@ durable. One change may be prepared at a time.
 Write path: duplicates (seq_no <= the producer's max) are dropped and reported
 as skipped; the surviving batches get offsets and the write time stamped into
 their headers; if head + new bytes stay under the low watermark the new batches
-form one small head blob (and runs of `head_merge_fanout` equal-level head blobs
-merge, so the head never holds many blobs); otherwise head + new are cut into
-big blobs of about `max_blob_size` and the remainder, if smaller than the low
-watermark, becomes the new one-blob head.
+form one small head blob, a *piece* (see `weir.storage.head`: pieces are never
+rewritten in the KV, only coalesced in memory); otherwise the head is
+*compacted*: large pieces are sealed where they lie, the small ones and the new
+batches are packed into big blobs of at most `max_blob_size`, and a last part
+smaller than the low watermark stays in the head (its pieces untouched, the new
+batches as one new piece). So every byte is committed at most twice.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import time
+from array import array
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -44,11 +47,11 @@ from weir.storage.batch import (
 )
 from weir.storage.blob import BIG, BlobInfo, split_parts
 from weir.storage.committer import GroupCommitter
-from weir.storage.kv import KV, Op, ReadView, delete, put
+from weir.storage.head import SEALABLE, Entry, HeadSegment, push
+from weir.storage.kv import KV, Op, ReadView, delete, delete_range, put
 from weir.storage.meta import PartitionMeta
 from weir.storage.producers import ProducerState
-
-MAX_HEAD_LEVEL = 254
+from weir.storage.read_cache import CachedBlob, ReadCache
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,8 +144,10 @@ class _Unit:
 
 @dataclass(slots=True)
 class _NewBlob:
+    """An entry the change appends to the in-memory blob list (with its bytes if head)."""
+
     info: BlobInfo
-    data: bytes | None  # None: the blob exists already, only its index entry changes
+    segment: HeadSegment | None  # None: a big blob
 
 
 @dataclass(slots=True)
@@ -177,6 +182,7 @@ class PartitionLog:
         *,
         label: str = "",
         space_check: SpaceCheck | None = None,
+        cache: ReadCache | None = None,
     ) -> None:
         self.kv = kv
         self.committer = committer
@@ -184,13 +190,15 @@ class PartitionLog:
         self.config = config or PartitionConfig()
         self.label = label or str(log_id)
         self._space_check = space_check
+        self._cache = cache if cache is not None else ReadCache(0)
+        self._cache_owner = self._cache.new_owner()
         self.start_offset = 0
         self.end_offset = 0
         self.size_bytes = 0
         self.producers: dict[str, ProducerState] = {}
         self._blobs: list[BlobInfo] = []
         self._firsts: list[int] = []
-        self._head_data: dict[int, bytes] = {}
+        self._head: dict[int, HeadSegment] = {}  # head segments by first offset
         self._head_count = 0
         self._last_written = 0
         self._read_start = 0  # >= start_offset while a retention step is in flight
@@ -209,6 +217,7 @@ class PartitionLog:
         *,
         label: str = "",
         space_check: SpaceCheck | None = None,
+        cache: ReadCache | None = None,
         verify_all: bool = False,
         strict: bool = True,
     ) -> PartitionLog:
@@ -221,7 +230,7 @@ class PartitionLog:
         on read, writes are refused, and the rest stays readable, so one bad
         partition does not keep a whole server from starting.
         """
-        log = cls(kv, committer, log_id, config, label=label, space_check=space_check)
+        log = cls(kv, committer, log_id, config, label=label, space_check=space_check, cache=cache)
         try:
             log._load(verify_all)
         except CorruptDataError as err:
@@ -268,12 +277,14 @@ class PartitionLog:
             self._head_count = len(blobs) - head_start
             for k, v in view.scan(keys.PRODUCERS, prefix, stop):
                 self.producers[k[len(prefix) :].decode()] = ProducerState.unpack(v)
+            cfg = self.config
+            segments: list[Entry] = []
             for i, b in enumerate(blobs):
                 if i >= head_start or verify_all:
                     data = self._fetch(view, b)
-                    self._walk(data, b, b.first_offset, b.end_offset, verify=True)
+                    self._index(data, b)
                     if i >= head_start:
-                        self._head_data[b.first_offset] = bytes(data)
+                        push(segments, b, bytes(data), cfg.seal_size, cfg.head_merge_fanout)
                 else:
                     for part in range(b.parts):
                         key = keys.blob_key(self.log_id, b.first_offset, b.count, part)
@@ -283,6 +294,13 @@ class PartitionLog:
                                 partition=self.label,
                                 offset=b.first_offset,
                             )
+            # The head pieces are sound: replace them by their in-memory segments. (On
+            # damage the raw pieces stay in the list and are read from the KV, verified.)
+            del blobs[head_start:]
+            blobs.extend(info for info, _ in segments)
+            self._firsts = [b.first_offset for b in blobs]
+            self._head_count = len(segments)
+            self._head = {info.first_offset: seg for info, seg in segments}
 
     # ------------------------------------------------------------------ queries
 
@@ -373,146 +391,138 @@ class PartitionLog:
         for pid, st in producers.items():
             change.ops.append(put(keys.PRODUCERS, keys.producer_key(self.log_id, pid), st.pack()))
         change.ops.append(self._meta_op(change.start_offset, change.end_offset))
-        change.nbytes = sum(len(u.data) for u in change.add if u.data is not None)
         return change
 
     def _layout(self, change: PreparedChange, units: list[_Unit]) -> None:
         cfg = self.config
         head = self._blobs[len(self._blobs) - self._head_count :]
-        head_bytes = sum(b.size for b in head)
         new_bytes = sum(u.size for u in units)
-        if head_bytes + new_bytes < cfg.low_watermark:
-            # New small head blob, then merge runs of equal-level head blobs.
-            items: list[tuple[BlobInfo, bytes, bool]] = [
-                (b, self._head_data[b.first_offset], True) for b in head
-            ]
-            items.append((*self._make_blob(units, 0), False))
-            k = cfg.head_merge_fanout
-            while len(items) >= k:
-                tail = items[-k:]
-                level = tail[-1][0].level
-                if level >= MAX_HEAD_LEVEL or any(t[0].level != level for t in tail):
-                    break
-                merged = BlobInfo(
-                    tail[0][0].first_offset,
-                    sum(t[0].count for t in tail),
-                    sum(t[0].size for t in tail),
-                    1,
-                    tail[0][0].min_written,
-                    tail[-1][0].max_written,
-                    level + 1,
-                )
-                items[-k:] = [(merged, b"".join(t[1] for t in tail), False)]
-            keep = 0
-            while keep < len(items) and items[keep][2]:
-                keep += 1
-            delete = head[keep:]  # merged away: gone from memory and from the KV
-            change.drop_tail = len(delete)
-            change.add = [_NewBlob(info, data) for info, data, _ in items[keep:]]
-        else:
-            # Compaction: the head and the new batches become big (sealed) blobs. Runs of
-            # small blobs are merged up to max_blob_size; a blob already at least
-            # seal_blob_size is sealed where it lies (only its index entry changes), so
-            # producers that send large batches pay no second write. A remainder smaller
-            # than the low watermark stays behind as the new one-blob head.
-            seal = cfg.seal_size
-            add = change.add
-            delete = []
-            run: list[_Unit] = []
-            for b in head:
-                if b.size >= seal:
-                    self._cut(run, add, final=False)
-                    add.append(_NewBlob(dataclasses.replace(b, level=BIG), None))
-                else:
-                    run.extend(self._head_units(b))
-                    delete.append(b)
-            if new_bytes >= seal:
-                self._cut(run, add, final=False)
-            run.extend(units)
-            self._cut(run, add, final=True)
-            change.drop_tail = len(head)  # the whole head leaves memory; sealed ones come back
-        for b in delete:
-            change.ops.extend(self._delete_blob_ops(b))
-        self._add_ops(change)
+        if sum(b.size for b in head) + new_bytes < cfg.low_watermark:
+            # One new piece in the KV; in memory it joins the head segments.
+            info, data = self._make_blob((), units, 0)
+            self._put_blob(change, info, data)
+            segments = [(b, self._head[b.first_offset]) for b in head]
+            keep = push(segments, info, data, cfg.seal_size, cfg.head_merge_fanout)
+            change.drop_tail = len(head) - keep
+            change.add = [_NewBlob(i, seg) for i, seg in segments[keep:]]
+            return
+        # Compaction. A large piece is sealed where it lies (only its index entry changes),
+        # so producers that send large batches pay no second write; the runs of small
+        # pieces between large ones, and the new batches, are packed into big blobs.
+        deletes: list[Op] = []
+        run: list[Entry] = []
+        for b in head:
+            if b.level == SEALABLE:
+                self._pack_run(change, run, deletes)
+                self._seal(change, dataclasses.replace(b, level=BIG))
+            else:
+                run.append((b, self._head[b.first_offset]))
+        self._pack_last(change, run, units, deletes)
+        change.drop_tail = len(head)  # the whole head leaves memory; what stays comes back
+        change.ops[:0] = deletes  # deletes first: they must never undo a put of this change
 
-    def _cut(self, run: list[_Unit], out: list[_NewBlob], *, final: bool) -> None:
-        """Turn a run of batches into blobs of at most max_blob_size (emptying ``run``).
-
-        With ``final``, a last piece smaller than the low watermark becomes the head.
-        """
+    def _pack_run(self, change: PreparedChange, run: list[Entry], deletes: list[Op]) -> None:
+        """Turn a run of small head segments (under the low watermark together) into one
+        big blob (emptying ``run``); a lone piece is sealed where it lies instead."""
         if not run:
             return
-        cfg = self.config
-        chunks: list[list[_Unit]] = [[]]
-        size = 0
-        for u in run:
-            if chunks[-1] and size + u.size > cfg.max_blob_size:
-                chunks.append([])
-                size = 0
-            chunks[-1].append(u)
-            size += u.size
-        for i, chunk in enumerate(chunks):
-            last = i == len(chunks) - 1
-            level = 0 if final and last and size < cfg.low_watermark else BIG
-            info, data = self._make_blob(chunk, level)
-            out.append(_NewBlob(info, data))
+        if len(run) == 1 and run[0][1].pieces == 1:
+            self._seal(change, dataclasses.replace(run[0][0], level=BIG))
+        else:
+            info, data = self._make_blob(run, (), BIG)
+            self._put_blob(change, info, data)
+            change.add.append(_NewBlob(info, None))
+            deletes.extend(self._delete_range_ops(info.first_offset, info.end_offset))
         run.clear()
 
-    def _add_ops(self, change: PreparedChange) -> None:
-        for nb in change.add:
-            info = nb.info
-            if nb.data is not None:
-                for part, piece in enumerate(split_parts(nb.data, self.config.max_blob_size)):
-                    key = keys.blob_key(self.log_id, info.first_offset, info.count, part)
-                    change.ops.append(put(keys.BLOBS, key, piece))
-            change.ops.append(
-                put(
-                    keys.BLOB_INDEX,
-                    keys.index_key(self.log_id, info.first_offset, info.count),
-                    info.pack(),
-                )
-            )
+    def _pack_last(
+        self, change: PreparedChange, run: list[Entry], units: list[_Unit], deletes: list[Op]
+    ) -> None:
+        """Pack the last run of small head segments and the new batches into big blobs of at
+        most max_blob_size; a last part under the low watermark stays in the head."""
+        cfg = self.config
+        old = sum(b.size for b, _ in run)
+        if old + sum(u.size for u in units) < cfg.low_watermark:
+            # Large pieces cut the head short: the small ones after them stay as they are.
+            segments = list(run)
+            info, data = self._make_blob((), units, 0)
+            self._put_blob(change, info, data)
+            push(segments, info, data, cfg.seal_size, cfg.head_merge_fanout)
+            change.add.extend(_NewBlob(i, seg) for i, seg in segments)
+            return
+        # The stored run is under the low watermark, so it fits whole in the first blob.
+        chunks: list[tuple[list[Entry], list[_Unit]]] = [(run, [])]
+        size = old
+        for u in units:
+            if size and size + u.size > cfg.max_blob_size:
+                chunks.append(([], []))
+                size = 0
+            chunks[-1][1].append(u)
+            size += u.size
+        for i, (stored, new) in enumerate(chunks):
+            if i > 0 and i == len(chunks) - 1 and size < cfg.low_watermark:
+                info, data = self._make_blob((), new, 0)  # the rest: the new head, one piece
+                self._put_blob(change, info, data)
+                rest: list[Entry] = []
+                push(rest, info, data, cfg.seal_size, cfg.head_merge_fanout)
+                change.add.extend(_NewBlob(i, seg) for i, seg in rest)
+            elif not new:
+                self._pack_run(change, stored, deletes)
+            else:
+                info, data = self._make_blob(stored, new, BIG)
+                self._put_blob(change, info, data)
+                change.add.append(_NewBlob(info, None))
+                if stored:
+                    end = stored[-1][0].end_offset
+                    deletes.extend(self._delete_range_ops(info.first_offset, end))
 
-    def _make_blob(self, units: Sequence[_Unit], level: int) -> tuple[BlobInfo, bytes]:
-        data = b"".join(p for u in units for p in u.pieces)
-        parts = max(1, -(-len(data) // self.config.max_blob_size))
+    def _seal(self, change: PreparedChange, info: BlobInfo) -> None:
+        change.ops.append(self._index_op(info))
+        change.add.append(_NewBlob(info, None))
+
+    def _put_blob(self, change: PreparedChange, info: BlobInfo, data: bytes) -> None:
+        for part, piece in enumerate(split_parts(data, self.config.max_blob_size)):
+            key = keys.blob_key(self.log_id, info.first_offset, info.count, part)
+            change.ops.append(put(keys.BLOBS, key, piece))
+        change.ops.append(self._index_op(info))
+        change.nbytes += len(data)
+
+    def _index_op(self, info: BlobInfo) -> Op:
+        key = keys.index_key(self.log_id, info.first_offset, info.count)
+        return put(keys.BLOB_INDEX, key, info.pack())
+
+    def _make_blob(
+        self, stored: Sequence[Entry], units: Sequence[_Unit], level: int
+    ) -> tuple[BlobInfo, bytes]:
+        """A blob of head segments already stored followed by new batches (either may be empty)."""
+        pieces: list[bytes | memoryview] = [seg.data for _, seg in stored]
+        pieces.extend(p for u in units for p in u.pieces)
+        data = b"".join(pieces)
         info = BlobInfo(
-            units[0].first,
-            sum(u.count for u in units),
+            stored[0][0].first_offset if stored else units[0].first,
+            sum(b.count for b, _ in stored) + sum(u.count for u in units),
             len(data),
-            parts,
-            units[0].written,
-            units[-1].written,
+            max(1, -(-len(data) // self.config.max_blob_size)),
+            stored[0][0].min_written if stored else units[0].written,
+            units[-1].written if units else stored[-1][0].max_written,
             level,
         )
         return info, data
 
-    def _head_units(self, b: BlobInfo) -> list[_Unit]:
-        data = self._head_data[b.first_offset]
-        mv = memoryview(data)
-        out = []
-        pos = 0
-        while pos < len(data):
-            h = parse_header(data, pos)
-            out.append(
-                _Unit(
-                    h.base_offset,
-                    h.record_count,
-                    h.length,
-                    h.written_at,
-                    (mv[pos : pos + h.length],),
-                )
-            )
-            pos += h.length
-        return out
-
     def _delete_blob_ops(self, b: BlobInfo) -> list[Op]:
-        ops = [
-            delete(keys.BLOBS, keys.blob_key(self.log_id, b.first_offset, b.count, part))
-            for part in range(b.parts)
+        """Delete a blob of the in-memory list: a big blob (all parts) or a head segment
+        (all its pieces)."""
+        return self._delete_range_ops(b.first_offset, b.end_offset)
+
+    def _delete_range_ops(self, first: int, end: int) -> list[Op]:
+        """Delete every blob (all parts) and index entry starting in ``[first, end)``."""
+        log = self.log_id
+        return [
+            delete_range(keys.BLOBS, keys.blob_key(log, first, 0), keys.blob_key(log, end, 0)),
+            delete_range(
+                keys.BLOB_INDEX, keys.index_key(log, first, 0), keys.index_key(log, end, 0)
+            ),
         ]
-        ops.append(delete(keys.BLOB_INDEX, keys.index_key(self.log_id, b.first_offset, b.count)))
-        return ops
 
     def _meta_op(self, start: int, end: int) -> Op:
         return put(keys.PARTITIONS, keys.log_prefix(self.log_id), PartitionMeta(start, end).pack())
@@ -578,7 +588,8 @@ class PartitionLog:
         blobs = self._blobs
         if change.drop_front:
             for b in blobs[: change.drop_front]:
-                self._head_data.pop(b.first_offset, None)
+                self._head.pop(b.first_offset, None)
+                self._cache.discard(self._cache_key(b))
                 self.size_bytes -= b.size
             head_dropped = max(0, change.drop_front - (len(blobs) - self._head_count))
             self._head_count -= head_dropped
@@ -586,7 +597,7 @@ class PartitionLog:
             del self._firsts[: change.drop_front]
         if change.drop_tail:
             for b in blobs[-change.drop_tail :]:
-                self._head_data.pop(b.first_offset, None)
+                self._head.pop(b.first_offset, None)
                 self.size_bytes -= b.size
             del blobs[-change.drop_tail :]
             del self._firsts[-change.drop_tail :]
@@ -595,9 +606,8 @@ class PartitionLog:
             blobs.append(nb.info)
             self._firsts.append(nb.info.first_offset)
             self.size_bytes += nb.info.size
-            if nb.info.is_head:
-                assert nb.data is not None
-                self._head_data[nb.info.first_offset] = nb.data
+            if nb.segment is not None:
+                self._head[nb.info.first_offset] = nb.segment
                 self._head_count += 1
             else:
                 # A big blob seals everything before it: the head is what follows it.
@@ -650,6 +660,10 @@ class PartitionLog:
         ops.append(delete(keys.PARTITIONS, keys.log_prefix(self.log_id)))
         return ops
 
+    def drop_cached(self) -> None:
+        """Forget this partition's blobs in the read cache (it was dropped)."""
+        self._cache.drop_owner(self._cache_owner)
+
     # ------------------------------------------------------------------ reads
 
     def read(
@@ -658,8 +672,10 @@ class PartitionLog:
         """Whole batches from the one holding ``from_offset`` on, up to about ``max_bytes``
         (at least one batch) and never past ``to_offset`` or EndOffset.
 
-        Big blobs are CRC-checked as they are read; damage raises CorruptDataError
-        naming the partition and offset instead of serving wrong bytes.
+        Head blobs are served from memory. A big blob is checked whole (CRCs, offsets)
+        on its first read and then served from the shared read cache; one the cache
+        does not take is checked as it is read. Damage raises CorruptDataError naming
+        the partition and offset instead of serving wrong bytes.
         """
         start = max(from_offset, self._read_start)
         stop = self.end_offset if to_offset is None else min(to_offset, self.end_offset)
@@ -676,18 +692,25 @@ class PartitionLog:
                 b = self._blobs[i]
                 if b.first_offset >= stop or (total >= max_bytes and result.chunks):
                     break
-                if b.is_head and b.first_offset in self._head_data:
-                    data: bytes | memoryview = memoryview(self._head_data[b.first_offset])
-                    verify = False
-                else:
+                budget = max_bytes - total
+                seg = self._head.get(b.first_offset) if b.is_head else None
+                cached = None if b.is_head else self._cached(view, b)
+                if seg is not None:
+                    data: bytes | memoryview = memoryview(seg.data)
+                    a, z, base, nxt = self._slice(
+                        data, b, start, stop, budget, bool(result.chunks), False
+                    )
+                elif cached is not None:
+                    data = memoryview(cached.data)
+                    a, z, base, nxt = cached.slice(start, stop, budget, bool(result.chunks))
+                else:  # checked as it is read; copied out of the map before the view closes
                     data = self._fetch(view, b)
-                    verify = True
-                a, z, base, nxt = self._slice(
-                    data, b, start, stop, max_bytes - total, bool(result.chunks), verify
-                )
+                    a, z, base, nxt = self._slice(
+                        data, b, start, stop, budget, bool(result.chunks), True
+                    )
                 if z > a:
                     chunk = data[a:z]
-                    result.chunks.append(chunk if not verify else bytes(chunk))
+                    result.chunks.append(bytes(chunk) if seg is None and cached is None else chunk)
                     total += z - a
                     if first is None:
                         first = base
@@ -705,6 +728,67 @@ class PartitionLog:
             )
         result.first_offset = first
         return result
+
+    def _cache_key(self, b: BlobInfo) -> tuple[int, int, int]:
+        return (self._cache_owner, b.first_offset, b.count)
+
+    def _cached(self, view: ReadView, b: BlobInfo) -> CachedBlob | None:
+        """Big blob ``b`` from the read cache, checked whole and added on a miss; None when
+        the cache does not take it or it is damaged (never cached: the checked read path
+        then serves its undamaged batches and refuses the damaged ones)."""
+        key = self._cache_key(b)
+        blob = self._cache.get(key)
+        if blob is None and self._cache.admits(b.size):
+            data = bytes(self._fetch(view, b))
+            try:
+                offsets, starts = self._index(data, b)
+            except CorruptDataError:
+                return None
+            blob = CachedBlob(data, offsets, starts)
+            self._cache.put(key, blob)
+        return blob
+
+    def _index(self, data: bytes | memoryview, b: BlobInfo) -> tuple[array[int], array[int]]:
+        """Check every batch of blob ``b`` (header and payload CRCs, dense offsets, the
+        extent its index entry gives) and return the base offset and byte position of
+        each batch, each list ending with the blob's end."""
+        offsets: array[int] = array("q")
+        starts: array[int] = array("q")
+        pos = 0
+        expected = b.first_offset
+        n = len(data)
+        while pos < n:
+            try:
+                h = parse_header(data, pos)
+            except BatchFormatError as exc:
+                raise CorruptDataError(
+                    f"damaged batch: {exc}", partition=self.label, offset=expected
+                ) from None
+            if h.base_offset != expected:
+                raise CorruptDataError(
+                    f"batch at byte {pos} of blob has offset {h.base_offset}",
+                    partition=self.label,
+                    offset=expected,
+                )
+            try:
+                verify_body(data, pos, h)
+            except BatchFormatError as exc:
+                raise CorruptDataError(
+                    f"damaged batch: {exc}", partition=self.label, offset=expected
+                ) from None
+            offsets.append(expected)
+            starts.append(pos)
+            pos += h.length
+            expected = h.next_offset
+        if expected != b.end_offset:
+            raise CorruptDataError(
+                f"blob holds offsets up to {expected} in {n} bytes, index says {b.end_offset}",
+                partition=self.label,
+                offset=expected,
+            )
+        offsets.append(expected)
+        starts.append(pos)
+        return offsets, starts
 
     def _fetch(self, view: ReadView, b: BlobInfo) -> memoryview:
         if b.parts == 1:
@@ -791,17 +875,6 @@ class PartitionLog:
             return 0, 0, start, start
         return a, z, base, nxt
 
-    def _walk(
-        self, data: bytes | memoryview, b: BlobInfo, start: int, stop: int, verify: bool
-    ) -> None:
-        _a, z, _, nxt = self._slice(data, b, start, stop, len(data) + 1, False, verify)
-        if z != len(data) or nxt != b.end_offset:
-            raise CorruptDataError(
-                f"blob holds offsets up to {nxt} in {z} bytes, index says {b.end_offset} in {len(data)}",
-                partition=self.label,
-                offset=nxt,
-            )
-
     def offset_for_time(self, written_at_ms: int) -> int:
         """The first offset written at or after ``written_at_ms`` (EndOffset if none)."""
         i = 0
@@ -811,8 +884,9 @@ class PartitionLog:
         else:
             return self.end_offset
         b = self._blobs[i]
-        if b.is_head and b.first_offset in self._head_data:
-            return self._time_in(self._head_data[b.first_offset], written_at_ms, b)
+        seg = self._head.get(b.first_offset) if b.is_head else None
+        if seg is not None:
+            return self._time_in(seg.data, written_at_ms, b)
         with self.kv.snapshot() as view:
             return self._time_in(self._fetch(view, b), written_at_ms, b)
 

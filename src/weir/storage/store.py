@@ -11,6 +11,7 @@ from weir.storage import keys
 from weir.storage.committer import CommitObserver, GroupCommitter
 from weir.storage.kv import DEFAULT_MAP_SIZE, LmdbKV, Op
 from weir.storage.partition import PartitionConfig, PartitionLog
+from weir.storage.read_cache import DEFAULT_READ_CACHE_BYTES, ReadCache
 
 
 class Store:
@@ -18,7 +19,8 @@ class Store:
 
     ``extra_tables`` are key spaces for the layers above (topic registry,
     consumer offsets); they share the KV and the group committer, so an offset
-    commit rides the same fsync as the writes around it.
+    commit rides the same fsync as the writes around it. Its partitions share one
+    read cache of ``read_cache_bytes`` (0 turns it off).
     """
 
     def __init__(
@@ -30,6 +32,7 @@ class Store:
         sync: bool = True,
         min_disk_free: int = 64 << 20,
         observer: CommitObserver | None = None,
+        read_cache_bytes: int = DEFAULT_READ_CACHE_BYTES,
     ) -> None:
         self.path = Path(path)
         self.kv = LmdbKV(
@@ -38,6 +41,7 @@ class Store:
         self.min_disk_free = min_disk_free
         self.committer = GroupCommitter(self.kv, observer=observer)
         self.partitions: dict[int, PartitionLog] = {}
+        self.read_cache = ReadCache(read_cache_bytes)
 
     def check_space(self, nbytes: int) -> None:
         """Refuse a write early when the disk is nearly full.
@@ -73,6 +77,7 @@ class Store:
                 config,
                 label=label,
                 space_check=self.check_space,
+                cache=self.read_cache,
                 verify_all=verify_all,
                 strict=strict,
             )
@@ -89,7 +94,10 @@ class Store:
         return log.drop_ops()
 
     def forget(self, log_id: int) -> None:
-        self.partitions.pop(log_id, None)
+        """Forget a dropped partition, and its blobs in the read cache."""
+        log = self.partitions.pop(log_id, None)
+        if log is not None:
+            log.drop_cached()
 
     def close(self) -> None:
         """Finish pending commits, then close the KV."""
