@@ -16,7 +16,7 @@ SPARK_ENV = {
 
 def spark_conf(work: Path) -> dict[str, str]:
     """The settings of every test SparkSession (also the child processes')."""
-    return {
+    conf = {
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.driver.host": "127.0.0.1",
@@ -29,6 +29,12 @@ def spark_conf(work: Path) -> dict[str, str]:
         # the JVM's own temp dirs too, so that a killed Spark leaves nothing in /tmp
         "spark.driver.extraJavaOptions": f"-Djava.io.tmpdir={work / 'tmp'}",
     }
+    if os.environ.get("COVERAGE_PROCESS_CONFIG"):
+        # under `make coverage`: Python workers forked from Spark's daemon are killed with
+        # SIGKILL when done, so their coverage data is lost; workers of their own are ended
+        # with SIGTERM, on which coverage saves (`sigterm = true` in pyproject.toml)
+        conf["spark.python.use.daemon"] = "false"
+    return conf
 
 
 def make_spark(work: Path, app: str, extra: dict[str, str] | None = None) -> Any:
