@@ -209,14 +209,15 @@ def mutated_batches(
 
 
 def decode_or_refuse(buf: bytes) -> list[Record] | BatchFormatError:
-    """What the broker and a reader make of ``buf``: its records, or the typed refusal.
+    """What the broker and a reader make of ``buf``: its records, or the broker's typed refusal.
 
-    Any other exception propagates: that is a crash of the decoder.
+    Any other exception propagates: that is a crash of the decoder. So does a BatchFormatError
+    from decoding a batch the broker accepted: it would store what no reader can read.
     """
     try:
         (inc,) = validate_incoming([buf])
-        records = decode_records(inc.buf)
     except BatchFormatError as exc:
         return exc
+    records = decode_records(inc.buf)  # what the broker accepts, every reader must decode
     assert len(records) == inc.header.record_count
     return records
