@@ -221,3 +221,121 @@ def decode_or_refuse(buf: bytes) -> list[Record] | BatchFormatError:
     records = decode_records(inc.buf)  # what the broker accepts, every reader must decode
     assert len(records) == inc.header.record_count
     return records
+
+
+# ------------------------------------------------------------------ wire messages
+
+
+@st.composite
+def wire_messages(draw: st.DrawFn) -> bytes:
+    """A valid encoded message of the native protocol: the bulk ones weir encodes by hand
+    (write batches, read data, range responses) and some that go through protobuf."""
+    from weir.protocols.native import weir_pb2 as pb
+    from weir.protocols.native import wire
+
+    batches = draw(st.lists(valid_batches(max_records=3, max_data=40), min_size=0, max_size=3))
+    off = st.integers(0, 2**62)
+    kind = draw(st.sampled_from(["write", "data", "range", "init", "assigned"]))
+    if kind == "write":
+        return wire.encode_write_request(wire.RawWriteRequest(list(batches)))
+    if kind == "data":
+        return wire.encode_read_response(
+            wire.RawReadData(draw(off), list(batches), draw(off), draw(off), draw(off))
+        )
+    if kind == "range":
+        return wire.encode_range_response(
+            wire.RawRangeResponse(list(batches), draw(off), draw(off), draw(off), draw(off))
+        )
+    if kind == "init":
+        init = pb.WriteInit(topic=draw(st.text(max_size=8)), producer_id="p", partition=3)
+        return bytes(pb.WriteRequest(init=init).SerializeToString())
+    assigned = pb.PartitionAssigned(assignment_id=draw(off), topic="t", read_offset=draw(off))
+    return bytes(pb.ReadResponse(assigned=assigned).SerializeToString())
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _read_varint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
+    """(value, position after it); the position passes ``end`` if the varint is cut off."""
+    n = shift = 0
+    while pos < end:
+        byte = buf[pos]
+        pos += 1
+        n |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            return n, pos
+    return n, end + 1
+
+
+def _varint_spans(buf: bytes) -> list[tuple[int, int, int]]:
+    """(start, end, value) of every varint a protobuf walk meets: tags, lengths and int
+    values, in the message and in the messages nested in it (as far as the bytes parse)."""
+    spans: list[tuple[int, int, int]] = []
+
+    def walk(pos: int, end: int, depth: int) -> None:
+        while pos < end:
+            tag, after = _read_varint(buf, pos, end)
+            if after > end:
+                return
+            spans.append((pos, after, tag))
+            pos = after
+            if tag & 7 == 0:
+                value, after = _read_varint(buf, pos, end)
+                if after > end:
+                    return
+                spans.append((pos, after, value))
+                pos = after
+            elif tag & 7 == 2:
+                n, after = _read_varint(buf, pos, end)
+                if after > end:
+                    return
+                spans.append((pos, after, n))
+                pos = after
+                if depth < 2 and pos + n <= end:
+                    walk(pos, pos + n, depth + 1)
+                pos += n
+            else:
+                return
+
+    walk(0, len(buf), 0)
+    return spans
+
+
+@st.composite
+def mutated_wire_messages(draw: st.DrawFn) -> tuple[str, bytes]:
+    """A valid wire message with one mutation; "varint" sets a tag, length or value (found by
+    walking the message) to a boundary value, the others are the batch mutations."""
+    buf = draw(wire_messages())
+    spans = _varint_spans(buf)
+    if spans and draw(st.booleans()):
+        a, z, cur = draw(st.sampled_from(spans))
+        values = [0, 1, 2, cur - 1, cur + 1, cur + 100, 2**31, 2**63, 2**64 - 1, 2**70]
+        value = draw(st.sampled_from([v for v in values if v >= 0 and v != cur]))
+        return "varint", buf[:a] + _varint(value) + buf[z:]
+    b = bytearray(buf)
+    kind = draw(st.sampled_from(["flip", "truncate", "splice", "insert", "delete"]))
+    n = len(b)
+    if n == 0 or kind == "insert":
+        at = draw(st.integers(0, n))
+        return "insert", bytes(b[:at] + draw(st.binary(min_size=1, max_size=12)) + b[at:])
+    if kind == "flip":
+        for _ in range(draw(st.integers(1, 3))):
+            b[draw(st.integers(0, n - 1))] ^= 1 << draw(st.integers(0, 7))
+        return kind, bytes(b)
+    if kind == "truncate":
+        return kind, bytes(b[: draw(st.integers(0, n - 1))])
+    if kind == "delete":
+        a = draw(st.integers(0, n - 1))
+        return kind, bytes(b[:a] + b[draw(st.integers(a + 1, min(n, a + 12))) :])
+    other = draw(wire_messages())
+    a = draw(st.integers(0, n))
+    c = draw(st.integers(0, len(other)))
+    return kind, bytes(b[:a] + other[c:])
