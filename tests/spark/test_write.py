@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import re
 from typing import Any
 
 import crc32c
@@ -11,7 +12,7 @@ from pyspark.errors import PySparkException
 from pyspark.sql import functions as F
 
 import weir
-from tests.conftest import ServerProcess
+from tests.conftest import ROOT, ServerProcess
 from tests.spark.topics import read_topic
 
 
@@ -127,3 +128,32 @@ def test_overwrite_and_unknown_topics_are_refused(
         df.write.format("weir").mode("overwrite").option("endpoint", weir_server.endpoint).option(
             "topic", topic_name
         ).save()
+
+
+def test_save_without_mode_append_is_refused_by_spark_as_the_docs_explain(
+    spark: Any, weir_server: ServerProcess, client: weir.Client, topic_name: str
+) -> None:
+    """Spark 4.3 lets a Python data source be written in Append or Overwrite mode only, and
+    refuses its default ErrorIfExists before weir sees the write (Spark's Kafka sink, a JVM
+    source, takes it as append). docs/spark.md quotes the error and the fix."""
+    client.create_topic(topic_name, partitions=1)
+    df = spark.createDataFrame([("x",)], "value string")
+    with pytest.raises(PySparkException, match="UNSUPPORTED_DATA_SOURCE_SAVE_MODE") as err:
+        df.write.format("weir").option("endpoint", weir_server.endpoint).option(
+            "topic", topic_name
+        ).save()
+    assert "ErrorIfExists" in str(err.value)
+    assert client.describe_topic(topic_name).messages == 0
+    docs = (ROOT / "docs" / "spark.md").read_text()
+    assert "UNSUPPORTED_DATA_SOURCE_SAVE_MODE" in docs and 'mode("append")' in docs
+
+
+def test_every_batch_write_in_the_docs_and_examples_says_mode_append() -> None:
+    pages = [ROOT / "README.md", *(ROOT / "docs").glob("*.md"), *(ROOT / "examples").rglob("*")]
+    for page in pages:
+        if page.suffix not in (".md", ".py"):
+            continue
+        text = page.read_text()
+        for m in re.finditer(r"\.write\s*\.\s*format\(\s*[\"']weir[\"']\s*\)", text):
+            chain = text[m.end() : text.find(".save(", m.end())]
+            assert '.mode("append")' in chain, f"{page.name}: {text[m.start() : m.end() + 80]!r}"
