@@ -1,4 +1,4 @@
-"""One local Spark (local[2]) for every Spark test, and a weir server with quick retention."""
+"""One local Spark (local[2,2]) for every Spark test, and a weir server with quick retention."""
 
 from __future__ import annotations
 
