@@ -13,7 +13,7 @@ BIN    := $(VENV)/bin
 WEIR_DATA   ?= ./weir-data
 WEIR_LISTEN ?= 127.0.0.1:2136
 
-.PHONY: serve test install install-test lint typecheck pytest bench bench-storage soak proto clean
+.PHONY: serve test install install-test lint typecheck pytest coverage bench bench-storage soak proto clean
 
 # The virtualenv is made with Python 3.11 only, and removed again if making it
 # fails, so that a failed attempt never leaves a .venv the next `make` would trust.
@@ -60,6 +60,14 @@ pytest: install-test
 
 test: lint typecheck pytest
 
+# every test under coverage, the server, CLI and Spark worker processes included
+# ([tool.coverage] in pyproject.toml); prints the per-module table (README, Development)
+coverage: install-test
+	rm -f .coverage .coverage.*
+	$(BIN)/python -m coverage run -m pytest -q; status=$$?; \
+	$(BIN)/python -m coverage combine -q && $(BIN)/python -m coverage report; \
+	exit $$status
+
 bench-storage: install-test
 	$(BIN)/python bench/storage_bench.py
 
@@ -73,4 +81,4 @@ proto: install-test
 	$(BIN)/python -m weir.protocols.native.codegen
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis .coverage .coverage.* htmlcov

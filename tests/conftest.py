@@ -108,7 +108,10 @@ def server(tmp_path: Path) -> Iterator[ServerProcess]:
     srv = ServerProcess(tmp_path / "data")
     srv.start()
     yield srv
-    srv.kill()
+    if os.environ.get("COVERAGE_PROCESS_CONFIG"):
+        srv.stop()  # under `make coverage`: a killed server would not save its coverage data
+    else:
+        srv.kill()
 
 
 _topic_counter = iter(range(1, 10**9))

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 
 import pytest
 
-from tests.storage.conftest import make_batch
+from tests.storage.conftest import hold, make_batch
 from weir.broker.broker import Broker
 from weir.broker.config import BrokerConfig
 from weir.broker.consumers import ConsumerGroup
@@ -70,21 +71,31 @@ async def test_concurrent_writes_share_commits_and_wake_readers(tmp_path: Path) 
     b = await open_broker(tmp_path)
     await b.create_topic("t", partitions=8)
     actor = b.actor("t", 0)
+    assert not await actor.wait_for_data(0, timeout=0)  # nothing there yet
+    # created first, so it runs (and waits) before any write below is queued
     waiter = asyncio.create_task(actor.wait_for_data(0, timeout=10))
-    await asyncio.sleep(0)
-    assert not waiter.done()
+
+    # writes to 8 partitions that wait together for the committer share one commit
+    committer = b.store.committer
+    gate = hold(committer)
+    first = [b.submit("t", p, make_batch(10, producer=f"p{p}")) for p in range(8)]
+    deadline = time.monotonic() + 30
+    while committer.pending < 8:
+        assert time.monotonic() < deadline, "the writes never reached the committer"
+        await asyncio.sleep(0.001)
+    commits0, jobs0 = committer.stats.commits, committer.stats.jobs
+    gate.set()
+    assert [r[0].written for r in await asyncio.gather(*first)] == [10] * 8
+    assert (committer.stats.commits - commits0, committer.stats.jobs - jobs0) == (1, 8)
+    assert await waiter
 
     async def producer(i: int) -> None:
-        for r in range(20):
+        for r in range(1, 20):
             res = await b.write("t", i % 8, make_batch(10, producer=f"p{i}", first_seq=r * 10 + 1))
             assert res[0].written == 10
 
-    commits0 = b.store.committer.stats.commits
-    await asyncio.gather(*(producer(i) for i in range(16)))
-    assert await waiter
-    assert sum(p.end_offset for p in b.partitions("t")) == 16 * 20 * 10
-    commits = b.store.committer.stats.commits - commits0
-    assert commits < 16 * 20 / 2, f"{commits} commits for 320 writes"
+    await asyncio.gather(*(producer(i) for i in range(8)))
+    assert [p.end_offset for p in b.partitions("t")] == [200] * 8
     # a write of the same messages again is skipped by dedup
     res = await b.write("t", 0, make_batch(10, producer="p0", first_seq=1))
     assert (res[0].written, res[0].skipped) == (0, 10)
@@ -97,10 +108,9 @@ async def test_failed_commit_fails_the_queue_then_writes_resume(tmp_path: Path) 
     await b.write("t", 0, make_batch(10, producer="p"))
     big = make_batch(2000, producer="p", first_seq=11, size=4000)  # ~8 MB: cannot fit the map
     after = make_batch(5, producer="p", first_seq=2011)
-    t_big = asyncio.create_task(b.write("t", 0, big))
-    await asyncio.sleep(0)
-    t_after = asyncio.create_task(b.write("t", 0, after))
-    results = await asyncio.gather(t_big, t_after, return_exceptions=True)
+    f_big = b.submit("t", 0, big)  # queued in call order: big first
+    f_after = b.submit("t", 0, after)
+    results = await asyncio.gather(f_big, f_after, return_exceptions=True)
     assert isinstance(results[0], StorageFullError)
     # the later write of the same producer must not overtake the failed one
     assert isinstance(results[1], Exception)
@@ -214,10 +224,16 @@ async def test_group_spreads_partitions_and_moves_them_gracefully() -> None:
     assert len(a.owned) == 2 and len(b.owned) == 2 and not (a.owned & b.owned)
     # a session that never confirms loses the partition after the timeout
     c = Member("c")
-    g.join(c)
-    await asyncio.sleep(0.2)
-    assert len(c.owned) >= 1
-    assert any(not gr for m in (a, b) for _, gr in m.revoked)
+    revoked_before = {m.session_id: list(m.revoked) for m in (a, b)}
+    g.join(c)  # a keeps 2 (4 over 3 sessions: 2, 1, 1); b must give one up and never does
+    (asked,) = b.revoked[len(revoked_before["b"]) :]
+    assert asked[1] and a.revoked == revoked_before["a"] and not c.owned
+    deadline = time.monotonic() + 10
+    while not c.owned:  # until the rebalance timeout (50 ms) takes it by force
+        assert time.monotonic() < deadline, "the partition was never taken from b"
+        await asyncio.sleep(0.01)
+    assert c.owned == {asked[0]} and b.revoked[-1] == (asked[0], False)
+    assert len(a.owned) == 2 and len(b.owned) == 1
     # leaving frees partitions at once
     g.leave("a")
     owned = [m.owned for m in (b, c)]

@@ -90,8 +90,9 @@ def test_two_readers_share_partitions_and_nothing_is_read_twice_after_commit(
 
 def test_start_positions_and_read_from_time(client: weir.Client, topic_name: str) -> None:
     fill(client, topic_name, 100)
-    cut = int(time.time() * 1000) + 1
-    time.sleep(0.01)  # written_at is in ms: the next write must land in a later millisecond
+    cut = client.describe_topic(topic_name).partition_info[0].last_write_ms + 1
+    while time.time() * 1000 < cut:  # the next writes must land in a later millisecond
+        time.sleep(0.001)
     with client.writer(topic_name, producer_id="w0") as w:
         for i in range(100, 150):
             w.write(b"%d" % i)

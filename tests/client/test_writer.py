@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import signal
 import threading
-import time
+from collections.abc import Iterator
 
 import pytest
 
@@ -90,24 +92,48 @@ def test_seq_nos_continue_after_reconnect_and_resent_ones_are_skipped(
     assert len(read_all(client, topic_name)) == 12
 
 
-def test_buffer_full_blocks_then_proceeds(client: weir.Client, topic_name: str) -> None:
-    client.create_topic(topic_name)
-    w = client.writer(topic_name, producer_id="slow", max_buffer_messages=100).wait_init()
-    # hold the acks back: no sender progress while we fill the buffer from this thread
-    done = threading.Event()
-    for _ in range(100):
-        w.write(b"x" * 10)
+@contextlib.contextmanager
+def paused(srv: ServerProcess) -> Iterator[None]:
+    """The server process stopped (SIGSTOP): connections stay open, nothing is acknowledged."""
+    assert srv.proc is not None
+    srv.proc.send_signal(signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        srv.proc.send_signal(signal.SIGCONT)
+
+
+def test_write_blocks_while_the_buffer_is_full_and_resumes_on_acks(
+    shared_server: ServerProcess, topic_name: str
+) -> None:
+    c = weir.Client(shared_server.endpoint)
+    c.create_topic(topic_name)
+    w = c.writer(topic_name, producer_id="slow", max_buffer_messages=100).wait_init()
+    entered, done = threading.Event(), threading.Event()
 
     def more() -> None:
+        entered.set()
         w.write(b"beyond the bound")  # blocks until acks free space
         done.set()
 
-    t = threading.Thread(target=more)
-    t.start()
-    assert done.wait(20), "write never proceeded after the buffer drained"
+    t = threading.Thread(target=more, daemon=True)
+    with paused(shared_server):  # no acks while the buffer fills
+        for i in range(100):
+            w.write(b"%d" % i)  # up to the bound: none of these waits
+        t.start()
+        assert entered.wait(10)
+        # a negative check: a write that does not block returns within microseconds, so a
+        # second is ample; a slow machine can only make this pass, never fail wrongly
+        assert not done.wait(1.0), "write() returned with the buffer full and nothing acked"
+        assert t.is_alive()
+    assert done.wait(60), "write() did not resume once the server acknowledged"
     t.join()
     w.close()
-    assert len(read_all(client, topic_name)) == 101
+    assert [m.data for m in read_all(c, topic_name)] == [
+        *(b"%d" % i for i in range(100)),
+        b"beyond the bound",
+    ]
+    c.close()
 
 
 def test_full_buffer_times_out_with_a_clear_error(
@@ -115,19 +141,15 @@ def test_full_buffer_times_out_with_a_clear_error(
 ) -> None:
     c = weir.Client(shared_server.endpoint)
     c.create_topic(topic_name)
-    shared_server.proc.send_signal(__import__("signal").SIGSTOP)  # the server answers nothing
-    try:
-        w = c.writer(topic_name, producer_id="stuck", max_buffer_messages=5)
-        for _ in range(5):
-            w.write(b"x")
-        t0 = time.monotonic()
+    w = c.writer(topic_name, producer_id="stuck", max_buffer_messages=5).wait_init()
+    with paused(shared_server):  # the server answers nothing
+        for i in range(5):
+            w.write(b"%d" % i)
         with pytest.raises(WeirTimeoutError, match="buffer full"):
             w.write(b"one too many", timeout=0.3)
-        assert time.monotonic() - t0 < 5
-        # one call may overshoot a bound that is not yet reached
-    finally:
-        shared_server.proc.send_signal(__import__("signal").SIGCONT)
     w.close(timeout=30)
+    # the write that timed out was not buffered: it is not sent later behind the caller's back
+    assert [m.data for m in read_all(c, topic_name)] == [b"%d" % i for i in range(5)]
     c.close()
 
 

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from collections.abc import Callable
+from typing import Any
 
+import pytest
+from google.protobuf.message import DecodeError
+from hypothesis import Phase, event, find, given, settings
+from hypothesis import strategies as st
+from hypothesis.errors import NoSuchExample
+
+from tests.batch_fuzz import mutated_wire_messages
 from weir.protocols.native import weir_pb2 as pb
 from weir.protocols.native import wire
 
@@ -84,27 +91,89 @@ def test_range_response_matches_protobuf(cs: list[bytes], a: int, b: int, c: int
     )
 
 
-@settings(max_examples=300)
-@given(st.binary(max_size=200))
-def test_garbage_falls_back_to_the_protobuf_parser(junk: bytes) -> None:
-    for decode, cls in (
-        (wire.decode_write_request, pb.WriteRequest),
-        (wire.decode_read_response, pb.ReadResponse),
-    ):
-        try:
-            expected = cls.FromString(junk)
-        except Exception:
-            expected = None
-        try:
-            got = decode(junk)
-        except Exception:
-            got = None
-        if expected is None:
-            # protobuf refuses it; we may only accept it if it is a well-formed bulk message
-            assert got is None or isinstance(got, wire.RawWriteRequest | wire.RawReadData)
-        elif isinstance(got, wire.RawWriteRequest):
-            assert [bytes(b) for b in got.batches] == list(expected.batches.batches)
-        elif isinstance(got, wire.RawReadData):
-            assert [bytes(c) for c in got.chunks] == list(expected.data.chunks)
-        else:
-            assert got == expected
+def _normal(msg: Any) -> Any:
+    """A decoded message in comparable form, whichever parser made it."""
+    if isinstance(msg, wire.RawWriteRequest):
+        return ("batches", [bytes(b) for b in msg.batches])
+    if isinstance(msg, wire.RawReadData):
+        fields = (msg.assignment_id, msg.next_offset, msg.end_offset, msg.bytes)
+        return ("data", [bytes(c) for c in msg.chunks], *fields)
+    if isinstance(msg, wire.RawRangeResponse):
+        fields = (msg.first_offset, msg.next_offset, msg.start_offset, msg.end_offset)
+        return ("range", [bytes(c) for c in msg.chunks], *fields)
+    if isinstance(msg, pb.WriteRequest) and msg.WhichOneof("kind") == "batches":
+        return ("batches", list(msg.batches.batches))
+    if isinstance(msg, pb.ReadResponse) and msg.WhichOneof("kind") == "data":
+        d = msg.data
+        return ("data", list(d.chunks), d.assignment_id, d.next_offset, d.end_offset, d.bytes)
+    if isinstance(msg, pb.ReadRangeResponse):
+        fields = (msg.first_offset, msg.next_offset, msg.start_offset, msg.end_offset)
+        return ("range", list(msg.chunks), *fields)
+    return msg
+
+
+DECODERS = [
+    (wire.decode_write_request, pb.WriteRequest),
+    (wire.decode_read_response, pb.ReadResponse),
+    (wire.decode_range_response, pb.ReadRangeResponse),
+]
+
+
+def _outcome(decode: Callable[[bytes], Any], cls: Any, data: bytes) -> str:
+    """Decode ``data`` with ours and with protobuf's parser: both refuse it (DecodeError, the
+    typed refusal) or both give the same message. Any other exception is a crash: it fails."""
+    try:
+        expected = cls.FromString(data)
+    except DecodeError:
+        expected = None
+    try:
+        got = decode(data)
+    except DecodeError:
+        got = None
+    if expected is None:
+        assert got is None, f"{decode.__name__} accepted what protobuf refuses: {data!r}"
+        return "refused"
+    assert got is not None, f"{decode.__name__} refused what protobuf parses: {data!r}"
+    assert _normal(got) == _normal(expected), data
+    # "fast path": our own parse of a bulk message; "parsed": protobuf's (the fallback)
+    return "fast path" if isinstance(got, wire.RawWriteRequest | wire.RawReadData) else "parsed"
+
+
+@settings(max_examples=300, deadline=None)
+@given(mutated_wire_messages())
+def test_damaged_messages_are_refused_or_parsed_as_protobuf_parses_them(
+    mutation: tuple[str, bytes],
+) -> None:
+    kind, data = mutation
+    event(kind)
+    for decode, cls in DECODERS:
+        event(f"{decode.__name__}: {_outcome(decode, cls, data)}")
+
+
+def test_the_fuzzing_reaches_both_parsers_and_refusals() -> None:
+    wanted = {
+        ("decode_write_request", "fast path"),
+        ("decode_write_request", "refused"),
+        ("decode_write_request", "parsed"),
+        ("decode_read_response", "fast path"),
+        ("decode_read_response", "refused"),
+        ("decode_read_response", "parsed"),
+        ("decode_range_response", "refused"),
+    }
+    seen: set[tuple[str, str]] = set()
+
+    def all_seen(mutation: tuple[str, bytes]) -> bool:
+        for decode, cls in DECODERS:
+            seen.add((decode.__name__, _outcome(decode, cls, mutation[1])))
+        return wanted <= seen
+
+    try:
+        find(
+            mutated_wire_messages(),
+            all_seen,
+            settings=settings(
+                max_examples=1000, phases=[Phase.generate], database=None, derandomize=True
+            ),
+        )
+    except NoSuchExample:
+        pytest.fail(f"1000 damaged messages never reached {sorted(wanted - seen)}")

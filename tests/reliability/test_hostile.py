@@ -7,19 +7,21 @@ import contextlib
 import hashlib
 import socket
 import struct
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
 import pytest
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 import weir
+from tests.batch_fuzz import Mutation, decode_or_refuse, mutated_batches
 from tests.conftest import ServerProcess
+from weir.errors import BatchFormatError
 from weir.protocols.native import weir_pb2 as pb
 from weir.protocols.native import weir_pb2_grpc as pb_grpc
-from weir.storage.batch import crc32c, encode_batch
+from weir.storage.batch import crc32c, encode_batch, parse_header
 
 ENV = {"WEIR_LIMITS_MAX_BATCH_BYTES": "64KiB", "WEIR_METRICS_ENABLED": "false"}
 
@@ -29,6 +31,7 @@ def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     s = ServerProcess(tmp_path_factory.mktemp("hostile") / "data", env=ENV).start()
     c = weir.Client(s.endpoint)
     c.create_topic("target", partitions=2)
+    c.create_topic("fuzzed", partitions=1)
     with c.writer("target", producer_id="good") as w:
         for i in range(500):
             w.write(b"good-%d" % i)
@@ -101,8 +104,13 @@ def test_bad_batches_get_clear_errors_and_change_nothing(
     flipped[-1] ^= 0xFF
     sparse = bytearray(encode_batch([b"a", b"b"], producer_id="evil", seq_nos=[10, 20]))
     struct.pack_into("<II", sparse, 72 + 4, 20, 10)  # seq column goes backwards
+    bad_headers = bytearray(
+        encode_batch([b"a", b"b"], producer_id="evil", headers=[{"k": "v"}, {"k2": "v"}])
+    )
+    bad_headers[-9] = 0xFF  # the second record's header key length (u16 at -9): past its end
     cases = {
         "garbage": (b"\x00" * 100, "BAD_BATCH"),
+        "record headers that do not decode": (recrc(bad_headers), "BAD_BATCH"),
         "wrong CRC": (bytes(flipped), "BAD_BATCH"),
         "truncated": (good[:-3], "BAD_BATCH"),
         "trailing bytes": (good + b"xx", "BAD_BATCH"),
@@ -217,20 +225,23 @@ def test_resent_and_backwards_seq_nos_are_skipped_not_stored(
 def test_cut_streams_and_garbage_on_the_port_leave_the_server_serving(
     srv: ServerProcess, stub: pb_grpc.WeirStub
 ) -> None:
-    # a stream abandoned mid-flight: whole batches or nothing
-    call = stub.StreamWrite(
-        iter(
-            [pb.WriteRequest(init=pb.WriteInit(topic="target", producer_id="quitter"))]
-            + [
-                pb.WriteRequest(
-                    batches=pb.WriteBatches(batches=[good_batch(50, "quitter", 1 + 50 * i)])
-                )
-                for i in range(20)
-            ]
-        ),
-        timeout=20,
-    )
-    next(call)
+    # a stream abandoned mid-flight: what was acknowledged stays, and whole batches only
+    more = threading.Event()
+
+    def requests() -> Iterator[pb.WriteRequest]:
+        yield pb.WriteRequest(init=pb.WriteInit(topic="target", producer_id="quitter"))
+        for i in range(20):
+            if i == 3:
+                more.wait(20)  # the rest only once the first ack is in: the cut lands mid-stream
+            yield pb.WriteRequest(
+                batches=pb.WriteBatches(batches=[good_batch(50, "quitter", 1 + 50 * i)])
+            )
+
+    call = stub.StreamWrite(requests(), timeout=20)
+    assert next(call).WhichOneof("kind") == "init"
+    first = next(call)
+    assert first.WhichOneof("kind") == "ack" and first.ack.acks[0].written == 50
+    more.set()
     call.cancel()
     # raw garbage on the gRPC port
     for junk in (b"GET / HTTP/1.1\r\n\r\n", b"\x00" * 64, bytes(range(256)) * 8):
@@ -242,6 +253,7 @@ def test_cut_streams_and_garbage_on_the_port_leave_the_server_serving(
     assert srv.proc is not None and srv.proc.poll() is None
     c = weir.Client(srv.endpoint)
     part = c.describe_topic("target").partition_info
+    quitter: list[int] = []
     for p in part:
         msgs = [
             m
@@ -249,22 +261,56 @@ def test_cut_streams_and_garbage_on_the_port_leave_the_server_serving(
             for m in ch.messages()
         ]
         assert [m.offset for m in msgs] == list(range(p.start_offset, p.end_offset))
-        quitter = [int(m.data[1:]) for m in msgs if m.producer_id == "quitter"]
-        assert len(quitter) % 50 == 0  # whole batches only
+        quitter += [int(m.data[1:]) for m in msgs if m.producer_id == "quitter"]
+    # the acknowledged batch is there, and the cut left whole batches, in order, no gap
+    assert len(quitter) >= 50 and len(quitter) % 50 == 0, len(quitter)
+    assert quitter == [i % 50 for i in range(len(quitter))]
     c.close()
+
+
+def _stored(srv: ServerProcess, topic: str, start: int, end: int) -> list[weir.Message]:
+    with weir.Client(srv.endpoint) as c:
+        return [
+            m
+            for ch in c.read_range(topic, 0, start, end)
+            for m in ch.messages()
+            if m.offset >= start
+        ]
 
 
 @settings(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-@given(junk=st.lists(st.binary(min_size=0, max_size=300), min_size=1, max_size=3))
-def test_random_batches_never_crash_the_server_or_change_data(
-    srv: ServerProcess, stub: pb_grpc.WeirStub, junk: list[bytes]
+@given(m=mutated_batches(producer_id="fuzz"))
+def test_damaged_batches_are_refused_or_stored_exactly_and_never_crash_the_server(
+    srv: ServerProcess, stub: pb_grpc.WeirStub, m: Mutation
 ) -> None:
+    """Valid batches with one mutation (see tests/batch_fuzz.py): the server must answer as the
+    batch decoder does, refusing with BAD_BATCH what it refuses and storing exactly the
+    records it decodes, and stay up with every other topic unchanged."""
     before = fingerprint(srv)
-    got = error_of(write_stream(stub, pb.WriteInit(topic="target", producer_id="fuzz"), *junk))
-    assert got in {"BAD_BATCH", "BAD_REQUEST"}, got
-    assert srv.proc is not None and srv.proc.poll() is None
+    with weir.Client(srv.endpoint) as c:
+        end0 = c.describe_topic("fuzzed").partition_info[0].end_offset
+    responses = write_stream(stub, pb.WriteInit(topic="fuzzed", producer_id="fuzz"), m.damaged)
+    assert srv.proc is not None and srv.proc.poll() is None, "the server died"
+    local = decode_or_refuse(m.damaged)
+    with weir.Client(srv.endpoint) as c:
+        end1 = c.describe_topic("fuzzed").partition_info[0].end_offset
+    if isinstance(local, BatchFormatError):
+        assert error_of(responses) == "BAD_BATCH", (m, local)
+        assert end1 == end0, "a refused batch changed the topic"
+    elif parse_header(m.damaged).producer_id != "fuzz":  # the damage hit the producer id
+        assert error_of(responses) == "BAD_REQUEST", (m, responses)
+        assert end1 == end0, "a refused batch changed the topic"
+    else:
+        assert error_of(responses) == "", (m, responses)
+        (ack,) = [a for r in responses if r.WhichOneof("kind") == "ack" for a in r.ack.acks]
+        assert ack.written + ack.skipped == len(local)
+        assert end1 == end0 + ack.written
+        stored = _stored(srv, "fuzzed", end0, end1)
+        assert [(s.seq_no, s.key, s.data, s.headers) for s in stored] == [
+            (r.seq_no, r.key, r.data, r.headers) for r in local[ack.skipped :]
+        ]
     assert fingerprint(srv) == before
 
 

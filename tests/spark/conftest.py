@@ -1,4 +1,4 @@
-"""One local Spark (local[2]) for every Spark test, and a weir server with quick retention."""
+"""One local Spark (local[2,2]) for every Spark test, and a weir server with quick retention."""
 
 from __future__ import annotations
 
@@ -14,16 +14,6 @@ from tests.spark.session import make_spark
 
 pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
-
-HERE = Path(__file__).parent
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    # pandas 3 is installed; the Arrow paths weir uses do not touch pandas
-    quiet = pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas")
-    for item in items:
-        if HERE in Path(str(item.fspath)).parents:
-            item.add_marker(quiet)
 
 
 @pytest.fixture(scope="session")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import time
 from typing import Any
 
 import pyarrow as pa
@@ -192,6 +193,23 @@ def test_arrow_batches_come_straight_from_the_reader(
     assert all(isinstance(b, pa.RecordBatch) and b.schema.equals(ARROW_SCHEMA) for b in batches)
     table = pa.Table.from_batches(batches)
     assert table.column("offset").to_pylist() == list(range(5, 65))
+
+
+def test_a_range_retention_removed_fails_the_read_unless_told_to_skip(
+    spark: Any, weir_server: ServerProcess, client: weir.Client, topic_name: str
+) -> None:
+    client.create_topic(topic_name, partitions=1, retention_bytes=2000)
+    produce(client, topic_name, {0: [Rec(b"old-%d" % i) for i in range(20)]})
+    produce(client, topic_name, {0: [Rec(b"n" * 90) for _ in range(30)]})
+    deadline = time.monotonic() + 30
+    while (start := client.describe_topic(topic_name).partition_info[0].start_offset) < 20:
+        assert time.monotonic() < deadline, "retention did not run"
+        time.sleep(0.05)
+    from_zero = json.dumps({topic_name: {"0": 0}})  # the query asks for what is gone
+    with pytest.raises(PySparkException, match=f"offsets 0..{start - 1} of topic"):
+        _load(spark, weir_server, topic_name, startingOffsets=from_zero).count()
+    df = _load(spark, weir_server, topic_name, startingOffsets=from_zero, failOnDataLoss="false")
+    assert [r.offset for r in df.select("offset").collect()] == list(range(start, 50))
 
 
 @pytest.mark.parametrize(

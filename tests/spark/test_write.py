@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import re
 from typing import Any
 
 import crc32c
@@ -11,7 +12,7 @@ from pyspark.errors import PySparkException
 from pyspark.sql import functions as F
 
 import weir
-from tests.conftest import ServerProcess
+from tests.conftest import ROOT, ServerProcess
 from tests.spark.topics import read_topic
 
 
@@ -65,6 +66,63 @@ def test_writing_the_same_rows_again_with_the_same_write_id_adds_nothing(
     # without a write id every job is a new producer: a rerun writes the rows again
     _write(df, weir_server, topic_name)
     assert client.describe_topic(topic_name).messages == 1000
+
+
+def _kill_first_attempt(marker: str, endpoint: str, sink: str) -> Any:
+    """A mapInArrow step that, in the first attempt of Spark partition 0, hands 80 rows on,
+    waits until the sink has stored some of them, then kills its own Python worker (SIGKILL):
+    the task fails mid-write and Spark runs it again."""
+
+    def hook(batches: Any) -> Any:
+        import os
+        import signal
+        import time
+
+        from pyspark import TaskContext
+
+        import weir
+
+        tc = TaskContext.get()
+        first = tc is not None and tc.partitionId() == 0 and tc.attemptNumber() == 0
+        handed_on = 0
+        for b in batches:
+            yield b
+            handed_on += b.num_rows
+            # enough 40 KB batches to pass the 64 KB buffers between Spark's processes
+            if first and handed_on >= 80:
+                with weir.Client(endpoint) as c:
+                    deadline = time.monotonic() + 60
+                    while (stored := c.describe_topic(sink).messages) == 0:
+                        if time.monotonic() > deadline:
+                            break
+                        time.sleep(0.02)
+                with open(marker, "w") as f:
+                    f.write(str(stored))
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    return hook
+
+
+def test_a_task_killed_mid_write_is_retried_and_writes_every_row_once(
+    spark: Any, weir_server: ServerProcess, client: weir.Client, topic_name: str, tmp_path: Any
+) -> None:
+    client.create_topic(topic_name, partitions=2)
+    marker = tmp_path / "killed"
+    df = spark.range(0, 200, numPartitions=1).select(  # one task: what the sink has is its
+        F.concat(F.col("id").cast("string"), F.lit(":" + "x" * 4000)).alias("value")
+    )
+    hook = _kill_first_attempt(str(marker), weir_server.endpoint, topic_name)
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "10")
+    try:
+        _write(df.mapInArrow(hook, df.schema), weir_server, topic_name, writeId="retried")
+    finally:
+        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+    stored_before_kill = int(marker.read_text())
+    assert 0 < stored_before_kill < 200, "the kill did not land mid-task"
+    values = [
+        int(m.data.split(b":")[0]) for msgs in read_topic(client, topic_name).values() for m in msgs
+    ]
+    assert sorted(values) == list(range(200))  # the retry wrote the rest, nothing twice
 
 
 def test_streaming_read_of_what_a_batch_write_produced(
@@ -127,3 +185,32 @@ def test_overwrite_and_unknown_topics_are_refused(
         df.write.format("weir").mode("overwrite").option("endpoint", weir_server.endpoint).option(
             "topic", topic_name
         ).save()
+
+
+def test_save_without_mode_append_is_refused_by_spark_as_the_docs_explain(
+    spark: Any, weir_server: ServerProcess, client: weir.Client, topic_name: str
+) -> None:
+    """Spark 4.3 lets a Python data source be written in Append or Overwrite mode only, and
+    refuses its default ErrorIfExists before weir sees the write (Spark's Kafka sink, a JVM
+    source, takes it as append). docs/spark.md quotes the error and the fix."""
+    client.create_topic(topic_name, partitions=1)
+    df = spark.createDataFrame([("x",)], "value string")
+    with pytest.raises(PySparkException, match="UNSUPPORTED_DATA_SOURCE_SAVE_MODE") as err:
+        df.write.format("weir").option("endpoint", weir_server.endpoint).option(
+            "topic", topic_name
+        ).save()
+    assert "ErrorIfExists" in str(err.value)
+    assert client.describe_topic(topic_name).messages == 0
+    docs = (ROOT / "docs" / "spark.md").read_text()
+    assert "UNSUPPORTED_DATA_SOURCE_SAVE_MODE" in docs and 'mode("append")' in docs
+
+
+def test_every_batch_write_in_the_docs_and_examples_says_mode_append() -> None:
+    pages = [ROOT / "README.md", *(ROOT / "docs").glob("*.md"), *(ROOT / "examples").rglob("*")]
+    for page in pages:
+        if page.suffix not in (".md", ".py"):
+            continue
+        text = page.read_text()
+        for m in re.finditer(r"\.write\s*\.\s*format\(\s*[\"']weir[\"']\s*\)", text):
+            chain = text[m.end() : text.find(".save(", m.end())]
+            assert '.mode("append")' in chain, f"{page.name}: {text[m.start() : m.end() + 80]!r}"

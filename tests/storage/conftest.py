@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -8,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from weir.storage.batch import encode_batch
+from weir.storage.committer import GroupCommitter
 from weir.storage.partition import IncomingBatch, validate_incoming
 from weir.storage.store import Store
 
@@ -37,3 +39,17 @@ def make_batch(
     return validate_incoming(
         [encode_batch(data, producer_id=producer, first_seq_no=first_seq, created_at=created)]
     )
+
+
+def hold(committer: GroupCommitter) -> threading.Event:
+    """Stop the committer's worker (inside a commit's callback) until the returned gate is
+    set, so that jobs pile up; returns once the worker is held."""
+    held, gate = threading.Event(), threading.Event()
+
+    def wait(_: object) -> None:
+        held.set()
+        gate.wait(30)
+
+    committer.submit([]).add_done_callback(wait)
+    assert held.wait(10), "the committer never ran"
+    return gate

@@ -3,6 +3,18 @@
 See docs/spark.md for the options, the schema and the exactly-once sink.
 """
 
+try:  # the connector's dependencies come with the [spark] extra, not with `pip install weir`
+    import numpy  # noqa: F401
+    import pyarrow  # noqa: F401
+    import pyspark.sql.datasource  # noqa: F401
+except ImportError as exc:
+    raise ModuleNotFoundError(
+        f"weir's Spark connector needs {exc.name or 'a package'} ({exc}), which a plain "
+        "`pip install weir` does not install: pip install 'weir[spark]' "
+        "(pyspark, pyarrow, numpy, pandas)",
+        name=exc.name,
+    ) from exc
+
 from weir.spark.schema import ARROW_SCHEMA, SCHEMA
 from weir.spark.source import WeirDataSource, register
 

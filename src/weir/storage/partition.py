@@ -39,6 +39,7 @@ from weir.errors import (
 from weir.storage import keys
 from weir.storage.batch import (
     BatchHeader,
+    check_headers,
     decode_payload,
     parse_header,
     reencode_from,
@@ -901,13 +902,13 @@ class PartitionLog:
 
 
 def validate_incoming(buffers: Iterable[bytes | memoryview]) -> list[IncomingBatch]:
-    """Parse and fully check client batches (header, CRCs, column structure)."""
+    """Parse and fully check client batches (header, CRCs, column structure, record headers)."""
     out = []
     for buf in buffers:
         h = parse_header(buf)
         if h.length != len(buf):
             raise BatchFormatError(f"batch is {len(buf)} bytes, header says {h.length}")
         verify_body(buf, 0, h)
-        decode_payload(buf, 0, h)
+        check_headers(decode_payload(buf, 0, h))  # what is stored, every reader must decode
         out.append(IncomingBatch(buf, h))
     return out

@@ -237,6 +237,8 @@ def _parse_fields(
     while pos < end:
         tag, pos = _read_varint(mv, pos)
         field, wire = tag >> 3, tag & 7
+        if not 0 < field < 1 << 29:
+            return None  # no field has this number: protobuf's parser refuses it
         if wire == 0:
             ints[field], pos = _read_varint(mv, pos)
         elif wire == 2 and field in bytes_fields:
