@@ -14,8 +14,9 @@ violation kind in its own list of the `Report`:
   not committed (the start offset is past its committed offset).
 - ``reused_offsets``: one offset of a partition held two different messages
   (two acks, an ack and a delivery, or a delivery and the final contents).
-- ``duplicated``: one message stored at two offsets (dedup failed).
-- ``moved``: a message acknowledged or delivered at one place, stored at another.
+- ``duplicated``: one message at two offsets: stored twice, or stored, acknowledged
+  or delivered at one offset and stored at another (dedup failed, and retention may
+  have removed one copy since; or the message moved).
 - ``reordered``: a producer's messages stored out of its write order (the
   ``n`` in their id), or a server producer id's seq_nos not increasing.
 - ``phantoms``: a message stored or delivered that no producer ever sent.
@@ -94,7 +95,6 @@ VIOLATIONS = (
     "retained_unread",
     "reused_offsets",
     "duplicated",
-    "moved",
     "reordered",
     "phantoms",
     "gaps",
@@ -117,7 +117,6 @@ class Report:
     retained_unread: list[str] = field(default_factory=list)
     reused_offsets: list[str] = field(default_factory=list)
     duplicated: list[str] = field(default_factory=list)
-    moved: list[str] = field(default_factory=list)
     reordered: list[str] = field(default_factory=list)
     phantoms: list[str] = field(default_factory=list)
     gaps: list[str] = field(default_factory=list)
@@ -228,8 +227,6 @@ def check(
             at[row.mid].append((key, row.offset))
             held[(key, row.offset)].add(row.mid)
         r.stored += len(rows)
-    r.duplicated = sorted(f"{m} at {locs}" for m, locs in at.items() if len(locs) > 1)
-
     for mid, acks in history.acks.items():
         for a in acks:
             if a.offset is not None:
@@ -244,19 +241,15 @@ def check(
     seen_ids = set(at) | {mid for *_, mid in history.deliveries}
     r.phantoms = sorted(m for m in seen_ids if m not in history.attempts)
 
-    # moved: acked or delivered at one place, stored at another (or acked at two places)
+    # duplicated: one message at two offsets (stored, acknowledged or delivered there)
+    places: dict[str, set[tuple[int, int]]] = defaultdict(set)
+    for mid, locs in at.items():
+        places[mid].update(locs)
     for mid, acks in history.acks.items():
-        places = {(a.key, a.offset) for a in acks if a.offset is not None}
-        if len(places) > 1:
-            r.moved.append(f"{mid} acked at {sorted(places)}")
-        stored_at = set(at.get(mid, ()))
-        for k, o in places:
-            if stored_at and (k, o) not in stored_at:
-                r.moved.append(f"{mid} acked at k{k}/{o}, stored at {sorted(stored_at)}")
+        places[mid].update((a.key, a.offset) for a in acks if a.offset is not None)
     for _session, key, offset, mid in history.deliveries:
-        stored_at = set(at.get(mid, ()))
-        if stored_at and (key, offset) not in stored_at:
-            r.moved.append(f"{mid} delivered at k{key}/{offset}, stored at {sorted(stored_at)}")
+        places[mid].add((key, offset))
+    r.duplicated = sorted(f"{m} at {sorted(locs)}" for m, locs in places.items() if len(locs) > 1)
 
     # lost: acked, not stored, and retention does not account for it
     first_stored: dict[tuple[str, int], int] = {}  # (producer, key) -> lowest n stored
@@ -296,12 +289,10 @@ def check(
     # order: per producer and partition, stored order follows write order / seq_no
     last_n: dict[tuple[str, int], tuple[int, int]] = {}
     last_seq: dict[tuple[str, int], tuple[int, int]] = {}
-    counted: set[str] = set()
     for key, rows in sorted(rows_of.items()):
         for row in rows:
-            if row.mid in counted:
+            if len(places[row.mid]) > 1:
                 continue  # a duplicate is reported as such, not again as a reorder
-            counted.add(row.mid)
             pn = parse_id(row.mid)
             if pn is not None:
                 prev = last_n.get((pn[0], key))

@@ -137,11 +137,21 @@ def test_pin_moving() -> None:
     assert r.pin_moves == ["producer p in partitions [0, 1]"]
 
 
+def test_duplicate_whose_first_copy_retention_removed() -> None:
+    """Delivered at offset 1, since removed by retention, and stored again at 5: a duplicate
+    the final contents alone cannot show."""
+    h, stored, _ = clean()
+    stored[P0] = [*stored[P0][2:], Stored(5, "id:p:1", "P", 2)]
+    r = check(h, stored, {P0: 2, P1: 0})
+    assert kinds(r) == {"duplicated"}, r.summary()
+    assert r.duplicated == ["id:p:1 at [(0, 1), (0, 5)]"]
+
+
 def test_message_stored_at_another_offset_than_acked() -> None:
     h, stored, starts = clean()
     h.acks["id:q:2"][0] = h.acks["id:q:2"][0]._replace(offset=7)
     r = check(h, stored, starts)
-    assert kinds(r) == {"moved"}, r.summary()
+    assert kinds(r) == {"duplicated"}, r.summary()
 
 
 def test_gap_in_offsets() -> None:
