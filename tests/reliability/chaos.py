@@ -8,7 +8,8 @@ against a real server, while a fault thread:
 
 - ``kill9``: kills the server with SIGKILL and restarts it (the page cache survives);
 - ``powercut``: cuts the power of its data directory (a `LazyMount`: every
-  write not fsync'd is dropped), kills it and restarts it on what was synced;
+  write not fsync'd is dropped, and I/O blocks), kills it and restarts it on
+  what was synced;
 - ``restart``: stops it with SIGTERM and starts it again;
 - ``pause``: SIGSTOP, then SIGCONT a little later;
 - ``drop``: cuts every client connection at the proxy;
@@ -265,10 +266,8 @@ class Chaos:
                 if not self._write(
                     w, who, label, n, t_idx, expected=lambda e: isinstance(e, ClosedError)
                 ):
-                    break
-            if self.stop.is_set():
-                self._finish(w, who)
-                return
+                    self._finish(w, who)  # stopping, or the writer failed (recorded)
+                    return
             with contextlib.suppress(WeirError):  # the server may be down: unacked ones go
                 w.close(timeout=2)
             gen += 1
@@ -307,11 +306,9 @@ class Chaos:
                     on_ack=ack,
                     expected=lambda e: isinstance(e, ClosedError),
                 ):
-                    break
+                    self._finish(w, who)  # stopping, or the writer failed (recorded)
+                    return
                 top = max(top, n + 1)
-            if self.stop.is_set():
-                self._finish(w, who)
-                return
             with contextlib.suppress(WeirError):
                 w.close(timeout=0)  # abandon: what is not acknowledged yet is resent
 
@@ -331,6 +328,7 @@ class Chaos:
                         self._unexpected(f"{who} receive", err)
                         with contextlib.suppress(Exception):
                             r.close(timeout=1)
+                        self.stop.wait(0.2)  # not a tight loop of failures
                         r = client.reader(self.topics, consumer=CONSUMER)
                     continue
                 if batch is None:
@@ -390,8 +388,10 @@ class Chaos:
             self.server.kill()
             self._start(kind)
         elif kind == "powercut":
-            assert self.mount is not None
-            self.mount.cut()  # from here on the disk has only what was fsync'd
+            assert self.mount is not None and proc is not None
+            self.mount.cut()  # from here on the disk has only what was fsync'd; I/O blocks
+            proc.send_signal(signal.SIGKILL)  # dies without seeing another I/O result
+            self.mount.release()
             self.server.kill()
             self.mount.remount()
             self._start(kind)
@@ -479,7 +479,7 @@ class Chaos:
         self._faults(t0 + self.s.max_seconds)
         if self.server.proc is None or self.server.proc.poll() is not None:
             self.server.start()
-        self._await_progress()
+        self._await_progress(workers[: len(workers) - self.s.consumers])
         self.stop.set()
         for t in workers:
             t.join(120)
@@ -498,15 +498,23 @@ class Chaos:
             self.mount.dropped_pages if self.mount is not None else 0,
         )
 
-    def _await_progress(self) -> None:
-        """After the last fault the load must go on: wait (bounded) for new acks."""
-        acked = len(self.history.acks)
+    def _await_progress(self, writers: list[threading.Thread]) -> None:
+        """After the last fault the load must go on: wait (bounded) for new acks and, with
+        consumers, a new commit ack."""
+        h = self.history
+        acked, commits = len(h.acks), len(h.commit_acks)
+        want_commit = 1 if self.s.consumers else 0
+
+        def done() -> bool:
+            return len(h.acks) >= acked + 50 and len(h.commit_acks) >= commits + want_commit
+
         deadline = time.monotonic() + 60
-        while len(self.history.acks) < acked + 50 and time.monotonic() < deadline:
-            if self.stop.wait(0.05):
-                return
-        if len(self.history.acks) < acked + 50:
-            self.history.error("no progress: fewer than 50 acks in 60 s after the last fault")
+        while not done() and time.monotonic() < deadline:
+            if not any(t.is_alive() for t in writers):
+                break  # every writer failed (recorded): nothing will come
+            self.stop.wait(0.05)
+        if not done():
+            h.error("no progress: fewer than 50 acks or no commit ack in 60 s after the last fault")
 
     def _read_back(
         self,

@@ -6,9 +6,12 @@ real disk. A write lands in this process's memory only (page by page, on top
 of the backing file); ``fsync``/``fdatasync`` of the file, or a write through a
 descriptor opened with ``O_DSYNC``/``O_SYNC`` (LMDB's meta page), copies the
 file's pending pages to the backing file. A power cut (the ``cut`` command on
-stdin) drops every pending page and fails every later operation with EIO;
-the test then kills the server, unmounts, mounts again on the backing directory
-and restarts the server on exactly what was synced.
+stdin) drops every pending page and blocks every later operation, so the server
+sees no result of any I/O after the cut; the test then sends SIGKILL to the
+server, ``release`` (the blocked operations fail with EIO, to a process that is
+dying: a FUSE request already taken by this process holds even a killed caller
+until it is answered), unmounts, mounts again on the backing directory and
+restarts the server on exactly what was synced.
 
 Modelled and not modelled:
 
@@ -31,7 +34,8 @@ the synced bytes.
 
 Run as ``python -m tests.reliability.lazyfs BACKING MOUNT``; it prints
 ``ready`` once mounted and reads commands on stdin: ``cut`` (power loss),
-``stats``; it exits when the mount is unmounted (``fusermount3 -u MOUNT``).
+``release`` (blocked operations fail), ``stats``; it exits when the mount is
+unmounted (``fusermount3 -u MOUNT``).
 """
 
 from __future__ import annotations
@@ -80,6 +84,7 @@ def _make_ops() -> Any:
             self.handles: dict[int, _Handle] = {}
             self.next_fh = 1
             self.dead = False
+            self.thawed = threading.Event()
             self.syncs = 0
             self.cuts = 0
             self.dropped_pages = 0
@@ -90,7 +95,8 @@ def _make_ops() -> Any:
             return os.path.join(self.root, path.lstrip("/"))
 
         def _alive(self) -> None:
-            if self.dead:
+            if self.dead:  # the power is off: nothing answers until `release`
+                self.thawed.wait()
                 raise mfusepy.FuseOSError(errno.EIO)
 
         def _size(self, real: str, fd: int | None = None) -> int:
@@ -132,7 +138,7 @@ def _make_ops() -> Any:
         # ------------------------------------------------------------ control
 
         def cut(self) -> int:
-            """Power loss: forget every unsynced page and size; fail all later I/O."""
+            """Power loss: forget every unsynced page and size; all later I/O blocks."""
             with self.mutex:
                 self.dead = True
                 n = sum(len(p.pages) for p in self.pending.values())
@@ -374,6 +380,9 @@ def main() -> None:
             if cmd == "cut":
                 n = fs.cut()
                 print(f"cut dropped_pages={n}", flush=True)
+            elif cmd == "release":
+                fs.thawed.set()
+                print("released", flush=True)
             elif cmd == "stats":
                 print(fs.stats(), flush=True)
 
@@ -398,8 +407,9 @@ def _is_mounted(path: Path) -> bool:
 class LazyMount:
     """The test side: a LazyFS process mounted at ``mount`` over ``backing``.
 
-    `cut()` is the power cut (unsynced writes dropped, I/O fails from then on);
-    `remount()` unmounts and mounts a fresh process on what was synced.
+    `cut()` is the power cut (unsynced writes dropped, I/O blocks from then on);
+    `release()` fails the blocked I/O; `remount()` unmounts and mounts a fresh
+    process on what was synced.
     """
 
     def __init__(self, backing: Path, mount: Path, outside: Path) -> None:
@@ -408,6 +418,7 @@ class LazyMount:
         self.outside = outside  # a real directory for LMDB's lock file
         self.proc: subprocess.Popen[str] | None = None
         self.dropped_pages = 0
+        self.log = outside / "lazyfs.log"  # libfuse's own messages
 
     @staticmethod
     def available() -> str | None:
@@ -431,19 +442,29 @@ class LazyMount:
         lock = kv / "lock.mdb"
         if not lock.is_symlink():
             lock.symlink_to(self.outside / "lock.mdb")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.reliability.lazyfs", str(self.backing), str(self.mount)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            cwd=Path(__file__).resolve().parents[2],
-            start_new_session=True,  # signals meant for the test (or the server) do not reach it
-        )
+        with open(self.log, "a") as log:
+            self.proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "tests.reliability.lazyfs",
+                    str(self.backing),
+                    str(self.mount),
+                ],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                text=True,
+                cwd=Path(__file__).resolve().parents[2],
+                start_new_session=True,  # signals meant for the test or the server miss it
+            )
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline().strip()
         if line != "ready":
             self.stop()
-            raise RuntimeError(f"lazyfs did not mount {self.mount}: {line!r}")
+            raise RuntimeError(
+                f"lazyfs did not mount {self.mount}: {line!r}\n{self.log.read_text()[-2000:]}"
+            )
         return self
 
     def _command(self, cmd: str) -> str:
@@ -460,14 +481,20 @@ class LazyMount:
         self.dropped_pages += n
         return n
 
+    def release(self) -> None:
+        """After a cut: blocked operations fail with EIO (their callers must be dead by now)."""
+        self._command("release")
+
     def stats(self) -> str:
         return self._command("stats")
 
     def stop(self) -> None:
         """Unmount (the process exits when its mount goes); nothing may have files open."""
-        proc, self.proc = self.proc, None
-        if proc is None:
+        if self.proc is None:
             return
+        with contextlib.suppress(OSError, ValueError):
+            self.release()
+        proc, self.proc = self.proc, None
         for args in (["-u"], ["-u", "-z"]):
             if not _is_mounted(self.mount):
                 break

@@ -38,6 +38,31 @@ def test_mixed_load_under_faults_keeps_every_promise(
     assert_kept_every_promise(result, 10)
 
 
+def test_writer_given_a_partition_resends_without_duplicates(
+    tmp_path: Path, chaos_seed: int, record_chaos: Callable[[str, ChaosResult], None]
+) -> None:
+    """Issue 14 item 2: a writer pinned to a partition and given no producer id must still
+    be deduplicated (the SDK gives it a producer id), so its resends after SIGKILLs are
+    never stored twice."""
+    settings = ChaosSettings(
+        kills=4,
+        faults={"kill9": 1},
+        writers=(("partition", 0), ("partition", 0)),
+        consumers=0,
+        retained_topic=False,
+        message_size=1000,
+        seed=chaos_seed,
+    )
+    result = run_chaos(tmp_path, settings)
+    record_chaos("partition writers", result)
+    rep = result.report
+    why = f"seed {result.seed} (replay: WEIR_CHAOS_SEED={result.seed}): {rep.summary()}"
+    assert result.faults["kill9"] == 4
+    assert not rep.duplicated, why
+    assert rep.ok, why
+    assert not result.errors, f"{why}: {result.errors[:10]}"
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(6 * 3600)
 def test_soak(
