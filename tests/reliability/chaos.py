@@ -102,6 +102,7 @@ class ChaosSettings:
             "grow": 1,
         }
     )  # kind -> how many of each per round (a shuffled deck)
+    catch_up_s: float = 10.0  # after a restart, wait up to this long for new acks
     retained_topic: bool = True  # the second topic: size retention, an important consumer
     seed: int = 1
 
@@ -148,6 +149,7 @@ class Chaos:
         self.ops = 0
         self._ops_lock = threading.Lock()
         self.topics = ["chaos", "chaos_retained"] if settings.retained_topic else ["chaos"]
+        self._writers: list[threading.Thread] = []
         self.partitions = {t: settings.partitions for t in self.topics}
 
     def _op(self, n: int = 1) -> None:
@@ -378,8 +380,18 @@ class Chaos:
                 self.history.fault(kind)
                 self._inject(kind)
                 kills += kind in KILLS
+                if kind in (*KILLS, "restart"):
+                    self._await_acks(len(self.history.acks))
         except Exception as err:
             self._unexpected("fault injection", err)
+
+    def _await_acks(self, before: int) -> None:
+        """Let the load catch up after a restart (new acks, bounded wait), so that every
+        kill hits a server under load rather than one the clients have not reached yet."""
+        deadline = time.monotonic() + self.s.catch_up_s
+        while len(self.history.acks) < before + 20 and time.monotonic() < deadline:
+            if not any(t.is_alive() for t in self._writers) or self.stop.wait(0.02):
+                return
 
     def _inject(self, kind: str) -> None:
         t0 = time.monotonic()
@@ -474,12 +486,13 @@ class Chaos:
             threading.Thread(target=self._consumer, args=(i,), name=f"consumer-{i}")
             for i in range(self.s.consumers)
         ]
+        self._writers = workers[: len(workers) - self.s.consumers]
         for t in workers:
             t.start()
         self._faults(t0 + self.s.max_seconds)
         if self.server.proc is None or self.server.proc.poll() is not None:
             self.server.start()
-        self._await_progress(workers[: len(workers) - self.s.consumers])
+        self._await_progress(self._writers)
         self.stop.set()
         for t in workers:
             t.join(120)
