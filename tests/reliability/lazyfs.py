@@ -34,7 +34,8 @@ the synced bytes.
 
 Run as ``python -m tests.reliability.lazyfs BACKING MOUNT``; it prints
 ``ready`` once mounted and reads commands on stdin: ``cut`` (power loss),
-``release`` (blocked operations fail), ``stats``; it exits when the mount is
+``release`` (blocked operations fail), ``hold`` / ``unhold`` (fsync waits: a slow
+disk), ``waiting`` (fsyncs held), ``stats``; it exits when the mount is
 unmounted (``fusermount3 -u MOUNT``).
 """
 
@@ -85,6 +86,9 @@ def _make_ops() -> Any:
             self.next_fh = 1
             self.dead = False
             self.thawed = threading.Event()
+            self.fsync_open = threading.Event()  # cleared by `hold`: fsync waits (a slow disk)
+            self.fsync_open.set()
+            self.fsyncs_waiting = 0
             self.syncs = 0
             self.cuts = 0
             self.dropped_pages = 0
@@ -359,6 +363,12 @@ def _make_ops() -> Any:
                 return 0
 
         def fsync(self, path: str, datasync: int, fh: int) -> int:
+            if not self.fsync_open.is_set():
+                with self.mutex:
+                    self.fsyncs_waiting += 1
+                self.fsync_open.wait()
+                with self.mutex:
+                    self.fsyncs_waiting -= 1
             with self.mutex:
                 self._alive()
                 h = self.handles[fh]
@@ -383,6 +393,14 @@ def main() -> None:
             elif cmd == "release":
                 fs.thawed.set()
                 print("released", flush=True)
+            elif cmd == "hold":
+                fs.fsync_open.clear()
+                print("holding", flush=True)
+            elif cmd == "unhold":
+                fs.fsync_open.set()
+                print("unheld", flush=True)
+            elif cmd == "waiting":
+                print(fs.fsyncs_waiting, flush=True)
             elif cmd == "stats":
                 print(fs.stats(), flush=True)
 
@@ -485,6 +503,16 @@ class LazyMount:
         """After a cut: blocked operations fail with EIO (their callers must be dead by now)."""
         self._command("release")
 
+    def hold_fsync(self) -> None:
+        """From now on every fsync waits (a slow disk) until `unhold_fsync`."""
+        self._command("hold")
+
+    def unhold_fsync(self) -> None:
+        self._command("unhold")
+
+    def fsyncs_waiting(self) -> int:
+        return int(self._command("waiting"))
+
     def stats(self) -> str:
         return self._command("stats")
 
@@ -493,6 +521,7 @@ class LazyMount:
         if self.proc is None:
             return
         with contextlib.suppress(OSError, ValueError):
+            self.unhold_fsync()
             self.release()
         proc, self.proc = self.proc, None
         for args in (["-u"], ["-u", "-z"]):
