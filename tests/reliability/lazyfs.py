@@ -268,7 +268,10 @@ def _make_ops() -> Any:
         # ------------------------------------------------------------ files
 
         def _new_handle(self, real: str, flags: int, mode: int = 0o644) -> int:
-            fd = os.open(real, (flags & ~(os.O_TRUNC | os.O_APPEND | 3)) | os.O_RDWR, mode)
+            # the backing file is written only by `_persist`: no O_TRUNC / O_APPEND, and no
+            # O_DSYNC (durability is what this layer models, not the real disk's)
+            strip = os.O_TRUNC | os.O_APPEND | os.O_ACCMODE | _SYNC_FLAGS
+            fd = os.open(real, (flags & ~strip) | os.O_RDWR, mode)
             with self.mutex:
                 fh = self.next_fh
                 self.next_fh += 1
