@@ -444,11 +444,18 @@ class Chaos:
         acknowledged before we asked (recorded; `check` judges)."""
         with weir.Client(self.server.endpoint) as client:
             for t_idx, topic in enumerate(self.topics):
-                since = self.history.clock()
-                try:
-                    info = client.describe_consumer(topic, CONSUMER, timeout=10)
-                except NotFoundError as err:
-                    self._unexpected(f"commit check {when}", err)
+                deadline = time.monotonic() + 60
+                while True:
+                    since = self.history.clock()
+                    try:
+                        info = client.describe_consumer(topic, CONSUMER, timeout=10)
+                        break
+                    except WeirError as err:
+                        if not err.retryable or time.monotonic() > deadline:
+                            self._unexpected(f"commit check {when}", err)
+                            info = None
+                            break
+                if info is None:
                     continue
                 for p in info.partitions:
                     self.history.commit_observed(
