@@ -1,35 +1,107 @@
 """A history of operations and a checker that judges it after the fact (Jepsen style).
 
-Producers record every message they attempted and every ack they got; consumers
-record every message delivered (with the reader session that delivered it) and
-every commit the server acknowledged; at the end the whole topic is read back.
-`check` then verifies the promises:
+Producers record every message they attempted and every ack they got;
+consumers record every message delivered (with the reader session that
+delivered it) and every commit the server acknowledged; after each restart the
+committed positions the server reports are recorded as observations; at the
+end the whole topic is read back. `check` then judges the promises, each
+violation kind in its own list of the `Report`:
 
-- every acknowledged message is readable exactly once, at one offset;
-- no message is stored twice (acknowledged or not: dedup must hold);
-- offsets are dense per partition;
-- within one reader session a partition's offsets never go backwards;
-- a consumer's committed offsets never move backwards.
+- ``lost``: an acknowledged message is not stored at the end, and retention
+  does not account for it (its offset is not below the partition's final start
+  offset). Having been delivered before does not excuse it.
+- ``retained_unread``: retention removed offsets an *important* consumer had
+  not committed (the start offset is past its committed offset).
+- ``reused_offsets``: one offset of a partition held two different messages
+  (two acks, an ack and a delivery, or a delivery and the final contents).
+- ``duplicated``: one message at two offsets: stored twice, or stored, acknowledged
+  or delivered at one offset and stored at another (dedup failed, and retention may
+  have removed one copy since; or the message moved).
+- ``reordered``: a producer's messages stored out of its write order (the
+  ``n`` in their id), or a server producer id's seq_nos not increasing.
+- ``phantoms``: a message stored or delivered that no producer ever sent.
+- ``gaps``: offsets not dense from the start offset.
+- ``backwards_reads``: one reader session saw a partition's offsets go back.
+- ``lost_commits``: a committed position the server reported is below a commit
+  it had acknowledged before that report was asked for.
+- ``pin_moves``: a producer's messages (acks or stored) in two partitions of a
+  topic: its pin moved, and with it its order and dedup state.
 
-Messages carry a unique id in their data (``id:<producer>:<n>``), so every
-observation can be tied back to the attempt.
+Messages carry a unique id in their data (``id:<producer>:<n>``, ``n`` the
+producer's write order), so every observation can be tied back to the attempt.
+Partitions are keyed ``topic_index * 1000 + partition``.
 """
 
 from __future__ import annotations
 
 import threading
+from bisect import bisect_left
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import NamedTuple
+
+TOPIC_STRIDE = 1000  # partition key = topic index * TOPIC_STRIDE + partition
 
 
 def message_id(data: bytes) -> str:
     head = data.split(b"|", 1)[0]
-    return head.decode()
+    return head.decode(errors="replace")
 
 
 def make_data(producer: str, n: int, size: int) -> bytes:
     head = f"id:{producer}:{n}|".encode()
     return head + b"." * max(0, size - len(head))
+
+
+def parse_id(mid: str) -> tuple[str, int] | None:
+    """(producer, n) of a well-formed id, else None."""
+    parts = mid.split(":")
+    if len(parts) != 3 or parts[0] != "id" or not parts[2].isdigit():
+        return None
+    return parts[1], int(parts[2])
+
+
+class Stored(NamedTuple):
+    """One message of the final contents of a partition."""
+
+    offset: int
+    mid: str
+    producer_id: str = ""  # as the server stored it ("" when it had none)
+    seq_no: int = 0
+
+
+class Ack(NamedTuple):
+    key: int  # partition key
+    offset: int | None  # None: skipped as a duplicate by the broker (offset unknown)
+
+
+class CommitAck(NamedTuple):
+    clock: int  # history clock when the ack arrived
+    consumer: str
+    key: int
+    offset: int
+
+
+class CommitSeen(NamedTuple):
+    clock: int  # history clock before the server was asked
+    consumer: str
+    key: int
+    offset: int
+    when: str  # "restart 12", "final"...
+
+
+VIOLATIONS = (
+    "lost",
+    "retained_unread",
+    "reused_offsets",
+    "duplicated",
+    "reordered",
+    "phantoms",
+    "gaps",
+    "backwards_reads",
+    "lost_commits",
+    "pin_moves",
+)
 
 
 @dataclass
@@ -38,34 +110,36 @@ class Report:
     acknowledged: int = 0
     delivered: int = 0
     stored: int = 0
+    retained: int = 0  # acknowledged, below the final start offset (removed by retention)
+    commits_acked: int = 0
+    commit_checks: int = 0
     lost: list[str] = field(default_factory=list)
+    retained_unread: list[str] = field(default_factory=list)
+    reused_offsets: list[str] = field(default_factory=list)
     duplicated: list[str] = field(default_factory=list)
-    moved: list[str] = field(default_factory=list)  # one message at two offsets
+    reordered: list[str] = field(default_factory=list)
+    phantoms: list[str] = field(default_factory=list)
     gaps: list[str] = field(default_factory=list)
     backwards_reads: list[str] = field(default_factory=list)
-    backwards_commits: list[str] = field(default_factory=list)
+    lost_commits: list[str] = field(default_factory=list)
+    pin_moves: list[str] = field(default_factory=list)
+
+    def violations(self) -> dict[str, list[str]]:
+        """Every violation kind that occurred, with its instances."""
+        return {k: getattr(self, k) for k in VIOLATIONS if getattr(self, k)}
 
     @property
     def ok(self) -> bool:
-        return not (
-            self.lost
-            or self.duplicated
-            or self.moved
-            or self.gaps
-            or self.backwards_reads
-            or self.backwards_commits
-        )
+        return not self.violations()
 
     def summary(self) -> str:
-        def few(xs: list[str]) -> str:
-            return f"{len(xs)}" + (f" e.g. {xs[:5]}" if xs else "")
-
-        return (
-            f"attempted={self.attempted} acknowledged={self.acknowledged} delivered={self.delivered} "
-            f"stored={self.stored} lost={few(self.lost)} duplicated={few(self.duplicated)} "
-            f"moved={few(self.moved)} gaps={few(self.gaps)} backwards_reads={few(self.backwards_reads)} "
-            f"backwards_commits={few(self.backwards_commits)}"
+        head = (
+            f"attempted={self.attempted} acknowledged={self.acknowledged} "
+            f"delivered={self.delivered} stored={self.stored} retained={self.retained} "
+            f"commits_acked={self.commits_acked} commit_checks={self.commit_checks}"
         )
+        bad = " ".join(f"{k}={len(v)} e.g. {v[:5]}" for k, v in self.violations().items())
+        return head + (" VIOLATIONS: " + bad if bad else " no violations")
 
 
 class History:
@@ -73,76 +147,207 @@ class History:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self._clock = 0
         self.attempts: set[str] = set()
-        self.acks: dict[
-            str, tuple[int, int | None]
-        ] = {}  # id -> (partition, offset or None if skipped)
-        self.deliveries: list[tuple[str, int, int, str]] = []  # (session, partition, offset, id)
-        self.commits: list[
-            tuple[str, int, int]
-        ] = []  # (consumer, partition, committed offset) as acked, in order
+        self.acks: dict[str, list[Ack]] = defaultdict(list)
+        self.deliveries: list[tuple[str, int, int, str]] = []  # (session, key, offset, id)
+        self.commit_acks: list[CommitAck] = []
+        self.commit_seen: list[CommitSeen] = []
         self.faults: list[str] = []
+        self.errors: list[str] = []  # client errors the load did not expect
+
+    def clock(self) -> int:
+        """A point in the history: events recorded later get a higher clock."""
+        with self._lock:
+            self._clock += 1
+            return self._clock
 
     def attempted(self, mid: str) -> None:
         with self._lock:
             self.attempts.add(mid)
 
-    def acked(self, mid: str, partition: int, offset: int | None) -> None:
+    def acked(self, mid: str, key: int, offset: int | None) -> None:
         with self._lock:
-            self.acks[mid] = (partition, offset)
+            self.acks[mid].append(Ack(key, offset))
 
-    def delivered(self, session: str, partition: int, offset: int, mid: str) -> None:
+    def delivered(self, session: str, key: int, offset: int, mid: str) -> None:
         with self._lock:
-            self.deliveries.append((session, partition, offset, mid))
+            self.deliveries.append((session, key, offset, mid))
 
-    def committed(self, consumer: str, partition: int, offset: int) -> None:
+    def commit_acked(self, consumer: str, key: int, offset: int) -> None:
+        """The server acknowledged a commit of ``offset`` (commit_with_ack returned)."""
         with self._lock:
-            self.commits.append((consumer, partition, offset))
+            self._clock += 1
+            self.commit_acks.append(CommitAck(self._clock, consumer, key, offset))
+
+    def commit_observed(self, since: int, consumer: str, key: int, offset: int, when: str) -> None:
+        """The server reported ``offset`` as committed, asked after clock ``since``."""
+        with self._lock:
+            self.commit_seen.append(CommitSeen(since, consumer, key, offset, when))
 
     def fault(self, what: str) -> None:
         with self._lock:
             self.faults.append(what)
 
+    def error(self, what: str) -> None:
+        with self._lock:
+            self.errors.append(what)
+
 
 def check(
-    history: History, stored: dict[int, list[tuple[int, str]]], start_offsets: dict[int, int]
+    history: History,
+    stored: dict[int, list[Stored]] | dict[int, list[tuple[int, str]]],
+    start_offsets: dict[int, int],
+    protected: dict[int, int] | None = None,
 ) -> Report:
-    """Judge a history against the final contents: partition -> [(offset, id)] from start to end."""
+    """Judge a history against the final contents.
+
+    ``stored``: partition key -> its messages from the start offset to the end;
+    ``start_offsets``: the final start offset of each partition (absent: 0);
+    ``protected``: for partitions with an important consumer, its final committed offset.
+    """
+    rows_of = {
+        k: [r if isinstance(r, Stored) else Stored(*r) for r in v] for k, v in stored.items()
+    }
     r = Report(
         attempted=len(history.attempts),
         acknowledged=len(history.acks),
         delivered=len(history.deliveries),
+        commits_acked=len(history.commit_acks),
+        commit_checks=len(history.commit_seen),
     )
-    where: dict[str, set[tuple[int, int]]] = defaultdict(set)
-    seen_stored: dict[str, int] = defaultdict(int)
-    for p, rows in stored.items():
-        expect = start_offsets.get(p, rows[0][0] if rows else 0)
-        for offset, mid in rows:
-            if offset != expect:
-                r.gaps.append(f"p{p}: offset {offset}, expected {expect}")
-            expect = offset + 1
-            seen_stored[mid] += 1
-            where[mid].add((p, offset))
+    at: dict[str, list[tuple[int, int]]] = defaultdict(list)  # id -> stored (key, offset)s
+    held: dict[tuple[int, int], set[str]] = defaultdict(set)  # (key, offset) -> ids claimed
+    for key, rows in sorted(rows_of.items()):
+        expect = start_offsets.get(key, rows[0].offset if rows else 0)
+        for row in rows:
+            if row.offset != expect:
+                r.gaps.append(f"k{key}: offset {row.offset}, expected {expect}")
+            expect = row.offset + 1
+            at[row.mid].append((key, row.offset))
+            held[(key, row.offset)].add(row.mid)
         r.stored += len(rows)
-    r.duplicated = sorted(m for m, n in seen_stored.items() if n > 1)
-    for _session, p, offset, mid in history.deliveries:
-        where[mid].add((p, offset))
-    r.moved = sorted(m for m, locs in where.items() if len(locs) > 1)
-    for mid, (p, offset) in history.acks.items():
-        if mid not in where:
-            r.lost.append(mid)
-        elif offset is not None and (p, offset) not in where[mid]:
-            r.moved.append(f"{mid} acked at p{p}/{offset}, found at {sorted(where[mid])}")
+    for mid, acks in history.acks.items():
+        for a in acks:
+            if a.offset is not None:
+                held[(a.key, a.offset)].add(mid)
+    for _session, key, offset, mid in history.deliveries:
+        held[(key, offset)].add(mid)
+    r.reused_offsets = sorted(
+        f"k{k}/{o}: {sorted(ids)}" for (k, o), ids in held.items() if len(ids) > 1
+    )
+
+    # phantoms: stored or delivered, never attempted
+    seen_ids = set(at) | {mid for *_, mid in history.deliveries}
+    r.phantoms = sorted(m for m in seen_ids if m not in history.attempts)
+
+    # duplicated: one message at two offsets (stored, acknowledged or delivered there)
+    places: dict[str, set[tuple[int, int]]] = defaultdict(set)
+    for mid, locs in at.items():
+        places[mid].update(locs)
+    for mid, acks in history.acks.items():
+        places[mid].update((a.key, a.offset) for a in acks if a.offset is not None)
+    for _session, key, offset, mid in history.deliveries:
+        places[mid].add((key, offset))
+    r.duplicated = sorted(f"{m} at {sorted(locs)}" for m, locs in places.items() if len(locs) > 1)
+
+    # lost: acked, not stored, and retention does not account for it
+    first_stored: dict[tuple[str, int], int] = {}  # (producer, key) -> lowest n stored
+    for mid, locs in at.items():
+        pn = parse_id(mid)
+        if pn is not None:
+            for k, _o in locs:
+                cur = first_stored.get((pn[0], k))
+                first_stored[(pn[0], k)] = pn[1] if cur is None else min(cur, pn[1])
+    for mid, acks in sorted(history.acks.items()):
+        if mid in at:
+            continue
+        key = acks[0].key
+        start = start_offsets.get(key, 0)
+        known = [a.offset for a in acks if a.offset is not None]
+        if known:
+            if min(known) >= start:
+                r.lost.append(f"{mid} (acked at k{key}/{min(known)}, start offset {start})")
+            else:
+                r.retained += 1
+            continue
+        # skipped as a duplicate: offset unknown. Retention removes a prefix, so it can
+        # account for the message only if no earlier message of its producer is still there.
+        pn = parse_id(mid)
+        earlier = pn is not None and first_stored.get((pn[0], key), pn[1]) < pn[1]
+        if start == 0 or earlier:
+            r.lost.append(f"{mid} (acked as already stored in k{key}, start offset {start})")
+        else:
+            r.retained += 1
+
+    # retention must not pass an important consumer's committed offset
+    for key, committed in sorted((protected or {}).items()):
+        start = start_offsets.get(key, 0)
+        if start > committed:
+            r.retained_unread.append(f"k{key}: start offset {start} > committed {committed}")
+
+    # order: per producer and partition, stored order follows write order / seq_no
+    last_n: dict[tuple[str, int], tuple[int, int]] = {}
+    last_seq: dict[tuple[str, int], tuple[int, int]] = {}
+    for key, rows in sorted(rows_of.items()):
+        for row in rows:
+            if len(places[row.mid]) > 1:
+                continue  # a duplicate is reported as such, not again as a reorder
+            pn = parse_id(row.mid)
+            if pn is not None:
+                prev = last_n.get((pn[0], key))
+                if prev is not None and pn[1] <= prev[0]:
+                    r.reordered.append(
+                        f"k{key}/{row.offset}: {row.mid} after n={prev[0]} at {prev[1]}"
+                    )
+                last_n[(pn[0], key)] = (pn[1], row.offset)
+            if row.producer_id:
+                prev = last_seq.get((row.producer_id, key))
+                if prev is not None and row.seq_no <= prev[0]:
+                    r.reordered.append(
+                        f"k{key}/{row.offset}: producer {row.producer_id} seq_no {row.seq_no} "
+                        f"after {prev[0]} at {prev[1]}"
+                    )
+                last_seq[(row.producer_id, key)] = (row.seq_no, row.offset)
+
+    # a producer's pin never moves: all its messages in one partition of a topic
+    parts: dict[tuple[str, int], set[int]] = defaultdict(set)
+    for mid, acks in history.acks.items():
+        pn = parse_id(mid)
+        if pn is not None:
+            for a in acks:
+                parts[(pn[0], a.key // TOPIC_STRIDE)].add(a.key)
+    for mid, locs in at.items():
+        pn = parse_id(mid)
+        if pn is not None:
+            for k, _o in locs:
+                parts[(pn[0], k // TOPIC_STRIDE)].add(k)
+    r.pin_moves = sorted(
+        f"producer {p} in partitions {sorted(ks)}" for (p, _t), ks in parts.items() if len(ks) > 1
+    )
+
+    # reads: one session never goes back in a partition
     last: dict[tuple[str, int], int] = {}
-    for session, p, offset, _mid in history.deliveries:
-        key = (session, p)
-        if key in last and offset <= last[key]:
-            r.backwards_reads.append(f"session {session} p{p}: {offset} after {last[key]}")
-        last[key] = offset
-    high: dict[tuple[str, int], int] = {}
-    for consumer, p, offset in history.commits:
-        key = (consumer, p)
-        if key in high and offset < high[key]:
-            r.backwards_commits.append(f"{consumer} p{p}: {offset} after {high[key]}")
-        high[key] = max(offset, high.get(key, offset))
+    for session, key, offset, _mid in history.deliveries:
+        if (session, key) in last and offset <= last[(session, key)]:
+            r.backwards_reads.append(
+                f"session {session} k{key}: {offset} after {last[(session, key)]}"
+            )
+        last[(session, key)] = offset
+
+    # commits: a reported position is never below a commit acknowledged before the report
+    clocks: dict[tuple[str, int], list[int]] = defaultdict(list)
+    highs: dict[tuple[str, int], list[int]] = defaultdict(list)  # running max of acked offsets
+    for a in sorted(history.commit_acks):
+        k2 = (a.consumer, a.key)
+        clocks[k2].append(a.clock)
+        highs[k2].append(max(a.offset, highs[k2][-1]) if highs[k2] else a.offset)
+    for seen in history.commit_seen:
+        k2 = (seen.consumer, seen.key)
+        i = bisect_left(clocks.get(k2, []), seen.clock)
+        if i and seen.offset < highs[k2][i - 1]:
+            r.lost_commits.append(
+                f"{seen.consumer} k{seen.key} ({seen.when}): committed {seen.offset}, "
+                f"acknowledged {highs[k2][i - 1]} before"
+            )
     return r

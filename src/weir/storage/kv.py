@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import logging
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
@@ -22,6 +23,8 @@ from typing import NamedTuple, Protocol, cast
 import lmdb
 
 from weir.errors import CommitFailedError, DataDirLockedError, StorageFullError
+
+log = logging.getLogger("weir.storage.kv")
 
 Buffer = bytes | bytearray | memoryview
 
@@ -129,6 +132,12 @@ class _LmdbView:
 
 DEFAULT_MAP_SIZE = 1 << 40  # 1 TiB of address space; the file grows as data arrives
 
+# Test-only: WEIR_UNSAFE_NO_FSYNC=1 turns every fsync off, so that the reliability
+# suite can show its power-cut fault catching a storage layer that skips them
+# (tests/reliability/test_power_loss.py). Never set it anywhere else: every
+# acknowledged write since the last checkpoint of the OS is lost at a power cut.
+UNSAFE_NO_FSYNC_ENV = "WEIR_UNSAFE_NO_FSYNC"
+
 
 def _delete_range(cur: lmdb.Cursor, start: bytes, stop: bytes) -> None:
     if not cur.set_range(start):
@@ -170,6 +179,11 @@ class LmdbKV(KV):
         os.write(self._lock_fd, f"{os.getpid()}\n".encode())
         self.tables = tuple(tables)
         self.min_disk_free = min_disk_free
+        if os.environ.get(UNSAFE_NO_FSYNC_ENV) == "1":
+            log.warning(
+                "%s=1: fsync is OFF, writes are not durable (test-only)", UNSAFE_NO_FSYNC_ENV
+            )
+            sync = False
         try:
             self._env = lmdb.open(
                 str(self.path),

@@ -475,7 +475,10 @@ class WriteSession:
                     self._have_pending.clear()
                     await self._have_pending.wait()
                 fut, nbytes = self._pending[0]
-                results = await fut
+                # shielded: when the session ends, cancelling this task must not cancel the
+                # write (the actor would drop it and commit the session's later writes: a gap
+                # in the producer's seq_nos, and a resend of it "skipped" yet never stored)
+                results = await asyncio.shield(fut)
                 self._pending.popleft()
                 if results is None:  # end of input
                     self._done.set()
