@@ -23,6 +23,7 @@ PAGES = [
     "docs/ydb.md",
     "docs/spark.md",
     "docs/performance.md",
+    "docs/reliability.md",
     "examples/README.md",
 ]
 

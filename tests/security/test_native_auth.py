@@ -270,3 +270,25 @@ def test_the_cli_needs_credentials_for_every_client_command(
     assert cli("read", topic, "--partition", "0", env=env).text.split() == ["stored", "y"]
     for name in (topic, topic + "-cli"):
         assert cli("topic", "drop", name, env=env).code == 0
+
+
+async def test_a_refused_stream_always_ends_with_its_status_not_a_write_error(
+    auth_server: ServerProcess,
+) -> None:
+    """A client opens a stream and writes at once. Ended before that write landed, gRPC's
+    client saw "Internal error from Core" instead of UNAUTHENTICATED (about 1 in 12), and
+    the SDK took it for an outage to retry. The server reads first, then refuses."""
+    async with grpc.aio.insecure_channel(auth_server.endpoint) as channel:
+        open_stream = channel.stream_stream(
+            "/weir.v1.Weir/StreamWrite",
+            request_serializer=pb.WriteRequest.SerializeToString,
+            response_deserializer=pb.WriteResponse.FromString,
+        )
+        codes = []
+        for _ in range(100):
+            call = open_stream()
+            with pytest.raises(grpc.aio.AioRpcError) as caught:
+                await call.write(pb.WriteRequest(init=pb.WriteInit(topic="t", producer_id="p")))
+                await call.read()
+            codes.append(caught.value.code())
+        assert set(codes) == {grpc.StatusCode.UNAUTHENTICATED}, codes

@@ -836,7 +836,7 @@ def add_to_server(servicer: NativeService, server: grpc.aio.Server) -> None:
         }[(m.client_streaming, m.server_streaming)]
         behavior = getattr(servicer, m.name)
         if m.name not in PUBLIC_METHODS:
-            behavior = guard(servicer.security, behavior)
+            behavior = guard(servicer.security, behavior, client_streaming=m.client_streaming)
         handlers[m.name] = make(behavior, **kwargs)
     server.add_generic_rpc_handlers(
         (grpc.method_handlers_generic_handler(service.full_name, handlers),)
