@@ -64,7 +64,8 @@ async def test_a_new_producer_costs_no_commit_and_no_stored_row(tmp_path: Path) 
 
 
 async def test_pins_go_when_retention_removes_the_producers_messages(tmp_path: Path) -> None:
-    b = await open_broker(tmp_path)
+    # a producer's state outlives its messages until it has been idle this long
+    b = await open_broker(tmp_path, producer_idle_timeout_ms=HOUR_MS)
     await b.create_topic("t", partitions=2, retention_ms=HOUR_MS)
     for i in range(5):
         p = await b.resolve_partition("t", f"p{i}", partition=1)

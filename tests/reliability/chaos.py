@@ -68,9 +68,8 @@ CHAOS_ENV = {
 }
 
 # (kind, topic index): every kind of writer. On the retained topic (40 KB per partition)
-# each partition has one writer: a producer's dedup state goes with its last message
-# (docs/storage.md), so a producer sharing a partition there could lose it to retention
-# while it reconnects, and its resend would be stored again (see the report of issue 25).
+# retention removes whole producers' messages while they write; their dedup state
+# outlives them (docs/storage.md), which tests/reliability/test_dedup_retention.py checks.
 ALL_WRITERS: tuple[tuple[str, int], ...] = (
     ("pid", 0),
     ("partition", 0),

@@ -1,13 +1,11 @@
-"""A known gap, found by the chaos run: dedup state goes with a producer's last message.
+"""Found by the chaos run: dedup state went with a producer's last message.
 
-docs/storage.md: "Producer state goes when its last message is gone." When other
-producers write enough to the same partition for retention to remove all of a
-producer's messages while that producer is reconnecting, its resend of a batch that
-was stored (but whose ack was lost) is stored again: a duplicate that the final
-contents hide (the first copy is gone) but that consumers see twice. Kafka keeps
-producer state past retention (KIP-360) until an idle expiry. The chaos mix keeps
-one writer per partition on its size-retained topic so that it does not trip on this;
-this test pins the gap down until the broker keeps producer state for an idle window.
+When other producers wrote enough to the same partition for retention to remove all
+of a producer's messages while that producer was reconnecting, its resend of a batch
+that was stored (but whose ack was lost) was stored again: a duplicate that the final
+contents hide (the first copy is gone) but that consumers see twice. As Kafka does
+(KIP-360), producer state now outlives its messages until the producer has been idle
+for `topics.producer_idle_timeout_ms`.
 """
 
 from __future__ import annotations
@@ -15,21 +13,20 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import pytest
-
 import weir
 from tests.conftest import ServerProcess
 
 
-@pytest.mark.xfail(
-    strict=True, reason="producer dedup state is dropped with the producer's last message"
-)
 def test_resend_after_retention_removed_the_producers_messages_is_not_stored_again(
     tmp_path: Path,
 ) -> None:
     srv = ServerProcess(
         tmp_path / "data",
-        env={"WEIR_TOPICS_RETENTION_INTERVAL_S": "0.2", "WEIR_STORAGE_LOW_WATERMARK": "4KiB"},
+        env={
+            "WEIR_TOPICS_RETENTION_INTERVAL_S": "0.2",
+            "WEIR_STORAGE_LOW_WATERMARK": "4KiB",
+            "WEIR_STORAGE_MAX_BLOB_SIZE": "8KiB",
+        },
     ).start()
     try:
         with weir.Client(srv.endpoint) as c:

@@ -23,7 +23,10 @@ from weir.storage.batch import decode_records, encode_batch, iter_batches
 from weir.storage.partition import PartitionConfig, validate_incoming
 from weir.storage.store import Store
 
-CFG = PartitionConfig(low_watermark=3000, max_blob_size=6000, head_merge_fanout=3)
+TTL = 50  # producer state outlives its last message by this long after its last write
+CFG = PartitionConfig(
+    low_watermark=3000, max_blob_size=6000, head_merge_fanout=3, producer_ttl_ms=TTL
+)
 PRODUCERS = ["", "a", "b", "c"]
 
 
@@ -37,6 +40,7 @@ class PartitionMachine(RuleBasedStateMachine):
         self.max_seq: dict[str, int] = {}
         self.epoch: dict[str, int] = {}  # first offset since the producer's state exists
         self.last_offset: dict[str, int] = {}
+        self.last_write: dict[str, int] = {}
         self.start = 0
         self.now = 1_000_000
         self.stored = 0  # bytes the writes added
@@ -88,13 +92,21 @@ class PartitionMachine(RuleBasedStateMachine):
             if producer and res.written:
                 self.max_seq[producer] = seqs[-1]
                 self.last_offset[producer] = offset - 1
+                self.last_write[producer] = self.now
 
     def forget_retained(self, new_start: int) -> None:
-        """Drop retained offsets; a producer with no message left is forgotten (seed 000)."""
+        """Drop retained offsets; a producer with no message left is forgotten once it has
+        been idle for TTL (until then a resend is still a duplicate)."""
         for o in [o for o in self.model if o < new_start]:
             del self.model[o]
-        for p in [p for p, o in self.last_offset.items() if o < new_start]:
+        gone = [
+            p
+            for p, o in self.last_offset.items()
+            if o < new_start and self.last_write[p] < self.now - TTL
+        ]
+        for p in gone:
             del self.last_offset[p]
+            del self.last_write[p]
             del self.max_seq[p]
             self.epoch.pop(p, None)
         self.start = new_start
@@ -106,6 +118,7 @@ class PartitionMachine(RuleBasedStateMachine):
             max_blob_size=CFG.max_blob_size,
             head_merge_fanout=CFG.head_merge_fanout,
             retention_bytes=limit,
+            producer_ttl_ms=TTL,
         )
         before = self.log.start_offset
         self.log.apply_retention(now_ms=self.now, protect_from=protect)
@@ -123,6 +136,7 @@ class PartitionMachine(RuleBasedStateMachine):
             max_blob_size=CFG.max_blob_size,
             head_merge_fanout=CFG.head_merge_fanout,
             retention_ms=age,
+            producer_ttl_ms=TTL,
         )
         self.log.apply_retention(now_ms=self.now)
         self.log.config = CFG

@@ -138,9 +138,17 @@ def test_retention_by_size_age_and_important_consumer(store: Store) -> None:
     assert log.size_bytes >= 50_000 and log.size_bytes < total
     start = log.start_offset
     assert start > 0
-    # producers whose last message is gone are forgotten; the others stay
+    # producers whose last message is gone keep their dedup state for producer_ttl_ms
+    # after their last write: a late resend is still dropped...
+    gone = [pid for pid, st in log.producers.items() if st.offset < start]
+    assert gone and len(log.producers) == 100
+    late = log.write(make_batch(10, producer=gone[0], first_seq=1), now_ms=t0 + 2000)
+    assert (late[0].written, late[0].skipped) == (0, 10)
+    # ...and once they have been idle that long they are forgotten; the others stay
+    assert cfg.producer_ttl_ms is not None
+    log.apply_retention(now_ms=t0 + 1000 + cfg.producer_ttl_ms)
     assert all(st.offset >= start for st in log.producers.values())
-    assert "p99" in log.producers
+    assert gone[0] not in log.producers and "p99" in log.producers
     got = read_all(log, 0)
     assert got[0][0] == start and [o for o, _ in got] == list(range(start, 1000))
     res = log.read(0)

@@ -171,6 +171,7 @@ class Broker:
             retention_bytes=cfg.retention_bytes,
             max_bytes=cfg.max_partition_bytes,
             max_messages=cfg.max_partition_messages,
+            producer_ttl_ms=c.producer_idle_timeout_ms,
         )
 
     def _open_actor(self, cfg: TopicConfig, partition: int) -> PartitionActor:

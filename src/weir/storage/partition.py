@@ -67,6 +67,10 @@ class PartitionConfig:
     retention_bytes: int | None = None
     max_bytes: int | None = None
     max_messages: int | None = None
+    # A producer's state (its max seq_no, for dedup) outlives its last message by this
+    # long after its last write, so a resend after retention is still dropped (Kafka
+    # keeps producer state past retention too). None: as long as the partition lives.
+    producer_ttl_ms: int | None = 7 * 24 * 3600 * 1000
 
     def __post_init__(self) -> None:
         if self.max_blob_size <= 0 or self.low_watermark <= 0:
@@ -536,13 +540,15 @@ class PartitionLog:
         """Drop whole blobs from the front that are past retention (age or size), never
         at or past ``protect_from`` (the lowest committed offset of important consumers).
 
-        Returns None when nothing is due. Offsets being removed are hidden from
-        readers at once; abort() shows them again.
+        Also forgets the state of producers whose messages are all gone and whose last
+        write is older than ``producer_ttl_ms``. Returns None when nothing is due.
+        Offsets being removed are hidden from readers at once; abort() shows them again.
         """
         cfg = self.config
         if self.damage is not None or (cfg.retention_ms is None and cfg.retention_bytes is None):
             return None
         now = int(time.time() * 1000) if now_ms is None else now_ms
+        ttl = cfg.producer_ttl_ms
         n = 0
         remaining = self.size_bytes
         for b in self._blobs:
@@ -554,11 +560,18 @@ class PartitionLog:
                 break
             n += 1
             remaining -= b.size
-        if n == 0:
+        new_start = self._blobs[n - 1].end_offset if n else self.start_offset
+        # producers whose messages are all gone (or going) and who have been idle past
+        # the ttl: their dedup state can go (a resend that late is a new message)
+        stale = [
+            pid
+            for pid, st in self.producers.items()
+            if st.offset < new_start and ttl is not None and st.last_write_ms < now - ttl
+        ]
+        if n == 0 and not stale:
             return None
         self._begin()
         dropped = self._blobs[:n]
-        new_start = dropped[-1].end_offset
         change = PreparedChange(
             ops=[],
             nbytes=0,
@@ -569,10 +582,9 @@ class PartitionLog:
         )
         for b in dropped:
             change.ops.extend(self._delete_blob_ops(b))
-        for pid, st in self.producers.items():
-            if st.offset < new_start:
-                change.drop_producers.append(pid)
-                change.ops.append(delete(keys.PRODUCERS, keys.producer_key(self.log_id, pid)))
+        for pid in stale:
+            change.drop_producers.append(pid)
+            change.ops.append(delete(keys.PRODUCERS, keys.producer_key(self.log_id, pid)))
         change.ops.append(self._meta_op(new_start, self.end_offset))
         self._read_start = new_start
         return change
