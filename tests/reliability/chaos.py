@@ -156,7 +156,10 @@ class Chaos:
             self.ops += n
 
     def _unexpected(self, who: str, err: BaseException) -> None:
-        self.history.error(f"{who}: {err!r}")
+        """Recorded for the verdict, and printed now: a long soak's log shows when it was."""
+        line = f"{who}: {err!r}"
+        self.history.error(line)
+        print(f"chaos: unexpected client error at {time.strftime('%H:%M:%S')}: {line}", flush=True)
 
     # ------------------------------------------------------------------ writers
 
