@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import signal
 import time
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 import weir
 import weir.aio
 from tests.conftest import ServerProcess
-from weir.errors import BadRequestError, ClosedError, UnknownTopicError
+from weir.errors import BadRequestError, ClosedError, UnknownTopicError, WeirTimeoutError
 
 
 @pytest.fixture
@@ -176,3 +180,60 @@ def test_commits_and_credits_interleave_on_one_stream(client: weir.Client, topic
     assert sorted(got) == list(range(6000))
     info = client.describe_consumer(topic_name, "eager")
     assert info.lag == 0 and sum(p.committed_offset for p in info.partitions) == 6000
+
+
+@pytest.fixture
+def own_server(tmp_path: Path) -> Iterator[ServerProcess]:
+    server = ServerProcess(tmp_path / "data").start()
+    yield server
+    server.kill()
+
+
+@contextlib.contextmanager
+def paused(server: ServerProcess) -> Iterator[None]:
+    """The server process stopped (SIGSTOP): connected, but it answers nothing."""
+    assert server.proc is not None
+    server.proc.send_signal(signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        server.proc.send_signal(signal.SIGCONT)
+
+
+def test_commit_with_ack_times_out_with_a_typed_retryable_error(own_server: ServerProcess) -> None:
+    """A server that stops answering must not leak a bare TimeoutError from commit_with_ack
+    (the soak's consumers died of one): it is WeirTimeoutError, retryable, and the commit
+    lands once the server answers again."""
+    with weir.Client(own_server.endpoint) as client:
+        fill(client, "paused", 10)
+        r = client.reader("paused", consumer="c")
+        msgs = take(r, 10)
+        with paused(own_server), pytest.raises(WeirTimeoutError, match="not acknowledged") as e:
+            r.commit_with_ack(msgs[4], timeout=0.5)
+        assert e.value.retryable
+        r.commit_with_ack(msgs[-1], timeout=30)
+        r.close()
+        assert client.describe_consumer("paused", "c").partitions[0].committed_offset == 10
+
+
+async def test_async_commit_with_ack_times_out_with_a_typed_retryable_error(
+    own_server: ServerProcess,
+) -> None:
+    async with weir.aio.Client(own_server.endpoint) as client:
+        await client.create_topic("paused")
+        async with client.writer("paused", producer_id="p") as w:
+            for i in range(10):
+                await w.write(b"%d" % i)
+        reader = client.reader("paused", consumer="c")
+        got: list[weir.Message] = []
+        async for m in reader:
+            got.append(m)
+            if len(got) == 10:
+                break
+        with paused(own_server), pytest.raises(WeirTimeoutError, match="not acknowledged") as e:
+            await reader.commit_with_ack(got[4], timeout=0.5)
+        assert e.value.retryable
+        await reader.commit_with_ack(got[-1], timeout=30)
+        await reader.close()
+        info = await client.describe_consumer("paused", "c")
+        assert info.partitions[0].committed_offset == 10

@@ -283,7 +283,15 @@ class Reader:
         return fut
 
     async def commit_with_ack(self, item: Message | Batch, timeout: float | None = 30.0) -> None:
-        await asyncio.wait_for(self._core.commit(item), timeout)
+        """Commit up to and including ``item`` and wait for the server's ack; no ack within
+        ``timeout`` raises WeirTimeoutError (retryable: the commit may still land)."""
+        try:
+            await asyncio.wait_for(self._core.commit(item), timeout)
+        except TimeoutError:
+            raise WeirTimeoutError(
+                f"commit of {item.topic}/{item.partition} up to offset {item.commit_offset - 1} "
+                f"not acknowledged within {timeout:g} s"
+            ) from None
 
     async def close(self, timeout: float | None = 10.0) -> None:
         await self._core.close(timeout)
