@@ -350,3 +350,31 @@ async def test_on_reconnect_hears_of_a_restart_sync_and_asyncio(
     assert kinds == {"sync", "aio", "reader"}, heard
     assert all(isinstance(e, UnavailableError) for _, e in heard)
     c.close()
+
+
+def _traceback_depth(err: BaseException | None) -> int:
+    tb, n = err.__traceback__ if err is not None else None, 0
+    while tb is not None:
+        tb, n = tb.tb_next, n + 1
+    return n
+
+
+def test_a_failed_writer_raises_without_growing_its_error(refused: str) -> None:
+    """A failed writer raises the error it failed with on every later call. A caller that
+    retries in a loop (the error is retryable) must not make that exception's traceback
+    grow with every call: the chaos soak's process reached 23 GB of tracebacks in minutes."""
+    with weir.Client(refused) as c:
+        w = c.writer("ev")
+        first = outcome(lambda: (w.write(b"x"), w.flush()))
+        assert isinstance(first, UnavailableError) and first.retryable, first
+        depths = []
+        for _ in range(200):
+            try:
+                w.write_future(b"x", timeout=1)
+            except UnavailableError as err:
+                depths.append(_traceback_depth(err))
+        assert len(depths) == 200 and max(depths) == depths[0], depths[-5:]
+        r = c.reader("ev")
+        errs = [outcome(lambda: r.wait_connected(timeout=30)) for _ in range(50)]
+        assert all(isinstance(e, UnavailableError) for e in errs), errs[-1]
+        assert max(map(_traceback_depth, errs)) == _traceback_depth(errs[0])

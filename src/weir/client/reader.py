@@ -163,7 +163,7 @@ class ReaderCore:
                 f"reader at {self.conn.endpoint} not connected after {timeout:g} s{why}"
             ) from None
         if self._error is not None:
-            raise self._error
+            raise self._error.with_traceback(None)  # see WriterCore._raise_error
 
     @property
     def partitions(self) -> list[PartitionSession]:
@@ -184,7 +184,7 @@ class ReaderCore:
                 if batch is not None:
                     return batch
             if self._error is not None:
-                raise self._error
+                raise self._error.with_traceback(None)  # see WriterCore._raise_error
             self._queue_event.clear()
             remaining = None if deadline is None else deadline - loop.time()
             if remaining is not None and remaining <= 0:

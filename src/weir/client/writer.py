@@ -152,10 +152,14 @@ class WriterCore:
         self._raise_error()
 
     def _raise_error(self) -> None:
-        """Raise the error the writer failed with, if it did (the caller has seen it then)."""
+        """Raise the error the writer failed with, if it did (the caller has seen it then).
+
+        The same exception object is raised on every later call: its old traceback is
+        dropped each time, or a caller retrying in a loop grows it without bound (a soak
+        process reached 23 GB that way)."""
         if self._error is not None:
             self._error_seen = True
-            raise self._error
+            raise self._error.with_traceback(None)
 
     # ------------------------------------------------------------------ writing
 
