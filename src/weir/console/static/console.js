@@ -34,6 +34,7 @@
       width: Math.max(240, el.clientWidth),
       height: 160,
       legend: { show: true },
+      tzDate: (ts) => uPlot.tzDate(new Date(ts * 1e3), "Etc/UTC"), // every time shown is UTC
       scales: { x: { time: true }, y: { range: (u, min, max) => [0, Math.max(unit === "bytes" ? 1024 : 1, max)] } },
       axes: [{}, { size: 70, values: (u, vals) => vals.map((v) => human(v, unit)) }],
       series: [{}].concat(names.map((n, i) => ({
