@@ -351,3 +351,47 @@ def test_hostile_content_is_shown_as_text_never_run(
     )
     assert browser.execute_script("return window.pwned") is None
     assert errors(browser) == []
+
+
+def test_live_numbers_move_without_a_reload(browser: Any, console_url: str, client: Client) -> None:
+    client.create_topic("live", 1, consumers=["watcher"])
+    visit(browser, page_url(console_url, "/topic", name="live"))
+    browser.execute_script("window.sameDocument = true")
+
+    def end_offset() -> str:
+        return text(browser, "#partitions tbody tr td:nth-child(3)")
+
+    assert end_offset() == "0"
+    with client.writer("live") as w:
+        w.write_many([b"a", b"b", b"c"])
+    WebDriverWait(browser, WAIT_S).until(lambda d: end_offset() == "3")  # the 5 s refresh
+    lag = browser.find_element(By.CSS_SELECTOR, '#consumers tr[data-consumer="watcher"] .lag')
+    assert lag.text == "3"
+    assert browser.execute_script("return window.sameDocument") is True  # no reload
+    assert errors(browser) == []
+
+
+def test_a_move_being_typed_survives_the_live_refresh(
+    browser: Any, console_url: str, client: Client
+) -> None:
+    client.create_topic("typing", 1, consumers=["typist"])
+    visit(browser, console_url + "/consumers")
+    row = '#all-consumers tr[data-topic="typing"]'
+    browser.find_element(By.CSS_SELECTOR, row + " input[name=to]").send_keys("end")
+    with client.writer("typing") as w:
+        w.write_many([b"x"] * 4)
+    WebDriverWait(browser, WAIT_S).until(
+        lambda d: d.find_element(By.CSS_SELECTOR, row + " .lag").text == "4"
+    )
+    assert (
+        browser.find_element(By.CSS_SELECTOR, row + " input[name=to]").get_attribute("value")
+        == "end"
+    )
+
+
+def test_a_topic_deleted_meanwhile_says_so(browser: Any, console_url: str, client: Client) -> None:
+    client.create_topic("vanishing", 1)
+    visit(browser, page_url(console_url, "/topic", name="vanishing"))
+    assert text(browser, "#status") == ""
+    client.drop_topic("vanishing")
+    WebDriverWait(browser, WAIT_S).until(lambda d: "deleted meanwhile" in text(d, "#status"))

@@ -68,31 +68,47 @@
     }
   }
 
+  // How each table is sorted, by table id: kept when a live refresh replaces the table.
+  const sorted = {};
+
+  function sortRows(table, col, asc) {
+    const body = table.tBodies[0];
+    const rows = Array.from(body.rows);
+    const key = (r) => {
+      const cell = r.cells[col];
+      const raw = cell.dataset.sort !== undefined ? cell.dataset.sort : cell.textContent.trim();
+      const n = Number(raw);
+      return raw !== "" && !Number.isNaN(n) ? n : raw.toLowerCase();
+    };
+    rows.sort((a, b) => (key(a) < key(b) ? -1 : key(a) > key(b) ? 1 : 0) * (asc ? 1 : -1));
+    rows.forEach((r) => body.appendChild(r));
+  }
+
   function sortable(table) {
+    if (table.dataset.sortBound) return;
+    table.dataset.sortBound = "1";
     table.querySelectorAll("th").forEach((th, col) => {
       th.tabIndex = 0;
       th.title = "sort";
-      let asc = true;
       const sort = () => {
-        const body = table.tBodies[0];
-        const rows = Array.from(body.rows);
-        const key = (r) => {
-          const cell = r.cells[col];
-          const raw = cell.dataset.sort !== undefined ? cell.dataset.sort : cell.textContent.trim();
-          const n = Number(raw);
-          return raw !== "" && !Number.isNaN(n) ? n : raw.toLowerCase();
-        };
-        rows.sort((a, b) => (key(a) < key(b) ? -1 : key(a) > key(b) ? 1 : 0) * (asc ? 1 : -1));
-        asc = !asc;
-        rows.forEach((r) => body.appendChild(r));
+        const last = sorted[table.id];
+        const asc = !(last && last.col === col && last.asc);
+        sorted[table.id] = { col, asc };
+        sortRows(table, col, asc);
       };
       th.addEventListener("click", sort);
       th.addEventListener("keydown", (e) => { if (e.key === "Enter") sort(); });
     });
+    const last = sorted[table.id];
+    if (last) sortRows(table, last.col, last.asc);
+  }
+
+  function bindTables() {
+    document.querySelectorAll("table.sortable").forEach(sortable);
   }
 
   document.addEventListener("DOMContentLoaded", () => {
-    document.querySelectorAll("table.sortable").forEach(sortable);
+    bindTables();
     if (document.querySelector("[data-chart]")) {
       refresh();
       setInterval(refresh, 5000);
@@ -102,8 +118,13 @@
   });
 
   document.addEventListener("htmx:sendError", () => say("server unreachable: try again"));
-  document.addEventListener("htmx:responseError", (e) =>
-    say("the server answered " + e.detail.xhr.status + ": reload the page"));
+  document.addEventListener("htmx:responseError", (e) => {
+    const code = e.detail.xhr.status;
+    if (code === 404) say("gone: this was deleted meanwhile");
+    else if (code === 503) say("the server is starting or stopping: numbers are not live");
+    else say("the server answered " + code + ": reload the page");
+  });
+  document.addEventListener("htmx:afterSettle", bindTables);
   document.addEventListener("htmx:afterRequest", (e) => {
     if (e.detail.successful) say("");
   });
