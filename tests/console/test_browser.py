@@ -333,7 +333,9 @@ def test_hostile_content_is_shown_as_text_never_run(
     ):
         visit(browser, page_url(console_url, path, **query))
         assert browser.execute_script("return window.pwned") is None, path
-        assert not browser.find_elements(By.CSS_SELECTOR, "main script, main img, main svg")
+        assert not browser.find_elements(
+            By.CSS_SELECTOR, "main script, main img, main svg:not(.spark)"
+        )
 
     visit(browser, page_url(console_url, "/messages", topic="hostile", partition=0, offset=0))
     row = browser.find_element(By.CSS_SELECTOR, '#messages tr[data-offset="0"]')
@@ -368,6 +370,16 @@ def test_live_numbers_move_without_a_reload(browser: Any, console_url: str, clie
     lag = browser.find_element(By.CSS_SELECTOR, '#consumers tr[data-consumer="watcher"] .lag')
     assert lag.text == "3"
     assert browser.execute_script("return window.sameDocument") is True  # no reload
+    # the lag chart draws from the server's samples of the consumer's lag
+    WebDriverWait(browser, WAIT_S).until(
+        lambda d: d.find_elements(By.CSS_SELECTOR, "#lag-chart .uplot")
+    )
+    assert errors(browser) == []
+
+    visit(browser, console_url + "/topics")  # a write-rate sparkline once sampled
+    WebDriverWait(browser, WAIT_S).until(
+        lambda d: d.find_elements(By.XPATH, "//tr[td/a='live']//*[local-name()='polyline']")
+    )
     assert errors(browser) == []
 
 

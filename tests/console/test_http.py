@@ -15,7 +15,7 @@ from tests.cli.conftest import metrics_url
 from tests.conftest import ServerProcess
 from weir.client import Client
 from weir.console.history import RateHistory, Totals
-from weir.console.views import parse_headers, parse_time, show_bytes
+from weir.console.views import parse_headers, parse_time, show_bytes, sparkline
 from weir.errors import BadRequestError
 
 
@@ -178,3 +178,47 @@ def test_rate_history_keeps_one_hour_of_differences() -> None:
     series = history.series()
     assert series["at"] == [1015.0, 1020.0, 1025.0]  # span / interval samples kept
     assert series["commits"] == [0.4, 0.4, 0.4]
+
+
+def test_topic_rates_and_consumer_lags_are_followed_while_they_exist() -> None:
+    now = [0.0]
+    written = [{"a": 0.0}]
+    lags = [{("a", "c1"): 5}]
+    history = RateHistory(
+        lambda: Totals(0, 0, 0, 0, 0, 0),
+        interval=5,
+        span=20,
+        clock=lambda: now[0],
+        topics=lambda: written[0],
+        lags=lambda: lags[0],
+    )
+    history.sample()
+    for step, (topics, lag) in enumerate(
+        [
+            ({"a": 50.0}, {("a", "c1"): 7}),
+            ({"a": 60.0, "b": 5.0}, {("a", "c1"): 2, ("a", "c2"): 1}),
+            ({"b": 10.0}, {("b", "c3"): 0}),  # topic a dropped
+        ],
+        1,
+    ):
+        now[0] = 5.0 * step
+        written[0], lags[0] = topics, lag
+        history.sample()
+        if step == 2:
+            assert list(history.topic_rates["a"]) == [10.0, 2.0]
+            assert history.lag_series("a") == {
+                "at": [5.0, 10.0],
+                "c1": [7.0, 2.0],
+                "c2": [None, 1.0],
+            }
+    assert set(history.topic_rates) == {"b"}
+    assert list(history.topic_rates["b"]) == [1.0, 1.0]  # from nothing to 5, then 10
+    assert history.lag_series("a") == {"at": []}
+
+
+def test_sparkline_points_span_the_box() -> None:
+    assert sparkline([]).points == ""
+    line = sparkline([0.0, 2.0, 1.0])
+    assert line.points == "0.0,23.0 60.0,1.0 120.0,12.0"
+    assert (line.last, line.peak) == (1.0, 2.0)
+    assert sparkline([0.0, 0.0]).points == "0.0,23.0 120.0,23.0"

@@ -22,7 +22,7 @@ import weir
 from weir.broker.broker import UNSET
 from weir.broker.topics import ConsumerConfig, short_topic
 from weir.console import views
-from weir.console.history import RateHistory, read_totals
+from weir.console.history import MAX_LAG_SERIES, RateHistory, read_totals, topic_messages
 from weir.errors import BadRequestError, WeirError
 
 if TYPE_CHECKING:
@@ -60,7 +60,11 @@ class Console:
         self.metrics = metrics
         self.listeners = Listeners()
         self.started = time.time()
-        self.history = RateHistory(lambda: read_totals(metrics.observer))
+        self.history = RateHistory(
+            lambda: read_totals(metrics.observer),
+            topics=lambda: topic_messages(metrics.observer),
+            lags=self._lags,
+        )
         self.templates = jinja2.Environment(
             loader=jinja2.FileSystemLoader(HERE / "templates"),
             autoescape=True,
@@ -78,6 +82,7 @@ class Console:
         r.add_get(PREFIX + "/", self._page(self.overview))
         r.add_get(PREFIX + "/live", self._page(self.live))
         r.add_get(PREFIX + "/rates", self.rates)
+        r.add_get(PREFIX + "/lag", self.lag)
         r.add_get(PREFIX + "/topics", self._page(self.topics))
         r.add_post(PREFIX + "/topics/create", self._action(self.create_topic))
         r.add_get(PREFIX + "/topic", self._page(self.topic))
@@ -97,6 +102,23 @@ class Console:
 
     async def _stop(self, _: web.Application) -> None:
         await self.history.stop()
+
+    def _lags(self) -> dict[tuple[str, str], int]:
+        """Total lag of every consumer (the first MAX_LAG_SERIES), for lag over time."""
+        broker = self.metrics.broker
+        out: dict[tuple[str, str], int] = {}
+        if broker is None or broker.closed:
+            return out
+        for cfg in broker.list_topics():
+            for consumer in cfg.consumers:
+                if len(out) >= MAX_LAG_SERIES:
+                    return out
+                try:
+                    parts = broker.describe_consumer(cfg.name, consumer)
+                except (KeyError, WeirError):  # dropped meanwhile
+                    continue
+                out[(short_topic(cfg.name), consumer)] = sum(p.lag for p in parts)
+        return out
 
     @property
     def broker(self) -> Broker:
@@ -178,13 +200,23 @@ class Console:
     async def rates(self, request: web.Request) -> web.Response:
         return web.json_response(self.history.series())
 
+    async def lag(self, request: web.Request) -> web.Response:
+        return web.json_response(self.history.lag_series(request.query.get("topic", "")))
+
     def topics(self, request: web.Request) -> web.Response:
         rows = views.topic_rows(self.broker)
+        rates = self.history.topic_rates
         query = request.query.get("q", "")
         if query:
             rows = [r for r in rows if query.lower() in r.name.lower()]
+        sparks = {r.name: views.sparkline(list(rates.get(r.name, ()))) for r in rows}
         return self.render(
-            "topics.html", page="topics", rows=rows, q=query, note=request.query.get("note", "")
+            "topics.html",
+            page="topics",
+            rows=rows,
+            sparks=sparks,
+            q=query,
+            note=request.query.get("note", ""),
         )
 
     def topic(self, request: web.Request) -> web.Response:

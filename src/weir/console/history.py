@@ -9,17 +9,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
+import logging
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from prometheus_client import Counter, Histogram
 
 from weir.metrics import PrometheusObserver
 
+log = logging.getLogger("weir.console")
+
 SAMPLE_INTERVAL_S = 5.0
 SPAN_S = 3600.0
+SPARK_SPAN_S = 900.0  # per-topic write rates: the last 15 minutes
+MAX_LAG_SERIES = 10_000  # (topic, consumer) pairs followed over time; past it, none
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +60,17 @@ def _sum(metric: Counter | Histogram, suffix: str) -> float:
     )
 
 
+def topic_messages(observer: PrometheusObserver) -> dict[str, float]:
+    """Messages written since start, per topic (as users type its name)."""
+    out: dict[str, float] = {}
+    for family in observer.written_messages.collect():
+        for s in family.samples:
+            if s.name.endswith("_total"):
+                topic = s.labels["topic"]
+                out[topic] = out.get(topic, 0.0) + s.value
+    return out
+
+
 def read_totals(observer: PrometheusObserver) -> Totals:
     return Totals(
         messages_in=_sum(observer.written_messages, "_total"),
@@ -73,22 +91,37 @@ class RateHistory:
         interval: float = SAMPLE_INTERVAL_S,
         span: float = SPAN_S,
         clock: Callable[[], float] = time.time,
+        topics: Callable[[], dict[str, float]] = dict,
+        lags: Callable[[], dict[tuple[str, str], int]] = dict,
     ) -> None:
         self.totals = totals
+        self.topics = topics
+        self.lags = lags
         self.interval = interval
         self.clock = clock
         self.samples: deque[Rates] = deque(maxlen=max(1, int(span / interval)))
-        self._last: tuple[float, Totals] | None = None
+        # per topic: messages written per second; per (topic, consumer): lag. Each series
+        # ends at the last sample; a topic or consumer that goes away is forgotten.
+        self.topic_rates: dict[str, deque[float]] = {}
+        self.consumer_lags: dict[tuple[str, str], deque[int]] = {}
+        self._spark_len = max(1, int(SPARK_SPAN_S / interval))
+        self._last: tuple[float, Totals, dict[str, float]] | None = None
         self._task: asyncio.Task[None] | None = None
 
     def sample(self) -> Rates | None:
         """Take one sample: the rates since the previous one (None for the first)."""
-        now, cur = self.clock(), self.totals()
-        last, self._last = self._last, (now, cur)
+        now, cur, per_topic = self.clock(), self.totals(), self.topics()
+        last, self._last = self._last, (now, cur, per_topic)
         if last is None or now <= last[0]:
             return None
-        then, prev = last
+        then, prev, prev_topic = last
         dt = now - then
+        self._follow(
+            self.topic_rates,
+            {t: (v - prev_topic.get(t, 0.0)) / dt for t, v in per_topic.items()},
+            self._spark_len,
+        )
+        self._follow(self.consumer_lags, self.lags(), self.samples.maxlen or 1)
         commits = cur.commits - prev.commits
         rates = Rates(
             at=now,
@@ -103,6 +136,28 @@ class RateHistory:
         )
         self.samples.append(rates)
         return rates
+
+    @staticmethod
+    def _follow(series: dict[Any, deque[Any]], values: dict[Any, Any], length: int) -> None:
+        for key in [k for k in series if k not in values]:
+            del series[key]
+        for key, value in values.items():
+            series.setdefault(key, deque(maxlen=length)).append(value)
+
+    def times(self, count: int) -> list[float]:
+        """The times of the last ``count`` samples."""
+        n = len(self.samples)
+        return [r.at for r in itertools.islice(self.samples, max(0, n - count), n)]
+
+    def lag_series(self, topic: str) -> dict[str, list[float | None]]:
+        """Lag over time of each consumer of ``topic``, with the sample times, for uPlot
+        (None where a consumer did not exist yet)."""
+        mine = {c: s for (t, c), s in self.consumer_lags.items() if t == topic}
+        length = max((len(s) for s in mine.values()), default=0)
+        out: dict[str, list[float | None]] = {"at": list(self.times(length))}
+        for consumer, values in sorted(mine.items()):
+            out[consumer] = [None] * (length - len(values)) + [float(v) for v in values]
+        return out
 
     def series(self) -> dict[str, list[float]]:
         """Column-wise samples, as uPlot takes them."""
@@ -135,4 +190,7 @@ class RateHistory:
     async def _run(self) -> None:
         while True:
             await asyncio.sleep(self.interval)
-            self.sample()
+            try:
+                self.sample()
+            except Exception:  # a chart with a gap, never a console without charts
+                log.exception("console sample failed")

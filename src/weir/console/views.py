@@ -60,6 +60,29 @@ def timestamp(ms: int) -> str:
 
 # ---------------------------------------------------------------------------- topics
 
+SPARK_WIDTH, SPARK_HEIGHT = 120, 24
+
+
+@dataclass(frozen=True)
+class Sparkline:
+    """An SVG polyline's points for a small write-rate chart, and its last value."""
+
+    points: str
+    last: float
+    peak: float
+
+
+def sparkline(values: list[float]) -> Sparkline:
+    if not values:
+        return Sparkline("", 0.0, 0.0)
+    peak = max(values)
+    scale = (SPARK_HEIGHT - 2) / peak if peak > 0 else 0.0
+    step = SPARK_WIDTH / max(1, len(values) - 1)
+    points = " ".join(
+        f"{i * step:.1f},{SPARK_HEIGHT - 1 - v * scale:.1f}" for i, v in enumerate(values)
+    )
+    return Sparkline(points, values[-1], peak)
+
 
 @dataclass(frozen=True)
 class TopicRow:

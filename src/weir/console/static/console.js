@@ -47,24 +47,30 @@
   }
 
   function columns(data, names) {
-    return [data.at].concat(names.map((n) => data[n]));
+    return [data.at].concat(names.map((n) => data[n] || data.at.map(() => null)));
   }
 
   async function refresh() {
-    const els = document.querySelectorAll("[data-chart]");
-    if (!els.length) return;
-    try {
-      const resp = await fetch(els[0].dataset.chart, { cache: "no-store" });
-      if (!resp.ok) throw new Error("HTTP " + resp.status);
-      const data = await resp.json();
-      say("");
-      els.forEach((el) => {
-        const known = charts.find((c) => c.el === el);
-        if (known) known.chart.setData(columns(data, known.names));
-        else makeChart(el, data);
-      });
-    } catch (err) {
-      say("server unreachable: the numbers shown are not live");
+    const byUrl = new Map();
+    document.querySelectorAll("[data-chart]").forEach((el) => {
+      const url = el.dataset.chart;
+      if (!byUrl.has(url)) byUrl.set(url, []);
+      byUrl.get(url).push(el);
+    });
+    for (const [url, els] of byUrl) {
+      try {
+        const resp = await fetch(url, { cache: "no-store" });
+        if (!resp.ok) throw new Error("HTTP " + resp.status);
+        const data = await resp.json();
+        say("");
+        els.forEach((el) => {
+          const known = charts.find((c) => c.el === el);
+          if (known) known.chart.setData(columns(data, known.names));
+          else makeChart(el, data);
+        });
+      } catch (err) {
+        say("server unreachable: the numbers shown are not live");
+      }
     }
   }
 
