@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from aiohttp import web
@@ -43,10 +44,26 @@ _COMMIT_JOBS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 _COMMIT_BYTES = tuple(float(1 << n) for n in range(10, 29, 2))  # 1 KiB .. 256 MiB
 
 
+@dataclass
+class RunningTotals:
+    """Server-wide sums of the counters below, as plain numbers: the web console samples
+    these every few seconds, which a `collect()` of every labelled series would make cost
+    a millisecond per thousand partitions."""
+
+    messages_in: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    reads_out: int = 0
+    commits: int = 0
+    commit_seconds: float = 0.0
+    topic_messages: dict[str, int] = field(default_factory=dict)
+
+
 class PrometheusObserver(BrokerObserver):
     """Broker events as counters and histograms (topic names as users type them)."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
+        self.totals = RunningTotals()
         r = registry
         self.written_messages = Counter(
             "weir_written_messages", "Messages stored (acknowledged writes).", _TP, registry=r
@@ -102,6 +119,10 @@ class PrometheusObserver(BrokerObserver):
 
     def on_write(self, topic: str, partition: int, records: int, nbytes: int, skipped: int) -> None:
         labels = (short_topic(topic), str(partition))
+        t = self.totals
+        t.messages_in += records
+        t.bytes_in += nbytes
+        t.topic_messages[labels[0]] = t.topic_messages.get(labels[0], 0) + records
         self.written_messages.labels(*labels).inc(records)
         self.written_bytes.labels(*labels).inc(nbytes)
         if skipped:
@@ -109,6 +130,8 @@ class PrometheusObserver(BrokerObserver):
 
     def on_read(self, topic: str, partition: int, nbytes: int) -> None:
         labels = (short_topic(topic), str(partition))
+        self.totals.bytes_out += nbytes
+        self.totals.reads_out += 1
         self.read_bytes.labels(*labels).inc(nbytes)
         self.read_responses.labels(*labels).inc()
 
@@ -116,6 +139,8 @@ class PrometheusObserver(BrokerObserver):
         self.refusals.labels(short_topic(topic), str(partition), reason).inc()
 
     def on_commit(self, jobs: int, nbytes: int, seconds: float) -> None:
+        self.totals.commits += 1
+        self.totals.commit_seconds += seconds
         self.commit_seconds.observe(seconds)
         self.commit_jobs.observe(jobs)
         self.commit_bytes.observe(nbytes)

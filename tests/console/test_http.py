@@ -180,17 +180,21 @@ def test_rate_history_keeps_one_hour_of_differences() -> None:
     assert series["commits"] == [0.4, 0.4, 0.4]
 
 
-def test_topic_rates_and_consumer_lags_are_followed_while_they_exist() -> None:
+async def test_topic_rates_and_consumer_lags_are_followed_while_they_exist() -> None:
     now = [0.0]
     written = [{"a": 0.0}]
     lags = [{("a", "c1"): 5}]
+
+    async def current_lags() -> dict[tuple[str, str], int]:
+        return lags[0]
+
     history = RateHistory(
         lambda: Totals(0, 0, 0, 0, 0, 0),
         interval=5,
         span=20,
         clock=lambda: now[0],
         topics=lambda: written[0],
-        lags=lambda: lags[0],
+        lags=current_lags,
     )
     history.sample()
     for step, (topics, lag) in enumerate(
@@ -203,7 +207,8 @@ def test_topic_rates_and_consumer_lags_are_followed_while_they_exist() -> None:
     ):
         now[0] = 5.0 * step
         written[0], lags[0] = topics, lag
-        history.sample()
+        assert history.sample() is not None
+        await history.sample_lags()
         if step == 2:
             assert list(history.topic_rates["a"]) == [10.0, 2.0]
             assert history.lag_series("a") == {

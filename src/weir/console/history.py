@@ -1,8 +1,9 @@
 """The last hour of the server's traffic, kept in memory for the console's charts.
 
-Sampled from the counters the Prometheus observer already keeps, so writes and reads
-pay nothing extra for it: one task wakes every few seconds, sums a handful of counters
-and stores the differences. With nobody looking that is the whole cost.
+Sampled from the running totals the Prometheus observer keeps beside its counters (a
+few additions per write call), so writes and reads pay next to nothing for it: one task
+wakes every few seconds, reads those totals and each consumer's lag, and stores the
+differences. With nobody looking that is the whole cost.
 """
 
 from __future__ import annotations
@@ -13,11 +14,9 @@ import itertools
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
-
-from prometheus_client import Counter, Histogram
 
 from weir.metrics import PrometheusObserver
 
@@ -54,31 +53,20 @@ class Rates:
     commit_ms: float  # mean duration of one group commit (transaction and fsync)
 
 
-def _sum(metric: Counter | Histogram, suffix: str) -> float:
-    return sum(
-        s.value for family in metric.collect() for s in family.samples if s.name.endswith(suffix)
-    )
-
-
 def topic_messages(observer: PrometheusObserver) -> dict[str, float]:
     """Messages written since start, per topic (as users type its name)."""
-    out: dict[str, float] = {}
-    for family in observer.written_messages.collect():
-        for s in family.samples:
-            if s.name.endswith("_total"):
-                topic = s.labels["topic"]
-                out[topic] = out.get(topic, 0.0) + s.value
-    return out
+    return {t: float(n) for t, n in observer.totals.topic_messages.items()}
 
 
 def read_totals(observer: PrometheusObserver) -> Totals:
+    t = observer.totals
     return Totals(
-        messages_in=_sum(observer.written_messages, "_total"),
-        bytes_in=_sum(observer.written_bytes, "_total"),
-        bytes_out=_sum(observer.read_bytes, "_total"),
-        reads_out=_sum(observer.read_responses, "_total"),
-        commits=_sum(observer.commit_seconds, "_count"),
-        commit_seconds=_sum(observer.commit_seconds, "_sum"),
+        messages_in=t.messages_in,
+        bytes_in=t.bytes_in,
+        bytes_out=t.bytes_out,
+        reads_out=t.reads_out,
+        commits=t.commits,
+        commit_seconds=t.commit_seconds,
     )
 
 
@@ -92,7 +80,7 @@ class RateHistory:
         span: float = SPAN_S,
         clock: Callable[[], float] = time.time,
         topics: Callable[[], dict[str, float]] = dict,
-        lags: Callable[[], dict[tuple[str, str], int]] = dict,
+        lags: Callable[[], Awaitable[dict[tuple[str, str], int]]] | None = None,
     ) -> None:
         self.totals = totals
         self.topics = topics
@@ -121,7 +109,6 @@ class RateHistory:
             {t: (v - prev_topic.get(t, 0.0)) / dt for t, v in per_topic.items()},
             self._spark_len,
         )
-        self._follow(self.consumer_lags, self.lags(), self.samples.maxlen or 1)
         commits = cur.commits - prev.commits
         rates = Rates(
             at=now,
@@ -136,6 +123,11 @@ class RateHistory:
         )
         self.samples.append(rates)
         return rates
+
+    async def sample_lags(self) -> None:
+        """Each consumer's lag now, after a `sample` that returned rates (same times)."""
+        if self.lags is not None:
+            self._follow(self.consumer_lags, await self.lags(), self.samples.maxlen or 1)
 
     @staticmethod
     def _follow(series: dict[Any, deque[Any]], values: dict[Any, Any], length: int) -> None:
@@ -191,6 +183,7 @@ class RateHistory:
         while True:
             await asyncio.sleep(self.interval)
             try:
-                self.sample()
+                if self.sample() is not None:
+                    await self.sample_lags()
             except Exception:  # a chart with a gap, never a console without charts
                 log.exception("console sample failed")
