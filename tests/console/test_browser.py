@@ -407,3 +407,42 @@ def test_a_topic_deleted_meanwhile_says_so(browser: Any, console_url: str, clien
     assert text(browser, "#status") == ""
     client.drop_topic("vanishing")
     WebDriverWait(browser, WAIT_S).until(lambda d: "deleted meanwhile" in text(d, "#status"))
+
+
+def test_every_page_fits_a_phone_screen(
+    browser: Any, console_url: str, client: Client, shots: Path
+) -> None:
+    client.create_topic("narrow", 2, consumers=["pocket"], exist_ok=True)
+    with client.writer("narrow", partition=0) as w:
+        w.write('{"wide": "' + "w" * 300 + '"}', key="k" * 100, headers={"h": "v" * 200})
+    browser.set_window_size(400, 900)
+    try:
+        for name, path, query in (
+            ("overview", "", {}),
+            ("topics", "/topics", {}),
+            ("topic", "/topic", {"name": "narrow"}),
+            ("messages", "/messages", {"topic": "narrow", "partition": 0, "offset": 0}),
+            ("consumers", "/consumers", {}),
+        ):
+            visit(browser, page_url(console_url, path, **query))
+            width = browser.execute_script(
+                "return [document.documentElement.scrollWidth, window.innerWidth]"
+            )
+            assert width[0] <= width[1], (name, width)  # wide tables scroll inside
+            shot(browser, shots, f"phone-{name}")
+            assert errors(browser) == []
+    finally:
+        browser.set_window_size(1280, 900)
+
+
+def test_a_server_gone_away_is_said_on_the_open_page(browser: Any, tmp_path: Path) -> None:
+    from tests.cli.conftest import metrics_url
+
+    srv = ServerProcess(tmp_path, "--metrics-listen", "127.0.0.1:0").start()
+    try:
+        visit(browser, metrics_url(srv) + "/console")
+        assert text(browser, "#status") == ""
+        srv.stop()
+        WebDriverWait(browser, WAIT_S).until(lambda d: "unreachable" in text(d, "#status"))
+    finally:
+        srv.stop()

@@ -227,3 +227,14 @@ def test_sparkline_points_span_the_box() -> None:
     assert line.points == "0.0,23.0 60.0,1.0 120.0,12.0"
     assert (line.last, line.peak) == (1.0, 2.0)
     assert sparkline([0.0, 0.0]).points == "0.0,23.0 120.0,23.0"
+
+
+def test_a_loopback_console_answers_only_to_loopback_names(console_url: str) -> None:
+    """A site whose name resolves to 127.0.0.1 (DNS rebinding) gets nothing."""
+    port = urllib.parse.urlsplit(console_url).port
+    status, _, body = request(console_url + "/topics", headers={"Host": f"evil.example:{port}"})
+    assert status == 403 and "answers only to loopback names" in body
+    for host in (f"localhost:{port}", f"127.0.0.1:{port}"):
+        assert request(console_url + "/topics", headers={"Host": host})[0] == 200
+    metrics = console_url.removesuffix("/console") + "/metrics"
+    assert request(metrics, headers={"Host": f"evil.example:{port}"})[0] == 200  # not console

@@ -99,7 +99,7 @@ async def run(cfg: configuration.Config) -> None:
         if cfg.console.enabled:
             from weir.console import Console
 
-            console = Console(metrics)
+            console = Console(metrics, cfg.metrics.listen.rpartition(":")[0])
         # up before recovery, so /healthz answers and /readyz says "not yet" while it runs
         endpoint = MetricsEndpoint(
             metrics, cfg.metrics.listen, alive, mount=None if console is None else console.mount

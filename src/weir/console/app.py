@@ -9,6 +9,7 @@ even a value that slipped through escaping could not run.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -58,8 +59,11 @@ class NotReady(Exception):
 class Console:
     """The web console of one server: its routes, its rate history, its templates."""
 
-    def __init__(self, metrics: ServerMetrics) -> None:
+    def __init__(self, metrics: ServerMetrics, bind_host: str = "127.0.0.1") -> None:
         self.metrics = metrics
+        # bound to loopback, only loopback names may reach it: a page of another site
+        # whose name was made to resolve to 127.0.0.1 (DNS rebinding) gets nothing
+        self.loopback_only = _is_loopback(bind_host)
         self.listeners = Listeners()
         self.started = time.time()
         self.history = RateHistory(
@@ -95,7 +99,7 @@ class Console:
         r.add_get(PREFIX + "/consumers", self._page(self.consumers))
         r.add_post(PREFIX + "/consumers/seek", self._action(self.seek_consumer))
         r.add_static(PREFIX + "/static", HERE / "static", append_version=False)
-        app.middlewares.append(_security_headers)
+        app.middlewares.append(self._guard)
         app.on_startup.append(self._start)
         app.on_cleanup.append(self._stop)
 
@@ -134,6 +138,10 @@ class Console:
                     lag += max(0, p.end_offset - start)
                 out[(name, consumer)] = lag
         return out
+
+    @web.middleware
+    async def _guard(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        return await _security_headers(self, request, handler)
 
     @property
     def broker(self) -> Broker:
@@ -386,8 +394,34 @@ def _same_origin(request: web.Request) -> bool:
     return origin is None or urlsplit(origin).netloc == request.host
 
 
-@web.middleware
-async def _security_headers(request: web.Request, handler: Handler) -> web.StreamResponse:
+def _is_loopback(host: str) -> bool:
+    host = host.strip("[]").lower()
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _hostname(request: web.Request) -> str:
+    return urlsplit("//" + request.host).hostname or ""
+
+
+async def _security_headers(
+    console: Console, request: web.Request, handler: Handler
+) -> web.StreamResponse:
+    """Refuse rebinding hosts; add the script policy and no-sniff to the console's pages."""
+    if (
+        request.path.startswith(PREFIX)
+        and console.loopback_only
+        and not _is_loopback(_hostname(request))
+    ):
+        return web.Response(
+            status=403,
+            text="the console on a loopback address answers only to loopback names "
+            "(127.0.0.1, localhost)\n",
+        )
     response = await handler(request)
     if request.path.startswith(PREFIX):
         response.headers.setdefault("Content-Security-Policy", CSP)
