@@ -238,3 +238,15 @@ def test_a_loopback_console_answers_only_to_loopback_names(console_url: str) -> 
         assert request(console_url + "/topics", headers={"Host": host})[0] == 200
     metrics = console_url.removesuffix("/console") + "/metrics"
     assert request(metrics, headers={"Host": f"evil.example:{port}"})[0] == 200  # not console
+
+
+def test_what_does_not_exist_is_a_404_and_bad_input_a_400(console_url: str, client: Client) -> None:
+    client.create_topic("one-partition", 1)
+    assert request(console_url + "/topic?name=no-such-topic")[0] == 404
+    status, _, body = request(console_url + "/messages?topic=one-partition&partition=5")
+    assert status == 404 and "has partitions 0..0, not 5" in body
+    status, _, body = request(console_url + "/messages?topic=one-partition&offset=-3")
+    assert status == 400 and "offset must not be negative" in body
+    status, _, body = request(console_url + "/messages?topic=one-partition&time=soon")
+    assert status == 400 and "bad time" in body
+    assert request(console_url + "/topic")[0] == 400  # no name

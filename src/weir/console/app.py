@@ -25,7 +25,7 @@ from weir.broker.broker import UNSET
 from weir.broker.topics import ConsumerConfig, short_topic
 from weir.console import views
 from weir.console.history import MAX_LAG_SERIES, RateHistory, read_totals, topic_messages
-from weir.errors import BadRequestError, WeirError
+from weir.errors import BadRequestError, NotFoundError, WeirError
 
 if TYPE_CHECKING:
     from weir.broker.broker import Broker
@@ -162,7 +162,7 @@ class Console:
             except NotReady:
                 return self.render("error.html", 503, title="Not ready", message=_NOT_READY)
             except WeirError as err:
-                status = 404 if "does not exist" in err.message else 400
+                status = 404 if isinstance(err, NotFoundError) else 400
                 return self.render("error.html", status, title="Error", message=err.message)
 
         return handle
