@@ -56,7 +56,9 @@ class RunningTotals:
     reads_out: int = 0
     commits: int = 0
     commit_seconds: float = 0.0
-    topic_messages: dict[str, int] = field(default_factory=dict)
+    partition_messages: dict[tuple[str, str], int] = field(
+        default_factory=dict
+    )  # (topic, partition)
 
 
 class PrometheusObserver(BrokerObserver):
@@ -122,7 +124,7 @@ class PrometheusObserver(BrokerObserver):
         t = self.totals
         t.messages_in += records
         t.bytes_in += nbytes
-        t.topic_messages[labels[0]] = t.topic_messages.get(labels[0], 0) + records
+        t.partition_messages[labels] = t.partition_messages.get(labels, 0) + records
         self.written_messages.labels(*labels).inc(records)
         self.written_bytes.labels(*labels).inc(nbytes)
         if skipped:

@@ -4,6 +4,8 @@ directly (headers, refused posts, the switch that turns it off) and the value re
 from __future__ import annotations
 
 import json
+import re
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -182,7 +184,7 @@ def test_rate_history_keeps_one_hour_of_differences() -> None:
 
 async def test_topic_rates_and_consumer_lags_are_followed_while_they_exist() -> None:
     now = [0.0]
-    written = [{"a": 0.0}]
+    written = [{("a", "0"): 0.0}]
     lags = [{("a", "c1"): 5}]
 
     async def current_lags() -> dict[tuple[str, str], int]:
@@ -193,15 +195,18 @@ async def test_topic_rates_and_consumer_lags_are_followed_while_they_exist() -> 
         interval=5,
         span=20,
         clock=lambda: now[0],
-        topics=lambda: written[0],
+        partitions=lambda: written[0],
         lags=current_lags,
     )
     history.sample()
     for step, (topics, lag) in enumerate(
         [
-            ({"a": 50.0}, {("a", "c1"): 7}),
-            ({"a": 60.0, "b": 5.0}, {("a", "c1"): 2, ("a", "c2"): 1}),
-            ({"b": 10.0}, {("b", "c3"): 0}),  # topic a dropped
+            ({("a", "0"): 20.0, ("a", "1"): 30.0}, {("a", "c1"): 7}),
+            (
+                {("a", "0"): 30.0, ("a", "1"): 30.0, ("b", "0"): 5.0},
+                {("a", "c1"): 2, ("a", "c2"): 1},
+            ),
+            ({("b", "0"): 10.0}, {("b", "c3"): 0}),  # topic a dropped
         ],
         1,
     ):
@@ -211,6 +216,7 @@ async def test_topic_rates_and_consumer_lags_are_followed_while_they_exist() -> 
         await history.sample_lags()
         if step == 2:
             assert list(history.topic_rates["a"]) == [10.0, 2.0]
+            assert history.partition_rates == {("a", "0"): 2.0, ("a", "1"): 0.0, ("b", "0"): 1.0}
             assert history.lag_series("a") == {
                 "at": [5.0, 10.0],
                 "c1": [7.0, 2.0],
@@ -250,3 +256,20 @@ def test_what_does_not_exist_is_a_404_and_bad_input_a_400(console_url: str, clie
     status, _, body = request(console_url + "/messages?topic=one-partition&time=soon")
     assert status == 400 and "bad time" in body
     assert request(console_url + "/topic")[0] == 400  # no name
+
+
+def test_a_partitions_write_rate_shows_after_the_next_sample(
+    console_url: str, client: Client
+) -> None:
+    client.create_topic("rated", 2)
+    with client.writer("rated", partition=1) as w:
+        w.write_many([b"r"] * 50)
+    rate = re.compile(r'<td class="num rate">([0-9.]+)</td>')
+    deadline = time.monotonic() + 30  # a sample every 5 s; each rate holds for 5 s
+    seen: list[str] = []
+    while time.monotonic() < deadline:
+        seen = rate.findall(request(console_url + "/topic?name=rated")[2])
+        if seen[1] != "0.0":
+            break
+        time.sleep(0.25)  # polling the page; the condition above ends the wait
+    assert seen[0] == "0.0" and float(seen[1]) > 0, seen

@@ -24,7 +24,12 @@ import weir
 from weir.broker.broker import UNSET
 from weir.broker.topics import ConsumerConfig, short_topic
 from weir.console import views
-from weir.console.history import MAX_LAG_SERIES, RateHistory, read_totals, topic_messages
+from weir.console.history import (
+    MAX_LAG_SERIES,
+    RateHistory,
+    partition_messages,
+    read_totals,
+)
 from weir.errors import BadRequestError, NotFoundError, WeirError
 
 if TYPE_CHECKING:
@@ -68,7 +73,7 @@ class Console:
         self.started = time.time()
         self.history = RateHistory(
             lambda: read_totals(metrics.observer),
-            topics=lambda: topic_messages(metrics.observer),
+            partitions=self._written,
             lags=self._lags,
         )
         self.templates = jinja2.Environment(
@@ -108,6 +113,14 @@ class Console:
 
     async def _stop(self, _: web.Application) -> None:
         await self.history.stop()
+
+    def _written(self) -> dict[tuple[str, str], float]:
+        """Messages written per partition of the topics that exist (not dropped ones)."""
+        broker = self.metrics.broker
+        if broker is None or broker.closed:
+            return {}
+        names = {short_topic(c.name) for c in broker.list_topics()}
+        return {k: v for k, v in partition_messages(self.metrics.observer).items() if k[0] in names}
 
     async def _lags(self) -> dict[tuple[str, str], int]:
         """Total lag of every consumer (the first MAX_LAG_SERIES), for lag over time; lets
@@ -243,7 +256,9 @@ class Console:
         )
 
     def topic(self, request: web.Request) -> web.Response:
-        detail = views.topic_detail(self.broker, _required(request.query, "name"))
+        detail = views.topic_detail(
+            self.broker, _required(request.query, "name"), self.history.partition_rates
+        )
         return self.render(
             "topic.html", page="topics", t=detail, note=request.query.get("note", "")
         )

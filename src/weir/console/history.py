@@ -53,9 +53,9 @@ class Rates:
     commit_ms: float  # mean duration of one group commit (transaction and fsync)
 
 
-def topic_messages(observer: PrometheusObserver) -> dict[str, float]:
-    """Messages written since start, per topic (as users type its name)."""
-    return {t: float(n) for t, n in observer.totals.topic_messages.items()}
+def partition_messages(observer: PrometheusObserver) -> dict[tuple[str, str], float]:
+    """Messages written since start, per (topic as users type it, partition)."""
+    return {k: float(n) for k, n in observer.totals.partition_messages.items()}
 
 
 def read_totals(observer: PrometheusObserver) -> Totals:
@@ -79,11 +79,11 @@ class RateHistory:
         interval: float = SAMPLE_INTERVAL_S,
         span: float = SPAN_S,
         clock: Callable[[], float] = time.time,
-        topics: Callable[[], dict[str, float]] = dict,
+        partitions: Callable[[], dict[tuple[str, str], float]] = dict,
         lags: Callable[[], Awaitable[dict[tuple[str, str], int]]] | None = None,
     ) -> None:
         self.totals = totals
-        self.topics = topics
+        self.partitions = partitions
         self.lags = lags
         self.interval = interval
         self.clock = clock
@@ -91,24 +91,25 @@ class RateHistory:
         # per topic: messages written per second; per (topic, consumer): lag. Each series
         # ends at the last sample; a topic or consumer that goes away is forgotten.
         self.topic_rates: dict[str, deque[float]] = {}
+        self.partition_rates: dict[tuple[str, str], float] = {}  # of the last sample only
         self.consumer_lags: dict[tuple[str, str], deque[int]] = {}
         self._spark_len = max(1, int(SPARK_SPAN_S / interval))
-        self._last: tuple[float, Totals, dict[str, float]] | None = None
+        self._last: tuple[float, Totals, dict[tuple[str, str], float]] | None = None
         self._task: asyncio.Task[None] | None = None
 
     def sample(self) -> Rates | None:
         """Take one sample: the rates since the previous one (None for the first)."""
-        now, cur, per_topic = self.clock(), self.totals(), self.topics()
-        last, self._last = self._last, (now, cur, per_topic)
+        now, cur, per_part = self.clock(), self.totals(), self.partitions()
+        last, self._last = self._last, (now, cur, per_part)
         if last is None or now <= last[0]:
             return None
-        then, prev, prev_topic = last
+        then, prev, prev_part = last
         dt = now - then
-        self._follow(
-            self.topic_rates,
-            {t: (v - prev_topic.get(t, 0.0)) / dt for t, v in per_topic.items()},
-            self._spark_len,
-        )
+        self.partition_rates = {k: (v - prev_part.get(k, 0.0)) / dt for k, v in per_part.items()}
+        per_topic: dict[str, float] = {}
+        for (topic, _), rate in self.partition_rates.items():
+            per_topic[topic] = per_topic.get(topic, 0.0) + rate
+        self._follow(self.topic_rates, per_topic, self._spark_len)
         commits = cur.commits - prev.commits
         rates = Rates(
             at=now,

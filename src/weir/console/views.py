@@ -10,6 +10,7 @@ from __future__ import annotations
 import calendar
 import json
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -126,6 +127,7 @@ class PartitionRow:
     size_bytes: int
     last_write: str
     producers: int
+    write_rate: float  # messages per second over the last sample
 
 
 @dataclass(frozen=True)
@@ -160,8 +162,12 @@ class TopicDetail:
 MAX_PRODUCER_ROWS = 200
 
 
-def topic_detail(broker: Broker, name: str) -> TopicDetail:
+def topic_detail(
+    broker: Broker, name: str, rates: Mapping[tuple[str, str], float] | None = None
+) -> TopicDetail:
+    """``rates``: messages written per second by (topic, partition), from the history."""
     cfg = broker.topic(name)
+    short = short_topic(cfg.name)
     rows, producers = [], []
     total = 0
     for info in broker.partitions(cfg.name):
@@ -175,6 +181,7 @@ def topic_detail(broker: Broker, name: str) -> TopicDetail:
                 info.size_bytes,
                 timestamp(info.last_write_ms),
                 len(table),
+                (rates or {}).get((short, str(info.partition)), 0.0),
             )
         )
         for pid, st in table.items():
