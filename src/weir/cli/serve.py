@@ -157,7 +157,10 @@ def serve(
     ] = None,
     metrics_listen: Annotated[
         str | None,
-        typer.Option("--metrics-listen", help="Serve /metrics, /healthz, /readyz on HOST:PORT."),
+        typer.Option(
+            "--metrics-listen",
+            help="Serve /metrics, /healthz, /readyz and the web console (/console) on HOST:PORT.",
+        ),
     ] = None,
     log_level: Annotated[
         str | None, typer.Option("--log-level", help="debug, info, warning or error.")
