@@ -19,6 +19,7 @@ PAGES = [
     "docs/sdk.md",
     "docs/configuration.md",
     "docs/observability.md",
+    "docs/console.md",
     "docs/storage.md",
     "docs/ydb.md",
     "docs/spark.md",

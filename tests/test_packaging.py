@@ -28,3 +28,21 @@ def test_the_build_requires_a_setuptools_that_reads_spdx_licenses() -> None:
         Requirement(r) for r in doc["build-system"]["requires"] if r.startswith("setuptools")
     ]
     assert "76.9" not in setuptools.specifier and "77.0" in setuptools.specifier
+
+
+def test_the_consoles_pages_and_scripts_ship_in_the_package() -> None:
+    """Templates and vendored scripts are data files: without a package-data glob a wheel
+    would install a console that answers every page with an error."""
+    import fnmatch
+
+    doc = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    globs = doc["tool"]["setuptools"]["package-data"]["weir"]
+    console = ROOT / "src" / "weir" / "console"
+    files = [
+        str(p.relative_to(ROOT / "src" / "weir"))
+        for sub in ("templates", "static")
+        for p in (console / sub).iterdir()
+    ]
+    assert any(f.endswith("htmx.min.js") for f in files)
+    missing = [f for f in files if not any(fnmatch.fnmatch(f, g) for g in globs)]
+    assert missing == []

@@ -513,6 +513,13 @@ KEYS: tuple[Key, ...] = (
         DEFAULT_METRICS_LISTEN,
         "Address of the metrics HTTP endpoint (when enabled).",
     ),
+    Key(
+        "console",
+        "enabled",
+        BOOL,
+        True,
+        "Serve the web console at /console on the metrics HTTP endpoint (when that runs).",
+    ),
     Key("log", "level", LEVEL, "info", "Least severe level logged: debug, info, warning or error."),
     Key(
         "log",
@@ -537,6 +544,11 @@ class MetricsConfig:
 
 
 @dataclass(frozen=True)
+class ConsoleConfig:
+    enabled: bool = True
+
+
+@dataclass(frozen=True)
 class LogConfig:
     level: str = "info"
     json: bool = False
@@ -550,6 +562,7 @@ class Config:
     listen: str = DEFAULT_LISTEN
     shutdown_grace_s: float = 5.0
     metrics: MetricsConfig = dataclasses.field(default_factory=MetricsConfig)
+    console: ConsoleConfig = dataclasses.field(default_factory=ConsoleConfig)
     log: LogConfig = dataclasses.field(default_factory=LogConfig)
     sources: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
@@ -563,6 +576,7 @@ class Config:
         out["server.shutdown_grace_s"] = self.shutdown_grace_s
         out["metrics.enabled"] = self.metrics.enabled
         out["metrics.listen"] = self.metrics.listen
+        out["console.enabled"] = self.console.enabled
         out["log.level"] = self.log.level
         out["log.json"] = self.log.json
         return {k.path: out[k.path] for k in KEYS}
@@ -677,6 +691,7 @@ def _build(values: dict[str, Any], sources: dict[str, str]) -> Config:
         listen=values["server.listen"],
         shutdown_grace_s=values["server.shutdown_grace_s"],
         metrics=MetricsConfig(values["metrics.enabled"], values["metrics.listen"]),
+        console=ConsoleConfig(values["console.enabled"]),
         log=LogConfig(values["log.level"], values["log.json"]),
         sources=sources,
     )

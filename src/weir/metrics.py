@@ -4,19 +4,21 @@ Two sources feed one per-server registry: `PrometheusObserver` counts broker
 events as they happen (writes, reads, refusals, group commits), and
 `BrokerCollector` reads the live broker when scraped (offsets, sizes, queues,
 consumer lag), so gauges cost nothing between scrapes. `MetricsEndpoint` serves
-``/metrics``, ``/healthz`` and ``/readyz`` from the server's own event loop: a
-scrape reads broker state without locks, and an answer from ``/healthz`` proves
-the loop that serves clients is responsive.
+``/metrics``, ``/healthz`` and ``/readyz`` from the server's own event loop (an
+aiohttp application, which the web console shares): a scrape reads broker state
+without locks, and an answer from ``/healthz`` proves the loop that serves clients
+is responsive.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from aiohttp import web
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
@@ -42,10 +44,28 @@ _COMMIT_JOBS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 _COMMIT_BYTES = tuple(float(1 << n) for n in range(10, 29, 2))  # 1 KiB .. 256 MiB
 
 
+@dataclass
+class RunningTotals:
+    """Server-wide sums of the counters below, as plain numbers: the web console samples
+    these every few seconds, which a `collect()` of every labelled series would make cost
+    a millisecond per thousand partitions."""
+
+    messages_in: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    reads_out: int = 0
+    commits: int = 0
+    commit_seconds: float = 0.0
+    partition_messages: dict[tuple[str, str], int] = field(
+        default_factory=dict
+    )  # (topic, partition)
+
+
 class PrometheusObserver(BrokerObserver):
     """Broker events as counters and histograms (topic names as users type them)."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
+        self.totals = RunningTotals()
         r = registry
         self.written_messages = Counter(
             "weir_written_messages", "Messages stored (acknowledged writes).", _TP, registry=r
@@ -101,6 +121,10 @@ class PrometheusObserver(BrokerObserver):
 
     def on_write(self, topic: str, partition: int, records: int, nbytes: int, skipped: int) -> None:
         labels = (short_topic(topic), str(partition))
+        t = self.totals
+        t.messages_in += records
+        t.bytes_in += nbytes
+        t.partition_messages[labels] = t.partition_messages.get(labels, 0) + records
         self.written_messages.labels(*labels).inc(records)
         self.written_bytes.labels(*labels).inc(nbytes)
         if skipped:
@@ -108,6 +132,8 @@ class PrometheusObserver(BrokerObserver):
 
     def on_read(self, topic: str, partition: int, nbytes: int) -> None:
         labels = (short_topic(topic), str(partition))
+        self.totals.bytes_out += nbytes
+        self.totals.reads_out += 1
         self.read_bytes.labels(*labels).inc(nbytes)
         self.read_responses.labels(*labels).inc()
 
@@ -115,6 +141,8 @@ class PrometheusObserver(BrokerObserver):
         self.refusals.labels(short_topic(topic), str(partition), reason).inc()
 
     def on_commit(self, jobs: int, nbytes: int, seconds: float) -> None:
+        self.totals.commits += 1
+        self.totals.commit_seconds += seconds
         self.commit_seconds.observe(seconds)
         self.commit_jobs.observe(jobs)
         self.commit_bytes.observe(nbytes)
@@ -259,49 +287,58 @@ class ServerMetrics:
         return generate_latest(self.registry)
 
 
-_MAX_HEADER_LINES = 100
-_READ_TIMEOUT = 10.0
-_REASONS = {
-    200: "OK",
-    400: "Bad Request",
-    404: "Not Found",
-    405: "Method Not Allowed",
-    503: "Service Unavailable",
-}
-
-
 class MetricsEndpoint:
-    """``/metrics``, ``/healthz`` and ``/readyz`` over HTTP/1.1 on the running event loop."""
+    """``/metrics``, ``/healthz`` and ``/readyz`` over HTTP on the running event loop.
+
+    An aiohttp application, so more pages can share the port: ``mount`` is called with
+    the application before it starts (the web console adds its routes there).
+    """
 
     def __init__(
-        self, metrics: ServerMetrics, listen: str, alive: Callable[[], bool] = lambda: True
+        self,
+        metrics: ServerMetrics,
+        listen: str,
+        alive: Callable[[], bool] = lambda: True,
+        mount: Callable[[web.Application], None] | None = None,
     ) -> None:
         host, _, port = listen.rpartition(":")
         self.host = host.strip("[]")
         self.port = int(port)
         self.metrics = metrics
         self.alive = alive
-        self._server: asyncio.Server | None = None
+        self.mount = mount
+        self._runner: web.AppRunner | None = None
 
     @property
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
+    def application(self) -> web.Application:
+        app = web.Application()
+        if self.mount is not None:
+            self.mount(app)
+        app.router.add_route("*", "/{path:.*}", self._handle)
+        return app
+
     async def start(self) -> None:
+        runner = web.AppRunner(self.application(), access_log=None, handle_signals=False)
+        await runner.setup()
+        site = web.TCPSite(runner, self.host, self.port, shutdown_timeout=1.0)
         try:
-            self._server = await asyncio.start_server(self._serve, self.host, self.port)
+            await site.start()
         except OSError as exc:
+            await runner.cleanup()
             raise OSError(
                 f"cannot serve metrics on {self.host}:{self.port}: {exc.strerror or exc}"
             ) from None
-        self.port = self._server.sockets[0].getsockname()[1]
+        self._runner = runner
+        self.port = runner.addresses[0][1]
 
     async def stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
+        if self._runner is not None:
             with contextlib.suppress(Exception):
-                await self._server.wait_closed()
-            self._server = None
+                await self._runner.cleanup()
+            self._runner = None
 
     def respond(self, method: str, path: str) -> tuple[int, str, bytes]:
         """(status, content type, body) for one request."""
@@ -319,35 +356,14 @@ class MetricsEndpoint:
                 return 200, text, b"ready\n"
             return 503, text, b"not ready: starting or shutting down\n"
         if path == "/":
-            return 200, text, b"weir: /metrics /healthz /readyz\n"
+            pages = b"weir: /metrics /healthz /readyz"
+            if self.mount is not None:
+                pages += b" /console"
+            return 200, text, pages + b"\n"
         return 404, text, b"not found: try /metrics, /healthz or /readyz\n"
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            request = await asyncio.wait_for(reader.readline(), _READ_TIMEOUT)
-            for _ in range(_MAX_HEADER_LINES):
-                line = await asyncio.wait_for(reader.readline(), _READ_TIMEOUT)
-                if line in (b"\r\n", b"\n", b""):
-                    break
-            parts = request.decode("latin-1").split()
-            if len(parts) != 3:
-                status, ctype, body = 400, "text/plain", b"bad request\n"
-                method = "GET"
-            else:
-                method = parts[0]
-                status, ctype, body = self.respond(method, parts[1])
-            head = (
-                f"HTTP/1.1 {status} {_REASONS.get(status, '')}\r\n"
-                f"Content-Type: {ctype}\r\nContent-Length: {len(body)}\r\n"
-                "Connection: close\r\n\r\n"
-            )
-            writer.write(head.encode() + (b"" if method == "HEAD" else body))
-            await writer.drain()
-        except (TimeoutError, ConnectionError, asyncio.IncompleteReadError):
-            pass
-        except Exception:
-            log.exception("metrics request failed")
-        finally:
-            writer.close()
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()
+    async def _handle(self, request: web.Request) -> web.Response:
+        status, ctype, body = self.respond(request.method, request.path)
+        resp = web.Response(status=status, body=body)
+        resp.headers["Content-Type"] = ctype
+        return resp

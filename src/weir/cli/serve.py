@@ -1,4 +1,5 @@
-"""`weir serve`: the server with its config, logs, metrics endpoint and clean shutdown."""
+"""`weir serve`: the server with its config, logs, metrics endpoint, web console and clean
+shutdown."""
 
 from __future__ import annotations
 
@@ -93,9 +94,16 @@ async def run(cfg: configuration.Config) -> None:
         return not broker.closed and broker.store.committer.alive
 
     endpoint = None
+    console = None
     if cfg.metrics.enabled:
+        if cfg.console.enabled:
+            from weir.console import Console
+
+            console = Console(metrics, cfg.metrics.listen.rpartition(":")[0])
         # up before recovery, so /healthz answers and /readyz says "not yet" while it runs
-        endpoint = MetricsEndpoint(metrics, cfg.metrics.listen, alive)
+        endpoint = MetricsEndpoint(
+            metrics, cfg.metrics.listen, alive, mount=None if console is None else console.mount
+        )
         await endpoint.start()
     try:
         await server.start()
@@ -103,6 +111,11 @@ async def run(cfg: configuration.Config) -> None:
         metrics.ready = True
         if endpoint is not None:
             announce(cfg, f"weir metrics on {endpoint.url}/metrics", url=f"{endpoint.url}/metrics")
+        if console is not None and endpoint is not None:
+            console.listeners.clients = server.endpoint
+            console.listeners.http = endpoint.url
+            console.listeners.data_dir = str(cfg.broker.data_dir)
+            announce(cfg, f"weir console on {endpoint.url}/console", url=f"{endpoint.url}/console")
         announce(
             cfg,
             f"weir listening on {server.endpoint}, data in {cfg.broker.data_dir}",
@@ -144,7 +157,10 @@ def serve(
     ] = None,
     metrics_listen: Annotated[
         str | None,
-        typer.Option("--metrics-listen", help="Serve /metrics, /healthz, /readyz on HOST:PORT."),
+        typer.Option(
+            "--metrics-listen",
+            help="Serve /metrics, /healthz, /readyz and the web console (/console) on HOST:PORT.",
+        ),
     ] = None,
     log_level: Annotated[
         str | None, typer.Option("--log-level", help="debug, info, warning or error.")
