@@ -141,6 +141,32 @@ class UnknownConsumerError(NotFoundError):
     code = "UNKNOWN_CONSUMER"
 
 
+class UnknownTenantError(NotFoundError):
+    code = "UNKNOWN_TENANT"
+
+
+class UnknownNamespaceError(NotFoundError):
+    code = "UNKNOWN_NAMESPACE"
+
+
+class NotEmptyError(FatalError):
+    """A tenant or namespace still holds namespaces or topics, so it cannot be deleted."""
+
+    code = "NOT_EMPTY"
+
+
+class TooManyProducersError(FatalError):
+    """The topic has as many live producers as its max_producers_per_topic policy allows."""
+
+    code = "TOO_MANY_PRODUCERS"
+
+
+class TooManyConsumersError(FatalError):
+    """The topic has as many live read sessions as its max_consumers_per_topic policy allows."""
+
+    code = "TOO_MANY_CONSUMERS"
+
+
 class AlreadyExistsError(FatalError):
     code = "ALREADY_EXISTS"
 

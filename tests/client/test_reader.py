@@ -10,7 +10,7 @@ import pytest
 import weir
 import weir.aio
 from tests.conftest import ServerProcess
-from weir.errors import BadRequestError, ClosedError, UnknownTopicError
+from weir.errors import BadRequestError, ClosedError, UnknownNamespaceError
 
 
 @pytest.fixture
@@ -114,8 +114,9 @@ def test_start_positions_and_read_from_time(client: weir.Client, topic_name: str
 
 
 def test_unknown_topic_is_a_clear_error(client: weir.Client) -> None:
-    r = client.reader("does_not_exist", consumer="c")
-    with pytest.raises(UnknownTopicError, match="does_not_exist"):
+    # an unknown topic is created on first use, but only in a namespace that exists
+    r = client.reader("does_not_exist/topic", consumer="c")
+    with pytest.raises(UnknownNamespaceError, match="does_not_exist does not exist"):
         r.receive_batch(timeout=10)
     r.close()
 
