@@ -58,6 +58,8 @@ def parse_topic(path: object, database: str = "") -> TopicName:
     if not p:
         raise BadRequestError(f"bad topic name {path!r}: it is empty")
     parts = p.split("/")
+    if "" in parts:
+        raise BadRequestError(f"bad topic name {path!r}: a name has no empty parts")
     if len(parts) > 3:
         raise BadRequestError(
             f"bad topic name {path!r}: {len(parts)} parts; use 'topic', 'namespace/topic' or "
@@ -80,6 +82,8 @@ def parse_namespace(path: object) -> tuple[str, str]:
     if not p:
         raise BadRequestError(f"bad namespace name {path!r}: it is empty")
     parts = p.split("/")
+    if "" in parts:
+        raise BadRequestError(f"bad namespace name {path!r}: a name has no empty parts")
     if len(parts) > 2:
         raise BadRequestError(
             f"bad namespace name {path!r}: {len(parts)} parts; use 'tenant/namespace' "
