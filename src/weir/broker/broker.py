@@ -353,7 +353,9 @@ class Broker(TenancyFacade):
             ):
                 if value is not UNSET:
                     own[key] = value
-            changes["policies"] = cfg.policies.updated(own, tuple(inherit), topic=True)
+            own_policies = cfg.policies.updated(own, tuple(inherit), topic=True)
+            if own_policies != cfg.policies:
+                changes["policies"] = own_policies
             if partitions is not None:
                 if partitions < cfg.partitions:
                     raise BadRequestError(
