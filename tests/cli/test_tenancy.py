@@ -82,6 +82,10 @@ def test_bad_input_is_one_line_and_changes_nothing(weir: Weir, topic_name: str) 
         (["namespace", "set-policy", "default", "max_producers_per_topic=-3"], "negative"),
         (["namespace", "set-retention", "default"], "nothing to change"),
         (["tenant", "create", "bad name"], "bad tenant name"),
+        (
+            ["namespace", "create", "default", "--policy", "retention_ms=1h", "--if-not-exists"],
+            "already exists with retention_ms=unset, not 1h",
+        ),
         (["topic", "create", "a/b/c/d"], "4 parts"),
     ):
         result = weir(*args)

@@ -18,6 +18,7 @@ from weir.cli import output
 from weir.cli.common import (
     DEFAULT_ENDPOINT,
     DEFAULT_TIMEOUT,
+    CliError,
     Endpoint,
     Json,
     Password,
@@ -27,6 +28,7 @@ from weir.cli.common import (
     connect,
 )
 from weir.config import parse_duration_ms, parse_size
+from weir.errors import AlreadyExistsError
 
 if TYPE_CHECKING:
     from weir.client.admin import NamespaceInfo, TenantInfo
@@ -130,9 +132,20 @@ def tenant_json(info: TenantInfo) -> dict[str, Any]:
 # ---------------------------------------------------------------------------- tenants
 
 
+IfNotExists = Annotated[
+    bool,
+    typer.Option(
+        "--if-not-exists",
+        help="Succeed if it is already there (a namespace: with the policies given, else an "
+        "error naming what differs). For scripts that may run twice.",
+    ),
+]
+
+
 @tenant_app.command("create")
 def create_tenant(
     tenant: TenantName,
+    if_not_exists: IfNotExists = False,
     endpoint: Endpoint = DEFAULT_ENDPOINT,
     user: User = None,
     password: Password = None,
@@ -140,12 +153,21 @@ def create_tenant(
     json_out: Json = False,
 ) -> None:
     """Create a tenant (then create namespaces in it)."""
+    created = True
     with connect(endpoint, user, password) as client:
-        info = client.create_tenant(tenant, timeout=timeout)
+        try:
+            info = client.create_tenant(tenant, timeout=timeout)
+        except AlreadyExistsError:
+            if not if_not_exists:
+                raise
+            info, created = client.describe_tenant(tenant, timeout=timeout), False
     if json_out:
         output.print_json(tenant_json(info))
     else:
-        output.stdout.print(f"created tenant {info.name}")
+        output.stdout.print(
+            f"{'created tenant' if created else 'tenant'} {info.name}"
+            + ("" if created else " already exists")
+        )
 
 
 @tenant_app.command("list")
@@ -216,6 +238,7 @@ def delete_tenant(
 def create_namespace(
     namespace: NamespaceName,
     policy: PolicyOption = None,
+    if_not_exists: IfNotExists = False,
     endpoint: Endpoint = DEFAULT_ENDPOINT,
     user: User = None,
     password: Password = None,
@@ -224,12 +247,30 @@ def create_namespace(
 ) -> None:
     """Create a namespace in an existing tenant, with policies its topics inherit."""
     policies = parse_policies(policy)
+    created = True
     with connect(endpoint, user, password) as client:
-        info = client.create_namespace(namespace, policies, timeout=timeout)
+        try:
+            info = client.create_namespace(namespace, policies, timeout=timeout)
+        except AlreadyExistsError:
+            if not if_not_exists:
+                raise
+            info, created = client.describe_namespace(namespace, timeout=timeout), False
+            diffs = [
+                f"{k}={_shown(k, info.policies[k]) if k in info.policies else 'unset'}, "
+                f"not {_shown(k, v)}"
+                for k, v in policies.items()
+                if k not in info.policies or info.policies[k] != v
+            ]
+            if diffs:
+                raise CliError(
+                    f"namespace {info.name} already exists with {'; '.join(diffs)}"
+                ) from None
     if json_out:
         output.print_json(namespace_json(info))
     else:
-        output.stdout.print(f"created namespace {info.name}")
+        output.stdout.print(
+            f"created namespace {info.name}" if created else f"namespace {info.name} already exists"
+        )
 
 
 @namespace_app.command("list")
