@@ -270,3 +270,35 @@ def test_namespace_retention_reaches_its_topics_at_once(
     assert own.policies == {"retention_ms": 60_000}
     own = client.alter_topic(f"{ns}/own", inherit=["retention_ms"])
     assert own.retention_ms == 7_200_000 and own.policies == {}
+
+
+def test_namespace_retention_removes_data_unless_a_topic_keeps_its_own(tmp_path: object) -> None:
+    from pathlib import Path
+
+    srv = ServerProcess(
+        Path(str(tmp_path)) / "data",
+        env={
+            "WEIR_TOPICS_RETENTION_INTERVAL_S": "0.2",
+            "WEIR_STORAGE_LOW_WATERMARK": "10000",
+            "WEIR_STORAGE_MAX_BLOB_SIZE": "20000",
+        },
+    )
+    srv.start()
+    try:
+        with weir.Client(srv.endpoint) as c:
+            c.create_namespace("short", {"retention_ms": 1})
+            c.create_topic("short/kept", retention=None)  # its own: forever
+            c.create_topic("short/trimmed")  # follows the namespace: 1 ms
+            for topic in ("short/kept", "short/trimmed"):
+                with c.writer(topic, producer_id="p") as w:
+                    for i in range(300):
+                        w.write(b"%04d" % i + b"x" * 200)
+            deadline = time.monotonic() + 60
+            while c.describe_topic("short/trimmed").partition_info[0].start_offset == 0:
+                assert time.monotonic() < deadline, "retention never ran"
+                time.sleep(0.05)
+            # the same pass went over "kept" (created first) and left it whole
+            assert c.describe_topic("short/kept").partition_info[0].start_offset == 0
+            assert c.describe_topic("short/kept").messages == 300
+    finally:
+        srv.stop()

@@ -389,8 +389,7 @@ class PartitionLog:
             body = memoryview(buf)[h.payload_start : h.length]
             units.append(_Unit(offset, h.record_count, h.length, now, (head, body)))
             change.results.append(BatchResult(offset, h.record_count, skip))
-            if pid:
-                st = producers.get(pid) or self.producers.get(pid)
+            if pid:  # st: this producer's state, looked up above
                 top = h.last_seq if st is None else max(h.last_seq, st.max_seq_no)
                 producers[pid] = ProducerState(top, offset + h.record_count - 1, now)
             offset += h.record_count
