@@ -302,3 +302,29 @@ def test_namespace_retention_removes_data_unless_a_topic_keeps_its_own(tmp_path:
             assert c.describe_topic("short/kept").messages == 300
     finally:
         srv.stop()
+
+
+def test_tenants_namespaces_and_policies_survive_kill_9(server: ServerProcess) -> None:
+    with weir.Client(server.endpoint) as c:
+        c.create_tenant("acme")
+        c.create_namespace("acme/shop", {"retention_ms": 60_000, "deduplication": False})
+        c.create_topic("acme/shop/orders", 2, policies={"max_message_bytes": 2000})
+        c.set_namespace_policies("acme/shop", {"max_producers_per_topic": 3})
+    server.kill()  # every call above was acknowledged, so it is on disk
+    server.start()
+    with weir.Client(server.endpoint) as c:
+        ns = c.describe_namespace("acme/shop")
+        assert ns.policies == {
+            "retention_ms": 60_000,
+            "deduplication": False,
+            "max_producers_per_topic": 3,
+        }
+        assert ns.topics == ["orders"]
+        t = c.describe_topic("acme/shop/orders")
+        assert (t.partitions, t.retention_ms, t.policies) == (
+            2,
+            60_000,
+            {"max_message_bytes": 2000},
+        )
+        assert t.effective_policies["deduplication"] is False
+        assert [x.name for x in c.list_tenants()] == ["acme", "public"]
