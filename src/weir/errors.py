@@ -55,6 +55,13 @@ class PartitionOverflowError(RetryableError):
     code = "PARTITION_OVERFLOW"
 
 
+class BacklogQuotaExceededError(PartitionOverflowError):
+    """The partition's backlog (bytes its important consumers have not read) passed the
+    topic's backlog_quota_bytes policy; writes resume as they catch up."""
+
+    code = "BACKLOG_QUOTA_EXCEEDED"
+
+
 class StorageFullError(RetryableError):
     """The storage (disk or LMDB map) is full; nothing was written."""
 

@@ -13,7 +13,9 @@ import weir.aio
 from tests.conftest import ServerProcess
 from weir.errors import (
     AlreadyExistsError,
+    BacklogQuotaExceededError,
     BadRequestError,
+    DeliveryTimeoutError,
     MessageTooLargeError,
     NotEmptyError,
     TooManyConsumersError,
@@ -328,3 +330,26 @@ def test_tenants_namespaces_and_policies_survive_kill_9(server: ServerProcess) -
         )
         assert t.effective_policies["deduplication"] is False
         assert [x.name for x in c.list_tenants()] == ["acme", "public"]
+
+
+def test_backlog_quota_holds_writers_back_until_the_consumer_reads(
+    client: weir.Client, topic_name: str
+) -> None:
+    ns = f"quota-{topic_name}"[:60]
+    client.create_namespace(ns, {"backlog_quota_bytes": 20_000})
+    topic = f"{ns}/t"
+    client.create_topic(topic, 1, consumers=[weir.Consumer("audit", important=True)])
+    w = client.writer(topic, producer_id="p", delivery_timeout=2)
+    with pytest.raises(DeliveryTimeoutError) as caught:
+        for i in range(2000):  # 2 MB at most: the quota stops it long before
+            w.write(b"%05d" % i + b"x" * 1000)
+            if i % 10 == 9:  # one request per 10 KB: a request is checked as a whole
+                w.flush()
+    assert isinstance(caught.value.reason, BacklogQuotaExceededError)
+    w.close()
+    stored = client.describe_topic(topic).partition_info[0].end_offset
+    assert 0 < stored < 2000
+    client.commit_offset(topic, 0, "audit", stored)  # audit catches up
+    with client.writer(topic, producer_id="p2") as w2:
+        w2.write(b"after")
+    assert client.describe_topic(topic).partition_info[0].end_offset == stored + 1

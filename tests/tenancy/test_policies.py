@@ -13,6 +13,7 @@ from weir.broker.config import BrokerConfig
 from weir.broker.tenancy import Policies
 from weir.broker.topics import ConsumerConfig
 from weir.errors import (
+    BacklogQuotaExceededError,
     BadRequestError,
     TooManyConsumersError,
     TooManyProducersError,
@@ -202,3 +203,33 @@ async def test_a_bad_policy_is_refused_and_changes_nothing(
 def test_a_topic_cannot_set_a_namespace_only_policy() -> None:
     with pytest.raises(BadRequestError, match="a topic cannot set it"):
         Policies({"default_partitions": 3}, topic=True)
+
+
+async def test_backlog_quota_refuses_writes_until_important_consumers_catch_up(
+    tmp_path: Path,
+) -> None:
+    b = await open_broker(tmp_path)
+    await b.create_namespace("quota", {"backlog_quota_bytes": 30_000})
+    await b.create_topic("quota/t", consumers=[ConsumerConfig("audit", important=True)])
+    await b.create_topic("quota/nobody")  # no important consumer: nothing is backlog
+    refused = None
+    for i in range(200):
+        try:
+            await b.write("quota/t", 0, make_batch(10, producer="p", first_seq=i * 10 + 1))
+        except BacklogQuotaExceededError as err:
+            refused = err
+            break
+    assert refused is not None and refused.retryable
+    assert "backlog quota of 30000 bytes" in refused.message
+    stored = b.actor("quota/t", 0).end_offset
+    assert b.actor("quota/t", 0).log.size_bytes > 30_000
+    with pytest.raises(BacklogQuotaExceededError):  # still over: nothing stored
+        await b.write("quota/t", 0, make_batch(10, producer="p", first_seq=10_000))
+    assert b.actor("quota/t", 0).end_offset == stored
+    await b.commit_offset("quota/t", 0, "audit", stored)  # the consumer catches up
+    await b.write("quota/t", 0, make_batch(10, producer="p", first_seq=10_000))
+    await fill(b, "quota/nobody", batches=60)
+    # the topic sets its own: no quota
+    await b.alter_topic("quota/t", policies={"backlog_quota_bytes": None})
+    await fill(b, "quota/t", batches=60, producer="q")
+    await b.close()

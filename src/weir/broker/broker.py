@@ -42,6 +42,7 @@ from weir.broker.topics import (
 )
 from weir.errors import (
     AlreadyExistsError,
+    BacklogQuotaExceededError,
     BadRequestError,
     StaleGenerationError,
     UnavailableError,
@@ -110,6 +111,7 @@ class Broker(TenancyFacade):
         self.generation = generation
         self.offsets = OffsetStore(store.kv, store.committer)
         self._topics: dict[str, TopicConfig] = {}
+        self._backlog_quota: dict[str, int] = {}  # topic -> backlog_quota_bytes, when set
         self._actors: dict[tuple[str, int], PartitionActor] = {}
         self._groups: dict[tuple[str, str], ConsumerGroup] = {}
         self.pins = ProducerPins(config.producer_idle_timeout_ms)
@@ -165,7 +167,7 @@ class Broker(TenancyFacade):
             self.store.committer.commit(adopted)
         for cfg in stored:
             cfg = self.resolved(cfg)
-            self._topics[cfg.name] = cfg
+            self._remember(cfg)
             for p in range(cfg.partitions):
                 self._open_actor(cfg, p)
         # Pins are derived from the partitions' producer tables; rows an older
@@ -316,7 +318,7 @@ class Broker(TenancyFacade):
                     put(TOPICS, NEXT_ID_KEY, _U32.pack(topic_id + 1)),
                 ]
             )
-            self._topics[cname] = cfg
+            self._remember(cfg)
             for p in range(cfg.partitions):
                 self._open_actor(cfg, p)
         log.info("topic created", extra={"topic": short_topic(cname), "partitions": cfg.partitions})
@@ -407,9 +409,19 @@ class Broker(TenancyFacade):
         )
         return new
 
+    def _remember(self, cfg: TopicConfig) -> None:
+        """Make ``cfg`` (resolved) the live config of its topic; its backlog quota with it,
+        so that a write checks it with one lookup."""
+        self._topics[cfg.name] = cfg
+        quota = self.topic_policies(cfg)["backlog_quota_bytes"]
+        if quota is None:
+            self._backlog_quota.pop(cfg.name, None)
+        else:
+            self._backlog_quota[cfg.name] = quota
+
     def _apply_topic_config(self, cfg: TopicConfig) -> None:
         """Make ``cfg`` (resolved) the live config of its topic and its open partitions."""
-        self._topics[cfg.name] = cfg
+        self._remember(cfg)
         pcfg = self._partition_config(cfg)
         for p in range(cfg.partitions):
             actor = self._actors.get((cfg.name, p))
@@ -434,6 +446,7 @@ class Broker(TenancyFacade):
             self.offsets.forget(cfg.topic_id)
             self.pins.forget_topic(cfg.topic_id)
             del self._topics[cfg.name]
+            self._backlog_quota.pop(cfg.name, None)
         log.info("topic dropped", extra={"topic": short_topic(cfg.name)})
 
     # ------------------------------------------------------------------ partitions
@@ -536,8 +549,29 @@ class Broker(TenancyFacade):
                         f"topic {short_topic(cfg.name)!r} accepts codecs "
                         f"{[codec_name(c) for c in cfg.codecs]}, not {codec_name(codec)}"
                     )
+        quota = self._backlog_quota.get(cfg.name)
+        if quota is not None:
+            self._check_backlog(cfg, partition, quota)
         size = sum(len(b.buf) for b in batches) if nbytes is None else nbytes
         return actor.submit(batches, size)
+
+    def _check_backlog(self, cfg: TopicConfig, partition: int, quota: int) -> None:
+        """Refuse a write while the important consumers' backlog is over the quota."""
+        important = [c.name for c in cfg.consumers.values() if c.important]
+        if not important:
+            return  # nobody holds data back: retention bounds what is stored
+        actor = self._actors[(cfg.name, partition)]
+        committed = self.offsets.min_committed(cfg.topic_id, partition, important) or 0
+        ttl = self.ttl_offset(cfg.name, partition)
+        # what waits for commit counts too: a burst of requests must not slip past
+        backlog = actor.queued_bytes + actor.log.bytes_from(max(committed, ttl or 0), quota)
+        if backlog > quota:
+            self.observer.on_refused(cfg.name, partition, "backlog_quota")
+            raise BacklogQuotaExceededError(
+                f"partition {short_topic(cfg.name)}/{partition} has {backlog} or more bytes its "
+                f"important consumers have not read, over its backlog quota of {quota} bytes "
+                "(backlog_quota_bytes); writes resume as they catch up"
+            )
 
     def message_limit(self, topic: str) -> int:
         """The largest message (data plus key) a writer of ``topic`` may send."""

@@ -48,7 +48,7 @@ PolicyOption = Annotated[
     typer.Option(
         "--policy",
         help="A policy as KEY=VALUE (repeat): retention_ms=7d, retention_bytes=10GiB, "
-        "message_ttl_ms=1h, deduplication=off, max_message_bytes=1MiB, "
+        "message_ttl_ms=1h, backlog_quota_bytes=1GiB, deduplication=off, max_message_bytes=1MiB, "
         "max_producers_per_topic=10, max_consumers_per_topic=10, default_partitions=4, "
         'auto_create_topics=off; "none" for no limit.',
     ),

@@ -323,6 +323,18 @@ class PartitionLog:
     def blobs(self) -> Sequence[BlobInfo]:
         return tuple(self._blobs)
 
+    def bytes_from(self, offset: int, limit: int) -> int:
+        """Bytes stored from ``offset`` on, counted in whole blobs (so up to one blob more);
+        counting stops once past ``limit``, so the cost is bounded by it."""
+        total = 0
+        for b in reversed(self._blobs):
+            if b.end_offset <= offset:
+                break
+            total += b.size
+            if total > limit:
+                break
+        return total
+
     def last_seq_no(self, producer_id: str) -> int | None:
         st = self.producers.get(producer_id)
         return None if st is None else st.max_seq_no

@@ -40,6 +40,12 @@ KEYS: dict[str, PolicyKey] = {
             "a consumer skips messages older than this; retention may then remove them even "
             "before an important consumer read them (null: no TTL)",
         ),
+        PolicyKey(
+            "backlog_quota_bytes",
+            "limit",
+            "writes are refused (retryable) while important consumers have more than this "
+            "many bytes per partition left to read (null: no quota)",
+        ),
         PolicyKey("deduplication", "bool", "drop a producer's resent seq_nos"),
         PolicyKey("max_message_bytes", "limit", "largest message (data plus key)"),
         PolicyKey("max_producers_per_topic", "limit", "live write sessions per topic (null: any)"),

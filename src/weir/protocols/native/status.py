@@ -31,6 +31,7 @@ _GRPC: dict[str, grpc.StatusCode] = {
     "TOKEN_REJECTED": grpc.StatusCode.UNAUTHENTICATED,
     "OVERLOADED": grpc.StatusCode.RESOURCE_EXHAUSTED,
     "PARTITION_OVERFLOW": grpc.StatusCode.RESOURCE_EXHAUSTED,
+    "BACKLOG_QUOTA_EXCEEDED": grpc.StatusCode.RESOURCE_EXHAUSTED,
     "STORAGE_FULL": grpc.StatusCode.RESOURCE_EXHAUSTED,
     "COMMIT_FAILED": grpc.StatusCode.UNAVAILABLE,
     "UNAVAILABLE": grpc.StatusCode.UNAVAILABLE,

@@ -1338,7 +1338,7 @@ class PolicyValue(_message.Message):
     """---------------------------------------------------------------- tenants and namespaces
 
     A policy's value: keys and their meaning are in docs/topics.md (retention_ms,
-    retention_bytes, message_ttl_ms, deduplication, max_message_bytes,
+    retention_bytes, message_ttl_ms, backlog_quota_bytes, deduplication, max_message_bytes,
     max_producers_per_topic, max_consumers_per_topic, default_partitions,
     auto_create_topics). An unknown key or a bad value is refused (BAD_REQUEST).
     """

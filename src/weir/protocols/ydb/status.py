@@ -29,6 +29,7 @@ STATUS_BY_CODE: dict[str, int] = {
     "CLOSED": StatusIds.UNAVAILABLE,  # the partition went away under the session
     "OVERLOADED": StatusIds.OVERLOADED,  # backpressure: the SDK backs off and resends
     "PARTITION_OVERFLOW": StatusIds.OVERLOADED,  # space returns as retention runs
+    "BACKLOG_QUOTA_EXCEEDED": StatusIds.OVERLOADED,  # room returns as consumers catch up
     "STORAGE_FULL": StatusIds.OVERLOADED,
     "COMMIT_FAILED": StatusIds.INTERNAL_ERROR,  # retried by the SDK with backoff
     "TIMEOUT": StatusIds.TIMEOUT,
