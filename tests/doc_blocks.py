@@ -17,6 +17,7 @@ PAGES = [
     "README.md",
     "docs/cli.md",
     "docs/sdk.md",
+    "docs/topics.md",
     "docs/configuration.md",
     "docs/observability.md",
     "docs/console.md",

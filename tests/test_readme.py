@@ -33,6 +33,8 @@ CHAIN: list[tuple[str, str]] = [
     ("docs/cli.md", "cli-topics"),
     ("docs/sdk.md", "sdk-tour"),
     ("docs/ydb.md", "ydb-sdk"),
+    ("docs/topics.md", "topics-cli"),
+    ("docs/topics.md", "topics-sdk"),
     ("docs/spark.md", "spark-setup"),
     ("docs/spark.md", "spark-topics"),
     ("docs/spark.md", "spark-read"),
@@ -182,6 +184,29 @@ def test_every_page_runs_in_order_on_one_server_and_again(
             assert reader.python(block("docs/ydb.md", "ydb-sdk")) == []
             assert sum(_messages(client, "shipments")) == run
             assert client.describe_consumer("shipments", "billing").lag == 0
+
+            # docs/topics.md: a tenant, a namespace and its policies; a rerun finds them.
+            named = reader.console(block("docs/topics.md", "topics-cli"))
+            if run == 1:
+                _shown_lines_printed(named)
+            else:
+                assert [p for _, _, p in named[:3]] == [
+                    "tenant acme already exists\n",
+                    "namespace acme/shop already exists\n",
+                    "topic acme/shop/orders already exists with 2 partitions, retention 3d\n",
+                ]
+                _shown_lines_printed(named[3:])
+            assert (
+                client.describe_topic("acme/shop/orders").effective_policies["deduplication"]
+                is False
+            )
+            assert reader.python(block("docs/topics.md", "topics-sdk")) == [
+                "3 86400000 {}",
+                "3600000 {'retention_ms': 3600000}",
+                "86400000",
+                "['acme/sensors', 'acme/shop']",
+                "True",
+            ]
 
             # docs/spark.md: the topics its snippets name, then the snippets' needs.
             spark_topics = reader.console(block("docs/spark.md", "spark-topics"))

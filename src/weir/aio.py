@@ -7,7 +7,15 @@ async with weir.aio.Client("127.0.0.1:2136") as client:
     await writer.close()
 """
 
-from weir.client.admin import Consumer, ConsumerInfo, ConsumerLag, PartitionInfo, TopicInfo
+from weir.client.admin import (
+    Consumer,
+    ConsumerInfo,
+    ConsumerLag,
+    NamespaceInfo,
+    PartitionInfo,
+    TenantInfo,
+    TopicInfo,
+)
 from weir.client.aio import Client, RangeChunk, Reader, Writer
 from weir.client.credentials import UserPassword
 from weir.client.messages import Batch, Message
@@ -21,12 +29,14 @@ __all__ = [
     "ConsumerInfo",
     "ConsumerLag",
     "Message",
+    "NamespaceInfo",
     "PartitionInfo",
     "PartitionSession",
     "PartitionSessionClosedError",
     "RangeChunk",
     "Reader",
     "Start",
+    "TenantInfo",
     "TopicInfo",
     "UserPassword",
     "WriteResult",

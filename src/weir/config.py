@@ -451,6 +451,15 @@ KEYS: tuple[Key, ...] = (
     ),
     Key(
         "topics",
+        "auto_create",
+        BOOL,
+        _B.auto_create_topics,
+        "A producer or consumer (native front) of an unknown topic creates it in its "
+        "namespace; a namespace's auto_create_topics policy overrides this.",
+        "auto_create_topics",
+    ),
+    Key(
+        "topics",
         "retention_interval_s",
         DURATION_S,
         _B.retention_interval_s,

@@ -55,6 +55,13 @@ class PartitionOverflowError(RetryableError):
     code = "PARTITION_OVERFLOW"
 
 
+class BacklogQuotaExceededError(PartitionOverflowError):
+    """The partition's backlog (bytes its important consumers have not read) passed the
+    topic's backlog_quota_bytes policy; writes resume as they catch up."""
+
+    code = "BACKLOG_QUOTA_EXCEEDED"
+
+
 class StorageFullError(RetryableError):
     """The storage (disk or LMDB map) is full; nothing was written."""
 
@@ -139,6 +146,32 @@ class UnknownPartitionError(NotFoundError):
 
 class UnknownConsumerError(NotFoundError):
     code = "UNKNOWN_CONSUMER"
+
+
+class UnknownTenantError(NotFoundError):
+    code = "UNKNOWN_TENANT"
+
+
+class UnknownNamespaceError(NotFoundError):
+    code = "UNKNOWN_NAMESPACE"
+
+
+class NotEmptyError(FatalError):
+    """A tenant or namespace still holds namespaces or topics, so it cannot be deleted."""
+
+    code = "NOT_EMPTY"
+
+
+class TooManyProducersError(FatalError):
+    """The topic has as many live producers as its max_producers_per_topic policy allows."""
+
+    code = "TOO_MANY_PRODUCERS"
+
+
+class TooManyConsumersError(FatalError):
+    """The topic has as many live read sessions as its max_consumers_per_topic policy allows."""
+
+    code = "TOO_MANY_CONSUMERS"
 
 
 class AlreadyExistsError(FatalError):

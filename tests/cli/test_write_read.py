@@ -145,7 +145,9 @@ def test_progress_bar_keeps_stdout_clean_and_a_closed_pipe_is_quiet(
 
 
 def test_unknown_topic_is_a_one_line_error(weir: Weir, topic_name: str) -> None:
-    results = weir.many(["read", topic_name], ["write", topic_name])
+    # a topic is created on first use (topics.auto_create), in a namespace that exists
+    missing = f"{topic_name}_ns/{topic_name}"
+    results = weir.many(["read", missing], ["write", missing])
     for result in results:
         assert result.code == 1
         assert "does not exist" in one_line_error(result)

@@ -14,7 +14,7 @@ import pytest
 import weir
 import weir.aio
 from tests.conftest import ServerProcess
-from weir.errors import BadRequestError, ClosedError, UnknownTopicError, WeirTimeoutError
+from weir.errors import BadRequestError, ClosedError, UnknownNamespaceError, WeirTimeoutError
 
 
 @pytest.fixture
@@ -118,8 +118,9 @@ def test_start_positions_and_read_from_time(client: weir.Client, topic_name: str
 
 
 def test_unknown_topic_is_a_clear_error(client: weir.Client) -> None:
-    r = client.reader("does_not_exist", consumer="c")
-    with pytest.raises(UnknownTopicError, match="does_not_exist"):
+    # an unknown topic is created on first use, but only in a namespace that exists
+    r = client.reader("does_not_exist/topic", consumer="c")
+    with pytest.raises(UnknownNamespaceError, match="does_not_exist does not exist"):
         r.receive_batch(timeout=10)
     r.close()
 

@@ -16,7 +16,7 @@ from weir.errors import (
     BadRequestError,
     ClosedError,
     MessageTooLargeError,
-    UnknownTopicError,
+    UnknownNamespaceError,
     WeirTimeoutError,
 )
 
@@ -189,10 +189,11 @@ def test_bad_input_is_refused_clearly(client: weir.Client, topic_name: str) -> N
     with pytest.raises(BadRequestError, match="headers"):
         w.write(b"x", headers=[("a", "b")])  # type: ignore[arg-type]
     w.close()
-    w = client.writer("no_such_topic_anywhere", producer_id="x")
-    with pytest.raises(UnknownTopicError):
+    # an unknown topic is created on first use, but only in a namespace that exists
+    w = client.writer("no_such_namespace/topic", producer_id="x")
+    with pytest.raises(UnknownNamespaceError, match="no_such_namespace does not exist"):
         w.wait_init()
-    with pytest.raises(UnknownTopicError):
+    with pytest.raises(UnknownNamespaceError):
         w.write(b"x")
     w.close()
 

@@ -131,8 +131,11 @@ def test_bad_batches_get_clear_errors_and_change_nothing(
 def test_protocol_misuse_and_unknown_names(srv: ServerProcess, stub: pb_grpc.WeirStub) -> None:
     before = fingerprint(srv)
     assert error_of(write_stream(stub, None, good_batch())) == "BAD_REQUEST"  # batches before init
+    # a producer or consumer of an unknown topic creates it (topics.auto_create), but
+    # only in a namespace that exists
     assert (
-        error_of(write_stream(stub, pb.WriteInit(topic="nope", producer_id="p"))) == "UNKNOWN_TOPIC"
+        error_of(write_stream(stub, pb.WriteInit(topic="nowhere/nope", producer_id="p")))
+        == "UNKNOWN_NAMESPACE"
     )
     assert (
         error_of(write_stream(stub, pb.WriteInit(topic="target", partition=7)))
@@ -165,9 +168,11 @@ def test_protocol_misuse_and_unknown_names(srv: ServerProcess, stub: pb_grpc.Wei
     )
     assert error_of(reads) == "BAD_REQUEST"
     reads = list(
-        stub.StreamRead(iter([pb.ReadRequest(init=pb.ReadInit(topics=["ghost"]))]), timeout=20)
+        stub.StreamRead(
+            iter([pb.ReadRequest(init=pb.ReadInit(topics=["nowhere/ghost"]))]), timeout=20
+        )
     )
-    assert error_of(reads) == "UNKNOWN_TOPIC"
+    assert error_of(reads) == "UNKNOWN_NAMESPACE"
     for call, req, status in [
         (
             stub.CreateTopic,

@@ -14,7 +14,7 @@ import itertools
 import logging
 import struct
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +24,11 @@ from weir.broker.observer import NULL_OBSERVER, BrokerObserver
 from weir.broker.partition_actor import PartitionActor
 from weir.broker.producers import ProducerPins, ProducerTables
 from weir.broker.producers import WriterToken as WriterToken  # the fronts import it from here
+from weir.broker.tenancy.facade import TenancyFacade
+from weir.broker.tenancy.limits import Lease, SessionCounter
+from weir.broker.tenancy.names import parse_topic
+from weir.broker.tenancy.policies import Policies
+from weir.broker.tenancy.registry import NAMESPACES, Tenancy
 from weir.broker.topics import (
     NEXT_ID_KEY,
     TOPICS,
@@ -37,6 +42,7 @@ from weir.broker.topics import (
 )
 from weir.errors import (
     AlreadyExistsError,
+    BacklogQuotaExceededError,
     BadRequestError,
     StaleGenerationError,
     UnavailableError,
@@ -53,7 +59,7 @@ log = logging.getLogger("weir.broker")
 
 PINS = "pins"  # legacy: pins used to be stored; emptied at open (see producers.py)
 SERVER = "server"
-BROKER_TABLES = (TOPICS, OFFSETS, PINS, SERVER)
+BROKER_TABLES = (TOPICS, OFFSETS, PINS, SERVER, NAMESPACES)
 _U32 = struct.Struct(">I")
 _U64 = struct.Struct("<Q")
 _EPOCH_KEY = b"epoch"
@@ -88,7 +94,7 @@ class ConsumerPartitionInfo:
         return max(0, self.end_offset - max(self.committed_offset, self.start_offset))
 
 
-class Broker:
+class Broker(TenancyFacade):
     """Open with `Broker.open`; close with `await broker.close()`."""
 
     def __init__(
@@ -105,9 +111,13 @@ class Broker:
         self.generation = generation
         self.offsets = OffsetStore(store.kv, store.committer)
         self._topics: dict[str, TopicConfig] = {}
+        self._backlog_quota: dict[str, int] = {}  # topic -> backlog_quota_bytes, when set
         self._actors: dict[tuple[str, int], PartitionActor] = {}
         self._groups: dict[tuple[str, str], ConsumerGroup] = {}
         self.pins = ProducerPins(config.producer_idle_timeout_ms)
+        self.tenancy = Tenancy(store.kv)
+        self.producer_sessions = SessionCounter("producers")
+        self.consumer_sessions = SessionCounter("consumers")
         self._retention_task: asyncio.Task[None] | None = None
         self._closed = False
         self._lock = asyncio.Lock()  # serializes registry changes
@@ -148,11 +158,16 @@ class Broker:
         return broker
 
     def _load(self) -> None:
-        for k, v in self.store.kv.scan(TOPICS):
-            if k == NEXT_ID_KEY:
-                continue
-            cfg = TopicConfig.from_json(v)
-            self._topics[cfg.name] = cfg
+        stored = [
+            TopicConfig.from_json(v) for k, v in self.store.kv.scan(TOPICS) if k != NEXT_ID_KEY
+        ]
+        # public/default, and the namespace of every topic stored before namespaces existed
+        adopted = self.tenancy.adopt(sorted({c.name.rsplit("/", 1)[0] for c in stored}))
+        if adopted:
+            self.store.committer.commit(adopted)
+        for cfg in stored:
+            cfg = self.resolved(cfg)
+            self._remember(cfg)
             for p in range(cfg.partitions):
                 self._open_actor(cfg, p)
         # Pins are derived from the partitions' producer tables; rows an older
@@ -172,6 +187,7 @@ class Broker:
             max_bytes=cfg.max_partition_bytes,
             max_messages=cfg.max_partition_messages,
             producer_ttl_ms=c.producer_idle_timeout_ms,
+            deduplicate=self.topic_policies(cfg)["deduplication"],
         )
 
     def _open_actor(self, cfg: TopicConfig, partition: int) -> PartitionActor:
@@ -259,26 +275,30 @@ class Broker:
         codecs: Iterable[int | str] = (),
         consumers: Iterable[ConsumerConfig] = (),
         scaling: ScalingConfig | None = None,
+        policies: Mapping[str, Any] | None = None,
         database: str = "",
     ) -> TopicConfig:
+        """Create a topic in an existing namespace. Retention left UNSET (and every
+        policy not in ``policies``) follows the namespace, now and when it changes."""
         self._check_open()
-        cname = canonical_topic(name, database)
+        full = parse_topic(name, database)
+        cname = full.full
+        own = dict(policies or {})
+        for key, value in (("retention_ms", retention_ms), ("retention_bytes", retention_bytes)):
+            if value is not UNSET:
+                own[key] = value
+        own_policies = Policies(own, topic=True)
         async with self._lock:
             if cname in self._topics:
                 raise AlreadyExistsError(f"topic {short_topic(cname)!r} already exists")
+            inherited = self.namespace_policies(self.tenancy.namespace(full.namespace_path).path)
             raw = self.store.kv.get(TOPICS, NEXT_ID_KEY)
             topic_id = _U32.unpack(raw)[0] if raw else 1
             now = _now_ms()
             cfg = TopicConfig(
                 name=cname,
                 topic_id=topic_id,
-                partitions=self.config.default_partitions if partitions is None else partitions,
-                retention_ms=self.config.default_retention_ms
-                if retention_ms is UNSET
-                else retention_ms,
-                retention_bytes=self.config.default_retention_bytes
-                if retention_bytes is UNSET
-                else retention_bytes,
+                partitions=inherited["default_partitions"] if partitions is None else partitions,
                 max_partition_bytes=max_partition_bytes,
                 max_partition_messages=max_partition_messages,
                 codecs=tuple(codec_id(c) for c in codecs),
@@ -289,14 +309,16 @@ class Broker:
                 },
                 created_at_ms=now,
                 scaling=scaling or ScalingConfig(),
+                policies=own_policies,
             )
+            cfg = self.resolved(cfg)
             await self._commit(
                 [
                     put(TOPICS, topic_key(cname), cfg.to_json()),
                     put(TOPICS, NEXT_ID_KEY, _U32.pack(topic_id + 1)),
                 ]
             )
-            self._topics[cname] = cfg
+            self._remember(cfg)
             for p in range(cfg.partitions):
                 self._open_actor(cfg, p)
         log.info("topic created", extra={"topic": short_topic(cname), "partitions": cfg.partitions})
@@ -315,13 +337,27 @@ class Broker:
         add_consumers: Iterable[ConsumerConfig] = (),
         drop_consumers: Iterable[str] = (),
         scaling: ScalingConfig | None = None,
+        policies: Mapping[str, Any] | None = None,
+        inherit: Iterable[str] = (),
         database: str = "",
     ) -> TopicConfig:
-        """Change a topic. Partitions can be added, never removed."""
+        """Change a topic. Partitions can be added, never removed. Retention and
+        ``policies`` set the topic's own values; ``inherit`` names policies that
+        follow the namespace again."""
         self._check_open()
         async with self._lock:
             cfg = self.topic(name, database)
             changes: dict[str, Any] = {}
+            own = dict(policies or {})
+            for key, value in (
+                ("retention_ms", retention_ms),
+                ("retention_bytes", retention_bytes),
+            ):
+                if value is not UNSET:
+                    own[key] = value
+            own_policies = cfg.policies.updated(own, tuple(inherit), topic=True)
+            if own_policies != cfg.policies:
+                changes["policies"] = own_policies
             if partitions is not None:
                 if partitions < cfg.partitions:
                     raise BadRequestError(
@@ -330,8 +366,6 @@ class Broker:
                     )
                 changes["partitions"] = partitions
             for attr, value in (
-                ("retention_ms", retention_ms),
-                ("retention_bytes", retention_bytes),
                 ("max_partition_bytes", max_partition_bytes),
                 ("max_partition_messages", max_partition_messages),
             ):
@@ -355,17 +389,14 @@ class Broker:
                 del consumers[cname]
                 dropped.append(cname)
             changes["consumers"] = consumers
-            new = dataclasses.replace(cfg, **changes)
+            new = self.resolved(dataclasses.replace(cfg, **changes))
             ops: list[Op] = [put(TOPICS, topic_key(new.name), new.to_json())]
             for cname in dropped:
                 ops.extend(self.offsets.drop_ops(cfg.topic_id, cname))
             await self._commit(ops)
             for cname in dropped:
                 self.offsets.forget(cfg.topic_id, cname)
-            self._topics[new.name] = new
-            pcfg = self._partition_config(new)
-            for p in range(cfg.partitions):
-                self._actors[(new.name, p)].log.config = pcfg
+            self._apply_topic_config(new)
             for p in range(cfg.partitions, new.partitions):
                 self._open_actor(new, p)
             if new.partitions != cfg.partitions:
@@ -377,6 +408,25 @@ class Broker:
             "topic altered", extra={"topic": short_topic(new.name), "changed": ",".join(changed)}
         )
         return new
+
+    def _remember(self, cfg: TopicConfig) -> None:
+        """Make ``cfg`` (resolved) the live config of its topic; its backlog quota with it,
+        so that a write checks it with one lookup."""
+        self._topics[cfg.name] = cfg
+        quota = self.topic_policies(cfg)["backlog_quota_bytes"]
+        if quota is None:
+            self._backlog_quota.pop(cfg.name, None)
+        else:
+            self._backlog_quota[cfg.name] = quota
+
+    def _apply_topic_config(self, cfg: TopicConfig) -> None:
+        """Make ``cfg`` (resolved) the live config of its topic and its open partitions."""
+        self._remember(cfg)
+        pcfg = self._partition_config(cfg)
+        for p in range(cfg.partitions):
+            actor = self._actors.get((cfg.name, p))
+            if actor is not None:
+                actor.log.config = pcfg
 
     async def drop_topic(self, name: str, database: str = "") -> None:
         self._check_open()
@@ -396,6 +446,7 @@ class Broker:
             self.offsets.forget(cfg.topic_id)
             self.pins.forget_topic(cfg.topic_id)
             del self._topics[cfg.name]
+            self._backlog_quota.pop(cfg.name, None)
         log.info("topic dropped", extra={"topic": short_topic(cfg.name)})
 
     # ------------------------------------------------------------------ partitions
@@ -498,8 +549,54 @@ class Broker:
                         f"topic {short_topic(cfg.name)!r} accepts codecs "
                         f"{[codec_name(c) for c in cfg.codecs]}, not {codec_name(codec)}"
                     )
+        quota = self._backlog_quota.get(cfg.name)
+        if quota is not None:
+            self._check_backlog(cfg, partition, quota)
         size = sum(len(b.buf) for b in batches) if nbytes is None else nbytes
         return actor.submit(batches, size)
+
+    def _check_backlog(self, cfg: TopicConfig, partition: int, quota: int) -> None:
+        """Refuse a write while the important consumers' backlog is over the quota."""
+        important = [c.name for c in cfg.consumers.values() if c.important]
+        if not important:
+            return  # nobody holds data back: retention bounds what is stored
+        actor = self._actors[(cfg.name, partition)]
+        committed = self.offsets.min_committed(cfg.topic_id, partition, important) or 0
+        ttl = self.ttl_offset(cfg.name, partition)
+        # what waits for commit counts too: a burst of requests must not slip past
+        backlog = actor.queued_bytes + actor.log.bytes_from(max(committed, ttl or 0), quota)
+        if backlog > quota:
+            self.observer.on_refused(cfg.name, partition, "backlog_quota")
+            raise BacklogQuotaExceededError(
+                f"partition {short_topic(cfg.name)}/{partition} has {backlog} or more bytes its "
+                f"important consumers have not read, over its backlog quota of {quota} bytes "
+                "(backlog_quota_bytes); writes resume as they catch up"
+            )
+
+    def message_limit(self, topic: str) -> int:
+        """The largest message (data plus key) a writer of ``topic`` may send."""
+        return self.config.cap_message_limit(self.policies_of(topic)["max_message_bytes"])
+
+    def open_producer(self, topic: str, producer_id: str = "") -> Lease:
+        """Count a live write session, within the topic's max_producers_per_topic."""
+        cfg = self.topic(topic)
+        limit = self.topic_policies(cfg)["max_producers_per_topic"]
+        return self.producer_sessions.acquire(cfg.name, limit, producer_id, short_topic(cfg.name))
+
+    def open_consumer(self, topic: str) -> Lease:
+        """Count a live read session, within the topic's max_consumers_per_topic."""
+        cfg = self.topic(topic)
+        limit = self.topic_policies(cfg)["max_consumers_per_topic"]
+        return self.consumer_sessions.acquire(cfg.name, limit, "", short_topic(cfg.name))
+
+    def ttl_offset(self, topic: str, partition: int, now_ms: int | None = None) -> int | None:
+        """The first offset younger than the topic's message TTL (None: no TTL): a
+        consumer skips what is before it, and retention may remove it."""
+        ttl = self.policies_of(topic)["message_ttl_ms"]
+        if ttl is None:
+            return None
+        now = _now_ms() if now_ms is None else now_ms
+        return self.actor(topic, partition).log.offset_for_time(now - ttl)
 
     def last_seq_no(self, topic: str, partition: int, producer_id: str) -> int | None:
         return self.actor(topic, partition).log.last_seq_no(producer_id)
@@ -549,6 +646,9 @@ class Broker:
             pos = start
         if read_from_ms > 0 and committed is not None:
             pos = max(pos, actor.log.offset_for_time(read_from_ms))
+        ttl = self.ttl_offset(topic, partition) if consumer else None
+        if ttl is not None:
+            pos = max(pos, ttl)
         return min(pos, actor.end_offset)
 
     async def commit_offset(
@@ -620,6 +720,9 @@ class Broker:
                 protect = (
                     self.offsets.min_committed(cfg.topic_id, p, important) if important else None
                 )
+                ttl = self.ttl_offset(cfg.name, p, now_ms) if protect is not None else None
+                if protect is not None and ttl is not None:
+                    protect = max(protect, ttl)  # past its TTL, a message is nobody's to keep
                 try:
                     removed += await actor.run_retention(now_ms, protect)
                 except Exception:  # one partition's trouble must not stop the pass

@@ -40,6 +40,9 @@ class BrokerConfig:
     # a producer idle this long is no longer bound to its partition (None: never)
     producer_idle_timeout_ms: int | None = 7 * DAY_MS
     auto_create_consumers: bool = True
+    # a producer or consumer of an unknown topic creates it (namespace policy
+    # auto_create_topics overrides); off: UnknownTopicError as before
+    auto_create_topics: bool = True
     # read sessions
     rebalance_timeout_s: float = 10.0
     # auth: user -> password; empty means no static users
@@ -50,4 +53,8 @@ class BrokerConfig:
     def message_limit(self) -> int:
         """The largest message (data plus key) writers may send: ``max_message_bytes``, or
         less when ``max_batch_bytes`` leaves no room for a batch that big."""
-        return max(1, min(self.max_message_bytes, self.max_batch_bytes - BATCH_OVERHEAD_BYTES))
+        return self.cap_message_limit(self.max_message_bytes)
+
+    def cap_message_limit(self, limit: int) -> int:
+        """``limit`` (a topic's max_message_bytes), capped by what one batch can carry."""
+        return max(1, min(limit, self.max_batch_bytes - BATCH_OVERHEAD_BYTES))

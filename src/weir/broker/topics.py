@@ -1,9 +1,7 @@
 """Topic registry: the SchemeShard role. Topic names, configs and their consumers.
 
-Names follow Pulsar's ``tenant/namespace/topic``. A single user writes just
-``orders``; it means ``public/default/orders``. Two parts mean
-``public/<namespace>/<topic>``. Clients that speak a database path (the YDB SDK
-sends ``/local``) have it stripped first: the database is the root.
+Names follow Pulsar's ``tenant/namespace/topic`` (`weir.broker.tenancy.names`): a
+bare ``orders`` means ``public/default/orders``.
 
 Configs are JSON records in the ``topics`` table; a topic id (u32) names the
 topic inside storage keys, so a dropped and re-created topic never sees the old
@@ -13,47 +11,28 @@ one's data.
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, ClassVar
 
+from weir.broker.tenancy.names import PART as _PART
+from weir.broker.tenancy.names import parse_topic, short_name
+from weir.broker.tenancy.policies import MAX_PARTITIONS as MAX_PARTITIONS
+from weir.broker.tenancy.policies import Policies
 from weir.errors import BadRequestError
 from weir.storage.codecs import codec_id
 
 TOPICS = "topics"
-DEFAULT_TENANT = "public"
-DEFAULT_NAMESPACE = "default"
-_PART = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._\-]{0,199}$")
 NEXT_ID_KEY = b"\x00next_topic_id"
-MAX_PARTITIONS = 10_000
 
 
 def canonical_topic(path: str, database: str = "") -> str:
-    """``tenant/namespace/topic`` for a topic path as a client wrote it."""
-    if not isinstance(path, str):
-        raise BadRequestError(f"topic name must be a string, got {type(path).__name__}")
-    p = path.strip()
-    db = database.strip().rstrip("/")
-    if db and (p == db or p.startswith(db + "/")):
-        p = p[len(db) :]
-    p = p.strip("/")
-    parts = p.split("/") if p else []
-    if not 1 <= len(parts) <= 3 or not all(_PART.match(x) for x in parts):
-        raise BadRequestError(
-            f"bad topic name {path!r}: use 'topic', 'namespace/topic' or 'tenant/namespace/topic' "
-            "with letters, digits, '.', '_' and '-'"
-        )
-    if len(parts) == 1:
-        parts = [DEFAULT_TENANT, DEFAULT_NAMESPACE, *parts]
-    elif len(parts) == 2:
-        parts = [DEFAULT_TENANT, *parts]
-    return "/".join(parts)
+    """``tenant/namespace/topic`` for a topic path as a client wrote it (see `tenancy.names`)."""
+    return parse_topic(path, database).full
 
 
 def short_topic(name: str) -> str:
     """The name a single user typed: default tenant and namespace are left out."""
-    prefix = f"{DEFAULT_TENANT}/{DEFAULT_NAMESPACE}/"
-    return name[len(prefix) :] if name.startswith(prefix) else name
+    return short_name(name)
 
 
 def check_consumer_name(name: str) -> str:
@@ -151,6 +130,9 @@ class TopicConfig:
     consumers: dict[str, ConsumerConfig] = field(default_factory=dict)
     created_at_ms: int = 0
     scaling: ScalingConfig = field(default_factory=ScalingConfig)
+    # The topic's own policies (absent keys follow its namespace). retention_ms and
+    # retention_bytes above are the effective values the broker resolved.
+    policies: Policies = field(default_factory=Policies)
 
     def __post_init__(self) -> None:
         if not isinstance(self.partitions, int) or not 1 <= self.partitions <= MAX_PARTITIONS:
@@ -176,8 +158,9 @@ class TopicConfig:
             )
 
     def to_json(self) -> bytes:
-        d = asdict(self)
+        d = asdict(replace(self, policies=Policies()))
         d["codecs"] = list(self.codecs)
+        d["policies"] = dict(self.policies)
         return json.dumps(d, sort_keys=True).encode()
 
     @classmethod
@@ -189,6 +172,17 @@ class TopicConfig:
             for k, v in d.get("consumers", {}).items()
         }
         d["scaling"] = ScalingConfig(**d.get("scaling", {}))
+        if "policies" in d:
+            d["policies"] = Policies(d["policies"], topic=True)
+        else:
+            # stored before policies existed: the retention it was created with is its own
+            d["policies"] = Policies(
+                {
+                    "retention_ms": d.get("retention_ms"),
+                    "retention_bytes": d.get("retention_bytes"),
+                },
+                topic=True,
+            )
         return cls(**d)
 
     def with_consumer(self, consumer: ConsumerConfig) -> TopicConfig:

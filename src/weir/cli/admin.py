@@ -22,6 +22,7 @@ from weir.cli.common import (
     optional_size,
     retention_ms,
 )
+from weir.cli.tenancy import PolicyOption, parse_policies
 from weir.errors import AlreadyExistsError, BadRequestError
 from weir.storage.codecs import Codec
 
@@ -29,7 +30,12 @@ topic_app = typer.Typer(help="Create, inspect, change and drop topics.", no_args
 consumer_app = typer.Typer(help="Inspect consumers and move their offsets.", no_args_is_help=True)
 
 TopicName = Annotated[
-    str, typer.Argument(help="Topic name: 'orders' or 'tenant/namespace/orders'.")
+    str,
+    typer.Argument(help="Topic name: 'orders' (in public/default) or 'tenant/namespace/orders'."),
+]
+InheritOption = Annotated[
+    list[str] | None,
+    typer.Option("--inherit", help="A policy the topic follows from its namespace again (repeat)."),
 ]
 Retention = Annotated[
     str | None,
@@ -95,6 +101,7 @@ def create(
             "--important-consumer", help="Register a consumer that holds back retention (repeat)."
         ),
     ] = None,
+    policy: PolicyOption = None,
     if_not_exists: Annotated[
         bool,
         typer.Option(
@@ -118,6 +125,7 @@ def create(
         ),
         "codecs": _codecs(codec) or (),
         "consumers": _consumers(consumer, important_consumer),
+        "policies": parse_policies(policy),
     }
     if retention is not None:
         kwargs["retention"] = retention_ms(retention, "--retention")
@@ -189,6 +197,8 @@ def alter(
         list[str] | None,
         typer.Option("--drop-consumer", help="Remove a consumer and its offsets (repeat)."),
     ] = None,
+    policy: PolicyOption = None,
+    inherit: InheritOption = None,
     endpoint: Endpoint = DEFAULT_ENDPOINT,
     user: User = None,
     password: Password = None,
@@ -201,6 +211,8 @@ def alter(
         "codecs": _codecs(codec),
         "add_consumers": _consumers(add_consumer, add_important_consumer),
         "drop_consumers": drop_consumer or [],
+        "policies": parse_policies(policy),
+        "inherit": inherit or [],
     }
     if retention is not None:
         kwargs["retention"] = retention_ms(retention, "--retention")
@@ -213,7 +225,7 @@ def alter(
             max_partition_messages, "--max-partition-messages"
         )
     options = (partitions, retention, retention_bytes, max_partition_bytes, max_partition_messages)
-    lists = (codec, add_consumer, add_important_consumer, drop_consumer)
+    lists = (codec, add_consumer, add_important_consumer, drop_consumer, policy, inherit)
     if all(v is None for v in options) and not any(lists):
         raise typer.BadParameter("nothing to change: give at least one option")
     with connect(endpoint, user, password) as client:

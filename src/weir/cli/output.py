@@ -84,6 +84,10 @@ def show_topic(info: TopicInfo) -> None:
     settings.add_row("max partition bytes", _limit(info.max_partition_bytes, human_bytes))
     settings.add_row("max partition messages", _limit(info.max_partition_messages, str))
     settings.add_row("codecs", ", ".join(info.codecs) or "any")
+    if info.policies:  # the rest follow its namespace
+        settings.add_row(
+            "own policies", ", ".join(f"{k}={v}" for k, v in sorted(info.policies.items()))
+        )
     settings.add_row("created", human_time_ms(info.created_at_ms))
     stdout.print(settings)
     parts = Table(title="partitions", title_justify="left")

@@ -1,6 +1,14 @@
 """weir.client: the Python SDK over the native protocol (sync here, asyncio in `weir.aio`)."""
 
-from weir.client.admin import Consumer, ConsumerInfo, ConsumerLag, PartitionInfo, TopicInfo
+from weir.client.admin import (
+    Consumer,
+    ConsumerInfo,
+    ConsumerLag,
+    NamespaceInfo,
+    PartitionInfo,
+    TenantInfo,
+    TopicInfo,
+)
 from weir.client.aio import RangeChunk
 from weir.client.credentials import UserPassword
 from weir.client.messages import Batch, Message
@@ -15,12 +23,14 @@ __all__ = [
     "ConsumerInfo",
     "ConsumerLag",
     "Message",
+    "NamespaceInfo",
     "PartitionInfo",
     "PartitionSession",
     "PartitionSessionClosedError",
     "RangeChunk",
     "Reader",
     "Start",
+    "TenantInfo",
     "TopicInfo",
     "UserPassword",
     "WriteResult",

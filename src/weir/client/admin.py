@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from weir.protocols.native import weir_pb2 as pb
+from weir.protocols.native.policy_values import from_wire
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +38,9 @@ class TopicInfo:
     consumers: list[Consumer]
     partition_info: list[PartitionInfo]
     created_at_ms: int
+    # the topic's own policies, and what holds for it (server < namespace < topic)
+    policies: dict[str, Any] = field(default_factory=dict)
+    effective_policies: dict[str, Any] = field(default_factory=dict)
 
     @property
     def messages(self) -> int:
@@ -143,6 +148,40 @@ def topic_info(d: pb.TopicDescription) -> TopicInfo:
             for p in d.partition_status
         ],
         created_at_ms=d.created_at_ms,
+        policies=from_wire(d.policies),
+        effective_policies=from_wire(d.effective_policies),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class TenantInfo:
+    name: str
+    namespaces: list[str]
+    created_at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class NamespaceInfo:
+    name: str  # tenant/namespace
+    tenant: str
+    policies: dict[str, Any]  # set on the namespace
+    effective_policies: dict[str, Any]  # what its topics inherit
+    topics: list[str]
+    created_at_ms: int
+
+
+def tenant_info(d: pb.TenantDescription) -> TenantInfo:
+    return TenantInfo(d.tenant, list(d.namespaces), d.created_at_ms)
+
+
+def namespace_info(d: pb.NamespaceDescription) -> NamespaceInfo:
+    return NamespaceInfo(
+        d.namespace,
+        d.tenant,
+        from_wire(d.policies),
+        from_wire(d.effective_policies),
+        list(d.topics),
+        d.created_at_ms,
     )
 
 

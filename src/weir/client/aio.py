@@ -25,10 +25,12 @@ from weir.client.connection import Connection, error_from_rpc
 from weir.client.credentials import CredentialsArg
 from weir.client.messages import Batch, Message
 from weir.client.reader import PartitionSession, ReaderCore, Start
+from weir.client.tenancy import AsyncTenancyCalls
 from weir.client.writer import WriterCore
 from weir.client.writer_settings import WriteResult, WriterSettings
 from weir.errors import AlreadyExistsError, BadRequestError, WeirError, WeirTimeoutError
 from weir.protocols.native import weir_pb2 as pb
+from weir.protocols.native.policy_values import to_wire
 from weir.storage.codecs import Codec
 
 DEFAULT_ENDPOINT = "127.0.0.1:2136"
@@ -310,7 +312,7 @@ def _consume_exception(fut: asyncio.Future[None]) -> None:
         fut.exception()
 
 
-class Client:
+class Client(AsyncTenancyCalls):
     """Asynchronous weir client: admin calls, writers and readers over one connection.
 
     >>> async with weir.aio.Client("127.0.0.1:2136") as client:
@@ -350,7 +352,7 @@ class Client:
     async def create_topic(
         self,
         name: str,
-        partitions: int = 1,
+        partitions: int = 0,
         *,
         retention: dt.timedelta | int | None = _KEEP,
         retention_bytes: int | None = None,
@@ -358,10 +360,14 @@ class Client:
         max_partition_messages: int | None = None,
         codecs: Iterable[str] = (),
         consumers: Iterable[Consumer | str] = (),
+        policies: Mapping[str, Any] | None = None,
         exist_ok: bool = False,
         timeout: float | None = 30.0,
     ) -> TopicInfo:
-        """Create a topic. ``retention`` (timedelta or ms) defaults to the server's (7 days).
+        """Create a topic. ``partitions`` 0 takes the namespace's default_partitions (else
+        the server's, 1). ``retention`` (timedelta or ms) left out follows the namespace
+        (else the server's, 7 days), as does every policy not in ``policies`` (the topic's
+        own: see docs/topics.md).
 
         With ``exist_ok=True`` an existing topic is returned instead of raising
         AlreadyExistsError, but only if it matches what was given (partitions,
@@ -377,6 +383,7 @@ class Client:
             codecs=codec_list,
             consumers=[consumer_settings(c) for c in consumer_list],
         )
+        to_wire(policies or {}, req.policies)
         retention_ms: int | object | None = _KEEP
         if retention is not _KEEP:
             retention_ms = None if retention is None else to_ms(retention, "retention")
@@ -426,14 +433,20 @@ class Client:
         codecs: Iterable[str] | None = None,
         add_consumers: Iterable[Consumer | str] = (),
         drop_consumers: Iterable[str] = (),
+        policies: Mapping[str, Any] | None = None,
+        inherit: Iterable[str] = (),
         timeout: float | None = 30.0,
     ) -> TopicInfo:
-        """Change a topic; arguments left out stay as they are (None clears a limit)."""
+        """Change a topic; arguments left out stay as they are (None clears a limit).
+        ``policies`` become the topic's own; those named in ``inherit`` (retention_ms too)
+        follow the namespace again."""
         req = pb.AlterTopicRequest(
             topic=name,
             add_consumers=[consumer_settings(c) for c in add_consumers],
             drop_consumers=list(drop_consumers),
+            inherit_policies=list(inherit),
         )
+        to_wire(policies or {}, req.policies)
         if partitions is not None:
             req.partitions = partitions
         if retention is not _KEEP:

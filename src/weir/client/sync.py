@@ -21,6 +21,7 @@ from weir.client.credentials import CredentialsArg
 from weir.client.loop import LoopThread
 from weir.client.messages import Batch, Message
 from weir.client.reader import PartitionSession, Start
+from weir.client.tenancy import SyncTenancyCalls
 from weir.client.writer_settings import WriteResult
 from weir.errors import ClosedError, WeirError
 from weir.storage.codecs import Codec
@@ -232,7 +233,7 @@ class Reader:
         self.close()
 
 
-class Client:
+class Client(SyncTenancyCalls):
     """Synchronous weir client.
 
     >>> client = weir.Client("127.0.0.1:2136")
@@ -282,7 +283,7 @@ class Client:
     def create_topic(
         self,
         name: str,
-        partitions: int = 1,
+        partitions: int = 0,
         *,
         retention: dt.timedelta | int | None = _KEEP,
         retention_bytes: int | None = None,
@@ -290,6 +291,7 @@ class Client:
         max_partition_messages: int | None = None,
         codecs: Iterable[str] = (),
         consumers: Iterable[Consumer | str] = (),
+        policies: Mapping[str, Any] | None = None,
         exist_ok: bool = False,
         timeout: float | None = 30.0,
     ) -> TopicInfo:
@@ -308,6 +310,7 @@ class Client:
                 max_partition_messages=max_partition_messages,
                 codecs=codecs,
                 consumers=consumers,
+                policies=policies,
                 exist_ok=exist_ok,
                 timeout=timeout,
             )
@@ -328,8 +331,11 @@ class Client:
         codecs: Iterable[str] | None = None,
         add_consumers: Iterable[Consumer | str] = (),
         drop_consumers: Iterable[str] = (),
+        policies: Mapping[str, Any] | None = None,
+        inherit: Iterable[str] = (),
         timeout: float | None = 30.0,
     ) -> TopicInfo:
+        """Change a topic; see ``weir.aio.Client.alter_topic``."""
         return self._run(  # type: ignore[no-any-return]
             self._aio.alter_topic(
                 name,
@@ -341,6 +347,8 @@ class Client:
                 codecs=codecs,
                 add_consumers=add_consumers,
                 drop_consumers=drop_consumers,
+                policies=policies,
+                inherit=inherit,
                 timeout=timeout,
             )
         )

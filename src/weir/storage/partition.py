@@ -71,6 +71,8 @@ class PartitionConfig:
     # long after its last write, so a resend after retention is still dropped (Kafka
     # keeps producer state past retention too). None: as long as the partition lives.
     producer_ttl_ms: int | None = 7 * 24 * 3600 * 1000
+    # False: a producer's resent seq_nos are stored again (the deduplication policy)
+    deduplicate: bool = True
 
     def __post_init__(self) -> None:
         if self.max_blob_size <= 0 or self.low_watermark <= 0:
@@ -321,6 +323,18 @@ class PartitionLog:
     def blobs(self) -> Sequence[BlobInfo]:
         return tuple(self._blobs)
 
+    def bytes_from(self, offset: int, limit: int) -> int:
+        """Bytes stored from ``offset`` on, counted in whole blobs (so up to one blob more);
+        counting stops once past ``limit``, so the cost is bounded by it."""
+        total = 0
+        for b in reversed(self._blobs):
+            if b.end_offset <= offset:
+                break
+            total += b.size
+            if total > limit:
+                break
+        return total
+
     def last_seq_no(self, producer_id: str) -> int | None:
         st = self.producers.get(producer_id)
         return None if st is None else st.max_seq_no
@@ -375,7 +389,7 @@ class PartitionLog:
             pid = h.producer_id
             if pid:
                 st = producers.get(pid) or self.producers.get(pid)
-                if st is not None and h.first_seq <= st.max_seq_no:
+                if st is not None and cfg.deduplicate and h.first_seq <= st.max_seq_no:
                     if h.last_seq <= st.max_seq_no:
                         change.results.append(BatchResult(offset, 0, h.record_count))
                         continue
@@ -387,8 +401,9 @@ class PartitionLog:
             body = memoryview(buf)[h.payload_start : h.length]
             units.append(_Unit(offset, h.record_count, h.length, now, (head, body)))
             change.results.append(BatchResult(offset, h.record_count, skip))
-            if pid:
-                producers[pid] = ProducerState(h.last_seq, offset + h.record_count - 1, now)
+            if pid:  # st: this producer's state, looked up above
+                top = h.last_seq if st is None else max(h.last_seq, st.max_seq_no)
+                producers[pid] = ProducerState(top, offset + h.record_count - 1, now)
             offset += h.record_count
         change.end_offset = offset
         if units:

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import itertools
 import logging
 import operator
 import uuid
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -24,6 +23,7 @@ import grpc
 
 from weir.broker.broker import UNSET, Broker
 from weir.broker.consumers import ConsumerGroup
+from weir.broker.tenancy.limits import Lease
 from weir.broker.topics import ConsumerConfig, TopicConfig, short_topic
 from weir.errors import (
     BadRequestError,
@@ -37,7 +37,10 @@ from weir.errors import (
 from weir.protocols.native import weir_pb2 as pb
 from weir.protocols.native import weir_pb2_grpc as pb_grpc
 from weir.protocols.native.auth import PUBLIC_METHODS, guard
+from weir.protocols.native.policy_values import from_wire, to_wire
 from weir.protocols.native.status import CODE_KEY, grpc_status
+from weir.protocols.native.tenancy_service import TenancyCalls
+from weir.protocols.native.unary import unary as _unary
 from weir.protocols.native.wire import (
     RawRangeResponse,
     RawReadData,
@@ -61,31 +64,6 @@ def _error(err: BaseException) -> pb.Error:
     if not isinstance(err, WeirError):
         err = InternalError(f"unexpected server error: {err!r}")
     return pb.Error(code=err.code, message=err.message, retryable=err.retryable)
-
-
-def _unary(
-    fn: Callable[[Any, Any, grpc.aio.ServicerContext], Awaitable[T]],
-) -> Callable[[Any, Any, grpc.aio.ServicerContext], Awaitable[T]]:
-    """Turn WeirError into a gRPC status with the weir code in trailing metadata."""
-
-    @functools.wraps(fn)
-    async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext) -> T:
-        try:
-            return await fn(self, request, context)
-        except WeirError as err:
-            await context.abort(
-                grpc_status(err), err.message, trailing_metadata=((CODE_KEY, err.code),)
-            )
-        except Exception as err:
-            log.exception("%s failed", fn.__name__)
-            await context.abort(
-                grpc.StatusCode.INTERNAL,
-                f"internal error: {err!r}",
-                trailing_metadata=((CODE_KEY, "INTERNAL"),),
-            )
-        raise AssertionError("unreachable")
-
-    return wrapper
 
 
 def _opt(msg: Any, name: str) -> Any:
@@ -122,6 +100,8 @@ def describe(broker: Broker, cfg: TopicConfig) -> pb.TopicDescription:
         ],
         created_at_ms=cfg.created_at_ms,
     )
+    to_wire(cfg.policies, d.policies)
+    to_wire(broker.topic_policies(cfg), d.effective_policies)
     for name in (
         "retention_ms",
         "retention_bytes",
@@ -134,7 +114,7 @@ def describe(broker: Broker, cfg: TopicConfig) -> pb.TopicDescription:
     return d
 
 
-class NativeService(pb_grpc.WeirServicer):
+class NativeService(TenancyCalls, pb_grpc.WeirServicer):
     """The gRPC servicer of weir.proto."""
 
     def __init__(
@@ -171,6 +151,7 @@ class NativeService(pb_grpc.WeirServicer):
             consumers=[
                 ConsumerConfig(c.name, c.important, c.read_from_ms) for c in request.consumers
             ],
+            policies=from_wire(request.policies),
         )
         return describe(self.broker, cfg)
 
@@ -196,6 +177,8 @@ class NativeService(pb_grpc.WeirServicer):
                 ConsumerConfig(c.name, c.important, c.read_from_ms) for c in request.add_consumers
             ],
             drop_consumers=list(request.drop_consumers),
+            policies=from_wire(request.policies),
+            inherit=list(request.inherit_policies),
         )
         return describe(self.broker, cfg)
 
@@ -343,7 +326,7 @@ class WriteSession:
         self._done.set()
 
     async def run(self, requests: AsyncIterator[pb.WriteRequest]) -> None:
-        token = None
+        token = lease = None
         reader = acker = None
         try:
             first = await anext(requests, None)
@@ -352,15 +335,17 @@ class WriteSession:
             if first.WhichOneof("kind") != "init":
                 raise BadRequestError("the first message of a write stream must be init")
             init = first.init
-            cfg = self.broker.topic(init.topic)
+            cfg = await self.broker.topic_for_use(init.topic)
             self.topic = cfg.name
             self.producer_id = init.producer_id
+            self.message_limit = self.broker.message_limit(cfg.name)
             self.partition = await self.broker.resolve_partition(
                 cfg.name,
                 init.producer_id,
                 init.partition if init.HasField("partition") else None,
                 init.generation if init.HasField("generation") else None,
             )
+            lease = self.broker.open_producer(cfg.name, self.producer_id)
             if self.producer_id:
                 token = self.broker.register_writer(cfg.name, self.producer_id, self._superseded)
             last = (
@@ -373,7 +358,7 @@ class WriteSession:
                 partition=self.partition,
                 generation=self.broker.generation,
                 session_id=self.session_id,
-                max_message_bytes=self.broker.config.message_limit,
+                max_message_bytes=self.message_limit,
             )
             if last is not None:
                 result.last_seq_no = last
@@ -414,6 +399,8 @@ class WriteSession:
             await _stop(reader, acker)
             if token is not None:
                 self.broker.unregister_writer(token)
+            if lease is not None:
+                lease.release()
 
     async def _drained(self) -> None:
         while self._pending and self._failure is None:
@@ -443,7 +430,7 @@ class WriteSession:
                 batches = validate_incoming(bufs)
                 for inc in batches:
                     self._check_producer(inc.header)
-                    check_message_sizes(inc, cfg.message_limit)
+                    check_message_sizes(inc, self.message_limit)
                 if self._inflight and self._inflight + nbytes > cfg.max_session_inflight_bytes:
                     self.broker.observer.on_refused(self.topic, self.partition, "overloaded")
                     raise OverloadedError(
@@ -510,7 +497,7 @@ def check_message_sizes(inc: IncomingBatch, limit: int) -> None:
     if biggest > limit:
         raise MessageTooLargeError(
             f"a message of {biggest} bytes exceeds the limit of {limit} bytes "
-            "(limits.max_message_bytes)"
+            "(limits.max_message_bytes, or the topic's max_message_bytes policy)"
         )
 
 
@@ -579,6 +566,7 @@ class ReadSession:
         self._groups: list[ConsumerGroup] = []
         self._failure: BaseException | None = None
         self._stop = asyncio.Event()
+        self._leases: list[Lease] = []
 
     async def run(self, requests: AsyncIterator[pb.ReadRequest]) -> None:
         sender = asyncio.create_task(self._send())
@@ -594,6 +582,8 @@ class ReadSession:
             server_stop.cancel()
             handler.cancel()
             stop.cancel()
+            for lease in self._leases:
+                lease.release()
             for g in self._groups:
                 g.leave(self.session_id)
             for a in list(self._assignments.values()):
@@ -626,7 +616,9 @@ class ReadSession:
             self.start = init.start
             self.read_from_ms = init.read_from_ms
             self._add_credit(init.credit_bytes or (16 << 20))
-            topics = [self.broker.topic(t).name for t in init.topics]
+            topics = [(await self.broker.topic_for_use(t)).name for t in init.topics]
+            for t in dict.fromkeys(topics):
+                self._leases.append(self.broker.open_consumer(t))
             if self.consumer:
                 for t in topics:
                     await self.broker.ensure_consumer(t, self.consumer)

@@ -734,6 +734,27 @@ Global___ConsumerSettings: _TypeAlias = ConsumerSettings  # noqa: Y015
 class CreateTopicRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class PoliciesEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        @_builtins.property
+        def value(self) -> Global___PolicyValue: ...
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: Global___PolicyValue | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _typing.Literal["value", b"value"]  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     TOPIC_FIELD_NUMBER: _builtins.int
     PARTITIONS_FIELD_NUMBER: _builtins.int
     RETENTION_MS_FIELD_NUMBER: _builtins.int
@@ -742,6 +763,7 @@ class CreateTopicRequest(_message.Message):
     MAX_PARTITION_MESSAGES_FIELD_NUMBER: _builtins.int
     CODECS_FIELD_NUMBER: _builtins.int
     CONSUMERS_FIELD_NUMBER: _builtins.int
+    POLICIES_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     partitions: _builtins.int
     retention_ms: _builtins.int
@@ -752,6 +774,10 @@ class CreateTopicRequest(_message.Message):
     def codecs(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     @_builtins.property
     def consumers(self) -> _containers.RepeatedCompositeFieldContainer[Global___ConsumerSettings]: ...
+    @_builtins.property
+    def policies(self) -> _containers.MessageMap[_builtins.str, Global___PolicyValue]:
+        """The topic's own policies (see PolicyValue); the rest follow its namespace."""
+
     def __init__(
         self,
         *,
@@ -763,10 +789,11 @@ class CreateTopicRequest(_message.Message):
         max_partition_messages: _builtins.int | None = ...,
         codecs: _abc.Iterable[_builtins.str] | None = ...,
         consumers: _abc.Iterable[Global___ConsumerSettings] | None = ...,
+        policies: _abc.Mapping[_builtins.str, Global___PolicyValue] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_max_partition_bytes", b"_max_partition_bytes", "_max_partition_messages", b"_max_partition_messages", "_retention_bytes", b"_retention_bytes", "_retention_ms", b"_retention_ms", "max_partition_bytes", b"max_partition_bytes", "max_partition_messages", b"max_partition_messages", "retention_bytes", b"retention_bytes", "retention_ms", b"retention_ms"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_partition_bytes", b"_max_partition_bytes", "_max_partition_messages", b"_max_partition_messages", "_retention_bytes", b"_retention_bytes", "_retention_ms", b"_retention_ms", "codecs", b"codecs", "consumers", b"consumers", "max_partition_bytes", b"max_partition_bytes", "max_partition_messages", b"max_partition_messages", "partitions", b"partitions", "retention_bytes", b"retention_bytes", "retention_ms", b"retention_ms", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_partition_bytes", b"_max_partition_bytes", "_max_partition_messages", b"_max_partition_messages", "_retention_bytes", b"_retention_bytes", "_retention_ms", b"_retention_ms", "codecs", b"codecs", "consumers", b"consumers", "max_partition_bytes", b"max_partition_bytes", "max_partition_messages", b"max_partition_messages", "partitions", b"partitions", "policies", b"policies", "retention_bytes", b"retention_bytes", "retention_ms", b"retention_ms", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__max_partition_bytes: _TypeAlias = _typing.Literal["max_partition_bytes"]  # noqa: Y015
     _WhichOneofArgType__max_partition_bytes: _TypeAlias = _typing.Literal["_max_partition_bytes", b"_max_partition_bytes"]  # noqa: Y015
@@ -810,6 +837,27 @@ Global___DescribeTopicRequest: _TypeAlias = DescribeTopicRequest  # noqa: Y015
 class AlterTopicRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class PoliciesEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        @_builtins.property
+        def value(self) -> Global___PolicyValue: ...
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: Global___PolicyValue | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _typing.Literal["value", b"value"]  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     TOPIC_FIELD_NUMBER: _builtins.int
     PARTITIONS_FIELD_NUMBER: _builtins.int
     RETENTION_MS_FIELD_NUMBER: _builtins.int
@@ -820,6 +868,8 @@ class AlterTopicRequest(_message.Message):
     SET_CODECS_FIELD_NUMBER: _builtins.int
     ADD_CONSUMERS_FIELD_NUMBER: _builtins.int
     DROP_CONSUMERS_FIELD_NUMBER: _builtins.int
+    POLICIES_FIELD_NUMBER: _builtins.int
+    INHERIT_POLICIES_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     partitions: _builtins.int
     retention_ms: _builtins.int
@@ -834,6 +884,12 @@ class AlterTopicRequest(_message.Message):
     def add_consumers(self) -> _containers.RepeatedCompositeFieldContainer[Global___ConsumerSettings]: ...
     @_builtins.property
     def drop_consumers(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def policies(self) -> _containers.MessageMap[_builtins.str, Global___PolicyValue]:
+        """Set the topic's own policies; `inherit_policies` follow the namespace again."""
+
+    @_builtins.property
+    def inherit_policies(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     def __init__(
         self,
         *,
@@ -847,10 +903,12 @@ class AlterTopicRequest(_message.Message):
         set_codecs: _builtins.bool = ...,
         add_consumers: _abc.Iterable[Global___ConsumerSettings] | None = ...,
         drop_consumers: _abc.Iterable[_builtins.str] | None = ...,
+        policies: _abc.Mapping[_builtins.str, Global___PolicyValue] | None = ...,
+        inherit_policies: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_max_partition_bytes", b"_max_partition_bytes", "_max_partition_messages", b"_max_partition_messages", "_partitions", b"_partitions", "_retention_bytes", b"_retention_bytes", "_retention_ms", b"_retention_ms", "max_partition_bytes", b"max_partition_bytes", "max_partition_messages", b"max_partition_messages", "partitions", b"partitions", "retention_bytes", b"retention_bytes", "retention_ms", b"retention_ms"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_partition_bytes", b"_max_partition_bytes", "_max_partition_messages", b"_max_partition_messages", "_partitions", b"_partitions", "_retention_bytes", b"_retention_bytes", "_retention_ms", b"_retention_ms", "add_consumers", b"add_consumers", "codecs", b"codecs", "drop_consumers", b"drop_consumers", "max_partition_bytes", b"max_partition_bytes", "max_partition_messages", b"max_partition_messages", "partitions", b"partitions", "retention_bytes", b"retention_bytes", "retention_ms", b"retention_ms", "set_codecs", b"set_codecs", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_partition_bytes", b"_max_partition_bytes", "_max_partition_messages", b"_max_partition_messages", "_partitions", b"_partitions", "_retention_bytes", b"_retention_bytes", "_retention_ms", b"_retention_ms", "add_consumers", b"add_consumers", "codecs", b"codecs", "drop_consumers", b"drop_consumers", "inherit_policies", b"inherit_policies", "max_partition_bytes", b"max_partition_bytes", "max_partition_messages", b"max_partition_messages", "partitions", b"partitions", "policies", b"policies", "retention_bytes", b"retention_bytes", "retention_ms", b"retention_ms", "set_codecs", b"set_codecs", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__max_partition_bytes: _TypeAlias = _typing.Literal["max_partition_bytes"]  # noqa: Y015
     _WhichOneofArgType__max_partition_bytes: _TypeAlias = _typing.Literal["_max_partition_bytes", b"_max_partition_bytes"]  # noqa: Y015
@@ -913,6 +971,48 @@ Global___PartitionStatus: _TypeAlias = PartitionStatus  # noqa: Y015
 class TopicDescription(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class PoliciesEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        @_builtins.property
+        def value(self) -> Global___PolicyValue: ...
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: Global___PolicyValue | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _typing.Literal["value", b"value"]  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    @_typing.final
+    class EffectivePoliciesEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        @_builtins.property
+        def value(self) -> Global___PolicyValue: ...
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: Global___PolicyValue | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _typing.Literal["value", b"value"]  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     TOPIC_FIELD_NUMBER: _builtins.int
     PARTITIONS_FIELD_NUMBER: _builtins.int
     RETENTION_MS_FIELD_NUMBER: _builtins.int
@@ -923,6 +1023,8 @@ class TopicDescription(_message.Message):
     CONSUMERS_FIELD_NUMBER: _builtins.int
     PARTITION_STATUS_FIELD_NUMBER: _builtins.int
     CREATED_AT_MS_FIELD_NUMBER: _builtins.int
+    POLICIES_FIELD_NUMBER: _builtins.int
+    EFFECTIVE_POLICIES_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     partitions: _builtins.int
     retention_ms: _builtins.int
@@ -936,6 +1038,14 @@ class TopicDescription(_message.Message):
     def consumers(self) -> _containers.RepeatedCompositeFieldContainer[Global___ConsumerSettings]: ...
     @_builtins.property
     def partition_status(self) -> _containers.RepeatedCompositeFieldContainer[Global___PartitionStatus]: ...
+    @_builtins.property
+    def policies(self) -> _containers.MessageMap[_builtins.str, Global___PolicyValue]:
+        """The topic's own policies, and every policy's value that holds for it
+        (server < namespace < topic). retention_ms / retention_bytes above are effective.
+        """
+
+    @_builtins.property
+    def effective_policies(self) -> _containers.MessageMap[_builtins.str, Global___PolicyValue]: ...
     def __init__(
         self,
         *,
@@ -949,10 +1059,12 @@ class TopicDescription(_message.Message):
         consumers: _abc.Iterable[Global___ConsumerSettings] | None = ...,
         partition_status: _abc.Iterable[Global___PartitionStatus] | None = ...,
         created_at_ms: _builtins.int = ...,
+        policies: _abc.Mapping[_builtins.str, Global___PolicyValue] | None = ...,
+        effective_policies: _abc.Mapping[_builtins.str, Global___PolicyValue] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_max_partition_bytes", b"_max_partition_bytes", "_max_partition_messages", b"_max_partition_messages", "_retention_bytes", b"_retention_bytes", "_retention_ms", b"_retention_ms", "max_partition_bytes", b"max_partition_bytes", "max_partition_messages", b"max_partition_messages", "retention_bytes", b"retention_bytes", "retention_ms", b"retention_ms"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_partition_bytes", b"_max_partition_bytes", "_max_partition_messages", b"_max_partition_messages", "_retention_bytes", b"_retention_bytes", "_retention_ms", b"_retention_ms", "codecs", b"codecs", "consumers", b"consumers", "created_at_ms", b"created_at_ms", "max_partition_bytes", b"max_partition_bytes", "max_partition_messages", b"max_partition_messages", "partition_status", b"partition_status", "partitions", b"partitions", "retention_bytes", b"retention_bytes", "retention_ms", b"retention_ms", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_partition_bytes", b"_max_partition_bytes", "_max_partition_messages", b"_max_partition_messages", "_retention_bytes", b"_retention_bytes", "_retention_ms", b"_retention_ms", "codecs", b"codecs", "consumers", b"consumers", "created_at_ms", b"created_at_ms", "effective_policies", b"effective_policies", "max_partition_bytes", b"max_partition_bytes", "max_partition_messages", b"max_partition_messages", "partition_status", b"partition_status", "partitions", b"partitions", "policies", b"policies", "retention_bytes", b"retention_bytes", "retention_ms", b"retention_ms", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__max_partition_bytes: _TypeAlias = _typing.Literal["max_partition_bytes"]  # noqa: Y015
     _WhichOneofArgType__max_partition_bytes: _TypeAlias = _typing.Literal["_max_partition_bytes", b"_max_partition_bytes"]  # noqa: Y015
@@ -1220,3 +1332,370 @@ class OffsetsForTimeResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___OffsetsForTimeResponse: _TypeAlias = OffsetsForTimeResponse  # noqa: Y015
+
+@_typing.final
+class PolicyValue(_message.Message):
+    """---------------------------------------------------------------- tenants and namespaces
+
+    A policy's value: keys and their meaning are in docs/topics.md (retention_ms,
+    retention_bytes, message_ttl_ms, backlog_quota_bytes, deduplication, max_message_bytes,
+    max_producers_per_topic, max_consumers_per_topic, default_partitions,
+    auto_create_topics). An unknown key or a bad value is refused (BAD_REQUEST).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NUMBER_FIELD_NUMBER: _builtins.int
+    FLAG_FIELD_NUMBER: _builtins.int
+    UNLIMITED_FIELD_NUMBER: _builtins.int
+    number: _builtins.int
+    flag: _builtins.bool
+    unlimited: _builtins.bool
+    """No limit (keep forever, no TTL, any number)."""
+    def __init__(
+        self,
+        *,
+        number: _builtins.int = ...,
+        flag: _builtins.bool = ...,
+        unlimited: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["flag", b"flag", "number", b"number", "unlimited", b"unlimited", "value", b"value"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["flag", b"flag", "number", b"number", "unlimited", b"unlimited", "value", b"value"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_value: _TypeAlias = _typing.Literal["number", "flag", "unlimited"]  # noqa: Y015
+    _WhichOneofArgType_value: _TypeAlias = _typing.Literal["value", b"value"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_value) -> _WhichOneofReturnType_value | None: ...
+
+Global___PolicyValue: _TypeAlias = PolicyValue  # noqa: Y015
+
+@_typing.final
+class TenantRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TENANT_FIELD_NUMBER: _builtins.int
+    tenant: _builtins.str
+    def __init__(
+        self,
+        *,
+        tenant: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["tenant", b"tenant"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TenantRequest: _TypeAlias = TenantRequest  # noqa: Y015
+
+@_typing.final
+class TenantDescription(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TENANT_FIELD_NUMBER: _builtins.int
+    NAMESPACES_FIELD_NUMBER: _builtins.int
+    CREATED_AT_MS_FIELD_NUMBER: _builtins.int
+    tenant: _builtins.str
+    created_at_ms: _builtins.int
+    @_builtins.property
+    def namespaces(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        tenant: _builtins.str = ...,
+        namespaces: _abc.Iterable[_builtins.str] | None = ...,
+        created_at_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_at_ms", b"created_at_ms", "namespaces", b"namespaces", "tenant", b"tenant"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TenantDescription: _TypeAlias = TenantDescription  # noqa: Y015
+
+@_typing.final
+class ListTenantsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListTenantsRequest: _TypeAlias = ListTenantsRequest  # noqa: Y015
+
+@_typing.final
+class ListTenantsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TENANTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def tenants(self) -> _containers.RepeatedCompositeFieldContainer[Global___TenantDescription]: ...
+    def __init__(
+        self,
+        *,
+        tenants: _abc.Iterable[Global___TenantDescription] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["tenants", b"tenants"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListTenantsResponse: _TypeAlias = ListTenantsResponse  # noqa: Y015
+
+@_typing.final
+class DeleteTenancyResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteTenancyResponse: _TypeAlias = DeleteTenancyResponse  # noqa: Y015
+
+@_typing.final
+class CreateNamespaceRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class PoliciesEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        @_builtins.property
+        def value(self) -> Global___PolicyValue: ...
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: Global___PolicyValue | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _typing.Literal["value", b"value"]  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    POLICIES_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    """`tenant/namespace`, or `namespace` in the tenant `public`."""
+    @_builtins.property
+    def policies(self) -> _containers.MessageMap[_builtins.str, Global___PolicyValue]: ...
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+        policies: _abc.Mapping[_builtins.str, Global___PolicyValue] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["namespace", b"namespace", "policies", b"policies"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreateNamespaceRequest: _TypeAlias = CreateNamespaceRequest  # noqa: Y015
+
+@_typing.final
+class NamespaceRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["namespace", b"namespace"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___NamespaceRequest: _TypeAlias = NamespaceRequest  # noqa: Y015
+
+@_typing.final
+class NamespaceDescription(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class PoliciesEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        @_builtins.property
+        def value(self) -> Global___PolicyValue: ...
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: Global___PolicyValue | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _typing.Literal["value", b"value"]  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    @_typing.final
+    class EffectivePoliciesEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        @_builtins.property
+        def value(self) -> Global___PolicyValue: ...
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: Global___PolicyValue | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _typing.Literal["value", b"value"]  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    TENANT_FIELD_NUMBER: _builtins.int
+    POLICIES_FIELD_NUMBER: _builtins.int
+    EFFECTIVE_POLICIES_FIELD_NUMBER: _builtins.int
+    TOPICS_FIELD_NUMBER: _builtins.int
+    CREATED_AT_MS_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    """tenant/namespace"""
+    tenant: _builtins.str
+    created_at_ms: _builtins.int
+    @_builtins.property
+    def policies(self) -> _containers.MessageMap[_builtins.str, Global___PolicyValue]:
+        """set on the namespace"""
+
+    @_builtins.property
+    def effective_policies(self) -> _containers.MessageMap[_builtins.str, Global___PolicyValue]:
+        """what its topics inherit"""
+
+    @_builtins.property
+    def topics(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+        tenant: _builtins.str = ...,
+        policies: _abc.Mapping[_builtins.str, Global___PolicyValue] | None = ...,
+        effective_policies: _abc.Mapping[_builtins.str, Global___PolicyValue] | None = ...,
+        topics: _abc.Iterable[_builtins.str] | None = ...,
+        created_at_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_at_ms", b"created_at_ms", "effective_policies", b"effective_policies", "namespace", b"namespace", "policies", b"policies", "tenant", b"tenant", "topics", b"topics"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___NamespaceDescription: _TypeAlias = NamespaceDescription  # noqa: Y015
+
+@_typing.final
+class ListNamespacesRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TENANT_FIELD_NUMBER: _builtins.int
+    tenant: _builtins.str
+    """Empty: every tenant's."""
+    def __init__(
+        self,
+        *,
+        tenant: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["tenant", b"tenant"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListNamespacesRequest: _TypeAlias = ListNamespacesRequest  # noqa: Y015
+
+@_typing.final
+class ListNamespacesResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def namespaces(self) -> _containers.RepeatedCompositeFieldContainer[Global___NamespaceDescription]: ...
+    def __init__(
+        self,
+        *,
+        namespaces: _abc.Iterable[Global___NamespaceDescription] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["namespaces", b"namespaces"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListNamespacesResponse: _TypeAlias = ListNamespacesResponse  # noqa: Y015
+
+@_typing.final
+class SetNamespacePoliciesRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class SetEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        @_builtins.property
+        def value(self) -> Global___PolicyValue: ...
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: Global___PolicyValue | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _typing.Literal["value", b"value"]  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    SET_FIELD_NUMBER: _builtins.int
+    REMOVE_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    @_builtins.property
+    def set(self) -> _containers.MessageMap[_builtins.str, Global___PolicyValue]: ...
+    @_builtins.property
+    def remove(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+        set: _abc.Mapping[_builtins.str, Global___PolicyValue] | None = ...,
+        remove: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["namespace", b"namespace", "remove", b"remove", "set", b"set"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SetNamespacePoliciesRequest: _TypeAlias = SetNamespacePoliciesRequest  # noqa: Y015

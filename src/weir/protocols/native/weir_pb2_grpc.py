@@ -99,6 +99,51 @@ class WeirStub:
                 request_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.OffsetsForTimeRequest.SerializeToString,
                 response_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.OffsetsForTimeResponse.FromString,
                 _registered_method=True)
+        self.CreateTenant = channel.unary_unary(
+                '/weir.v1.Weir/CreateTenant',
+                request_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.TenantRequest.SerializeToString,
+                response_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.TenantDescription.FromString,
+                _registered_method=True)
+        self.DescribeTenant = channel.unary_unary(
+                '/weir.v1.Weir/DescribeTenant',
+                request_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.TenantRequest.SerializeToString,
+                response_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.TenantDescription.FromString,
+                _registered_method=True)
+        self.DeleteTenant = channel.unary_unary(
+                '/weir.v1.Weir/DeleteTenant',
+                request_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.TenantRequest.SerializeToString,
+                response_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.DeleteTenancyResponse.FromString,
+                _registered_method=True)
+        self.ListTenants = channel.unary_unary(
+                '/weir.v1.Weir/ListTenants',
+                request_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.ListTenantsRequest.SerializeToString,
+                response_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.ListTenantsResponse.FromString,
+                _registered_method=True)
+        self.CreateNamespace = channel.unary_unary(
+                '/weir.v1.Weir/CreateNamespace',
+                request_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.CreateNamespaceRequest.SerializeToString,
+                response_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.NamespaceDescription.FromString,
+                _registered_method=True)
+        self.DescribeNamespace = channel.unary_unary(
+                '/weir.v1.Weir/DescribeNamespace',
+                request_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.NamespaceRequest.SerializeToString,
+                response_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.NamespaceDescription.FromString,
+                _registered_method=True)
+        self.DeleteNamespace = channel.unary_unary(
+                '/weir.v1.Weir/DeleteNamespace',
+                request_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.NamespaceRequest.SerializeToString,
+                response_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.DeleteTenancyResponse.FromString,
+                _registered_method=True)
+        self.ListNamespaces = channel.unary_unary(
+                '/weir.v1.Weir/ListNamespaces',
+                request_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.ListNamespacesRequest.SerializeToString,
+                response_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.ListNamespacesResponse.FromString,
+                _registered_method=True)
+        self.SetNamespacePolicies = channel.unary_unary(
+                '/weir.v1.Weir/SetNamespacePolicies',
+                request_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.SetNamespacePoliciesRequest.SerializeToString,
+                response_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.NamespaceDescription.FromString,
+                _registered_method=True)
 
 
 class WeirServicer:
@@ -186,6 +231,63 @@ class WeirServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateTenant(self, request, context):
+        """Tenants and namespaces (`tenant/namespace/topic`; `public/default` always exists).
+        A tenant or namespace that still holds something is not deleted (NOT_EMPTY).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeTenant(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteTenant(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListTenants(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CreateNamespace(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeNamespace(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteNamespace(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListNamespaces(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetNamespacePolicies(self, request, context):
+        """Set and unset policies of a namespace; its topics follow at once unless they set their own.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_WeirServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -248,6 +350,51 @@ def add_WeirServicer_to_server(servicer, server):
                     servicer.OffsetsForTime,
                     request_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.OffsetsForTimeRequest.FromString,
                     response_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.OffsetsForTimeResponse.SerializeToString,
+            ),
+            'CreateTenant': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateTenant,
+                    request_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.TenantRequest.FromString,
+                    response_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.TenantDescription.SerializeToString,
+            ),
+            'DescribeTenant': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeTenant,
+                    request_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.TenantRequest.FromString,
+                    response_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.TenantDescription.SerializeToString,
+            ),
+            'DeleteTenant': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteTenant,
+                    request_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.TenantRequest.FromString,
+                    response_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.DeleteTenancyResponse.SerializeToString,
+            ),
+            'ListTenants': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListTenants,
+                    request_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.ListTenantsRequest.FromString,
+                    response_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.ListTenantsResponse.SerializeToString,
+            ),
+            'CreateNamespace': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateNamespace,
+                    request_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.CreateNamespaceRequest.FromString,
+                    response_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.NamespaceDescription.SerializeToString,
+            ),
+            'DescribeNamespace': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeNamespace,
+                    request_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.NamespaceRequest.FromString,
+                    response_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.NamespaceDescription.SerializeToString,
+            ),
+            'DeleteNamespace': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteNamespace,
+                    request_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.NamespaceRequest.FromString,
+                    response_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.DeleteTenancyResponse.SerializeToString,
+            ),
+            'ListNamespaces': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListNamespaces,
+                    request_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.ListNamespacesRequest.FromString,
+                    response_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.ListNamespacesResponse.SerializeToString,
+            ),
+            'SetNamespacePolicies': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetNamespacePolicies,
+                    request_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.SetNamespacePoliciesRequest.FromString,
+                    response_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.NamespaceDescription.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -579,6 +726,249 @@ class Weir:
             '/weir.v1.Weir/OffsetsForTime',
             weir_dot_protocols_dot_native_dot_weir__pb2.OffsetsForTimeRequest.SerializeToString,
             weir_dot_protocols_dot_native_dot_weir__pb2.OffsetsForTimeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateTenant(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/weir.v1.Weir/CreateTenant',
+            weir_dot_protocols_dot_native_dot_weir__pb2.TenantRequest.SerializeToString,
+            weir_dot_protocols_dot_native_dot_weir__pb2.TenantDescription.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeTenant(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/weir.v1.Weir/DescribeTenant',
+            weir_dot_protocols_dot_native_dot_weir__pb2.TenantRequest.SerializeToString,
+            weir_dot_protocols_dot_native_dot_weir__pb2.TenantDescription.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteTenant(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/weir.v1.Weir/DeleteTenant',
+            weir_dot_protocols_dot_native_dot_weir__pb2.TenantRequest.SerializeToString,
+            weir_dot_protocols_dot_native_dot_weir__pb2.DeleteTenancyResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListTenants(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/weir.v1.Weir/ListTenants',
+            weir_dot_protocols_dot_native_dot_weir__pb2.ListTenantsRequest.SerializeToString,
+            weir_dot_protocols_dot_native_dot_weir__pb2.ListTenantsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateNamespace(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/weir.v1.Weir/CreateNamespace',
+            weir_dot_protocols_dot_native_dot_weir__pb2.CreateNamespaceRequest.SerializeToString,
+            weir_dot_protocols_dot_native_dot_weir__pb2.NamespaceDescription.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeNamespace(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/weir.v1.Weir/DescribeNamespace',
+            weir_dot_protocols_dot_native_dot_weir__pb2.NamespaceRequest.SerializeToString,
+            weir_dot_protocols_dot_native_dot_weir__pb2.NamespaceDescription.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteNamespace(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/weir.v1.Weir/DeleteNamespace',
+            weir_dot_protocols_dot_native_dot_weir__pb2.NamespaceRequest.SerializeToString,
+            weir_dot_protocols_dot_native_dot_weir__pb2.DeleteTenancyResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListNamespaces(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/weir.v1.Weir/ListNamespaces',
+            weir_dot_protocols_dot_native_dot_weir__pb2.ListNamespacesRequest.SerializeToString,
+            weir_dot_protocols_dot_native_dot_weir__pb2.ListNamespacesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetNamespacePolicies(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/weir.v1.Weir/SetNamespacePolicies',
+            weir_dot_protocols_dot_native_dot_weir__pb2.SetNamespacePoliciesRequest.SerializeToString,
+            weir_dot_protocols_dot_native_dot_weir__pb2.NamespaceDescription.FromString,
             options,
             channel_credentials,
             insecure,

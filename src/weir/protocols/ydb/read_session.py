@@ -37,6 +37,7 @@ import grpc
 
 from weir.broker.broker import Broker
 from weir.broker.consumers import ConsumerGroup
+from weir.broker.tenancy.limits import Lease
 from weir.errors import BadRequestError, UnavailableError, WeirError
 from weir.protocols.ydb.auth import Authenticator
 from weir.protocols.ydb.commits import CommitTracker
@@ -94,6 +95,7 @@ class ReadSession:
         self.session_id = f"weir-r{next(_session_ids)}-{uuid.uuid4().hex[:12]}"
         self.consumer = ""
         self._topics: dict[str, _TopicSettings] = {}
+        self._leases: list[Lease] = []
         self._sessions: dict[int, _PartitionSession] = {}
         self._by_tp: dict[tuple[str, int], _PartitionSession] = {}
         self._next_ps = itertools.count(1)
@@ -139,6 +141,9 @@ class ReadSession:
 
     def _close(self) -> None:
         """Leave the groups (their partitions go to other readers) and stop every pump."""
+        for lease in self._leases:
+            lease.release()
+        self._leases.clear()
         for t in self._topics.values():
             if t.group is not None:
                 t.group.leave(self.session_id)
@@ -230,6 +235,7 @@ class ReadSession:
                 consumer = await self.broker.ensure_consumer(cfg.name, self.consumer)
                 read_from = max(read_from, consumer.read_from_ms)
             self._topics[cfg.name] = _TopicSettings(s.path, parts, read_from)
+            self._leases.append(self.broker.open_consumer(cfg.name))
         await self.context.write(
             StreamRead.FromServer(
                 status=SUCCESS,

@@ -29,6 +29,7 @@ STATUS_BY_CODE: dict[str, int] = {
     "CLOSED": StatusIds.UNAVAILABLE,  # the partition went away under the session
     "OVERLOADED": StatusIds.OVERLOADED,  # backpressure: the SDK backs off and resends
     "PARTITION_OVERFLOW": StatusIds.OVERLOADED,  # space returns as retention runs
+    "BACKLOG_QUOTA_EXCEEDED": StatusIds.OVERLOADED,  # room returns as consumers catch up
     "STORAGE_FULL": StatusIds.OVERLOADED,
     "COMMIT_FAILED": StatusIds.INTERNAL_ERROR,  # retried by the SDK with backoff
     "TIMEOUT": StatusIds.TIMEOUT,
@@ -38,6 +39,11 @@ STATUS_BY_CODE: dict[str, int] = {
     "UNKNOWN_PARTITION": StatusIds.BAD_REQUEST,
     "UNKNOWN_TOPIC": StatusIds.SCHEME_ERROR,
     "UNKNOWN_CONSUMER": StatusIds.SCHEME_ERROR,
+    "UNKNOWN_TENANT": StatusIds.SCHEME_ERROR,
+    "UNKNOWN_NAMESPACE": StatusIds.SCHEME_ERROR,  # YDB: the directory does not exist
+    "NOT_EMPTY": StatusIds.PRECONDITION_FAILED,
+    "TOO_MANY_PRODUCERS": StatusIds.PRECONDITION_FAILED,  # a policy: retrying would loop
+    "TOO_MANY_CONSUMERS": StatusIds.PRECONDITION_FAILED,
     "NOT_FOUND": StatusIds.SCHEME_ERROR,
     "ALREADY_EXISTS": StatusIds.ALREADY_EXISTS,
     "UNAUTHORIZED": StatusIds.UNAUTHORIZED,

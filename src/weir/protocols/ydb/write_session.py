@@ -29,6 +29,7 @@ from typing import Any
 import grpc
 
 from weir.broker.broker import Broker, WriterToken
+from weir.broker.tenancy.limits import Lease
 from weir.errors import (
     BadRequestError,
     MessageTooLargeError,
@@ -98,6 +99,7 @@ class WriteSession:
         self._inflight = 0
         self._failure: BaseException | None = None
         self._done = asyncio.Event()
+        self.lease: Lease | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -138,6 +140,8 @@ class WriteSession:
                 t.cancel()
             if token is not None:
                 self.broker.unregister_writer(token)
+            if self.lease is not None:
+                self.lease.release()
 
     def _fail(self, err: BaseException) -> None:
         if self._failure is None:
@@ -150,9 +154,11 @@ class WriteSession:
         )
 
     async def _init(self, init: Any) -> WriterToken | None:
+        # no auto-creation here: a YDB client expects SCHEME_ERROR for a missing topic
         cfg = self.broker.topic(init.path, self.database)
         self.topic = cfg.name
         self.producer_id = init.producer_id
+        self.message_limit = self.broker.message_limit(cfg.name)
         which = init.WhichOneof("partitioning")
         partition: int | None = None
         generation: int | None = None
@@ -176,6 +182,7 @@ class WriteSession:
         self.meta = session_meta_headers(init.write_session_meta)
         token = None
         last = None
+        self.lease = self.broker.open_producer(cfg.name, self.producer_id)
         if self.producer_id:
             token = self.broker.register_writer(cfg.name, self.producer_id, self._superseded)
             last = self.broker.last_seq_no(cfg.name, self.partition, self.producer_id)
@@ -241,12 +248,12 @@ class WriteSession:
         codec = storage_codec(wr.codec)
         data = [m.data for m in msgs]
         sizes = list(map(len, data))
-        limit = self.broker.config.message_limit
+        limit = self.message_limit
         biggest = max(sizes)
         if biggest > limit:
             raise MessageTooLargeError(
                 f"a message of {biggest} bytes exceeds the limit of {limit} bytes "
-                "(limits.max_message_bytes)"
+                "(limits.max_message_bytes, or the topic's max_message_bytes policy)"
             )
         seq_nos = [m.seq_no for m in msgs]
         created = [m.created_at.seconds * 1000 + m.created_at.nanos // 1_000_000 for m in msgs]
