@@ -12,7 +12,8 @@ from typing import Any, NamedTuple, TypeVar
 
 from weir.errors import UnsupportedCodecError
 from weir.storage.batch import decode_payload, iter_batches
-from weir.storage.codecs import Codec, codec_name, decompress, is_opaque
+from weir.storage.codecs import Codec, codec_name, is_opaque
+from weir.storage.codecs import decompress_message as storage_decompress_message
 
 _UTC = dt.UTC
 T = TypeVar("T")
@@ -258,18 +259,10 @@ def _messages(topic: str, partition: int, parts: list[_Part], session: Any) -> l
 def decompress_message(codec: int, data: bytes) -> bytes:
     """Decompress the data of one message written through the YDB front (its batch's
     ``data_codec`` says how each message was compressed; the size is not recorded)."""
-    if codec == Codec.GZIP:
-        import zlib
-
-        return zlib.decompress(data, 16 + zlib.MAX_WBITS)
-    if codec == Codec.ZSTD:
-        import zstandard
-
-        return bytes(zstandard.ZstdDecompressor().decompressobj().decompress(data))
     if is_opaque(codec):
         raise UnsupportedCodecError(
             f"messages written with codec {codec} ({codec_name(codec)}) by a ydb SDK writer are "
             "stored as written and weir cannot decode them: read them with the ydb SDK and its "
             "decoder for that codec"
         )
-    return decompress(codec, data, len(data))
+    return storage_decompress_message(codec, data)

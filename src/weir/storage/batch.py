@@ -55,7 +55,7 @@ from typing import NamedTuple
 import crc32c as _crc32c
 
 from weir.errors import BadRequestError, BatchFormatError
-from weir.storage.codecs import Codec, compress, decompress, is_opaque
+from weir.storage.codecs import Codec, compress, decompress, decompress_message, is_opaque
 
 MAGIC = b"WEIR"
 VERSION = 1
@@ -191,6 +191,21 @@ def decode_headers(buf: bytes | memoryview) -> dict[str, str]:
 
 _U16 = struct.Struct("<H").unpack_from
 _U32 = struct.Struct("<I").unpack_from
+
+
+def check_data_codec(p: Payload) -> None:
+    """Raise BatchFormatError unless every record's data decompresses with the batch's
+    ``data_codec`` (RAW and opaque codecs: nothing to check). The YDB front encodes its
+    own batches; this guards what other clients send, so that no reader meets a message
+    it cannot decompress."""
+    codec = p.header.data_codec
+    if codec == Codec.RAW or is_opaque(codec):
+        return
+    for i, d in enumerate(p.columns().data):
+        try:
+            decompress_message(codec, d)
+        except BatchFormatError as exc:
+            raise BatchFormatError(f"record {i}: {exc}") from None
 
 
 def check_headers(p: Payload) -> None:

@@ -129,3 +129,22 @@ def decompress(codec: Codec | int, data: bytes | memoryview, size: int) -> bytes
             f"{Codec(codec).name} data decompressed to {len(out)} bytes, header says {size}"
         )
     return out
+
+
+def decompress_message(codec: int, data: bytes | memoryview) -> bytes:
+    """The data of one message whose batch says each message is compressed (``data_codec``,
+    written through the YDB front: a gzip stream or a zstd frame per message, the size not
+    recorded). BatchFormatError when the data does not decompress. LZ4 is a batch codec
+    only (no YDB writer sends it per message); opaque codecs are the caller's business."""
+    try:
+        if codec == Codec.RAW:
+            return bytes(data)
+        if codec == Codec.GZIP:
+            return zlib.decompress(data, 16 + zlib.MAX_WBITS)
+        if codec == Codec.ZSTD:
+            return bytes(zstandard.ZstdDecompressor().decompressobj().decompress(data))
+    except Exception as exc:  # zlib.error, zstd.ZstdError
+        raise BatchFormatError(
+            f"cannot decompress {Codec(codec).name} message data: {exc}"
+        ) from None
+    raise BatchFormatError(f"codec {codec} ({codec_name(codec)}) is not a per-message codec")

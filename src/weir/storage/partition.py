@@ -39,6 +39,7 @@ from weir.errors import (
 from weir.storage import keys
 from weir.storage.batch import (
     BatchHeader,
+    check_data_codec,
     check_headers,
     decode_payload,
     parse_header,
@@ -936,6 +937,8 @@ def validate_incoming(buffers: Iterable[bytes | memoryview]) -> list[IncomingBat
         if h.length != len(buf):
             raise BatchFormatError(f"batch is {len(buf)} bytes, header says {h.length}")
         verify_body(buf, 0, h)
-        check_headers(decode_payload(buf, 0, h))  # what is stored, every reader must decode
+        payload = decode_payload(buf, 0, h)
+        check_headers(payload)  # what is stored, every reader must decode
+        check_data_codec(payload)
         out.append(IncomingBatch(buf, h))
     return out
