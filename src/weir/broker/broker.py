@@ -2,7 +2,7 @@
 
 Fronts call it; it owns the storage, one `PartitionActor` per partition, the
 topic registry, committed offsets, producer pins (`producers.ProducerPins`) and
-consumer groups, and runs retention (and pin expiry) in the background.
+producer access modes and epochs (`access.ProducerAccess`), consumer groups, and runs retention (and pin expiry) in the background.
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from weir.access_mode import AccessMode
+from weir.broker.access import Claim, Fence, ProducerAccess
 from weir.broker.config import BrokerConfig
 from weir.broker.consumers import OFFSETS, ConsumerGroup, OffsetStore
 from weir.broker.observer import NULL_OBSERVER, BrokerObserver
@@ -53,7 +55,8 @@ log = logging.getLogger("weir.broker")
 
 PINS = "pins"  # legacy: pins used to be stored; emptied at open (see producers.py)
 SERVER = "server"
-BROKER_TABLES = (TOPICS, OFFSETS, PINS, SERVER)
+PRODUCER_EPOCHS = "producer_epochs"  # topic id (u32) -> the topic's producer epoch (u64)
+BROKER_TABLES = (TOPICS, OFFSETS, PINS, SERVER, PRODUCER_EPOCHS)
 _U32 = struct.Struct(">I")
 _U64 = struct.Struct("<Q")
 _EPOCH_KEY = b"epoch"
@@ -108,6 +111,7 @@ class Broker:
         self._actors: dict[tuple[str, int], PartitionActor] = {}
         self._groups: dict[tuple[str, str], ConsumerGroup] = {}
         self.pins = ProducerPins(config.producer_idle_timeout_ms)
+        self.access = ProducerAccess()
         self._retention_task: asyncio.Task[None] | None = None
         self._closed = False
         self._lock = asyncio.Lock()  # serializes registry changes
@@ -155,6 +159,12 @@ class Broker:
             self._topics[cfg.name] = cfg
             for p in range(cfg.partitions):
                 self._open_actor(cfg, p)
+        self.access = ProducerAccess(
+            {
+                _U32.unpack(bytes(k))[0]: _U64.unpack(bytes(v))[0]
+                for k, v in self.store.kv.scan(PRODUCER_EPOCHS)
+            }
+        )
         # Pins are derived from the partitions' producer tables; rows an older
         # version stored are dropped (the producer's state says where it writes).
         legacy = [delete(PINS, bytes(k)) for k, _ in self.store.kv.scan(PINS)]
@@ -210,6 +220,7 @@ class Broker:
         if self._closed:
             return
         self._closed = True
+        self.access.wake_all()
         if self._retention_task is not None:
             self._retention_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -390,11 +401,13 @@ class Broker:
             for p in range(cfg.partitions):
                 ops.extend(self.store.drop_partition_ops(cfg.log_id(p)))
             ops.extend(self.offsets.drop_ops(cfg.topic_id))
+            ops.append(delete(PRODUCER_EPOCHS, _U32.pack(cfg.topic_id)))
             await self._commit(ops)
             for p in range(cfg.partitions):
                 self.store.forget(cfg.log_id(p))
             self.offsets.forget(cfg.topic_id)
             self.pins.forget_topic(cfg.topic_id)
+            self.access.forget_topic(cfg.topic_id)
             del self._topics[cfg.name]
         log.info("topic dropped", extra={"topic": short_topic(cfg.name)})
 
@@ -468,6 +481,61 @@ class Broker:
 
     def unregister_writer(self, token: WriterToken) -> None:
         self.pins.unregister_writer(token)
+
+    async def open_producer(
+        self,
+        topic: str,
+        producer_id: str,
+        mode: AccessMode = AccessMode.SHARED,
+        known_epoch: int | None = None,
+        fence: Fence | None = None,
+        database: str = "",
+    ) -> Claim:
+        """Admit a producer's write session under its access mode (see `weir.broker.access`):
+        raises ProducerBusyError / ProducerFencedError, or (WaitForExclusive) waits until the
+        topic is free. A grown producer epoch is durable before this returns. Pair with
+        `close_producer`. ``fence`` is called when an ExclusiveWithFencing producer takes over."""
+        self._check_open()
+        cfg = self.topic(topic, database)
+        while True:
+            got = self.access.claim(
+                cfg.topic_id,
+                short_topic(cfg.name),
+                producer_id,
+                mode,
+                known_epoch,
+                fence or _no_fence,
+            )
+            if isinstance(got, Claim):
+                break
+            try:
+                await got
+            except BaseException:
+                self.access.pass_on(cfg.topic_id, got)
+                raise
+            self._check_open()
+            cfg = self.topic(topic, database)  # still there?
+        if got.new_epoch:
+            try:
+                await self._commit(
+                    [put(PRODUCER_EPOCHS, _U32.pack(cfg.topic_id), _U64.pack(got.epoch))]
+                )
+            except BaseException:
+                self.access.release(got)
+                raise
+            log.info(
+                "exclusive producer took the topic",
+                extra={
+                    "topic": short_topic(cfg.name),
+                    "producer": producer_id,
+                    "access_mode": mode.title,
+                    "producer_epoch": got.epoch,
+                },
+            )
+        return got
+
+    def close_producer(self, claim: Claim) -> None:
+        self.access.release(claim)
 
     async def write(
         self,
@@ -643,6 +711,10 @@ class Broker:
                     log.info("retention removed blobs", extra={"blobs": n})
             except Exception:
                 log.exception("retention pass failed")
+
+
+def _no_fence(_: Exception) -> None:
+    pass
 
 
 def _now_ms() -> int:

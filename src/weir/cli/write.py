@@ -17,6 +17,7 @@ from typing import IO, TYPE_CHECKING, Annotated
 
 import typer
 
+from weir.access_mode import AccessMode
 from weir.cli import output
 from weir.cli.common import (
     DEFAULT_ENDPOINT,
@@ -201,6 +202,15 @@ def write(
     partition: Annotated[
         int | None, typer.Option("--partition", "-p", min=0, help="Write to this partition.")
     ] = None,
+    access_mode: Annotated[
+        str,
+        typer.Option(
+            "--access-mode",
+            help="Producer access mode: shared, exclusive (fail when another producer "
+            "writes), wait-for-exclusive (wait, up to --timeout, until the others leave) "
+            "or exclusive-with-fencing (take the topic; the others fail).",
+        ),
+    ] = "shared",
     codec: Annotated[str, typer.Option(help="Compression: raw, gzip, lz4 or zstd.")] = "raw",
     max_message_bytes: Annotated[
         str | None,
@@ -232,6 +242,10 @@ def write(
         Codec.parse(codec)
     except BadRequestError:
         raise bad("--codec", f"unknown codec {codec!r}: use raw, gzip, lz4 or zstd") from None
+    try:
+        mode = AccessMode.parse(access_mode)
+    except BadRequestError as err:
+        raise bad("--access-mode", err.message) from None
     limit = optional_size(max_message_bytes, "--max-message-bytes")
     stream, size = _open_input(file)
     source = CountingReader(stream)
@@ -250,6 +264,7 @@ def write(
             producer_id=producer_id,
             partition=partition,
             codec=codec,
+            access_mode=mode,
             max_message_bytes=limit,
             # --timeout holds mid-stream too: messages unacknowledged that long end the command
             delivery_timeout=timeout,
@@ -299,6 +314,8 @@ def write(
         "first_offset": offsets.first,
         "last_offset": offsets.last,
         "producer_id": writer.producer_id,
+        "access_mode": mode.name.lower().replace("_", "-"),
+        "producer_epoch": writer.producer_epoch,
         "seconds": round(seconds, 3),
     }
     if json_out:

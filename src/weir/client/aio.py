@@ -12,6 +12,7 @@ from typing import Any
 
 import grpc
 
+from weir.access_mode import AccessMode
 from weir.client.admin import (
     Consumer,
     ConsumerInfo,
@@ -101,6 +102,12 @@ class Writer:
     @property
     def partition(self) -> int | None:
         return self._core.partition
+
+    @property
+    def producer_epoch(self) -> int | None:
+        """The topic's producer epoch when this writer connected (it grows each time an
+        exclusive producer takes the topic); None before the first connection."""
+        return self._core.producer_epoch
 
     @property
     def last_seq_no(self) -> int | None:
@@ -542,6 +549,7 @@ class Client:
         producer_id: str | None = None,
         partition: int | None = None,
         codec: str | Codec = Codec.RAW,
+        access_mode: str | AccessMode = AccessMode.SHARED,
         **settings: Any,
     ) -> Writer:
         """A writer to ``topic`` (call inside a running event loop).
@@ -554,9 +562,20 @@ class Client:
         the writer gives up; default 60, None: never), on_reconnect (a callback
         taking the error), max_buffer_messages, max_buffer_bytes, max_batch_messages,
         max_batch_bytes, max_request_bytes, linger_ms, max_inflight_requests.
+
+        ``access_mode`` (Pulsar's): ``"shared"`` (default), ``"exclusive"`` (the
+        writer fails with ProducerBusyError when another producer writes to the
+        topic), ``"wait-for-exclusive"`` (its messages wait until the others have
+        left; the delivery timeout still bounds that wait), ``"exclusive-with-fencing"``
+        (takes the topic; the others fail with ProducerFencedError). The writer
+        connects in the background: ``await writer.wait_init()`` to learn at once.
         """
         s = WriterSettings(
-            producer_id=producer_id, partition=partition, codec=Codec.parse(codec), **settings
+            producer_id=producer_id,
+            partition=partition,
+            codec=Codec.parse(codec),
+            access_mode=AccessMode.parse(access_mode),
+            **settings,
         )
         core = WriterCore(self.conn, topic, s, asyncio.get_running_loop())
         core.start()

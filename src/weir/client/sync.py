@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
+from weir.access_mode import AccessMode
 from weir.client import aio
 from weir.client.admin import Consumer, ConsumerInfo, TopicInfo
 from weir.client.aio import _KEEP, DEFAULT_ENDPOINT, RangeChunk
@@ -37,6 +38,12 @@ class Writer:
     @property
     def partition(self) -> int | None:
         return self._core.partition
+
+    @property
+    def producer_epoch(self) -> int | None:
+        """The topic's producer epoch when this writer connected (it grows each time an
+        exclusive producer takes the topic); None before the first connection."""
+        return self._core.producer_epoch
 
     @property
     def last_seq_no(self) -> int | None:
@@ -418,13 +425,19 @@ class Client:
         producer_id: str | None = None,
         partition: int | None = None,
         codec: str | Codec = Codec.RAW,
+        access_mode: str | AccessMode = AccessMode.SHARED,
         **settings: Any,
     ) -> Writer:
         """A writer to ``topic``; see `weir.aio.Client.writer`."""
 
         async def make() -> aio.Writer:
             return self._aio.writer(
-                topic, producer_id=producer_id, partition=partition, codec=codec, **settings
+                topic,
+                producer_id=producer_id,
+                partition=partition,
+                codec=codec,
+                access_mode=access_mode,
+                **settings,
             )
 
         return Writer(self._run(make()), self._loop)

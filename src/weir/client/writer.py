@@ -113,6 +113,7 @@ class WriterCore:
         self.generation: int | None = None
         self.last_seq_no: int | None = None
         self.session_id = ""
+        self.producer_epoch: int | None = None  # the topic's, from the first init
         self.reconnects = 0
         self.last_error: WeirError | None = None  # the retryable error behind the latest reconnect
         self._tasks: list[asyncio.Task[None]] = []
@@ -586,6 +587,9 @@ class WriterCore:
                 init = pb.WriteInit(topic=self.topic, producer_id=self.producer_id)
                 if self.settings.partition is not None:
                     init.partition = self.settings.partition
+                init.access_mode = int(self.settings.access_mode)  # type: ignore[assignment]
+                if self.producer_epoch is not None and self.settings.access_mode.exclusive:
+                    init.producer_epoch = self.producer_epoch  # fenced if it grew since
                 await call.write(pb.WriteRequest(init=init))
                 resp = await call.read()
                 if resp is grpc.aio.EOF:
@@ -646,6 +650,7 @@ class WriterCore:
         self.partition = r.partition
         self.generation = r.generation
         self.session_id = r.session_id
+        self.producer_epoch = r.producer_epoch
         self.last_seq_no = r.last_seq_no if r.HasField("last_seq_no") else None
         if not self._manual_seq:
             self._next_seq = max(self._next_seq, (self.last_seq_no or 0) + 1)

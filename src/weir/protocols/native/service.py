@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 
 import grpc
 
+from weir.access_mode import AccessMode
 from weir.broker.broker import UNSET, Broker
 from weir.broker.consumers import ConsumerGroup
 from weir.broker.topics import ConsumerConfig, TopicConfig, short_topic
@@ -344,6 +345,7 @@ class WriteSession:
 
     async def run(self, requests: AsyncIterator[pb.WriteRequest]) -> None:
         token = None
+        claim = None
         reader = acker = None
         try:
             first = await anext(requests, None)
@@ -361,6 +363,16 @@ class WriteSession:
                 init.partition if init.HasField("partition") else None,
                 init.generation if init.HasField("generation") else None,
             )
+            mode = AccessMode.parse(init.access_mode)
+            if mode.exclusive and not self.producer_id:
+                raise BadRequestError(f"a {mode.title} producer needs a producer_id")
+            claim = await self.broker.open_producer(
+                cfg.name,
+                self.producer_id or f"\0session {self.session_id}",
+                mode,
+                init.producer_epoch if init.HasField("producer_epoch") else None,
+                self._fail,
+            )
             if self.producer_id:
                 token = self.broker.register_writer(cfg.name, self.producer_id, self._superseded)
             last = (
@@ -374,6 +386,7 @@ class WriteSession:
                 generation=self.broker.generation,
                 session_id=self.session_id,
                 max_message_bytes=self.broker.config.message_limit,
+                producer_epoch=claim.epoch,
             )
             if last is not None:
                 result.last_seq_no = last
@@ -414,6 +427,8 @@ class WriteSession:
             await _stop(reader, acker)
             if token is not None:
                 self.broker.unregister_writer(token)
+            if claim is not None:
+                self.broker.close_producer(claim)
 
     async def _drained(self) -> None:
         while self._pending and self._failure is None:
@@ -444,6 +459,8 @@ class WriteSession:
                 for inc in batches:
                     self._check_producer(inc.header)
                     check_message_sizes(inc, cfg.message_limit)
+                if self._failure is not None:
+                    return  # fenced or superseded: nothing more of this session is stored
                 if self._inflight and self._inflight + nbytes > cfg.max_session_inflight_bytes:
                     self.broker.observer.on_refused(self.topic, self.partition, "overloaded")
                     raise OverloadedError(

@@ -28,6 +28,7 @@ from typing import Any
 
 import grpc
 
+from weir.broker.access import Claim
 from weir.broker.broker import Broker, WriterToken
 from weir.errors import (
     BadRequestError,
@@ -98,6 +99,7 @@ class WriteSession:
         self._inflight = 0
         self._failure: BaseException | None = None
         self._done = asyncio.Event()
+        self._claim: Claim | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -138,6 +140,8 @@ class WriteSession:
                 t.cancel()
             if token is not None:
                 self.broker.unregister_writer(token)
+            if self._claim is not None:
+                self.broker.close_producer(self._claim)
 
     def _fail(self, err: BaseException) -> None:
         if self._failure is None:
@@ -176,6 +180,11 @@ class WriteSession:
         self.meta = session_meta_headers(init.write_session_meta)
         token = None
         last = None
+        # a YDB producer is a Shared one: refused while an exclusive producer holds the
+        # topic, fenced by an ExclusiveWithFencing one (see weir.broker.access)
+        self._claim = await self.broker.open_producer(
+            cfg.name, self.producer_id or f"\0session {self.session_id}", fence=self._fail
+        )
         if self.producer_id:
             token = self.broker.register_writer(cfg.name, self.producer_id, self._superseded)
             last = self.broker.last_seq_no(cfg.name, self.partition, self.producer_id)
@@ -284,6 +293,8 @@ class WriteSession:
         while self._inflight and self._inflight + nbytes > bound:
             self._acked.clear()
             await self._acked.wait()
+        if self._failure is not None:
+            return  # fenced or superseded: nothing more of this session is stored
         fut = self.broker.submit(self.topic, self.partition, batches, nbytes)
         self._inflight += nbytes
         self._push(_Pending(future=fut, seq_nos=seq_groups, nbytes=nbytes))
