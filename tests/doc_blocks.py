@@ -17,6 +17,7 @@ PAGES = [
     "README.md",
     "docs/cli.md",
     "docs/sdk.md",
+    "docs/producers.md",
     "docs/configuration.md",
     "docs/observability.md",
     "docs/storage.md",

@@ -24,7 +24,7 @@ from weir.broker.config import BrokerConfig
 from weir.broker.consumers import OFFSETS, ConsumerGroup, OffsetStore
 from weir.broker.observer import NULL_OBSERVER, BrokerObserver
 from weir.broker.partition_actor import PartitionActor
-from weir.broker.producers import ProducerPins, ProducerTables
+from weir.broker.producers import ProducerPins, ProducerTables, routed_home
 from weir.broker.producers import WriterToken as WriterToken  # the fronts import it from here
 from weir.broker.topics import (
     NEXT_ID_KEY,
@@ -448,8 +448,13 @@ class Broker:
         partition: int | None = None,
         generation: int | None = None,
         database: str = "",
+        routed: bool = False,
     ) -> int:
         """The partition a write session writes to.
+
+        A routed session (one of a routing writer's, see `weir.client.routing`) has no
+        pin: its producer's dedup state is per partition; it writes to the partition it
+        names, else to its home (`weir.broker.producers.routed_home`).
 
         A producer_id is pinned to one partition (where its state is, else the one
         asked for, else by hash; see `weir.broker.producers`) so its seq_no order
@@ -468,6 +473,10 @@ class Broker:
             if partition is None:
                 raise BadRequestError("a write needs a producer_id or a partition")
             return partition
+        if routed:
+            if partition is not None:
+                return partition
+            return routed_home(producer_id, cfg, self._producer_tables(cfg))
         return self.pins.resolve(cfg, producer_id, partition, self._producer_tables(cfg))
 
     def _producer_tables(self, cfg: TopicConfig) -> ProducerTables:

@@ -22,6 +22,7 @@ from weir.client.credentials import CredentialsArg
 from weir.client.loop import LoopThread
 from weir.client.messages import Batch, Message
 from weir.client.reader import PartitionSession, Start
+from weir.client.routing import CustomRouter
 from weir.client.writer_settings import WriteResult
 from weir.errors import ClosedError, WeirError
 from weir.storage.codecs import Codec
@@ -426,6 +427,7 @@ class Client:
         partition: int | None = None,
         codec: str | Codec = Codec.RAW,
         access_mode: str | AccessMode = AccessMode.SHARED,
+        routing: str | CustomRouter | None = None,
         **settings: Any,
     ) -> Writer:
         """A writer to ``topic``; see `weir.aio.Client.writer`."""
@@ -437,6 +439,7 @@ class Client:
                 partition=partition,
                 codec=codec,
                 access_mode=access_mode,
+                routing=routing,
                 **settings,
             )
 

@@ -75,8 +75,12 @@ class WriterCore:
         topic: str,
         settings: WriterSettings,
         loop: asyncio.AbstractEventLoop,
+        routed: bool = False,
     ) -> None:
         self.conn = conn
+        # one of a routing writer's per-partition cores (see weir.client.routing): no pin,
+        # dedup per (producer, partition); the partition of its first session is kept
+        self.routed = routed
         self.topic = topic
         self.settings = settings
         # Every writer is a producer: without an id given, a fresh one still lets the
@@ -114,6 +118,7 @@ class WriterCore:
         self.last_seq_no: int | None = None
         self.session_id = ""
         self.producer_epoch: int | None = None  # the topic's, from the first init
+        self.partitions: int | None = None  # the topic's partition count, from the init
         self.reconnects = 0
         self.last_error: WeirError | None = None  # the retryable error behind the latest reconnect
         self._tasks: list[asyncio.Task[None]] = []
@@ -587,6 +592,9 @@ class WriterCore:
                 init = pb.WriteInit(topic=self.topic, producer_id=self.producer_id)
                 if self.settings.partition is not None:
                     init.partition = self.settings.partition
+                elif self.routed and self.partition is not None:
+                    init.partition = self.partition  # reconnect: the home stays where it was
+                init.routed = self.routed
                 init.access_mode = int(self.settings.access_mode)  # type: ignore[assignment]
                 if self.producer_epoch is not None and self.settings.access_mode.exclusive:
                     init.producer_epoch = self.producer_epoch  # fenced if it grew since
@@ -651,6 +659,7 @@ class WriterCore:
         self.generation = r.generation
         self.session_id = r.session_id
         self.producer_epoch = r.producer_epoch
+        self.partitions = r.partitions or None
         self.last_seq_no = r.last_seq_no if r.HasField("last_seq_no") else None
         if not self._manual_seq:
             self._next_seq = max(self._next_seq, (self.last_seq_no or 0) + 1)

@@ -362,6 +362,7 @@ class WriteSession:
                 init.producer_id,
                 init.partition if init.HasField("partition") else None,
                 init.generation if init.HasField("generation") else None,
+                routed=init.routed,
             )
             mode = AccessMode.parse(init.access_mode)
             if mode.exclusive and not self.producer_id:
@@ -374,7 +375,9 @@ class WriteSession:
                 self._fail,
             )
             if self.producer_id:
-                token = self.broker.register_writer(cfg.name, self.producer_id, self._superseded)
+                # one live session per producer, per partition for a routing writer's
+                one = f"{self.producer_id}\0{self.partition}" if init.routed else self.producer_id
+                token = self.broker.register_writer(cfg.name, one, self._superseded)
             last = (
                 self.broker.last_seq_no(cfg.name, self.partition, self.producer_id)
                 if self.producer_id
@@ -387,6 +390,7 @@ class WriteSession:
                 session_id=self.session_id,
                 max_message_bytes=self.broker.config.message_limit,
                 producer_epoch=claim.epoch,
+                partitions=cfg.partitions,
             )
             if last is not None:
                 result.last_seq_no = last

@@ -195,6 +195,7 @@ class WriteInit(_message.Message):
     GENERATION_FIELD_NUMBER: _builtins.int
     ACCESS_MODE_FIELD_NUMBER: _builtins.int
     PRODUCER_EPOCH_FIELD_NUMBER: _builtins.int
+    ROUTED_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     producer_id: _builtins.str
     """Pins the session to the producer's partition and enables dedup by seq_no."""
@@ -208,6 +209,13 @@ class WriteInit(_message.Message):
     it back, and is refused (PRODUCER_FENCED) when an exclusive producer took the topic
     since. Unset on a producer's first init.
     """
+    routed: _builtins.bool
+    """A routing writer's session: the producer writes to several partitions (by key) with
+    one session per partition, and its seq_nos and dedup state are per (producer,
+    partition). No pin: the session writes to `partition`, or without one to the
+    producer's home, where its keyless messages go: the one partition holding its state,
+    else crc32c(producer_id) % partitions.
+    """
     def __init__(
         self,
         *,
@@ -217,10 +225,11 @@ class WriteInit(_message.Message):
         generation: _builtins.int | None = ...,
         access_mode: Global___ProducerAccessMode.ValueType = ...,
         producer_epoch: _builtins.int | None = ...,
+        routed: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_generation", b"_generation", "_partition", b"_partition", "_producer_epoch", b"_producer_epoch", "generation", b"generation", "partition", b"partition", "producer_epoch", b"producer_epoch"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_generation", b"_generation", "_partition", b"_partition", "_producer_epoch", b"_producer_epoch", "access_mode", b"access_mode", "generation", b"generation", "partition", b"partition", "producer_epoch", b"producer_epoch", "producer_id", b"producer_id", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_generation", b"_generation", "_partition", b"_partition", "_producer_epoch", b"_producer_epoch", "access_mode", b"access_mode", "generation", b"generation", "partition", b"partition", "producer_epoch", b"producer_epoch", "producer_id", b"producer_id", "routed", b"routed", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__generation: _TypeAlias = _typing.Literal["generation"]  # noqa: Y015
     _WhichOneofArgType__generation: _TypeAlias = _typing.Literal["_generation", b"_generation"]  # noqa: Y015
@@ -300,6 +309,7 @@ class WriteInitResult(_message.Message):
     SESSION_ID_FIELD_NUMBER: _builtins.int
     MAX_MESSAGE_BYTES_FIELD_NUMBER: _builtins.int
     PRODUCER_EPOCH_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     partition: _builtins.int
     generation: _builtins.int
@@ -315,6 +325,8 @@ class WriteInitResult(_message.Message):
     """The topic's producer epoch: it grows each time an exclusive producer takes the
     topic, survives restarts, and an exclusive producer sends it back when it reconnects.
     """
+    partitions: _builtins.int
+    """The topic's partition count, for a routing writer's key hash."""
     def __init__(
         self,
         *,
@@ -325,10 +337,11 @@ class WriteInitResult(_message.Message):
         session_id: _builtins.str = ...,
         max_message_bytes: _builtins.int = ...,
         producer_epoch: _builtins.int = ...,
+        partitions: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_last_seq_no", b"_last_seq_no", "last_seq_no", b"last_seq_no"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_last_seq_no", b"_last_seq_no", "generation", b"generation", "last_seq_no", b"last_seq_no", "max_message_bytes", b"max_message_bytes", "partition", b"partition", "producer_epoch", b"producer_epoch", "session_id", b"session_id", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_last_seq_no", b"_last_seq_no", "generation", b"generation", "last_seq_no", b"last_seq_no", "max_message_bytes", b"max_message_bytes", "partition", b"partition", "partitions", b"partitions", "producer_epoch", b"producer_epoch", "session_id", b"session_id", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__last_seq_no: _TypeAlias = _typing.Literal["last_seq_no"]  # noqa: Y015
     _WhichOneofArgType__last_seq_no: _TypeAlias = _typing.Literal["_last_seq_no", b"_last_seq_no"]  # noqa: Y015
