@@ -184,3 +184,16 @@ def test_keyed_lines_spread_by_key_hash_or_stay_pinned(
     assert pinned["partition"] is not None and len(pinned["partitions"]) == 1
     bad = weir("write", topic_name, "--routing", "hash", input="x\n")
     assert bad.code == 2 and "unknown routing 'hash'" in bad.err
+
+
+def test_chunking_writes_a_message_over_the_limit(weir: Weir, sdk: Client, topic_name: str) -> None:
+    sdk.create_topic(topic_name)
+    line = "x" * 5000 + "\n"
+    refused = weir("write", topic_name, "--max-message-bytes", "1000", input=line)
+    assert refused.code == 1 and "exceeds" in refused.err
+    wrote = weir(
+        "write", topic_name, "--max-message-bytes", "1000", "--chunking", "--json", input=line
+    ).json()
+    assert (wrote["messages"], wrote["last_offset"]) == (1, 4)  # 5 chunks, the last at 4
+    got = weir("read", topic_name, "--consumer", "c", "--count", "1", "--json").json_lines()
+    assert [(m["offset"], len(m["value"])) for m in got] == [(4, 5000)]

@@ -230,6 +230,14 @@ def write(
         ),
     ] = "shared",
     codec: Annotated[str, typer.Option(help="Compression: raw, gzip, lz4 or zstd.")] = "raw",
+    chunking: Annotated[
+        bool,
+        typer.Option(
+            "--chunking",
+            help="Split a message over the size limit into chunks (readers put them back "
+            "together) instead of refusing it.",
+        ),
+    ] = False,
     max_message_bytes: Annotated[
         str | None,
         typer.Option(
@@ -292,6 +300,7 @@ def write(
             routing=None if partition is not None else routing,
             codec=codec,
             access_mode=mode,
+            chunking=chunking,
             max_message_bytes=limit,
             # --timeout holds mid-stream too: messages unacknowledged that long end the command
             delivery_timeout=timeout,

@@ -32,7 +32,9 @@ class WriterSettings:
     (None: never). ``on_reconnect(error)``: called in the client's event loop
     each time the writer is about to reconnect (keep it quick; no sync weir calls).
     ``access_mode``: how the producer shares the topic (`weir.access_mode.AccessMode`;
-    a name such as ``"exclusive"`` is accepted).
+    a name such as ``"exclusive"`` is accepted). ``chunking``: a message over the message
+    size limit is split into chunks that readers put back together (`weir.client.chunks`),
+    instead of being refused.
     """
 
     producer_id: str | None = None
@@ -49,6 +51,7 @@ class WriterSettings:
     delivery_timeout: float | None = DEFAULT_DELIVERY_TIMEOUT
     on_reconnect: Callable[[WeirError], None] | None = None
     access_mode: AccessMode = AccessMode.SHARED
+    chunking: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "access_mode", AccessMode.parse(self.access_mode))
