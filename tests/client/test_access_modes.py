@@ -238,3 +238,29 @@ def test_cli_write_with_an_access_mode(server: ServerProcess, topic_name: str) -
         ).json()
         assert wrote["access_mode"] == "exclusive" and wrote["producer_epoch"] == 2
         assert [m.data for m in stored(c, topic_name)] == [b"a", b"b"]
+
+
+async def test_the_asyncio_twin_has_the_same_modes(server: ServerProcess, topic_name: str) -> None:
+    import weir.aio
+
+    async with weir.aio.Client(server.endpoint) as c:
+        await c.create_topic(topic_name, partitions=2)
+        first = await c.writer(topic_name, producer_id="a", access_mode="exclusive").wait_init()
+        second = c.writer(topic_name, producer_id="b", access_mode="exclusive")
+        with pytest.raises(ProducerBusyError):
+            await second.wait_init()
+        waiter = c.writer(topic_name, producer_id="w", access_mode="wait-for-exclusive")
+        fut = await waiter.write_future(b"w", key="k")
+        fencer = await c.writer(
+            topic_name, producer_id="f", access_mode="exclusive-with-fencing"
+        ).wait_init()
+        assert fencer.producer_epoch == 2
+        with pytest.raises(ProducerFencedError):
+            await first.write(b"late")
+            await first.flush()
+        assert not fut.done()  # the waiter still waits: the fencer holds the topic now
+        await fencer.close()
+        result = await asyncio.wait_for(fut, 30)
+        assert waiter.producer_epoch == 3 and result.partition in (0, 1)
+        await waiter.close()
+        await first.close()

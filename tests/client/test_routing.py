@@ -150,9 +150,15 @@ def test_bad_routing_is_refused_and_stores_nothing(
             c.writer(topic_name, routing="hash")
         with pytest.raises(BadRequestError, match="routing='round-robin' cannot apply"):
             c.writer(topic_name, partition=0, routing="round-robin")
-        w = c.writer(topic_name, routing=lambda key, n: n)
+        w = c.writer(topic_name, routing=lambda key, n: n).wait_init()
         with pytest.raises(BadRequestError, match="returned 2 for a topic of 2 partitions"):
             w.write(b"x", key="k")
+        # before the writer knows the partition count the write is queued: its future fails
+        early = c.writer(topic_name, routing=lambda key, n: n)
+        fut = early.write_future(b"x", key="k")
+        with pytest.raises(BadRequestError, match="returned 2"):
+            fut.result(timeout=30)
+        early.close()
         w.close()
         assert sum(len(ms) for ms in read_topic(c, topic_name).values()) == 0
 
@@ -202,3 +208,23 @@ def test_keyed_writer_across_4_partitions_survives_kill_9(
     assert report.ok, report.summary()
     assert report.acknowledged == n == report.stored
     assert len([p for p, rows in stored.items() if rows]) == 4
+
+
+async def test_the_asyncio_twin_routes_the_same(
+    shared_server: ServerProcess, topic_name: str
+) -> None:
+    import weir.aio
+
+    async with weir.aio.Client(shared_server.endpoint) as c:
+        await c.create_topic(topic_name, partitions=4)
+        async with c.writer(topic_name, producer_id="aio-router") as w:
+            results = [await w.write_with_result(b"v", key=f"user-{i}") for i in range(20)]
+            await w.write_many([b"m"] * 20, keys=[f"user-{i}" for i in range(20)])
+        assert [r.partition for r in results] == [
+            pulsar_partition(f"user-{i}", 4) for i in range(20)
+        ]
+        async with c.writer(topic_name, routing="round-robin") as w:
+            parts = [
+                (await w.write_with_result(b"x")).partition for _ in range(4 * ROUND_ROBIN_RUN)
+            ]
+        assert sorted(set(parts)) == [0, 1, 2, 3]

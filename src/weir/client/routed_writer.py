@@ -52,9 +52,17 @@ class RoutedWriterCore:
         self._shape: tuple[int, int] | None = None  # (partitions, home partition)
         self._lock = threading.Lock()
         self._closed = False
+        # keyed writes made before the home session reported the partition count: routed,
+        # in order, as soon as it does (write() does not wait for it, as with one partition)
+        self._early: list[tuple[bool, tuple[Any, ...], AnyFuture | None]] = []
+        self._early_error: WeirError | None = None  # the writer failed before routing
+        self._deferred: WeirError | None = None  # a queued write refused: the next call raises it
+        self._drain: asyncio.Task[None] | None = None
+        self._shaped = threading.Event()  # the shape is known, or the writer failed
 
     def start(self) -> None:
         self.home.start()
+        self._drain = self.loop.create_task(self._route_early(), name=f"weir-router-{self.topic}")
 
     # ------------------------------------------------------------------ what it reports
 
@@ -92,7 +100,9 @@ class RoutedWriterCore:
 
     @property
     def unacknowledged(self) -> int:
-        return sum(c.unacknowledged for c in self._all())
+        with self._lock:
+            early = sum(len(args[0]) if many else 1 for many, args, _ in self._early)
+        return early + sum(c.unacknowledged for c in self._all())
 
     @property
     def max_message_bytes(self) -> int:
@@ -104,37 +114,102 @@ class RoutedWriterCore:
 
     async def wait_init(self, timeout: float | None = None) -> None:
         await self.home.wait_init(timeout)
+        await self._routed(timeout)  # and the writes queued until then are routed
 
     # ------------------------------------------------------------------ routing
 
-    def _learn(self) -> tuple[int, int]:
-        with self._lock:
-            if self._shape is None:
-                home = self.home.partition
-                assert home is not None
-                self._shape = (self.home.partitions or home + 1, home)
-                self._cores[home] = self.home
-            return self._shape
+    def _home_shape(self) -> tuple[int, int]:
+        home = self.home.partition
+        assert home is not None
+        return (self.home.partitions or home + 1, home)
 
     def _shape_threadsafe(self, timeout: float | None) -> tuple[int, int]:
-        if self._shape is not None:
-            return self._shape
+        """Wait for the partition count (only when too many writes wait for it already)."""
         wait = timeout if timeout is not None else self.settings.delivery_timeout
-        if not self.home._inited.wait(wait):
+        if not self._shaped.wait(wait):
             raise self._not_connected(wait)
-        self.home._raise_error()
-        return self._learn()
+        self._raise_early()
+        assert self._shape is not None
+        return self._shape
 
     async def _shape_async(self, timeout: float | None) -> tuple[int, int]:
-        if self._shape is not None:
-            return self._shape
         wait = timeout if timeout is not None else self.settings.delivery_timeout
+        assert self._drain is not None
         try:
-            await asyncio.wait_for(self.home._init_done.wait(), wait)
+            await asyncio.wait_for(asyncio.shield(self._drain), wait)
         except TimeoutError:
             raise self._not_connected(wait) from None
-        self.home._raise_error()
-        return self._learn()
+        self._raise_early()
+        assert self._shape is not None
+        return self._shape
+
+    def _raise_early(self) -> None:
+        if self._early_error is not None:
+            raise self._early_error
+        err, self._deferred = self._deferred, None
+        if err is not None:
+            raise err
+
+    def _queued(self, many: bool, args: tuple[Any, ...], fut: AnyFuture | None) -> bool:
+        """Queue a keyed write until the partition count is known; False: it is known
+        (route it now), or too much waits already (wait for it)."""
+        if self._shape is not None:
+            return False
+        with self._lock:
+            if self._shape is not None or len(self._early) >= self.settings.max_buffer_messages:
+                return False
+            self._raise_early()
+            if self._closed:
+                raise ClosedError(f"writer to {self.topic!r} is closed")
+            self._early.append((many, args, fut))
+            return True
+
+    async def _route_early(self) -> None:
+        """Once the home session is up, route the queued writes in order, then let writes
+        route at once (the shape is set only when the queue is empty, under the lock)."""
+        await self.home._init_done.wait()
+        shape = None
+        try:
+            self.home._raise_error()
+            shape = self._home_shape()
+            with self._lock:  # the home partition's messages go to the home session
+                self._cores.setdefault(shape[1], self.home)
+            while True:
+                with self._lock:
+                    items, self._early = self._early, []
+                    if not items:
+                        self._shape = shape
+                        self._shaped.set()
+                        return
+                for many, args, fut in items:
+                    try:
+                        if many:
+                            for core, idx in self._split(len(args[0]), args[1], shape).items():
+                                await core.write_many_async(*_columns(idx, *args[:5]), args[5])
+                        else:
+                            d, k, h, sq, c, t = args
+                            await self._route(k, shape).write_async(d, k, h, sq, c, t, fut)
+                    except BadRequestError as err:  # this message's (a router's answer)
+                        if fut is not None:
+                            fut.set_exception(err)
+                        else:
+                            self._deferred = err  # the next call raises it
+        except asyncio.CancelledError:
+            if self._early_error is None:
+                self._early_error = ClosedError(f"writer to {self.topic!r} is closed")
+            self._fail_early(ClosedError("writer closed before the message was routed"))
+            raise
+        except WeirError as err:
+            self._early_error = err
+            self._fail_early(err)
+
+    def _fail_early(self, err: WeirError) -> None:
+        self._shaped.set()
+        with self._lock:
+            items, self._early = self._early, []
+        for _, _, fut in items:
+            if fut is not None and not fut.done():
+                fut.set_exception(err)
 
     def _not_connected(self, wait: float | None) -> WeirError:
         return WeirTimeoutError(
@@ -180,6 +255,10 @@ class RoutedWriterCore:
         if key is None and self.router.keyless_home:
             core = self.home  # the common call: no partition count needed
         else:
+            self.home._prepare(data, key, headers, seq_no, created_at)  # bad input fails here
+            self._raise_early()
+            if self._queued(False, (data, key, headers, seq_no, created_at, timeout), fut):
+                return
             core = self._route(key, self._shape_threadsafe(timeout))
         core.write_threadsafe(data, key, headers, seq_no, created_at, timeout, fut)
 
@@ -196,6 +275,10 @@ class RoutedWriterCore:
         if key is None and self.router.keyless_home:
             core = self.home
         else:
+            self.home._prepare(data, key, headers, seq_no, created_at)  # bad input fails here
+            self._raise_early()
+            if self._queued(False, (data, key, headers, seq_no, created_at, timeout), fut):
+                return
             core = self._route(key, await self._shape_async(timeout))
         await core.write_async(data, key, headers, seq_no, created_at, timeout, fut)
 
@@ -222,6 +305,8 @@ class RoutedWriterCore:
         if not values:
             return
         _check_lengths(len(values), keys, headers, seq_nos, created_at)
+        if self._queued(True, (values, keys, headers, seq_nos, created_at, timeout), None):
+            return
         for core, idx in self._split(len(values), keys, self._shape_threadsafe(timeout)).items():
             core.write_many_threadsafe(
                 *_columns(idx, values, keys, headers, seq_nos, created_at), timeout
@@ -242,6 +327,8 @@ class RoutedWriterCore:
         if not values:
             return
         _check_lengths(len(values), keys, headers, seq_nos, created_at)
+        if self._queued(True, (values, keys, headers, seq_nos, created_at, timeout), None):
+            return
         shape = await self._shape_async(timeout)
         for core, idx in self._split(len(values), keys, shape).items():
             await core.write_many_async(
@@ -254,12 +341,34 @@ class RoutedWriterCore:
         """Wait until every message written before this call is acknowledged, in every partition."""
         if self._closed:
             raise ClosedError(f"writer to {self.topic!r} is closed")
+        await self._routed(timeout)
         await _all_or_first_error([c.flush(timeout) for c in self._all()])
+
+    async def _routed(self, timeout: float | None) -> None:
+        """Wait until the queued writes are routed (bounded like a flush)."""
+        assert self._drain is not None
+        if not self._drain.done():
+            try:
+                await asyncio.wait_for(asyncio.shield(self._drain), timeout)
+            except TimeoutError:
+                raise WeirTimeoutError(
+                    f"flush timed out: writes to {self.topic!r} wait for the writer to connect "
+                    f"after {timeout:g} s{self.home._why()}"
+                ) from None
+        self._raise_early()
 
     async def close(self, timeout: float | None = None) -> None:
         """Close every partition's core (each flushes first); raises the first error."""
-        with self._lock:
-            self._closed = True
+        try:
+            await self._routed(timeout)
+        except WeirError:
+            if not self.home.closed and self.home._error is None:
+                raise
+        finally:
+            with self._lock:
+                self._closed = True
+            assert self._drain is not None
+            self._drain.cancel()
         await _all_or_first_error([c.close(timeout) for c in self._all()])
 
 
