@@ -59,6 +59,8 @@ class RoutedWriterCore:
         self._deferred: WeirError | None = None  # a queued write refused: the next call raises it
         self._drain: asyncio.Task[None] | None = None
         self._shaped = threading.Event()  # the shape is known, or the writer failed
+        self._queued_any = False  # a write was queued (keyless ones then queue too, in order)
+        self._early_unseen = False  # queued writes failed, and no call or future said so
 
     def start(self) -> None:
         self.home.start()
@@ -143,12 +145,19 @@ class RoutedWriterCore:
         assert self._shape is not None
         return self._shape
 
-    def _raise_early(self) -> None:
+    def _raise_early(self, seen: bool = True) -> None:
         if self._early_error is not None:
+            if seen:
+                self._early_unseen = False
             raise self._early_error
         err, self._deferred = self._deferred, None
         if err is not None:
             raise err
+
+    def _keyless_direct(self) -> bool:
+        """Keyless messages go straight to the home session (no partition count needed),
+        unless writes wait in the queue: then they queue behind them, in order."""
+        return self.router.keyless_home and (self._shape is not None or not self._queued_any)
 
     def _queued(self, many: bool, args: tuple[Any, ...], fut: AnyFuture | None) -> bool:
         """Queue a keyed write until the partition count is known; False: it is known
@@ -162,6 +171,7 @@ class RoutedWriterCore:
             if self._closed:
                 raise ClosedError(f"writer to {self.topic!r} is closed")
             self._early.append((many, args, fut))
+            self._queued_any = True
             return True
 
     async def _route_early(self) -> None:
@@ -170,7 +180,8 @@ class RoutedWriterCore:
         await self.home._init_done.wait()
         shape = None
         try:
-            self.home._raise_error()
+            if self.home._error is not None:  # not raised to the caller: not "seen"
+                raise self.home._error
             shape = self._home_shape()
             with self._lock:  # the home partition's messages go to the home session
                 self._cores.setdefault(shape[1], self.home)
@@ -207,6 +218,8 @@ class RoutedWriterCore:
         self._shaped.set()
         with self._lock:
             items, self._early = self._early, []
+        if any(fut is None for _, _, fut in items):
+            self._early_unseen = True
         for _, _, fut in items:
             if fut is not None and not fut.done():
                 fut.set_exception(err)
@@ -252,10 +265,11 @@ class RoutedWriterCore:
         timeout: float | None = None,
         fut: AnyFuture | None = None,
     ) -> None:
-        if key is None and self.router.keyless_home:
+        if key is None and self._keyless_direct():
             core = self.home  # the common call: no partition count needed
         else:
-            self.home._prepare(data, key, headers, seq_no, created_at)  # bad input fails here
+            _, _, size, _ = self.home._prepare(data, key, headers, seq_no, created_at)
+            self.home.precheck(size, seq_no)  # bad input fails here, not once routed
             self._raise_early()
             if self._queued(False, (data, key, headers, seq_no, created_at, timeout), fut):
                 return
@@ -272,10 +286,11 @@ class RoutedWriterCore:
         timeout: float | None = None,
         fut: AnyFuture | None = None,
     ) -> None:
-        if key is None and self.router.keyless_home:
+        if key is None and self._keyless_direct():
             core = self.home
         else:
-            self.home._prepare(data, key, headers, seq_no, created_at)  # bad input fails here
+            _, _, size, _ = self.home._prepare(data, key, headers, seq_no, created_at)
+            self.home.precheck(size, seq_no)  # bad input fails here, not once routed
             self._raise_early()
             if self._queued(False, (data, key, headers, seq_no, created_at, timeout), fut):
                 return
@@ -299,7 +314,7 @@ class RoutedWriterCore:
         created_at: Sequence[int] | int | None = None,
         timeout: float | None = None,
     ) -> None:
-        if keys is None and self.router.keyless_home:
+        if keys is None and self._keyless_direct():
             self.home.write_many_threadsafe(values, keys, headers, seq_nos, created_at, timeout)
             return
         if not values:
@@ -321,7 +336,7 @@ class RoutedWriterCore:
         created_at: Sequence[int] | int | None = None,
         timeout: float | None = None,
     ) -> None:
-        if keys is None and self.router.keyless_home:
+        if keys is None and self._keyless_direct():
             await self.home.write_many_async(values, keys, headers, seq_nos, created_at, timeout)
             return
         if not values:
@@ -344,7 +359,7 @@ class RoutedWriterCore:
         await self._routed(timeout)
         await _all_or_first_error([c.flush(timeout) for c in self._all()])
 
-    async def _routed(self, timeout: float | None) -> None:
+    async def _routed(self, timeout: float | None, seen: bool = True) -> None:
         """Wait until the queued writes are routed (bounded like a flush)."""
         assert self._drain is not None
         if not self._drain.done():
@@ -355,21 +370,27 @@ class RoutedWriterCore:
                     f"flush timed out: writes to {self.topic!r} wait for the writer to connect "
                     f"after {timeout:g} s{self.home._why()}"
                 ) from None
-        self._raise_early()
+        self._raise_early(seen)
 
     async def close(self, timeout: float | None = None) -> None:
-        """Close every partition's core (each flushes first); raises the first error."""
+        """Route what is queued (up to ``timeout``), close every partition's core (each
+        flushes first), then stop; raises as `WriterCore.close` does."""
+        if self._closed:
+            return
+        routed_err: WeirError | None = None
+        unseen = False
         try:
-            await self._routed(timeout)
-        except WeirError:
-            if not self.home.closed and self.home._error is None:
-                raise
+            await self._routed(timeout, seen=False)
+        except WeirError as err:
+            routed_err, unseen = err, self._early_unseen
         finally:
             with self._lock:
                 self._closed = True
             assert self._drain is not None
             self._drain.cancel()
         await _all_or_first_error([c.close(timeout) for c in self._all()])
+        if routed_err is not None and (isinstance(routed_err, WeirTimeoutError) or unseen):
+            raise routed_err
 
 
 def _in_loop(loop: asyncio.AbstractEventLoop) -> bool:

@@ -275,18 +275,26 @@ class WriterCore:
             return True
         return False
 
-    def _pieces(
-        self, d: bytes, k: bytes, headers: Mapping[str, str] | None, seq_no: int | None, size: int
-    ) -> list[tuple[bytes, Mapping[str, str] | None, int]]:
-        """The message as it is, or (chunking on, over the limit) its chunks: (data, headers, size)."""
-        if size <= self.limit.bytes or not self.settings.chunking:
+    def precheck(self, size: int, seq_no: int | None) -> None:
+        """Refuse now a message that the limit known so far refuses: too big without
+        chunking, or to be chunked yet given a seq_no (chunks need automatic ones)."""
+        if size <= self.limit.bytes or self.limit.must_wait(size):
+            return
+        if not self.settings.chunking:
             self.limit.check(size)
-            return [(d, headers, size)]
-        if seq_no is not None:
+        elif seq_no is not None:
             raise BadRequestError(
                 f"a message of {size} bytes is over the limit of {self.limit.bytes} and would be "
                 "chunked; chunked messages need automatic seq_nos (give none)"
             )
+
+    def _pieces(
+        self, d: bytes, k: bytes, headers: Mapping[str, str] | None, seq_no: int | None, size: int
+    ) -> list[tuple[bytes, Mapping[str, str] | None, int]]:
+        """The message as it is, or (chunking on, over the limit) its chunks: (data, headers, size)."""
+        self.precheck(size, seq_no)
+        if size <= self.limit.bytes:
+            return [(d, headers, size)]
         room = self.limit.bytes - len(k)
         if room <= 0:
             self.limit.check(size)  # the key alone is too big: refused
