@@ -18,6 +18,7 @@ PAGES = [
     "docs/cli.md",
     "docs/sdk.md",
     "docs/topics.md",
+    "docs/producers.md",
     "docs/configuration.md",
     "docs/observability.md",
     "docs/console.md",

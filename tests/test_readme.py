@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 
 from tests.cli.conftest import Weir
+from tests.client.test_routing import pulsar_partition
 from tests.conftest import ROOT, ServerProcess
 from tests.doc_blocks import PAGES, Block, block, blocks, console_steps, lines
 from weir.client.sync import Client
@@ -32,6 +33,7 @@ CHAIN: list[tuple[str, str]] = [
     ("README.md", "readme-spark"),
     ("docs/cli.md", "cli-topics"),
     ("docs/sdk.md", "sdk-tour"),
+    ("docs/producers.md", "producers-tour"),
     ("docs/ydb.md", "ydb-sdk"),
     ("docs/topics.md", "topics-cli"),
     ("docs/topics.md", "topics-sdk"),
@@ -154,13 +156,19 @@ def test_every_page_runs_in_order_on_one_server_and_again(
                 assert "partition 0, offsets 2..3" in tour[1][2]
                 assert lines(tour[3][2]) == ["hello"] and lines(tour[5][2]) == ["world"]
 
-            # README: the SDK. One writer, one partition, whatever the keys.
+            # README: the SDK. Keys spread by their murmur3 hash, as Pulsar's client does.
             sdk = reader.python(block("README.md", "readme-sdk"))
             partition, offset, seq_no = map(int, sdk[0].split())
-            assert (offset, seq_no) == (1001 * run - 1, 1001 * run)
+            home = pulsar_partition("user-0", 4)
+            per_run = [
+                100 * sum(pulsar_partition(f"user-{k}", 4) == p for k in range(10)) + (p == home)
+                for p in range(4)
+            ]
+            assert partition == home
+            assert (offset, seq_no) == (per_run[home] * run - 1, per_run[home] * run)
             assert sdk[-1] == "0"  # the consumer's lag
             counts = _messages(client, "payments")
-            assert counts[partition] == 1001 * run and sum(counts) == 1001 * run, counts
+            assert counts == [n * run for n in per_run], counts
 
             # README: the ydb SDK, its own topic; the consumer reads the new messages.
             assert reader.python(block("README.md", "readme-ydb")) == ["page=/home", "page=/cart"]
@@ -179,6 +187,14 @@ def test_every_page_runs_in_order_on_one_server_and_again(
             sdk_page = reader.python(block("docs/sdk.md", "sdk-tour"))
             assert sdk_page == ["True", "[b'event 10', b'event 11', b'event 12']"]
             assert sum(_messages(client, "sdk-events")) == 100 * run
+
+            # docs/producers.md: keys by hash, an exclusive producer, fencing.
+            assert reader.python(block("docs/producers.md", "producers-tour")) == [
+                "[1, 2]",
+                "refused: topic 'accounts' has the exclusive producer 'owner'",
+                "owner fenced",
+            ]
+            assert sum(_messages(client, "accounts")) == 2 * run
 
             # docs/ydb.md: its own topic too.
             assert reader.python(block("docs/ydb.md", "ydb-sdk")) == []

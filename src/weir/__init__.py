@@ -14,6 +14,7 @@ from typing import Any
 __version__ = "0.1.0"
 
 _SDK = {
+    "AccessMode",
     "Batch",
     "Client",
     "Consumer",

@@ -7,6 +7,7 @@ async with weir.aio.Client("127.0.0.1:2136") as client:
     await writer.close()
 """
 
+from weir.access_mode import AccessMode
 from weir.client.admin import (
     Consumer,
     ConsumerInfo,
@@ -23,6 +24,7 @@ from weir.client.reader import PartitionSession, PartitionSessionClosedError, St
 from weir.client.writer_settings import WriteResult
 
 __all__ = [
+    "AccessMode",
     "Batch",
     "Client",
     "Consumer",

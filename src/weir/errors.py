@@ -218,9 +218,18 @@ class ClosedError(FatalError):
 
 
 class ProducerFencedError(FatalError):
-    """A newer write session with the same producer_id took over; this one must stop."""
+    """This producer must stop: a newer write session with the same producer_id took
+    over, or an exclusive producer (ExclusiveWithFencing, or any exclusive producer
+    since this one's epoch) took the topic."""
 
     code = "PRODUCER_FENCED"
+
+
+class ProducerBusyError(FatalError):
+    """The producer's access mode conflicts with the topic's producers: an exclusive
+    producer holds the topic, or an Exclusive one asked while others write."""
+
+    code = "PRODUCER_BUSY"
 
 
 class DataDirLockedError(FatalError):

@@ -151,3 +151,51 @@ def test_unknown_topic_is_a_one_line_error(weir: Weir, topic_name: str) -> None:
     for result in results:
         assert result.code == 1
         assert "does not exist" in one_line_error(result)
+
+
+def test_keyed_lines_spread_by_key_hash_or_stay_pinned(
+    weir: Weir, sdk: Client, topic_name: str
+) -> None:
+    from tests.client.test_routing import pulsar_partition
+
+    sdk.create_topic(topic_name, partitions=3)
+    lines = "".join(f"user-{i}:v{i}\n" for i in range(30))
+    wrote = weir(
+        "write", topic_name, "-K", ":", "--producer-id", "cli", "--json", input=lines
+    ).json()
+    assert wrote["messages"] == 30 and wrote["partition"] is None
+    spread = {int(p): r for p, r in wrote["partitions"].items()}
+    assert set(spread) == {pulsar_partition(f"user-{i}", 3) for i in range(30)}
+    for m in weir("read", topic_name, "--json").json_lines():
+        assert m["partition"] == pulsar_partition(m["key"], 3)
+    text = weir("write", topic_name, "-K", ":", "--producer-id", "cli", input=lines)
+    # auto seq_nos continue per partition: stored again, summed up per partition
+    assert text.code == 0 and text.err.count(" offsets ") == len(spread), text.err
+    pinned = weir(
+        "write",
+        topic_name,
+        "-K",
+        ":",
+        "--routing",
+        "pinned",
+        "--producer-id",
+        "pin",
+        "--json",
+        input=lines,
+    ).json()
+    assert pinned["partition"] is not None and len(pinned["partitions"]) == 1
+    bad = weir("write", topic_name, "--routing", "hash", input="x\n")
+    assert bad.code == 2 and "unknown routing 'hash'" in bad.err
+
+
+def test_chunking_writes_a_message_over_the_limit(weir: Weir, sdk: Client, topic_name: str) -> None:
+    sdk.create_topic(topic_name)
+    line = "x" * 5000 + "\n"
+    refused = weir("write", topic_name, "--max-message-bytes", "1000", input=line)
+    assert refused.code == 1 and "exceeds" in refused.err
+    wrote = weir(
+        "write", topic_name, "--max-message-bytes", "1000", "--chunking", "--json", input=line
+    ).json()
+    assert (wrote["messages"], wrote["last_offset"]) == (1, 4)  # 5 chunks, the last at 4
+    got = weir("read", topic_name, "--consumer", "c", "--count", "1", "--json").json_lines()
+    assert [(m["offset"], len(m["value"])) for m in got] == [(4, 5000)]

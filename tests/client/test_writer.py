@@ -40,7 +40,8 @@ def client(shared_server: ServerProcess) -> weir.Client:
 def test_write_flush_and_read_back_everything(client: weir.Client, topic_name: str) -> None:
     client.create_topic(topic_name, partitions=2)
     created = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
-    with client.writer(topic_name, producer_id="p1") as w:
+    # pinned: every message, keyed or not, in the producer's one partition, one seq_no run
+    with client.writer(topic_name, producer_id="p1", routing="pinned") as w:
         for i in range(5000):
             w.write(f"m{i}".encode(), key=f"k{i % 3}", headers={"n": str(i)} if i % 2 else None)
         w.write("text is utf-8", created_at=created)

@@ -49,7 +49,10 @@ def test_two_first_sessions_of_one_producer_get_one_pin_kept_across_a_restart(
     assert lost[0].code == "BAD_REQUEST" and not lost[0].retryable
     assert f"pinned to partition {pinned} of {topic_name!r}, not {1 - pinned}" in lost[0].message
 
-    with weir.Client(server.endpoint) as c, c.writer(topic_name, producer_id="p") as w:
+    with (
+        weir.Client(server.endpoint) as c,
+        c.writer(topic_name, producer_id="p", routing="pinned") as w,
+    ):
         w.write(b"first")
         w.flush()
         assert w.partition == pinned

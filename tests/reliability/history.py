@@ -25,7 +25,8 @@ violation kind in its own list of the `Report`:
 - ``lost_commits``: a committed position the server reported is below a commit
   it had acknowledged before that report was asked for.
 - ``pin_moves``: a producer's messages (acks or stored) in two partitions of a
-  topic: its pin moved, and with it its order and dedup state.
+  topic: its pin moved, and with it its order and dedup state (routing writers,
+  named in ``routed``, write to several partitions on purpose).
 
 Messages carry a unique id in their data (``id:<producer>:<n>``, ``n`` the
 producer's write order), so every observation can be tied back to the attempt.
@@ -37,6 +38,7 @@ from __future__ import annotations
 import threading
 from bisect import bisect_left
 from collections import defaultdict
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -199,12 +201,15 @@ def check(
     stored: dict[int, list[Stored]] | dict[int, list[tuple[int, str]]],
     start_offsets: dict[int, int],
     protected: dict[int, int] | None = None,
+    routed: Collection[str] = (),
 ) -> Report:
     """Judge a history against the final contents.
 
     ``stored``: partition key -> its messages from the start offset to the end;
     ``start_offsets``: the final start offset of each partition (absent: 0);
     ``protected``: for partitions with an important consumer, its final committed offset.
+    ``routed``: producers (the id's producer part) that write to several partitions by
+    key (routing writers): exempt from ``pin_moves``; their order is judged per partition.
     """
     rows_of = {
         k: [r if isinstance(r, Stored) else Stored(*r) for r in v] for k, v in stored.items()
@@ -323,7 +328,9 @@ def check(
             for k, _o in locs:
                 parts[(pn[0], k // TOPIC_STRIDE)].add(k)
     r.pin_moves = sorted(
-        f"producer {p} in partitions {sorted(ks)}" for (p, _t), ks in parts.items() if len(ks) > 1
+        f"producer {p} in partitions {sorted(ks)}"
+        for (p, _t), ks in parts.items()
+        if len(ks) > 1 and p not in routed
     )
 
     # reads: one session never goes back in a partition

@@ -137,19 +137,19 @@ async def test_max_producers_and_consumers_per_topic(tmp_path: Path) -> None:
     b = await open_broker(tmp_path)
     await b.create_namespace("few", {"max_producers_per_topic": 2, "max_consumers_per_topic": 1})
     await b.create_topic("few/t")
-    p1 = b.open_producer("few/t", "a")
-    b.open_producer("few/t", "b")
+    p1 = b.count_producer("few/t", "a")
+    b.count_producer("few/t", "b")
     with pytest.raises(TooManyProducersError, match="2 live producers"):
-        b.open_producer("few/t", "c")
-    b.open_producer("few/t", "a")  # "a" reconnecting replaces its old session
+        b.count_producer("few/t", "c")
+    b.count_producer("few/t", "a")  # "a" reconnecting replaces its old session
     p1.release()  # the old session of "a" ends after its replacement: still counted once
     with pytest.raises(TooManyProducersError):
-        b.open_producer("few/t", "c")
-    c1 = b.open_consumer("few/t")
+        b.count_producer("few/t", "c")
+    c1 = b.count_consumer("few/t")
     with pytest.raises(TooManyConsumersError, match="max_consumers_per_topic"):
-        b.open_consumer("few/t")
+        b.count_consumer("few/t")
     c1.release()
-    b.open_consumer("few/t")
+    b.count_consumer("few/t")
     await b.close()
 
 

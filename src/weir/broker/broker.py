@@ -2,7 +2,7 @@
 
 Fronts call it; it owns the storage, one `PartitionActor` per partition, the
 topic registry, committed offsets, producer pins (`producers.ProducerPins`) and
-consumer groups, and runs retention (and pin expiry) in the background.
+producer access modes and epochs (`access.ProducerAccess`), consumer groups, and runs retention (and pin expiry) in the background.
 """
 
 from __future__ import annotations
@@ -18,11 +18,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from weir.access_mode import AccessMode
+from weir.broker.access import Claim, Fence, ProducerAccess
 from weir.broker.config import BrokerConfig
 from weir.broker.consumers import OFFSETS, ConsumerGroup, OffsetStore
 from weir.broker.observer import NULL_OBSERVER, BrokerObserver
 from weir.broker.partition_actor import PartitionActor
-from weir.broker.producers import ProducerPins, ProducerTables
+from weir.broker.producers import ProducerPins, ProducerTables, routed_home
 from weir.broker.producers import WriterToken as WriterToken  # the fronts import it from here
 from weir.broker.tenancy.facade import TenancyFacade
 from weir.broker.tenancy.limits import Lease, SessionCounter
@@ -59,7 +61,8 @@ log = logging.getLogger("weir.broker")
 
 PINS = "pins"  # legacy: pins used to be stored; emptied at open (see producers.py)
 SERVER = "server"
-BROKER_TABLES = (TOPICS, OFFSETS, PINS, SERVER, NAMESPACES)
+PRODUCER_EPOCHS = "producer_epochs"  # topic id (u32) -> the topic's producer epoch (u64)
+BROKER_TABLES = (TOPICS, OFFSETS, PINS, SERVER, NAMESPACES, PRODUCER_EPOCHS)
 _U32 = struct.Struct(">I")
 _U64 = struct.Struct("<Q")
 _EPOCH_KEY = b"epoch"
@@ -118,6 +121,7 @@ class Broker(TenancyFacade):
         self.tenancy = Tenancy(store.kv)
         self.producer_sessions = SessionCounter("producers")
         self.consumer_sessions = SessionCounter("consumers")
+        self.access = ProducerAccess()
         self._retention_task: asyncio.Task[None] | None = None
         self._closed = False
         self._lock = asyncio.Lock()  # serializes registry changes
@@ -170,6 +174,12 @@ class Broker(TenancyFacade):
             self._remember(cfg)
             for p in range(cfg.partitions):
                 self._open_actor(cfg, p)
+        self.access = ProducerAccess(
+            {
+                _U32.unpack(bytes(k))[0]: _U64.unpack(bytes(v))[0]
+                for k, v in self.store.kv.scan(PRODUCER_EPOCHS)
+            }
+        )
         # Pins are derived from the partitions' producer tables; rows an older
         # version stored are dropped (the producer's state says where it writes).
         legacy = [delete(PINS, bytes(k)) for k, _ in self.store.kv.scan(PINS)]
@@ -226,6 +236,7 @@ class Broker(TenancyFacade):
         if self._closed:
             return
         self._closed = True
+        self.access.wake_all()
         if self._retention_task is not None:
             self._retention_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -440,11 +451,13 @@ class Broker(TenancyFacade):
             for p in range(cfg.partitions):
                 ops.extend(self.store.drop_partition_ops(cfg.log_id(p)))
             ops.extend(self.offsets.drop_ops(cfg.topic_id))
+            ops.append(delete(PRODUCER_EPOCHS, _U32.pack(cfg.topic_id)))
             await self._commit(ops)
             for p in range(cfg.partitions):
                 self.store.forget(cfg.log_id(p))
             self.offsets.forget(cfg.topic_id)
             self.pins.forget_topic(cfg.topic_id)
+            self.access.forget_topic(cfg.topic_id)
             del self._topics[cfg.name]
             self._backlog_quota.pop(cfg.name, None)
         log.info("topic dropped", extra={"topic": short_topic(cfg.name)})
@@ -486,8 +499,13 @@ class Broker(TenancyFacade):
         partition: int | None = None,
         generation: int | None = None,
         database: str = "",
+        routed: bool = False,
     ) -> int:
         """The partition a write session writes to.
+
+        A routed session (one of a routing writer's, see `weir.client.routing`) has no
+        pin: its producer's dedup state is per partition; it writes to the partition it
+        names, else to its home (`weir.broker.producers.routed_home`).
 
         A producer_id is pinned to one partition (where its state is, else the one
         asked for, else by hash; see `weir.broker.producers`) so its seq_no order
@@ -506,6 +524,10 @@ class Broker(TenancyFacade):
             if partition is None:
                 raise BadRequestError("a write needs a producer_id or a partition")
             return partition
+        if routed:
+            if partition is not None:
+                return partition
+            return routed_home(producer_id, cfg, self._producer_tables(cfg))
         return self.pins.resolve(cfg, producer_id, partition, self._producer_tables(cfg))
 
     def _producer_tables(self, cfg: TopicConfig) -> ProducerTables:
@@ -519,6 +541,61 @@ class Broker(TenancyFacade):
 
     def unregister_writer(self, token: WriterToken) -> None:
         self.pins.unregister_writer(token)
+
+    async def open_producer(
+        self,
+        topic: str,
+        producer_id: str,
+        mode: AccessMode = AccessMode.SHARED,
+        known_epoch: int | None = None,
+        fence: Fence | None = None,
+        database: str = "",
+    ) -> Claim:
+        """Admit a producer's write session under its access mode (see `weir.broker.access`):
+        raises ProducerBusyError / ProducerFencedError, or (WaitForExclusive) waits until the
+        topic is free. A grown producer epoch is durable before this returns. Pair with
+        `close_producer`. ``fence`` is called when an ExclusiveWithFencing producer takes over."""
+        self._check_open()
+        cfg = self.topic(topic, database)
+        while True:
+            got = self.access.claim(
+                cfg.topic_id,
+                short_topic(cfg.name),
+                producer_id,
+                mode,
+                known_epoch,
+                fence or _no_fence,
+            )
+            if isinstance(got, Claim):
+                break
+            try:
+                await got
+            except BaseException:
+                self.access.pass_on(cfg.topic_id, got)
+                raise
+            self._check_open()
+            cfg = self.topic(topic, database)  # still there?
+        if got.new_epoch:
+            try:
+                await self._commit(
+                    [put(PRODUCER_EPOCHS, _U32.pack(cfg.topic_id), _U64.pack(got.epoch))]
+                )
+            except BaseException:
+                self.access.release(got)
+                raise
+            log.info(
+                "exclusive producer took the topic",
+                extra={
+                    "topic": short_topic(cfg.name),
+                    "producer": producer_id,
+                    "access_mode": mode.title,
+                    "producer_epoch": got.epoch,
+                },
+            )
+        return got
+
+    def close_producer(self, claim: Claim) -> None:
+        self.access.release(claim)
 
     async def write(
         self,
@@ -577,13 +654,14 @@ class Broker(TenancyFacade):
         """The largest message (data plus key) a writer of ``topic`` may send."""
         return self.config.cap_message_limit(self.policies_of(topic)["max_message_bytes"])
 
-    def open_producer(self, topic: str, producer_id: str = "") -> Lease:
-        """Count a live write session, within the topic's max_producers_per_topic."""
+    def count_producer(self, topic: str, producer_id: str = "") -> Lease:
+        """Count a live write session, within the topic's max_producers_per_topic (its access
+        mode is `open_producer`'s business)."""
         cfg = self.topic(topic)
         limit = self.topic_policies(cfg)["max_producers_per_topic"]
         return self.producer_sessions.acquire(cfg.name, limit, producer_id, short_topic(cfg.name))
 
-    def open_consumer(self, topic: str) -> Lease:
+    def count_consumer(self, topic: str) -> Lease:
         """Count a live read session, within the topic's max_consumers_per_topic."""
         cfg = self.topic(topic)
         limit = self.topic_policies(cfg)["max_consumers_per_topic"]
@@ -746,6 +824,10 @@ class Broker(TenancyFacade):
                     log.info("retention removed blobs", extra={"blobs": n})
             except Exception:
                 log.exception("retention pass failed")
+
+
+def _no_fence(_: Exception) -> None:
+    pass
 
 
 def _now_ms() -> int:

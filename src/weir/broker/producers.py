@@ -102,11 +102,7 @@ class ProducerPins:
             if home is not None and (partition is None or not self._idle(home[1], now)):
                 pin = Pin(home[0], now)
             else:
-                chosen = (
-                    partition
-                    if partition is not None
-                    else crc32c.crc32c(producer_id.encode()) % cfg.partitions
-                )
+                chosen = partition if partition is not None else home_partition(producer_id, cfg)
                 pin = Pin(chosen, now)
             self._pins[key] = pin
         if partition is not None and partition != pin.partition:
@@ -176,6 +172,25 @@ class ProducerPins:
         """The topic was dropped: its pins go (its sessions end with their partitions)."""
         for key in [k for k in self._pins if k[0] == topic_id]:
             del self._pins[key]
+
+
+def home_partition(producer_id: str, cfg: TopicConfig) -> int:
+    """Where a new producer writes: ``crc32c(producer_id) % partitions`` (a routing
+    writer's keyless messages go there too)."""
+    return int(crc32c.crc32c(producer_id.encode()) % cfg.partitions)
+
+
+def routed_home(producer_id: str, cfg: TopicConfig, producers: ProducerTables) -> int:
+    """Where a routing writer's keyless messages go (its session without a partition).
+
+    A producer with state in exactly one partition goes on there: a producer that
+    wrote only keyless messages (or was pinned before) keeps its partition when the
+    topic grows, so a new writer's resends land where the first attempts did. Else
+    (new, or state in several partitions from keyed messages) its `home_partition`."""
+    holding = [p for p, table in enumerate(producers) if producer_id in table]
+    if len(holding) == 1:
+        return holding[0]
+    return home_partition(producer_id, cfg)
 
 
 def _home(producer_id: str, producers: ProducerTables) -> tuple[int, int] | None:

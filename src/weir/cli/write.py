@@ -17,6 +17,7 @@ from typing import IO, TYPE_CHECKING, Annotated
 
 import typer
 
+from weir.access_mode import AccessMode
 from weir.cli import output
 from weir.cli.common import (
     DEFAULT_ENDPOINT,
@@ -35,6 +36,7 @@ from weir.cli.common import (
     unescape,
 )
 from weir.cli.progress import Progress
+from weir.client.routing import ROUTING_NAMES
 from weir.errors import BadRequestError, DeliveryTimeoutError, MessageTooLargeError, WeirError
 from weir.storage.codecs import Codec
 
@@ -112,12 +114,12 @@ class Offsets:
     """Where the sampled messages (first, and last of each input group) were stored.
 
     A future per message would cost more than the write itself, so only the
-    ends of each group carry one; together they give the offset range.
+    ends of each group carry one; together they give the offset range. When
+    messages spread over partitions (by key, or round robin) every message
+    carries one, and the range is kept per partition.
     """
 
-    first: int | None = None
-    last: int | None = None
-    partition: int | None = None
+    ranges: dict[int, list[int]] = field(default_factory=dict)  # partition -> [first, last]
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def done(self, fut: Future[WriteResult]) -> None:
@@ -127,9 +129,17 @@ class Offsets:
         if r.offset is None:  # a duplicate: stored earlier
             return
         with self.lock:
-            self.partition = r.partition
-            self.first = r.offset if self.first is None else min(self.first, r.offset)
-            self.last = r.offset if self.last is None else max(self.last, r.offset)
+            span = self.ranges.setdefault(r.partition, [r.offset, r.offset])
+            span[0] = min(span[0], r.offset)
+            span[1] = max(span[1], r.offset)
+
+    @property
+    def single(self) -> tuple[int, int, int] | None:
+        """(partition, first, last) when every stored message is in one partition."""
+        if len(self.ranges) != 1:
+            return None
+        ((p, (first, last)),) = self.ranges.items()
+        return p, first, last
 
 
 def _split_key(data: bytes, sep: bytes) -> tuple[bytes | None, bytes]:
@@ -192,6 +202,15 @@ def write(
         list[str] | None,
         typer.Option("--header", "-H", help="Header NAME=VALUE on every message (repeat)."),
     ] = None,
+    routing: Annotated[
+        str,
+        typer.Option(
+            "--routing",
+            help="Partition choice: single-partition (a message with a key by its hash, "
+            "murmur3 as Pulsar; the others to the producer's home partition), round-robin "
+            "(the others spread), or pinned (every message to the producer's partition).",
+        ),
+    ] = "single-partition",
     producer_id: Annotated[
         str | None,
         typer.Option(
@@ -201,7 +220,24 @@ def write(
     partition: Annotated[
         int | None, typer.Option("--partition", "-p", min=0, help="Write to this partition.")
     ] = None,
+    access_mode: Annotated[
+        str,
+        typer.Option(
+            "--access-mode",
+            help="Producer access mode: shared, exclusive (fail when another producer "
+            "writes), wait-for-exclusive (wait, up to --timeout, until the others leave) "
+            "or exclusive-with-fencing (take the topic; the others fail).",
+        ),
+    ] = "shared",
     codec: Annotated[str, typer.Option(help="Compression: raw, gzip, lz4 or zstd.")] = "raw",
+    chunking: Annotated[
+        bool,
+        typer.Option(
+            "--chunking",
+            help="Split a message over the size limit into chunks (readers put them back "
+            "together) instead of refusing it.",
+        ),
+    ] = False,
     max_message_bytes: Annotated[
         str | None,
         typer.Option(
@@ -232,6 +268,18 @@ def write(
         Codec.parse(codec)
     except BadRequestError:
         raise bad("--codec", f"unknown codec {codec!r}: use raw, gzip, lz4 or zstd") from None
+    try:
+        mode = AccessMode.parse(access_mode)
+    except BadRequestError as err:
+        raise bad("--access-mode", err.message) from None
+    if routing not in ROUTING_NAMES:
+        raise bad("--routing", f"unknown routing {routing!r}: use {', '.join(ROUTING_NAMES)}")
+    if partition is not None and routing != "single-partition":
+        raise bad("--routing", "--partition writes every message to that partition")
+    # messages that may spread over partitions each carry a future: the summary is per partition
+    spread = partition is None and (
+        routing == "round-robin" or (routing != "pinned" and ksep is not None)
+    )
     limit = optional_size(max_message_bytes, "--max-message-bytes")
     stream, size = _open_input(file)
     source = CountingReader(stream)
@@ -249,7 +297,10 @@ def write(
             topic,
             producer_id=producer_id,
             partition=partition,
+            routing=None if partition is not None else routing,
             codec=codec,
+            access_mode=mode,
+            chunking=chunking,
             max_message_bytes=limit,
             # --timeout holds mid-stream too: messages unacknowledged that long end the command
             delivery_timeout=timeout,
@@ -263,7 +314,7 @@ def write(
                     if ksep is not None:
                         k, data = _split_key(data, ksep)
                     try:
-                        if sent == 0 or i == len(group) - 1:
+                        if spread or sent == 0 or i == len(group) - 1:
                             fut = writer.write_future(data, key=k, headers=headers)
                             fut.add_done_callback(offsets.done)
                         else:
@@ -291,22 +342,32 @@ def write(
             if stream is not sys.stdin.buffer:
                 stream.close()
     seconds = time.monotonic() - started
+    single = offsets.single
     result = {
         "topic": topic,
         "messages": sent,
         "bytes": nbytes,
-        "partition": offsets.partition if offsets.partition is not None else writer.partition,
-        "first_offset": offsets.first,
-        "last_offset": offsets.last,
+        "partition": single[0]
+        if single is not None
+        else (writer.partition if not offsets.ranges else None),
+        "first_offset": single[1] if single is not None else None,
+        "last_offset": single[2] if single is not None else None,
+        "partitions": {str(p): r for p, r in sorted(offsets.ranges.items())},
         "producer_id": writer.producer_id,
+        "access_mode": mode.name.lower().replace("_", "-"),
+        "producer_epoch": writer.producer_epoch,
         "seconds": round(seconds, 3),
     }
     if json_out:
         output.print_json(result)
         return
     where = ""
-    if offsets.first is not None:
-        where = f": partition {result['partition']}, offsets {offsets.first}..{offsets.last}"
+    if single is not None:
+        where = f": partition {single[0]}, offsets {single[1]}..{single[2]}"
+    elif offsets.ranges:
+        where = ": " + ", ".join(
+            f"partition {p} offsets {a}..{b}" for p, (a, b) in sorted(offsets.ranges.items())
+        )
     output.stderr.print(
         f"wrote {plural(sent, 'message')} ({output.human_bytes(nbytes)}) to {topic}{where}"
     )

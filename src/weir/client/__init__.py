@@ -1,5 +1,6 @@
 """weir.client: the Python SDK over the native protocol (sync here, asyncio in `weir.aio`)."""
 
+from weir.access_mode import AccessMode
 from weir.client.admin import (
     Consumer,
     ConsumerInfo,
@@ -17,6 +18,7 @@ from weir.client.sync import Client, Reader, Writer
 from weir.client.writer_settings import WriteResult
 
 __all__ = [
+    "AccessMode",
     "Batch",
     "Client",
     "Consumer",

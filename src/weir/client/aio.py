@@ -12,6 +12,7 @@ from typing import Any
 
 import grpc
 
+from weir.access_mode import AccessMode
 from weir.client.admin import (
     Consumer,
     ConsumerInfo,
@@ -25,6 +26,8 @@ from weir.client.connection import Connection, error_from_rpc
 from weir.client.credentials import CredentialsArg
 from weir.client.messages import Batch, Message
 from weir.client.reader import PartitionSession, ReaderCore, Start
+from weir.client.routed_writer import RoutedWriterCore
+from weir.client.routing import CustomRouter, parse_routing
 from weir.client.tenancy import AsyncTenancyCalls
 from weir.client.writer import WriterCore
 from weir.client.writer_settings import WriteResult, WriterSettings
@@ -97,12 +100,18 @@ _KEEP: Any = object()
 class Writer:
     """Asynchronous writer; see `weir.client.writer` for the semantics."""
 
-    def __init__(self, core: WriterCore) -> None:
+    def __init__(self, core: WriterCore | RoutedWriterCore) -> None:
         self._core = core
 
     @property
     def partition(self) -> int | None:
         return self._core.partition
+
+    @property
+    def producer_epoch(self) -> int | None:
+        """The topic's producer epoch when this writer connected (it grows each time an
+        exclusive producer takes the topic); None before the first connection."""
+        return self._core.producer_epoch
 
     @property
     def last_seq_no(self) -> int | None:
@@ -563,6 +572,8 @@ class Client(AsyncTenancyCalls):
         producer_id: str | None = None,
         partition: int | None = None,
         codec: str | Codec = Codec.RAW,
+        access_mode: str | AccessMode = AccessMode.SHARED,
+        routing: str | CustomRouter | None = None,
         **settings: Any,
     ) -> Writer:
         """A writer to ``topic`` (call inside a running event loop).
@@ -575,11 +586,36 @@ class Client(AsyncTenancyCalls):
         the writer gives up; default 60, None: never), on_reconnect (a callback
         taking the error), max_buffer_messages, max_buffer_bytes, max_batch_messages,
         max_batch_bytes, max_request_bytes, linger_ms, max_inflight_requests.
+
+        ``routing`` (see `weir.client.routing`): ``"single-partition"`` (the default:
+        a message with a key goes to ``murmur3_32(key) % partitions``, as Pulsar's
+        client puts it; one without a key to the producer's home partition),
+        ``"round-robin"`` (keyless messages spread), a function ``(key, partitions) ->
+        partition``, or ``"pinned"`` (every message to the producer's pinned partition,
+        as YDB's producer_id writers; what ``partition=N`` does too). Dedup holds per
+        (producer, partition), so resends after a reconnect stay safe in every mode.
+
+        ``access_mode`` (Pulsar's): ``"shared"`` (default), ``"exclusive"`` (the
+        writer fails with ProducerBusyError when another producer writes to the
+        topic), ``"wait-for-exclusive"`` (its messages wait until the others have
+        left; the delivery timeout still bounds that wait), ``"exclusive-with-fencing"``
+        (takes the topic; the others fail with ProducerFencedError). The writer
+        connects in the background: ``await writer.wait_init()`` to learn at once.
         """
         s = WriterSettings(
-            producer_id=producer_id, partition=partition, codec=Codec.parse(codec), **settings
+            producer_id=producer_id,
+            partition=partition,
+            codec=Codec.parse(codec),
+            access_mode=AccessMode.parse(access_mode),
+            **settings,
         )
-        core = WriterCore(self.conn, topic, s, asyncio.get_running_loop())
+        router = parse_routing(routing, partition)
+        loop = asyncio.get_running_loop()
+        core: WriterCore | RoutedWriterCore = (
+            WriterCore(self.conn, topic, s, loop)
+            if router is None
+            else RoutedWriterCore(self.conn, topic, s, loop, router)
+        )
         core.start()
         return Writer(core)
 

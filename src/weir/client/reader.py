@@ -32,6 +32,7 @@ from typing import Any
 
 import grpc
 
+from weir.client.chunks import ChunkAssembler
 from weir.client.connection import Backoff, Connection, error_from_rpc
 from weir.client.messages import Batch, Message, decode_parts
 from weir.errors import (
@@ -88,6 +89,7 @@ class PartitionSession:
     closed: bool = False
     closed_because: str = ""
     commits: deque[tuple[int, asyncio.Future[None]]] = field(default_factory=deque)
+    chunks: ChunkAssembler = field(default_factory=ChunkAssembler)  # chunked messages
 
 
 @dataclass(slots=True)
@@ -202,9 +204,11 @@ class ReaderCore:
         parts = decode_parts(entry.chunks, ps.read_offset)
         if not parts:
             return None
-        batch = Batch(ps.topic, ps.partition, parts, entry.nbytes, ps)
-        ps.read_offset = batch.end_offset
-        return batch
+        ps.read_offset = parts[-1].first_offset + parts[-1].count
+        parts = ps.chunks.feed(parts)  # chunks held until their message is whole
+        if not parts:
+            return None
+        return Batch(ps.topic, ps.partition, parts, entry.nbytes, ps)
 
     def _give_credit(self, n: int) -> None:
         self._credit_back += n
@@ -249,6 +253,9 @@ class ReaderCore:
             )
             return fut
         offset = item.commit_offset
+        limit = ps.chunks.commit_limit()  # never past the first chunk of an incomplete message
+        if limit is not None:
+            offset = min(offset, limit)
         if offset <= ps.committed_offset:
             fut.set_result(None)
             return fut

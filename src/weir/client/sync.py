@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
+from weir.access_mode import AccessMode
 from weir.client import aio
 from weir.client.admin import Consumer, ConsumerInfo, TopicInfo
 from weir.client.aio import _KEEP, DEFAULT_ENDPOINT, RangeChunk
@@ -21,6 +22,7 @@ from weir.client.credentials import CredentialsArg
 from weir.client.loop import LoopThread
 from weir.client.messages import Batch, Message
 from weir.client.reader import PartitionSession, Start
+from weir.client.routing import CustomRouter
 from weir.client.tenancy import SyncTenancyCalls
 from weir.client.writer_settings import WriteResult
 from weir.errors import ClosedError, WeirError
@@ -38,6 +40,12 @@ class Writer:
     @property
     def partition(self) -> int | None:
         return self._core.partition
+
+    @property
+    def producer_epoch(self) -> int | None:
+        """The topic's producer epoch when this writer connected (it grows each time an
+        exclusive producer takes the topic); None before the first connection."""
+        return self._core.producer_epoch
 
     @property
     def last_seq_no(self) -> int | None:
@@ -426,13 +434,21 @@ class Client(SyncTenancyCalls):
         producer_id: str | None = None,
         partition: int | None = None,
         codec: str | Codec = Codec.RAW,
+        access_mode: str | AccessMode = AccessMode.SHARED,
+        routing: str | CustomRouter | None = None,
         **settings: Any,
     ) -> Writer:
         """A writer to ``topic``; see `weir.aio.Client.writer`."""
 
         async def make() -> aio.Writer:
             return self._aio.writer(
-                topic, producer_id=producer_id, partition=partition, codec=codec, **settings
+                topic,
+                producer_id=producer_id,
+                partition=partition,
+                codec=codec,
+                access_mode=access_mode,
+                routing=routing,
+                **settings,
             )
 
         return Writer(self._run(make()), self._loop)

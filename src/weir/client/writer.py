@@ -46,6 +46,7 @@ from uuid import uuid4
 
 import grpc
 
+from weir.client.chunks import split as split_chunks
 from weir.client.connection import Backoff, Connection, error_from_rpc
 from weir.client.delivery import MessageLimit, StallClock
 from weir.client.write_buffer import AnyFuture, Buffer, Request, Sent, as_bytes
@@ -75,8 +76,12 @@ class WriterCore:
         topic: str,
         settings: WriterSettings,
         loop: asyncio.AbstractEventLoop,
+        routed: bool = False,
     ) -> None:
         self.conn = conn
+        # one of a routing writer's per-partition cores (see weir.client.routing): no pin,
+        # dedup per (producer, partition); the partition of its first session is kept
+        self.routed = routed
         self.topic = topic
         self.settings = settings
         # Every writer is a producer: without an id given, a fresh one still lets the
@@ -113,6 +118,8 @@ class WriterCore:
         self.generation: int | None = None
         self.last_seq_no: int | None = None
         self.session_id = ""
+        self.producer_epoch: int | None = None  # the topic's, from the first init
+        self.partitions: int | None = None  # the topic's partition count, from the init
         self.reconnects = 0
         self.last_error: WeirError | None = None  # the retryable error behind the latest reconnect
         self._tasks: list[asyncio.Task[None]] = []
@@ -272,6 +279,50 @@ class WriterCore:
             return True
         return False
 
+    def precheck(self, size: int, seq_no: int | None) -> None:
+        """Refuse now a message that the limit known so far refuses: too big without
+        chunking, or to be chunked yet given a seq_no (chunks need automatic ones)."""
+        if size <= self.limit.bytes or self.limit.must_wait(size):
+            return
+        if not self.settings.chunking:
+            self.limit.check(size)
+        elif seq_no is not None:
+            raise BadRequestError(
+                f"a message of {size} bytes is over the limit of {self.limit.bytes} and would be "
+                "chunked; chunked messages need automatic seq_nos (give none)"
+            )
+
+    def _pieces(
+        self, d: bytes, k: bytes, headers: Mapping[str, str] | None, seq_no: int | None, size: int
+    ) -> list[tuple[bytes, Mapping[str, str] | None, int]]:
+        """The message as it is, or (chunking on, over the limit) its chunks: (data, headers, size)."""
+        self.precheck(size, seq_no)
+        if size <= self.limit.bytes:
+            return [(d, headers, size)]
+        room = self.limit.bytes - len(k)
+        if room <= 0:
+            self.limit.check(size)  # the key alone is too big: refused
+        return [(c, h, len(c) + len(k)) for c, h in split_chunks(d, room, headers)]
+
+    def _append_pieces(
+        self,
+        pieces: list[tuple[bytes, Mapping[str, str] | None, int]],
+        k: bytes,
+        seq_no: int | None,
+        ms: int,
+        fut: AnyFuture | None,
+    ) -> bool:
+        """Append a message or all its chunks (consecutive: one seq_no each) under the lock;
+        the future goes with the last chunk. True when the sender must be woken."""
+        if len(pieces) == 1:
+            d, h, size = pieces[0]
+            return self._append(d, k, h, seq_no, ms, size, fut)
+        wake = False
+        last = len(pieces) - 1
+        for i, (d, h, size) in enumerate(pieces):
+            wake = self._append(d, k, h, None, ms, size, fut if i == last else None) or wake
+        return wake
+
     def _full(self) -> bool:
         s = self.settings
         return self._unacked > 0 and (
@@ -328,7 +379,7 @@ class WriterCore:
         d, k, size, ms = self._prepare(data, key, headers, seq_no, created_at)
         if self.limit.must_wait(size):
             self._await_limit_threadsafe(size, timeout)
-        self.limit.check(size)
+        pieces = self._pieces(d, k, headers, seq_no, size)
         with self._lock:
             self._check_usable()
             if self._full():
@@ -342,7 +393,7 @@ class WriterCore:
                         )
                     self._space.wait(remaining)
                     self._check_usable()
-            wake = self._append(d, k, headers, seq_no, ms, size, fut)
+            wake = self._append_pieces(pieces, k, seq_no, ms, fut)
         if wake:
             self.loop.call_soon_threadsafe(self._wake.set)
 
@@ -443,6 +494,10 @@ class WriterCore:
         biggest = max(sizes)
         if self.limit.must_wait(biggest):
             self._await_limit_threadsafe(biggest, timeout)
+        if self.settings.chunking and biggest > self.limit.bytes:
+            for i, v in enumerate(data):  # one by one: the big ones are chunked
+                self.write_threadsafe(v, *_row(i, ks, headers, seq_nos, created), timeout)
+            return
         self.limit.check(biggest)
         with self._lock:
             self._check_usable()
@@ -472,6 +527,10 @@ class WriterCore:
         biggest = max(sizes)
         if self.limit.must_wait(biggest):
             await self._await_limit_async(biggest, timeout)
+        if self.settings.chunking and biggest > self.limit.bytes:
+            for i, v in enumerate(data):  # one by one: the big ones are chunked
+                await self.write_async(v, *_row(i, ks, headers, seq_nos, created), timeout)
+            return
         self.limit.check(biggest)
         deadline = None if timeout is None else self.loop.time() + timeout
         while True:
@@ -503,13 +562,13 @@ class WriterCore:
         d, k, size, ms = self._prepare(data, key, headers, seq_no, created_at)
         if self.limit.must_wait(size):
             await self._await_limit_async(size, timeout)
-        self.limit.check(size)
+        pieces = self._pieces(d, k, headers, seq_no, size)
         deadline = None if timeout is None else self.loop.time() + timeout
         while True:
             with self._lock:
                 self._check_usable()
                 if not self._full():
-                    wake = self._append(d, k, headers, seq_no, ms, size, fut)
+                    wake = self._append_pieces(pieces, k, seq_no, ms, fut)
                     break
                 self._space_event.clear()
             remaining = None if deadline is None else deadline - self.loop.time()
@@ -590,6 +649,12 @@ class WriterCore:
                 init = pb.WriteInit(topic=self.topic, producer_id=self.producer_id)
                 if self.settings.partition is not None:
                     init.partition = self.settings.partition
+                elif self.routed and self.partition is not None:
+                    init.partition = self.partition  # reconnect: the home stays where it was
+                init.routed = self.routed
+                init.access_mode = int(self.settings.access_mode)  # type: ignore[assignment]
+                if self.producer_epoch is not None and self.settings.access_mode.exclusive:
+                    init.producer_epoch = self.producer_epoch  # fenced if it grew since
                 await call.write(pb.WriteRequest(init=init))
                 resp = await call.read()
                 if resp is grpc.aio.EOF:
@@ -650,6 +715,8 @@ class WriterCore:
         self.partition = r.partition
         self.generation = r.generation
         self.session_id = r.session_id
+        self.producer_epoch = r.producer_epoch
+        self.partitions = r.partitions or None
         self.last_seq_no = r.last_seq_no if r.HasField("last_seq_no") else None
         if not self._manual_seq:
             self._next_seq = max(self._next_seq, (self.last_seq_no or 0) + 1)
@@ -871,3 +938,19 @@ class WriterCore:
                 f.set_exception(err)
                 if err is self._error:
                     self._error_seen = True
+
+
+def _row(
+    i: int,
+    keys: list[bytes] | None,
+    headers: Sequence[Mapping[str, str] | None] | None,
+    seq_nos: Sequence[int] | None,
+    created: list[int],
+) -> tuple[Any, Any, Any, Any]:
+    """Message ``i`` of write_many's columns as write()'s key, headers, seq_no, created_at."""
+    return (
+        keys[i] if keys is not None and keys[i] else None,
+        headers[i] if headers is not None else None,
+        seq_nos[i] if seq_nos is not None else None,
+        created[i],
+    )

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from weir.access_mode import AccessMode
 from weir.client.delivery import DEFAULT_DELIVERY_TIMEOUT
 from weir.errors import BadRequestError, WeirError
 from weir.storage.codecs import Codec
@@ -30,6 +31,10 @@ class WriterSettings:
     seconds messages may wait with none acknowledged before the writer gives up
     (None: never). ``on_reconnect(error)``: called in the client's event loop
     each time the writer is about to reconnect (keep it quick; no sync weir calls).
+    ``access_mode``: how the producer shares the topic (`weir.access_mode.AccessMode`;
+    a name such as ``"exclusive"`` is accepted). ``chunking``: a message over the message
+    size limit is split into chunks that readers put back together (`weir.client.chunks`),
+    instead of being refused.
     """
 
     producer_id: str | None = None
@@ -45,8 +50,11 @@ class WriterSettings:
     max_message_bytes: int | None = None
     delivery_timeout: float | None = DEFAULT_DELIVERY_TIMEOUT
     on_reconnect: Callable[[WeirError], None] | None = None
+    access_mode: AccessMode = AccessMode.SHARED
+    chunking: bool = False
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "access_mode", AccessMode.parse(self.access_mode))
         for name in (
             "max_buffer_messages",
             "max_buffer_bytes",

@@ -132,7 +132,13 @@ class TaskWriter:
         w = self.writers.get(target)
         if w is None:
             pid = self.producer_base if target is None else f"{self.producer_base}-p{target}"
-            w = self.client.writer(self.topic, producer_id=pid, partition=target)
+            # the connector chooses partitions itself: each producer writes to one (pinned)
+            w = self.client.writer(
+                self.topic,
+                producer_id=pid,
+                partition=target,
+                routing="pinned" if target is None else None,
+            )
             self.writers[target] = w
         return w
 

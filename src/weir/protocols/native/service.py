@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 
 import grpc
 
+from weir.access_mode import AccessMode
 from weir.broker.broker import UNSET, Broker
 from weir.broker.consumers import ConsumerGroup
 from weir.broker.tenancy.limits import Lease
@@ -327,6 +328,7 @@ class WriteSession:
 
     async def run(self, requests: AsyncIterator[pb.WriteRequest]) -> None:
         token = lease = None
+        claim = None
         reader = acker = None
         try:
             first = await anext(requests, None)
@@ -344,10 +346,23 @@ class WriteSession:
                 init.producer_id,
                 init.partition if init.HasField("partition") else None,
                 init.generation if init.HasField("generation") else None,
+                routed=init.routed,
             )
-            lease = self.broker.open_producer(cfg.name, self.producer_id)
+            mode = AccessMode.parse(init.access_mode)
+            if mode.exclusive and not self.producer_id:
+                raise BadRequestError(f"a {mode.title} producer needs a producer_id")
+            lease = self.broker.count_producer(cfg.name, self.producer_id)
+            claim = await self.broker.open_producer(
+                cfg.name,
+                self.producer_id or f"\0session {self.session_id}",
+                mode,
+                init.producer_epoch if init.HasField("producer_epoch") else None,
+                self._fail,
+            )
             if self.producer_id:
-                token = self.broker.register_writer(cfg.name, self.producer_id, self._superseded)
+                # one live session per producer, per partition for a routing writer's
+                one = f"{self.producer_id}\0{self.partition}" if init.routed else self.producer_id
+                token = self.broker.register_writer(cfg.name, one, self._superseded)
             last = (
                 self.broker.last_seq_no(cfg.name, self.partition, self.producer_id)
                 if self.producer_id
@@ -359,6 +374,8 @@ class WriteSession:
                 generation=self.broker.generation,
                 session_id=self.session_id,
                 max_message_bytes=self.message_limit,
+                producer_epoch=claim.epoch,
+                partitions=cfg.partitions,
             )
             if last is not None:
                 result.last_seq_no = last
@@ -399,6 +416,8 @@ class WriteSession:
             await _stop(reader, acker)
             if token is not None:
                 self.broker.unregister_writer(token)
+            if claim is not None:
+                self.broker.close_producer(claim)
             if lease is not None:
                 lease.release()
 
@@ -431,6 +450,8 @@ class WriteSession:
                 for inc in batches:
                     self._check_producer(inc.header)
                     check_message_sizes(inc, self.message_limit)
+                if self._failure is not None:
+                    return  # fenced or superseded: nothing more of this session is stored
                 if self._inflight and self._inflight + nbytes > cfg.max_session_inflight_bytes:
                     self.broker.observer.on_refused(self.topic, self.partition, "overloaded")
                     raise OverloadedError(
@@ -618,7 +639,7 @@ class ReadSession:
             self._add_credit(init.credit_bytes or (16 << 20))
             topics = [(await self.broker.topic_for_use(t)).name for t in init.topics]
             for t in dict.fromkeys(topics):
-                self._leases.append(self.broker.open_consumer(t))
+                self._leases.append(self.broker.count_consumer(t))
             if self.consumer:
                 for t in topics:
                     await self.broker.ensure_consumer(t, self.consumer)

@@ -37,6 +37,7 @@ _GRPC: dict[str, grpc.StatusCode] = {
     "UNAVAILABLE": grpc.StatusCode.UNAVAILABLE,
     "STALE_GENERATION": grpc.StatusCode.FAILED_PRECONDITION,
     "PRODUCER_FENCED": grpc.StatusCode.FAILED_PRECONDITION,
+    "PRODUCER_BUSY": grpc.StatusCode.FAILED_PRECONDITION,
     "TIMEOUT": grpc.StatusCode.DEADLINE_EXCEEDED,
     "CORRUPT_DATA": grpc.StatusCode.DATA_LOSS,
     "DATA_LOSS": grpc.StatusCode.OUT_OF_RANGE,

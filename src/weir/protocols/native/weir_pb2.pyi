@@ -28,6 +28,40 @@ else:
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class _ProducerAccessMode:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ProducerAccessModeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ProducerAccessMode.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    ACCESS_SHARED: _ProducerAccessMode.ValueType  # 0
+    """Any number of producers; refused (PRODUCER_BUSY) while an exclusive one holds the topic."""
+    ACCESS_EXCLUSIVE: _ProducerAccessMode.ValueType  # 1
+    """The only producer of the topic; refused at once (PRODUCER_BUSY) when another is there."""
+    ACCESS_WAIT_FOR_EXCLUSIVE: _ProducerAccessMode.ValueType  # 2
+    """Exclusive, but the init waits until the other producers have left."""
+    ACCESS_EXCLUSIVE_WITH_FENCING: _ProducerAccessMode.ValueType  # 3
+    """Exclusive at once: every other producer is fenced (its stream ends with
+    PRODUCER_FENCED, and so does its reconnect).
+    """
+
+class ProducerAccessMode(_ProducerAccessMode, metaclass=_ProducerAccessModeEnumTypeWrapper):
+    """Pulsar's producer access modes. Exclusivity is per producer_id on the whole topic:
+    the sessions of one producer (reconnects, several partitions) count as one.
+    """
+
+ACCESS_SHARED: ProducerAccessMode.ValueType  # 0
+"""Any number of producers; refused (PRODUCER_BUSY) while an exclusive one holds the topic."""
+ACCESS_EXCLUSIVE: ProducerAccessMode.ValueType  # 1
+"""The only producer of the topic; refused at once (PRODUCER_BUSY) when another is there."""
+ACCESS_WAIT_FOR_EXCLUSIVE: ProducerAccessMode.ValueType  # 2
+"""Exclusive, but the init waits until the other producers have left."""
+ACCESS_EXCLUSIVE_WITH_FENCING: ProducerAccessMode.ValueType  # 3
+"""Exclusive at once: every other producer is fenced (its stream ends with
+PRODUCER_FENCED, and so does its reconnect).
+"""
+Global___ProducerAccessMode: _TypeAlias = ProducerAccessMode  # noqa: Y015
+
 class _StartFrom:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
@@ -159,12 +193,29 @@ class WriteInit(_message.Message):
     PRODUCER_ID_FIELD_NUMBER: _builtins.int
     PARTITION_FIELD_NUMBER: _builtins.int
     GENERATION_FIELD_NUMBER: _builtins.int
+    ACCESS_MODE_FIELD_NUMBER: _builtins.int
+    PRODUCER_EPOCH_FIELD_NUMBER: _builtins.int
+    ROUTED_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     producer_id: _builtins.str
     """Pins the session to the producer's partition and enables dedup by seq_no."""
     partition: _builtins.int
     """Explicit partition (optional); with a generation, a stale one is refused."""
     generation: _builtins.int
+    access_mode: Global___ProducerAccessMode.ValueType
+    """How this producer shares the topic with others (see ProducerAccessMode)."""
+    producer_epoch: _builtins.int
+    """The topic's producer epoch this producer got at its first init: a reconnect sends
+    it back, and is refused (PRODUCER_FENCED) when an exclusive producer took the topic
+    since. Unset on a producer's first init.
+    """
+    routed: _builtins.bool
+    """A routing writer's session: the producer writes to several partitions (by key) with
+    one session per partition, and its seq_nos and dedup state are per (producer,
+    partition). No pin: the session writes to `partition`, or without one to the
+    producer's home, where its keyless messages go: the one partition holding its state,
+    else crc32c(producer_id) % partitions.
+    """
     def __init__(
         self,
         *,
@@ -172,19 +223,26 @@ class WriteInit(_message.Message):
         producer_id: _builtins.str = ...,
         partition: _builtins.int | None = ...,
         generation: _builtins.int | None = ...,
+        access_mode: Global___ProducerAccessMode.ValueType = ...,
+        producer_epoch: _builtins.int | None = ...,
+        routed: _builtins.bool = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_generation", b"_generation", "_partition", b"_partition", "generation", b"generation", "partition", b"partition"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_generation", b"_generation", "_partition", b"_partition", "_producer_epoch", b"_producer_epoch", "generation", b"generation", "partition", b"partition", "producer_epoch", b"producer_epoch"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_generation", b"_generation", "_partition", b"_partition", "generation", b"generation", "partition", b"partition", "producer_id", b"producer_id", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_generation", b"_generation", "_partition", b"_partition", "_producer_epoch", b"_producer_epoch", "access_mode", b"access_mode", "generation", b"generation", "partition", b"partition", "producer_epoch", b"producer_epoch", "producer_id", b"producer_id", "routed", b"routed", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__generation: _TypeAlias = _typing.Literal["generation"]  # noqa: Y015
     _WhichOneofArgType__generation: _TypeAlias = _typing.Literal["_generation", b"_generation"]  # noqa: Y015
     _WhichOneofReturnType__partition: _TypeAlias = _typing.Literal["partition"]  # noqa: Y015
     _WhichOneofArgType__partition: _TypeAlias = _typing.Literal["_partition", b"_partition"]  # noqa: Y015
+    _WhichOneofReturnType__producer_epoch: _TypeAlias = _typing.Literal["producer_epoch"]  # noqa: Y015
+    _WhichOneofArgType__producer_epoch: _TypeAlias = _typing.Literal["_producer_epoch", b"_producer_epoch"]  # noqa: Y015
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__generation) -> _WhichOneofReturnType__generation | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__partition) -> _WhichOneofReturnType__partition | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__producer_epoch) -> _WhichOneofReturnType__producer_epoch | None: ...
 
 Global___WriteInit: _TypeAlias = WriteInit  # noqa: Y015
 
@@ -250,6 +308,8 @@ class WriteInitResult(_message.Message):
     LAST_SEQ_NO_FIELD_NUMBER: _builtins.int
     SESSION_ID_FIELD_NUMBER: _builtins.int
     MAX_MESSAGE_BYTES_FIELD_NUMBER: _builtins.int
+    PRODUCER_EPOCH_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     partition: _builtins.int
     generation: _builtins.int
@@ -261,6 +321,12 @@ class WriteInitResult(_message.Message):
     each message against it rather than have the server refuse the whole stream.
     0 from a server that does not report it.
     """
+    producer_epoch: _builtins.int
+    """The topic's producer epoch: it grows each time an exclusive producer takes the
+    topic, survives restarts, and an exclusive producer sends it back when it reconnects.
+    """
+    partitions: _builtins.int
+    """The topic's partition count, for a routing writer's key hash."""
     def __init__(
         self,
         *,
@@ -270,10 +336,12 @@ class WriteInitResult(_message.Message):
         last_seq_no: _builtins.int | None = ...,
         session_id: _builtins.str = ...,
         max_message_bytes: _builtins.int = ...,
+        producer_epoch: _builtins.int = ...,
+        partitions: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_last_seq_no", b"_last_seq_no", "last_seq_no", b"last_seq_no"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_last_seq_no", b"_last_seq_no", "generation", b"generation", "last_seq_no", b"last_seq_no", "max_message_bytes", b"max_message_bytes", "partition", b"partition", "session_id", b"session_id", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_last_seq_no", b"_last_seq_no", "generation", b"generation", "last_seq_no", b"last_seq_no", "max_message_bytes", b"max_message_bytes", "partition", b"partition", "partitions", b"partitions", "producer_epoch", b"producer_epoch", "session_id", b"session_id", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__last_seq_no: _TypeAlias = _typing.Literal["last_seq_no"]  # noqa: Y015
     _WhichOneofArgType__last_seq_no: _TypeAlias = _typing.Literal["_last_seq_no", b"_last_seq_no"]  # noqa: Y015

@@ -235,7 +235,7 @@ class ReadSession:
                 consumer = await self.broker.ensure_consumer(cfg.name, self.consumer)
                 read_from = max(read_from, consumer.read_from_ms)
             self._topics[cfg.name] = _TopicSettings(s.path, parts, read_from)
-            self._leases.append(self.broker.open_consumer(cfg.name))
+            self._leases.append(self.broker.count_consumer(cfg.name))
         await self.context.write(
             StreamRead.FromServer(
                 status=SUCCESS,

@@ -49,6 +49,7 @@ STATUS_BY_CODE: dict[str, int] = {
     "UNAUTHORIZED": StatusIds.UNAUTHORIZED,
     "STALE_GENERATION": StatusIds.PRECONDITION_FAILED,
     "PRODUCER_FENCED": StatusIds.PRECONDITION_FAILED,  # a newer session of the producer won
+    "PRODUCER_BUSY": StatusIds.PRECONDITION_FAILED,  # an exclusive producer holds the topic
     "UNSUPPORTED": StatusIds.UNSUPPORTED,
     "SCHEME_ERROR": StatusIds.SCHEME_ERROR,  # a path that cannot name a topic
     "PRECONDITION_FAILED": StatusIds.PRECONDITION_FAILED,

@@ -28,6 +28,7 @@ from typing import Any
 
 import grpc
 
+from weir.broker.access import Claim
 from weir.broker.broker import Broker, WriterToken
 from weir.broker.tenancy.limits import Lease
 from weir.errors import (
@@ -100,6 +101,7 @@ class WriteSession:
         self._failure: BaseException | None = None
         self._done = asyncio.Event()
         self.lease: Lease | None = None
+        self._claim: Claim | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -140,6 +142,8 @@ class WriteSession:
                 t.cancel()
             if token is not None:
                 self.broker.unregister_writer(token)
+            if self._claim is not None:
+                self.broker.close_producer(self._claim)
             if self.lease is not None:
                 self.lease.release()
 
@@ -182,7 +186,12 @@ class WriteSession:
         self.meta = session_meta_headers(init.write_session_meta)
         token = None
         last = None
-        self.lease = self.broker.open_producer(cfg.name, self.producer_id)
+        self.lease = self.broker.count_producer(cfg.name, self.producer_id)
+        # a YDB producer is a Shared one: refused while an exclusive producer holds the
+        # topic, fenced by an ExclusiveWithFencing one (see weir.broker.access)
+        self._claim = await self.broker.open_producer(
+            cfg.name, self.producer_id or f"\0session {self.session_id}", fence=self._fail
+        )
         if self.producer_id:
             token = self.broker.register_writer(cfg.name, self.producer_id, self._superseded)
             last = self.broker.last_seq_no(cfg.name, self.partition, self.producer_id)
@@ -291,6 +300,8 @@ class WriteSession:
         while self._inflight and self._inflight + nbytes > bound:
             self._acked.clear()
             await self._acked.wait()
+        if self._failure is not None:
+            return  # fenced or superseded: nothing more of this session is stored
         fut = self.broker.submit(self.topic, self.partition, batches, nbytes)
         self._inflight += nbytes
         self._push(_Pending(future=fut, seq_nos=seq_groups, nbytes=nbytes))

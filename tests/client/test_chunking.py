@@ -1,0 +1,127 @@
+"""Chunked messages: bigger than the message size limit, split by the writer, whole again
+in the reader; one message for dedup, also across a kill -9 of the server."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+import weir
+from tests.conftest import ServerProcess
+from weir.client.chunks import CHUNK_COUNT, CHUNK_ID, CHUNK_UUID, ChunkAssembler
+from weir.client.messages import _Part
+from weir.errors import BadRequestError, MessageTooLargeError
+
+MB = 1_000_000
+
+
+def big(n: int, seed: int = 0) -> bytes:
+    """n bytes that are not all alike (a misplaced chunk changes them)."""
+    block = b"".join(hashlib.sha256(f"{seed}/{i}".encode()).digest() for i in range(4096))
+    return (block * (n // len(block) + 1))[:n]
+
+
+def read_messages(c: weir.Client, topic: str, consumer: str, want: int) -> list[weir.Message]:
+    out: list[weir.Message] = []
+    with c.reader(topic, consumer=consumer) as r:
+        while len(out) < want:
+            batch = r.receive_batch(timeout=60)
+            assert batch is not None, f"only {len(out)} of {want} messages"
+            out.extend(batch)
+            r.commit(batch)
+    return out
+
+
+def stored_count(c: weir.Client, topic: str) -> int:
+    return sum(p.end_offset - p.start_offset for p in c.describe_topic(topic).partition_info)
+
+
+def test_a_50_mb_message_round_trips(shared_server: ServerProcess, topic_name: str) -> None:
+    payload = big(50 * MB)
+    with weir.Client(shared_server.endpoint) as c:
+        c.create_topic(topic_name, consumers=["r"])
+        with c.writer(topic_name, producer_id="big", chunking=True) as w:
+            w.write(b"before")
+            result = w.write_with_result(payload, key="k", headers={"kind": "blob"})
+            w.write(b"after")
+        limit = w.max_message_bytes
+        chunks = -(-(len(payload)) // (limit - 1))
+        assert chunks >= 2 and result.offset == chunks  # the last chunk's offset
+        got = read_messages(c, topic_name, "r", 3)
+        assert [m.data for m in (got[0], got[2])] == [b"before", b"after"]
+        whole = got[1]
+        assert whole.data == payload
+        assert (whole.key, dict(whole.headers), whole.offset) == (b"k", {"kind": "blob"}, chunks)
+        assert stored_count(c, topic_name) == chunks + 2
+        assert c.describe_consumer(topic_name, "r").lag == 0
+        # without chunking the writer refuses it, as before
+        with c.writer(topic_name) as plain, pytest.raises(MessageTooLargeError):
+            plain.write(payload)
+
+
+def test_many_small_chunks_and_bad_uses(shared_server: ServerProcess, topic_name: str) -> None:
+    payload = big(3 * MB + 7, seed=1)
+    with weir.Client(shared_server.endpoint) as c:
+        c.create_topic(topic_name, partitions=2, consumers=["r"])
+        with c.writer(topic_name, chunking=True, max_message_bytes=100_000) as w:
+            w.write_many([b"a", payload, b"b"], keys=[None, "key", None])
+            with pytest.raises(BadRequestError, match="chunked messages need automatic seq_nos"):
+                w.write(payload, seq_no=10)
+        got = read_messages(c, topic_name, "r", 3)
+        assert sorted(len(m.data) for m in got) == [1, 1, len(payload)]
+        assert next(m for m in got if m.key == b"key").data == payload
+        assert stored_count(c, topic_name) == 2 + -(-len(payload) // (100_000 - 3))
+
+
+def test_a_chunked_send_cut_by_kill_9_is_stored_once(
+    server: ServerProcess, topic_name: str
+) -> None:
+    payload = big(40 * MB, seed=2)
+    room = 256 * 1024
+    chunks = -(-len(payload) // room)
+    with weir.Client(server.endpoint) as c:
+        c.create_topic(topic_name, consumers=["r"])
+        w = c.writer(topic_name, producer_id="cut", chunking=True, max_message_bytes=room)
+        fut = w.write_future(payload)
+        seen = 0
+        for _ in range(100_000):  # until some chunks are stored (bounded)
+            seen = stored_count(c, topic_name)
+            if seen:
+                break
+        server.kill()
+        assert 0 < seen < chunks, f"{seen} of {chunks} chunks stored when the server was killed"
+        server.start()
+        assert fut.result(timeout=120).offset == chunks - 1
+        w.close()
+        assert w.reconnects >= 1
+        assert (
+            stored_count(c, topic_name) == chunks
+        )  # every chunk once: the resend was deduplicated
+        (whole,) = read_messages(c, topic_name, "r", 1)
+        assert whole.data == payload and whole.producer_id == "cut"
+
+
+def part(first: int, rows: list[tuple[bytes, dict[str, str]]]) -> _Part:
+    return _Part(
+        first, len(rows), list(range(first + 1, first + 1 + len(rows))), 0, 0, "p", None,
+        [d for d, _ in rows], [h for _, h in rows],
+    )  # fmt: skip
+
+
+def chunk(u: str, i: int, n: int) -> dict[str, str]:
+    return {CHUNK_UUID: u, CHUNK_ID: str(i), CHUNK_COUNT: str(n), "x": "y"}
+
+
+def test_the_assembler_interleaves_holds_back_commits_and_expires() -> None:
+    now = [0.0]
+    a = ChunkAssembler(expiry=60, clock=lambda: now[0])
+    got = a.feed([part(10, [(b"A0", chunk("A", 0, 2)), (b"plain", {}), (b"B0", chunk("B", 0, 2))])])
+    assert [(p.first_offset, p.data) for p in got] == [(11, [b"plain"])]
+    assert a.commit_limit() == 10  # a commit must not pass A's first chunk
+    got = a.feed([part(13, [(b"A1", chunk("A", 1, 2))])])
+    assert [(p.first_offset, p.data, p.headers) for p in got] == [(13, [b"A0A1"], [{"x": "y"}])]
+    assert a.commit_limit() == 12  # B is still incomplete
+    now[0] = 61.0  # B's writer died mid-way and never resent it
+    assert a.commit_limit() is None and a.expired == 1
+    assert a.feed([part(20, [(b"z", {})])])[0].data == [b"z"]
