@@ -141,8 +141,19 @@ class UnknownConsumerError(NotFoundError):
     code = "UNKNOWN_CONSUMER"
 
 
+class UnknownSubscriptionError(NotFoundError):
+    code = "UNKNOWN_SUBSCRIPTION"
+
+
 class AlreadyExistsError(FatalError):
     code = "ALREADY_EXISTS"
+
+
+class ConsumerBusyError(FatalError):
+    """A subscription refuses this consumer: an Exclusive one already has a consumer,
+    or its consumers use another subscription type."""
+
+    code = "CONSUMER_BUSY"
 
 
 class UnauthorizedError(FatalError):

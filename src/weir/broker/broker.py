@@ -24,6 +24,16 @@ from weir.broker.observer import NULL_OBSERVER, BrokerObserver
 from weir.broker.partition_actor import PartitionActor
 from weir.broker.producers import ProducerPins, ProducerTables
 from weir.broker.producers import WriterToken as WriterToken  # the fronts import it from here
+from weir.broker.subscriptions import (
+    SUBSCRIPTIONS,
+    AttachedConsumer,
+    ConsumerHandle,
+    InitialPosition,
+    Subscription,
+    SubscriptionInfo,
+    Subscriptions,
+    SubscriptionType,
+)
 from weir.broker.topics import (
     NEXT_ID_KEY,
     TOPICS,
@@ -53,7 +63,7 @@ log = logging.getLogger("weir.broker")
 
 PINS = "pins"  # legacy: pins used to be stored; emptied at open (see producers.py)
 SERVER = "server"
-BROKER_TABLES = (TOPICS, OFFSETS, PINS, SERVER)
+BROKER_TABLES = (TOPICS, OFFSETS, PINS, SERVER, SUBSCRIPTIONS)
 _U32 = struct.Struct(">I")
 _U64 = struct.Struct("<Q")
 _EPOCH_KEY = b"epoch"
@@ -108,6 +118,9 @@ class Broker:
         self._actors: dict[tuple[str, int], PartitionActor] = {}
         self._groups: dict[tuple[str, str], ConsumerGroup] = {}
         self.pins = ProducerPins(config.producer_idle_timeout_ms)
+        self.subscriptions = Subscriptions(
+            store.kv, store.committer, lambda t, p: self._actors[(t, p)]
+        )
         self._retention_task: asyncio.Task[None] | None = None
         self._closed = False
         self._lock = asyncio.Lock()  # serializes registry changes
@@ -155,6 +168,7 @@ class Broker:
             self._topics[cfg.name] = cfg
             for p in range(cfg.partitions):
                 self._open_actor(cfg, p)
+        self.subscriptions.load(self._topics.values())
         # Pins are derived from the partitions' producer tables; rows an older
         # version stored are dropped (the producer's state says where it writes).
         legacy = [delete(PINS, bytes(k)) for k, _ in self.store.kv.scan(PINS)]
@@ -216,6 +230,7 @@ class Broker:
                 await self._retention_task
         for group in self._groups.values():
             group.close()
+        await self.subscriptions.close()
         await asyncio.gather(*(a.close() for a in self._actors.values()))
         await asyncio.to_thread(self.store.close)
         log.info("broker closed")
@@ -369,6 +384,7 @@ class Broker:
             for p in range(cfg.partitions, new.partitions):
                 self._open_actor(new, p)
             if new.partitions != cfg.partitions:
+                self.subscriptions.on_partitions(new)
                 for (tname, _), group in self._groups.items():
                     if tname == new.name:
                         group.set_partitions(new.partitions)
@@ -390,7 +406,9 @@ class Broker:
             for p in range(cfg.partitions):
                 ops.extend(self.store.drop_partition_ops(cfg.log_id(p)))
             ops.extend(self.offsets.drop_ops(cfg.topic_id))
+            ops.extend(self.subscriptions.drop_topic_ops(cfg))
             await self._commit(ops)
+            await self.subscriptions.forget_topic(cfg)
             for p in range(cfg.partitions):
                 self.store.forget(cfg.log_id(p))
             self.offsets.forget(cfg.topic_id)
@@ -604,6 +622,64 @@ class Broker:
             self._groups[key] = g
         return g
 
+    # ------------------------------------------------------------------ subscriptions
+
+    async def create_subscription(
+        self,
+        topic: str,
+        name: str,
+        type: str | SubscriptionType = SubscriptionType.EXCLUSIVE,
+        initial_position: str | InitialPosition = InitialPosition.LATEST,
+    ) -> SubscriptionInfo:
+        self._check_open()
+        cfg = self.topic(topic)
+        sub = await self.subscriptions.create(
+            cfg, name, SubscriptionType.parse(type), InitialPosition.parse(initial_position)
+        )
+        return sub.describe(short_topic(cfg.name))
+
+    def subscription(self, topic: str, name: str) -> Subscription:
+        return self.subscriptions.get(self.topic(topic), name)
+
+    def describe_subscription(self, topic: str, name: str) -> SubscriptionInfo:
+        cfg = self.topic(topic)
+        return self.subscriptions.get(cfg, name).describe(short_topic(cfg.name))
+
+    def list_subscriptions(self, topic: str) -> list[SubscriptionInfo]:
+        cfg = self.topic(topic)
+        return [s.describe(short_topic(cfg.name)) for s in self.subscriptions.of_topic(cfg)]
+
+    async def delete_subscription(self, topic: str, name: str, *, force: bool = False) -> None:
+        self._check_open()
+        await self.subscriptions.delete(self.topic(topic), name, force=force)
+
+    async def subscribe(
+        self,
+        topic: str,
+        name: str,
+        type: str | SubscriptionType,
+        initial_position: str | InitialPosition,
+        handle: ConsumerHandle,
+        *,
+        consumer_name: str = "",
+        ack_timeout_ms: int = 0,
+        create: bool = True,
+    ) -> tuple[Subscription, AttachedConsumer]:
+        """Attach a consumer to a durable subscription (see `weir.broker.subscriptions`)."""
+        self._check_open()
+        if ack_timeout_ms < 0:
+            raise BadRequestError(f"ack timeout must be >= 0 ms, got {ack_timeout_ms}")
+        return await self.subscriptions.subscribe(
+            self.topic(topic),
+            name,
+            SubscriptionType.parse(type),
+            InitialPosition.parse(initial_position),
+            handle,
+            consumer_name=consumer_name,
+            ack_timeout_ms=ack_timeout_ms,
+            create=create,
+        )
+
     # ------------------------------------------------------------------ retention
 
     async def run_retention(self, now_ms: int | None = None) -> int:
@@ -617,9 +693,17 @@ class Broker:
                 actor = self._actors.get((cfg.name, p))
                 if actor is None:
                     continue
-                protect = (
-                    self.offsets.min_committed(cfg.topic_id, p, important) if important else None
-                )
+                marks = [
+                    m
+                    for m in (
+                        self.offsets.min_committed(cfg.topic_id, p, important)
+                        if important
+                        else None,
+                        self.subscriptions.protect_from(cfg, p),
+                    )
+                    if m is not None
+                ]
+                protect = min(marks) if marks else None
                 try:
                     removed += await actor.run_retention(now_ms, protect)
                 except Exception:  # one partition's trouble must not stop the pass

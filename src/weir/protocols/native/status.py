@@ -21,6 +21,8 @@ _GRPC: dict[str, grpc.StatusCode] = {
     "UNKNOWN_TOPIC": grpc.StatusCode.NOT_FOUND,
     "UNKNOWN_PARTITION": grpc.StatusCode.NOT_FOUND,
     "UNKNOWN_CONSUMER": grpc.StatusCode.NOT_FOUND,
+    "UNKNOWN_SUBSCRIPTION": grpc.StatusCode.NOT_FOUND,
+    "CONSUMER_BUSY": grpc.StatusCode.FAILED_PRECONDITION,
     "ALREADY_EXISTS": grpc.StatusCode.ALREADY_EXISTS,
     "UNAUTHORIZED": grpc.StatusCode.UNAUTHENTICATED,
     "TOKEN_REJECTED": grpc.StatusCode.UNAUTHENTICATED,

@@ -1,0 +1,469 @@
+"""One durable subscription of one topic: a cursor per partition, the consumers attached
+to it, and what has been delivered to whom.
+
+Per partition a pump task hands the next messages to the consumer the dispatcher
+picks, within that consumer's permits. Messages delivered and not yet acknowledged
+are *pending* (with the consumer that holds them); a negative ack, an ack timeout or
+the consumer leaving moves them to *redeliver*, which the pump serves first, each
+with its redelivery count raised. The cursor alone decides what is acknowledged;
+pending and redelivery state live in memory (after a restart every unacknowledged
+message is delivered again, as in Pulsar).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from weir.broker.partition_actor import PartitionActor
+from weir.broker.subscriptions.consumer import AttachedConsumer, Delivery
+from weir.broker.subscriptions.cursor import StoredCursor
+from weir.broker.subscriptions.dispatcher import Dispatcher
+from weir.broker.subscriptions.settings import SubscriptionMeta, SubscriptionType
+from weir.broker.subscriptions.shared import SharedDispatcher
+from weir.broker.subscriptions.single_active import SingleActiveDispatcher
+from weir.errors import BadRequestError, ConsumerBusyError, UnknownPartitionError, WeirError
+
+log = logging.getLogger("weir.subscriptions")
+
+MAX_READ_BYTES = 1 << 20
+MAX_DELAY_MS = 7 * 24 * 3600 * 1000
+
+
+def make_dispatcher(type: SubscriptionType, name: str) -> Dispatcher:
+    if type is SubscriptionType.SHARED:
+        return SharedDispatcher(name)
+    return SingleActiveDispatcher(type, name)
+
+
+@dataclass(eq=False, slots=True)
+class PartitionState:
+    cursor: StoredCursor
+    read_pos: int  # next offset never dispatched since the subscription was loaded
+    dispatched_high: int  # offsets below may have been delivered: they can be acked
+    pending: dict[int, tuple[int, int]] = field(
+        default_factory=dict
+    )  # offset -> (consumer, delivery)
+    redeliver: set[int] = field(default_factory=set)
+    counts: dict[int, int] = field(default_factory=dict)  # redelivery counts
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task[None] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionPartitionInfo:
+    partition: int
+    mark_delete: int  # every offset below is acknowledged
+    acked_ranges: int  # ranges acknowledged above mark_delete
+    backlog: int  # messages not acknowledged
+    unacked: int  # delivered and not acknowledged
+    active_consumer: str  # Exclusive / Failover: who gets this partition now
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionConsumerInfo:
+    consumer_id: int
+    name: str
+    permits: int
+    unacked: int
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionInfo:
+    topic: str
+    name: str
+    type: SubscriptionType
+    initial_position: str
+    created_at_ms: int
+    partitions: list[SubscriptionPartitionInfo]
+    consumers: list[SubscriptionConsumerInfo]
+
+    @property
+    def backlog(self) -> int:
+        return sum(p.backlog for p in self.partitions)
+
+    @property
+    def unacked(self) -> int:
+        return sum(p.unacked for p in self.partitions)
+
+
+class Subscription:
+    def __init__(
+        self,
+        topic: str,
+        topic_id: int,
+        meta: SubscriptionMeta,
+        actor_of: Callable[[int], PartitionActor],
+        new_cursor: Callable[[int, int], StoredCursor],
+    ) -> None:
+        self.topic = topic
+        self.topic_id = topic_id
+        self.meta = meta
+        self.dispatcher = make_dispatcher(meta.type, meta.name)
+        self._actor_of = actor_of
+        self._new_cursor = new_cursor
+        self.parts: dict[int, PartitionState] = {}
+        self.consumers: dict[int, AttachedConsumer] = {}
+        self._delivery_seq = 0
+        self._closed = False
+
+    @property
+    def name(self) -> str:
+        return self.meta.name
+
+    # ----------------------------------------------------------------- partitions
+
+    def add_partition(self, partition: int, cursor: StoredCursor, fresh: bool) -> None:
+        """Track ``partition``. A fresh cursor has delivered nothing; a loaded one may have
+        delivered anything written before the restart, so acks of those are accepted."""
+        actor = self._actor_of(partition)
+        high = cursor.mark_delete if fresh else max(cursor.mark_delete, actor.end_offset)
+        st = PartitionState(cursor, cursor.mark_delete, high)
+        self.parts[partition] = st
+        if self.consumers:
+            self._start_pump(partition, st)
+
+    def ensure_partitions(self, count: int) -> None:
+        for p in range(count):
+            if p not in self.parts:
+                self.add_partition(p, self._new_cursor(p, self._actor_of(p).start_offset), True)
+
+    def min_unacked(self, partition: int) -> int | None:
+        st = self.parts.get(partition)
+        return None if st is None else st.cursor.mark_delete
+
+    # ----------------------------------------------------------------- consumers
+
+    def attach(self, c: AttachedConsumer, type: SubscriptionType) -> bool:
+        """Attach ``c``; True when the subscription's type changed (it had no consumers)."""
+        changed = type is not self.meta.type
+        if changed:
+            if self.consumers:
+                raise ConsumerBusyError(
+                    f"subscription {self.name!r} is {self.meta.type.value} with "
+                    f"{len(self.consumers)} consumer(s); cannot attach a {type.value} consumer"
+                )
+            self.dispatcher = make_dispatcher(type, self.name)
+            self.meta = dataclasses.replace(self.meta, type=type)
+        self.dispatcher.check_join(list(self.consumers.values()), c)
+        before = self._owners()
+        self.consumers[c.consumer_id] = c
+        self._handover(before)
+        for p, st in self.parts.items():
+            self._start_pump(p, st)
+        self._wake_all()
+        return changed
+
+    def detach(self, consumer_id: int) -> None:
+        """A consumer left: what it held goes to the others (redelivered)."""
+        if consumer_id not in self.consumers:
+            return
+        before = self._owners()
+        del self.consumers[consumer_id]
+        for st in self.parts.values():
+            self._take_back(st, lambda cid: cid == consumer_id)
+        self._handover(before)
+        self._wake_all()
+
+    def flow(self, consumer_id: int, permits: int) -> None:
+        if permits < 0:
+            raise BadRequestError(f"permits must be >= 0, got {permits}")
+        c = self.consumers.get(consumer_id)
+        if c is not None and permits:
+            c.permits += permits
+            self._wake_all()
+
+    def _owners(self) -> dict[int, AttachedConsumer | None]:
+        consumers = list(self.consumers.values())
+        return {p: self.dispatcher.owner(p, consumers) for p in self.parts}
+
+    def _handover(self, before: dict[int, AttachedConsumer | None]) -> None:
+        """A partition that changed hands: its old owner's unacked messages go to the new one."""
+        after = self._owners()
+        for p, old in before.items():
+            if old is not None and after.get(p) is not old and old.consumer_id in self.consumers:
+                self._take_back(self.parts[p], lambda cid, o=old.consumer_id: cid == o)  # type: ignore[misc]
+
+    def _take_back(self, st: PartitionState, whose: Callable[[int], bool]) -> None:
+        for o in [o for o, (cid, _) in st.pending.items() if whose(cid)]:
+            cid, _ = st.pending.pop(o)
+            holder = self.consumers.get(cid)
+            if holder is not None:
+                holder.unacked -= 1
+            self._to_redeliver(st, o)
+
+    def _to_redeliver(self, st: PartitionState, offset: int) -> None:
+        st.counts[offset] = st.counts.get(offset, 0) + 1
+        st.redeliver.add(offset)
+        st.wake.set()
+
+    def _wake_all(self) -> None:
+        for st in self.parts.values():
+            st.wake.set()
+
+    # ----------------------------------------------------------------- acks
+
+    def _state(self, partition: int) -> PartitionState:
+        st = self.parts.get(partition)
+        if st is None:
+            raise UnknownPartitionError(
+                f"subscription {self.name!r} has partitions 0..{len(self.parts) - 1}, not {partition}"
+            )
+        return st
+
+    def _check_delivered(self, ids: Iterable[tuple[int, int]]) -> dict[int, list[int]]:
+        by_part: dict[int, list[int]] = {}
+        for p, o in ids:
+            st = self._state(p)
+            if o < 0 or (o >= st.dispatched_high and not st.cursor.is_acked(o)):
+                raise BadRequestError(
+                    f"offset {o} of partition {p} was never delivered on subscription "
+                    f"{self.name!r}: nothing acknowledged"
+                )
+            by_part.setdefault(p, []).append(o)
+        return by_part
+
+    def _settle(self, st: PartitionState, o: int) -> None:
+        held = st.pending.pop(o, None)
+        if held is not None:
+            c = self.consumers.get(held[0])
+            if c is not None:
+                c.unacked -= 1
+        st.redeliver.discard(o)
+        st.counts.pop(o, None)
+
+    async def acknowledge(self, ids: list[tuple[int, int]]) -> None:
+        """Acknowledge (partition, offset) pairs; returns once durable. All or nothing:
+        one offset never delivered refuses the whole call."""
+        by_part = self._check_delivered(ids)
+        waits = []
+        for p, offsets in by_part.items():
+            st = self.parts[p]
+            st.cursor.ack(offsets)
+            for o in offsets:
+                self._settle(st, o)
+            waits.append(st.cursor.persist())
+        await _all(waits)
+
+    async def acknowledge_cumulative(self, partition: int, offset: int) -> None:
+        """Acknowledge every message of ``partition`` up to and including ``offset``."""
+        if not self.dispatcher.allows_cumulative:
+            raise BadRequestError(
+                f"subscription {self.name!r} is {self.meta.type.value}: cumulative acknowledgement "
+                "is not allowed there (messages interleave over consumers); acknowledge each message"
+            )
+        self._check_delivered([(partition, offset)])
+        st = self.parts[partition]
+        st.cursor.ack_cumulative(offset)
+        for o in [o for o in st.pending if o <= offset] + [o for o in st.redeliver if o <= offset]:
+            self._settle(st, o)
+        await _all([st.cursor.persist()])
+
+    def negative_acknowledge(self, ids: list[tuple[int, int]], delay_ms: int) -> None:
+        """Deliver these messages again after ``delay_ms`` (to any consumer that may have them)."""
+        if delay_ms < 0 or delay_ms > MAX_DELAY_MS:
+            raise BadRequestError(
+                f"a negative acknowledgement's delay is 0..{MAX_DELAY_MS} ms, got {delay_ms}"
+            )
+        by_part = self._check_delivered(ids)
+        for p, offsets in by_part.items():
+            st = self.parts[p]
+            due = []
+            for o in offsets:
+                held = st.pending.pop(o, None)
+                if held is None:
+                    continue  # acked already, or already on its way again
+                c = self.consumers.get(held[0])
+                if c is not None:
+                    c.unacked -= 1
+                due.append(o)
+            if not due:
+                continue
+            if delay_ms == 0:
+                for o in due:
+                    self._to_redeliver(st, o)
+            else:
+                asyncio.get_running_loop().call_later(
+                    delay_ms / 1000, self._redeliver_later, st, due
+                )
+
+    def _redeliver_later(self, st: PartitionState, offsets: list[int]) -> None:
+        if self._closed:
+            return
+        for o in offsets:
+            if not st.cursor.is_acked(o) and o not in st.pending and o not in st.redeliver:
+                self._to_redeliver(st, o)
+
+    def _timed_out(
+        self, st: PartitionState, consumer_id: int, seq: int, offsets: list[int]
+    ) -> None:
+        if self._closed:
+            return
+        c = self.consumers.get(consumer_id)
+        for o in offsets:
+            if st.pending.get(o) == (consumer_id, seq):
+                del st.pending[o]
+                if c is not None:
+                    c.unacked -= 1
+                self._to_redeliver(st, o)
+
+    # ----------------------------------------------------------------- dispatch
+
+    def _start_pump(self, partition: int, st: PartitionState) -> None:
+        if st.task is None and not self._closed:
+            st.task = asyncio.get_running_loop().create_task(self._pump(partition, st))
+
+    async def _pump(self, partition: int, st: PartitionState) -> None:
+        actor = self._actor_of(partition)
+        try:
+            while not self._closed:
+                st.wake.clear()
+                consumers = list(self.consumers.values())
+                c = self.dispatcher.pick(partition, consumers)
+                if c is not None:
+                    taken = self._take(st, actor, min(c.permits, self.dispatcher.max_batch))
+                    if taken is not None:
+                        self._deliver(partition, st, c, *taken)
+                        await asyncio.sleep(0)
+                        continue
+                    await _first(st.wake.wait(), actor.wait_for_data(st.read_pos, None))
+                else:
+                    await st.wake.wait()
+        except asyncio.CancelledError:
+            raise
+        except WeirError as err:  # the partition closed (topic dropped, server stopping)
+            log.debug("subscription pump stopped: %s", err)
+        except Exception:
+            log.exception(
+                "subscription pump failed",
+                extra={"subscription": self.name, "partition": partition},
+            )
+
+    def _take(
+        self, st: PartitionState, actor: PartitionActor, limit: int
+    ) -> tuple[list[int], list[Any]] | None:
+        start = actor.start_offset
+        if st.cursor.mark_delete < start:  # removed by a size limit: nothing left to deliver
+            st.cursor.skip_to(start)
+        if st.redeliver:
+            for o in [o for o in st.redeliver if st.cursor.is_acked(o)]:
+                self._settle(st, o)
+        if st.redeliver:
+            lo = min(st.redeliver)
+            res = actor.read(lo, MAX_READ_BYTES)
+            take = sorted(o for o in st.redeliver if res.first_offset <= o < res.next_offset)
+            take = take[:limit]
+            if not take:  # the range is gone from storage
+                for o in [o for o in st.redeliver if o < res.first_offset]:
+                    self._settle(st, o)
+                return None
+            st.redeliver.difference_update(take)
+            return take, res.chunks
+        pos = max(st.read_pos, st.cursor.mark_delete, start)
+        end = actor.end_offset
+        while pos < end:
+            res = actor.read(pos, MAX_READ_BYTES)
+            if not res.chunks or res.next_offset <= pos:
+                break
+            o = max(pos, res.first_offset)
+            take = []
+            while o < res.next_offset and len(take) < limit:
+                if not st.cursor.is_acked(o) and o not in st.pending and o not in st.redeliver:
+                    take.append(o)
+                o += 1
+            pos = o
+            st.read_pos = pos
+            st.dispatched_high = max(st.dispatched_high, pos)
+            if take:
+                return take, res.chunks
+        st.read_pos = pos
+        return None
+
+    def _deliver(
+        self,
+        partition: int,
+        st: PartitionState,
+        c: AttachedConsumer,
+        offsets: list[int],
+        chunks: list[Any],
+    ) -> None:
+        self._delivery_seq += 1
+        seq = self._delivery_seq
+        for o in offsets:
+            st.pending[o] = (c.consumer_id, seq)
+        c.permits -= len(offsets)
+        c.unacked += len(offsets)
+        counts = [st.counts.get(o, 0) for o in offsets]
+        c.handle.deliver(Delivery(self.topic, partition, chunks, offsets, counts))
+        if c.ack_timeout_ms > 0:
+            asyncio.get_running_loop().call_later(
+                c.ack_timeout_ms / 1000, self._timed_out, st, c.consumer_id, seq, offsets
+            )
+
+    # ----------------------------------------------------------------- admin
+
+    def describe(self, short_topic: str) -> SubscriptionInfo:
+        consumers = list(self.consumers.values())
+        parts = []
+        for p, st in sorted(self.parts.items()):
+            actor = self._actor_of(p)
+            mark = max(st.cursor.mark_delete, actor.start_offset)
+            backlog = max(0, actor.end_offset - mark - st.cursor.acked_above())
+            owner = self.dispatcher.owner(p, consumers)
+            parts.append(
+                SubscriptionPartitionInfo(
+                    p,
+                    st.cursor.mark_delete,
+                    len(st.cursor.acked),
+                    backlog,
+                    len(st.pending),
+                    owner.name if owner is not None else "",
+                )
+            )
+        return SubscriptionInfo(
+            short_topic,
+            self.name,
+            self.meta.type,
+            self.meta.initial_position.value,
+            self.meta.created_at_ms,
+            parts,
+            [
+                SubscriptionConsumerInfo(c.consumer_id, c.name, c.permits, c.unacked)
+                for c in consumers
+            ],
+        )
+
+    async def close(self, err: WeirError | None = None) -> None:
+        """Stop dispatching; with ``err``, tell the attached consumers why they are dropped."""
+        self._closed = True
+        tasks = [st.task for st in self.parts.values() if st.task is not None]
+        for t in tasks:
+            t.cancel()
+        for t in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        if err is not None:
+            for c in list(self.consumers.values()):
+                c.handle.close(err)
+        self.consumers.clear()
+
+
+async def _all(waits: list[asyncio.Future[None]]) -> None:
+    # shield: a caller that goes away must not cancel a snapshot others wait for too
+    await asyncio.gather(*(asyncio.shield(w) for w in waits))
+
+
+async def _first(*aws: Any) -> None:
+    tasks = [asyncio.ensure_future(a) for a in aws]
+    try:
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        for t in done:
+            t.result()
+    finally:
+        for t in tasks:
+            t.cancel()
