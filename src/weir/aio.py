@@ -7,11 +7,19 @@ async with weir.aio.Client("127.0.0.1:2136") as client:
     await writer.close()
 """
 
-from weir.client.admin import Consumer, ConsumerInfo, ConsumerLag, PartitionInfo, TopicInfo
+from weir.client.admin import (
+    Consumer,
+    ConsumerInfo,
+    ConsumerLag,
+    PartitionInfo,
+    SubscriptionInfo,
+    TopicInfo,
+)
 from weir.client.aio import Client, RangeChunk, Reader, Writer
 from weir.client.credentials import UserPassword
 from weir.client.messages import Batch, Message
 from weir.client.reader import PartitionSession, PartitionSessionClosedError, Start
+from weir.client.subscription import ReceivedMessage, SubscriptionConsumer
 from weir.client.writer_settings import WriteResult
 
 __all__ = [
@@ -26,7 +34,10 @@ __all__ = [
     "PartitionSessionClosedError",
     "RangeChunk",
     "Reader",
+    "ReceivedMessage",
     "Start",
+    "SubscriptionConsumer",
+    "SubscriptionInfo",
     "TopicInfo",
     "UserPassword",
     "WriteResult",

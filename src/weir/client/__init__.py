@@ -1,10 +1,19 @@
 """weir.client: the Python SDK over the native protocol (sync here, asyncio in `weir.aio`)."""
 
-from weir.client.admin import Consumer, ConsumerInfo, ConsumerLag, PartitionInfo, TopicInfo
+from weir.client.admin import (
+    Consumer,
+    ConsumerInfo,
+    ConsumerLag,
+    PartitionInfo,
+    SubscriptionInfo,
+    TopicInfo,
+)
 from weir.client.aio import RangeChunk
 from weir.client.credentials import UserPassword
 from weir.client.messages import Batch, Message
 from weir.client.reader import PartitionSession, PartitionSessionClosedError, Start
+from weir.client.subscription import ReceivedMessage
+from weir.client.subscription_sync import SubscriptionConsumer
 from weir.client.sync import Client, Reader, Writer
 from weir.client.writer_settings import WriteResult
 
@@ -20,7 +29,10 @@ __all__ = [
     "PartitionSessionClosedError",
     "RangeChunk",
     "Reader",
+    "ReceivedMessage",
     "Start",
+    "SubscriptionConsumer",
+    "SubscriptionInfo",
     "TopicInfo",
     "UserPassword",
     "WriteResult",

@@ -1,4 +1,5 @@
-"""The asyncio SDK: `weir.aio.Client`, `Writer`, `Reader` (twins of the sync ones in `weir`)."""
+"""The asyncio SDK: `weir.aio.Client`, `Writer`, `Reader`, `SubscriptionConsumer` (twins of the
+sync ones in `weir`)."""
 
 from __future__ import annotations
 
@@ -15,9 +16,11 @@ import grpc
 from weir.client.admin import (
     Consumer,
     ConsumerInfo,
+    SubscriptionInfo,
     TopicInfo,
     consumer_info,
     consumer_settings,
+    subscription_info,
     topic_differences,
     topic_info,
 )
@@ -25,6 +28,11 @@ from weir.client.connection import Connection, error_from_rpc
 from weir.client.credentials import CredentialsArg
 from weir.client.messages import Batch, Message
 from weir.client.reader import PartitionSession, ReaderCore, Start
+from weir.client.subscription import (
+    SubscriptionConsumer,
+    position_code,
+    type_code,
+)
 from weir.client.writer import WriterCore
 from weir.client.writer_settings import WriteResult, WriterSettings
 from weir.errors import AlreadyExistsError, BadRequestError, WeirError, WeirTimeoutError
@@ -532,6 +540,83 @@ class Client:
             raise (conn.unreachable(err) or err) from None
         finally:
             call.cancel()  # the caller may stop early: do not leave the call pending
+
+    # ------------------------------------------------------------------ subscriptions
+
+    async def create_subscription(
+        self,
+        topic: str,
+        subscription: str,
+        *,
+        type: str = "exclusive",
+        initial_position: str = "latest",
+        timeout: float | None = 30.0,
+    ) -> SubscriptionInfo:
+        """Create a durable subscription without attaching a consumer (its cursor starts
+        at ``initial_position`` now, and retention keeps what it has not acknowledged)."""
+        req = pb.CreateSubscriptionRequest(
+            topic=topic,
+            subscription=subscription,
+            type=type_code(type),
+            initial_position=position_code(initial_position),
+        )
+        return subscription_info(await self.conn.call("CreateSubscription", req, timeout))
+
+    async def describe_subscription(
+        self, topic: str, subscription: str, *, timeout: float | None = 30.0
+    ) -> SubscriptionInfo:
+        req = pb.DescribeSubscriptionRequest(topic=topic, subscription=subscription)
+        return subscription_info(await self.conn.call("DescribeSubscription", req, timeout))
+
+    async def list_subscriptions(
+        self, topic: str, *, timeout: float | None = 30.0
+    ) -> list[SubscriptionInfo]:
+        req = pb.ListSubscriptionsRequest(topic=topic)
+        resp = await self.conn.call("ListSubscriptions", req, timeout)
+        return [subscription_info(d) for d in resp.subscriptions]
+
+    async def delete_subscription(
+        self, topic: str, subscription: str, *, force: bool = False, timeout: float | None = 30.0
+    ) -> None:
+        """Delete a subscription; refused while consumers are attached unless ``force``."""
+        req = pb.DeleteSubscriptionRequest(topic=topic, subscription=subscription, force=force)
+        await self.conn.call("DeleteSubscription", req, timeout)
+
+    def subscribe(
+        self,
+        topic: str,
+        subscription: str,
+        *,
+        type: str = "exclusive",
+        initial_position: str = "latest",
+        consumer_name: str = "",
+        receiver_queue_size: int = 1000,
+        ack_timeout: float | dt.timedelta | None = None,
+        create: bool = True,
+        on_reconnect: Callable[[WeirError], None] | None = None,
+    ) -> SubscriptionConsumer:
+        """A consumer of the durable ``subscription`` of ``topic`` (created on first use
+        unless ``create=False``; call inside a running event loop).
+
+        ``type``: "exclusive" (one consumer), "failover" (one active consumer per
+        partition, ordered by ``consumer_name``) or "shared" (round-robin, individual
+        acks only). ``initial_position`` ("latest" / "earliest") applies when this call
+        creates the subscription. ``receiver_queue_size`` bounds the messages the server
+        sends ahead; ``ack_timeout`` (seconds) redelivers what stays unacknowledged longer.
+        See docs/subscriptions.md.
+        """
+        return SubscriptionConsumer(
+            self.conn,
+            topic,
+            subscription,
+            type=type,
+            initial_position=initial_position,
+            consumer_name=consumer_name,
+            receiver_queue_size=receiver_queue_size,
+            ack_timeout=ack_timeout,
+            create=create,
+            on_reconnect=on_reconnect,
+        ).start()
 
     # ------------------------------------------------------------------ streams
 

@@ -15,12 +15,14 @@ from types import TracebackType
 from typing import Any
 
 from weir.client import aio
-from weir.client.admin import Consumer, ConsumerInfo, TopicInfo
+from weir.client import subscription as aio_subscription
+from weir.client.admin import Consumer, ConsumerInfo, SubscriptionInfo, TopicInfo
 from weir.client.aio import _KEEP, DEFAULT_ENDPOINT, RangeChunk
 from weir.client.credentials import CredentialsArg
 from weir.client.loop import LoopThread
 from weir.client.messages import Batch, Message
 from weir.client.reader import PartitionSession, Start
+from weir.client.subscription_sync import SubscriptionConsumer
 from weir.client.writer_settings import WriteResult
 from weir.errors import ClosedError, WeirError
 from weir.storage.codecs import Codec
@@ -408,6 +410,73 @@ class Client:
         finally:
             if not self._closed:
                 self._run(it.aclose())  # type: ignore[attr-defined]
+
+    # subscriptions -------------------------------------------------------
+
+    def create_subscription(
+        self,
+        topic: str,
+        subscription: str,
+        *,
+        type: str = "exclusive",
+        initial_position: str = "latest",
+        timeout: float | None = 30.0,
+    ) -> SubscriptionInfo:
+        """See `weir.aio.Client.create_subscription`."""
+        return self._run(  # type: ignore[no-any-return]
+            self._aio.create_subscription(
+                topic,
+                subscription,
+                type=type,
+                initial_position=initial_position,
+                timeout=timeout,
+            )
+        )
+
+    def describe_subscription(
+        self, topic: str, subscription: str, *, timeout: float | None = 30.0
+    ) -> SubscriptionInfo:
+        return self._run(self._aio.describe_subscription(topic, subscription, timeout=timeout))  # type: ignore[no-any-return]
+
+    def list_subscriptions(
+        self, topic: str, *, timeout: float | None = 30.0
+    ) -> list[SubscriptionInfo]:
+        return self._run(self._aio.list_subscriptions(topic, timeout=timeout))  # type: ignore[no-any-return]
+
+    def delete_subscription(
+        self, topic: str, subscription: str, *, force: bool = False, timeout: float | None = 30.0
+    ) -> None:
+        self._run(self._aio.delete_subscription(topic, subscription, force=force, timeout=timeout))
+
+    def subscribe(
+        self,
+        topic: str,
+        subscription: str,
+        *,
+        type: str = "exclusive",
+        initial_position: str = "latest",
+        consumer_name: str = "",
+        receiver_queue_size: int = 1000,
+        ack_timeout: float | dt.timedelta | None = None,
+        create: bool = True,
+        on_reconnect: Callable[[WeirError], None] | None = None,
+    ) -> SubscriptionConsumer:
+        """A consumer of a durable subscription; see `weir.aio.Client.subscribe`."""
+
+        async def make() -> aio_subscription.SubscriptionConsumer:
+            return self._aio.subscribe(
+                topic,
+                subscription,
+                type=type,
+                initial_position=initial_position,
+                consumer_name=consumer_name,
+                receiver_queue_size=receiver_queue_size,
+                ack_timeout=ack_timeout,
+                create=create,
+                on_reconnect=on_reconnect,
+            )
+
+        return SubscriptionConsumer(self._run(make()), self._loop)
 
     # streams -------------------------------------------------------------
 

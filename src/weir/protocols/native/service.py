@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import itertools
 import logging
 import operator
 import uuid
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -38,6 +37,8 @@ from weir.protocols.native import weir_pb2 as pb
 from weir.protocols.native import weir_pb2_grpc as pb_grpc
 from weir.protocols.native.auth import PUBLIC_METHODS, guard
 from weir.protocols.native.status import CODE_KEY, grpc_status
+from weir.protocols.native.status import unary_errors as _unary
+from weir.protocols.native.subscriptions import SubscriptionRpcs
 from weir.protocols.native.wire import (
     RawRangeResponse,
     RawReadData,
@@ -61,31 +62,6 @@ def _error(err: BaseException) -> pb.Error:
     if not isinstance(err, WeirError):
         err = InternalError(f"unexpected server error: {err!r}")
     return pb.Error(code=err.code, message=err.message, retryable=err.retryable)
-
-
-def _unary(
-    fn: Callable[[Any, Any, grpc.aio.ServicerContext], Awaitable[T]],
-) -> Callable[[Any, Any, grpc.aio.ServicerContext], Awaitable[T]]:
-    """Turn WeirError into a gRPC status with the weir code in trailing metadata."""
-
-    @functools.wraps(fn)
-    async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext) -> T:
-        try:
-            return await fn(self, request, context)
-        except WeirError as err:
-            await context.abort(
-                grpc_status(err), err.message, trailing_metadata=((CODE_KEY, err.code),)
-            )
-        except Exception as err:
-            log.exception("%s failed", fn.__name__)
-            await context.abort(
-                grpc.StatusCode.INTERNAL,
-                f"internal error: {err!r}",
-                trailing_metadata=((CODE_KEY, "INTERNAL"),),
-            )
-        raise AssertionError("unreachable")
-
-    return wrapper
 
 
 def _opt(msg: Any, name: str) -> Any:
@@ -134,8 +110,8 @@ def describe(broker: Broker, cfg: TopicConfig) -> pb.TopicDescription:
     return d
 
 
-class NativeService(pb_grpc.WeirServicer):
-    """The gRPC servicer of weir.proto."""
+class NativeService(SubscriptionRpcs, pb_grpc.WeirServicer):
+    """The gRPC servicer of weir.proto (subscriptions: `weir.protocols.native.subscriptions`)."""
 
     def __init__(
         self,

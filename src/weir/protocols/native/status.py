@@ -7,11 +7,17 @@ class from the code (`weir.errors.error_from_code`).
 
 from __future__ import annotations
 
+import functools
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
 import grpc
 
 from weir.errors import WeirError
 
 CODE_KEY = "weir-code"
+T = TypeVar("T")
 
 _GRPC: dict[str, grpc.StatusCode] = {
     "BAD_REQUEST": grpc.StatusCode.INVALID_ARGUMENT,
@@ -69,3 +75,28 @@ def code_from_grpc(status: grpc.StatusCode) -> str:
     if status == grpc.StatusCode.UNAUTHENTICATED:
         return "UNAUTHORIZED"
     return "UNAVAILABLE"
+
+
+def unary_errors(
+    fn: Callable[[Any, Any, grpc.aio.ServicerContext], Awaitable[T]],
+) -> Callable[[Any, Any, grpc.aio.ServicerContext], Awaitable[T]]:
+    """Turn WeirError into a gRPC status with the weir code in trailing metadata."""
+
+    @functools.wraps(fn)
+    async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext) -> T:
+        try:
+            return await fn(self, request, context)
+        except WeirError as err:
+            await context.abort(
+                grpc_status(err), err.message, trailing_metadata=((CODE_KEY, err.code),)
+            )
+        except Exception as err:
+            logging.getLogger("weir.native").exception("%s failed", fn.__name__)
+            await context.abort(
+                grpc.StatusCode.INTERNAL,
+                f"internal error: {err!r}",
+                trailing_metadata=((CODE_KEY, "INTERNAL"),),
+            )
+        raise AssertionError("unreachable")
+
+    return wrapper

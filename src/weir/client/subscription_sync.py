@@ -1,0 +1,94 @@
+"""The synchronous twin of `weir.client.subscription.SubscriptionConsumer` (`weir.Client.subscribe`)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Iterator
+from types import TracebackType
+
+from weir.client import subscription as aio_sub
+from weir.client.loop import LoopThread
+from weir.client.subscription import MessageRef, ReceivedMessage
+from weir.errors import WeirError
+
+
+class SubscriptionConsumer:
+    """A consumer of a durable subscription; every call runs on the client's loop thread."""
+
+    def __init__(self, inner: aio_sub.SubscriptionConsumer, loop: LoopThread) -> None:
+        self._inner = inner
+        self._loop = loop
+
+    @property
+    def topic(self) -> str:
+        return self._inner.topic
+
+    @property
+    def subscription(self) -> str:
+        return self._inner.subscription
+
+    @property
+    def consumer_name(self) -> str:
+        return self._inner.consumer_name
+
+    @property
+    def server_generation(self) -> int:
+        """The generation of the server behind the current stream (one more per restart)."""
+        return self._inner.server_generation
+
+    @property
+    def connected(self) -> bool:
+        return self._inner.connected
+
+    @property
+    def reconnects(self) -> int:
+        return self._inner.reconnects
+
+    @property
+    def last_error(self) -> WeirError | None:
+        return self._inner.last_error
+
+    def wait_connected(self, timeout: float | None = 30.0) -> SubscriptionConsumer:
+        self._loop.run(self._inner.wait_connected(timeout))
+        return self
+
+    def receive(self, timeout: float | None = None) -> ReceivedMessage | None:
+        """The next message; None when none came within ``timeout`` seconds."""
+        return self._loop.run(self._inner.receive(timeout))
+
+    def receive_batch(
+        self, max_messages: int = 100, timeout: float | None = None
+    ) -> list[ReceivedMessage]:
+        return self._loop.run(self._inner.receive_batch(max_messages, timeout))
+
+    def __iter__(self) -> Iterator[ReceivedMessage]:
+        while True:
+            msg = self.receive()
+            if msg is not None:
+                yield msg
+
+    def acknowledge(self, messages: MessageRef | Iterable[MessageRef]) -> None:
+        """Acknowledge messages; returns once durable on the server."""
+        self._loop.run(self._inner.acknowledge(messages))
+
+    def acknowledge_cumulative(self, message: MessageRef) -> None:
+        self._loop.run(self._inner.acknowledge_cumulative(message))
+
+    def negative_acknowledge(
+        self, messages: MessageRef | Iterable[MessageRef], delay: float | dt.timedelta = 0
+    ) -> None:
+        self._loop.run(self._inner.negative_acknowledge(messages, delay))
+
+    def unsubscribe(self) -> None:
+        self._loop.run(self._inner.unsubscribe())
+
+    def close(self, timeout: float | None = 10.0) -> None:
+        self._loop.run(self._inner.close(timeout))
+
+    def __enter__(self) -> SubscriptionConsumer:
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()

@@ -1,0 +1,202 @@
+"""Durable subscriptions through the SDK against a real server process: each type and
+ack kind, redelivery, handover, bad input, the asyncio twin."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+
+import weir
+import weir.aio
+from tests.conftest import ServerProcess
+from weir.errors import BadRequestError, ConsumerBusyError, UnknownSubscriptionError
+
+
+@pytest.fixture
+def client(shared_server: ServerProcess) -> Iterator[weir.Client]:
+    c = weir.Client(shared_server.endpoint)
+    yield c
+    c.close()
+
+
+def fill(client: weir.Client, topic: str, n: int, partitions: int = 1) -> None:
+    client.create_topic(topic, partitions=partitions, exist_ok=True)
+    with client.writer(topic, producer_id="w") as w:
+        for i in range(n):
+            w.write(b"%d" % i)
+
+
+def take(c: weir.SubscriptionConsumer, n: int, timeout: float = 20) -> list[weir.ReceivedMessage]:
+    out: list[weir.ReceivedMessage] = []
+    deadline = time.monotonic() + timeout
+    while len(out) < n and time.monotonic() < deadline:
+        out.extend(c.receive_batch(n - len(out), timeout=0.5))
+    return out
+
+
+def test_exclusive_acks_individually_and_cumulatively(client: weir.Client, topic_name: str) -> None:
+    fill(client, topic_name, 10)
+    c = client.subscribe(topic_name, "s", initial_position="earliest").wait_connected()
+    msgs = take(c, 10)
+    assert [int(m.data) for m in msgs] == list(range(10))
+    assert all(m.redelivery_count == 0 for m in msgs)
+    c.acknowledge([msgs[0], msgs[1], msgs[5]])
+    info = client.describe_subscription(topic_name, "s")
+    assert (info.type, info.backlog, info.unacked) == ("exclusive", 7, 7)
+    assert info.partitions[0].mark_delete == 2 and info.partitions[0].acked_ranges == 1
+    with pytest.raises(ConsumerBusyError, match="exclusive"):
+        client.subscribe(topic_name, "s").wait_connected()
+    c.acknowledge_cumulative(msgs[8])
+    info = client.describe_subscription(topic_name, "s")
+    assert (info.backlog, info.partitions[0].mark_delete) == (1, 9)
+    c.close()
+    # a new consumer gets only what was never acknowledged (9 was delivered once), then new
+    c = client.subscribe(topic_name, "s").wait_connected()
+    fill(client, topic_name, 1)
+    again = take(c, 2)
+    assert [(m.offset, m.redelivery_count) for m in again] == [(9, 1), (10, 0)]
+    c.acknowledge(again)
+    assert client.describe_subscription(topic_name, "s").backlog == 0
+    c.unsubscribe()
+    with pytest.raises(UnknownSubscriptionError):
+        client.describe_subscription(topic_name, "s")
+
+
+def test_shared_spreads_and_redelivers_what_a_lost_consumer_held(
+    client: weir.Client, topic_name: str
+) -> None:
+    fill(client, topic_name, 60, partitions=2)
+    a = client.subscribe(
+        topic_name, "s", type="shared", initial_position="earliest", receiver_queue_size=10
+    ).wait_connected()
+    b = client.subscribe(
+        topic_name, "s", type="shared", initial_position="earliest", receiver_queue_size=10
+    ).wait_connected()
+    got_a, got_b = take(a, 10), take(b, 10)
+    assert len(got_a) == len(got_b) == 10
+    assert not {m.message_id for m in got_a} & {m.message_id for m in got_b}
+    with pytest.raises(BadRequestError, match="cumulative"):
+        a.acknowledge_cumulative(got_a[0])
+    a.acknowledge(got_a)
+    b.close()  # leaves with 10 unacknowledged messages (and the ones it was sent since)
+    rest = take(a, 50)
+    assert len(rest) == 50
+    redelivered = {m.message_id for m in rest if m.redelivery_count == 1}
+    assert {m.message_id for m in got_b} <= redelivered
+    a.acknowledge(rest)
+    seen = {m.message_id for m in got_a + rest}
+    assert len(seen) == 60
+    assert client.describe_subscription(topic_name, "s").backlog == 0
+    a.close()
+
+
+def test_failover_hands_over_in_order(client: weir.Client, topic_name: str) -> None:
+    client.create_topic(topic_name)
+    consumers = {
+        name: client.subscribe(
+            topic_name, "s", type="failover", initial_position="earliest", consumer_name=name
+        ).wait_connected()
+        for name in ("c", "a", "b")
+    }
+    fill(client, topic_name, 5)
+    got = take(consumers["a"], 5)
+    assert [(m.offset, m.redelivery_count) for m in got] == [(i, 0) for i in range(5)]
+    info = client.describe_subscription(topic_name, "s")
+    assert info.partitions[0].active_consumer == "a"
+    assert {c.name: c.unacked for c in info.consumers} == {"a": 5, "b": 0, "c": 0}
+    consumers["a"].acknowledge_cumulative(got[1])
+    consumers["a"].close()
+    got = take(consumers["b"], 3)
+    assert [(m.offset, m.redelivery_count) for m in got] == [(2, 1), (3, 1), (4, 1)]
+    consumers["b"].acknowledge_cumulative(got[0])
+    consumers["b"].close()
+    got = take(consumers["c"], 2)
+    assert [(m.offset, m.redelivery_count) for m in got] == [(3, 2), (4, 2)]
+    assert client.describe_subscription(topic_name, "s").partitions[0].active_consumer == "c"
+    consumers["c"].close()
+
+
+def test_negative_ack_and_ack_timeout_deliver_again(client: weir.Client, topic_name: str) -> None:
+    fill(client, topic_name, 2)
+    c = client.subscribe(
+        topic_name, "s", type="shared", initial_position="earliest", ack_timeout=0.3
+    ).wait_connected()
+    first = take(c, 2)
+    c.negative_acknowledge(first[0], delay=0.05)
+    again = take(c, 2)  # offset 0 after the nack, offset 1 after the ack timeout
+    assert sorted((m.offset, m.redelivery_count) for m in again) == [(0, 1), (1, 1)]
+    c.acknowledge(again)
+    assert client.describe_subscription(topic_name, "s").backlog == 0
+    c.close()
+
+
+def test_bad_input_gets_a_clear_error_and_changes_nothing(
+    client: weir.Client, topic_name: str
+) -> None:
+    fill(client, topic_name, 2)
+    with pytest.raises(UnknownSubscriptionError):
+        client.describe_subscription(topic_name, "nope")
+    with pytest.raises(UnknownSubscriptionError):
+        client.subscribe(topic_name, "nope", create=False).wait_connected()
+    with pytest.raises(BadRequestError, match="type"):
+        client.subscribe(topic_name, "s", type="round-robin")
+    c = client.subscribe(
+        topic_name, "s", type="shared", initial_position="earliest"
+    ).wait_connected()
+    got = take(c, 2)
+    before = client.describe_subscription(topic_name, "s")
+    assert before.unacked == 2
+    with pytest.raises(BadRequestError, match="cumulative"):
+        c.acknowledge_cumulative(got[0])
+    with pytest.raises(BadRequestError, match="never delivered"):
+        c.acknowledge([got[0], (0, 2)])  # offset 2 was not delivered: got[0] stays unacked
+    with pytest.raises(BadRequestError, match="never delivered"):
+        c.acknowledge((0, 999))
+    with pytest.raises(BadRequestError, match="delay"):
+        c.negative_acknowledge(got[0], delay=-1)
+    with pytest.raises(ConsumerBusyError, match="attached"):
+        client.delete_subscription(topic_name, "s")
+    assert client.describe_subscription(topic_name, "s") == before
+    c.acknowledge(got)  # the consumer still works after its refused requests
+    assert client.describe_subscription(topic_name, "s").partitions[0].mark_delete == 2
+    client.delete_subscription(topic_name, "s", force=True)
+    assert client.list_subscriptions(topic_name) == []
+    c.close()
+
+
+def test_admin_creates_lists_and_describes(client: weir.Client, topic_name: str) -> None:
+    fill(client, topic_name, 4, partitions=2)
+    info = client.create_subscription(topic_name, "audit", type="failover")
+    assert (info.type, info.initial_position, info.backlog) == ("failover", "latest", 0)
+    client.create_subscription(topic_name, "all", initial_position="earliest")
+    assert [s.name for s in client.list_subscriptions(topic_name)] == ["all", "audit"]
+    assert client.describe_subscription(topic_name, "all").backlog == 4
+    fill(client, topic_name, 2, partitions=2)
+    assert client.describe_subscription(topic_name, "audit").backlog == 2
+
+
+async def test_the_asyncio_consumer_has_the_same_calls(
+    shared_server: ServerProcess, topic_name: str
+) -> None:
+    async with weir.aio.Client(shared_server.endpoint) as client:
+        await client.create_topic(topic_name)
+        w = client.writer(topic_name, producer_id="w")
+        for i in range(5):
+            await w.write(b"%d" % i)
+        await w.close()
+        c = await client.subscribe(topic_name, "s", initial_position="earliest").wait_connected()
+        first = await c.receive(timeout=20)
+        assert first is not None and first.data == b"0"
+        rest: list[weir.aio.ReceivedMessage] = []
+        while len(rest) < 4:
+            rest.extend(await c.receive_batch(10, timeout=20))
+        await c.negative_acknowledge(rest[-1])
+        again = await c.receive(timeout=20)
+        assert again is not None and (again.offset, again.redelivery_count) == (4, 1)
+        await c.acknowledge_cumulative(again)
+        info = await client.describe_subscription(topic_name, "s")
+        assert info.backlog == 0 and [s.name for s in await client.list_subscriptions(topic_name)]
+        await c.unsubscribe()
+        assert await client.list_subscriptions(topic_name) == []
