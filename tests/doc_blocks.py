@@ -17,6 +17,7 @@ PAGES = [
     "README.md",
     "docs/cli.md",
     "docs/sdk.md",
+    "docs/subscriptions.md",
     "docs/configuration.md",
     "docs/observability.md",
     "docs/storage.md",

@@ -32,6 +32,7 @@ CHAIN: list[tuple[str, str]] = [
     ("README.md", "readme-spark"),
     ("docs/cli.md", "cli-topics"),
     ("docs/sdk.md", "sdk-tour"),
+    ("docs/subscriptions.md", "subscriptions-tour"),
     ("docs/ydb.md", "ydb-sdk"),
     ("docs/spark.md", "spark-setup"),
     ("docs/spark.md", "spark-topics"),
@@ -177,6 +178,11 @@ def test_every_page_runs_in_order_on_one_server_and_again(
             sdk_page = reader.python(block("docs/sdk.md", "sdk-tour"))
             assert sdk_page == ["True", "[b'event 10', b'event 11', b'event 12']"]
             assert sum(_messages(client, "sdk-events")) == 100 * run
+
+            # docs/subscriptions.md: two Shared workers, one negative ack, nothing left over.
+            tour = reader.python(block("docs/subscriptions.md", "subscriptions-tour"))
+            assert tour == ["[b'job 3']", "0"], tour
+            assert sum(_messages(client, "jobs")) == 10 * run
 
             # docs/ydb.md: its own topic too.
             assert reader.python(block("docs/ydb.md", "ydb-sdk")) == []

@@ -222,3 +222,45 @@ async def test_retention_keeps_what_a_subscription_has_not_acked(tmp_path: Path)
     assert await b.run_retention(now) > 0
     assert 0 < b.actor("t", 0).start_offset <= 120
     await b.close()
+
+
+async def test_new_partitions_join_and_a_dropped_topic_takes_its_subscriptions(
+    tmp_path: Path,
+) -> None:
+    b = await open_broker(tmp_path)
+    await b.create_topic("t", partitions=1)
+    inbox, _c = await attach(b, "s", "shared")
+    await b.alter_topic("t", partitions=2)
+    await fill(b, 3, partition=1)
+    assert [(p, o) for p, o, _ in await inbox.wait(3)] == [(1, 0), (1, 1), (1, 2)]
+    await b.subscription("t", "s").acknowledge([(1, 0), (1, 1), (1, 2)])
+    assert [p.mark_delete for p in b.describe_subscription("t", "s").partitions] == [0, 3]
+    await b.close()
+    b = await open_broker(tmp_path)
+    assert [p.mark_delete for p in b.describe_subscription("t", "s").partitions] == [0, 3]
+    inbox, _c = await attach(b, "s", "shared")
+    await b.drop_topic("t")
+    assert isinstance(inbox.closed, UnknownSubscriptionError)  # the consumer is told why
+    await b.create_topic("t", partitions=1)
+    assert b.list_subscriptions("t") == []
+    await b.close()
+    b = await open_broker(tmp_path)
+    assert b.list_subscriptions("t") == []
+    await b.close()
+
+
+async def test_a_subscription_without_consumers_takes_the_next_consumers_type(
+    tmp_path: Path,
+) -> None:
+    b = await open_broker(tmp_path)
+    await b.create_topic("t", partitions=1)
+    await b.create_subscription("t", "s", "exclusive")
+    _, c = await attach(b, "s", "shared")
+    _, d = await attach(b, "s", "shared")  # a shared subscription now: both are welcome
+    assert b.describe_subscription("t", "s").type.value == "shared"
+    b.subscription("t", "s").detach(c.consumer_id)
+    b.subscription("t", "s").detach(d.consumer_id)
+    await b.close()
+    b = await open_broker(tmp_path)
+    assert b.describe_subscription("t", "s").type.value == "shared"
+    await b.close()
