@@ -64,6 +64,11 @@ async def fill(b: Broker, n: int, partition: int = 0) -> None:
     await b.write("t", partition, make_batch(n, producer=f"p{partition}"))
 
 
+def one(ids: list[tuple[int, int]]) -> list[tuple[int, int, int]]:
+    """(partition, offset) pairs as the (partition, start, end) ranges acks take."""
+    return [(p, o, o + 1) for p, o in ids]
+
+
 def test_range_set_merges_and_trims() -> None:
     rs = RangeSet()
     for x in (5, 7, 6, 10, 3):
@@ -74,6 +79,7 @@ def test_range_set_merges_and_trims() -> None:
     rs.drop_below(6)
     assert list(rs) == [(6, 11)]
     assert list(RangeSet.decode(rs.encode())) == [(6, 11)]
+    assert (rs.end_of(7), rs.end_of(11), rs.end_of(2)) == (11, 11, 2)
 
 
 async def test_individual_acks_survive_a_restart_and_the_rest_comes_again(tmp_path: Path) -> None:
@@ -83,7 +89,7 @@ async def test_individual_acks_survive_a_restart_and_the_rest_comes_again(tmp_pa
     inbox, _c = await attach(b, "s", "exclusive")
     assert [o for _, o, _ in await inbox.wait(10)] == list(range(10))
     sub = b.subscription("t", "s")
-    await sub.acknowledge([(0, o) for o in (0, 1, 2, 5, 7)])
+    await sub.acknowledge(one([(0, o) for o in (0, 1, 2, 5, 7)]))
     info = b.describe_subscription("t", "s")
     p = info.partitions[0]
     assert (p.mark_delete, p.acked_ranges, p.backlog, p.unacked) == (3, 2, 5, 5)
@@ -93,7 +99,7 @@ async def test_individual_acks_survive_a_restart_and_the_rest_comes_again(tmp_pa
     inbox, _c = await attach(b, "s", "exclusive")
     assert [o for _, o, _ in await inbox.wait(5)] == [3, 4, 6, 8, 9]
     # an ack of a message delivered before the restart is still accepted
-    await b.subscription("t", "s").acknowledge([(0, 3)])
+    await b.subscription("t", "s").acknowledge(one([(0, 3)]))
     assert b.describe_subscription("t", "s").partitions[0].mark_delete == 4
     await b.close()
 
@@ -127,7 +133,7 @@ async def test_shared_spreads_refuses_cumulative_and_redelivers_a_lost_consumers
     sub = b.subscription("t", "s")
     with pytest.raises(BadRequestError, match="cumulative"):
         await sub.acknowledge_cumulative(0, 5)
-    await sub.acknowledge([(p, o) for p, o, _ in a.got])
+    await sub.acknowledge(one([(p, o) for p, o, _ in a.got]))
     a_held = {(p, o) for p, o, _ in a.got}
     z_held = {(p, o) for p, o, _ in z.got}
     sub.detach(cz.consumer_id)  # z goes away with everything unacked
@@ -168,11 +174,11 @@ async def test_bad_acks_change_nothing(tmp_path: Path) -> None:
     sub = b.subscription("t", "s")
     before = b.describe_subscription("t", "s")
     with pytest.raises(BadRequestError, match="never delivered"):
-        await sub.acknowledge([(0, 0), (0, 2)])  # 2 was never delivered: 0 is not acked either
+        await sub.acknowledge(one([(0, 0), (0, 2)]))  # 2 was never delivered: 0 is not acked either
     with pytest.raises(BadRequestError, match="never delivered"):
         await sub.acknowledge_cumulative(0, 7)
     with pytest.raises(BadRequestError, match="delay"):
-        sub.negative_acknowledge([(0, 0)], -1)
+        sub.negative_acknowledge(one([(0, 0)]), -1)
     with pytest.raises(UnknownSubscriptionError):
         b.describe_subscription("t", "nope")
     with pytest.raises(UnknownSubscriptionError):
@@ -197,13 +203,13 @@ async def test_negative_ack_and_ack_timeout_redeliver_with_a_count(tmp_path: Pat
     inbox, _c = await attach(b, "s", "shared", ack_timeout_ms=200)
     await inbox.wait(2)
     sub = b.subscription("t", "s")
-    sub.negative_acknowledge([(0, 0)], 0)
+    sub.negative_acknowledge(one([(0, 0)]), 0)
     got = await inbox.wait(3)
     assert got[2] == (0, 0, 1)
-    await sub.acknowledge([(0, 0)])
+    await sub.acknowledge(one([(0, 0)]))
     got = await inbox.wait(4)  # offset 1 was never acked: the ack timeout sends it again
     assert got[3] == (0, 1, 1)
-    await sub.acknowledge([(0, 1)])
+    await sub.acknowledge(one([(0, 1)]))
     assert b.describe_subscription("t", "s").partitions[0].mark_delete == 2
     await b.close()
 
@@ -233,7 +239,7 @@ async def test_new_partitions_join_and_a_dropped_topic_takes_its_subscriptions(
     await b.alter_topic("t", partitions=2)
     await fill(b, 3, partition=1)
     assert [(p, o) for p, o, _ in await inbox.wait(3)] == [(1, 0), (1, 1), (1, 2)]
-    await b.subscription("t", "s").acknowledge([(1, 0), (1, 1), (1, 2)])
+    await b.subscription("t", "s").acknowledge(one([(1, 0), (1, 1), (1, 2)]))
     assert [p.mark_delete for p in b.describe_subscription("t", "s").partitions] == [0, 3]
     await b.close()
     b = await open_broker(tmp_path)

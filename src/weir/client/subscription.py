@@ -79,7 +79,8 @@ class ReceivedMessage(NamedTuple):
 MessageRef = ReceivedMessage | tuple[int, int]
 
 
-def _ids(items: MessageRef | Iterable[MessageRef]) -> list[pb.MessageId]:
+def _ranges(items: MessageRef | Iterable[MessageRef]) -> list[pb.MessageRange]:
+    """Messages as ranges of consecutive offsets per partition (few, for batches)."""
     refs: list[Any]
     if isinstance(items, ReceivedMessage) or (
         isinstance(items, tuple) and len(items) == 2 and all(isinstance(x, int) for x in items)
@@ -87,10 +88,14 @@ def _ids(items: MessageRef | Iterable[MessageRef]) -> list[pb.MessageId]:
         refs = [items]
     else:
         refs = list(items)
-    out = []
-    for m in refs:
-        p, o = m.message_id if isinstance(m, ReceivedMessage) else m
-        out.append(pb.MessageId(partition=p, offset=o))
+    ids = sorted({m.message_id if isinstance(m, ReceivedMessage) else tuple(m) for m in refs})
+    out: list[pb.MessageRange] = []
+    for p, o in ids:
+        last = out[-1] if out else None
+        if last is not None and last.partition == p and last.end == o:
+            last.end = o + 1
+        else:
+            out.append(pb.MessageRange(partition=p, start=o, end=o + 1))
     return out
 
 
@@ -224,19 +229,19 @@ class SubscriptionConsumer:
 
     async def acknowledge(self, messages: MessageRef | Iterable[MessageRef]) -> None:
         """Acknowledge messages; returns once durable on the server."""
-        ids = _ids(messages)
-        if ids:
+        ranges = _ranges(messages)
+        if ranges:
             await self._request(
-                lambda rid: pb.SubscribeRequest(ack=pb.AckRequest(request_id=rid, ids=ids))
+                lambda rid: pb.SubscribeRequest(ack=pb.AckRequest(request_id=rid, ranges=ranges))
             )
 
     async def acknowledge_cumulative(self, message: MessageRef) -> None:
         """Acknowledge every message of ``message``'s partition up to and including it
         (Exclusive and Failover subscriptions only)."""
-        ids = _ids(message)
+        ranges = _ranges(message)
         await self._request(
             lambda rid: pb.SubscribeRequest(
-                ack=pb.AckRequest(request_id=rid, ids=ids, cumulative=True)
+                ack=pb.AckRequest(request_id=rid, ranges=ranges, cumulative=True)
             )
         )
 
@@ -244,11 +249,11 @@ class SubscriptionConsumer:
         self, messages: MessageRef | Iterable[MessageRef], delay: float | dt.timedelta = 0
     ) -> None:
         """Have messages delivered again after ``delay`` seconds, their redelivery count raised."""
-        ids = _ids(messages)
+        ranges = _ranges(messages)
         ms = _delay_ms(delay)
         await self._request(
             lambda rid: pb.SubscribeRequest(
-                nack=pb.NackRequest(request_id=rid, ids=ids, delay_ms=ms)
+                nack=pb.NackRequest(request_id=rid, ranges=ranges, delay_ms=ms)
             )
         )
 

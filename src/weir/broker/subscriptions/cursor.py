@@ -49,7 +49,9 @@ class Cursor(Protocol):
 
     def is_acked(self, offset: int) -> bool: ...
 
-    def ack(self, offsets: list[int]) -> None: ...
+    def next_unacked(self, offset: int) -> int: ...
+
+    def ack_range(self, start: int, end: int) -> None: ...
 
     def ack_cumulative(self, offset: int) -> None: ...
 
@@ -88,10 +90,13 @@ class StoredCursor:
     def is_acked(self, offset: int) -> bool:
         return offset < self._mark or offset in self._acked
 
-    def ack(self, offsets: list[int]) -> None:
-        for o in offsets:
-            if o >= self._mark:
-                self._acked.add(o)
+    def next_unacked(self, offset: int) -> int:
+        """The first offset at or after ``offset`` not acknowledged."""
+        return self._acked.end_of(max(offset, self._mark))
+
+    def ack_range(self, start: int, end: int) -> None:
+        """Acknowledge the offsets of ``[start, end)``."""
+        self._acked.add_range(max(start, self._mark), end)
         self._advance()
 
     def ack_cumulative(self, offset: int) -> None:

@@ -38,6 +38,11 @@ class RangeSet:
         """The number of offsets in the set."""
         return sum(b - a for a, b in self)
 
+    def end_of(self, x: int) -> int:
+        """The end of the range holding ``x``; ``x`` itself when no range holds it."""
+        i = bisect_right(self._starts, x) - 1
+        return self._ends[i] if i >= 0 and x < self._ends[i] else x
+
     def first(self) -> tuple[int, int] | None:
         return (self._starts[0], self._ends[0]) if self._starts else None
 

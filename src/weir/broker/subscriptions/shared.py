@@ -14,7 +14,9 @@ from weir.broker.subscriptions.settings import SubscriptionType
 class SharedDispatcher:
     type = SubscriptionType.SHARED
     allows_cumulative = False
-    max_batch = 20  # small rounds (as Pulsar's dispatcherMaxRoundRobinBatchSize), to spread
+    # rounds of at most this many messages (bounded by each consumer's permits), so that
+    # messages spread over the consumers without a delivery per message
+    max_batch = 500
 
     def __init__(self, subscription: str) -> None:
         self.subscription = subscription

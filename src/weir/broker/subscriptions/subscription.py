@@ -216,17 +216,19 @@ class Subscription:
             )
         return st
 
-    def _check_delivered(self, ids: Iterable[tuple[int, int]]) -> dict[int, list[int]]:
-        by_part: dict[int, list[int]] = {}
-        for p, o in ids:
+    def _check_delivered(self, ranges: Iterable[tuple[int, int, int]]) -> None:
+        for p, start, end in ranges:
             st = self._state(p)
-            if o < 0 or (o >= st.dispatched_high and not st.cursor.is_acked(o)):
+            if start < 0 or end <= start:
                 raise BadRequestError(
-                    f"offset {o} of partition {p} was never delivered on subscription "
-                    f"{self.name!r}: nothing acknowledged"
+                    f"offsets {start}..{end - 1} of partition {p} are not a range of messages"
                 )
-            by_part.setdefault(p, []).append(o)
-        return by_part
+            last = end - 1
+            if last >= st.dispatched_high and st.cursor.next_unacked(start) < end:
+                raise BadRequestError(
+                    f"offset {max(start, st.dispatched_high)} of partition {p} was never "
+                    f"delivered on subscription {self.name!r}: nothing acknowledged"
+                )
 
     def _settle(self, st: PartitionState, o: int) -> None:
         held = st.pending.pop(o, None)
@@ -237,18 +239,26 @@ class Subscription:
         st.redeliver.discard(o)
         st.counts.pop(o, None)
 
-    async def acknowledge(self, ids: list[tuple[int, int]]) -> None:
-        """Acknowledge (partition, offset) pairs; returns once durable. All or nothing:
-        one offset never delivered refuses the whole call."""
-        by_part = self._check_delivered(ids)
-        waits = []
-        for p, offsets in by_part.items():
-            st = self.parts[p]
-            st.cursor.ack(offsets)
-            for o in offsets:
+    def _settle_range(self, st: PartitionState, start: int, end: int) -> None:
+        if end - start <= len(st.pending) + len(st.redeliver):
+            for o in range(start, end):
                 self._settle(st, o)
-            waits.append(st.cursor.persist())
-        await _all(waits)
+        else:  # a wide range (a cumulative ack): walk what is held instead
+            for o in [o for o in st.pending if start <= o < end]:
+                self._settle(st, o)
+            for o in [o for o in st.redeliver if start <= o < end]:
+                self._settle(st, o)
+
+    async def acknowledge(self, ranges: list[tuple[int, int, int]]) -> None:
+        """Acknowledge ``(partition, start, end)`` offset ranges; returns once durable.
+        All or nothing: one offset never delivered refuses the whole call."""
+        self._check_delivered(ranges)
+        touched: dict[int, PartitionState] = {}
+        for p, start, end in ranges:
+            st = touched[p] = self.parts[p]
+            st.cursor.ack_range(start, end)
+            self._settle_range(st, start, end)
+        await _all([st.cursor.persist() for st in touched.values()])
 
     async def acknowledge_cumulative(self, partition: int, offset: int) -> None:
         """Acknowledge every message of ``partition`` up to and including ``offset``."""
@@ -257,24 +267,24 @@ class Subscription:
                 f"subscription {self.name!r} is {self.meta.type.value}: cumulative acknowledgement "
                 "is not allowed there (messages interleave over consumers); acknowledge each message"
             )
-        self._check_delivered([(partition, offset)])
+        self._check_delivered([(partition, offset, offset + 1)])
         st = self.parts[partition]
         st.cursor.ack_cumulative(offset)
-        for o in [o for o in st.pending if o <= offset] + [o for o in st.redeliver if o <= offset]:
-            self._settle(st, o)
+        self._settle_range(st, 0, offset + 1)
         await _all([st.cursor.persist()])
 
-    def negative_acknowledge(self, ids: list[tuple[int, int]], delay_ms: int) -> None:
-        """Deliver these messages again after ``delay_ms`` (to any consumer that may have them)."""
+    def negative_acknowledge(self, ranges: list[tuple[int, int, int]], delay_ms: int) -> None:
+        """Deliver the messages of these ``(partition, start, end)`` ranges again after
+        ``delay_ms`` (to any consumer that may have them)."""
         if delay_ms < 0 or delay_ms > MAX_DELAY_MS:
             raise BadRequestError(
                 f"a negative acknowledgement's delay is 0..{MAX_DELAY_MS} ms, got {delay_ms}"
             )
-        by_part = self._check_delivered(ids)
-        for p, offsets in by_part.items():
+        self._check_delivered(ranges)
+        for p, start, end in ranges:
             st = self.parts[p]
             due = []
-            for o in offsets:
+            for o in range(start, end):
                 held = st.pending.pop(o, None)
                 if held is None:
                     continue  # acked already, or already on its way again
@@ -347,6 +357,8 @@ class Subscription:
     def _take(
         self, st: PartitionState, actor: PartitionActor, limit: int
     ) -> tuple[list[int], list[Any]] | None:
+        """The next offsets for a consumer with ``limit`` permits (redeliveries first) and
+        the stored batches holding them (only those: a read up to the last one)."""
         start = actor.start_offset
         if st.cursor.mark_delete < start:  # removed by a size limit: nothing left to deliver
             st.cursor.skip_to(start)
@@ -354,35 +366,43 @@ class Subscription:
             for o in [o for o in st.redeliver if st.cursor.is_acked(o)]:
                 self._settle(st, o)
         if st.redeliver:
-            lo = min(st.redeliver)
-            res = actor.read(lo, MAX_READ_BYTES)
-            take = sorted(o for o in st.redeliver if res.first_offset <= o < res.next_offset)
-            take = take[:limit]
-            if not take:  # the range is gone from storage
-                for o in [o for o in st.redeliver if o < res.first_offset]:
-                    self._settle(st, o)
+            take = sorted(st.redeliver)[:limit]
+            res = actor.read(take[0], MAX_READ_BYTES, take[-1] + 1)
+            gone = [o for o in take if o < res.first_offset]
+            for o in gone:  # removed from storage meanwhile
+                self._settle(st, o)
+            if gone:
+                st.wake.set()  # look at the rest again
+            take = [o for o in take if res.first_offset <= o < res.next_offset]
+            if not take or not res.chunks:
                 return None
             st.redeliver.difference_update(take)
             return take, res.chunks
-        pos = max(st.read_pos, st.cursor.mark_delete, start)
+        cursor = st.cursor
         end = actor.end_offset
-        while pos < end:
-            res = actor.read(pos, MAX_READ_BYTES)
-            if not res.chunks or res.next_offset <= pos:
+        o = max(st.read_pos, cursor.mark_delete, start)
+        take = []
+        while len(take) < limit:
+            o = cursor.next_unacked(o)
+            if o >= end:
                 break
-            o = max(pos, res.first_offset)
-            take = []
-            while o < res.next_offset and len(take) < limit:
-                if not st.cursor.is_acked(o) and o not in st.pending and o not in st.redeliver:
-                    take.append(o)
-                o += 1
-            pos = o
-            st.read_pos = pos
-            st.dispatched_high = max(st.dispatched_high, pos)
-            if take:
-                return take, res.chunks
-        st.read_pos = pos
-        return None
+            if o not in st.pending:
+                take.append(o)
+            o += 1
+        if not take:
+            st.read_pos = min(o, end)
+            return None
+        res = actor.read(take[0], MAX_READ_BYTES, take[-1] + 1)
+        if not res.chunks:
+            st.read_pos = max(st.read_pos, res.next_offset)
+            return None
+        take = [x for x in take if res.first_offset <= x < res.next_offset]
+        if not take:
+            st.read_pos = max(st.read_pos, res.next_offset)
+            return None
+        st.read_pos = take[-1] + 1
+        st.dispatched_high = max(st.dispatched_high, st.read_pos)
+        return take, res.chunks
 
     def _deliver(
         self,

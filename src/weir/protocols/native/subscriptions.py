@@ -95,10 +95,10 @@ def subscription_description(info: SubscriptionInfo) -> pb.SubscriptionDescripti
     )
 
 
-def _ids(ids: Any) -> list[tuple[int, int]]:
-    if not ids:
-        raise BadRequestError("an acknowledgement needs at least one message id")
-    return [(i.partition, i.offset) for i in ids]
+def _ranges(ranges: Any) -> list[tuple[int, int, int]]:
+    if not ranges:
+        raise BadRequestError("an acknowledgement needs at least one message")
+    return [(r.partition, r.start, r.end) for r in ranges]
 
 
 class SubscribeSession:
@@ -236,17 +236,17 @@ class SubscribeSession:
             self._fail(err)
 
     async def _ack(self, sub: Subscription, r: pb.AckRequest) -> None:
-        ids = _ids(r.ids)
+        ranges = _ranges(r.ranges)
         if r.cumulative:
-            if len(ids) != 1:
+            if len(ranges) != 1:
                 raise BadRequestError("a cumulative acknowledgement names exactly one message")
-            await sub.acknowledge_cumulative(*ids[0])
+            await sub.acknowledge_cumulative(ranges[0][0], ranges[0][1])
         else:
-            await sub.acknowledge(ids)
+            await sub.acknowledge(ranges)
 
     def _answer(self, request_id: int, sub: Subscription, r: pb.NackRequest) -> None:
         try:
-            sub.negative_acknowledge(_ids(r.ids), r.delay_ms)
+            sub.negative_acknowledge(_ranges(r.ranges), r.delay_ms)
         except WeirError as err:
             self._out.put_nowait(
                 pb.SubscribeResponse(ack=pb.AckResponse(request_id=request_id, error=_err(err)))

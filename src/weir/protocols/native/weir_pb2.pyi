@@ -1367,49 +1367,54 @@ class SubscribeFlow(_message.Message):
 Global___SubscribeFlow: _TypeAlias = SubscribeFlow  # noqa: Y015
 
 @_typing.final
-class MessageId(_message.Message):
+class MessageRange(_message.Message):
+    """The messages at offsets [start, end) of one partition."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     PARTITION_FIELD_NUMBER: _builtins.int
-    OFFSET_FIELD_NUMBER: _builtins.int
+    START_FIELD_NUMBER: _builtins.int
+    END_FIELD_NUMBER: _builtins.int
     partition: _builtins.int
-    offset: _builtins.int
+    start: _builtins.int
+    end: _builtins.int
     def __init__(
         self,
         *,
         partition: _builtins.int = ...,
-        offset: _builtins.int = ...,
+        start: _builtins.int = ...,
+        end: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["offset", b"offset", "partition", b"partition"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["end", b"end", "partition", b"partition", "start", b"start"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
-Global___MessageId: _TypeAlias = MessageId  # noqa: Y015
+Global___MessageRange: _TypeAlias = MessageRange  # noqa: Y015
 
 @_typing.final
 class AckRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     REQUEST_ID_FIELD_NUMBER: _builtins.int
-    IDS_FIELD_NUMBER: _builtins.int
+    RANGES_FIELD_NUMBER: _builtins.int
     CUMULATIVE_FIELD_NUMBER: _builtins.int
     request_id: _builtins.int
     cumulative: _builtins.bool
-    """Every message of the partition up to and including the (single) id."""
+    """Every message of the partition up to and including the (single) range's start."""
     @_builtins.property
-    def ids(self) -> _containers.RepeatedCompositeFieldContainer[Global___MessageId]: ...
+    def ranges(self) -> _containers.RepeatedCompositeFieldContainer[Global___MessageRange]: ...
     def __init__(
         self,
         *,
         request_id: _builtins.int = ...,
-        ids: _abc.Iterable[Global___MessageId] | None = ...,
+        ranges: _abc.Iterable[Global___MessageRange] | None = ...,
         cumulative: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cumulative", b"cumulative", "ids", b"ids", "request_id", b"request_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cumulative", b"cumulative", "ranges", b"ranges", "request_id", b"request_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1420,23 +1425,23 @@ class NackRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     REQUEST_ID_FIELD_NUMBER: _builtins.int
-    IDS_FIELD_NUMBER: _builtins.int
+    RANGES_FIELD_NUMBER: _builtins.int
     DELAY_MS_FIELD_NUMBER: _builtins.int
     request_id: _builtins.int
     delay_ms: _builtins.int
     """Deliver again after this many ms (>= 0)."""
     @_builtins.property
-    def ids(self) -> _containers.RepeatedCompositeFieldContainer[Global___MessageId]: ...
+    def ranges(self) -> _containers.RepeatedCompositeFieldContainer[Global___MessageRange]: ...
     def __init__(
         self,
         *,
         request_id: _builtins.int = ...,
-        ids: _abc.Iterable[Global___MessageId] | None = ...,
+        ranges: _abc.Iterable[Global___MessageRange] | None = ...,
         delay_ms: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["delay_ms", b"delay_ms", "ids", b"ids", "request_id", b"request_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["delay_ms", b"delay_ms", "ranges", b"ranges", "request_id", b"request_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
