@@ -4,10 +4,10 @@
 
 1. Starts `weir serve` (a fresh data directory, as sdk_bench.py does), writes
    --messages of 100 B over 4 partitions, then for each count in --consumers lets
-   that many Shared consumers (each its own client, in threads) take everything of a
+   that many Shared consumers (each its own process and client) take everything of a
    new subscription, acknowledging every message individually (one ack request per
-   received batch): acknowledged messages/s, and the server's group commits per ack
-   request (from describe: ack requests are counted client-side).
+   received batch, up to 8 in flight: `acknowledge_future`): messages acknowledged
+   (durably: the answer came back) per second, and the server's CPU.
 2. In process, on a broker over a fresh directory: acks every other offset of
    --sparse delivered messages (the worst case for the range set: one range per ack)
    in requests of 100, and reports the time per ack request as the ranges grow: the
@@ -18,54 +18,70 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import concurrent.futures
+import multiprocessing as mp
 import os
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import weir
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from sdk_bench import ROOT, Server, cpu_seconds  # noqa: E402
+from sdk_bench import ROOT, Server, cpu_seconds
+
+
+def _consumer_process(
+    endpoint: str, topic: str, sub: str, n: int, acked: Any, requests: Any, ready: Any, go: Any
+) -> None:
+    with weir.Client(endpoint) as client:
+        c = client.subscribe(topic, sub, type="shared", receiver_queue_size=2000)
+        c.wait_connected()
+        ready.release()
+        go.wait()
+        inflight: list[tuple[concurrent.futures.Future[None], int]] = []
+        while acked.value < n:
+            msgs = c.receive_batch(1000, timeout=0.2)
+            if msgs:
+                inflight.append((c.acknowledge_future(msgs), len(msgs)))
+                with requests.get_lock():
+                    requests.value += 1
+            while inflight and (inflight[0][0].done() or len(inflight) > 8 or not msgs):
+                fut, k = inflight.pop(0)
+                fut.result()
+                with acked.get_lock():
+                    acked.value += k
+        c.close()
 
 
 def shared_consume(endpoint: str, topic: str, n: int, consumers: int) -> tuple[float, int, float]:
+    """``consumers`` processes (each its own client) take everything of a new Shared
+    subscription; a message counts once its ack's answer is back."""
     sub = f"bench-{consumers}-{time.monotonic_ns()}"
     with weir.Client(endpoint) as admin:
         admin.create_subscription(topic, sub, type="shared", initial_position="earliest")
-    acked = [0] * consumers
-    requests = [0] * consumers
-    done = threading.Event()
-    start = threading.Barrier(consumers + 1)
-
-    def run(i: int) -> None:
-        with weir.Client(endpoint) as client:
-            c = client.subscribe(topic, sub, type="shared", receiver_queue_size=2000)
-            c.wait_connected()
-            start.wait()
-            while not done.is_set():
-                msgs = c.receive_batch(1000, timeout=0.5)
-                if msgs:
-                    c.acknowledge(msgs)
-                    acked[i] += len(msgs)
-                    requests[i] += 1
-                if sum(acked) >= n:
-                    done.set()
-            c.close()
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(consumers)]
-    for t in threads:
-        t.start()
-    start.wait()
+    ctx = mp.get_context("spawn")
+    acked, requests = ctx.Value("q", 0), ctx.Value("q", 0)
+    ready, go = ctx.Semaphore(0), ctx.Event()
+    procs = [
+        ctx.Process(
+            target=_consumer_process,
+            args=(endpoint, topic, sub, n, acked, requests, ready, go),
+        )
+        for _ in range(consumers)
+    ]
+    for p in procs:
+        p.start()
+    for _ in procs:
+        ready.acquire(timeout=60)
     t0 = time.perf_counter()
-    done.wait(300)
+    go.set()
+    for p in procs:
+        p.join(300)
     dt = time.perf_counter() - t0
-    done.set()
-    for t in threads:
-        t.join()
-    return dt, sum(requests), sum(acked) / dt
+    return dt, requests.value, acked.value / dt
 
 
 async def sparse_acks(n: int) -> list[tuple[int, float]]:
@@ -88,7 +104,7 @@ async def sparse_acks(n: int) -> list[tuple[int, float]]:
         b = await Broker.open(BrokerConfig(data_dir=Path(tmp), retention_interval_s=3600))
         try:
             await b.create_topic("t", partitions=1)
-            for i in range(0, n, 1000):
+            for _ in range(0, n, 1000):
                 await b.write("t", 0, validate_incoming([encode_batch([b"x" * 100] * 1000)]))
             s, c = await b.subscribe("t", "s", "exclusive", "earliest", Sink())
             s.flow(c.consumer_id, n)
@@ -135,7 +151,9 @@ def main() -> None:
         finally:
             server.stop()
     for ranges, seconds in asyncio.run(sparse_acks(args.sparse)):
-        print(f"sparse acks: {ranges:,} acked ranges -> {seconds * 1e3:.2f} ms per ack request of 100")
+        print(
+            f"sparse acks: {ranges:,} acked ranges -> {seconds * 1e3:.2f} ms per ack request of 100"
+        )
 
 
 if __name__ == "__main__":

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import datetime as dt
 from collections.abc import Iterable, Iterator
 from types import TracebackType
@@ -70,6 +72,12 @@ class SubscriptionConsumer:
     def acknowledge(self, messages: MessageRef | Iterable[MessageRef]) -> None:
         """Acknowledge messages; returns once durable on the server."""
         self._loop.run(self._inner.acknowledge(messages))
+
+    def acknowledge_future(
+        self, messages: MessageRef | Iterable[MessageRef]
+    ) -> concurrent.futures.Future[None]:
+        """Send an acknowledgement and return at once; the future resolves once it is durable."""
+        return asyncio.run_coroutine_threadsafe(self._inner.acknowledge(messages), self._loop.loop)
 
     def acknowledge_cumulative(self, message: MessageRef) -> None:
         self._loop.run(self._inner.acknowledge_cumulative(message))

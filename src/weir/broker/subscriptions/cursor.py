@@ -51,6 +51,8 @@ class Cursor(Protocol):
 
     def next_unacked(self, offset: int) -> int: ...
 
+    def next_acked(self, offset: int) -> int | None: ...
+
     def ack_range(self, start: int, end: int) -> None: ...
 
     def ack_cumulative(self, offset: int) -> None: ...
@@ -93,6 +95,10 @@ class StoredCursor:
     def next_unacked(self, offset: int) -> int:
         """The first offset at or after ``offset`` not acknowledged."""
         return self._acked.end_of(max(offset, self._mark))
+
+    def next_acked(self, offset: int) -> int | None:
+        """The first acknowledged offset after ``offset`` (None: none is)."""
+        return self._acked.next_start(offset)
 
     def ack_range(self, start: int, end: int) -> None:
         """Acknowledge the offsets of ``[start, end)``."""

@@ -43,6 +43,11 @@ class RangeSet:
         i = bisect_right(self._starts, x) - 1
         return self._ends[i] if i >= 0 and x < self._ends[i] else x
 
+    def next_start(self, x: int) -> int | None:
+        """The start of the first range beginning after ``x`` (None: there is none)."""
+        i = bisect_right(self._starts, x)
+        return self._starts[i] if i < len(self._starts) else None
+
     def first(self) -> tuple[int, int] | None:
         return (self._starts[0], self._ends[0]) if self._starts else None
 

@@ -16,8 +16,10 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any
 
 from weir.broker.partition_actor import PartitionActor
@@ -240,14 +242,24 @@ class Subscription:
         st.counts.pop(o, None)
 
     def _settle_range(self, st: PartitionState, start: int, end: int) -> None:
+        """Forget what is pending or due again in ``[start, end)``: it is acknowledged."""
+        offsets: Iterable[int]
         if end - start <= len(st.pending) + len(st.redeliver):
-            for o in range(start, end):
-                self._settle(st, o)
+            offsets = range(start, end)
         else:  # a wide range (a cumulative ack): walk what is held instead
-            for o in [o for o in st.pending if start <= o < end]:
-                self._settle(st, o)
-            for o in [o for o in st.redeliver if start <= o < end]:
-                self._settle(st, o)
+            offsets = [o for o in st.pending if start <= o < end]
+            offsets += [o for o in st.redeliver if start <= o < end]
+        if st.pending:
+            held = [h for h in map(st.pending.pop, offsets, repeat(None)) if h is not None]
+            for cid, n in Counter(h[0] for h in held).items():
+                c = self.consumers.get(cid)
+                if c is not None:
+                    c.unacked -= n
+        if st.redeliver:
+            st.redeliver.difference_update(offsets)
+        if st.counts:
+            for o in offsets:
+                st.counts.pop(o, None)
 
     async def acknowledge(self, ranges: list[tuple[int, int, int]]) -> None:
         """Acknowledge ``(partition, start, end)`` offset ranges; returns once durable.
@@ -380,15 +392,18 @@ class Subscription:
             return take, res.chunks
         cursor = st.cursor
         end = actor.end_offset
+        # read_pos only moves forward, so nothing from it on is pending: runs of
+        # offsets between the acknowledged ranges are taken whole
         o = max(st.read_pos, cursor.mark_delete, start)
         take = []
         while len(take) < limit:
             o = cursor.next_unacked(o)
             if o >= end:
                 break
-            if o not in st.pending:
-                take.append(o)
-            o += 1
+            acked = cursor.next_acked(o)
+            stop = min(end, o + limit - len(take), end if acked is None else acked)
+            take.extend(range(o, stop))
+            o = stop
         if not take:
             st.read_pos = min(o, end)
             return None
@@ -414,11 +429,10 @@ class Subscription:
     ) -> None:
         self._delivery_seq += 1
         seq = self._delivery_seq
-        for o in offsets:
-            st.pending[o] = (c.consumer_id, seq)
+        st.pending.update(zip(offsets, repeat((c.consumer_id, seq))))
         c.permits -= len(offsets)
         c.unacked += len(offsets)
-        counts = [st.counts.get(o, 0) for o in offsets]
+        counts = [st.counts.get(o, 0) for o in offsets] if st.counts else [0] * len(offsets)
         c.handle.deliver(Delivery(self.topic, partition, chunks, offsets, counts))
         if c.ack_timeout_ms > 0:
             asyncio.get_running_loop().call_later(
