@@ -1,0 +1,54 @@
+"""`weir subscription ...` against a real server: tables, JSON, errors."""
+
+from __future__ import annotations
+
+from tests.cli.conftest import Weir, one_line_error
+from weir.client.sync import Client
+
+
+def test_create_list_describe_delete(weir: Weir, topic_name: str) -> None:
+    with Client(weir.endpoint) as client:
+        client.create_topic(topic_name, partitions=2)
+        with client.writer(topic_name, partition=1) as w:
+            for i in range(3):
+                w.write(b"%d" % i)
+    created = weir(
+        "subscription",
+        "create",
+        topic_name,
+        "jobs",
+        "--type",
+        "shared",
+        "--initial-position",
+        "earliest",
+        "--json",
+    ).json()
+    assert (created["name"], created["type"], created["backlog"]) == ("jobs", "shared", 3)
+    assert [p["mark_delete"] for p in created["partitions"]] == [0, 0]
+
+    listed = weir("subscription", "list", topic_name, "--json").json()
+    assert [(s["name"], s["backlog"]) for s in listed] == [("jobs", 3)]
+    table = weir("subscription", "list", topic_name)
+    assert table.code == 0 and "jobs" in table.text and "shared" in table.text
+
+    with Client(weir.endpoint) as client:
+        c = client.subscribe(topic_name, "jobs", type="shared").wait_connected()
+        got = []
+        while len(got) < 3:
+            got.extend(c.receive_batch(timeout=10))
+        c.acknowledge(got[0])
+        described = weir("subscription", "describe", topic_name, "jobs")
+        assert described.code == 0, described.err
+        assert "mark-delete" in described.text and c.consumer_name in described.text
+        doc = weir("subscription", "describe", topic_name, "jobs", "--json").json()
+        assert (doc["backlog"], doc["unacked"], len(doc["consumers"])) == (2, 2, 1)
+        busy = weir("subscription", "delete", topic_name, "jobs")
+        assert busy.code == 1 and "attached" in one_line_error(busy)
+        c.close()
+
+    deleted = weir("subscription", "delete", topic_name, "jobs", "--json").json()
+    assert deleted == {"deleted": "jobs", "topic": topic_name}
+    missing = weir("subscription", "describe", topic_name, "jobs")
+    assert missing.code == 1 and "does not exist" in one_line_error(missing)
+    bad = weir("subscription", "create", topic_name, "x", "--type", "round-robin")
+    assert bad.code == 1 and "type" in one_line_error(bad)
