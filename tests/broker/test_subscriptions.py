@@ -270,3 +270,23 @@ async def test_a_subscription_without_consumers_takes_the_next_consumers_type(
     b = await open_broker(tmp_path)
     assert b.describe_subscription("t", "s").type.value == "shared"
     await b.close()
+
+
+async def test_seek_resets_the_cursor_and_drops_the_consumers(tmp_path: Path) -> None:
+    b = await open_broker(tmp_path)
+    await b.create_topic("t", partitions=1)
+    await fill(b, 5)
+    inbox, _c = await attach(b, "s", "exclusive")
+    await inbox.wait(5)
+    await b.subscription("t", "s").acknowledge(one([(0, 1), (0, 3)]))
+    with pytest.raises(BadRequestError):
+        await b.seek_subscription("t", "s", {0: -1})
+    info = await b.seek_subscription("t", "s", {0: 99})  # clamped to the end
+    assert info.partitions[0].mark_delete == 5 and info.consumers == []
+    assert inbox.closed is not None and inbox.closed.retryable
+    info = await b.seek_subscription("t", "s", timestamp_ms=0)
+    assert (info.partitions[0].mark_delete, info.partitions[0].acked_ranges) == (0, 0)
+    await b.close()
+    b = await open_broker(tmp_path)  # the seek is durable
+    assert b.describe_subscription("t", "s").backlog == 5
+    await b.close()

@@ -46,6 +46,15 @@ def test_create_list_describe_delete(weir: Weir, topic_name: str) -> None:
         assert busy.code == 1 and "attached" in one_line_error(busy)
         c.close()
 
+    back = weir("subscription", "seek", topic_name, "jobs", "--offset", "1=1", "--json").json()
+    assert [p["mark_delete"] for p in back["partitions"]] == [0, 1] and back["backlog"] == 2
+    back = weir("subscription", "seek", topic_name, "jobs", "--time", "0", "--json").json()
+    assert back["backlog"] == 3
+    neither = weir("subscription", "seek", topic_name, "jobs")
+    assert neither.code == 2 and "--offset" in one_line_error(neither)
+    malformed = weir("subscription", "seek", topic_name, "jobs", "--offset", "1:1")
+    assert malformed.code == 2 and "PARTITION=OFFSET" in one_line_error(malformed)
+
     deleted = weir("subscription", "delete", topic_name, "jobs", "--json").json()
     assert deleted == {"deleted": "jobs", "topic": topic_name}
     missing = weir("subscription", "describe", topic_name, "jobs")

@@ -200,3 +200,26 @@ async def test_the_asyncio_consumer_has_the_same_calls(
         assert info.backlog == 0 and [s.name for s in await client.list_subscriptions(topic_name)]
         await c.unsubscribe()
         assert await client.list_subscriptions(topic_name) == []
+
+
+def test_seek_moves_the_cursor_back_and_forth(client: weir.Client, topic_name: str) -> None:
+    fill(client, topic_name, 6)
+    c = client.subscribe(topic_name, "s", initial_position="earliest").wait_connected()
+    got = take(c, 6)
+    futures = [c.acknowledge_future(m) for m in got]
+    for f in futures:
+        f.result(30)
+    assert client.describe_subscription(topic_name, "s").backlog == 0
+    c.seek({0: 2})  # back: 2..5 again, as new deliveries of a moved cursor
+    again = take(c, 4)
+    assert [(m.offset, m.redelivery_count) for m in again] == [(i, 0) for i in range(2, 6)]
+    info = client.seek_subscription(topic_name, "s", offsets={0: 5})  # forward, from admin
+    assert info.partitions[0].mark_delete == 5 and info.backlog == 1
+    assert [m.offset for m in take(c, 1)] == [5]
+    info = client.seek_subscription(topic_name, "s", timestamp=0)  # every partition, by time
+    assert info.backlog == 6
+    with pytest.raises(BadRequestError, match="needs offsets or a time"):
+        client.seek_subscription(topic_name, "s")
+    with pytest.raises(UnknownSubscriptionError):
+        client.seek_subscription(topic_name, "nope", offsets={0: 0})
+    c.close()

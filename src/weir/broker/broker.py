@@ -653,6 +653,33 @@ class Broker:
         self._check_open()
         await self.subscriptions.delete(self.topic(topic), name, force=force)
 
+    async def seek_subscription(
+        self,
+        topic: str,
+        name: str,
+        offsets: dict[int, int] | None = None,
+        timestamp_ms: int | None = None,
+    ) -> SubscriptionInfo:
+        """Move a subscription: partitions to offsets, or every partition to a time."""
+        self._check_open()
+        cfg = self.topic(topic)
+        sub = self.subscriptions.get(cfg, name)
+        if timestamp_ms is not None:
+            if offsets:
+                raise BadRequestError("seek to offsets or to a time, not both")
+            offsets = {
+                p: self._actors[(cfg.name, p)].log.offset_for_time(timestamp_ms)
+                for p in range(cfg.partitions)
+            }
+        if not offsets:
+            raise BadRequestError("a seek needs offsets or a time")
+        for p, o in offsets.items():
+            self.actor(cfg.name, p)  # range check
+            if o < 0:
+                raise BadRequestError(f"cannot seek partition {p} to offset {o}")
+        await sub.seek(offsets)
+        return sub.describe(short_topic(cfg.name))
+
     async def subscribe(
         self,
         topic: str,

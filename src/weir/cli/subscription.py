@@ -1,4 +1,4 @@
-"""`weir subscription ...`: durable subscriptions (list, describe, create, delete)."""
+"""`weir subscription ...`: durable subscriptions (list, describe, create, seek, delete)."""
 
 from __future__ import annotations
 
@@ -17,12 +17,14 @@ from weir.cli.common import (
     Password,
     Timeout,
     User,
+    bad,
     connect,
+    timestamp_ms,
 )
 from weir.client.admin import SubscriptionInfo
 
 subscription_app = typer.Typer(
-    help="Durable subscriptions: list, describe, create, delete.", no_args_is_help=True
+    help="Durable subscriptions: list, describe, create, seek, delete.", no_args_is_help=True
 )
 
 TopicName = Annotated[
@@ -132,6 +134,54 @@ def create(
     with connect(endpoint, user, password) as client:
         info = client.create_subscription(
             topic, subscription, type=type, initial_position=initial_position, timeout=timeout
+        )
+    if json_out:
+        output.print_json(subscription_json(info))
+    else:
+        show_subscription(info)
+
+
+def _offsets(values: list[str]) -> dict[int, int]:
+    out: dict[int, int] = {}
+    for v in values:
+        p, sep, o = v.partition("=")
+        if not sep or not p.strip().isdigit() or not o.strip().isdigit():
+            raise bad("--offset", f"expected PARTITION=OFFSET such as 0=1500, got {v!r}")
+        out[int(p)] = int(o)
+    return out
+
+
+@subscription_app.command("seek")
+def seek(
+    topic: TopicName,
+    subscription: SubscriptionName,
+    offset: Annotated[
+        list[str] | None,
+        typer.Option("--offset", help="PARTITION=OFFSET: the first offset to deliver (repeat)."),
+    ] = None,
+    time_: Annotated[
+        str | None,
+        typer.Option(
+            "--time",
+            help="Every partition to its first message at/after this time: ISO 8601, epoch ms, "
+            'or a duration ago ("15m").',
+        ),
+    ] = None,
+    endpoint: Endpoint = DEFAULT_ENDPOINT,
+    user: User = None,
+    password: Password = None,
+    timeout: Timeout = DEFAULT_TIMEOUT,
+    json_out: Json = False,
+) -> None:
+    """Move a subscription's cursor (back to deliver again, forward to skip); its consumers
+    reconnect and go on from there."""
+    if bool(offset) == (time_ is not None):
+        raise bad("--offset/--time", "give --offset (repeat) or --time, one of the two")
+    offsets = _offsets(offset or [])
+    ts = timestamp_ms(time_, "--time") if time_ is not None else None
+    with connect(endpoint, user, password) as client:
+        info = client.seek_subscription(
+            topic, subscription, offsets=offsets or None, timestamp=ts, timeout=timeout
         )
     if json_out:
         output.print_json(subscription_json(info))

@@ -582,6 +582,27 @@ class Client:
         req = pb.DeleteSubscriptionRequest(topic=topic, subscription=subscription, force=force)
         await self.conn.call("DeleteSubscription", req, timeout)
 
+    async def seek_subscription(
+        self,
+        topic: str,
+        subscription: str,
+        *,
+        offsets: Mapping[int, int] | None = None,
+        timestamp: dt.datetime | int | None = None,
+        timeout: float | None = 30.0,
+    ) -> SubscriptionInfo:
+        """Move a subscription: ``offsets`` (partition -> first offset to deliver) or every
+        partition to the first message written at or after ``timestamp``. Its consumers
+        are disconnected and reconnect on their own; delivery starts again from there."""
+        req = pb.SeekSubscriptionRequest(
+            topic=topic,
+            subscription=subscription,
+            offsets=[pb.PartitionOffset(partition=p, offset=o) for p, o in (offsets or {}).items()],
+        )
+        if timestamp is not None:
+            req.timestamp_ms = to_ms(timestamp, "timestamp") or 0
+        return subscription_info(await self.conn.call("SeekSubscription", req, timeout))
+
     def subscribe(
         self,
         topic: str,

@@ -209,6 +209,7 @@ class SubscriptionConsumer:
         self._waiting: dict[int, asyncio.Future[None]] = {}
         self._ids = itertools.count(1)
         self._connected = asyncio.Event()
+        self._new_stream = asyncio.Event()  # set at each stream's init
         self._error: WeirError | None = None
         self._closing = False
         self._task: asyncio.Task[None] | None = None
@@ -319,6 +320,38 @@ class SubscriptionConsumer:
             )
         )
 
+    async def seek(
+        self,
+        offsets: Mapping[int, int] | None = None,
+        *,
+        timestamp: dt.datetime | int | None = None,
+        timeout: float | None = 30.0,
+    ) -> None:
+        """Move the subscription (partition -> first offset to deliver, or every partition
+        to a time): what was received and not acknowledged is dropped, and delivery
+        starts again from there (the consumer reconnects, as all the subscription's do)."""
+        req = pb.SeekSubscriptionRequest(
+            topic=self.topic,
+            subscription=self.subscription,
+            offsets=[pb.PartitionOffset(partition=p, offset=o) for p, o in (offsets or {}).items()],
+        )
+        if timestamp is not None:
+            ms = timestamp if isinstance(timestamp, int) else round(timestamp.timestamp() * 1000)
+            req.timestamp_ms = ms
+        self._check()
+        self._new_stream.clear()
+        await self.conn.call("SeekSubscription", req, timeout)
+        # the server dropped every consumer of the subscription: once this one is back on
+        # a new stream, nothing received before the seek is left in its queue
+        try:
+            await asyncio.wait_for(self._new_stream.wait(), timeout)
+        except TimeoutError:
+            raise UnavailableError(
+                f"consumer of {self.topic!r}/{self.subscription!r} did not reconnect after the "
+                f"seek within {timeout} s (the seek itself is done)"
+            ) from None
+        self._check()
+
     async def unsubscribe(self) -> None:
         """Delete the subscription (this must be its last consumer) and close."""
         await self._request(
@@ -406,6 +439,7 @@ class SubscriptionConsumer:
                 self.conn.ever_connected = True
                 backoff.reset()
                 self._connected.set()
+                self._new_stream.set()
                 while True:
                     resp = await call.read()
                     if resp is grpc.aio.EOF:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import datetime as dt
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from types import TracebackType
 
 from weir.client import subscription as aio_sub
@@ -86,6 +86,16 @@ class SubscriptionConsumer:
         self, messages: MessageRef | Iterable[MessageRef], delay: float | dt.timedelta = 0
     ) -> None:
         self._loop.run(self._inner.negative_acknowledge(messages, delay))
+
+    def seek(
+        self,
+        offsets: Mapping[int, int] | None = None,
+        *,
+        timestamp: dt.datetime | int | None = None,
+        timeout: float | None = 30.0,
+    ) -> None:
+        """See `weir.aio.SubscriptionConsumer.seek`."""
+        self._loop.run(self._inner.seek(offsets, timestamp=timestamp, timeout=timeout))
 
     def unsubscribe(self) -> None:
         self._loop.run(self._inner.unsubscribe())

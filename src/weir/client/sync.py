@@ -448,6 +448,22 @@ class Client:
     ) -> None:
         self._run(self._aio.delete_subscription(topic, subscription, force=force, timeout=timeout))
 
+    def seek_subscription(
+        self,
+        topic: str,
+        subscription: str,
+        *,
+        offsets: Mapping[int, int] | None = None,
+        timestamp: dt.datetime | int | None = None,
+        timeout: float | None = 30.0,
+    ) -> SubscriptionInfo:
+        """See `weir.aio.Client.seek_subscription`."""
+        return self._run(  # type: ignore[no-any-return]
+            self._aio.seek_subscription(
+                topic, subscription, offsets=offsets, timestamp=timestamp, timeout=timeout
+            )
+        )
+
     def subscribe(
         self,
         topic: str,

@@ -59,6 +59,8 @@ class Cursor(Protocol):
 
     def skip_to(self, offset: int) -> None: ...
 
+    def reset(self, offset: int) -> None: ...
+
     def acked_above(self) -> int: ...
 
     def persist(self) -> asyncio.Future[None]: ...
@@ -108,6 +110,11 @@ class StoredCursor:
     def ack_cumulative(self, offset: int) -> None:
         """Everything up to and including ``offset`` is acknowledged."""
         self.skip_to(offset + 1)
+
+    def reset(self, offset: int) -> None:
+        """Seek: everything below ``offset`` is acknowledged, nothing from it on (may go back)."""
+        self._mark = offset
+        self._acked = RangeSet()
 
     def skip_to(self, offset: int) -> None:
         """Move mark-delete to ``offset`` (never backwards): retention removed what was below."""

@@ -29,7 +29,13 @@ from weir.broker.subscriptions.dispatcher import Dispatcher
 from weir.broker.subscriptions.settings import SubscriptionMeta, SubscriptionType
 from weir.broker.subscriptions.shared import SharedDispatcher
 from weir.broker.subscriptions.single_active import SingleActiveDispatcher
-from weir.errors import BadRequestError, ConsumerBusyError, UnknownPartitionError, WeirError
+from weir.errors import (
+    BadRequestError,
+    ConsumerBusyError,
+    UnavailableError,
+    UnknownPartitionError,
+    WeirError,
+)
 
 log = logging.getLogger("weir.subscriptions")
 
@@ -438,6 +444,34 @@ class Subscription:
             asyncio.get_running_loop().call_later(
                 c.ack_timeout_ms / 1000, self._timed_out, st, c.consumer_id, seq, offsets
             )
+
+    # ----------------------------------------------------------------- seek
+
+    async def seek(self, positions: dict[int, int]) -> None:
+        """Move cursors: partition -> the first offset to deliver (clamped to what is stored).
+
+        As Pulsar does, the consumers are disconnected first (with a retryable error, so
+        they reconnect): nothing they had in flight can be acknowledged against the
+        new positions, and what they held is simply delivered again from there.
+        """
+        for p in positions:
+            self._state(p)
+        for c in list(self.consumers.values()):
+            self.detach(c.consumer_id)
+            c.handle.close(UnavailableError(f"subscription {self.name!r} was moved by a seek"))
+        waits = []
+        for p, offset in positions.items():
+            st = self.parts[p]
+            actor = self._actor_of(p)
+            target = min(max(offset, actor.start_offset), actor.end_offset)
+            st.cursor.reset(target)
+            st.pending.clear()
+            st.redeliver.clear()
+            st.counts.clear()
+            st.read_pos = target
+            st.wake.set()
+            waits.append(st.cursor.persist())
+        await _all(waits)
 
     # ----------------------------------------------------------------- admin
 

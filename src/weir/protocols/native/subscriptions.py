@@ -339,6 +339,18 @@ class SubscriptionRpcs:
         )
 
     @unary_errors
+    async def SeekSubscription(
+        self, request: pb.SeekSubscriptionRequest, context: grpc.aio.ServicerContext
+    ) -> pb.SubscriptionDescription:
+        info = await self.broker.seek_subscription(
+            request.topic,
+            request.subscription,
+            {o.partition: o.offset for o in request.offsets},
+            request.timestamp_ms if request.HasField("timestamp_ms") else None,
+        )
+        return subscription_description(info)
+
+    @unary_errors
     async def DeleteSubscription(
         self, request: pb.DeleteSubscriptionRequest, context: grpc.aio.ServicerContext
     ) -> pb.DeleteSubscriptionResponse:

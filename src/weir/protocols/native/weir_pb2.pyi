@@ -1836,3 +1836,59 @@ class DeleteSubscriptionResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___DeleteSubscriptionResponse: _TypeAlias = DeleteSubscriptionResponse  # noqa: Y015
+
+@_typing.final
+class PartitionOffset(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PARTITION_FIELD_NUMBER: _builtins.int
+    OFFSET_FIELD_NUMBER: _builtins.int
+    partition: _builtins.int
+    offset: _builtins.int
+    def __init__(
+        self,
+        *,
+        partition: _builtins.int = ...,
+        offset: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["offset", b"offset", "partition", b"partition"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PartitionOffset: _TypeAlias = PartitionOffset  # noqa: Y015
+
+@_typing.final
+class SeekSubscriptionRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    SUBSCRIPTION_FIELD_NUMBER: _builtins.int
+    OFFSETS_FIELD_NUMBER: _builtins.int
+    TIMESTAMP_MS_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    subscription: _builtins.str
+    timestamp_ms: _builtins.int
+    """...or, when set, every partition to its first message written at or after this time."""
+    @_builtins.property
+    def offsets(self) -> _containers.RepeatedCompositeFieldContainer[Global___PartitionOffset]:
+        """Each named partition to this offset (clamped to the partition's start and end)..."""
+
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        subscription: _builtins.str = ...,
+        offsets: _abc.Iterable[Global___PartitionOffset] | None = ...,
+        timestamp_ms: _builtins.int | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_timestamp_ms", b"_timestamp_ms", "timestamp_ms", b"timestamp_ms"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_timestamp_ms", b"_timestamp_ms", "offsets", b"offsets", "subscription", b"subscription", "timestamp_ms", b"timestamp_ms", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__timestamp_ms: _TypeAlias = _typing.Literal["timestamp_ms"]  # noqa: Y015
+    _WhichOneofArgType__timestamp_ms: _TypeAlias = _typing.Literal["_timestamp_ms", b"_timestamp_ms"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__timestamp_ms) -> _WhichOneofReturnType__timestamp_ms | None: ...
+
+Global___SeekSubscriptionRequest: _TypeAlias = SeekSubscriptionRequest  # noqa: Y015

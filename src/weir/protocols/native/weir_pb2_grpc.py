@@ -124,6 +124,11 @@ class WeirStub:
                 request_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.DeleteSubscriptionRequest.SerializeToString,
                 response_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.DeleteSubscriptionResponse.FromString,
                 _registered_method=True)
+        self.SeekSubscription = channel.unary_unary(
+                '/weir.v1.Weir/SeekSubscription',
+                request_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.SeekSubscriptionRequest.SerializeToString,
+                response_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.SubscriptionDescription.FromString,
+                _registered_method=True)
 
 
 class WeirServicer:
@@ -245,6 +250,14 @@ class WeirServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SeekSubscription(self, request, context):
+        """Move a subscription's cursors; its consumers are disconnected (they reconnect) and
+        delivery starts again from the new positions.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_WeirServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -332,6 +345,11 @@ def add_WeirServicer_to_server(servicer, server):
                     servicer.DeleteSubscription,
                     request_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.DeleteSubscriptionRequest.FromString,
                     response_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.DeleteSubscriptionResponse.SerializeToString,
+            ),
+            'SeekSubscription': grpc.unary_unary_rpc_method_handler(
+                    servicer.SeekSubscription,
+                    request_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.SeekSubscriptionRequest.FromString,
+                    response_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.SubscriptionDescription.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -798,6 +816,33 @@ class Weir:
             '/weir.v1.Weir/DeleteSubscription',
             weir_dot_protocols_dot_native_dot_weir__pb2.DeleteSubscriptionRequest.SerializeToString,
             weir_dot_protocols_dot_native_dot_weir__pb2.DeleteSubscriptionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SeekSubscription(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/weir.v1.Weir/SeekSubscription',
+            weir_dot_protocols_dot_native_dot_weir__pb2.SeekSubscriptionRequest.SerializeToString,
+            weir_dot_protocols_dot_native_dot_weir__pb2.SubscriptionDescription.FromString,
             options,
             channel_credentials,
             insecure,
