@@ -223,3 +223,38 @@ def test_seek_moves_the_cursor_back_and_forth(client: weir.Client, topic_name: s
     with pytest.raises(UnknownSubscriptionError):
         client.seek_subscription(topic_name, "nope", offsets={0: 0})
     c.close()
+
+
+def test_key_shared_gives_each_key_to_one_consumer_in_order(
+    client: weir.Client, topic_name: str
+) -> None:
+    client.create_topic(topic_name, partitions=2)
+    consumers = [
+        client.subscribe(
+            topic_name, "s", type="key-shared", initial_position="earliest", consumer_name=n
+        ).wait_connected()
+        for n in ("a", "b")
+    ]
+    with client.writer(topic_name, producer_id="w") as w:
+        for i in range(200):
+            w.write(b"%d" % i, key=b"key-%d" % (i % 8))
+    got: dict[str, list[weir.ReceivedMessage]] = {"a": [], "b": []}
+    deadline = time.monotonic() + 30
+    while sum(len(v) for v in got.values()) < 200 and time.monotonic() < deadline:
+        for name, c in zip("ab", consumers, strict=True):
+            got[name].extend(c.receive_batch(200, timeout=0.1))
+    assert sum(len(v) for v in got.values()) == 200
+    owner: dict[bytes, str] = {}
+    for name, msgs in got.items():
+        assert msgs, "both consumers get keys"
+        for m in msgs:
+            assert owner.setdefault(m.key, name) == name  # one consumer per key
+        for key in {m.key for m in msgs}:
+            values = [int(m.data) for m in msgs if m.key == key]
+            assert values == sorted(values)  # in order
+    with pytest.raises(BadRequestError, match="cumulative"):
+        consumers[0].acknowledge_cumulative(got["a"][0])
+    for name, c in zip("ab", consumers, strict=True):
+        c.acknowledge(got[name])
+        c.close()
+    assert client.describe_subscription(topic_name, "s").type == "key_shared"

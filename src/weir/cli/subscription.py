@@ -118,7 +118,7 @@ def create(
     topic: TopicName,
     subscription: SubscriptionName,
     type: Annotated[
-        str, typer.Option("--type", help="exclusive, failover or shared.")
+        str, typer.Option("--type", help="exclusive, failover, shared or key_shared.")
     ] = "exclusive",
     initial_position: Annotated[
         str,

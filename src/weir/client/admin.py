@@ -193,6 +193,7 @@ _TYPE_NAMES = {
     pb.SUBSCRIPTION_EXCLUSIVE: "exclusive",
     pb.SUBSCRIPTION_FAILOVER: "failover",
     pb.SUBSCRIPTION_SHARED: "shared",
+    pb.SUBSCRIPTION_KEY_SHARED: "key_shared",
 }
 
 

@@ -620,8 +620,8 @@ class Client:
         unless ``create=False``; call inside a running event loop).
 
         ``type``: "exclusive" (one consumer), "failover" (one active consumer per
-        partition, ordered by ``consumer_name``) or "shared" (round-robin, individual
-        acks only). ``initial_position`` ("latest" / "earliest") applies when this call
+        partition, ordered by ``consumer_name``), "shared" (round-robin, individual
+        acks only) or "key_shared" (each key to one consumer at a time, in order). ``initial_position`` ("latest" / "earliest") applies when this call
         creates the subscription. ``receiver_queue_size`` bounds the messages the server
         sends ahead; ``ack_timeout`` (seconds) redelivers what stays unacknowledged longer.
         See docs/subscriptions.md.

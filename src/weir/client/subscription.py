@@ -38,6 +38,7 @@ TYPES = {
     "exclusive": pb.SUBSCRIPTION_EXCLUSIVE,
     "failover": pb.SUBSCRIPTION_FAILOVER,
     "shared": pb.SUBSCRIPTION_SHARED,
+    "key_shared": pb.SUBSCRIPTION_KEY_SHARED,
 }
 TYPE_NAMES = {v: k for k, v in TYPES.items()}
 POSITIONS = {"latest": pb.POSITION_LATEST, "earliest": pb.POSITION_EARLIEST}
@@ -45,7 +46,7 @@ POSITION_NAMES = {v: k for k, v in POSITIONS.items()}
 
 
 def type_code(value: str) -> Any:
-    code = TYPES.get(str(value).lower())
+    code = TYPES.get(str(value).lower().replace("-", "_"))
     if code is None:
         raise BadRequestError(f"subscription type must be one of {sorted(TYPES)}, not {value!r}")
     return code

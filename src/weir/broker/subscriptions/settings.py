@@ -18,6 +18,7 @@ class SubscriptionType(enum.Enum):
     EXCLUSIVE = "exclusive"  # one consumer; a second is refused
     FAILOVER = "failover"  # one active consumer per partition, the others on standby
     SHARED = "shared"  # round-robin over every consumer, by permits; no ordering
+    KEY_SHARED = "key_shared"  # each key to one consumer at a time; per-key order
 
     @classmethod
     def parse(cls, value: str | SubscriptionType) -> SubscriptionType:

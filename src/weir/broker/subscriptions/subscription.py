@@ -26,6 +26,7 @@ from weir.broker.partition_actor import PartitionActor
 from weir.broker.subscriptions.consumer import AttachedConsumer, Delivery
 from weir.broker.subscriptions.cursor import StoredCursor
 from weir.broker.subscriptions.dispatcher import Dispatcher
+from weir.broker.subscriptions.key_shared import MAX_HELD, KeySharedDispatcher, message_keys
 from weir.broker.subscriptions.settings import SubscriptionMeta, SubscriptionType
 from weir.broker.subscriptions.shared import SharedDispatcher
 from weir.broker.subscriptions.single_active import SingleActiveDispatcher
@@ -46,6 +47,8 @@ MAX_DELAY_MS = 7 * 24 * 3600 * 1000
 def make_dispatcher(type: SubscriptionType, name: str) -> Dispatcher:
     if type is SubscriptionType.SHARED:
         return SharedDispatcher(name)
+    if type is SubscriptionType.KEY_SHARED:
+        return KeySharedDispatcher(name)
     return SingleActiveDispatcher(type, name)
 
 
@@ -59,6 +62,10 @@ class PartitionState:
     )  # offset -> (consumer, delivery)
     redeliver: set[int] = field(default_factory=set)
     counts: dict[int, int] = field(default_factory=dict)  # redelivery counts
+    # Key_Shared: key hashes of messages read and not acknowledged, and the ones read but
+    # held back (their key waits for another consumer, or its consumer has no permits)
+    keys: dict[int, int] = field(default_factory=dict)
+    held: set[int] = field(default_factory=set)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task[None] | None = None
 
@@ -246,6 +253,11 @@ class Subscription:
                 c.unacked -= 1
         st.redeliver.discard(o)
         st.counts.pop(o, None)
+        if st.keys:
+            st.keys.pop(o, None)
+            if st.held:
+                st.held.discard(o)
+                st.wake.set()  # held keys may go now
 
     def _settle_range(self, st: PartitionState, start: int, end: int) -> None:
         """Forget what is pending or due again in ``[start, end)``: it is acknowledged."""
@@ -266,6 +278,12 @@ class Subscription:
         if st.counts:
             for o in offsets:
                 st.counts.pop(o, None)
+        if st.keys:
+            for o in offsets:
+                st.keys.pop(o, None)
+            if st.held:
+                st.held.difference_update(offsets)
+                st.wake.set()  # held keys may go now
 
     async def acknowledge(self, ranges: list[tuple[int, int, int]]) -> None:
         """Acknowledge ``(partition, start, end)`` offset ranges; returns once durable.
@@ -351,6 +369,15 @@ class Subscription:
         try:
             while not self._closed:
                 st.wake.clear()
+                if isinstance(self.dispatcher, KeySharedDispatcher):
+                    if self._key_shared_round(partition, st, actor, self.dispatcher):
+                        await asyncio.sleep(0)
+                        continue
+                    if len(st.held) < MAX_HELD and self.consumers:
+                        await _first(st.wake.wait(), actor.wait_for_data(st.read_pos, None))
+                    else:
+                        await st.wake.wait()
+                    continue
                 consumers = list(self.consumers.values())
                 c = self.dispatcher.pick(partition, consumers)
                 if c is not None:
@@ -425,6 +452,67 @@ class Subscription:
         st.dispatched_high = max(st.dispatched_high, st.read_pos)
         return take, res.chunks
 
+    def _key_shared_round(
+        self,
+        partition: int,
+        st: PartitionState,
+        actor: PartitionActor,
+        ks: KeySharedDispatcher,
+    ) -> bool:
+        """One dispatch round of a Key_Shared partition; False when nothing could be sent."""
+        consumers = list(self.consumers.values())
+        left = {c.consumer_id: min(c.permits, ks.max_batch) for c in consumers}
+        if not any(n > 0 for n in left.values()):
+            return False
+        start = actor.start_offset
+        cursor = st.cursor
+        if cursor.mark_delete < start:
+            cursor.skip_to(start)
+        for o in [o for o in st.redeliver | st.held if cursor.is_acked(o) or o < start]:
+            self._settle(st, o)
+        waiting = sorted(st.redeliver | st.held)
+        fresh: list[int] = []
+        if len(st.held) < MAX_HELD:
+            budget = sum(left.values())
+            end = actor.end_offset
+            o = max(st.read_pos, cursor.mark_delete, start)
+            while len(fresh) < budget:
+                o = cursor.next_unacked(o)
+                if o >= end:
+                    break
+                acked = cursor.next_acked(o)
+                stop = min(end, o + budget - len(fresh), end if acked is None else acked)
+                fresh.extend(range(o, stop))
+                o = stop
+            if fresh:
+                res = actor.read(fresh[0], MAX_READ_BYTES, fresh[-1] + 1)
+                fresh = [x for x in fresh if res.first_offset <= x < res.next_offset]
+                if fresh:
+                    st.keys.update(message_keys(res.chunks, fresh[0], fresh[-1] + 1))
+                    st.read_pos = fresh[-1] + 1
+                    st.dispatched_high = max(st.dispatched_high, st.read_pos)
+        holder = {st.keys.get(o, 0): cid for o, (cid, _) in st.pending.items()}
+        blocked: set[int] = set()
+        chosen: dict[int, list[int]] = {}
+        for o in waiting + fresh:  # waiting ones are all below read_pos: offset order
+            k = st.keys.get(o, 0)
+            target = ks.select(consumers, k)
+            cid = target.consumer_id
+            if k in blocked or left[cid] <= 0 or holder.get(k, cid) != cid:
+                blocked.add(k)  # and so every later message of k waits too
+                if o not in st.redeliver:
+                    st.held.add(o)
+                continue
+            left[cid] -= 1
+            holder[k] = cid
+            chosen.setdefault(cid, []).append(o)
+            st.held.discard(o)
+            st.redeliver.discard(o)
+        for cid, offsets in chosen.items():
+            res = actor.read(offsets[0], 1 << 62, offsets[-1] + 1)  # all of them, in one go
+            self._deliver(partition, st, self.consumers[cid], offsets, res.chunks)
+        return bool(chosen)
+
     def _deliver(
         self,
         partition: int,
@@ -468,6 +556,8 @@ class Subscription:
             st.pending.clear()
             st.redeliver.clear()
             st.counts.clear()
+            st.keys.clear()
+            st.held.clear()
             st.read_pos = target
             st.wake.set()
             waits.append(st.cursor.persist())

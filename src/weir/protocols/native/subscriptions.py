@@ -37,6 +37,7 @@ TYPES: dict[Any, SubscriptionType] = {
     pb.SUBSCRIPTION_EXCLUSIVE: SubscriptionType.EXCLUSIVE,
     pb.SUBSCRIPTION_FAILOVER: SubscriptionType.FAILOVER,
     pb.SUBSCRIPTION_SHARED: SubscriptionType.SHARED,
+    pb.SUBSCRIPTION_KEY_SHARED: SubscriptionType.KEY_SHARED,
 }
 TYPE_CODES = {v: k for k, v in TYPES.items()}
 POSITIONS: dict[Any, InitialPosition] = {

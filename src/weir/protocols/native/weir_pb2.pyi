@@ -60,6 +60,8 @@ class _SubscriptionTypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Subs
     """one active consumer per partition, the others stand by"""
     SUBSCRIPTION_SHARED: _SubscriptionType.ValueType  # 2
     """round-robin over the consumers by permits; no cumulative acks"""
+    SUBSCRIPTION_KEY_SHARED: _SubscriptionType.ValueType  # 3
+    """each key to one consumer at a time, per-key order"""
 
 class SubscriptionType(_SubscriptionType, metaclass=_SubscriptionTypeEnumTypeWrapper):
     """---------------------------------------------------------------- subscriptions"""
@@ -70,6 +72,8 @@ SUBSCRIPTION_FAILOVER: SubscriptionType.ValueType  # 1
 """one active consumer per partition, the others stand by"""
 SUBSCRIPTION_SHARED: SubscriptionType.ValueType  # 2
 """round-robin over the consumers by permits; no cumulative acks"""
+SUBSCRIPTION_KEY_SHARED: SubscriptionType.ValueType  # 3
+"""each key to one consumer at a time, per-key order"""
 Global___SubscriptionType: _TypeAlias = SubscriptionType  # noqa: Y015
 
 class _InitialPosition:
