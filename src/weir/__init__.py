@@ -19,6 +19,7 @@ _SDK = {
     "Consumer",
     "ConsumerInfo",
     "ConsumerLag",
+    "DeadLetterPolicy",
     "Message",
     "PartitionInfo",
     "PartitionSession",

@@ -19,7 +19,7 @@ from weir.client.aio import Client, RangeChunk, Reader, Writer
 from weir.client.credentials import UserPassword
 from weir.client.messages import Batch, Message
 from weir.client.reader import PartitionSession, PartitionSessionClosedError, Start
-from weir.client.subscription import ReceivedMessage, SubscriptionConsumer
+from weir.client.subscription import DeadLetterPolicy, ReceivedMessage, SubscriptionConsumer
 from weir.client.writer_settings import WriteResult
 
 __all__ = [
@@ -28,6 +28,7 @@ __all__ = [
     "Consumer",
     "ConsumerInfo",
     "ConsumerLag",
+    "DeadLetterPolicy",
     "Message",
     "PartitionInfo",
     "PartitionSession",

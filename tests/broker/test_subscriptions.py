@@ -290,3 +290,43 @@ async def test_seek_resets_the_cursor_and_drops_the_consumers(tmp_path: Path) ->
     b = await open_broker(tmp_path)  # the seek is durable
     assert b.describe_subscription("t", "s").backlog == 5
     await b.close()
+
+
+async def test_a_message_nacked_too_often_goes_to_the_dead_letter_topic(tmp_path: Path) -> None:
+    from weir.broker.subscriptions import DeadLetterPolicy
+    from weir.storage.batch import decode_payload, encode_batch, iter_batches
+    from weir.storage.partition import validate_incoming
+
+    b = await open_broker(tmp_path)
+    await b.create_topic("t", partitions=1)
+    batch = encode_batch([b"a", b"b"], keys=[b"k1", b"k2"], headers=[{"h": "1"}, None])
+    await b.write("t", 0, validate_incoming([batch]))
+    inbox = Inbox()
+    s, c = await b.subscribe("t", "s", "shared", "earliest", inbox, dead_letter=DeadLetterPolicy(2))
+    s.flow(c.consumer_id, 100)
+    await inbox.wait(2)
+    for n in range(3):  # delivered 3 times (counts 0, 1, 2), then the third nack buries it
+        s.negative_acknowledge(one([(0, 0)]), 0)
+        if n < 2:
+            assert (await inbox.wait(3 + n))[-1] == (0, 0, n + 1)
+    async with asyncio.timeout(10):
+        while b.describe_subscription("t", "s").partitions[0].mark_delete < 1:
+            await asyncio.sleep(0.01)
+    dlq = b.actor("t-s-DLQ", 0)
+    assert dlq.end_offset == 1
+    chunk = dlq.read(0, 1 << 20).chunks[0]
+    pos, h = next(iter_batches(chunk))
+    p = decode_payload(chunk, pos, h)
+    assert (p.data_list(), p.key_list()) == ([b"a"], [b"k1"])
+    assert p.header_list()[0] == {
+        "h": "1",
+        "weir-origin-topic": "t",
+        "weir-origin-partition": "0",
+        "weir-origin-offset": "0",
+        "weir-origin-subscription": "s",
+    }
+    await b.close()
+    b = await open_broker(tmp_path)  # the policy is stored with the subscription
+    sub = b.subscription("t", "s")
+    assert sub.meta.max_redeliver_count == 2
+    await b.close()

@@ -258,3 +258,42 @@ def test_key_shared_gives_each_key_to_one_consumer_in_order(
         c.acknowledge(got[name])
         c.close()
     assert client.describe_subscription(topic_name, "s").type == "key_shared"
+
+
+def test_a_message_that_keeps_failing_lands_in_the_dead_letter_topic(
+    client: weir.Client, topic_name: str
+) -> None:
+    client.create_topic(topic_name)
+    with client.writer(topic_name, producer_id="w") as w:
+        w.write(b"poison", key=b"k", headers={"trace": "t1"})
+        w.write(b"fine")
+    c = client.subscribe(
+        topic_name,
+        "s",
+        type="shared",
+        initial_position="earliest",
+        dead_letter_policy=weir.DeadLetterPolicy(max_redeliver_count=2),
+    ).wait_connected()
+    seen = []
+    while len(seen) < 4:  # poison 3 times (counts 0, 1, 2), fine once
+        for m in c.receive_batch(timeout=10):
+            seen.append((m.data, m.redelivery_count))
+            if m.data == b"poison":
+                c.negative_acknowledge(m)
+            else:
+                c.acknowledge(m)
+    assert sorted(seen) == [(b"fine", 0), (b"poison", 0), (b"poison", 1), (b"poison", 2)]
+    info = client.describe_subscription(topic_name, "s")
+    assert (info.max_redeliver_count, info.dead_letter_topic) == (2, f"{topic_name}-s-DLQ")
+    deadline = time.monotonic() + 20  # the copy is written, then the message acked
+    while client.describe_subscription(topic_name, "s").backlog:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    dead = [
+        m for chunk in client.read_range(info.dead_letter_topic, 0, 0) for m in chunk.messages()
+    ]
+    assert [(m.data, m.key) for m in dead] == [(b"poison", b"k")]
+    assert dead[0].headers["trace"] == "t1"
+    assert dead[0].headers["weir-origin-offset"] == "0"
+    assert dead[0].headers["weir-origin-subscription"] == "s"
+    c.close()

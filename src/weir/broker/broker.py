@@ -28,6 +28,7 @@ from weir.broker.subscriptions import (
     SUBSCRIPTIONS,
     AttachedConsumer,
     ConsumerHandle,
+    DeadLetterPolicy,
     InitialPosition,
     Subscription,
     SubscriptionInfo,
@@ -56,7 +57,12 @@ from weir.errors import (
 )
 from weir.storage.codecs import Codec, codec_id, codec_name
 from weir.storage.kv import Op, delete, put
-from weir.storage.partition import BatchResult, IncomingBatch, PartitionConfig
+from weir.storage.partition import (
+    BatchResult,
+    IncomingBatch,
+    PartitionConfig,
+    validate_incoming,
+)
 from weir.storage.store import Store
 
 log = logging.getLogger("weir.broker")
@@ -119,7 +125,7 @@ class Broker:
         self._groups: dict[tuple[str, str], ConsumerGroup] = {}
         self.pins = ProducerPins(config.producer_idle_timeout_ms)
         self.subscriptions = Subscriptions(
-            store.kv, store.committer, lambda t, p: self._actors[(t, p)]
+            store.kv, store.committer, lambda t, p: self._actors[(t, p)], self._write_dead_letters
         )
         self._retention_task: asyncio.Task[None] | None = None
         self._closed = False
@@ -691,6 +697,7 @@ class Broker:
         consumer_name: str = "",
         ack_timeout_ms: int = 0,
         create: bool = True,
+        dead_letter: DeadLetterPolicy | None = None,
     ) -> tuple[Subscription, AttachedConsumer]:
         """Attach a consumer to a durable subscription (see `weir.broker.subscriptions`)."""
         self._check_open()
@@ -705,7 +712,16 @@ class Broker:
             consumer_name=consumer_name,
             ack_timeout_ms=ack_timeout_ms,
             create=create,
+            dead_letter=dead_letter,
         )
+
+    async def _write_dead_letters(self, topic: str, batches: list[bytes]) -> None:
+        """Store dead letters in ``topic`` (created with one partition when missing)."""
+        if canonical_topic(topic) not in self._topics:
+            with contextlib.suppress(AlreadyExistsError):
+                await self.create_topic(topic, partitions=1)
+        cfg = self.topic(topic)
+        await self.write(cfg.name, 0, validate_incoming(batches))
 
     # ------------------------------------------------------------------ retention
 

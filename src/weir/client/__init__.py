@@ -12,7 +12,7 @@ from weir.client.aio import RangeChunk
 from weir.client.credentials import UserPassword
 from weir.client.messages import Batch, Message
 from weir.client.reader import PartitionSession, PartitionSessionClosedError, Start
-from weir.client.subscription import ReceivedMessage
+from weir.client.subscription import DeadLetterPolicy, ReceivedMessage
 from weir.client.subscription_sync import SubscriptionConsumer
 from weir.client.sync import Client, Reader, Writer
 from weir.client.writer_settings import WriteResult
@@ -23,6 +23,7 @@ __all__ = [
     "Consumer",
     "ConsumerInfo",
     "ConsumerLag",
+    "DeadLetterPolicy",
     "Message",
     "PartitionInfo",
     "PartitionSession",

@@ -187,6 +187,8 @@ class SubscriptionInfo:
     unacked: int
     partitions: list[SubscriptionPartitionInfo]
     consumers: list[SubscriptionConsumerInfo]
+    max_redeliver_count: int = 0  # 0: no dead-letter topic
+    dead_letter_topic: str = ""
 
 
 _TYPE_NAMES = {
@@ -216,4 +218,6 @@ def subscription_info(d: pb.SubscriptionDescription) -> SubscriptionInfo:
             SubscriptionConsumerInfo(c.consumer_id, c.name, c.permits, c.unacked)
             for c in d.consumers
         ],
+        max_redeliver_count=d.max_redeliver_count,
+        dead_letter_topic=d.dead_letter_topic,
     )

@@ -29,6 +29,7 @@ from weir.client.credentials import CredentialsArg
 from weir.client.messages import Batch, Message
 from weir.client.reader import PartitionSession, ReaderCore, Start
 from weir.client.subscription import (
+    DeadLetterPolicy,
     SubscriptionConsumer,
     position_code,
     type_code,
@@ -614,6 +615,7 @@ class Client:
         receiver_queue_size: int = 1000,
         ack_timeout: float | dt.timedelta | None = None,
         create: bool = True,
+        dead_letter_policy: DeadLetterPolicy | None = None,
         on_reconnect: Callable[[WeirError], None] | None = None,
     ) -> SubscriptionConsumer:
         """A consumer of the durable ``subscription`` of ``topic`` (created on first use
@@ -623,7 +625,8 @@ class Client:
         partition, ordered by ``consumer_name``), "shared" (round-robin, individual
         acks only) or "key_shared" (each key to one consumer at a time, in order). ``initial_position`` ("latest" / "earliest") applies when this call
         creates the subscription. ``receiver_queue_size`` bounds the messages the server
-        sends ahead; ``ack_timeout`` (seconds) redelivers what stays unacknowledged longer.
+        sends ahead; ``ack_timeout`` (seconds) redelivers what stays unacknowledged longer;
+        ``dead_letter_policy`` (`weir.DeadLetterPolicy`) parks what is redelivered too often.
         See docs/subscriptions.md.
         """
         return SubscriptionConsumer(
@@ -636,6 +639,7 @@ class Client:
             receiver_queue_size=receiver_queue_size,
             ack_timeout=ack_timeout,
             create=create,
+            dead_letter_policy=dead_letter_policy,
             on_reconnect=on_reconnect,
         ).start()
 

@@ -21,6 +21,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from itertools import repeat
 from operator import itemgetter
 from typing import Any, NamedTuple
@@ -57,6 +58,17 @@ def position_code(value: str) -> Any:
     if code is None:
         raise BadRequestError(f"initial position must be 'earliest' or 'latest', not {value!r}")
     return code
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetterPolicy:
+    """After ``max_redeliver_count`` redeliveries a message goes to ``dead_letter_topic``
+    (default ``<topic>-<subscription>-DLQ``, created when missing) and counts as
+    acknowledged; its headers gain ``weir-origin-topic``, ``-partition``, ``-offset``
+    and ``-subscription``. The policy is stored with the subscription."""
+
+    max_redeliver_count: int
+    dead_letter_topic: str = ""
 
 
 class ReceivedMessage(NamedTuple):
@@ -175,6 +187,7 @@ class SubscriptionConsumer:
         receiver_queue_size: int = 1000,
         ack_timeout: float | dt.timedelta | None = None,
         create: bool = True,
+        dead_letter_policy: DeadLetterPolicy | None = None,
         on_reconnect: Callable[[WeirError], None] | None = None,
     ) -> None:
         if receiver_queue_size < 1:
@@ -192,6 +205,11 @@ class SubscriptionConsumer:
             ack_timeout_ms=0 if ack_timeout is None else _delay_ms(ack_timeout),
             no_create=not create,
         )
+        if dead_letter_policy is not None:
+            if dead_letter_policy.max_redeliver_count < 1:
+                raise BadRequestError("max_redeliver_count must be >= 1")
+            self._init.max_redeliver_count = dead_letter_policy.max_redeliver_count
+            self._init.dead_letter_topic = dead_letter_policy.dead_letter_topic
         if self._init.ack_timeout_ms < 0:
             raise BadRequestError("ack_timeout must not be negative")
         self.receiver_queue_size = receiver_queue_size

@@ -22,6 +22,7 @@ from weir.client.credentials import CredentialsArg
 from weir.client.loop import LoopThread
 from weir.client.messages import Batch, Message
 from weir.client.reader import PartitionSession, Start
+from weir.client.subscription import DeadLetterPolicy
 from weir.client.subscription_sync import SubscriptionConsumer
 from weir.client.writer_settings import WriteResult
 from weir.errors import ClosedError, WeirError
@@ -475,6 +476,7 @@ class Client:
         receiver_queue_size: int = 1000,
         ack_timeout: float | dt.timedelta | None = None,
         create: bool = True,
+        dead_letter_policy: DeadLetterPolicy | None = None,
         on_reconnect: Callable[[WeirError], None] | None = None,
     ) -> SubscriptionConsumer:
         """A consumer of a durable subscription; see `weir.aio.Client.subscribe`."""
@@ -489,6 +491,7 @@ class Client:
                 receiver_queue_size=receiver_queue_size,
                 ack_timeout=ack_timeout,
                 create=create,
+                dead_letter_policy=dead_letter_policy,
                 on_reconnect=on_reconnect,
             )
 

@@ -3,6 +3,7 @@ dispatchers per subscription type, redelivery. See docs/subscriptions.md."""
 
 from weir.broker.subscriptions.consumer import AttachedConsumer, ConsumerHandle, Delivery
 from weir.broker.subscriptions.cursor import SUBSCRIPTIONS
+from weir.broker.subscriptions.dead_letter import DeadLetterPolicy
 from weir.broker.subscriptions.registry import Subscriptions
 from weir.broker.subscriptions.settings import InitialPosition, SubscriptionType
 from weir.broker.subscriptions.subscription import (
@@ -16,6 +17,7 @@ __all__ = [
     "SUBSCRIPTIONS",
     "AttachedConsumer",
     "ConsumerHandle",
+    "DeadLetterPolicy",
     "Delivery",
     "InitialPosition",
     "Subscription",

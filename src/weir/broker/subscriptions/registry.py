@@ -4,6 +4,7 @@ by admin, deleted by admin or by their last consumer; retention asks it what to 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import time
 from collections.abc import Callable, Iterable
@@ -17,6 +18,7 @@ from weir.broker.subscriptions.cursor import (
     decode_cursor,
     parse_cursor_key,
 )
+from weir.broker.subscriptions.dead_letter import DeadLetterPolicy
 from weir.broker.subscriptions.settings import (
     InitialPosition,
     SubscriptionMeta,
@@ -25,7 +27,7 @@ from weir.broker.subscriptions.settings import (
     meta_key,
     parse_meta_key,
 )
-from weir.broker.subscriptions.subscription import Subscription
+from weir.broker.subscriptions.subscription import DeadLetterSink, Subscription
 from weir.broker.topics import TopicConfig, short_topic
 from weir.errors import AlreadyExistsError, ConsumerBusyError, UnknownSubscriptionError, WeirError
 from weir.storage.committer import GroupCommitter
@@ -40,7 +42,9 @@ class Subscriptions:
         kv: KV,
         committer: GroupCommitter,
         actor_of: Callable[[str, int], PartitionActor],
+        dead_letter_sink: DeadLetterSink | None = None,
     ) -> None:
+        self._dead_letter_sink = dead_letter_sink
         self._kv = kv
         self._committer = committer
         self._actor_of = actor_of
@@ -57,6 +61,7 @@ class Subscriptions:
             lambda p, mark: StoredCursor(
                 self._committer, cursor_key(cfg.topic_id, p, meta.name), mark
             ),
+            self._dead_letter_sink,
         )
 
     def load(self, topics: Iterable[TopicConfig]) -> None:
@@ -149,6 +154,7 @@ class Subscriptions:
         consumer_name: str = "",
         ack_timeout_ms: int = 0,
         create: bool = True,
+        dead_letter: DeadLetterPolicy | None = None,
     ) -> tuple[Subscription, AttachedConsumer]:
         """Attach a consumer (creating the subscription when missing and ``create``)."""
         if create:
@@ -160,7 +166,18 @@ class Subscriptions:
             cid, consumer_name or f"consumer-{cid}", handle, ack_timeout_ms, 0, 0, ("", cid)
         )
         c.order = (c.name, cid)
-        if sub.attach(c, type):  # it had no consumers: the type follows the new one
+        changed = sub.attach(c, type)  # True: it had no consumers, the type follows
+        if dead_letter is not None and (
+            dead_letter.max_redeliver_count,
+            dead_letter.topic,
+        ) != (sub.meta.max_redeliver_count, sub.meta.dead_letter_topic):
+            sub.meta = dataclasses.replace(
+                sub.meta,
+                max_redeliver_count=dead_letter.max_redeliver_count,
+                dead_letter_topic=dead_letter.topic,
+            )
+            changed = True
+        if changed:
             op = put(SUBSCRIPTIONS, meta_key(cfg.topic_id, name), sub.meta.to_json())
             await asyncio.wrap_future(self._committer.submit([op]))
         return sub, c

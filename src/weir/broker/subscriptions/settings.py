@@ -71,6 +71,8 @@ class SubscriptionMeta:
     type: SubscriptionType
     initial_position: InitialPosition
     created_at_ms: int
+    max_redeliver_count: int = 0  # 0: no dead-letter topic
+    dead_letter_topic: str = ""  # empty: <topic>-<subscription>-DLQ
 
     def to_json(self) -> bytes:
         return json.dumps(
@@ -79,6 +81,8 @@ class SubscriptionMeta:
                 "type": self.type.value,
                 "initial_position": self.initial_position.value,
                 "created_at_ms": self.created_at_ms,
+                "max_redeliver_count": self.max_redeliver_count,
+                "dead_letter_topic": self.dead_letter_topic,
             }
         ).encode()
 
@@ -90,4 +94,6 @@ class SubscriptionMeta:
             SubscriptionType(d["type"]),
             InitialPosition(d["initial_position"]),
             d["created_at_ms"],
+            d.get("max_redeliver_count", 0),
+            d.get("dead_letter_topic", ""),
         )

@@ -17,7 +17,7 @@ import contextlib
 import dataclasses
 import logging
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from itertools import repeat
 from typing import Any
@@ -25,6 +25,13 @@ from typing import Any
 from weir.broker.partition_actor import PartitionActor
 from weir.broker.subscriptions.consumer import AttachedConsumer, Delivery
 from weir.broker.subscriptions.cursor import StoredCursor
+from weir.broker.subscriptions.dead_letter import (
+    ORIGIN_PARTITION,
+    ORIGIN_SUBSCRIPTION,
+    ORIGIN_TOPIC,
+    DeadLetterPolicy,
+    dead_letter_batches,
+)
 from weir.broker.subscriptions.dispatcher import Dispatcher
 from weir.broker.subscriptions.key_shared import MAX_HELD, KeySharedDispatcher, message_keys
 from weir.broker.subscriptions.settings import SubscriptionMeta, SubscriptionType
@@ -41,6 +48,7 @@ from weir.errors import (
 log = logging.getLogger("weir.subscriptions")
 
 MAX_READ_BYTES = 1 << 20
+DeadLetterSink = Callable[[str, list[bytes]], Awaitable[None]]  # (topic, batches)
 MAX_DELAY_MS = 7 * 24 * 3600 * 1000
 
 
@@ -66,6 +74,9 @@ class PartitionState:
     # held back (their key waits for another consumer, or its consumer has no permits)
     keys: dict[int, int] = field(default_factory=dict)
     held: set[int] = field(default_factory=set)
+    partition: int = -1
+    dead: set[int] = field(default_factory=set)  # on their way to the dead-letter topic
+    burying: asyncio.Task[None] | None = None
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task[None] | None = None
 
@@ -97,6 +108,8 @@ class SubscriptionInfo:
     created_at_ms: int
     partitions: list[SubscriptionPartitionInfo]
     consumers: list[SubscriptionConsumerInfo]
+    max_redeliver_count: int = 0
+    dead_letter_topic: str = ""
 
     @property
     def backlog(self) -> int:
@@ -115,6 +128,7 @@ class Subscription:
         meta: SubscriptionMeta,
         actor_of: Callable[[int], PartitionActor],
         new_cursor: Callable[[int, int], StoredCursor],
+        dead_letter_sink: DeadLetterSink | None = None,
     ) -> None:
         self.topic = topic
         self.topic_id = topic_id
@@ -122,6 +136,7 @@ class Subscription:
         self.dispatcher = make_dispatcher(meta.type, meta.name)
         self._actor_of = actor_of
         self._new_cursor = new_cursor
+        self._dead_letter_sink = dead_letter_sink
         self.parts: dict[int, PartitionState] = {}
         self.consumers: dict[int, AttachedConsumer] = {}
         self._delivery_seq = 0
@@ -138,7 +153,7 @@ class Subscription:
         delivered anything written before the restart, so acks of those are accepted."""
         actor = self._actor_of(partition)
         high = cursor.mark_delete if fresh else max(cursor.mark_delete, actor.end_offset)
-        st = PartitionState(cursor, cursor.mark_delete, high)
+        st = PartitionState(cursor, cursor.mark_delete, high, partition=partition)
         self.parts[partition] = st
         if self.consumers:
             self._start_pump(partition, st)
@@ -213,9 +228,48 @@ class Subscription:
             self._to_redeliver(st, o)
 
     def _to_redeliver(self, st: PartitionState, offset: int) -> None:
-        st.counts[offset] = st.counts.get(offset, 0) + 1
+        n = st.counts[offset] = st.counts.get(offset, 0) + 1
+        limit = self.meta.max_redeliver_count
+        if limit and n > limit and self._dead_letter_sink is not None:
+            st.dead.add(offset)
+            if st.burying is None and not self._closed:
+                st.burying = asyncio.get_running_loop().create_task(self._bury(st))
+            return
         st.redeliver.add(offset)
         st.wake.set()
+
+    async def _bury(self, st: PartitionState) -> None:
+        """Copy dead letters to the dead-letter topic, then acknowledge them here."""
+        assert self._dead_letter_sink is not None
+        actor = self._actor_of(st.partition)
+        short = self.topic.rsplit("/", 1)[-1]
+        policy = DeadLetterPolicy(self.meta.max_redeliver_count, self.meta.dead_letter_topic)
+        origin = {
+            ORIGIN_TOPIC: short,
+            ORIGIN_PARTITION: str(st.partition),
+            ORIGIN_SUBSCRIPTION: self.name,
+        }
+        backoff = 0.05
+        try:
+            while st.dead and not self._closed:
+                offsets = sorted(st.dead)[:500]
+                res = actor.read(offsets[0], 1 << 62, offsets[-1] + 1)
+                batches = dead_letter_batches(res.chunks, set(offsets), origin)
+                try:
+                    if batches:
+                        await self._dead_letter_sink(policy.topic_for(short, self.name), batches)
+                except WeirError as err:
+                    log.warning("dead-letter write failed, retrying: %s", err.message)
+                    await asyncio.sleep(backoff)
+                    backoff = min(5.0, backoff * 2)
+                    continue
+                st.dead.difference_update(offsets)
+                for o in offsets:
+                    st.cursor.ack_range(o, o + 1)
+                    self._settle(st, o)
+                await _all([st.cursor.persist()])
+        finally:
+            st.burying = None
 
     def _wake_all(self) -> None:
         for st in self.parts.values():
@@ -253,6 +307,8 @@ class Subscription:
                 c.unacked -= 1
         st.redeliver.discard(o)
         st.counts.pop(o, None)
+        if st.dead:
+            st.dead.discard(o)
         if st.keys:
             st.keys.pop(o, None)
             if st.held:
@@ -558,6 +614,7 @@ class Subscription:
             st.counts.clear()
             st.keys.clear()
             st.held.clear()
+            st.dead.clear()
             st.read_pos = target
             st.wake.set()
             waits.append(st.cursor.persist())
@@ -594,12 +651,19 @@ class Subscription:
                 SubscriptionConsumerInfo(c.consumer_id, c.name, c.permits, c.unacked)
                 for c in consumers
             ],
+            self.meta.max_redeliver_count,
+            DeadLetterPolicy(self.meta.max_redeliver_count, self.meta.dead_letter_topic).topic_for(
+                short_topic, self.name
+            )
+            if self.meta.max_redeliver_count
+            else "",
         )
 
     async def close(self, err: WeirError | None = None) -> None:
         """Stop dispatching; with ``err``, tell the attached consumers why they are dropped."""
         self._closed = True
         tasks = [st.task for st in self.parts.values() if st.task is not None]
+        tasks += [st.burying for st in self.parts.values() if st.burying is not None]
         for t in tasks:
             t.cancel()
         for t in tasks:

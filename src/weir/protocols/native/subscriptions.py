@@ -20,6 +20,7 @@ import grpc
 from weir.broker.broker import Broker
 from weir.broker.subscriptions import (
     AttachedConsumer,
+    DeadLetterPolicy,
     Delivery,
     InitialPosition,
     Subscription,
@@ -74,6 +75,8 @@ def subscription_description(info: SubscriptionInfo) -> pb.SubscriptionDescripti
         type=TYPE_CODES[info.type],
         initial_position=POSITION_CODES[InitialPosition(info.initial_position)],
         created_at_ms=info.created_at_ms,
+        max_redeliver_count=info.max_redeliver_count,
+        dead_letter_topic=info.dead_letter_topic,
         backlog=info.backlog,
         unacked=info.unacked,
         partitions=[
@@ -199,6 +202,9 @@ class SubscribeSession:
                 consumer_name=init.consumer_name,
                 ack_timeout_ms=init.ack_timeout_ms,
                 create=not init.no_create,
+                dead_letter=DeadLetterPolicy(init.max_redeliver_count, init.dead_letter_topic)
+                if init.max_redeliver_count > 0
+                else None,
             )
             self._sub, self._consumer = sub, c
             self._out.put_nowait(

@@ -1318,6 +1318,8 @@ class SubscribeInit(_message.Message):
     PERMITS_FIELD_NUMBER: _builtins.int
     ACK_TIMEOUT_MS_FIELD_NUMBER: _builtins.int
     NO_CREATE_FIELD_NUMBER: _builtins.int
+    MAX_REDELIVER_COUNT_FIELD_NUMBER: _builtins.int
+    DEAD_LETTER_TOPIC_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     subscription: _builtins.str
     type: Global___SubscriptionType.ValueType
@@ -1331,6 +1333,12 @@ class SubscribeInit(_message.Message):
     """Messages unacknowledged for longer are delivered again; 0: never."""
     no_create: _builtins.bool
     """Refuse (UNKNOWN_SUBSCRIPTION) instead of creating a missing subscription."""
+    max_redeliver_count: _builtins.int
+    """> 0: a message delivered again more than this many times goes to the dead-letter
+    topic (stored with the subscription; 0 leaves its policy as it is).
+    """
+    dead_letter_topic: _builtins.str
+    """Empty: <topic>-<subscription>-DLQ."""
     def __init__(
         self,
         *,
@@ -1342,10 +1350,12 @@ class SubscribeInit(_message.Message):
         permits: _builtins.int = ...,
         ack_timeout_ms: _builtins.int = ...,
         no_create: _builtins.bool = ...,
+        max_redeliver_count: _builtins.int = ...,
+        dead_letter_topic: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack_timeout_ms", b"ack_timeout_ms", "consumer_name", b"consumer_name", "initial_position", b"initial_position", "no_create", b"no_create", "permits", b"permits", "subscription", b"subscription", "topic", b"topic", "type", b"type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack_timeout_ms", b"ack_timeout_ms", "consumer_name", b"consumer_name", "dead_letter_topic", b"dead_letter_topic", "initial_position", b"initial_position", "max_redeliver_count", b"max_redeliver_count", "no_create", b"no_create", "permits", b"permits", "subscription", b"subscription", "topic", b"topic", "type", b"type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1729,6 +1739,8 @@ class SubscriptionDescription(_message.Message):
     UNACKED_FIELD_NUMBER: _builtins.int
     PARTITIONS_FIELD_NUMBER: _builtins.int
     CONSUMERS_FIELD_NUMBER: _builtins.int
+    MAX_REDELIVER_COUNT_FIELD_NUMBER: _builtins.int
+    DEAD_LETTER_TOPIC_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     subscription: _builtins.str
     type: Global___SubscriptionType.ValueType
@@ -1736,6 +1748,8 @@ class SubscriptionDescription(_message.Message):
     created_at_ms: _builtins.int
     backlog: _builtins.int
     unacked: _builtins.int
+    max_redeliver_count: _builtins.int
+    dead_letter_topic: _builtins.str
     @_builtins.property
     def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___SubscriptionPartition]: ...
     @_builtins.property
@@ -1752,10 +1766,12 @@ class SubscriptionDescription(_message.Message):
         unacked: _builtins.int = ...,
         partitions: _abc.Iterable[Global___SubscriptionPartition] | None = ...,
         consumers: _abc.Iterable[Global___SubscriptionConsumer] | None = ...,
+        max_redeliver_count: _builtins.int = ...,
+        dead_letter_topic: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["backlog", b"backlog", "consumers", b"consumers", "created_at_ms", b"created_at_ms", "initial_position", b"initial_position", "partitions", b"partitions", "subscription", b"subscription", "topic", b"topic", "type", b"type", "unacked", b"unacked"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["backlog", b"backlog", "consumers", b"consumers", "created_at_ms", b"created_at_ms", "dead_letter_topic", b"dead_letter_topic", "initial_position", b"initial_position", "max_redeliver_count", b"max_redeliver_count", "partitions", b"partitions", "subscription", b"subscription", "topic", b"topic", "type", b"type", "unacked", b"unacked"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
