@@ -330,3 +330,26 @@ async def test_a_message_nacked_too_often_goes_to_the_dead_letter_topic(tmp_path
     sub = b.subscription("t", "s")
     assert sub.meta.max_redeliver_count == 2
     await b.close()
+
+
+async def test_failover_spreads_partitions_over_the_ordered_consumers(tmp_path: Path) -> None:
+    b = await open_broker(tmp_path)
+    await b.create_topic("t", partitions=3)
+    a, ca = await attach(b, "s", "failover", name="a")
+    z, _cz = await attach(b, "s", "failover", name="z")
+    for p in range(3):
+        await fill(b, 2, partition=p)
+    await a.wait(4)
+    await z.wait(2)
+    assert {p for p, _, _ in a.got} == {0, 2} and {p for p, _, _ in z.got} == {1}
+    info = b.describe_subscription("t", "s")
+    assert [p.active_consumer for p in info.partitions] == ["a", "z", "a"]
+    b.subscription("t", "s").detach(ca.consumer_id)
+    await z.wait(6)  # a's partitions, from their unacked start, to the one left
+    assert sorted((p, o, n) for p, o, n in z.got if p != 1) == [
+        (0, 0, 1),
+        (0, 1, 1),
+        (2, 0, 1),
+        (2, 1, 1),
+    ]
+    await b.close()
