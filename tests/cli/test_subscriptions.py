@@ -61,3 +61,28 @@ def test_create_list_describe_delete(weir: Weir, topic_name: str) -> None:
     assert missing.code == 1 and "does not exist" in one_line_error(missing)
     bad = weir("subscription", "create", topic_name, "x", "--type", "round-robin")
     assert bad.code == 1 and "type" in one_line_error(bad)
+
+
+def test_read_from_a_subscription_acknowledges_what_it_printed(weir: Weir, topic_name: str) -> None:
+    with Client(weir.endpoint) as client:
+        client.create_topic(topic_name, partitions=2)
+        with client.writer(topic_name, producer_id="w") as w:
+            for i in range(200):
+                w.write(b"%d" % i)
+    first = weir("read", topic_name, "--subscription", "s", "-n", "3")
+    assert first.code == 0, first.err
+    assert first.text.split() == ["0", "1", "2"]
+    # two readers share the rest: every message printed once, then both stop
+    a, b = weir.many(
+        ["read", topic_name, "--subscription", "s", "--type", "shared"],
+        ["read", topic_name, "--subscription", "s", "--type", "shared"],
+    )
+    assert a.code == 0 and b.code == 0, a.err + b.err
+    printed = a.text.split() + b.text.split()
+    assert sorted(map(int, printed)) == list(range(3, 200))
+    with Client(weir.endpoint) as client:
+        assert client.describe_subscription(topic_name, "s").backlog == 0
+    clash = weir("read", topic_name, "--subscription", "s", "--consumer", "c")
+    assert clash.code == 2 and "--subscription" in one_line_error(clash)
+    at = weir("read", topic_name, "--subscription", "s", "--from", "5")
+    assert at.code == 2 and "earliest or latest" in one_line_error(at)
