@@ -188,6 +188,8 @@ async def test_bad_acks_change_nothing(tmp_path: Path) -> None:
     assert b.describe_subscription("t", "s") == before
     with pytest.raises(AlreadyExistsError):
         await b.create_subscription("t", "s")
+    with pytest.raises(BadRequestError, match="needs the time"):
+        await b.create_subscription("t", "s3", "shared", "timestamp")
     with pytest.raises(ConsumerBusyError, match="attached"):
         await b.delete_subscription("t", "s")
     await b.delete_subscription("t", "s", force=True)

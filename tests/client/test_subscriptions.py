@@ -3,6 +3,7 @@ ack kind, redelivery, handover, bad input, the asyncio twin."""
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 from collections.abc import Iterator
 
@@ -296,4 +297,22 @@ def test_a_message_that_keeps_failing_lands_in_the_dead_letter_topic(
     assert dead[0].headers["trace"] == "t1"
     assert dead[0].headers["weir-origin-offset"] == "0"
     assert dead[0].headers["weir-origin-subscription"] == "s"
+    c.close()
+
+
+def test_a_subscription_can_start_at_a_time(client: weir.Client, topic_name: str) -> None:
+    client.create_topic(topic_name)
+    with client.writer(topic_name, producer_id="w") as w:
+        first = w.write_with_result(b"before")
+    written = next(iter(client.read_range(topic_name, 0, 0, 1))).messages()[0].written_at_ms
+    while time.time() * 1000 <= written + 1:  # the clock passes the cut: no fixed sleep
+        time.sleep(0.001)
+    with client.writer(topic_name, producer_id="w") as w:
+        w.write(b"after")
+    info = client.create_subscription(topic_name, "by-time", initial_position=written + 1)
+    assert (info.initial_position, info.partitions[0].mark_delete) == ("timestamp", 1)
+    c = client.subscribe(
+        topic_name, "s", initial_position=dt.datetime.fromtimestamp((written + 1) / 1000, dt.UTC)
+    ).wait_connected()
+    assert [m.data for m in take(c, 1)] == [b"after"] and first.offset == 0
     c.close()

@@ -636,11 +636,16 @@ class Broker:
         name: str,
         type: str | SubscriptionType = SubscriptionType.EXCLUSIVE,
         initial_position: str | InitialPosition = InitialPosition.LATEST,
+        initial_time_ms: int | None = None,
     ) -> SubscriptionInfo:
         self._check_open()
         cfg = self.topic(topic)
         sub = await self.subscriptions.create(
-            cfg, name, SubscriptionType.parse(type), InitialPosition.parse(initial_position)
+            cfg,
+            name,
+            SubscriptionType.parse(type),
+            InitialPosition.parse(initial_position),
+            initial_time_ms=initial_time_ms,
         )
         return sub.describe(short_topic(cfg.name))
 
@@ -698,6 +703,7 @@ class Broker:
         ack_timeout_ms: int = 0,
         create: bool = True,
         dead_letter: DeadLetterPolicy | None = None,
+        initial_time_ms: int | None = None,
     ) -> tuple[Subscription, AttachedConsumer]:
         """Attach a consumer to a durable subscription (see `weir.broker.subscriptions`)."""
         self._check_open()
@@ -713,6 +719,7 @@ class Broker:
             ack_timeout_ms=ack_timeout_ms,
             create=create,
             dead_letter=dead_letter,
+            initial_time_ms=initial_time_ms,
         )
 
     async def _write_dead_letters(self, topic: str, batches: list[bytes]) -> None:

@@ -181,7 +181,7 @@ class SubscriptionInfo:
     topic: str
     name: str
     type: str  # exclusive, failover, shared
-    initial_position: str  # earliest, latest
+    initial_position: str  # earliest, latest, timestamp
     created_at_ms: int
     backlog: int
     unacked: int
@@ -204,7 +204,10 @@ def subscription_info(d: pb.SubscriptionDescription) -> SubscriptionInfo:
         topic=d.topic,
         name=d.subscription,
         type=_TYPE_NAMES.get(d.type, str(d.type)),
-        initial_position="earliest" if d.initial_position == pb.POSITION_EARLIEST else "latest",
+        initial_position={
+            pb.POSITION_EARLIEST: "earliest",
+            pb.POSITION_TIMESTAMP: "timestamp",
+        }.get(d.initial_position, "latest"),
         created_at_ms=d.created_at_ms,
         backlog=d.backlog,
         unacked=d.unacked,

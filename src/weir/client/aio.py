@@ -32,6 +32,7 @@ from weir.client.subscription import (
     DeadLetterPolicy,
     SubscriptionConsumer,
     position_code,
+    position_time_ms,
     type_code,
 )
 from weir.client.writer import WriterCore
@@ -550,7 +551,7 @@ class Client:
         subscription: str,
         *,
         type: str = "exclusive",
-        initial_position: str = "latest",
+        initial_position: str | dt.datetime | int = "latest",
         timeout: float | None = 30.0,
     ) -> SubscriptionInfo:
         """Create a durable subscription without attaching a consumer (its cursor starts
@@ -561,6 +562,9 @@ class Client:
             type=type_code(type),
             initial_position=position_code(initial_position),
         )
+        since = position_time_ms(initial_position)
+        if since is not None:
+            req.initial_timestamp_ms = since
         return subscription_info(await self.conn.call("CreateSubscription", req, timeout))
 
     async def describe_subscription(
@@ -610,7 +614,7 @@ class Client:
         subscription: str,
         *,
         type: str = "exclusive",
-        initial_position: str = "latest",
+        initial_position: str | dt.datetime | int = "latest",
         consumer_name: str = "",
         receiver_queue_size: int = 1000,
         ack_timeout: float | dt.timedelta | None = None,
@@ -623,8 +627,10 @@ class Client:
 
         ``type``: "exclusive" (one consumer), "failover" (one active consumer per
         partition, ordered by ``consumer_name``), "shared" (round-robin, individual
-        acks only) or "key_shared" (each key to one consumer at a time, in order). ``initial_position`` ("latest" / "earliest") applies when this call
-        creates the subscription. ``receiver_queue_size`` bounds the messages the server
+        acks only) or "key_shared" (each key to one consumer at a time, in order).
+        ``initial_position`` ("latest", "earliest", or a time: a datetime or ms since the
+        epoch) applies when this call creates the subscription. ``receiver_queue_size``
+        bounds the messages the server
         sends ahead; ``ack_timeout`` (seconds) redelivers what stays unacknowledged longer;
         ``dead_letter_policy`` (`weir.DeadLetterPolicy`) parks what is redelivered too often.
         See docs/subscriptions.md.

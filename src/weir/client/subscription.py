@@ -53,11 +53,26 @@ def type_code(value: str) -> Any:
     return code
 
 
-def position_code(value: str) -> Any:
+def position_code(value: str | dt.datetime | int) -> Any:
+    """The wire code of an initial position; a time (datetime or ms) is POSITION_TIMESTAMP."""
+    if isinstance(value, dt.datetime | int):
+        return pb.POSITION_TIMESTAMP
     code = POSITIONS.get(str(value).lower())
     if code is None:
-        raise BadRequestError(f"initial position must be 'earliest' or 'latest', not {value!r}")
+        raise BadRequestError(
+            f"initial position must be 'earliest', 'latest' or a time, not {value!r}"
+        )
     return code
+
+
+def position_time_ms(value: str | dt.datetime | int) -> int | None:
+    if isinstance(value, dt.datetime):
+        return round(value.timestamp() * 1000)
+    if isinstance(value, int):
+        if value < 0:
+            raise BadRequestError(f"an initial time is ms since the epoch, got {value}")
+        return value
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,7 +197,7 @@ class SubscriptionConsumer:
         subscription: str,
         *,
         type: str = "exclusive",
-        initial_position: str = "latest",
+        initial_position: str | dt.datetime | int = "latest",
         consumer_name: str = "",
         receiver_queue_size: int = 1000,
         ack_timeout: float | dt.timedelta | None = None,
@@ -205,6 +220,9 @@ class SubscriptionConsumer:
             ack_timeout_ms=0 if ack_timeout is None else _delay_ms(ack_timeout),
             no_create=not create,
         )
+        since = position_time_ms(initial_position)
+        if since is not None:
+            self._init.initial_timestamp_ms = since
         if dead_letter_policy is not None:
             if dead_letter_policy.max_redeliver_count < 1:
                 raise BadRequestError("max_redeliver_count must be >= 1")

@@ -420,7 +420,7 @@ class Client:
         subscription: str,
         *,
         type: str = "exclusive",
-        initial_position: str = "latest",
+        initial_position: str | dt.datetime | int = "latest",
         timeout: float | None = 30.0,
     ) -> SubscriptionInfo:
         """See `weir.aio.Client.create_subscription`."""
@@ -471,7 +471,7 @@ class Client:
         subscription: str,
         *,
         type: str = "exclusive",
-        initial_position: str = "latest",
+        initial_position: str | dt.datetime | int = "latest",
         consumer_name: str = "",
         receiver_queue_size: int = 1000,
         ack_timeout: float | dt.timedelta | None = None,

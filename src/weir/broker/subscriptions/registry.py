@@ -29,7 +29,13 @@ from weir.broker.subscriptions.settings import (
 )
 from weir.broker.subscriptions.subscription import DeadLetterSink, Subscription
 from weir.broker.topics import TopicConfig, short_topic
-from weir.errors import AlreadyExistsError, ConsumerBusyError, UnknownSubscriptionError, WeirError
+from weir.errors import (
+    AlreadyExistsError,
+    BadRequestError,
+    ConsumerBusyError,
+    UnknownSubscriptionError,
+    WeirError,
+)
 from weir.storage.committer import GroupCommitter
 from weir.storage.kv import KV, Op, delete, put
 
@@ -113,8 +119,15 @@ class Subscriptions:
         initial_position: InitialPosition,
         *,
         exist_ok: bool = False,
+        initial_time_ms: int | None = None,
     ) -> Subscription:
+        """Create a subscription; its cursors start at ``initial_position`` (with
+        ``initial_time_ms``: at the first message written at or after that time)."""
         check_subscription_name(name)
+        if initial_time_ms is not None:
+            initial_position = InitialPosition.TIMESTAMP
+        elif initial_position is InitialPosition.TIMESTAMP:
+            raise BadRequestError("an initial position by timestamp needs the time")
         async with self._lock:
             existing = self._subs.get((cfg.name, name))
             if existing is not None:
@@ -129,11 +142,12 @@ class Subscriptions:
             cursors = []
             for p in range(cfg.partitions):
                 actor = self._actor_of(cfg.name, p)
-                mark = (
-                    actor.start_offset
-                    if initial_position is InitialPosition.EARLIEST
-                    else actor.end_offset
-                )
+                if initial_time_ms is not None:
+                    mark = actor.log.offset_for_time(initial_time_ms)
+                elif initial_position is InitialPosition.EARLIEST:
+                    mark = actor.start_offset
+                else:
+                    mark = actor.end_offset
                 cur = StoredCursor(self._committer, cursor_key(cfg.topic_id, p, name), mark)
                 ops.append(cur.snapshot_op())
                 cursors.append(cur)
@@ -155,10 +169,13 @@ class Subscriptions:
         ack_timeout_ms: int = 0,
         create: bool = True,
         dead_letter: DeadLetterPolicy | None = None,
+        initial_time_ms: int | None = None,
     ) -> tuple[Subscription, AttachedConsumer]:
         """Attach a consumer (creating the subscription when missing and ``create``)."""
         if create:
-            sub = await self.create(cfg, name, type, initial_position, exist_ok=True)
+            sub = await self.create(
+                cfg, name, type, initial_position, exist_ok=True, initial_time_ms=initial_time_ms
+            )
         else:
             sub = self.get(cfg, name)
         cid = next(_consumer_ids)

@@ -37,6 +37,7 @@ class InitialPosition(enum.Enum):
 
     EARLIEST = "earliest"
     LATEST = "latest"
+    TIMESTAMP = "timestamp"  # the first message written at or after a given time
 
     @classmethod
     def parse(cls, value: str | InitialPosition) -> InitialPosition:
@@ -46,7 +47,7 @@ class InitialPosition(enum.Enum):
             return cls(str(value).lower())
         except ValueError:
             raise BadRequestError(
-                f"initial position must be 'earliest' or 'latest', not {value!r}"
+                f"initial position must be 'earliest', 'latest' or a time, not {value!r}"
             ) from None
 
 

@@ -44,6 +44,7 @@ TYPE_CODES = {v: k for k, v in TYPES.items()}
 POSITIONS: dict[Any, InitialPosition] = {
     pb.POSITION_LATEST: InitialPosition.LATEST,
     pb.POSITION_EARLIEST: InitialPosition.EARLIEST,
+    pb.POSITION_TIMESTAMP: InitialPosition.TIMESTAMP,
 }
 POSITION_CODES = {v: k for k, v in POSITIONS.items()}
 
@@ -205,6 +206,9 @@ class SubscribeSession:
                 dead_letter=DeadLetterPolicy(init.max_redeliver_count, init.dead_letter_topic)
                 if init.max_redeliver_count > 0
                 else None,
+                initial_time_ms=init.initial_timestamp_ms
+                if init.HasField("initial_timestamp_ms")
+                else None,
             )
             self._sub, self._consumer = sub, c
             self._out.put_nowait(
@@ -324,6 +328,7 @@ class SubscriptionRpcs:
             request.subscription,
             _type(request.type),
             _position(request.initial_position),
+            request.initial_timestamp_ms if request.HasField("initial_timestamp_ms") else None,
         )
         return subscription_description(info)
 

@@ -86,6 +86,8 @@ class _InitialPositionEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Initi
     """a new subscription starts at the end offsets"""
     POSITION_EARLIEST: _InitialPosition.ValueType  # 1
     """a new subscription starts at the start offsets"""
+    POSITION_TIMESTAMP: _InitialPosition.ValueType  # 2
+    """at the first message written at or after a time"""
 
 class InitialPosition(_InitialPosition, metaclass=_InitialPositionEnumTypeWrapper): ...
 
@@ -93,6 +95,8 @@ POSITION_LATEST: InitialPosition.ValueType  # 0
 """a new subscription starts at the end offsets"""
 POSITION_EARLIEST: InitialPosition.ValueType  # 1
 """a new subscription starts at the start offsets"""
+POSITION_TIMESTAMP: InitialPosition.ValueType  # 2
+"""at the first message written at or after a time"""
 Global___InitialPosition: _TypeAlias = InitialPosition  # noqa: Y015
 
 @_typing.final
@@ -1320,6 +1324,7 @@ class SubscribeInit(_message.Message):
     NO_CREATE_FIELD_NUMBER: _builtins.int
     MAX_REDELIVER_COUNT_FIELD_NUMBER: _builtins.int
     DEAD_LETTER_TOPIC_FIELD_NUMBER: _builtins.int
+    INITIAL_TIMESTAMP_MS_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     subscription: _builtins.str
     type: Global___SubscriptionType.ValueType
@@ -1339,6 +1344,8 @@ class SubscribeInit(_message.Message):
     """
     dead_letter_topic: _builtins.str
     """Empty: <topic>-<subscription>-DLQ."""
+    initial_timestamp_ms: _builtins.int
+    """Set: a new subscription starts at the first message written at or after this time."""
     def __init__(
         self,
         *,
@@ -1352,12 +1359,15 @@ class SubscribeInit(_message.Message):
         no_create: _builtins.bool = ...,
         max_redeliver_count: _builtins.int = ...,
         dead_letter_topic: _builtins.str = ...,
+        initial_timestamp_ms: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_initial_timestamp_ms", b"_initial_timestamp_ms", "initial_timestamp_ms", b"initial_timestamp_ms"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack_timeout_ms", b"ack_timeout_ms", "consumer_name", b"consumer_name", "dead_letter_topic", b"dead_letter_topic", "initial_position", b"initial_position", "max_redeliver_count", b"max_redeliver_count", "no_create", b"no_create", "permits", b"permits", "subscription", b"subscription", "topic", b"topic", "type", b"type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_initial_timestamp_ms", b"_initial_timestamp_ms", "ack_timeout_ms", b"ack_timeout_ms", "consumer_name", b"consumer_name", "dead_letter_topic", b"dead_letter_topic", "initial_position", b"initial_position", "initial_timestamp_ms", b"initial_timestamp_ms", "max_redeliver_count", b"max_redeliver_count", "no_create", b"no_create", "permits", b"permits", "subscription", b"subscription", "topic", b"topic", "type", b"type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__initial_timestamp_ms: _TypeAlias = _typing.Literal["initial_timestamp_ms"]  # noqa: Y015
+    _WhichOneofArgType__initial_timestamp_ms: _TypeAlias = _typing.Literal["_initial_timestamp_ms", b"_initial_timestamp_ms"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__initial_timestamp_ms) -> _WhichOneofReturnType__initial_timestamp_ms | None: ...
 
 Global___SubscribeInit: _TypeAlias = SubscribeInit  # noqa: Y015
 
@@ -1620,10 +1630,13 @@ class CreateSubscriptionRequest(_message.Message):
     SUBSCRIPTION_FIELD_NUMBER: _builtins.int
     TYPE_FIELD_NUMBER: _builtins.int
     INITIAL_POSITION_FIELD_NUMBER: _builtins.int
+    INITIAL_TIMESTAMP_MS_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     subscription: _builtins.str
     type: Global___SubscriptionType.ValueType
     initial_position: Global___InitialPosition.ValueType
+    initial_timestamp_ms: _builtins.int
+    """Set: start at the first message written at or after this time (ms since epoch)."""
     def __init__(
         self,
         *,
@@ -1631,12 +1644,15 @@ class CreateSubscriptionRequest(_message.Message):
         subscription: _builtins.str = ...,
         type: Global___SubscriptionType.ValueType = ...,
         initial_position: Global___InitialPosition.ValueType = ...,
+        initial_timestamp_ms: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_initial_timestamp_ms", b"_initial_timestamp_ms", "initial_timestamp_ms", b"initial_timestamp_ms"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["initial_position", b"initial_position", "subscription", b"subscription", "topic", b"topic", "type", b"type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_initial_timestamp_ms", b"_initial_timestamp_ms", "initial_position", b"initial_position", "initial_timestamp_ms", b"initial_timestamp_ms", "subscription", b"subscription", "topic", b"topic", "type", b"type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__initial_timestamp_ms: _TypeAlias = _typing.Literal["initial_timestamp_ms"]  # noqa: Y015
+    _WhichOneofArgType__initial_timestamp_ms: _TypeAlias = _typing.Literal["_initial_timestamp_ms", b"_initial_timestamp_ms"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__initial_timestamp_ms) -> _WhichOneofReturnType__initial_timestamp_ms | None: ...
 
 Global___CreateSubscriptionRequest: _TypeAlias = CreateSubscriptionRequest  # noqa: Y015
 
