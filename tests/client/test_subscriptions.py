@@ -3,6 +3,7 @@ ack kind, redelivery, handover, bad input, the asyncio twin."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import time
 from collections.abc import Iterator
@@ -316,3 +317,46 @@ def test_a_subscription_can_start_at_a_time(client: weir.Client, topic_name: str
     ).wait_connected()
     assert [m.data for m in take(c, 1)] == [b"after"] and first.offset == 0
     c.close()
+
+
+def test_a_message_listener_handles_and_acknowledges(client: weir.Client, topic_name: str) -> None:
+    import threading
+
+    fill(client, topic_name, 5)
+    seen: list[tuple[bytes, int]] = []
+    done = threading.Event()
+
+    def handle(consumer: weir.SubscriptionConsumer, msg: weir.ReceivedMessage) -> None:
+        seen.append((msg.data, msg.redelivery_count))
+        if msg.data == b"2" and msg.redelivery_count == 0:
+            raise ValueError("fails once")  # logged; the message comes again
+        consumer.acknowledge(msg)
+        if len(seen) == 6:
+            done.set()
+
+    c = client.subscribe(
+        topic_name, "s", type="shared", initial_position="earliest", listener=handle
+    )
+    assert done.wait(30), seen
+    assert sorted(seen) == sorted([(b"%d" % i, 0) for i in range(5)] + [(b"2", 1)])
+    assert client.describe_subscription(topic_name, "s").backlog == 0
+    c.close()
+
+
+async def test_an_async_listener(shared_server: ServerProcess, topic_name: str) -> None:
+    async with weir.aio.Client(shared_server.endpoint) as client:
+        await client.create_topic(topic_name)
+        w = client.writer(topic_name, producer_id="w")
+        await w.write(b"x")
+        await w.close()
+        got: asyncio.Queue[bytes] = asyncio.Queue()
+
+        async def handle(
+            consumer: weir.aio.SubscriptionConsumer, msg: weir.aio.ReceivedMessage
+        ) -> None:
+            await consumer.acknowledge(msg)
+            await got.put(msg.data)
+
+        c = client.subscribe(topic_name, "s", initial_position="earliest", listener=handle)
+        assert await asyncio.wait_for(got.get(), 30) == b"x"
+        await c.close()

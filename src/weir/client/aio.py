@@ -30,6 +30,7 @@ from weir.client.messages import Batch, Message
 from weir.client.reader import PartitionSession, ReaderCore, Start
 from weir.client.subscription import (
     DeadLetterPolicy,
+    ReceivedMessage,
     SubscriptionConsumer,
     position_code,
     position_time_ms,
@@ -620,6 +621,7 @@ class Client:
         ack_timeout: float | dt.timedelta | None = None,
         create: bool = True,
         dead_letter_policy: DeadLetterPolicy | None = None,
+        listener: Callable[[SubscriptionConsumer, ReceivedMessage], Any] | None = None,
         on_reconnect: Callable[[WeirError], None] | None = None,
     ) -> SubscriptionConsumer:
         """A consumer of the durable ``subscription`` of ``topic`` (created on first use
@@ -632,10 +634,12 @@ class Client:
         epoch) applies when this call creates the subscription. ``receiver_queue_size``
         bounds the messages the server
         sends ahead; ``ack_timeout`` (seconds) redelivers what stays unacknowledged longer;
-        ``dead_letter_policy`` (`weir.DeadLetterPolicy`) parks what is redelivered too often.
+        ``dead_letter_policy`` (`weir.DeadLetterPolicy`) parks what is redelivered too often;
+        ``listener(consumer, message)`` (plain or ``async def``) is called for every
+        message instead of the application calling ``receive``.
         See docs/subscriptions.md.
         """
-        return SubscriptionConsumer(
+        consumer = SubscriptionConsumer(
             self.conn,
             topic,
             subscription,
@@ -648,6 +652,9 @@ class Client:
             dead_letter_policy=dead_letter_policy,
             on_reconnect=on_reconnect,
         ).start()
+        if listener is not None:
+            consumer.listen(listener)
+        return consumer
 
     # ------------------------------------------------------------------ streams
 

@@ -250,10 +250,35 @@ class SubscriptionConsumer:
         self._error: WeirError | None = None
         self._closing = False
         self._task: asyncio.Task[None] | None = None
+        self._listener: asyncio.Task[None] | None = None
 
     def start(self) -> SubscriptionConsumer:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="weir-consumer")
         return self
+
+    def listen(self, listener: Callable[[SubscriptionConsumer, ReceivedMessage], Any]) -> None:
+        """Call ``listener(consumer, message)`` for every message, in a task of its own
+        (an ``async def`` listener is awaited); it acknowledges what it handled. A
+        listener that raises is logged and the message negatively acknowledged."""
+
+        async def run() -> None:
+            while not self._closing and self._error is None:
+                try:
+                    msg = await self.receive(timeout=0.5)
+                except WeirError:
+                    return
+                if msg is None:
+                    continue
+                try:
+                    result = listener(self, msg)
+                    if asyncio.iscoroutine(result):
+                        await result
+                except Exception:
+                    log.exception("message listener failed; the message will come again")
+                    with contextlib.suppress(WeirError):
+                        await self.negative_acknowledge(msg)
+
+        self._listener = asyncio.get_running_loop().create_task(run(), name="weir-listener")
 
     @property
     def connected(self) -> bool:
@@ -533,6 +558,10 @@ class SubscriptionConsumer:
             return
         self._closing = True
         call = self._call
+        if self._listener is not None and self._listener is not asyncio.current_task():
+            self._listener.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._listener
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):

@@ -4,14 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import datetime as dt
-from collections.abc import Iterable, Iterator, Mapping
+import logging
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from types import TracebackType
+from typing import Any
 
 from weir.client import subscription as aio_sub
 from weir.client.loop import LoopThread
 from weir.client.subscription import MessageRef, ReceivedMessage
 from weir.errors import WeirError
+
+log = logging.getLogger("weir.client")
 
 
 class SubscriptionConsumer:
@@ -20,6 +26,30 @@ class SubscriptionConsumer:
     def __init__(self, inner: aio_sub.SubscriptionConsumer, loop: LoopThread) -> None:
         self._inner = inner
         self._loop = loop
+        self._listener: threading.Thread | None = None
+
+    def listen(self, listener: Callable[[SubscriptionConsumer, ReceivedMessage], Any]) -> None:
+        """Call ``listener(consumer, message)`` for every message, on a thread of its own
+        (so it may call this consumer's blocking methods); it acknowledges what it
+        handled. A listener that raises is logged and the message negatively acknowledged."""
+
+        def run() -> None:
+            while True:
+                try:
+                    msg = self.receive(timeout=0.5)
+                except WeirError:
+                    return  # closed, or failed for good
+                if msg is None:
+                    continue
+                try:
+                    listener(self, msg)
+                except Exception:
+                    log.exception("message listener failed; the message will come again")
+                    with contextlib.suppress(WeirError):
+                        self.negative_acknowledge(msg)
+
+        self._listener = threading.Thread(target=run, name="weir-listener", daemon=True)
+        self._listener.start()
 
     @property
     def topic(self) -> str:
@@ -102,6 +132,9 @@ class SubscriptionConsumer:
 
     def close(self, timeout: float | None = 10.0) -> None:
         self._loop.run(self._inner.close(timeout))
+        t = self._listener
+        if t is not None and t is not threading.current_thread():
+            t.join(timeout)
 
     def __enter__(self) -> SubscriptionConsumer:
         return self

@@ -22,7 +22,7 @@ from weir.client.credentials import CredentialsArg
 from weir.client.loop import LoopThread
 from weir.client.messages import Batch, Message
 from weir.client.reader import PartitionSession, Start
-from weir.client.subscription import DeadLetterPolicy
+from weir.client.subscription import DeadLetterPolicy, ReceivedMessage
 from weir.client.subscription_sync import SubscriptionConsumer
 from weir.client.writer_settings import WriteResult
 from weir.errors import ClosedError, WeirError
@@ -477,6 +477,7 @@ class Client:
         ack_timeout: float | dt.timedelta | None = None,
         create: bool = True,
         dead_letter_policy: DeadLetterPolicy | None = None,
+        listener: Callable[[SubscriptionConsumer, ReceivedMessage], Any] | None = None,
         on_reconnect: Callable[[WeirError], None] | None = None,
     ) -> SubscriptionConsumer:
         """A consumer of a durable subscription; see `weir.aio.Client.subscribe`."""
@@ -495,7 +496,10 @@ class Client:
                 on_reconnect=on_reconnect,
             )
 
-        return SubscriptionConsumer(self._run(make()), self._loop)
+        consumer = SubscriptionConsumer(self._run(make()), self._loop)
+        if listener is not None:
+            consumer.listen(listener)
+        return consumer
 
     # streams -------------------------------------------------------------
 
