@@ -355,3 +355,27 @@ async def test_failover_spreads_partitions_over_the_ordered_consumers(tmp_path: 
         (2, 1, 1),
     ]
     await b.close()
+
+
+async def test_a_delayed_message_stays_back_across_a_restart(tmp_path: Path) -> None:
+    import time
+
+    from weir.storage.batch import encode_batch
+    from weir.storage.partition import validate_incoming
+
+    b = await open_broker(tmp_path)
+    await b.create_topic("t", partitions=1)
+    hour = str(int(time.time() * 1000) + 3_600_000)
+    batch = encode_batch([b"later", b"now"], headers=[{"weir-deliver-at": hour}, None])
+    await b.write("t", 0, validate_incoming([batch]))
+    for offset in (1, 2):  # before and after a restart: the time travels with the message
+        if offset == 2:
+            await b.write("t", 0, validate_incoming([encode_batch([b"next"])]))
+        inbox, _c = await attach(b, "s", "shared")
+        assert await inbox.wait(1) == [(0, offset, 0)]  # offset 0 is skipped, held back
+        await b.subscription("t", "s").acknowledge(one([(0, offset)]))
+        info = b.describe_subscription("t", "s")
+        assert (info.backlog, info.unacked) == (1, 0)
+        await b.close()
+        b = await open_broker(tmp_path)
+    await b.close()

@@ -360,3 +360,30 @@ async def test_an_async_listener(shared_server: ServerProcess, topic_name: str) 
         c = client.subscribe(topic_name, "s", initial_position="earliest", listener=handle)
         assert await asyncio.wait_for(got.get(), 30) == b"x"
         await c.close()
+
+
+def test_shared_subscriptions_hold_delayed_messages_back(
+    client: weir.Client, topic_name: str
+) -> None:
+    client.create_topic(topic_name)
+    c = client.subscribe(
+        topic_name, "s", type="shared", initial_position="earliest"
+    ).wait_connected()
+    e = client.subscribe(topic_name, "e", initial_position="earliest").wait_connected()
+    with client.writer(topic_name, producer_id="w") as w:
+        w.write(b"later", deliver_after=0.5)
+        w.write(b"now")
+        due = w.write_with_result(b"at", deliver_at=dt.datetime.now(dt.UTC))
+    assert due.offset == 2
+    first = take(c, 2)
+    assert [m.data for m in first] == [b"now", b"at"]  # "later" waits its turn
+    written = first[0].written_at_ms
+    later = take(c, 1)
+    assert [(m.data, m.redelivery_count) for m in later] == [(b"later", 0)]
+    assert time.time() * 1000 >= written + 400  # not before its time (clock, not a threshold)
+    c.acknowledge(first + later)
+    assert [m.data for m in take(e, 3)] == [b"later", b"now", b"at"]  # exclusive: at once
+    with pytest.raises(BadRequestError, match="not both"), client.writer(topic_name) as w2:
+        w2.write(b"x", deliver_at=0, deliver_after=1)
+    c.close()
+    e.close()

@@ -26,6 +26,7 @@ from weir.client.admin import (
 )
 from weir.client.connection import Connection, error_from_rpc
 from weir.client.credentials import CredentialsArg
+from weir.client.deliver_at import with_deliver_at
 from weir.client.messages import Batch, Message
 from weir.client.reader import PartitionSession, ReaderCore, Start
 from weir.client.subscription import (
@@ -157,9 +158,13 @@ class Writer:
         headers: Mapping[str, str] | None = None,
         seq_no: int | None = None,
         created_at: dt.datetime | int | None = None,
+        deliver_at: dt.datetime | int | None = None,
+        deliver_after: float | dt.timedelta | None = None,
         timeout: float | None = None,
     ) -> None:
         """Buffer a message; returns at once unless the buffer is full."""
+        if deliver_at is not None or deliver_after is not None:  # (a call less per write)
+            headers = with_deliver_at(headers, deliver_at, deliver_after)
         await self._core.write_async(data, key, headers, seq_no, created_at, timeout)
 
     async def write_many(
@@ -183,9 +188,13 @@ class Writer:
         headers: Mapping[str, str] | None = None,
         seq_no: int | None = None,
         created_at: dt.datetime | int | None = None,
+        deliver_at: dt.datetime | int | None = None,
+        deliver_after: float | dt.timedelta | None = None,
         timeout: float | None = None,
     ) -> asyncio.Future[WriteResult]:
         """Buffer a message; the returned future resolves with its WriteResult."""
+        if deliver_at is not None or deliver_after is not None:  # (a call less per write)
+            headers = with_deliver_at(headers, deliver_at, deliver_after)
         fut: asyncio.Future[WriteResult] = asyncio.get_running_loop().create_future()
         await self._core.write_async(data, key, headers, seq_no, created_at, timeout, fut)
         return fut
@@ -198,9 +207,13 @@ class Writer:
         headers: Mapping[str, str] | None = None,
         seq_no: int | None = None,
         created_at: dt.datetime | int | None = None,
+        deliver_at: dt.datetime | int | None = None,
+        deliver_after: float | dt.timedelta | None = None,
         timeout: float | None = None,
     ) -> WriteResult:
         """Write and wait for the ack: partition, offset and seq_no (or skipped)."""
+        if deliver_at is not None or deliver_after is not None:  # (a call less per write)
+            headers = with_deliver_at(headers, deliver_at, deliver_after)
         fut = await self.write_future(
             data, key=key, headers=headers, seq_no=seq_no, created_at=created_at, timeout=timeout
         )

@@ -19,6 +19,7 @@ from weir.client import subscription as aio_subscription
 from weir.client.admin import Consumer, ConsumerInfo, SubscriptionInfo, TopicInfo
 from weir.client.aio import _KEEP, DEFAULT_ENDPOINT, RangeChunk
 from weir.client.credentials import CredentialsArg
+from weir.client.deliver_at import with_deliver_at
 from weir.client.loop import LoopThread
 from weir.client.messages import Batch, Message
 from weir.client.reader import PartitionSession, Start
@@ -84,9 +85,13 @@ class Writer:
         headers: Mapping[str, str] | None = None,
         seq_no: int | None = None,
         created_at: dt.datetime | int | None = None,
+        deliver_at: dt.datetime | int | None = None,
+        deliver_after: float | dt.timedelta | None = None,
         timeout: float | None = None,
     ) -> None:
         """Buffer a message; returns at once unless the buffer is full (then waits up to ``timeout``)."""
+        if deliver_at is not None or deliver_after is not None:  # (a call less per write)
+            headers = with_deliver_at(headers, deliver_at, deliver_after)
         self._core.write_threadsafe(data, key, headers, seq_no, created_at, timeout)
 
     def write_many(
@@ -110,9 +115,13 @@ class Writer:
         headers: Mapping[str, str] | None = None,
         seq_no: int | None = None,
         created_at: dt.datetime | int | None = None,
+        deliver_at: dt.datetime | int | None = None,
+        deliver_after: float | dt.timedelta | None = None,
         timeout: float | None = None,
     ) -> concurrent.futures.Future[WriteResult]:
         """Buffer a message; the future resolves with its WriteResult once acknowledged."""
+        if deliver_at is not None or deliver_after is not None:  # (a call less per write)
+            headers = with_deliver_at(headers, deliver_at, deliver_after)
         fut: concurrent.futures.Future[WriteResult] = concurrent.futures.Future()
         self._core.write_threadsafe(data, key, headers, seq_no, created_at, timeout, fut)
         return fut
@@ -125,9 +134,13 @@ class Writer:
         headers: Mapping[str, str] | None = None,
         seq_no: int | None = None,
         created_at: dt.datetime | int | None = None,
+        deliver_at: dt.datetime | int | None = None,
+        deliver_after: float | dt.timedelta | None = None,
         timeout: float | None = None,
     ) -> WriteResult:
         """Write and wait for the ack: partition, offset and seq_no (or skipped)."""
+        if deliver_at is not None or deliver_after is not None:  # (a call less per write)
+            headers = with_deliver_at(headers, deliver_at, deliver_after)
         fut = self.write_future(
             data, key=key, headers=headers, seq_no=seq_no, created_at=created_at, timeout=timeout
         )

@@ -15,7 +15,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import heapq
 import logging
+import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
@@ -32,6 +34,7 @@ from weir.broker.subscriptions.dead_letter import (
     DeadLetterPolicy,
     dead_letter_batches,
 )
+from weir.broker.subscriptions.delayed import deliver_times
 from weir.broker.subscriptions.dispatcher import Dispatcher
 from weir.broker.subscriptions.key_shared import MAX_HELD, KeySharedDispatcher, message_keys
 from weir.broker.subscriptions.settings import SubscriptionMeta, SubscriptionType
@@ -77,6 +80,8 @@ class PartitionState:
     partition: int = -1
     dead: set[int] = field(default_factory=set)  # on their way to the dead-letter topic
     burying: asyncio.Task[None] | None = None
+    delayed: list[tuple[int, int]] = field(default_factory=list)  # heap of (deliver-at, offset)
+    delay_timer: asyncio.TimerHandle | None = None
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task[None] | None = None
 
@@ -506,7 +511,44 @@ class Subscription:
             return None
         st.read_pos = take[-1] + 1
         st.dispatched_high = max(st.dispatched_high, st.read_pos)
+        if self.dispatcher.type is SubscriptionType.SHARED:
+            take = self._hold_back_delayed(st, take, res.chunks)
+            if not take:
+                return None
         return take, res.chunks
+
+    def _hold_back_delayed(self, st: PartitionState, take: list[int], chunks: Any) -> list[int]:
+        """``take`` without the messages whose delivery time is still to come (they wait
+        in ``st.delayed`` and come back through redelivery, their count unchanged)."""
+        times = deliver_times(chunks, take[0], take[-1] + 1)
+        if not times:
+            return take
+        now = _now_ms()
+        later = {o for o in take if times.get(o, 0) > now}
+        if not later:
+            return take
+        for o in later:
+            heapq.heappush(st.delayed, (times[o], o))
+        self._arm_delay(st)
+        return [o for o in take if o not in later]
+
+    def _arm_delay(self, st: PartitionState) -> None:
+        if st.delay_timer is not None:
+            st.delay_timer.cancel()
+            st.delay_timer = None
+        if st.delayed and not self._closed:
+            wait = max(0.0, (st.delayed[0][0] - _now_ms()) / 1000)
+            st.delay_timer = asyncio.get_running_loop().call_later(wait, self._release_delayed, st)
+
+    def _release_delayed(self, st: PartitionState) -> None:
+        st.delay_timer = None
+        now = _now_ms()
+        while st.delayed and st.delayed[0][0] <= now:
+            _, o = heapq.heappop(st.delayed)
+            if not st.cursor.is_acked(o) and o not in st.pending:
+                st.redeliver.add(o)
+                st.wake.set()
+        self._arm_delay(st)
 
     def _key_shared_round(
         self,
@@ -547,6 +589,7 @@ class Subscription:
                     st.keys.update(message_keys(res.chunks, fresh[0], fresh[-1] + 1))
                     st.read_pos = fresh[-1] + 1
                     st.dispatched_high = max(st.dispatched_high, st.read_pos)
+                    fresh = self._hold_back_delayed(st, fresh, res.chunks)
         holder = {st.keys.get(o, 0): cid for o, (cid, _) in st.pending.items()}
         blocked: set[int] = set()
         chosen: dict[int, list[int]] = {}
@@ -615,6 +658,8 @@ class Subscription:
             st.keys.clear()
             st.held.clear()
             st.dead.clear()
+            st.delayed.clear()
+            self._arm_delay(st)
             st.read_pos = target
             st.wake.set()
             waits.append(st.cursor.persist())
@@ -662,6 +707,9 @@ class Subscription:
     async def close(self, err: WeirError | None = None) -> None:
         """Stop dispatching; with ``err``, tell the attached consumers why they are dropped."""
         self._closed = True
+        for st in self.parts.values():
+            if st.delay_timer is not None:
+                st.delay_timer.cancel()
         tasks = [st.task for st in self.parts.values() if st.task is not None]
         tasks += [st.burying for st in self.parts.values() if st.burying is not None]
         for t in tasks:
@@ -689,3 +737,7 @@ async def _first(*aws: Any) -> None:
     finally:
         for t in tasks:
             t.cancel()
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
