@@ -19,6 +19,7 @@ PAGES = [
     "docs/sdk.md",
     "docs/topics.md",
     "docs/producers.md",
+    "docs/subscriptions.md",
     "docs/configuration.md",
     "docs/observability.md",
     "docs/console.md",

@@ -34,6 +34,7 @@ CHAIN: list[tuple[str, str]] = [
     ("docs/cli.md", "cli-topics"),
     ("docs/sdk.md", "sdk-tour"),
     ("docs/producers.md", "producers-tour"),
+    ("docs/subscriptions.md", "subscriptions-tour"),
     ("docs/ydb.md", "ydb-sdk"),
     ("docs/topics.md", "topics-cli"),
     ("docs/topics.md", "topics-sdk"),
@@ -195,6 +196,10 @@ def test_every_page_runs_in_order_on_one_server_and_again(
                 "owner fenced",
             ]
             assert sum(_messages(client, "accounts")) == 2 * run
+            # docs/subscriptions.md: two Shared workers, one negative ack, nothing left over.
+            tour = reader.python(block("docs/subscriptions.md", "subscriptions-tour"))
+            assert tour == ["[b'job 3']", "0"], tour
+            assert sum(_messages(client, "jobs")) == 10 * run
 
             # docs/ydb.md: its own topic too.
             assert reader.python(block("docs/ydb.md", "ydb-sdk")) == []

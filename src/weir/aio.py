@@ -14,6 +14,7 @@ from weir.client.admin import (
     ConsumerLag,
     NamespaceInfo,
     PartitionInfo,
+    SubscriptionInfo,
     TenantInfo,
     TopicInfo,
 )
@@ -21,6 +22,7 @@ from weir.client.aio import Client, RangeChunk, Reader, Writer
 from weir.client.credentials import UserPassword
 from weir.client.messages import Batch, Message
 from weir.client.reader import PartitionSession, PartitionSessionClosedError, Start
+from weir.client.subscription import DeadLetterPolicy, ReceivedMessage, SubscriptionConsumer
 from weir.client.writer_settings import WriteResult
 
 __all__ = [
@@ -30,6 +32,7 @@ __all__ = [
     "Consumer",
     "ConsumerInfo",
     "ConsumerLag",
+    "DeadLetterPolicy",
     "Message",
     "NamespaceInfo",
     "PartitionInfo",
@@ -37,7 +40,10 @@ __all__ = [
     "PartitionSessionClosedError",
     "RangeChunk",
     "Reader",
+    "ReceivedMessage",
     "Start",
+    "SubscriptionConsumer",
+    "SubscriptionInfo",
     "TenantInfo",
     "TopicInfo",
     "UserPassword",

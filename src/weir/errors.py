@@ -174,8 +174,19 @@ class TooManyConsumersError(FatalError):
     code = "TOO_MANY_CONSUMERS"
 
 
+class UnknownSubscriptionError(NotFoundError):
+    code = "UNKNOWN_SUBSCRIPTION"
+
+
 class AlreadyExistsError(FatalError):
     code = "ALREADY_EXISTS"
+
+
+class ConsumerBusyError(FatalError):
+    """A subscription refuses this consumer: an Exclusive one already has a consumer,
+    or its consumers use another subscription type."""
+
+    code = "CONSUMER_BUSY"
 
 
 class UnauthorizedError(FatalError):

@@ -26,6 +26,17 @@ from weir.broker.observer import NULL_OBSERVER, BrokerObserver
 from weir.broker.partition_actor import PartitionActor
 from weir.broker.producers import ProducerPins, ProducerTables, routed_home
 from weir.broker.producers import WriterToken as WriterToken  # the fronts import it from here
+from weir.broker.subscriptions import (
+    SUBSCRIPTIONS,
+    AttachedConsumer,
+    ConsumerHandle,
+    DeadLetterPolicy,
+    InitialPosition,
+    Subscription,
+    SubscriptionInfo,
+    Subscriptions,
+    SubscriptionType,
+)
 from weir.broker.tenancy.facade import TenancyFacade
 from weir.broker.tenancy.limits import Lease, SessionCounter
 from weir.broker.tenancy.names import parse_topic
@@ -54,7 +65,12 @@ from weir.errors import (
 )
 from weir.storage.codecs import Codec, codec_id, codec_name
 from weir.storage.kv import Op, delete, put
-from weir.storage.partition import BatchResult, IncomingBatch, PartitionConfig
+from weir.storage.partition import (
+    BatchResult,
+    IncomingBatch,
+    PartitionConfig,
+    validate_incoming,
+)
 from weir.storage.store import Store
 
 log = logging.getLogger("weir.broker")
@@ -62,7 +78,7 @@ log = logging.getLogger("weir.broker")
 PINS = "pins"  # legacy: pins used to be stored; emptied at open (see producers.py)
 SERVER = "server"
 PRODUCER_EPOCHS = "producer_epochs"  # topic id (u32) -> the topic's producer epoch (u64)
-BROKER_TABLES = (TOPICS, OFFSETS, PINS, SERVER, NAMESPACES, PRODUCER_EPOCHS)
+BROKER_TABLES = (TOPICS, OFFSETS, PINS, SERVER, NAMESPACES, PRODUCER_EPOCHS, SUBSCRIPTIONS)
 _U32 = struct.Struct(">I")
 _U64 = struct.Struct("<Q")
 _EPOCH_KEY = b"epoch"
@@ -122,6 +138,9 @@ class Broker(TenancyFacade):
         self.producer_sessions = SessionCounter("producers")
         self.consumer_sessions = SessionCounter("consumers")
         self.access = ProducerAccess()
+        self.subscriptions = Subscriptions(
+            store.kv, store.committer, lambda t, p: self._actors[(t, p)], self._write_dead_letters
+        )
         self._retention_task: asyncio.Task[None] | None = None
         self._closed = False
         self._lock = asyncio.Lock()  # serializes registry changes
@@ -180,6 +199,7 @@ class Broker(TenancyFacade):
                 for k, v in self.store.kv.scan(PRODUCER_EPOCHS)
             }
         )
+        self.subscriptions.load(self._topics.values())
         # Pins are derived from the partitions' producer tables; rows an older
         # version stored are dropped (the producer's state says where it writes).
         legacy = [delete(PINS, bytes(k)) for k, _ in self.store.kv.scan(PINS)]
@@ -243,6 +263,7 @@ class Broker(TenancyFacade):
                 await self._retention_task
         for group in self._groups.values():
             group.close()
+        await self.subscriptions.close()
         await asyncio.gather(*(a.close() for a in self._actors.values()))
         await asyncio.to_thread(self.store.close)
         log.info("broker closed")
@@ -411,6 +432,7 @@ class Broker(TenancyFacade):
             for p in range(cfg.partitions, new.partitions):
                 self._open_actor(new, p)
             if new.partitions != cfg.partitions:
+                self.subscriptions.on_partitions(new)
                 for (tname, _), group in self._groups.items():
                     if tname == new.name:
                         group.set_partitions(new.partitions)
@@ -452,7 +474,9 @@ class Broker(TenancyFacade):
                 ops.extend(self.store.drop_partition_ops(cfg.log_id(p)))
             ops.extend(self.offsets.drop_ops(cfg.topic_id))
             ops.append(delete(PRODUCER_EPOCHS, _U32.pack(cfg.topic_id)))
+            ops.extend(self.subscriptions.drop_topic_ops(cfg))
             await self._commit(ops)
+            await self.subscriptions.forget_topic(cfg)
             for p in range(cfg.partitions):
                 self.store.forget(cfg.log_id(p))
             self.offsets.forget(cfg.topic_id)
@@ -782,6 +806,108 @@ class Broker(TenancyFacade):
             self._groups[key] = g
         return g
 
+    # ------------------------------------------------------------------ subscriptions
+
+    async def create_subscription(
+        self,
+        topic: str,
+        name: str,
+        type: str | SubscriptionType = SubscriptionType.EXCLUSIVE,
+        initial_position: str | InitialPosition = InitialPosition.LATEST,
+        initial_time_ms: int | None = None,
+    ) -> SubscriptionInfo:
+        self._check_open()
+        cfg = self.topic(topic)
+        sub = await self.subscriptions.create(
+            cfg,
+            name,
+            SubscriptionType.parse(type),
+            InitialPosition.parse(initial_position),
+            initial_time_ms=initial_time_ms,
+        )
+        return sub.describe(short_topic(cfg.name))
+
+    def subscription(self, topic: str, name: str) -> Subscription:
+        return self.subscriptions.get(self.topic(topic), name)
+
+    def describe_subscription(self, topic: str, name: str) -> SubscriptionInfo:
+        cfg = self.topic(topic)
+        return self.subscriptions.get(cfg, name).describe(short_topic(cfg.name))
+
+    def list_subscriptions(self, topic: str) -> list[SubscriptionInfo]:
+        cfg = self.topic(topic)
+        return [s.describe(short_topic(cfg.name)) for s in self.subscriptions.of_topic(cfg)]
+
+    async def delete_subscription(self, topic: str, name: str, *, force: bool = False) -> None:
+        self._check_open()
+        await self.subscriptions.delete(self.topic(topic), name, force=force)
+
+    async def seek_subscription(
+        self,
+        topic: str,
+        name: str,
+        offsets: dict[int, int] | None = None,
+        timestamp_ms: int | None = None,
+    ) -> SubscriptionInfo:
+        """Move a subscription: partitions to offsets, or every partition to a time."""
+        self._check_open()
+        cfg = self.topic(topic)
+        sub = self.subscriptions.get(cfg, name)
+        if timestamp_ms is not None:
+            if offsets:
+                raise BadRequestError("seek to offsets or to a time, not both")
+            offsets = {
+                p: self._actors[(cfg.name, p)].log.offset_for_time(timestamp_ms)
+                for p in range(cfg.partitions)
+            }
+        if not offsets:
+            raise BadRequestError("a seek needs offsets or a time")
+        for p, o in offsets.items():
+            self.actor(cfg.name, p)  # range check
+            if o < 0:
+                raise BadRequestError(f"cannot seek partition {p} to offset {o}")
+        await sub.seek(offsets)
+        return sub.describe(short_topic(cfg.name))
+
+    async def subscribe(
+        self,
+        topic: str,
+        name: str,
+        type: str | SubscriptionType,
+        initial_position: str | InitialPosition,
+        handle: ConsumerHandle,
+        *,
+        consumer_name: str = "",
+        ack_timeout_ms: int = 0,
+        create: bool = True,
+        dead_letter: DeadLetterPolicy | None = None,
+        initial_time_ms: int | None = None,
+    ) -> tuple[Subscription, AttachedConsumer]:
+        """Attach a consumer to a durable subscription (see `weir.broker.subscriptions`)."""
+        self._check_open()
+        if ack_timeout_ms < 0:
+            raise BadRequestError(f"ack timeout must be >= 0 ms, got {ack_timeout_ms}")
+        return await self.subscriptions.subscribe(
+            self.topic(topic),
+            name,
+            SubscriptionType.parse(type),
+            InitialPosition.parse(initial_position),
+            handle,
+            consumer_name=consumer_name,
+            ack_timeout_ms=ack_timeout_ms,
+            create=create,
+            dead_letter=dead_letter,
+            initial_time_ms=initial_time_ms,
+        )
+
+    async def _write_dead_letters(self, topic: str, batches: list[bytes]) -> None:
+        """Store dead letters in ``topic`` (created with one partition when missing)."""
+        if canonical_topic(topic) not in self._topics:
+            with contextlib.suppress(AlreadyExistsError):
+                await self.create_topic(topic, partitions=1)
+        cfg = self.topic(topic)
+        await self.write(cfg.name, 0, validate_incoming(batches))
+
     # ------------------------------------------------------------------ retention
 
     async def run_retention(self, now_ms: int | None = None) -> int:
@@ -795,9 +921,17 @@ class Broker(TenancyFacade):
                 actor = self._actors.get((cfg.name, p))
                 if actor is None:
                     continue
-                protect = (
-                    self.offsets.min_committed(cfg.topic_id, p, important) if important else None
-                )
+                marks = [
+                    m
+                    for m in (
+                        self.offsets.min_committed(cfg.topic_id, p, important)
+                        if important
+                        else None,
+                        self.subscriptions.protect_from(cfg, p),
+                    )
+                    if m is not None
+                ]
+                protect = min(marks) if marks else None
                 ttl = self.ttl_offset(cfg.name, p, now_ms) if protect is not None else None
                 if protect is not None and ttl is not None:
                     protect = max(protect, ttl)  # past its TTL, a message is nobody's to keep

@@ -1,4 +1,5 @@
-"""The `weir` command line: serve, topic, consumer, tenant, namespace, write, read, config.
+"""The `weir` command line: serve, topic, consumer, subscription, tenant, namespace, write,
+read, config.
 
 Exit status: 0 done, 1 the operation failed (server error, unreachable server),
 2 bad arguments or bad configuration, 130 interrupted. Every error is one line
@@ -20,6 +21,7 @@ from weir.cli.common import CliError
 from weir.cli.config_commands import config_app
 from weir.cli.read import read
 from weir.cli.serve import serve
+from weir.cli.subscription import subscription_app
 from weir.cli.tenancy import namespace_app, tenant_app
 from weir.cli.write import write
 from weir.config import ConfigError
@@ -59,6 +61,7 @@ app.add_typer(topic_app, name="topic")
 app.add_typer(consumer_app, name="consumer")
 app.add_typer(tenant_app, name="tenant")
 app.add_typer(namespace_app, name="namespace")
+app.add_typer(subscription_app, name="subscription")
 app.command("write")(write)
 app.command("read")(read)
 app.add_typer(config_app, name="config")

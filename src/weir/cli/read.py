@@ -453,6 +453,21 @@ def read(
         str | None,
         typer.Option("--consumer", "-c", help="Read as this consumer and commit what was printed."),
     ] = None,
+    subscription: Annotated[
+        str | None,
+        typer.Option(
+            "--subscription",
+            "-s",
+            help="Read from this durable subscription (created when missing, from --from "
+            "earliest or latest) and acknowledge what was printed.",
+        ),
+    ] = None,
+    sub_type: Annotated[
+        str,
+        typer.Option(
+            "--type", help="With --subscription: exclusive, failover, shared or key_shared."
+        ),
+    ] = "exclusive",
     from_: Annotated[
         str | None,
         typer.Option(
@@ -503,6 +518,31 @@ def read(
 ) -> None:
     """Print messages: by default from the start (or the consumer's committed offset) to the end."""
     printer = Printer("json" if json_out else fmt, unescape(delimiter).encode())
+    if subscription is not None:
+        _read_subscription(
+            topic,
+            subscription,
+            sub_type,
+            (from_ or "earliest").strip().lower(),
+            clash=[
+                name
+                for name, given in (
+                    ("--consumer", consumer),
+                    ("--since", since),
+                    ("--partition", partition),
+                )
+                if given is not None
+            ],
+            count=count,
+            follow=follow,
+            printer=printer,
+            progress=progress,
+            endpoint=endpoint,
+            user=user,
+            password=password,
+            timeout=timeout,
+        )
+        return
     if from_ is not None and since is not None:
         raise bad("--since", "give either --from or --since, not both")
     start = (from_ or ("committed" if consumer else "earliest")).strip().lower()
@@ -586,3 +626,51 @@ def read(
                 bar.finish(completed=n, messages=n)
             except OutputClosed:
                 return
+
+
+def _read_subscription(
+    topic: str,
+    subscription: str,
+    sub_type: str,
+    start: str,
+    *,
+    clash: list[str],
+    count: int | None,
+    follow: bool,
+    printer: Printer,
+    progress: bool | None,
+    endpoint: str,
+    user: str | None,
+    password: str | None,
+    timeout: float,
+) -> None:
+    from weir.cli.read_subscription import read_subscription
+
+    if clash:
+        raise bad(clash[0], "cannot be combined with --subscription")
+    if start not in ("earliest", "latest"):
+        raise bad("--from", f"with --subscription: earliest or latest, got {start!r}")
+    show = (
+        progress if progress is not None else output.stderr.is_terminal and not sys.stdout.isatty()
+    )
+    with (
+        connect(endpoint, user, password) as client,
+        Progress(f"reading {topic}", total=count, enabled=show, unit="messages") as bar,
+    ):
+        try:
+            n = read_subscription(
+                client,
+                topic,
+                subscription,
+                type=sub_type,
+                initial_position=start,
+                count=count,
+                follow=follow,
+                printer=printer,
+                bar=bar,
+                timeout=timeout,
+                endpoint=endpoint,
+            )
+            bar.finish(completed=n, messages=n)
+        except OutputClosed:
+            return

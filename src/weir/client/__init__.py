@@ -7,6 +7,7 @@ from weir.client.admin import (
     ConsumerLag,
     NamespaceInfo,
     PartitionInfo,
+    SubscriptionInfo,
     TenantInfo,
     TopicInfo,
 )
@@ -14,6 +15,8 @@ from weir.client.aio import RangeChunk
 from weir.client.credentials import UserPassword
 from weir.client.messages import Batch, Message
 from weir.client.reader import PartitionSession, PartitionSessionClosedError, Start
+from weir.client.subscription import DeadLetterPolicy, ReceivedMessage
+from weir.client.subscription_sync import SubscriptionConsumer
 from weir.client.sync import Client, Reader, Writer
 from weir.client.writer_settings import WriteResult
 
@@ -24,6 +27,7 @@ __all__ = [
     "Consumer",
     "ConsumerInfo",
     "ConsumerLag",
+    "DeadLetterPolicy",
     "Message",
     "NamespaceInfo",
     "PartitionInfo",
@@ -31,7 +35,10 @@ __all__ = [
     "PartitionSessionClosedError",
     "RangeChunk",
     "Reader",
+    "ReceivedMessage",
     "Start",
+    "SubscriptionConsumer",
+    "SubscriptionInfo",
     "TenantInfo",
     "TopicInfo",
     "UserPassword",

@@ -195,3 +195,71 @@ def consumer_info(d: pb.ConsumerDescription) -> ConsumerInfo:
             for p in d.partitions
         ],
     )
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionPartitionInfo:
+    partition: int
+    mark_delete: int  # every offset below is acknowledged
+    acked_ranges: int  # ranges acknowledged above mark_delete
+    backlog: int  # messages not acknowledged
+    unacked: int  # delivered, not acknowledged
+    active_consumer: str  # Exclusive / Failover: the consumer this partition goes to
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionConsumerInfo:
+    consumer_id: int
+    name: str
+    permits: int
+    unacked: int
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionInfo:
+    topic: str
+    name: str
+    type: str  # exclusive, failover, shared
+    initial_position: str  # earliest, latest, timestamp
+    created_at_ms: int
+    backlog: int
+    unacked: int
+    partitions: list[SubscriptionPartitionInfo]
+    consumers: list[SubscriptionConsumerInfo]
+    max_redeliver_count: int = 0  # 0: no dead-letter topic
+    dead_letter_topic: str = ""
+
+
+_TYPE_NAMES = {
+    pb.SUBSCRIPTION_EXCLUSIVE: "exclusive",
+    pb.SUBSCRIPTION_FAILOVER: "failover",
+    pb.SUBSCRIPTION_SHARED: "shared",
+    pb.SUBSCRIPTION_KEY_SHARED: "key_shared",
+}
+
+
+def subscription_info(d: pb.SubscriptionDescription) -> SubscriptionInfo:
+    return SubscriptionInfo(
+        topic=d.topic,
+        name=d.subscription,
+        type=_TYPE_NAMES.get(d.type, str(d.type)),
+        initial_position={
+            pb.POSITION_EARLIEST: "earliest",
+            pb.POSITION_TIMESTAMP: "timestamp",
+        }.get(d.initial_position, "latest"),
+        created_at_ms=d.created_at_ms,
+        backlog=d.backlog,
+        unacked=d.unacked,
+        partitions=[
+            SubscriptionPartitionInfo(
+                p.partition, p.mark_delete, p.acked_ranges, p.backlog, p.unacked, p.active_consumer
+            )
+            for p in d.partitions
+        ],
+        consumers=[
+            SubscriptionConsumerInfo(c.consumer_id, c.name, c.permits, c.unacked)
+            for c in d.consumers
+        ],
+        max_redeliver_count=d.max_redeliver_count,
+        dead_letter_topic=d.dead_letter_topic,
+    )

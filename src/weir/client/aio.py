@@ -1,4 +1,5 @@
-"""The asyncio SDK: `weir.aio.Client`, `Writer`, `Reader` (twins of the sync ones in `weir`)."""
+"""The asyncio SDK: `weir.aio.Client`, `Writer`, `Reader`, `SubscriptionConsumer` (twins of the
+sync ones in `weir`)."""
 
 from __future__ import annotations
 
@@ -16,18 +17,29 @@ from weir.access_mode import AccessMode
 from weir.client.admin import (
     Consumer,
     ConsumerInfo,
+    SubscriptionInfo,
     TopicInfo,
     consumer_info,
     consumer_settings,
+    subscription_info,
     topic_differences,
     topic_info,
 )
 from weir.client.connection import Connection, error_from_rpc
 from weir.client.credentials import CredentialsArg
+from weir.client.deliver_at import with_deliver_at
 from weir.client.messages import Batch, Message
 from weir.client.reader import PartitionSession, ReaderCore, Start
 from weir.client.routed_writer import RoutedWriterCore
 from weir.client.routing import CustomRouter, parse_routing
+from weir.client.subscription import (
+    DeadLetterPolicy,
+    ReceivedMessage,
+    SubscriptionConsumer,
+    position_code,
+    position_time_ms,
+    type_code,
+)
 from weir.client.tenancy import AsyncTenancyCalls
 from weir.client.writer import WriterCore
 from weir.client.writer_settings import WriteResult, WriterSettings
@@ -157,9 +169,13 @@ class Writer:
         headers: Mapping[str, str] | None = None,
         seq_no: int | None = None,
         created_at: dt.datetime | int | None = None,
+        deliver_at: dt.datetime | int | None = None,
+        deliver_after: float | dt.timedelta | None = None,
         timeout: float | None = None,
     ) -> None:
         """Buffer a message; returns at once unless the buffer is full."""
+        if deliver_at is not None or deliver_after is not None:  # (a call less per write)
+            headers = with_deliver_at(headers, deliver_at, deliver_after)
         await self._core.write_async(data, key, headers, seq_no, created_at, timeout)
 
     async def write_many(
@@ -183,9 +199,13 @@ class Writer:
         headers: Mapping[str, str] | None = None,
         seq_no: int | None = None,
         created_at: dt.datetime | int | None = None,
+        deliver_at: dt.datetime | int | None = None,
+        deliver_after: float | dt.timedelta | None = None,
         timeout: float | None = None,
     ) -> asyncio.Future[WriteResult]:
         """Buffer a message; the returned future resolves with its WriteResult."""
+        if deliver_at is not None or deliver_after is not None:  # (a call less per write)
+            headers = with_deliver_at(headers, deliver_at, deliver_after)
         fut: asyncio.Future[WriteResult] = asyncio.get_running_loop().create_future()
         await self._core.write_async(data, key, headers, seq_no, created_at, timeout, fut)
         return fut
@@ -198,9 +218,13 @@ class Writer:
         headers: Mapping[str, str] | None = None,
         seq_no: int | None = None,
         created_at: dt.datetime | int | None = None,
+        deliver_at: dt.datetime | int | None = None,
+        deliver_after: float | dt.timedelta | None = None,
         timeout: float | None = None,
     ) -> WriteResult:
         """Write and wait for the ack: partition, offset and seq_no (or skipped)."""
+        if deliver_at is not None or deliver_after is not None:  # (a call less per write)
+            headers = with_deliver_at(headers, deliver_at, deliver_after)
         fut = await self.write_future(
             data, key=key, headers=headers, seq_no=seq_no, created_at=created_at, timeout=timeout
         )
@@ -562,6 +586,118 @@ class Client(AsyncTenancyCalls):
             raise (conn.unreachable(err) or err) from None
         finally:
             call.cancel()  # the caller may stop early: do not leave the call pending
+
+    # ------------------------------------------------------------------ subscriptions
+
+    async def create_subscription(
+        self,
+        topic: str,
+        subscription: str,
+        *,
+        type: str = "exclusive",
+        initial_position: str | dt.datetime | int = "latest",
+        timeout: float | None = 30.0,
+    ) -> SubscriptionInfo:
+        """Create a durable subscription without attaching a consumer (its cursor starts
+        at ``initial_position`` now, and retention keeps what it has not acknowledged)."""
+        req = pb.CreateSubscriptionRequest(
+            topic=topic,
+            subscription=subscription,
+            type=type_code(type),
+            initial_position=position_code(initial_position),
+        )
+        since = position_time_ms(initial_position)
+        if since is not None:
+            req.initial_timestamp_ms = since
+        return subscription_info(await self.conn.call("CreateSubscription", req, timeout))
+
+    async def describe_subscription(
+        self, topic: str, subscription: str, *, timeout: float | None = 30.0
+    ) -> SubscriptionInfo:
+        req = pb.DescribeSubscriptionRequest(topic=topic, subscription=subscription)
+        return subscription_info(await self.conn.call("DescribeSubscription", req, timeout))
+
+    async def list_subscriptions(
+        self, topic: str, *, timeout: float | None = 30.0
+    ) -> list[SubscriptionInfo]:
+        req = pb.ListSubscriptionsRequest(topic=topic)
+        resp = await self.conn.call("ListSubscriptions", req, timeout)
+        return [subscription_info(d) for d in resp.subscriptions]
+
+    async def delete_subscription(
+        self, topic: str, subscription: str, *, force: bool = False, timeout: float | None = 30.0
+    ) -> None:
+        """Delete a subscription; refused while consumers are attached unless ``force``."""
+        req = pb.DeleteSubscriptionRequest(topic=topic, subscription=subscription, force=force)
+        await self.conn.call("DeleteSubscription", req, timeout)
+
+    async def seek_subscription(
+        self,
+        topic: str,
+        subscription: str,
+        *,
+        offsets: Mapping[int, int] | None = None,
+        timestamp: dt.datetime | int | None = None,
+        timeout: float | None = 30.0,
+    ) -> SubscriptionInfo:
+        """Move a subscription: ``offsets`` (partition -> first offset to deliver) or every
+        partition to the first message written at or after ``timestamp``. Its consumers
+        are disconnected and reconnect on their own; delivery starts again from there."""
+        req = pb.SeekSubscriptionRequest(
+            topic=topic,
+            subscription=subscription,
+            offsets=[pb.PartitionOffset(partition=p, offset=o) for p, o in (offsets or {}).items()],
+        )
+        if timestamp is not None:
+            req.timestamp_ms = to_ms(timestamp, "timestamp") or 0
+        return subscription_info(await self.conn.call("SeekSubscription", req, timeout))
+
+    def subscribe(
+        self,
+        topic: str,
+        subscription: str,
+        *,
+        type: str = "exclusive",
+        initial_position: str | dt.datetime | int = "latest",
+        consumer_name: str = "",
+        receiver_queue_size: int = 1000,
+        ack_timeout: float | dt.timedelta | None = None,
+        create: bool = True,
+        dead_letter_policy: DeadLetterPolicy | None = None,
+        listener: Callable[[SubscriptionConsumer, ReceivedMessage], Any] | None = None,
+        on_reconnect: Callable[[WeirError], None] | None = None,
+    ) -> SubscriptionConsumer:
+        """A consumer of the durable ``subscription`` of ``topic`` (created on first use
+        unless ``create=False``; call inside a running event loop).
+
+        ``type``: "exclusive" (one consumer), "failover" (one active consumer per
+        partition, ordered by ``consumer_name``), "shared" (round-robin, individual
+        acks only) or "key_shared" (each key to one consumer at a time, in order).
+        ``initial_position`` ("latest", "earliest", or a time: a datetime or ms since the
+        epoch) applies when this call creates the subscription. ``receiver_queue_size``
+        bounds the messages the server
+        sends ahead; ``ack_timeout`` (seconds) redelivers what stays unacknowledged longer;
+        ``dead_letter_policy`` (`weir.DeadLetterPolicy`) parks what is redelivered too often;
+        ``listener(consumer, message)`` (plain or ``async def``) is called for every
+        message instead of the application calling ``receive``.
+        See docs/subscriptions.md.
+        """
+        consumer = SubscriptionConsumer(
+            self.conn,
+            topic,
+            subscription,
+            type=type,
+            initial_position=initial_position,
+            consumer_name=consumer_name,
+            receiver_queue_size=receiver_queue_size,
+            ack_timeout=ack_timeout,
+            create=create,
+            dead_letter_policy=dead_letter_policy,
+            on_reconnect=on_reconnect,
+        ).start()
+        if listener is not None:
+            consumer.listen(listener)
+        return consumer
 
     # ------------------------------------------------------------------ streams
 

@@ -131,6 +131,11 @@ class Connection:
             request_serializer=pb.ReadRangeRequest.SerializeToString,
             response_deserializer=wire.decode_range_response,
         )
+        self._subscribe = self.channel.stream_stream(
+            "/weir.v1.Weir/Subscribe",
+            request_serializer=pb.SubscribeRequest.SerializeToString,
+            response_deserializer=pb.SubscribeResponse.FromString,
+        )
         if self.tokens is not None:
             self.tokens.bind(self._login)
         self.closed = False
@@ -147,6 +152,10 @@ class Connection:
     def stream_read(self) -> Any:
         """A StreamRead call."""
         return self._open(self._stream_read)
+
+    def subscribe(self) -> Any:
+        """A Subscribe call (a consumer of a durable subscription)."""
+        return self._open(self._subscribe)
 
     def read_range(self, request: pb.ReadRangeRequest) -> Any:
         """A ReadRange call: iterate it for the responses."""

@@ -16,13 +16,17 @@ from typing import Any
 
 from weir.access_mode import AccessMode
 from weir.client import aio
-from weir.client.admin import Consumer, ConsumerInfo, TopicInfo
+from weir.client import subscription as aio_subscription
+from weir.client.admin import Consumer, ConsumerInfo, SubscriptionInfo, TopicInfo
 from weir.client.aio import _KEEP, DEFAULT_ENDPOINT, RangeChunk
 from weir.client.credentials import CredentialsArg
+from weir.client.deliver_at import with_deliver_at
 from weir.client.loop import LoopThread
 from weir.client.messages import Batch, Message
 from weir.client.reader import PartitionSession, Start
 from weir.client.routing import CustomRouter
+from weir.client.subscription import DeadLetterPolicy, ReceivedMessage
+from weir.client.subscription_sync import SubscriptionConsumer
 from weir.client.tenancy import SyncTenancyCalls
 from weir.client.writer_settings import WriteResult
 from weir.errors import ClosedError, WeirError
@@ -90,9 +94,13 @@ class Writer:
         headers: Mapping[str, str] | None = None,
         seq_no: int | None = None,
         created_at: dt.datetime | int | None = None,
+        deliver_at: dt.datetime | int | None = None,
+        deliver_after: float | dt.timedelta | None = None,
         timeout: float | None = None,
     ) -> None:
         """Buffer a message; returns at once unless the buffer is full (then waits up to ``timeout``)."""
+        if deliver_at is not None or deliver_after is not None:  # (a call less per write)
+            headers = with_deliver_at(headers, deliver_at, deliver_after)
         self._core.write_threadsafe(data, key, headers, seq_no, created_at, timeout)
 
     def write_many(
@@ -116,9 +124,13 @@ class Writer:
         headers: Mapping[str, str] | None = None,
         seq_no: int | None = None,
         created_at: dt.datetime | int | None = None,
+        deliver_at: dt.datetime | int | None = None,
+        deliver_after: float | dt.timedelta | None = None,
         timeout: float | None = None,
     ) -> concurrent.futures.Future[WriteResult]:
         """Buffer a message; the future resolves with its WriteResult once acknowledged."""
+        if deliver_at is not None or deliver_after is not None:  # (a call less per write)
+            headers = with_deliver_at(headers, deliver_at, deliver_after)
         fut: concurrent.futures.Future[WriteResult] = concurrent.futures.Future()
         self._core.write_threadsafe(data, key, headers, seq_no, created_at, timeout, fut)
         return fut
@@ -131,9 +143,13 @@ class Writer:
         headers: Mapping[str, str] | None = None,
         seq_no: int | None = None,
         created_at: dt.datetime | int | None = None,
+        deliver_at: dt.datetime | int | None = None,
+        deliver_after: float | dt.timedelta | None = None,
         timeout: float | None = None,
     ) -> WriteResult:
         """Write and wait for the ack: partition, offset and seq_no (or skipped)."""
+        if deliver_at is not None or deliver_after is not None:  # (a call less per write)
+            headers = with_deliver_at(headers, deliver_at, deliver_after)
         fut = self.write_future(
             data, key=key, headers=headers, seq_no=seq_no, created_at=created_at, timeout=timeout
         )
@@ -424,6 +440,95 @@ class Client(SyncTenancyCalls):
         finally:
             if not self._closed:
                 self._run(it.aclose())  # type: ignore[attr-defined]
+
+    # subscriptions -------------------------------------------------------
+
+    def create_subscription(
+        self,
+        topic: str,
+        subscription: str,
+        *,
+        type: str = "exclusive",
+        initial_position: str | dt.datetime | int = "latest",
+        timeout: float | None = 30.0,
+    ) -> SubscriptionInfo:
+        """See `weir.aio.Client.create_subscription`."""
+        return self._run(  # type: ignore[no-any-return]
+            self._aio.create_subscription(
+                topic,
+                subscription,
+                type=type,
+                initial_position=initial_position,
+                timeout=timeout,
+            )
+        )
+
+    def describe_subscription(
+        self, topic: str, subscription: str, *, timeout: float | None = 30.0
+    ) -> SubscriptionInfo:
+        return self._run(self._aio.describe_subscription(topic, subscription, timeout=timeout))  # type: ignore[no-any-return]
+
+    def list_subscriptions(
+        self, topic: str, *, timeout: float | None = 30.0
+    ) -> list[SubscriptionInfo]:
+        return self._run(self._aio.list_subscriptions(topic, timeout=timeout))  # type: ignore[no-any-return]
+
+    def delete_subscription(
+        self, topic: str, subscription: str, *, force: bool = False, timeout: float | None = 30.0
+    ) -> None:
+        self._run(self._aio.delete_subscription(topic, subscription, force=force, timeout=timeout))
+
+    def seek_subscription(
+        self,
+        topic: str,
+        subscription: str,
+        *,
+        offsets: Mapping[int, int] | None = None,
+        timestamp: dt.datetime | int | None = None,
+        timeout: float | None = 30.0,
+    ) -> SubscriptionInfo:
+        """See `weir.aio.Client.seek_subscription`."""
+        return self._run(  # type: ignore[no-any-return]
+            self._aio.seek_subscription(
+                topic, subscription, offsets=offsets, timestamp=timestamp, timeout=timeout
+            )
+        )
+
+    def subscribe(
+        self,
+        topic: str,
+        subscription: str,
+        *,
+        type: str = "exclusive",
+        initial_position: str | dt.datetime | int = "latest",
+        consumer_name: str = "",
+        receiver_queue_size: int = 1000,
+        ack_timeout: float | dt.timedelta | None = None,
+        create: bool = True,
+        dead_letter_policy: DeadLetterPolicy | None = None,
+        listener: Callable[[SubscriptionConsumer, ReceivedMessage], Any] | None = None,
+        on_reconnect: Callable[[WeirError], None] | None = None,
+    ) -> SubscriptionConsumer:
+        """A consumer of a durable subscription; see `weir.aio.Client.subscribe`."""
+
+        async def make() -> aio_subscription.SubscriptionConsumer:
+            return self._aio.subscribe(
+                topic,
+                subscription,
+                type=type,
+                initial_position=initial_position,
+                consumer_name=consumer_name,
+                receiver_queue_size=receiver_queue_size,
+                ack_timeout=ack_timeout,
+                create=create,
+                dead_letter_policy=dead_letter_policy,
+                on_reconnect=on_reconnect,
+            )
+
+        consumer = SubscriptionConsumer(self._run(make()), self._loop)
+        if listener is not None:
+            consumer.listen(listener)
+        return consumer
 
     # streams -------------------------------------------------------------
 

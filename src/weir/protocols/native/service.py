@@ -40,6 +40,7 @@ from weir.protocols.native import weir_pb2_grpc as pb_grpc
 from weir.protocols.native.auth import PUBLIC_METHODS, guard
 from weir.protocols.native.policy_values import from_wire, to_wire
 from weir.protocols.native.status import CODE_KEY, grpc_status
+from weir.protocols.native.subscriptions import SubscriptionRpcs
 from weir.protocols.native.tenancy_service import TenancyCalls
 from weir.protocols.native.unary import unary as _unary
 from weir.protocols.native.wire import (
@@ -115,8 +116,9 @@ def describe(broker: Broker, cfg: TopicConfig) -> pb.TopicDescription:
     return d
 
 
-class NativeService(TenancyCalls, pb_grpc.WeirServicer):
-    """The gRPC servicer of weir.proto."""
+class NativeService(TenancyCalls, SubscriptionRpcs, pb_grpc.WeirServicer):
+    """The gRPC servicer of weir.proto (subscriptions: `weir.protocols.native.subscriptions`,
+    tenants and namespaces: `weir.protocols.native.tenancy_service`)."""
 
     def __init__(
         self,

@@ -7,11 +7,14 @@ class from the code (`weir.errors.error_from_code`).
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 import grpc
 
 from weir.errors import WeirError
 
 CODE_KEY = "weir-code"
+T = TypeVar("T")
 
 _GRPC: dict[str, grpc.StatusCode] = {
     "BAD_REQUEST": grpc.StatusCode.INVALID_ARGUMENT,
@@ -26,6 +29,8 @@ _GRPC: dict[str, grpc.StatusCode] = {
     "NOT_EMPTY": grpc.StatusCode.FAILED_PRECONDITION,
     "TOO_MANY_PRODUCERS": grpc.StatusCode.FAILED_PRECONDITION,
     "TOO_MANY_CONSUMERS": grpc.StatusCode.FAILED_PRECONDITION,
+    "UNKNOWN_SUBSCRIPTION": grpc.StatusCode.NOT_FOUND,
+    "CONSUMER_BUSY": grpc.StatusCode.FAILED_PRECONDITION,
     "ALREADY_EXISTS": grpc.StatusCode.ALREADY_EXISTS,
     "UNAUTHORIZED": grpc.StatusCode.UNAUTHENTICATED,
     "TOKEN_REJECTED": grpc.StatusCode.UNAUTHENTICATED,

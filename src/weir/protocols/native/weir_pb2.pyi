@@ -82,6 +82,57 @@ START_EARLIEST: StartFrom.ValueType  # 1
 START_LATEST: StartFrom.ValueType  # 2
 Global___StartFrom: _TypeAlias = StartFrom  # noqa: Y015
 
+class _SubscriptionType:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _SubscriptionTypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_SubscriptionType.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    SUBSCRIPTION_EXCLUSIVE: _SubscriptionType.ValueType  # 0
+    """one consumer; a second is refused (CONSUMER_BUSY)"""
+    SUBSCRIPTION_FAILOVER: _SubscriptionType.ValueType  # 1
+    """one active consumer per partition, the others stand by"""
+    SUBSCRIPTION_SHARED: _SubscriptionType.ValueType  # 2
+    """round-robin over the consumers by permits; no cumulative acks"""
+    SUBSCRIPTION_KEY_SHARED: _SubscriptionType.ValueType  # 3
+    """each key to one consumer at a time, per-key order"""
+
+class SubscriptionType(_SubscriptionType, metaclass=_SubscriptionTypeEnumTypeWrapper):
+    """---------------------------------------------------------------- subscriptions"""
+
+SUBSCRIPTION_EXCLUSIVE: SubscriptionType.ValueType  # 0
+"""one consumer; a second is refused (CONSUMER_BUSY)"""
+SUBSCRIPTION_FAILOVER: SubscriptionType.ValueType  # 1
+"""one active consumer per partition, the others stand by"""
+SUBSCRIPTION_SHARED: SubscriptionType.ValueType  # 2
+"""round-robin over the consumers by permits; no cumulative acks"""
+SUBSCRIPTION_KEY_SHARED: SubscriptionType.ValueType  # 3
+"""each key to one consumer at a time, per-key order"""
+Global___SubscriptionType: _TypeAlias = SubscriptionType  # noqa: Y015
+
+class _InitialPosition:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _InitialPositionEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_InitialPosition.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    POSITION_LATEST: _InitialPosition.ValueType  # 0
+    """a new subscription starts at the end offsets"""
+    POSITION_EARLIEST: _InitialPosition.ValueType  # 1
+    """a new subscription starts at the start offsets"""
+    POSITION_TIMESTAMP: _InitialPosition.ValueType  # 2
+    """at the first message written at or after a time"""
+
+class InitialPosition(_InitialPosition, metaclass=_InitialPositionEnumTypeWrapper): ...
+
+POSITION_LATEST: InitialPosition.ValueType  # 0
+"""a new subscription starts at the end offsets"""
+POSITION_EARLIEST: InitialPosition.ValueType  # 1
+"""a new subscription starts at the start offsets"""
+POSITION_TIMESTAMP: InitialPosition.ValueType  # 2
+"""at the first message written at or after a time"""
+Global___InitialPosition: _TypeAlias = InitialPosition  # noqa: Y015
+
 @_typing.final
 class Error(_message.Message):
     """A typed error (see weir/errors.py): `code` names the class."""
@@ -1767,3 +1818,660 @@ class SetNamespacePoliciesRequest(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___SetNamespacePoliciesRequest: _TypeAlias = SetNamespacePoliciesRequest  # noqa: Y015
+
+@_typing.final
+class SubscribeRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    INIT_FIELD_NUMBER: _builtins.int
+    FLOW_FIELD_NUMBER: _builtins.int
+    ACK_FIELD_NUMBER: _builtins.int
+    NACK_FIELD_NUMBER: _builtins.int
+    UNSUBSCRIBE_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def init(self) -> Global___SubscribeInit: ...
+    @_builtins.property
+    def flow(self) -> Global___SubscribeFlow: ...
+    @_builtins.property
+    def ack(self) -> Global___AckRequest: ...
+    @_builtins.property
+    def nack(self) -> Global___NackRequest: ...
+    @_builtins.property
+    def unsubscribe(self) -> Global___UnsubscribeRequest: ...
+    def __init__(
+        self,
+        *,
+        init: Global___SubscribeInit | None = ...,
+        flow: Global___SubscribeFlow | None = ...,
+        ack: Global___AckRequest | None = ...,
+        nack: Global___NackRequest | None = ...,
+        unsubscribe: Global___UnsubscribeRequest | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "flow", b"flow", "init", b"init", "kind", b"kind", "nack", b"nack", "unsubscribe", b"unsubscribe"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "flow", b"flow", "init", b"init", "kind", b"kind", "nack", b"nack", "unsubscribe", b"unsubscribe"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["init", "flow", "ack", "nack", "unsubscribe"]  # noqa: Y015
+    _WhichOneofArgType_kind: _TypeAlias = _typing.Literal["kind", b"kind"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_kind) -> _WhichOneofReturnType_kind | None: ...
+
+Global___SubscribeRequest: _TypeAlias = SubscribeRequest  # noqa: Y015
+
+@_typing.final
+class SubscribeInit(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    SUBSCRIPTION_FIELD_NUMBER: _builtins.int
+    TYPE_FIELD_NUMBER: _builtins.int
+    INITIAL_POSITION_FIELD_NUMBER: _builtins.int
+    CONSUMER_NAME_FIELD_NUMBER: _builtins.int
+    PERMITS_FIELD_NUMBER: _builtins.int
+    ACK_TIMEOUT_MS_FIELD_NUMBER: _builtins.int
+    NO_CREATE_FIELD_NUMBER: _builtins.int
+    MAX_REDELIVER_COUNT_FIELD_NUMBER: _builtins.int
+    DEAD_LETTER_TOPIC_FIELD_NUMBER: _builtins.int
+    INITIAL_TIMESTAMP_MS_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    subscription: _builtins.str
+    type: Global___SubscriptionType.ValueType
+    initial_position: Global___InitialPosition.ValueType
+    """Used when the subscription is created by this call."""
+    consumer_name: _builtins.str
+    """Orders Failover consumers (by name, then arrival); empty: a generated one."""
+    permits: _builtins.int
+    """Messages the consumer can take now; more with SubscribeFlow."""
+    ack_timeout_ms: _builtins.int
+    """Messages unacknowledged for longer are delivered again; 0: never."""
+    no_create: _builtins.bool
+    """Refuse (UNKNOWN_SUBSCRIPTION) instead of creating a missing subscription."""
+    max_redeliver_count: _builtins.int
+    """> 0: a message delivered again more than this many times goes to the dead-letter
+    topic (stored with the subscription; 0 leaves its policy as it is).
+    """
+    dead_letter_topic: _builtins.str
+    """Empty: <topic>-<subscription>-DLQ."""
+    initial_timestamp_ms: _builtins.int
+    """Set: a new subscription starts at the first message written at or after this time."""
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        subscription: _builtins.str = ...,
+        type: Global___SubscriptionType.ValueType = ...,
+        initial_position: Global___InitialPosition.ValueType = ...,
+        consumer_name: _builtins.str = ...,
+        permits: _builtins.int = ...,
+        ack_timeout_ms: _builtins.int = ...,
+        no_create: _builtins.bool = ...,
+        max_redeliver_count: _builtins.int = ...,
+        dead_letter_topic: _builtins.str = ...,
+        initial_timestamp_ms: _builtins.int | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_initial_timestamp_ms", b"_initial_timestamp_ms", "initial_timestamp_ms", b"initial_timestamp_ms"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_initial_timestamp_ms", b"_initial_timestamp_ms", "ack_timeout_ms", b"ack_timeout_ms", "consumer_name", b"consumer_name", "dead_letter_topic", b"dead_letter_topic", "initial_position", b"initial_position", "initial_timestamp_ms", b"initial_timestamp_ms", "max_redeliver_count", b"max_redeliver_count", "no_create", b"no_create", "permits", b"permits", "subscription", b"subscription", "topic", b"topic", "type", b"type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__initial_timestamp_ms: _TypeAlias = _typing.Literal["initial_timestamp_ms"]  # noqa: Y015
+    _WhichOneofArgType__initial_timestamp_ms: _TypeAlias = _typing.Literal["_initial_timestamp_ms", b"_initial_timestamp_ms"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__initial_timestamp_ms) -> _WhichOneofReturnType__initial_timestamp_ms | None: ...
+
+Global___SubscribeInit: _TypeAlias = SubscribeInit  # noqa: Y015
+
+@_typing.final
+class SubscribeFlow(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PERMITS_FIELD_NUMBER: _builtins.int
+    permits: _builtins.int
+    def __init__(
+        self,
+        *,
+        permits: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["permits", b"permits"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SubscribeFlow: _TypeAlias = SubscribeFlow  # noqa: Y015
+
+@_typing.final
+class MessageRange(_message.Message):
+    """The messages at offsets [start, end) of one partition."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PARTITION_FIELD_NUMBER: _builtins.int
+    START_FIELD_NUMBER: _builtins.int
+    END_FIELD_NUMBER: _builtins.int
+    partition: _builtins.int
+    start: _builtins.int
+    end: _builtins.int
+    def __init__(
+        self,
+        *,
+        partition: _builtins.int = ...,
+        start: _builtins.int = ...,
+        end: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["end", b"end", "partition", b"partition", "start", b"start"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___MessageRange: _TypeAlias = MessageRange  # noqa: Y015
+
+@_typing.final
+class AckRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
+    RANGES_FIELD_NUMBER: _builtins.int
+    CUMULATIVE_FIELD_NUMBER: _builtins.int
+    request_id: _builtins.int
+    cumulative: _builtins.bool
+    """Every message of the partition up to and including the (single) range's start."""
+    @_builtins.property
+    def ranges(self) -> _containers.RepeatedCompositeFieldContainer[Global___MessageRange]: ...
+    def __init__(
+        self,
+        *,
+        request_id: _builtins.int = ...,
+        ranges: _abc.Iterable[Global___MessageRange] | None = ...,
+        cumulative: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cumulative", b"cumulative", "ranges", b"ranges", "request_id", b"request_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AckRequest: _TypeAlias = AckRequest  # noqa: Y015
+
+@_typing.final
+class NackRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
+    RANGES_FIELD_NUMBER: _builtins.int
+    DELAY_MS_FIELD_NUMBER: _builtins.int
+    request_id: _builtins.int
+    delay_ms: _builtins.int
+    """Deliver again after this many ms (>= 0)."""
+    @_builtins.property
+    def ranges(self) -> _containers.RepeatedCompositeFieldContainer[Global___MessageRange]: ...
+    def __init__(
+        self,
+        *,
+        request_id: _builtins.int = ...,
+        ranges: _abc.Iterable[Global___MessageRange] | None = ...,
+        delay_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["delay_ms", b"delay_ms", "ranges", b"ranges", "request_id", b"request_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___NackRequest: _TypeAlias = NackRequest  # noqa: Y015
+
+@_typing.final
+class UnsubscribeRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
+    request_id: _builtins.int
+    def __init__(
+        self,
+        *,
+        request_id: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["request_id", b"request_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UnsubscribeRequest: _TypeAlias = UnsubscribeRequest  # noqa: Y015
+
+@_typing.final
+class SubscribeResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    INIT_FIELD_NUMBER: _builtins.int
+    MESSAGES_FIELD_NUMBER: _builtins.int
+    ACK_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def init(self) -> Global___SubscribeInitResult: ...
+    @_builtins.property
+    def messages(self) -> Global___SubscriptionMessages: ...
+    @_builtins.property
+    def ack(self) -> Global___AckResponse: ...
+    @_builtins.property
+    def error(self) -> Global___Error: ...
+    def __init__(
+        self,
+        *,
+        init: Global___SubscribeInitResult | None = ...,
+        messages: Global___SubscriptionMessages | None = ...,
+        ack: Global___AckResponse | None = ...,
+        error: Global___Error | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "error", b"error", "init", b"init", "kind", b"kind", "messages", b"messages"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "error", b"error", "init", b"init", "kind", b"kind", "messages", b"messages"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["init", "messages", "ack", "error"]  # noqa: Y015
+    _WhichOneofArgType_kind: _TypeAlias = _typing.Literal["kind", b"kind"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_kind) -> _WhichOneofReturnType_kind | None: ...
+
+Global___SubscribeResponse: _TypeAlias = SubscribeResponse  # noqa: Y015
+
+@_typing.final
+class SubscribeInitResult(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CONSUMER_ID_FIELD_NUMBER: _builtins.int
+    TOPIC_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    TYPE_FIELD_NUMBER: _builtins.int
+    CONSUMER_NAME_FIELD_NUMBER: _builtins.int
+    GENERATION_FIELD_NUMBER: _builtins.int
+    consumer_id: _builtins.int
+    topic: _builtins.str
+    partitions: _builtins.int
+    type: Global___SubscriptionType.ValueType
+    consumer_name: _builtins.str
+    generation: _builtins.int
+    """The server's generation (one more at each start): tells server lifetimes apart."""
+    def __init__(
+        self,
+        *,
+        consumer_id: _builtins.int = ...,
+        topic: _builtins.str = ...,
+        partitions: _builtins.int = ...,
+        type: Global___SubscriptionType.ValueType = ...,
+        consumer_name: _builtins.str = ...,
+        generation: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["consumer_id", b"consumer_id", "consumer_name", b"consumer_name", "generation", b"generation", "partitions", b"partitions", "topic", b"topic", "type", b"type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SubscribeInitResult: _TypeAlias = SubscribeInitResult  # noqa: Y015
+
+@_typing.final
+class SubscriptionMessages(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    CHUNKS_FIELD_NUMBER: _builtins.int
+    OFFSETS_FIELD_NUMBER: _builtins.int
+    REDELIVERY_COUNTS_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    partition: _builtins.int
+    @_builtins.property
+    def chunks(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]:
+        """Stored batches; only the listed offsets of them are delivered."""
+
+    @_builtins.property
+    def offsets(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    @_builtins.property
+    def redelivery_counts(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """Parallel to offsets: how many times each was delivered before."""
+
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        partition: _builtins.int = ...,
+        chunks: _abc.Iterable[_builtins.bytes] | None = ...,
+        offsets: _abc.Iterable[_builtins.int] | None = ...,
+        redelivery_counts: _abc.Iterable[_builtins.int] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunks", b"chunks", "offsets", b"offsets", "partition", b"partition", "redelivery_counts", b"redelivery_counts", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SubscriptionMessages: _TypeAlias = SubscriptionMessages  # noqa: Y015
+
+@_typing.final
+class AckResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    request_id: _builtins.int
+    @_builtins.property
+    def error(self) -> Global___Error:
+        """Unset: done (an ack is durable when this arrives)."""
+
+    def __init__(
+        self,
+        *,
+        request_id: _builtins.int = ...,
+        error: Global___Error | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "request_id", b"request_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AckResponse: _TypeAlias = AckResponse  # noqa: Y015
+
+@_typing.final
+class CreateSubscriptionRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    SUBSCRIPTION_FIELD_NUMBER: _builtins.int
+    TYPE_FIELD_NUMBER: _builtins.int
+    INITIAL_POSITION_FIELD_NUMBER: _builtins.int
+    INITIAL_TIMESTAMP_MS_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    subscription: _builtins.str
+    type: Global___SubscriptionType.ValueType
+    initial_position: Global___InitialPosition.ValueType
+    initial_timestamp_ms: _builtins.int
+    """Set: start at the first message written at or after this time (ms since epoch)."""
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        subscription: _builtins.str = ...,
+        type: Global___SubscriptionType.ValueType = ...,
+        initial_position: Global___InitialPosition.ValueType = ...,
+        initial_timestamp_ms: _builtins.int | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_initial_timestamp_ms", b"_initial_timestamp_ms", "initial_timestamp_ms", b"initial_timestamp_ms"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_initial_timestamp_ms", b"_initial_timestamp_ms", "initial_position", b"initial_position", "initial_timestamp_ms", b"initial_timestamp_ms", "subscription", b"subscription", "topic", b"topic", "type", b"type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__initial_timestamp_ms: _TypeAlias = _typing.Literal["initial_timestamp_ms"]  # noqa: Y015
+    _WhichOneofArgType__initial_timestamp_ms: _TypeAlias = _typing.Literal["_initial_timestamp_ms", b"_initial_timestamp_ms"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__initial_timestamp_ms) -> _WhichOneofReturnType__initial_timestamp_ms | None: ...
+
+Global___CreateSubscriptionRequest: _TypeAlias = CreateSubscriptionRequest  # noqa: Y015
+
+@_typing.final
+class DescribeSubscriptionRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    SUBSCRIPTION_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    subscription: _builtins.str
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        subscription: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["subscription", b"subscription", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribeSubscriptionRequest: _TypeAlias = DescribeSubscriptionRequest  # noqa: Y015
+
+@_typing.final
+class SubscriptionPartition(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PARTITION_FIELD_NUMBER: _builtins.int
+    MARK_DELETE_FIELD_NUMBER: _builtins.int
+    ACKED_RANGES_FIELD_NUMBER: _builtins.int
+    BACKLOG_FIELD_NUMBER: _builtins.int
+    UNACKED_FIELD_NUMBER: _builtins.int
+    ACTIVE_CONSUMER_FIELD_NUMBER: _builtins.int
+    partition: _builtins.int
+    mark_delete: _builtins.int
+    """Every offset below is acknowledged."""
+    acked_ranges: _builtins.int
+    """Ranges acknowledged above mark_delete."""
+    backlog: _builtins.int
+    unacked: _builtins.int
+    active_consumer: _builtins.str
+    def __init__(
+        self,
+        *,
+        partition: _builtins.int = ...,
+        mark_delete: _builtins.int = ...,
+        acked_ranges: _builtins.int = ...,
+        backlog: _builtins.int = ...,
+        unacked: _builtins.int = ...,
+        active_consumer: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acked_ranges", b"acked_ranges", "active_consumer", b"active_consumer", "backlog", b"backlog", "mark_delete", b"mark_delete", "partition", b"partition", "unacked", b"unacked"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SubscriptionPartition: _TypeAlias = SubscriptionPartition  # noqa: Y015
+
+@_typing.final
+class SubscriptionConsumer(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CONSUMER_ID_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    PERMITS_FIELD_NUMBER: _builtins.int
+    UNACKED_FIELD_NUMBER: _builtins.int
+    consumer_id: _builtins.int
+    name: _builtins.str
+    permits: _builtins.int
+    unacked: _builtins.int
+    def __init__(
+        self,
+        *,
+        consumer_id: _builtins.int = ...,
+        name: _builtins.str = ...,
+        permits: _builtins.int = ...,
+        unacked: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["consumer_id", b"consumer_id", "name", b"name", "permits", b"permits", "unacked", b"unacked"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SubscriptionConsumer: _TypeAlias = SubscriptionConsumer  # noqa: Y015
+
+@_typing.final
+class SubscriptionDescription(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    SUBSCRIPTION_FIELD_NUMBER: _builtins.int
+    TYPE_FIELD_NUMBER: _builtins.int
+    INITIAL_POSITION_FIELD_NUMBER: _builtins.int
+    CREATED_AT_MS_FIELD_NUMBER: _builtins.int
+    BACKLOG_FIELD_NUMBER: _builtins.int
+    UNACKED_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    CONSUMERS_FIELD_NUMBER: _builtins.int
+    MAX_REDELIVER_COUNT_FIELD_NUMBER: _builtins.int
+    DEAD_LETTER_TOPIC_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    subscription: _builtins.str
+    type: Global___SubscriptionType.ValueType
+    initial_position: Global___InitialPosition.ValueType
+    created_at_ms: _builtins.int
+    backlog: _builtins.int
+    unacked: _builtins.int
+    max_redeliver_count: _builtins.int
+    dead_letter_topic: _builtins.str
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___SubscriptionPartition]: ...
+    @_builtins.property
+    def consumers(self) -> _containers.RepeatedCompositeFieldContainer[Global___SubscriptionConsumer]: ...
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        subscription: _builtins.str = ...,
+        type: Global___SubscriptionType.ValueType = ...,
+        initial_position: Global___InitialPosition.ValueType = ...,
+        created_at_ms: _builtins.int = ...,
+        backlog: _builtins.int = ...,
+        unacked: _builtins.int = ...,
+        partitions: _abc.Iterable[Global___SubscriptionPartition] | None = ...,
+        consumers: _abc.Iterable[Global___SubscriptionConsumer] | None = ...,
+        max_redeliver_count: _builtins.int = ...,
+        dead_letter_topic: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["backlog", b"backlog", "consumers", b"consumers", "created_at_ms", b"created_at_ms", "dead_letter_topic", b"dead_letter_topic", "initial_position", b"initial_position", "max_redeliver_count", b"max_redeliver_count", "partitions", b"partitions", "subscription", b"subscription", "topic", b"topic", "type", b"type", "unacked", b"unacked"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SubscriptionDescription: _TypeAlias = SubscriptionDescription  # noqa: Y015
+
+@_typing.final
+class ListSubscriptionsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListSubscriptionsRequest: _TypeAlias = ListSubscriptionsRequest  # noqa: Y015
+
+@_typing.final
+class ListSubscriptionsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SUBSCRIPTIONS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def subscriptions(self) -> _containers.RepeatedCompositeFieldContainer[Global___SubscriptionDescription]: ...
+    def __init__(
+        self,
+        *,
+        subscriptions: _abc.Iterable[Global___SubscriptionDescription] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["subscriptions", b"subscriptions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListSubscriptionsResponse: _TypeAlias = ListSubscriptionsResponse  # noqa: Y015
+
+@_typing.final
+class DeleteSubscriptionRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    SUBSCRIPTION_FIELD_NUMBER: _builtins.int
+    FORCE_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    subscription: _builtins.str
+    force: _builtins.bool
+    """Delete even with consumers attached (they get UNKNOWN_SUBSCRIPTION and stop)."""
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        subscription: _builtins.str = ...,
+        force: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["force", b"force", "subscription", b"subscription", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteSubscriptionRequest: _TypeAlias = DeleteSubscriptionRequest  # noqa: Y015
+
+@_typing.final
+class DeleteSubscriptionResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteSubscriptionResponse: _TypeAlias = DeleteSubscriptionResponse  # noqa: Y015
+
+@_typing.final
+class PartitionOffset(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PARTITION_FIELD_NUMBER: _builtins.int
+    OFFSET_FIELD_NUMBER: _builtins.int
+    partition: _builtins.int
+    offset: _builtins.int
+    def __init__(
+        self,
+        *,
+        partition: _builtins.int = ...,
+        offset: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["offset", b"offset", "partition", b"partition"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PartitionOffset: _TypeAlias = PartitionOffset  # noqa: Y015
+
+@_typing.final
+class SeekSubscriptionRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    SUBSCRIPTION_FIELD_NUMBER: _builtins.int
+    OFFSETS_FIELD_NUMBER: _builtins.int
+    TIMESTAMP_MS_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    subscription: _builtins.str
+    timestamp_ms: _builtins.int
+    """...or, when set, every partition to its first message written at or after this time."""
+    @_builtins.property
+    def offsets(self) -> _containers.RepeatedCompositeFieldContainer[Global___PartitionOffset]:
+        """Each named partition to this offset (clamped to the partition's start and end)..."""
+
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        subscription: _builtins.str = ...,
+        offsets: _abc.Iterable[Global___PartitionOffset] | None = ...,
+        timestamp_ms: _builtins.int | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_timestamp_ms", b"_timestamp_ms", "timestamp_ms", b"timestamp_ms"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_timestamp_ms", b"_timestamp_ms", "offsets", b"offsets", "subscription", b"subscription", "timestamp_ms", b"timestamp_ms", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__timestamp_ms: _TypeAlias = _typing.Literal["timestamp_ms"]  # noqa: Y015
+    _WhichOneofArgType__timestamp_ms: _TypeAlias = _typing.Literal["_timestamp_ms", b"_timestamp_ms"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__timestamp_ms) -> _WhichOneofReturnType__timestamp_ms | None: ...
+
+Global___SeekSubscriptionRequest: _TypeAlias = SeekSubscriptionRequest  # noqa: Y015

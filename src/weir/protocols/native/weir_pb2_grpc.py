@@ -144,6 +144,36 @@ class WeirStub:
                 request_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.SetNamespacePoliciesRequest.SerializeToString,
                 response_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.NamespaceDescription.FromString,
                 _registered_method=True)
+        self.Subscribe = channel.stream_stream(
+                '/weir.v1.Weir/Subscribe',
+                request_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.SubscribeRequest.SerializeToString,
+                response_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.SubscribeResponse.FromString,
+                _registered_method=True)
+        self.CreateSubscription = channel.unary_unary(
+                '/weir.v1.Weir/CreateSubscription',
+                request_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.CreateSubscriptionRequest.SerializeToString,
+                response_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.SubscriptionDescription.FromString,
+                _registered_method=True)
+        self.DescribeSubscription = channel.unary_unary(
+                '/weir.v1.Weir/DescribeSubscription',
+                request_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.DescribeSubscriptionRequest.SerializeToString,
+                response_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.SubscriptionDescription.FromString,
+                _registered_method=True)
+        self.ListSubscriptions = channel.unary_unary(
+                '/weir.v1.Weir/ListSubscriptions',
+                request_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.ListSubscriptionsRequest.SerializeToString,
+                response_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.ListSubscriptionsResponse.FromString,
+                _registered_method=True)
+        self.DeleteSubscription = channel.unary_unary(
+                '/weir.v1.Weir/DeleteSubscription',
+                request_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.DeleteSubscriptionRequest.SerializeToString,
+                response_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.DeleteSubscriptionResponse.FromString,
+                _registered_method=True)
+        self.SeekSubscription = channel.unary_unary(
+                '/weir.v1.Weir/SeekSubscription',
+                request_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.SeekSubscriptionRequest.SerializeToString,
+                response_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.SubscriptionDescription.FromString,
+                _registered_method=True)
 
 
 class WeirServicer:
@@ -288,6 +318,48 @@ class WeirServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Subscribe(self, request_iterator, context):
+        """Durable subscriptions (docs/subscriptions.md): init first, then permits, acks and
+        negative acks in any order; messages come as the permits allow. Each ack, negative
+        ack and unsubscribe gets one AckResponse with its request_id (an error there refuses
+        that request only); an Error ends the stream.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CreateSubscription(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeSubscription(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListSubscriptions(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteSubscription(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SeekSubscription(self, request, context):
+        """Move a subscription's cursors; its consumers are disconnected (they reconnect) and
+        delivery starts again from the new positions.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_WeirServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -395,6 +467,36 @@ def add_WeirServicer_to_server(servicer, server):
                     servicer.SetNamespacePolicies,
                     request_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.SetNamespacePoliciesRequest.FromString,
                     response_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.NamespaceDescription.SerializeToString,
+            ),
+            'Subscribe': grpc.stream_stream_rpc_method_handler(
+                    servicer.Subscribe,
+                    request_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.SubscribeRequest.FromString,
+                    response_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.SubscribeResponse.SerializeToString,
+            ),
+            'CreateSubscription': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateSubscription,
+                    request_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.CreateSubscriptionRequest.FromString,
+                    response_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.SubscriptionDescription.SerializeToString,
+            ),
+            'DescribeSubscription': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeSubscription,
+                    request_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.DescribeSubscriptionRequest.FromString,
+                    response_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.SubscriptionDescription.SerializeToString,
+            ),
+            'ListSubscriptions': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListSubscriptions,
+                    request_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.ListSubscriptionsRequest.FromString,
+                    response_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.ListSubscriptionsResponse.SerializeToString,
+            ),
+            'DeleteSubscription': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteSubscription,
+                    request_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.DeleteSubscriptionRequest.FromString,
+                    response_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.DeleteSubscriptionResponse.SerializeToString,
+            ),
+            'SeekSubscription': grpc.unary_unary_rpc_method_handler(
+                    servicer.SeekSubscription,
+                    request_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.SeekSubscriptionRequest.FromString,
+                    response_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.SubscriptionDescription.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -969,6 +1071,168 @@ class Weir:
             '/weir.v1.Weir/SetNamespacePolicies',
             weir_dot_protocols_dot_native_dot_weir__pb2.SetNamespacePoliciesRequest.SerializeToString,
             weir_dot_protocols_dot_native_dot_weir__pb2.NamespaceDescription.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Subscribe(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/weir.v1.Weir/Subscribe',
+            weir_dot_protocols_dot_native_dot_weir__pb2.SubscribeRequest.SerializeToString,
+            weir_dot_protocols_dot_native_dot_weir__pb2.SubscribeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateSubscription(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/weir.v1.Weir/CreateSubscription',
+            weir_dot_protocols_dot_native_dot_weir__pb2.CreateSubscriptionRequest.SerializeToString,
+            weir_dot_protocols_dot_native_dot_weir__pb2.SubscriptionDescription.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeSubscription(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/weir.v1.Weir/DescribeSubscription',
+            weir_dot_protocols_dot_native_dot_weir__pb2.DescribeSubscriptionRequest.SerializeToString,
+            weir_dot_protocols_dot_native_dot_weir__pb2.SubscriptionDescription.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListSubscriptions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/weir.v1.Weir/ListSubscriptions',
+            weir_dot_protocols_dot_native_dot_weir__pb2.ListSubscriptionsRequest.SerializeToString,
+            weir_dot_protocols_dot_native_dot_weir__pb2.ListSubscriptionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteSubscription(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/weir.v1.Weir/DeleteSubscription',
+            weir_dot_protocols_dot_native_dot_weir__pb2.DeleteSubscriptionRequest.SerializeToString,
+            weir_dot_protocols_dot_native_dot_weir__pb2.DeleteSubscriptionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SeekSubscription(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/weir.v1.Weir/SeekSubscription',
+            weir_dot_protocols_dot_native_dot_weir__pb2.SeekSubscriptionRequest.SerializeToString,
+            weir_dot_protocols_dot_native_dot_weir__pb2.SubscriptionDescription.FromString,
             options,
             channel_credentials,
             insecure,

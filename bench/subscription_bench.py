@@ -1,0 +1,160 @@
+"""Durable subscriptions: Shared consume with individual acks, and the cursor's cost.
+
+    python bench/subscription_bench.py [--messages 50000] [--consumers 1,4] [--sparse 20000]
+
+1. Starts `weir serve` (a fresh data directory, as sdk_bench.py does), writes
+   --messages of 100 B over 4 partitions, then for each count in --consumers lets
+   that many Shared consumers (each its own process and client) take everything of a
+   new subscription, acknowledging every message individually (one ack request per
+   received batch, up to 8 in flight: `acknowledge_future`): messages acknowledged
+   (durably: the answer came back) per second, and the server's CPU.
+2. In process, on a broker over a fresh directory: acks every other offset of
+   --sparse delivered messages (the worst case for the range set: one range per ack)
+   in requests of 100, and reports the time per ack request as the ranges grow: the
+   snapshot written per ack is O(ranges).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import concurrent.futures
+import multiprocessing as mp
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import weir
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from sdk_bench import ROOT, Server, cpu_seconds
+
+
+def _consumer_process(
+    endpoint: str, topic: str, sub: str, n: int, acked: Any, requests: Any, ready: Any, go: Any
+) -> None:
+    with weir.Client(endpoint) as client:
+        c = client.subscribe(topic, sub, type="shared", receiver_queue_size=2000)
+        c.wait_connected()
+        ready.release()
+        go.wait()
+        inflight: list[tuple[concurrent.futures.Future[None], int]] = []
+        while acked.value < n:
+            msgs = c.receive_batch(1000, timeout=0.2)
+            if msgs:
+                inflight.append((c.acknowledge_future(msgs), len(msgs)))
+                with requests.get_lock():
+                    requests.value += 1
+            while inflight and (inflight[0][0].done() or len(inflight) > 8 or not msgs):
+                fut, k = inflight.pop(0)
+                fut.result()
+                with acked.get_lock():
+                    acked.value += k
+        c.close()
+
+
+def shared_consume(endpoint: str, topic: str, n: int, consumers: int) -> tuple[float, int, float]:
+    """``consumers`` processes (each its own client) take everything of a new Shared
+    subscription; a message counts once its ack's answer is back."""
+    sub = f"bench-{consumers}-{time.monotonic_ns()}"
+    with weir.Client(endpoint) as admin:
+        admin.create_subscription(topic, sub, type="shared", initial_position="earliest")
+    ctx = mp.get_context("spawn")
+    acked, requests = ctx.Value("q", 0), ctx.Value("q", 0)
+    ready, go = ctx.Semaphore(0), ctx.Event()
+    procs = [
+        ctx.Process(
+            target=_consumer_process,
+            args=(endpoint, topic, sub, n, acked, requests, ready, go),
+        )
+        for _ in range(consumers)
+    ]
+    for p in procs:
+        p.start()
+    for _ in procs:
+        ready.acquire(timeout=60)
+    t0 = time.perf_counter()
+    go.set()
+    for p in procs:
+        p.join(300)
+    dt = time.perf_counter() - t0
+    return dt, requests.value, acked.value / dt
+
+
+async def sparse_acks(n: int) -> list[tuple[int, float]]:
+    from weir.broker.broker import Broker
+    from weir.broker.config import BrokerConfig
+    from weir.broker.subscriptions import Delivery
+    from weir.errors import WeirError
+    from weir.storage.batch import encode_batch
+    from weir.storage.partition import validate_incoming
+
+    class Sink:
+        def deliver(self, d: Delivery) -> None:
+            pass
+
+        def close(self, err: WeirError) -> None:
+            pass
+
+    out: list[tuple[int, float]] = []
+    with tempfile.TemporaryDirectory(dir=ROOT) as tmp:
+        b = await Broker.open(BrokerConfig(data_dir=Path(tmp), retention_interval_s=3600))
+        try:
+            await b.create_topic("t", partitions=1)
+            for _ in range(0, n, 1000):
+                await b.write("t", 0, validate_incoming([encode_batch([b"x" * 100] * 1000)]))
+            s, c = await b.subscribe("t", "s", "exclusive", "earliest", Sink())
+            s.flow(c.consumer_id, n)
+            while s.parts[0].read_pos < n:
+                await asyncio.sleep(0.01)
+            evens = list(range(0, n, 2))
+            step = max(1, len(evens) // 5)
+            for k in range(0, len(evens), 100):
+                t0 = time.perf_counter()
+                await s.acknowledge([(0, o, o + 1) for o in evens[k : k + 100]])
+                if k % step < 100:
+                    out.append((len(s.parts[0].cursor.acked), time.perf_counter() - t0))
+        finally:
+            await b.close()
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--messages", type=int, default=50_000)
+    ap.add_argument("--consumers", default="1,4")
+    ap.add_argument("--sparse", type=int, default=20_000)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory(dir=ROOT) as tmp:
+        server = Server(Path(tmp))
+        server.start()
+        try:
+            with weir.Client(server.endpoint) as client:
+                client.create_topic("subs", partitions=4)
+                with client.writer("subs", producer_id="bench") as w:
+                    payload = os.urandom(100)
+                    for _ in range(args.messages):
+                        w.write(payload)
+            assert server.proc is not None
+            for k in map(int, args.consumers.split(",")):
+                s0 = cpu_seconds(server.proc.pid)
+                dt, reqs, rate = shared_consume(server.endpoint, "subs", args.messages, k)
+                cpu = cpu_seconds(server.proc.pid) - s0
+                print(
+                    f"shared, {k} consumer(s), individual acks: {args.messages:,} x 100 B in "
+                    f"{dt:.2f} s = {rate:,.0f} acked msg/s; {reqs:,} ack requests; "
+                    f"server CPU {cpu:.2f} s"
+                )
+        finally:
+            server.stop()
+    for ranges, seconds in asyncio.run(sparse_acks(args.sparse)):
+        print(
+            f"sparse acks: {ranges:,} acked ranges -> {seconds * 1e3:.2f} ms per ack request of 100"
+        )
+
+
+if __name__ == "__main__":
+    main()

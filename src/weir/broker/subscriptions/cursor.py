@@ -1,0 +1,171 @@
+"""A subscription's cursor on one partition: the mark-delete position (every offset
+below it is acknowledged) plus the ranges acknowledged above it.
+
+`Cursor` is the interface dispatchers use; `StoredCursor` keeps it in the KV store.
+An acknowledgement changes the cursor in memory at once (so nothing acked is
+dispatched again) and `persist()` resolves once a snapshot containing it is durable:
+the ack's response waits for that. Snapshots ride the broker's group commit, at most
+one in flight per cursor; acks arriving meanwhile share the next snapshot, so a burst
+of acks costs one small KV write, not one fsync each.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from typing import Protocol
+
+from weir.broker.subscriptions.ranges import RangeSet
+from weir.storage.committer import GroupCommitter
+from weir.storage.kv import Op, put
+
+SUBSCRIPTIONS = "subscriptions"
+_MARK = struct.Struct("<Q")
+_CURSOR_KEY = struct.Struct(">cII")
+
+
+def cursor_key(topic_id: int, partition: int, name: str) -> bytes:
+    return _CURSOR_KEY.pack(b"c", topic_id, partition) + name.encode()
+
+
+def parse_cursor_key(key: bytes) -> tuple[int, int, str]:
+    _, tid, part = _CURSOR_KEY.unpack_from(key)
+    return tid, part, bytes(key[_CURSOR_KEY.size :]).decode()
+
+
+def encode_cursor(mark_delete: int, acked: RangeSet) -> bytes:
+    return _MARK.pack(mark_delete) + acked.encode()
+
+
+def decode_cursor(raw: bytes | memoryview) -> tuple[int, RangeSet]:
+    return _MARK.unpack_from(raw)[0], RangeSet.decode(memoryview(raw)[_MARK.size :])
+
+
+class Cursor(Protocol):
+    """What a dispatcher sees of a cursor."""
+
+    @property
+    def mark_delete(self) -> int: ...
+
+    def is_acked(self, offset: int) -> bool: ...
+
+    def next_unacked(self, offset: int) -> int: ...
+
+    def next_acked(self, offset: int) -> int | None: ...
+
+    def ack_range(self, start: int, end: int) -> None: ...
+
+    def ack_cumulative(self, offset: int) -> None: ...
+
+    def skip_to(self, offset: int) -> None: ...
+
+    def reset(self, offset: int) -> None: ...
+
+    def acked_above(self) -> int: ...
+
+    def persist(self) -> asyncio.Future[None]: ...
+
+
+class StoredCursor:
+    """A `Cursor` written to the ``subscriptions`` table through the group committer."""
+
+    def __init__(
+        self,
+        committer: GroupCommitter,
+        key: bytes,
+        mark_delete: int,
+        acked: RangeSet | None = None,
+    ) -> None:
+        self._committer = committer
+        self.key = key
+        self._mark = mark_delete
+        self._acked = acked or RangeSet()
+        self._inflight = False
+        self._next: asyncio.Future[None] | None = None
+
+    @property
+    def mark_delete(self) -> int:
+        return self._mark
+
+    @property
+    def acked(self) -> RangeSet:
+        return self._acked
+
+    def is_acked(self, offset: int) -> bool:
+        return offset < self._mark or offset in self._acked
+
+    def next_unacked(self, offset: int) -> int:
+        """The first offset at or after ``offset`` not acknowledged."""
+        return self._acked.end_of(max(offset, self._mark))
+
+    def next_acked(self, offset: int) -> int | None:
+        """The first acknowledged offset after ``offset`` (None: none is)."""
+        return self._acked.next_start(offset)
+
+    def ack_range(self, start: int, end: int) -> None:
+        """Acknowledge the offsets of ``[start, end)``."""
+        self._acked.add_range(max(start, self._mark), end)
+        self._advance()
+
+    def ack_cumulative(self, offset: int) -> None:
+        """Everything up to and including ``offset`` is acknowledged."""
+        self.skip_to(offset + 1)
+
+    def reset(self, offset: int) -> None:
+        """Seek: everything below ``offset`` is acknowledged, nothing from it on (may go back)."""
+        self._mark = offset
+        self._acked = RangeSet()
+
+    def skip_to(self, offset: int) -> None:
+        """Move mark-delete to ``offset`` (never backwards): retention removed what was below."""
+        if offset > self._mark:
+            self._mark = offset
+            self._acked.drop_below(offset)
+            self._advance()
+
+    def _advance(self) -> None:
+        first = self._acked.first()
+        if first is not None and first[0] <= self._mark:
+            self._mark = max(self._mark, first[1])
+            self._acked.drop_below(self._mark)
+
+    def acked_above(self) -> int:
+        return self._acked.count
+
+    def snapshot_op(self) -> Op:
+        return put(SUBSCRIPTIONS, self.key, encode_cursor(self._mark, self._acked))
+
+    def persist(self) -> asyncio.Future[None]:
+        """A future that resolves once the cursor as it is now is durable."""
+        fut = self._next
+        if fut is None:
+            fut = self._next = asyncio.get_running_loop().create_future()
+            if not self._inflight:
+                self._write()
+        return fut
+
+    def _write(self) -> None:
+        fut, self._next = self._next, None
+        assert fut is not None
+        self._inflight = True
+        op = self.snapshot_op()
+        try:
+            done = asyncio.wrap_future(self._committer.submit([op], len(op.key) + 16))
+        except Exception as exc:
+            self._inflight = False
+            fut.set_exception(exc)
+            return
+
+        def finished(d: asyncio.Future[None]) -> None:
+            self._inflight = False
+            if not fut.done():
+                if d.cancelled():
+                    fut.cancel()
+                elif d.exception() is not None:
+                    fut.set_exception(d.exception())  # type: ignore[arg-type]
+                else:
+                    fut.set_result(None)
+            if self._next is not None:
+                self._write()
+
+        done.add_done_callback(finished)

@@ -1,0 +1,76 @@
+"""Dead letters: a message delivered again more than ``max_redeliver_count`` times goes to
+the subscription's dead-letter topic instead (default ``<topic>-<subscription>-DLQ``),
+with its key, headers and creation time, plus headers naming where it came from; then
+it counts as acknowledged in the subscription.
+
+At least once: the copy is durable before the ack is; a crash between the two leaves
+the message unacknowledged, so it may reach the dead-letter topic twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from weir.errors import BadRequestError
+from weir.storage.batch import decode_payload, encode_batch, iter_batches
+
+ORIGIN_TOPIC = "weir-origin-topic"
+ORIGIN_PARTITION = "weir-origin-partition"
+ORIGIN_OFFSET = "weir-origin-offset"
+ORIGIN_SUBSCRIPTION = "weir-origin-subscription"
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetterPolicy:
+    max_redeliver_count: int
+    topic: str = ""  # empty: <topic>-<subscription>-DLQ
+
+    def __post_init__(self) -> None:
+        if self.max_redeliver_count < 1:
+            raise BadRequestError(
+                f"max_redeliver_count must be >= 1, got {self.max_redeliver_count}"
+            )
+
+    def topic_for(self, short_topic: str, subscription: str) -> str:
+        return self.topic or f"{short_topic}-{subscription}-DLQ"
+
+
+def dead_letter_batches(
+    chunks: Iterable[Any], offsets: set[int], origin: dict[str, str]
+) -> list[bytes]:
+    """New batches holding the messages at ``offsets`` of stored ``chunks``, one per
+    stored batch, each message's headers extended with ``origin`` and its offset."""
+    out: list[bytes] = []
+    partition = origin[ORIGIN_PARTITION]
+    for chunk in chunks:
+        for pos, h in iter_batches(chunk, verify=False):
+            picked = [i for i in range(h.record_count) if h.base_offset + i in offsets]
+            if not picked:
+                continue
+            p = decode_payload(chunk, pos, h)
+            data, keys, headers = p.data_list(), p.key_list(), p.header_list()
+            created = (
+                [h.created_base] * h.record_count
+                if p.created_deltas is None
+                else [h.created_base + d for d in p.created_deltas]
+            )
+            out.append(
+                encode_batch(
+                    [data[i] for i in picked],
+                    keys=[keys[i] for i in picked],
+                    headers=[
+                        {
+                            **headers[i],
+                            **origin,
+                            ORIGIN_PARTITION: partition,
+                            ORIGIN_OFFSET: str(h.base_offset + i),
+                        }
+                        for i in picked
+                    ],
+                    created_at=[created[i] for i in picked],
+                    data_codec=h.data_codec,
+                )
+            )
+    return out

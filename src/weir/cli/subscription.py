@@ -1,0 +1,211 @@
+"""`weir subscription ...`: durable subscriptions (list, describe, create, seek, delete)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from weir.cli import output
+from weir.cli.common import (
+    DEFAULT_ENDPOINT,
+    DEFAULT_TIMEOUT,
+    Endpoint,
+    Json,
+    Password,
+    Timeout,
+    User,
+    bad,
+    connect,
+    timestamp_ms,
+)
+from weir.client.admin import SubscriptionInfo
+
+subscription_app = typer.Typer(
+    help="Durable subscriptions: list, describe, create, seek, delete.", no_args_is_help=True
+)
+
+TopicName = Annotated[
+    str, typer.Argument(help="Topic name: 'orders' or 'tenant/namespace/orders'.")
+]
+SubscriptionName = Annotated[str, typer.Argument(help="Subscription name.")]
+
+
+def subscription_json(info: SubscriptionInfo) -> dict[str, Any]:
+    return dataclasses.asdict(info)
+
+
+def show_subscription(info: SubscriptionInfo) -> None:
+    table = Table(
+        title=f"subscription {info.name} of {info.topic} ({info.type}, "
+        f"started at {info.initial_position})",
+        title_justify="left",
+        show_footer=True,
+    )
+    table.add_column("partition", "total", justify="right")
+    table.add_column("mark-delete", justify="right")
+    table.add_column("acked ranges", justify="right")
+    table.add_column("backlog", str(info.backlog), justify="right")
+    table.add_column("unacked", str(info.unacked), justify="right")
+    table.add_column("active consumer")
+    for p in info.partitions:
+        table.add_row(
+            str(p.partition),
+            str(p.mark_delete),
+            str(p.acked_ranges),
+            str(p.backlog),
+            str(p.unacked),
+            p.active_consumer or "-",
+        )
+    output.stdout.print(table)
+    if info.consumers:
+        consumers = Table(title="consumers", title_justify="left")
+        for name in ("id", "name", "permits", "unacked"):
+            consumers.add_column(name, justify="left" if name == "name" else "right")
+        for c in info.consumers:
+            consumers.add_row(str(c.consumer_id), c.name, str(c.permits), str(c.unacked))
+        output.stdout.print(consumers)
+    else:
+        output.stdout.print("no consumers attached")
+
+
+@subscription_app.command("list")
+def list_subscriptions(
+    topic: TopicName,
+    endpoint: Endpoint = DEFAULT_ENDPOINT,
+    user: User = None,
+    password: Password = None,
+    timeout: Timeout = DEFAULT_TIMEOUT,
+    json_out: Json = False,
+) -> None:
+    """List a topic's subscriptions: type, backlog, unacknowledged messages, consumers."""
+    with connect(endpoint, user, password) as client:
+        subs = client.list_subscriptions(topic, timeout=timeout)
+    if json_out:
+        output.print_json([subscription_json(s) for s in subs])
+        return
+    table = Table(title=f"subscriptions of {topic}", title_justify="left")
+    for name in ("name", "type", "backlog", "unacked", "consumers"):
+        table.add_column(name, justify="left" if name in ("name", "type") else "right")
+    for s in subs:
+        table.add_row(s.name, s.type, str(s.backlog), str(s.unacked), str(len(s.consumers)))
+    output.stdout.print(table)
+
+
+@subscription_app.command("describe")
+def describe(
+    topic: TopicName,
+    subscription: SubscriptionName,
+    endpoint: Endpoint = DEFAULT_ENDPOINT,
+    user: User = None,
+    password: Password = None,
+    timeout: Timeout = DEFAULT_TIMEOUT,
+    json_out: Json = False,
+) -> None:
+    """Per partition: mark-delete position, acked ranges, backlog, unacked; the consumers."""
+    with connect(endpoint, user, password) as client:
+        info = client.describe_subscription(topic, subscription, timeout=timeout)
+    if json_out:
+        output.print_json(subscription_json(info))
+    else:
+        show_subscription(info)
+
+
+@subscription_app.command("create")
+def create(
+    topic: TopicName,
+    subscription: SubscriptionName,
+    type: Annotated[
+        str, typer.Option("--type", help="exclusive, failover, shared or key_shared.")
+    ] = "exclusive",
+    initial_position: Annotated[
+        str,
+        typer.Option("--initial-position", help="Where the cursor starts: latest or earliest."),
+    ] = "latest",
+    endpoint: Endpoint = DEFAULT_ENDPOINT,
+    user: User = None,
+    password: Password = None,
+    timeout: Timeout = DEFAULT_TIMEOUT,
+    json_out: Json = False,
+) -> None:
+    """Create a subscription without a consumer: retention keeps what it has not acked."""
+    with connect(endpoint, user, password) as client:
+        info = client.create_subscription(
+            topic, subscription, type=type, initial_position=initial_position, timeout=timeout
+        )
+    if json_out:
+        output.print_json(subscription_json(info))
+    else:
+        show_subscription(info)
+
+
+def _offsets(values: list[str]) -> dict[int, int]:
+    out: dict[int, int] = {}
+    for v in values:
+        p, sep, o = v.partition("=")
+        if not sep or not p.strip().isdigit() or not o.strip().isdigit():
+            raise bad("--offset", f"expected PARTITION=OFFSET such as 0=1500, got {v!r}")
+        out[int(p)] = int(o)
+    return out
+
+
+@subscription_app.command("seek")
+def seek(
+    topic: TopicName,
+    subscription: SubscriptionName,
+    offset: Annotated[
+        list[str] | None,
+        typer.Option("--offset", help="PARTITION=OFFSET: the first offset to deliver (repeat)."),
+    ] = None,
+    time_: Annotated[
+        str | None,
+        typer.Option(
+            "--time",
+            help="Every partition to its first message at/after this time: ISO 8601, epoch ms, "
+            'or a duration ago ("15m").',
+        ),
+    ] = None,
+    endpoint: Endpoint = DEFAULT_ENDPOINT,
+    user: User = None,
+    password: Password = None,
+    timeout: Timeout = DEFAULT_TIMEOUT,
+    json_out: Json = False,
+) -> None:
+    """Move a subscription's cursor (back to deliver again, forward to skip); its consumers
+    reconnect and go on from there."""
+    if bool(offset) == (time_ is not None):
+        raise bad("--offset/--time", "give --offset (repeat) or --time, one of the two")
+    offsets = _offsets(offset or [])
+    ts = timestamp_ms(time_, "--time") if time_ is not None else None
+    with connect(endpoint, user, password) as client:
+        info = client.seek_subscription(
+            topic, subscription, offsets=offsets or None, timestamp=ts, timeout=timeout
+        )
+    if json_out:
+        output.print_json(subscription_json(info))
+    else:
+        show_subscription(info)
+
+
+@subscription_app.command("delete")
+def delete(
+    topic: TopicName,
+    subscription: SubscriptionName,
+    force: Annotated[
+        bool, typer.Option("--force", help="Delete even with consumers attached.")
+    ] = False,
+    endpoint: Endpoint = DEFAULT_ENDPOINT,
+    user: User = None,
+    password: Password = None,
+    timeout: Timeout = DEFAULT_TIMEOUT,
+    json_out: Json = False,
+) -> None:
+    """Delete a subscription and its cursor (refused while consumers are attached)."""
+    with connect(endpoint, user, password) as client:
+        client.delete_subscription(topic, subscription, force=force, timeout=timeout)
+    if json_out:
+        output.print_json({"deleted": subscription, "topic": topic})
+    else:
+        output.stdout.print(f"deleted subscription {subscription} of {topic}")

@@ -1,0 +1,372 @@
+"""The native front of durable subscriptions: the Subscribe stream and the admin calls.
+
+A `SubscribeSession` is one consumer: it attaches to the broker's subscription as a
+`ConsumerHandle`, turns deliveries into SubscriptionMessages, and answers each ack,
+negative ack and unsubscribe with an AckResponse of its own (an ack's response goes
+out once the cursor is durable). When the stream ends the consumer is detached and
+its unacknowledged messages go to the others.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable
+from typing import Any
+
+import grpc
+
+from weir.broker.broker import Broker
+from weir.broker.subscriptions import (
+    AttachedConsumer,
+    DeadLetterPolicy,
+    Delivery,
+    InitialPosition,
+    Subscription,
+    SubscriptionInfo,
+    SubscriptionType,
+)
+from weir.broker.topics import short_topic
+from weir.errors import BadRequestError, ConsumerBusyError, UnavailableError, WeirError
+from weir.protocols.native import weir_pb2 as pb
+from weir.protocols.native.unary import unary as unary_errors
+
+log = logging.getLogger("weir.native")
+
+TYPES: dict[Any, SubscriptionType] = {
+    pb.SUBSCRIPTION_EXCLUSIVE: SubscriptionType.EXCLUSIVE,
+    pb.SUBSCRIPTION_FAILOVER: SubscriptionType.FAILOVER,
+    pb.SUBSCRIPTION_SHARED: SubscriptionType.SHARED,
+    pb.SUBSCRIPTION_KEY_SHARED: SubscriptionType.KEY_SHARED,
+}
+TYPE_CODES = {v: k for k, v in TYPES.items()}
+POSITIONS: dict[Any, InitialPosition] = {
+    pb.POSITION_LATEST: InitialPosition.LATEST,
+    pb.POSITION_EARLIEST: InitialPosition.EARLIEST,
+    pb.POSITION_TIMESTAMP: InitialPosition.TIMESTAMP,
+}
+POSITION_CODES = {v: k for k, v in POSITIONS.items()}
+
+
+def _type(code: int) -> SubscriptionType:
+    t = TYPES.get(code)
+    if t is None:
+        raise BadRequestError(f"unknown subscription type {code}")
+    return t
+
+
+def _position(code: int) -> InitialPosition:
+    p = POSITIONS.get(code)
+    if p is None:
+        raise BadRequestError(f"unknown initial position {code}")
+    return p
+
+
+def _err(err: BaseException) -> pb.Error:
+    if not isinstance(err, WeirError):
+        err = WeirError(f"unexpected server error: {err!r}")
+    return pb.Error(code=err.code, message=err.message, retryable=err.retryable)
+
+
+def subscription_description(info: SubscriptionInfo) -> pb.SubscriptionDescription:
+    return pb.SubscriptionDescription(
+        topic=info.topic,
+        subscription=info.name,
+        type=TYPE_CODES[info.type],
+        initial_position=POSITION_CODES[InitialPosition(info.initial_position)],
+        created_at_ms=info.created_at_ms,
+        max_redeliver_count=info.max_redeliver_count,
+        dead_letter_topic=info.dead_letter_topic,
+        backlog=info.backlog,
+        unacked=info.unacked,
+        partitions=[
+            pb.SubscriptionPartition(
+                partition=p.partition,
+                mark_delete=p.mark_delete,
+                acked_ranges=p.acked_ranges,
+                backlog=p.backlog,
+                unacked=p.unacked,
+                active_consumer=p.active_consumer,
+            )
+            for p in info.partitions
+        ],
+        consumers=[
+            pb.SubscriptionConsumer(
+                consumer_id=c.consumer_id, name=c.name, permits=c.permits, unacked=c.unacked
+            )
+            for c in info.consumers
+        ],
+    )
+
+
+def _ranges(ranges: Any) -> list[tuple[int, int, int]]:
+    if not ranges:
+        raise BadRequestError("an acknowledgement needs at least one message")
+    return [(r.partition, r.start, r.end) for r in ranges]
+
+
+class SubscribeSession:
+    """One Subscribe stream: one consumer of one subscription."""
+
+    def __init__(
+        self, broker: Broker, context: grpc.aio.ServicerContext, stopping: asyncio.Event
+    ) -> None:
+        self.broker = broker
+        self.context = context
+        self.stopping = stopping
+        self._out: asyncio.Queue[pb.SubscribeResponse | None] = asyncio.Queue()
+        self._stop = asyncio.Event()
+        self._failure: BaseException | None = None
+        self._sub: Subscription | None = None
+        self._consumer: AttachedConsumer | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._unsubscribing = False
+
+    # ConsumerHandle ----------------------------------------------------------
+
+    def deliver(self, d: Delivery) -> None:
+        self._out.put_nowait(
+            pb.SubscribeResponse(
+                messages=pb.SubscriptionMessages(
+                    topic=short_topic(d.topic),
+                    partition=d.partition,
+                    chunks=[bytes(c) for c in d.chunks],
+                    offsets=d.offsets,
+                    redelivery_counts=d.redelivery_counts,
+                )
+            )
+        )
+
+    def close(self, err: WeirError) -> None:
+        if not self._unsubscribing:
+            self._fail(err)
+
+    # -------------------------------------------------------------------------
+
+    def _fail(self, err: BaseException) -> None:
+        if self._failure is None:
+            self._failure = err
+            self._out.put_nowait(pb.SubscribeResponse(error=_err(err)))
+        self._stop.set()
+
+    async def run(self, requests: AsyncIterator[pb.SubscribeRequest]) -> None:
+        sender = asyncio.create_task(self._send())
+        handler = asyncio.create_task(self._handle(requests))
+        stop = asyncio.create_task(self._stop.wait())
+        server_stop = asyncio.create_task(self.stopping.wait())
+        try:
+            await asyncio.wait({handler, stop, server_stop}, return_when=asyncio.FIRST_COMPLETED)
+            if server_stop.done() and not stop.done():
+                await self._drain()
+                self._fail(UnavailableError("server is shutting down; reconnect later"))
+        finally:
+            for t in (server_stop, handler, stop):
+                t.cancel()
+            if self._sub is not None and self._consumer is not None:
+                self._sub.detach(self._consumer.consumer_id)
+            self._out.put_nowait(None)
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await asyncio.wait_for(sender, 5)
+
+    async def _send(self) -> None:
+        while True:
+            msg = await self._out.get()
+            if msg is None:
+                return
+            try:
+                await self.context.write(msg)
+            except Exception:
+                return
+
+    async def _drain(self) -> None:
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _handle(self, requests: AsyncIterator[pb.SubscribeRequest]) -> None:
+        try:
+            first = await anext(requests, None)
+            if first is None:
+                return
+            if first.WhichOneof("kind") != "init":
+                raise BadRequestError("the first message of a subscribe stream must be init")
+            init = first.init
+            if init.permits < 0:
+                raise BadRequestError(f"permits must be >= 0, got {init.permits}")
+            cfg = self.broker.topic(init.topic)
+            sub, c = await self.broker.subscribe(
+                cfg.name,
+                init.subscription,
+                _type(init.type),
+                _position(init.initial_position),
+                self,
+                consumer_name=init.consumer_name,
+                ack_timeout_ms=init.ack_timeout_ms,
+                create=not init.no_create,
+                dead_letter=DeadLetterPolicy(init.max_redeliver_count, init.dead_letter_topic)
+                if init.max_redeliver_count > 0
+                else None,
+                initial_time_ms=init.initial_timestamp_ms
+                if init.HasField("initial_timestamp_ms")
+                else None,
+            )
+            self._sub, self._consumer = sub, c
+            self._out.put_nowait(
+                pb.SubscribeResponse(
+                    init=pb.SubscribeInitResult(
+                        consumer_id=c.consumer_id,
+                        topic=init.topic,
+                        partitions=cfg.partitions,
+                        type=TYPE_CODES[sub.meta.type],
+                        consumer_name=c.name,
+                        generation=self.broker.generation,
+                    )
+                )
+            )
+            sub.flow(c.consumer_id, init.permits)
+            async for req in requests:
+                kind = req.WhichOneof("kind")
+                if kind == "flow":
+                    sub.flow(c.consumer_id, req.flow.permits)
+                elif kind == "ack":
+                    self._spawn(req.ack.request_id, self._ack(sub, req.ack))
+                elif kind == "nack":
+                    self._answer(req.nack.request_id, sub, req.nack)
+                elif kind == "unsubscribe":
+                    await self._unsubscribe(sub, req.unsubscribe.request_id)
+                    return
+                else:
+                    raise BadRequestError(f"unexpected {kind} on a subscribe stream")
+            await self._drain()  # half-closed: the acks in flight still get their answers
+            self._stop.set()
+        except asyncio.CancelledError:
+            raise
+        except Exception as err:
+            if not isinstance(err, WeirError):
+                log.exception("subscribe session failed")
+            self._fail(err)
+
+    async def _ack(self, sub: Subscription, r: pb.AckRequest) -> None:
+        ranges = _ranges(r.ranges)
+        if r.cumulative:
+            if len(ranges) != 1:
+                raise BadRequestError("a cumulative acknowledgement names exactly one message")
+            await sub.acknowledge_cumulative(ranges[0][0], ranges[0][1])
+        else:
+            await sub.acknowledge(ranges)
+
+    def _answer(self, request_id: int, sub: Subscription, r: pb.NackRequest) -> None:
+        try:
+            sub.negative_acknowledge(_ranges(r.ranges), r.delay_ms)
+        except WeirError as err:
+            self._out.put_nowait(
+                pb.SubscribeResponse(ack=pb.AckResponse(request_id=request_id, error=_err(err)))
+            )
+            return
+        self._out.put_nowait(pb.SubscribeResponse(ack=pb.AckResponse(request_id=request_id)))
+
+    def _spawn(self, request_id: int, work: Awaitable[None]) -> None:
+        async def run() -> None:
+            try:
+                await work
+            except WeirError as err:
+                resp = pb.AckResponse(request_id=request_id, error=_err(err))
+            except Exception as err:
+                log.exception("acknowledgement failed")
+                resp = pb.AckResponse(request_id=request_id, error=_err(err))
+            else:
+                resp = pb.AckResponse(request_id=request_id)
+            self._out.put_nowait(pb.SubscribeResponse(ack=resp))
+
+        t = asyncio.get_running_loop().create_task(run())
+        self._tasks.add(t)
+        t.add_done_callback(self._tasks.discard)
+
+    async def _unsubscribe(self, sub: Subscription, request_id: int) -> None:
+        """Delete the subscription; refused while other consumers are attached."""
+        await self._drain()
+        others = [c for c in sub.consumers.values() if c is not self._consumer]
+        try:
+            if others:
+                raise ConsumerBusyError(
+                    f"subscription {sub.name!r} has {len(others)} other consumer(s) attached; "
+                    "unsubscribe needs the last one"
+                )
+            self._unsubscribing = True
+            await self.broker.delete_subscription(sub.topic, sub.name, force=True)
+        except WeirError as err:
+            self._unsubscribing = False
+            self._out.put_nowait(
+                pb.SubscribeResponse(ack=pb.AckResponse(request_id=request_id, error=_err(err)))
+            )
+            return
+        self._sub = None
+        self._out.put_nowait(pb.SubscribeResponse(ack=pb.AckResponse(request_id=request_id)))
+        self._stop.set()
+
+
+class SubscriptionRpcs:
+    """The subscription calls of `NativeService` (a mixin: it provides ``broker``, ``stopping``
+    and wraps the unary ones so that a WeirError becomes a gRPC status)."""
+
+    broker: Broker
+    stopping: asyncio.Event
+
+    async def Subscribe(
+        self,
+        request_iterator: AsyncIterator[pb.SubscribeRequest],
+        context: grpc.aio.ServicerContext,
+    ) -> None:
+        await SubscribeSession(self.broker, context, self.stopping).run(request_iterator)
+
+    @unary_errors
+    async def CreateSubscription(
+        self, request: pb.CreateSubscriptionRequest, context: grpc.aio.ServicerContext
+    ) -> pb.SubscriptionDescription:
+        info = await self.broker.create_subscription(
+            request.topic,
+            request.subscription,
+            _type(request.type),
+            _position(request.initial_position),
+            request.initial_timestamp_ms if request.HasField("initial_timestamp_ms") else None,
+        )
+        return subscription_description(info)
+
+    @unary_errors
+    async def DescribeSubscription(
+        self, request: pb.DescribeSubscriptionRequest, context: grpc.aio.ServicerContext
+    ) -> pb.SubscriptionDescription:
+        return subscription_description(
+            self.broker.describe_subscription(request.topic, request.subscription)
+        )
+
+    @unary_errors
+    async def ListSubscriptions(
+        self, request: pb.ListSubscriptionsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListSubscriptionsResponse:
+        return pb.ListSubscriptionsResponse(
+            subscriptions=[
+                subscription_description(i) for i in self.broker.list_subscriptions(request.topic)
+            ]
+        )
+
+    @unary_errors
+    async def SeekSubscription(
+        self, request: pb.SeekSubscriptionRequest, context: grpc.aio.ServicerContext
+    ) -> pb.SubscriptionDescription:
+        info = await self.broker.seek_subscription(
+            request.topic,
+            request.subscription,
+            {o.partition: o.offset for o in request.offsets},
+            request.timestamp_ms if request.HasField("timestamp_ms") else None,
+        )
+        return subscription_description(info)
+
+    @unary_errors
+    async def DeleteSubscription(
+        self, request: pb.DeleteSubscriptionRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DeleteSubscriptionResponse:
+        await self.broker.delete_subscription(
+            request.topic, request.subscription, force=request.force
+        )
+        return pb.DeleteSubscriptionResponse()

@@ -1,0 +1,389 @@
+"""Durable subscriptions through the SDK against a real server process: each type and
+ack kind, redelivery, handover, bad input, the asyncio twin."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import time
+from collections.abc import Iterator
+
+import pytest
+
+import weir
+import weir.aio
+from tests.conftest import ServerProcess
+from weir.errors import BadRequestError, ConsumerBusyError, UnknownSubscriptionError
+
+
+@pytest.fixture
+def client(shared_server: ServerProcess) -> Iterator[weir.Client]:
+    c = weir.Client(shared_server.endpoint)
+    yield c
+    c.close()
+
+
+def fill(client: weir.Client, topic: str, n: int, partitions: int = 1) -> None:
+    client.create_topic(topic, partitions=partitions, exist_ok=True)
+    with client.writer(topic, producer_id="w") as w:
+        for i in range(n):
+            w.write(b"%d" % i)
+
+
+def take(c: weir.SubscriptionConsumer, n: int, timeout: float = 20) -> list[weir.ReceivedMessage]:
+    out: list[weir.ReceivedMessage] = []
+    deadline = time.monotonic() + timeout
+    while len(out) < n and time.monotonic() < deadline:
+        out.extend(c.receive_batch(n - len(out), timeout=0.5))
+    return out
+
+
+def test_exclusive_acks_individually_and_cumulatively(client: weir.Client, topic_name: str) -> None:
+    fill(client, topic_name, 10)
+    c = client.subscribe(topic_name, "s", initial_position="earliest").wait_connected()
+    msgs = take(c, 10)
+    assert [int(m.data) for m in msgs] == list(range(10))
+    assert all(m.redelivery_count == 0 for m in msgs)
+    c.acknowledge([msgs[0], msgs[1], msgs[5]])
+    info = client.describe_subscription(topic_name, "s")
+    assert (info.type, info.backlog, info.unacked) == ("exclusive", 7, 7)
+    assert info.partitions[0].mark_delete == 2 and info.partitions[0].acked_ranges == 1
+    with pytest.raises(ConsumerBusyError, match="exclusive"):
+        client.subscribe(topic_name, "s").wait_connected()
+    c.acknowledge_cumulative(msgs[8])
+    info = client.describe_subscription(topic_name, "s")
+    assert (info.backlog, info.partitions[0].mark_delete) == (1, 9)
+    c.close()
+    # a new consumer gets only what was never acknowledged (9 was delivered once), then new
+    c = client.subscribe(topic_name, "s").wait_connected()
+    fill(client, topic_name, 1)
+    again = take(c, 2)
+    assert [(m.offset, m.redelivery_count) for m in again] == [(9, 1), (10, 0)]
+    c.acknowledge(again)
+    assert client.describe_subscription(topic_name, "s").backlog == 0
+    c.unsubscribe()
+    with pytest.raises(UnknownSubscriptionError):
+        client.describe_subscription(topic_name, "s")
+
+
+def test_shared_spreads_and_redelivers_what_a_lost_consumer_held(
+    client: weir.Client, topic_name: str
+) -> None:
+    fill(client, topic_name, 60, partitions=2)
+    a = client.subscribe(
+        topic_name, "s", type="shared", initial_position="earliest", receiver_queue_size=10
+    ).wait_connected()
+    b = client.subscribe(
+        topic_name, "s", type="shared", initial_position="earliest", receiver_queue_size=10
+    ).wait_connected()
+    got_a, got_b = take(a, 10), take(b, 10)
+    assert len(got_a) == len(got_b) == 10
+    assert not {m.message_id for m in got_a} & {m.message_id for m in got_b}
+    with pytest.raises(BadRequestError, match="cumulative"):
+        a.acknowledge_cumulative(got_a[0])
+    a.acknowledge(got_a)
+    b.close()  # leaves with 10 unacknowledged messages (and the ones it was sent since)
+    rest = take(a, 50)
+    assert len(rest) == 50
+    redelivered = {m.message_id for m in rest if m.redelivery_count == 1}
+    assert {m.message_id for m in got_b} <= redelivered
+    a.acknowledge(rest)
+    seen = {m.message_id for m in got_a + rest}
+    assert len(seen) == 60
+    assert client.describe_subscription(topic_name, "s").backlog == 0
+    a.close()
+
+
+def test_failover_hands_over_in_order(client: weir.Client, topic_name: str) -> None:
+    client.create_topic(topic_name)
+    consumers = {
+        name: client.subscribe(
+            topic_name, "s", type="failover", initial_position="earliest", consumer_name=name
+        ).wait_connected()
+        for name in ("c", "a", "b")
+    }
+    fill(client, topic_name, 5)
+    got = take(consumers["a"], 5)
+    assert [(m.offset, m.redelivery_count) for m in got] == [(i, 0) for i in range(5)]
+    info = client.describe_subscription(topic_name, "s")
+    assert info.partitions[0].active_consumer == "a"
+    assert {c.name: c.unacked for c in info.consumers} == {"a": 5, "b": 0, "c": 0}
+    consumers["a"].acknowledge_cumulative(got[1])
+    consumers["a"].close()
+    got = take(consumers["b"], 3)
+    assert [(m.offset, m.redelivery_count) for m in got] == [(2, 1), (3, 1), (4, 1)]
+    consumers["b"].acknowledge_cumulative(got[0])
+    consumers["b"].close()
+    got = take(consumers["c"], 2)
+    assert [(m.offset, m.redelivery_count) for m in got] == [(3, 2), (4, 2)]
+    assert client.describe_subscription(topic_name, "s").partitions[0].active_consumer == "c"
+    consumers["c"].close()
+
+
+def test_negative_ack_and_ack_timeout_deliver_again(client: weir.Client, topic_name: str) -> None:
+    fill(client, topic_name, 2)
+    c = client.subscribe(
+        topic_name, "s", type="shared", initial_position="earliest", ack_timeout=0.3
+    ).wait_connected()
+    first = take(c, 2)
+    c.negative_acknowledge(first[0], delay=0.05)
+    again = take(c, 2)  # offset 0 after the nack, offset 1 after the ack timeout
+    assert sorted((m.offset, m.redelivery_count) for m in again) == [(0, 1), (1, 1)]
+    c.acknowledge(again)
+    assert client.describe_subscription(topic_name, "s").backlog == 0
+    c.close()
+
+
+def test_bad_input_gets_a_clear_error_and_changes_nothing(
+    client: weir.Client, topic_name: str
+) -> None:
+    fill(client, topic_name, 2)
+    with pytest.raises(UnknownSubscriptionError):
+        client.describe_subscription(topic_name, "nope")
+    with pytest.raises(UnknownSubscriptionError):
+        client.subscribe(topic_name, "nope", create=False).wait_connected()
+    with pytest.raises(BadRequestError, match="type"):
+        client.subscribe(topic_name, "s", type="round-robin")
+    c = client.subscribe(
+        topic_name, "s", type="shared", initial_position="earliest"
+    ).wait_connected()
+    got = take(c, 2)
+    before = client.describe_subscription(topic_name, "s")
+    assert before.unacked == 2
+    with pytest.raises(BadRequestError, match="cumulative"):
+        c.acknowledge_cumulative(got[0])
+    with pytest.raises(BadRequestError, match="never delivered"):
+        c.acknowledge([got[0], (0, 2)])  # offset 2 was not delivered: got[0] stays unacked
+    with pytest.raises(BadRequestError, match="never delivered"):
+        c.acknowledge((0, 999))
+    with pytest.raises(BadRequestError, match="delay"):
+        c.negative_acknowledge(got[0], delay=-1)
+    with pytest.raises(ConsumerBusyError, match="attached"):
+        client.delete_subscription(topic_name, "s")
+    assert client.describe_subscription(topic_name, "s") == before
+    c.acknowledge(got)  # the consumer still works after its refused requests
+    assert client.describe_subscription(topic_name, "s").partitions[0].mark_delete == 2
+    client.delete_subscription(topic_name, "s", force=True)
+    assert client.list_subscriptions(topic_name) == []
+    c.close()
+
+
+def test_admin_creates_lists_and_describes(client: weir.Client, topic_name: str) -> None:
+    fill(client, topic_name, 4, partitions=2)
+    info = client.create_subscription(topic_name, "audit", type="failover")
+    assert (info.type, info.initial_position, info.backlog) == ("failover", "latest", 0)
+    client.create_subscription(topic_name, "all", initial_position="earliest")
+    assert [s.name for s in client.list_subscriptions(topic_name)] == ["all", "audit"]
+    assert client.describe_subscription(topic_name, "all").backlog == 4
+    fill(client, topic_name, 2, partitions=2)
+    assert client.describe_subscription(topic_name, "audit").backlog == 2
+
+
+async def test_the_asyncio_consumer_has_the_same_calls(
+    shared_server: ServerProcess, topic_name: str
+) -> None:
+    async with weir.aio.Client(shared_server.endpoint) as client:
+        await client.create_topic(topic_name)
+        w = client.writer(topic_name, producer_id="w")
+        for i in range(5):
+            await w.write(b"%d" % i)
+        await w.close()
+        c = await client.subscribe(topic_name, "s", initial_position="earliest").wait_connected()
+        first = await c.receive(timeout=20)
+        assert first is not None and first.data == b"0"
+        rest: list[weir.aio.ReceivedMessage] = []
+        while len(rest) < 4:
+            rest.extend(await c.receive_batch(10, timeout=20))
+        await c.negative_acknowledge(rest[-1])
+        again = await c.receive(timeout=20)
+        assert again is not None and (again.offset, again.redelivery_count) == (4, 1)
+        await c.acknowledge_cumulative(again)
+        info = await client.describe_subscription(topic_name, "s")
+        assert info.backlog == 0 and [s.name for s in await client.list_subscriptions(topic_name)]
+        await c.unsubscribe()
+        assert await client.list_subscriptions(topic_name) == []
+
+
+def test_seek_moves_the_cursor_back_and_forth(client: weir.Client, topic_name: str) -> None:
+    fill(client, topic_name, 6)
+    c = client.subscribe(topic_name, "s", initial_position="earliest").wait_connected()
+    got = take(c, 6)
+    futures = [c.acknowledge_future(m) for m in got]
+    for f in futures:
+        f.result(30)
+    assert client.describe_subscription(topic_name, "s").backlog == 0
+    c.seek({0: 2})  # back: 2..5 again, as new deliveries of a moved cursor
+    again = take(c, 4)
+    assert [(m.offset, m.redelivery_count) for m in again] == [(i, 0) for i in range(2, 6)]
+    info = client.seek_subscription(topic_name, "s", offsets={0: 5})  # forward, from admin
+    assert info.partitions[0].mark_delete == 5 and info.backlog == 1
+    assert [m.offset for m in take(c, 1)] == [5]
+    info = client.seek_subscription(topic_name, "s", timestamp=0)  # every partition, by time
+    assert info.backlog == 6
+    with pytest.raises(BadRequestError, match="needs offsets or a time"):
+        client.seek_subscription(topic_name, "s")
+    with pytest.raises(UnknownSubscriptionError):
+        client.seek_subscription(topic_name, "nope", offsets={0: 0})
+    c.close()
+
+
+def test_key_shared_gives_each_key_to_one_consumer_in_order(
+    client: weir.Client, topic_name: str
+) -> None:
+    client.create_topic(topic_name, partitions=2)
+    consumers = [
+        client.subscribe(
+            topic_name, "s", type="key-shared", initial_position="earliest", consumer_name=n
+        ).wait_connected()
+        for n in ("a", "b")
+    ]
+    with client.writer(topic_name, producer_id="w") as w:
+        for i in range(200):
+            w.write(b"%d" % i, key=b"key-%d" % (i % 8))
+    got: dict[str, list[weir.ReceivedMessage]] = {"a": [], "b": []}
+    deadline = time.monotonic() + 30
+    while sum(len(v) for v in got.values()) < 200 and time.monotonic() < deadline:
+        for name, c in zip("ab", consumers, strict=True):
+            got[name].extend(c.receive_batch(200, timeout=0.1))
+    assert sum(len(v) for v in got.values()) == 200
+    owner: dict[bytes, str] = {}
+    for name, msgs in got.items():
+        assert msgs, "both consumers get keys"
+        for m in msgs:
+            assert owner.setdefault(m.key, name) == name  # one consumer per key
+        for key in {m.key for m in msgs}:
+            values = [int(m.data) for m in msgs if m.key == key]
+            assert values == sorted(values)  # in order
+    with pytest.raises(BadRequestError, match="cumulative"):
+        consumers[0].acknowledge_cumulative(got["a"][0])
+    for name, c in zip("ab", consumers, strict=True):
+        c.acknowledge(got[name])
+        c.close()
+    assert client.describe_subscription(topic_name, "s").type == "key_shared"
+
+
+def test_a_message_that_keeps_failing_lands_in_the_dead_letter_topic(
+    client: weir.Client, topic_name: str
+) -> None:
+    client.create_topic(topic_name)
+    with client.writer(topic_name, producer_id="w") as w:
+        w.write(b"poison", key=b"k", headers={"trace": "t1"})
+        w.write(b"fine")
+    c = client.subscribe(
+        topic_name,
+        "s",
+        type="shared",
+        initial_position="earliest",
+        dead_letter_policy=weir.DeadLetterPolicy(max_redeliver_count=2),
+    ).wait_connected()
+    seen = []
+    while len(seen) < 4:  # poison 3 times (counts 0, 1, 2), fine once
+        for m in c.receive_batch(timeout=10):
+            seen.append((m.data, m.redelivery_count))
+            if m.data == b"poison":
+                c.negative_acknowledge(m)
+            else:
+                c.acknowledge(m)
+    assert sorted(seen) == [(b"fine", 0), (b"poison", 0), (b"poison", 1), (b"poison", 2)]
+    info = client.describe_subscription(topic_name, "s")
+    assert (info.max_redeliver_count, info.dead_letter_topic) == (2, f"{topic_name}-s-DLQ")
+    deadline = time.monotonic() + 20  # the copy is written, then the message acked
+    while client.describe_subscription(topic_name, "s").backlog:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    dead = [
+        m for chunk in client.read_range(info.dead_letter_topic, 0, 0) for m in chunk.messages()
+    ]
+    assert [(m.data, m.key) for m in dead] == [(b"poison", b"k")]
+    assert dead[0].headers["trace"] == "t1"
+    assert dead[0].headers["weir-origin-offset"] == "0"
+    assert dead[0].headers["weir-origin-subscription"] == "s"
+    c.close()
+
+
+def test_a_subscription_can_start_at_a_time(client: weir.Client, topic_name: str) -> None:
+    client.create_topic(topic_name)
+    with client.writer(topic_name, producer_id="w") as w:
+        first = w.write_with_result(b"before")
+    written = next(iter(client.read_range(topic_name, 0, 0, 1))).messages()[0].written_at_ms
+    while time.time() * 1000 <= written + 1:  # the clock passes the cut: no fixed sleep
+        time.sleep(0.001)
+    with client.writer(topic_name, producer_id="w") as w:
+        w.write(b"after")
+    info = client.create_subscription(topic_name, "by-time", initial_position=written + 1)
+    assert (info.initial_position, info.partitions[0].mark_delete) == ("timestamp", 1)
+    c = client.subscribe(
+        topic_name, "s", initial_position=dt.datetime.fromtimestamp((written + 1) / 1000, dt.UTC)
+    ).wait_connected()
+    assert [m.data for m in take(c, 1)] == [b"after"] and first.offset == 0
+    c.close()
+
+
+def test_a_message_listener_handles_and_acknowledges(client: weir.Client, topic_name: str) -> None:
+    import threading
+
+    fill(client, topic_name, 5)
+    seen: list[tuple[bytes, int]] = []
+    done = threading.Event()
+
+    def handle(consumer: weir.SubscriptionConsumer, msg: weir.ReceivedMessage) -> None:
+        seen.append((msg.data, msg.redelivery_count))
+        if msg.data == b"2" and msg.redelivery_count == 0:
+            raise ValueError("fails once")  # logged; the message comes again
+        consumer.acknowledge(msg)
+        if len(seen) == 6:
+            done.set()
+
+    c = client.subscribe(
+        topic_name, "s", type="shared", initial_position="earliest", listener=handle
+    )
+    assert done.wait(30), seen
+    assert sorted(seen) == sorted([(b"%d" % i, 0) for i in range(5)] + [(b"2", 1)])
+    assert client.describe_subscription(topic_name, "s").backlog == 0
+    c.close()
+
+
+async def test_an_async_listener(shared_server: ServerProcess, topic_name: str) -> None:
+    async with weir.aio.Client(shared_server.endpoint) as client:
+        await client.create_topic(topic_name)
+        w = client.writer(topic_name, producer_id="w")
+        await w.write(b"x")
+        await w.close()
+        got: asyncio.Queue[bytes] = asyncio.Queue()
+
+        async def handle(
+            consumer: weir.aio.SubscriptionConsumer, msg: weir.aio.ReceivedMessage
+        ) -> None:
+            await consumer.acknowledge(msg)
+            await got.put(msg.data)
+
+        c = client.subscribe(topic_name, "s", initial_position="earliest", listener=handle)
+        assert await asyncio.wait_for(got.get(), 30) == b"x"
+        await c.close()
+
+
+def test_shared_subscriptions_hold_delayed_messages_back(
+    client: weir.Client, topic_name: str
+) -> None:
+    client.create_topic(topic_name)
+    c = client.subscribe(
+        topic_name, "s", type="shared", initial_position="earliest"
+    ).wait_connected()
+    e = client.subscribe(topic_name, "e", initial_position="earliest").wait_connected()
+    with client.writer(topic_name, producer_id="w") as w:
+        w.write(b"later", deliver_after=0.5)
+        w.write(b"now")
+        due = w.write_with_result(b"at", deliver_at=dt.datetime.now(dt.UTC))
+    assert due.offset == 2
+    first = take(c, 2)
+    assert [m.data for m in first] == [b"now", b"at"]  # "later" waits its turn
+    written = first[0].written_at_ms
+    later = take(c, 1)
+    assert [(m.data, m.redelivery_count) for m in later] == [(b"later", 0)]
+    assert time.time() * 1000 >= written + 400  # not before its time (clock, not a threshold)
+    c.acknowledge(first + later)
+    assert [m.data for m in take(e, 3)] == [b"later", b"now", b"at"]  # exclusive: at once
+    with pytest.raises(BadRequestError, match="not both"), client.writer(topic_name) as w2:
+        w2.write(b"x", deliver_at=0, deliver_after=1)
+    c.close()
+    e.close()
