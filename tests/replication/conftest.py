@@ -1,0 +1,38 @@
+"""Fixtures for replication: one real ZooKeeper per test session, a fresh root per test."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+
+import pytest
+from kazoo.client import KazooClient
+
+from weir.replication.zkserver import ZooKeeperServer
+
+
+@pytest.fixture(scope="session")
+def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
+    """A standalone ZooKeeper on an ephemeral loopback port, shared by the session's tests."""
+    server = ZooKeeperServer(tmp_path_factory.mktemp("zookeeper"))
+    server.start()
+    yield server
+    server.stop()
+
+
+_roots = itertools.count(1)
+
+
+@pytest.fixture
+def zk_root() -> str:
+    """A ZooKeeper path of the test's own, so tests sharing the server never see each other."""
+    return f"/test-{next(_roots)}"
+
+
+@pytest.fixture
+def kazoo(zookeeper: ZooKeeperServer) -> Iterator[KazooClient]:
+    client = KazooClient(hosts=zookeeper.hosts, timeout=10)
+    client.start(timeout=30)
+    yield client
+    client.stop()
+    client.close()
