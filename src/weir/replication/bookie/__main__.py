@@ -1,0 +1,68 @@
+"""``python -m weir.replication.bookie``: run one bookie until SIGTERM / SIGINT.
+
+Prints ``bookie listening on HOST:PORT`` on stderr once it serves and is
+registered in ZooKeeper as available.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+
+from kazoo.client import KazooClient
+
+from weir.replication.bookie.ledger_storage import LmdbLedgerStorage
+from weir.replication.bookie.service import Bookie
+from weir.replication.registry import DEFAULT_ROOT, BookieRegistration
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="python -m weir.replication.bookie", description=__doc__)
+    ap.add_argument("--data-dir", required=True, help="the bookie's LMDB directory")
+    ap.add_argument("--listen", default="127.0.0.1:0", help="HOST:PORT (port 0: any free port)")
+    ap.add_argument("--zk", required=True, help="ZooKeeper connect string, e.g. 127.0.0.1:2181")
+    ap.add_argument("--zk-root", default=DEFAULT_ROOT, help="the cluster's root path in ZooKeeper")
+    ap.add_argument("--zk-session-timeout", type=float, default=10.0, help="seconds")
+    ap.add_argument("--rack", default="", help="a placement label (rack or zone)")
+    return ap.parse_args(argv)
+
+
+async def run(args: argparse.Namespace) -> None:
+    host, _, port = args.listen.rpartition(":")
+    storage = LmdbLedgerStorage(args.data_dir)
+    bookie = Bookie(storage)
+    zk = KazooClient(hosts=args.zk, timeout=args.zk_session_timeout)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        bound_host, bound_port = await bookie.serve(host or "127.0.0.1", int(port))
+        bookie_id = f"{bound_host}:{bound_port}"
+        await asyncio.to_thread(zk.start, 30)
+        labels = {"rack": args.rack} if args.rack else {}
+        registration = BookieRegistration(zk, args.zk_root, bookie_id, labels)
+        await asyncio.to_thread(registration.register)
+        print(f"bookie listening on {bookie_id}", file=sys.stderr, flush=True)
+        await stop.wait()
+        await asyncio.to_thread(registration.unregister)
+    finally:
+        await bookie.close()
+        zk.stop()
+        zk.close()
+        storage.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(
+        level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s"
+    )
+    asyncio.run(run(parse_args(argv)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,167 @@
+"""The bookie: entries durable before the ack, fencing, replay, clear errors for bad requests."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from kazoo.client import KazooClient
+
+from weir.errors import BadRequestError
+from weir.replication import protocol as p
+from weir.replication.bookie.ledger_storage import LmdbLedgerStorage
+from weir.replication.bookie.service import Bookie
+from weir.replication.errors import LedgerFencedError, NoSuchEntryError, NoSuchLedgerError
+from weir.replication.ledger.bookie_client import BookieClient
+from weir.replication.registry import available_bookies
+
+from .conftest import BookieProcess
+
+
+class InProcessBookie:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.storage: LmdbLedgerStorage | None = None
+        self.bookie: Bookie | None = None
+        self.port = 0
+
+    async def start(self) -> BookieClient:
+        self.storage = LmdbLedgerStorage(self.path)
+        self.bookie = Bookie(self.storage)
+        _, self.port = await self.bookie.serve("127.0.0.1", self.port)
+        return BookieClient(f"127.0.0.1:{self.port}")
+
+    async def stop(self) -> None:
+        assert self.bookie is not None and self.storage is not None
+        await self.bookie.close()
+        self.storage.close()
+
+
+@pytest.fixture
+async def bookie(tmp_path: Path) -> AsyncIterator[tuple[InProcessBookie, BookieClient]]:
+    b = InProcessBookie(tmp_path / "bookie")
+    client = await b.start()
+    yield b, client
+    await client.close()
+    await b.stop()
+
+
+async def test_add_read_and_lac(bookie: tuple[InProcessBookie, BookieClient]) -> None:
+    _, c = bookie
+    await asyncio.gather(*(c.add(7, e, e - 1, f"entry {e}".encode()) for e in range(10)))
+    assert (await c.read(7, 3)).payload == b"entry 3"
+    assert (await c.read(7, 9)).lac == 8  # the highest LAC piggybacked on an add
+    assert await c.read_lac(7) == 8
+    with pytest.raises(NoSuchEntryError, match="no entry 10 of ledger 7"):
+        await c.read(7, 10)
+    with pytest.raises(NoSuchLedgerError, match="no ledger 8"):
+        await c.read_lac(8)
+
+
+async def test_fence_refuses_the_writer_but_not_a_recoverer(
+    bookie: tuple[InProcessBookie, BookieClient],
+) -> None:
+    _, c = bookie
+    await c.add(1, 0, -1, b"a")
+    assert await c.read_lac(1, fence=True) == -1
+    with pytest.raises(LedgerFencedError, match="ledger 1 is fenced"):
+        await c.add(1, 1, 0, b"b")
+    await c.add(1, 1, 0, b"b", recovery=True)  # re-replication by the recoverer passes
+    assert (await c.read(1, 1)).payload == b"b"
+    # fencing a ledger this bookie never saw fences it too: a late add is refused
+    with pytest.raises(NoSuchEntryError):
+        await c.read(2, 0, fence=True)
+    with pytest.raises(LedgerFencedError):
+        await c.add(2, 0, -1, b"late")
+
+
+async def test_replay_restores_entries_fence_and_lac(tmp_path: Path) -> None:
+    b = InProcessBookie(tmp_path / "bookie")
+    c = await b.start()
+    await asyncio.gather(*(c.add(5, e, e - 1, b"x%d" % e) for e in range(4)))
+    await c.read_lac(5, fence=True)
+    await c.close()
+    await b.stop()
+    c = await b.start()
+    assert await c.read_lac(5) == 2
+    assert [(await c.read(5, e)).payload for e in range(4)] == [b"x0", b"x1", b"x2", b"x3"]
+    with pytest.raises(LedgerFencedError):
+        await c.add(5, 4, 3, b"after restart")
+    await c.close()
+    await b.stop()
+
+
+async def test_malformed_requests_get_bad_request_and_change_nothing(
+    bookie: tuple[InProcessBookie, BookieClient],
+) -> None:
+    b, c = bookie
+    await c.add(3, 0, -1, b"kept")
+    reader, writer = await asyncio.open_connection("127.0.0.1", b.port)
+    for body in (
+        bytes([p.Op.READ]) + (9).to_bytes(8, "big") + b"\x00" * 3,  # too short
+        bytes([99]) + (10).to_bytes(8, "big") + b"junk",  # unknown op
+        bytes([p.Op.ADD]) + (11).to_bytes(8, "big") + b"\x00" * 10,  # short ADD
+    ):
+        writer.write(p.frame(body))
+        resp = p.decode_response(
+            await reader.readexactly(p.frame_length(await reader.readexactly(4)))
+        )
+        assert isinstance(resp, p.ErrorResponse)
+        assert resp.status == p.Status.BAD_REQUEST
+    # a frame announcing more than the limit closes the connection
+    writer.write((p.MAX_FRAME + 1).to_bytes(4, "big"))
+    assert await reader.read() == b""
+    writer.close()
+    assert (await c.read(3, 0)).payload == b"kept"
+    with pytest.raises(NoSuchEntryError):
+        await c.read(3, 1)
+
+
+def test_codec_round_trip_and_truncation() -> None:
+    reqs: list[p.Request] = [
+        p.AddRequest(1, 2, 3, -1, p.FLAG_RECOVERY, b"payload"),
+        p.ReadRequest(4, 5, 6, p.FLAG_FENCE),
+        p.ReadLacRequest(7, 8, 0),
+    ]
+    for req in reqs:
+        frame = p.encode_request(req)
+        assert p.frame_length(frame[:4]) == len(frame) - 4
+        assert p.decode_request(frame[4:]) == req
+        for cut in range(9, len(frame) - 4):
+            if isinstance(req, p.AddRequest) and cut >= 9 + 25:
+                continue  # a shorter payload is still a valid ADD
+            with pytest.raises(BadRequestError):
+                p.decode_request(frame[4 : 4 + cut])
+    resps: list[p.Response] = [
+        p.AddResponse(1, 2, 3),
+        p.ReadResponse(4, 5, 6, 7, b"data"),
+        p.ReadLacResponse(8, 9, -1),
+        p.ErrorResponse(p.Op.READ, 10, p.Status.FENCED, "fenced"),
+    ]
+    for resp in resps:
+        assert p.decode_response(p.encode_response(resp)[4:]) == resp
+
+
+async def test_bookie_process_registers_and_replays(
+    zookeeper: object, kazoo: KazooClient, zk_root: str, tmp_path: Path
+) -> None:
+    hosts = zookeeper.hosts  # type: ignore[attr-defined]
+    proc = BookieProcess(tmp_path / "b", hosts, zk_root).start()
+    try:
+        assert list(available_bookies(kazoo, zk_root)) == [proc.address]
+        c = BookieClient(proc.address)
+        await asyncio.gather(*(c.add(9, e, e - 1, b"e%d" % e) for e in range(50)))
+        await c.close()
+        proc.kill()  # SIGKILL: every acknowledged add must be there after the restart
+        proc.start()
+        # the dead process's node was replaced by the new one's
+        assert list(available_bookies(kazoo, zk_root)) == [proc.address]
+        c = BookieClient(proc.address)
+        assert [(await c.read(9, e)).payload for e in range(50)] == [b"e%d" % e for e in range(50)]
+        await c.close()
+        proc.stop()
+        assert available_bookies(kazoo, zk_root) == {}  # a clean stop unregisters
+    finally:
+        proc.kill()
