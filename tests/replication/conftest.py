@@ -123,11 +123,20 @@ class BookieProcess:
 
 
 @pytest.fixture
+def bookie_count(request: pytest.FixtureRequest) -> int:
+    """How many bookies `bookies` starts: 3, or a test's indirect parameter."""
+    return int(getattr(request, "param", 3))
+
+
+@pytest.fixture
 def bookies(
-    zookeeper: ZooKeeperServer, zk_root: str, tmp_path: Path
+    zookeeper: ZooKeeperServer, zk_root: str, tmp_path: Path, bookie_count: int
 ) -> Iterator[list[BookieProcess]]:
-    """Three bookie processes registered under the test's own ZooKeeper root."""
-    procs = [BookieProcess(tmp_path / f"bookie-{i}", zookeeper.hosts, zk_root) for i in range(3)]
+    """Bookie processes registered under the test's own ZooKeeper root (3 unless overridden)."""
+    procs = [
+        BookieProcess(tmp_path / f"bookie-{i}", zookeeper.hosts, zk_root)
+        for i in range(bookie_count)
+    ]
     try:
         for b in procs:
             b.start()

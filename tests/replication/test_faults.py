@@ -1,0 +1,206 @@
+"""Multi-process faults: SIGKILL of a bookie under load, a writer racing a recoverer.
+
+Every test keeps a history (entry id -> payload of each add the writer saw
+acknowledged, and of each add it attempted) and judges it at the end: no
+acknowledged entry lost, nothing visible beyond what was acknowledged or
+recovered (every entry readable is one the writer attempted, at its id), and
+the same bytes on every bookie that holds an entry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+import pytest
+
+from weir.errors import WeirError
+from weir.replication.errors import LedgerFencedError, NoSuchEntryError
+from weir.replication.ledger import LedgerClient, LedgerHandle, LedgerState
+from weir.replication.ledger.bookie_client import BookieClient
+from weir.replication.zkserver import ZooKeeperServer
+
+from .conftest import BookieProcess
+
+WINDOW = 32  # adds in flight at once
+
+
+@pytest.fixture
+async def client(
+    zookeeper: ZooKeeperServer, zk_root: str, bookies: list[BookieProcess]
+) -> AsyncIterator[LedgerClient]:
+    async with LedgerClient(zookeeper.hosts, root=zk_root) as c:
+        yield c
+
+
+def payload(entry: int) -> bytes:
+    return b"entry-%06d|" % entry + b"x" * 200
+
+
+@dataclass
+class History:
+    attempted: dict[int, bytes] = field(default_factory=dict)
+    acked: dict[int, bytes] = field(default_factory=dict)
+    errors: list[WeirError] = field(default_factory=list)
+    acked_after_error: list[int] = field(default_factory=list)
+
+
+async def write(
+    lh: LedgerHandle,
+    history: History,
+    count: int,
+    on_ack: asyncio.Event | None = None,
+    fire_at: int = -1,
+) -> None:
+    """Pipelined adds (WINDOW in flight), bounded by ``count``; stops at the first error."""
+    in_flight: set[asyncio.Future[int]] = set()
+    for n in range(count):
+        if history.errors:
+            break
+        data = payload(n)
+        try:
+            fut = lh.add_async(data)
+        except WeirError as exc:
+            history.errors.append(exc)
+            break
+        history.attempted[n] = data
+
+        def done(f: asyncio.Future[int], data: bytes = data) -> None:
+            exc = f.exception()
+            if exc is not None:
+                assert isinstance(exc, WeirError), exc
+                history.errors.append(exc)
+                return
+            if history.errors:
+                history.acked_after_error.append(f.result())
+            history.acked[f.result()] = data
+            if on_ack is not None and len(history.acked) >= fire_at:
+                on_ack.set()
+
+        fut.add_done_callback(done)
+        in_flight.add(fut)
+        if len(in_flight) >= WINDOW:
+            _, in_flight = await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)
+    if in_flight:
+        await asyncio.wait(in_flight)
+
+
+async def check_closed_ledger(
+    client: LedgerClient, ledger_id: int, history: History, bookies: list[BookieProcess]
+) -> int:
+    """The ledger is closed, holds every acknowledged entry and only attempted ones, and every
+    bookie holding an entry holds the same bytes. Returns the last entry id."""
+    rh = await client.open_ledger(ledger_id)
+    assert rh.closed
+    last = rh.last_add_confirmed
+    lost = [e for e in history.acked if e > last]
+    assert not lost, f"acknowledged entries past the ledger's end: {lost[:10]}"
+    for entry in range(last + 1):
+        assert entry in history.attempted, f"entry {entry} was never written"
+        assert await rh.read(entry) == history.attempted[entry]
+    for b in bookies:
+        bc = BookieClient(b.address)
+        try:
+            for entry in range(last + 2):
+                if b.address not in rh.metadata.write_set(entry):
+                    continue
+                try:
+                    got = (await bc.read(ledger_id, entry)).payload
+                except NoSuchEntryError:
+                    continue
+                assert got == history.attempted[entry], f"bookie {b.address} differs at {entry}"
+        finally:
+            await bc.close()
+    return last
+
+
+@pytest.mark.parametrize(
+    ("bookie_count", "quorums", "victim"),
+    [(3, (3, 3, 2), 0), (3, (3, 3, 2), 1), (3, (3, 3, 2), 2), (5, (5, 3, 2), 0), (5, (5, 3, 2), 3)],
+    indirect=["bookie_count"],
+)
+async def test_sigkill_of_one_bookie_under_load_loses_no_acknowledged_entry(
+    client: LedgerClient, bookies: list[BookieProcess], quorums: tuple[int, int, int], victim: int
+) -> None:
+    lh = await client.create_ledger(*quorums)
+    ensemble = lh.metadata.ensembles[0].bookies
+    target = next(b for b in bookies if b.address == ensemble[victim])
+    history = History()
+    reached = asyncio.Event()
+    writer = asyncio.create_task(write(lh, history, 1500, reached, fire_at=400))
+    await reached.wait()
+    target.kill()  # SIGKILL mid-stream: adds to it are in flight
+    await writer
+    assert not history.errors, history.errors[:3]
+    assert len(history.acked) == 1500  # AQ=2 of the WQ=3 still answer every add
+    await lh.close()
+    target.start()  # back on its port with what it had fsync'd
+    last = await check_closed_ledger(client, lh.ledger_id, history, bookies)
+    assert last == 1499
+
+
+async def test_recovery_with_a_bookie_down_after_the_writer_died(
+    client: LedgerClient, bookies: list[BookieProcess]
+) -> None:
+    """The writer goes away mid-stream (never closes), a bookie is SIGKILLed: recovery still
+    fences E - AQ + 1 = 2 bookies and finds every acknowledged entry."""
+    lh = await client.create_ledger(3, 3, 2)
+    history = History()
+    await write(lh, history, 300)
+    in_flight = [lh.add_async(payload(300 + i)) for i in range(WINDOW)]  # abandoned
+    for i in range(WINDOW):
+        history.attempted[300 + i] = payload(300 + i)
+    bookies[1].kill()
+    md = await client.recover(lh.ledger_id)
+    assert md.state == LedgerState.CLOSED
+    assert md.last_entry_id >= 299
+    await asyncio.gather(*in_flight, return_exceptions=True)
+    for f in in_flight:
+        if not f.exception():
+            history.acked[f.result()] = payload(f.result())
+    bookies[1].start()
+    await check_closed_ledger(client, lh.ledger_id, history, bookies)
+
+
+@pytest.mark.parametrize("recover_after", [0, 1, 50, 400])
+async def test_writer_and_recoverer_racing_never_both_succeed(
+    client: LedgerClient,
+    zookeeper: ZooKeeperServer,
+    zk_root: str,
+    bookies: list[BookieProcess],
+    recover_after: int,
+) -> None:
+    lh = await client.create_ledger(3, 3, 2)
+    history = History()
+    reached = asyncio.Event()
+    if recover_after == 0:
+        reached.set()
+    # bounded, but far more adds than a recovery takes: the fence lands mid-stream
+    writer = asyncio.create_task(write(lh, history, 50_000, reached, fire_at=recover_after))
+    await reached.wait()
+    async with LedgerClient(zookeeper.hosts, root=zk_root) as recoverer:
+        md = await recoverer.recover(lh.ledger_id)
+    await writer
+    # the writer was fenced out: its adds fail, and nothing is acknowledged after the error
+    assert history.errors and all(isinstance(e, LedgerFencedError) for e in history.errors)
+    assert not history.acked_after_error
+    with pytest.raises(LedgerFencedError):
+        await lh.close()
+    assert md.state == LedgerState.CLOSED
+    assert max(history.acked, default=-1) <= md.last_entry_id
+    last = await check_closed_ledger(client, lh.ledger_id, history, bookies)
+    assert last == md.last_entry_id
+
+
+async def test_writer_closing_first_wins_and_recovery_agrees(
+    client: LedgerClient, zookeeper: ZooKeeperServer, zk_root: str, bookies: list[BookieProcess]
+) -> None:
+    lh = await client.create_ledger(3, 3, 2)
+    history = History()
+    await write(lh, history, 100)
+    await lh.close()
+    async with LedgerClient(zookeeper.hosts, root=zk_root) as recoverer:
+        md = await recoverer.recover(lh.ledger_id)
+    assert md.last_entry_id == 99
+    await check_closed_ledger(client, lh.ledger_id, history, bookies)
