@@ -15,9 +15,8 @@ from weir.replication.bookie.ledger_storage import LmdbLedgerStorage
 from weir.replication.bookie.service import Bookie
 from weir.replication.errors import LedgerFencedError, NoSuchEntryError, NoSuchLedgerError
 from weir.replication.ledger.bookie_client import BookieClient
+from weir.replication.local_cluster import BookieProcess
 from weir.replication.registry import available_bookies
-
-from .conftest import BookieProcess
 
 
 class InProcessBookie:

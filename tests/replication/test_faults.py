@@ -19,9 +19,8 @@ from weir.errors import WeirError
 from weir.replication.errors import LedgerFencedError, NoSuchEntryError
 from weir.replication.ledger import LedgerClient, LedgerHandle, LedgerState
 from weir.replication.ledger.bookie_client import BookieClient
+from weir.replication.local_cluster import BookieProcess
 from weir.replication.zkserver import ZooKeeperServer
-
-from .conftest import BookieProcess
 
 WINDOW = 32  # adds in flight at once
 

@@ -17,9 +17,8 @@ from weir.replication.errors import (
     ReadBeyondLastConfirmedError,
 )
 from weir.replication.ledger import LedgerClient, LedgerState
+from weir.replication.local_cluster import BookieProcess
 from weir.replication.zkserver import ZooKeeperServer
-
-from .conftest import BookieProcess
 
 
 @pytest.fixture
