@@ -10,17 +10,19 @@ the same bytes on every bookie that holds an entry.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 
 import pytest
 
 from weir.errors import WeirError
-from weir.replication.errors import LedgerFencedError, NoSuchEntryError
+from weir.replication.errors import LedgerFencedError, NoSuchEntryError, NotEnoughBookiesError
 from weir.replication.ledger import LedgerClient, LedgerHandle, LedgerState
 from weir.replication.ledger.bookie_client import BookieClient
 from weir.replication.local_cluster import BookieProcess
 from weir.replication.zkserver import ZooKeeperServer
+
+from .test_ledger import stored_entries
 
 WINDOW = 32  # adds in flight at once
 
@@ -45,12 +47,16 @@ class History:
     acked_after_error: list[int] = field(default_factory=list)
 
 
+Trigger = tuple[Callable[[], bool], asyncio.Event]
+
+
 async def write(
     lh: LedgerHandle,
     history: History,
     count: int,
     on_ack: asyncio.Event | None = None,
     fire_at: int = -1,
+    triggers: Sequence[Trigger] = (),
 ) -> None:
     """Pipelined adds (WINDOW in flight), bounded by ``count``; stops at the first error."""
     in_flight: set[asyncio.Future[int]] = set()
@@ -76,6 +82,9 @@ async def write(
             history.acked[f.result()] = data
             if on_ack is not None and len(history.acked) >= fire_at:
                 on_ack.set()
+            for condition, event in triggers:
+                if not event.is_set() and condition():
+                    event.set()
 
         fut.add_done_callback(done)
         in_flight.add(fut)
@@ -202,4 +211,74 @@ async def test_writer_closing_first_wins_and_recovery_agrees(
     async with LedgerClient(zookeeper.hosts, root=zk_root) as recoverer:
         md = await recoverer.recover(lh.ledger_id)
     assert md.last_entry_id == 99
+    await check_closed_ledger(client, lh.ledger_id, history, bookies)
+
+
+def by_address(bookies: list[BookieProcess], address: str) -> BookieProcess:
+    return next(b for b in bookies if b.address == address)
+
+
+@pytest.mark.parametrize("bookie_count", [5], indirect=True)
+async def test_ensemble_change_under_load_survives_two_bookies_killed_in_turn(
+    client: LedgerClient, bookies: list[BookieProcess]
+) -> None:
+    """E=WQ=3, AQ=2 on 5 bookies: a bookie of the ensemble is killed, the writer replaces it
+    without stopping; then a second one of the new ensemble. Without ensemble change the
+    second kill leaves one ack per entry and breaks the writer (next test)."""
+    lh = await client.create_ledger(3, 3, 2)
+    history = History()
+    first_kill, second_kill = asyncio.Event(), asyncio.Event()
+    triggers = [
+        (lambda: len(history.acked) >= 300, first_kill),
+        (lambda: lh.ensemble_changes >= 1 and len(history.acked) >= 700, second_kill),
+    ]
+    writer = asyncio.create_task(write(lh, history, 1200, triggers=triggers))
+    await first_kill.wait()
+    victim_1 = by_address(bookies, lh.metadata.ensembles[-1].bookies[0])
+    victim_1.kill()
+    await second_kill.wait()
+    victim_2 = by_address(bookies, lh.metadata.ensembles[-1].bookies[1])
+    victim_2.kill()
+    await writer
+    assert not history.errors, history.errors[:3]
+    assert len(history.acked) == 1200
+    assert lh.ensemble_changes == 2
+    await lh.close()
+
+    md = (await client.open_ledger(lh.ledger_id)).metadata
+    assert len(md.ensembles) == 3
+    assert [f.first_entry for f in md.ensembles] == sorted(f.first_entry for f in md.ensembles)
+    last_ensemble = md.ensembles[-1].bookies
+    assert victim_1.address not in last_ensemble and victim_2.address not in last_ensemble
+    # every entry of the last fragment is on each of its three bookies
+    first = md.ensembles[-1].first_entry
+    for address in last_ensemble:
+        b = by_address(bookies, address)
+        b.stop()
+        assert set(range(first, 1200)) <= set(stored_entries(b, lh.ledger_id))
+        b.start()
+    victim_1.start()
+    victim_2.start()
+    await check_closed_ledger(client, lh.ledger_id, history, bookies)
+
+
+@pytest.mark.parametrize("bookie_count", [5], indirect=True)
+async def test_without_ensemble_change_two_kills_break_the_writer_but_lose_nothing(
+    client: LedgerClient, bookies: list[BookieProcess]
+) -> None:
+    lh = await client.create_ledger(3, 3, 2, ensemble_change=False)
+    history = History()
+    reached = asyncio.Event()
+    writer = asyncio.create_task(write(lh, history, 1200, reached, fire_at=300))
+    await reached.wait()
+    for address in lh.metadata.ensembles[0].bookies[:2]:
+        by_address(bookies, address).kill()
+    await writer
+    assert history.errors and all(isinstance(e, NotEnoughBookiesError) for e in history.errors)
+    assert not history.acked_after_error
+    for b in bookies:
+        if b.proc is None:
+            b.start()
+    md = await client.recover(lh.ledger_id)
+    assert md.last_entry_id >= max(history.acked)
     await check_closed_ledger(client, lh.ledger_id, history, bookies)

@@ -43,11 +43,23 @@ class PendingAddOp:
     async def send(
         self, pool: BookiePool, bookie: str, lac: int, *, recovery: bool = False
     ) -> None:
+        """Send to one bookie and record its answer (unless it left the write set meanwhile)."""
         try:
             await pool.get(bookie).add(
                 self.ledger, self.entry, lac, self.payload, recovery=recovery
             )
         except WeirError as exc:
-            self.failed[bookie] = exc
+            if bookie in self.write_set:
+                self.failed[bookie] = exc
         else:
-            self.acked.add(bookie)
+            if bookie in self.write_set:
+                self.acked.add(bookie)
+
+    def retarget(self, write_set: tuple[str, ...]) -> list[str]:
+        """After an ensemble change: forget the answers of bookies that left the write set
+        (their copy is not where the metadata says the entry lives); the bookies to send to."""
+        joined = [b for b in write_set if b not in self.write_set]
+        self.write_set = write_set
+        self.acked &= set(write_set)
+        self.failed = {b: e for b, e in self.failed.items() if b in write_set}
+        return joined

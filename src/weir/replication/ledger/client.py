@@ -50,9 +50,17 @@ class LedgerClient:
         return sorted(await asyncio.to_thread(available_bookies, self.zk, self.root))
 
     async def create_ledger(
-        self, ensemble_size: int = 3, write_quorum: int = 3, ack_quorum: int = 2
+        self,
+        ensemble_size: int = 3,
+        write_quorum: int = 3,
+        ack_quorum: int = 2,
+        *,
+        ensemble_change: bool = True,
     ) -> LedgerHandle:
-        """A new OPEN ledger on ``ensemble_size`` distinct available bookies, and its writer."""
+        """A new OPEN ledger on ``ensemble_size`` distinct available bookies, and its writer.
+
+        ``ensemble_change``: replace a bookie that fails during writes (BookKeeper's
+        default); off, the writer goes on while each entry still gets AQ acks."""
         if not (ensemble_size >= write_quorum >= ack_quorum >= 1):
             raise BadRequestError(
                 f"quorums must be E >= WQ >= AQ >= 1, got E={ensemble_size} "
@@ -69,7 +77,14 @@ class LedgerClient:
             ensemble_size, write_quorum, ack_quorum, ensembles=(Fragment(0, ensemble),)
         )
         ledger_id, version = await self.store.create(md)
-        return LedgerHandle(ledger_id, md, version, self.pool, self.store)
+        return LedgerHandle(
+            ledger_id,
+            md,
+            version,
+            self.pool,
+            self.store,
+            self.available_bookies if ensemble_change else None,
+        )
 
     async def open_ledger(self, ledger_id: int, *, recover: bool = False) -> ReadHandle:
         """Open for reading. ``recover=True`` fences and closes an open ledger first (the

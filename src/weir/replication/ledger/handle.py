@@ -6,6 +6,15 @@ add confirmed (LAC) only ever covers a gap-free prefix. Each add carries the
 current LAC to the bookies (piggybacked), which is how readers and recoverers
 learn it.
 
+Ensemble change: when a bookie of the current ensemble fails (unreachable,
+read-only, overloaded), the writer replaces it with an available bookie outside
+the ensemble and records a new fragment starting at LAC + 1 in the metadata
+(compare-and-set), then sends every add in flight to its new write set and
+forgets the failed bookie's acks. Completions wait while the change is under
+way, so no entry is acknowledged on a copy the metadata does not point at. No
+replacement available: the writer goes on with the bookies it has while each
+entry still reaches AQ.
+
 Fencing: once any bookie answers FENCED (a recoverer took the ledger over), the
 handle fails every add in flight and every later one with `LedgerFencedError`;
 nothing is acknowledged after that answer, and a recoverer closes the ledger at
@@ -15,10 +24,15 @@ an entry >= everything this writer acknowledged before.
 from __future__ import annotations
 
 import asyncio
+import random
 from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
 
 from weir.errors import BadRequestError, WeirError
 from weir.replication.errors import (
+    BookieOverloadedError,
+    BookieReadOnlyError,
     BookieUnavailableError,
     LedgerClosedError,
     LedgerFencedError,
@@ -30,8 +44,11 @@ from weir.replication.errors import (
 )
 from weir.replication.ledger.add_op import PendingAddOp
 from weir.replication.ledger.bookie_client import BookiePool
-from weir.replication.ledger.metadata import LedgerMetadata, LedgerState, MetadataStore
+from weir.replication.ledger.metadata import Fragment, LedgerMetadata, LedgerState, MetadataStore
 from weir.replication.protocol import MAX_ENTRY
+
+# failures that make the writer replace the bookie (others: the entry fails)
+_REPLACEABLE = (BookieUnavailableError, BookieReadOnlyError, BookieOverloadedError)
 
 
 class ReadHandle:
@@ -70,6 +87,18 @@ class ReadHandle:
         return self._lac
 
     async def read(self, entry: int) -> bytes:
+        try:
+            return await self._read(entry)
+        except (NoSuchEntryError, BookieUnavailableError):
+            if self.closed:
+                raise
+        # An open ledger's writer may have changed its ensemble since we read the metadata.
+        self.metadata, _ = await self.store.read(self.ledger_id)
+        if self.closed:
+            self._lac = self.metadata.last_entry_id
+        return await self._read(entry)
+
+    async def _read(self, entry: int) -> bytes:
         if entry < 0:
             raise ReadBeyondLastConfirmedError(f"entry ids start at 0, not {entry}")
         if entry > self._lac and not self.closed:
@@ -107,6 +136,7 @@ class LedgerHandle(ReadHandle):
         version: int,
         pool: BookiePool,
         store: MetadataStore,
+        available_bookies: Callable[[], Awaitable[list[str]]] | None = None,
     ) -> None:
         super().__init__(ledger_id, metadata, pool, store)
         self.version = version
@@ -114,6 +144,12 @@ class LedgerHandle(ReadHandle):
         self._pending: deque[PendingAddOp] = deque()
         self._error: WeirError | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self._available_bookies = available_bookies  # None: no ensemble changes
+        self._change_lock = asyncio.Lock()
+        self._changing = False
+        self._replaced: set[str] = set()  # bookies this writer took out of its ensemble
+        self._unreplaceable: set[str] = set()  # failed, and no bookie was free to replace them
+        self.ensemble_changes = 0
 
     async def add(self, payload: bytes) -> int:
         """Append an entry; returns its id once AQ bookies have it durably (and all before it)."""
@@ -138,13 +174,19 @@ class LedgerHandle(ReadHandle):
         )
         self._pending.append(op)
         for bookie in op.write_set:
-            task = asyncio.create_task(self._send(op, bookie))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._spawn_send(op, bookie)
         return op.future
+
+    def _spawn_send(self, op: PendingAddOp, bookie: str) -> None:
+        task = asyncio.create_task(self._send(op, bookie))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def _send(self, op: PendingAddOp, bookie: str) -> None:
         await op.send(self.pool, bookie, self._lac)
+        failure = op.failed.get(bookie)
+        if isinstance(failure, _REPLACEABLE) and self._available_bookies is not None:
+            await self._replace(bookie)
         fenced = op.fenced
         if fenced is not None:
             self._fail(
@@ -152,7 +194,7 @@ class LedgerHandle(ReadHandle):
                     f"ledger {self.ledger_id} was fenced by a recoverer ({fenced.message})"
                 )
             )
-        elif op.quorum_lost:
+        elif op.quorum_lost and not op.future.done():
             reasons = "; ".join(e.message for e in op.failed.values())
             self._fail(
                 NotEnoughBookiesError(
@@ -161,8 +203,60 @@ class LedgerHandle(ReadHandle):
             )
         self._complete_in_order()
 
+    async def _replace(self, failed: str) -> None:
+        """Ensemble change: put an available bookie in ``failed``'s place for entries from
+        LAC + 1 on, record it in the metadata, resend the adds in flight."""
+        assert self._available_bookies is not None
+        async with self._change_lock:
+            current = self.metadata.ensembles[-1].bookies
+            if self._error is not None or self.closed or failed not in current:
+                return  # done for, or an earlier change already replaced it
+            if failed in self._unreplaceable:
+                return  # tried once: go on with the others rather than ask again per add
+            self._changing = True
+            try:
+                try:
+                    available = await self._available_bookies()
+                except Exception:
+                    return  # ZooKeeper unreachable: go on with the bookies we have
+                candidates = [
+                    b for b in available if b not in current and b not in self._replaced | {failed}
+                ]
+                if not candidates:
+                    self._unreplaceable.add(failed)
+                    return
+                replacement = random.choice(candidates)
+                ensemble = tuple(replacement if b == failed else b for b in current)
+                first = self._lac + 1
+                fragments = self.metadata.ensembles
+                if fragments[-1].first_entry == first:
+                    fragments = fragments[:-1]  # nothing confirmed in it yet: replace it
+                changed = replace(self.metadata, ensembles=(*fragments, Fragment(first, ensemble)))
+                try:
+                    self.version = await self.store.write(self.ledger_id, changed, self.version)
+                except MetadataConflictError:
+                    current_md, _ = await self.store.read(self.ledger_id)
+                    self._fail(
+                        LedgerFencedError(
+                            f"ledger {self.ledger_id} is {current_md.state.value}: "
+                            "a recoverer took it over during an ensemble change"
+                        )
+                    )
+                    return
+                except Exception:
+                    return  # ZooKeeper unreachable: go on with the bookies we have
+                self.metadata = changed
+                self._replaced.add(failed)
+                self.ensemble_changes += 1
+                for op in self._pending:
+                    for bookie in op.retarget(self.metadata.write_set(op.entry)):
+                        self._spawn_send(op, bookie)
+            finally:
+                self._changing = False
+        self._complete_in_order()
+
     def _complete_in_order(self) -> None:
-        if self._error is not None:
+        if self._error is not None or self._changing:
             return
         while self._pending and self._pending[0].quorum_reached:
             op = self._pending.popleft()
@@ -180,10 +274,15 @@ class LedgerHandle(ReadHandle):
             if not op.future.done():
                 op.future.set_exception(error)
 
-    async def close(self) -> None:
-        """Wait for the adds in flight, then record the last entry in the metadata: CLOSED."""
+    async def close(self, replicas_timeout: float = 10.0) -> None:
+        """Wait for the adds in flight, then record the last entry in the metadata: CLOSED.
+
+        Also waits (up to ``replicas_timeout`` seconds) for the bookies beyond AQ to
+        answer, so that a cleanly closed ledger has its WQ copies where it can."""
         pending = [op.future for op in self._pending]
         await asyncio.gather(*pending, return_exceptions=True)
+        if self._tasks:
+            await asyncio.wait(set(self._tasks), timeout=replicas_timeout)
         if self._error is not None:
             raise self._error
         if self.closed:
