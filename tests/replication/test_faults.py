@@ -57,11 +57,13 @@ async def write(
     on_ack: asyncio.Event | None = None,
     fire_at: int = -1,
     triggers: Sequence[Trigger] = (),
+    stop: Callable[[], bool] | None = None,
 ) -> None:
-    """Pipelined adds (WINDOW in flight), bounded by ``count``; stops at the first error."""
+    """Pipelined adds (WINDOW in flight), bounded by ``count``; stops at the first error,
+    or once ``stop()`` says so."""
     in_flight: set[asyncio.Future[int]] = set()
     for n in range(count):
-        if history.errors:
+        if history.errors or (stop is not None and stop()):
             break
         data = payload(n)
         try:
@@ -282,3 +284,42 @@ async def test_without_ensemble_change_two_kills_break_the_writer_but_lose_nothi
     md = await client.recover(lh.ledger_id)
     assert md.last_entry_id >= max(history.acked)
     await check_closed_ledger(client, lh.ledger_id, history, bookies)
+
+
+@pytest.mark.parametrize("bookie_count", [4], indirect=True)
+async def test_a_paused_bookie_is_replaced_and_recovery_goes_on_without_it(
+    zookeeper: ZooKeeperServer, zk_root: str, bookies: list[BookieProcess]
+) -> None:
+    """SIGSTOP: the bookie keeps its connections open and answers nothing. Its requests
+    time out (request_timeout), the writer replaces it, a recoverer fences the others."""
+    async with LedgerClient(zookeeper.hosts, root=zk_root, request_timeout=1.0) as client:
+        lh = await client.create_ledger(3, 3, 2)
+        history = History()
+        reached = asyncio.Event()
+        changed_at: list[int] = []
+
+        def enough() -> bool:
+            """200 adds acknowledged after the change: the writer goes on without it."""
+            if lh.ensemble_changes and not changed_at:
+                changed_at.append(len(history.acked))
+            return bool(changed_at) and len(history.acked) >= changed_at[0] + 200
+
+        # bounded; the paused bookie's first request times out after 1 s
+        writer = asyncio.create_task(write(lh, history, 200_000, reached, fire_at=200, stop=enough))
+        await reached.wait()
+        paused = by_address(bookies, lh.metadata.ensembles[0].bookies[2])
+        paused.pause()
+        try:
+            await writer
+            assert not history.errors, history.errors[:3]
+            assert lh.ensemble_changes == 1 and enough()
+            assert paused.address not in lh.metadata.ensembles[-1].bookies
+            # the writer goes away without closing; recovery does not wait for the paused one
+            async with LedgerClient(
+                zookeeper.hosts, root=zk_root, request_timeout=1.0
+            ) as recoverer:
+                md = await recoverer.recover(lh.ledger_id)
+            assert md.last_entry_id == max(history.acked)
+        finally:
+            paused.resume()
+        await check_closed_ledger(client, lh.ledger_id, history, bookies)

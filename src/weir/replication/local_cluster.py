@@ -79,12 +79,22 @@ class BookieProcess:
     def stop(self, timeout: float = 30) -> None:
         proc, self.proc = self.proc, None
         if proc is not None and proc.poll() is None:
+            os.kill(proc.pid, signal.SIGCONT)  # a paused bookie must run to handle SIGTERM
             os.kill(proc.pid, signal.SIGTERM)
             try:
                 proc.wait(timeout)
             except subprocess.TimeoutExpired:
                 os.kill(proc.pid, signal.SIGKILL)
                 proc.wait(timeout)
+
+    def pause(self) -> None:
+        """SIGSTOP: the process holds its connections but answers nothing."""
+        if self.proc is not None:
+            os.kill(self.proc.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        if self.proc is not None:
+            os.kill(self.proc.pid, signal.SIGCONT)
 
     def kill(self) -> None:
         proc, self.proc = self.proc, None

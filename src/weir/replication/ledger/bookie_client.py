@@ -41,9 +41,14 @@ def error_of(resp: p.ErrorResponse, bookie: str) -> WeirError:
 class BookieClient:
     """Requests to the bookie at ``address`` (``host:port``)."""
 
-    def __init__(self, address: str, *, connect_timeout: float = 5.0) -> None:
+    def __init__(
+        self, address: str, *, connect_timeout: float = 5.0, request_timeout: float = 30.0
+    ) -> None:
         self.address = address
         self.connect_timeout = connect_timeout
+        # A bookie that stops answering (paused, disk hung) fails its requests after this
+        # long, so a writer replaces it and a recoverer counts it as not answering.
+        self.request_timeout = request_timeout
         self._ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future[p.Response]] = {}
         self._writer: asyncio.StreamWriter | None = None
@@ -99,7 +104,11 @@ class BookieClient:
         self._pending[rid] = fut
         writer.write(p.encode_request(req))
         try:
-            return await fut
+            return await asyncio.wait_for(fut, self.request_timeout)
+        except TimeoutError:
+            raise BookieUnavailableError(
+                f"bookie {self.address}: no answer within {self.request_timeout} s"
+            ) from None
         finally:
             self._pending.pop(rid, None)
 
@@ -141,13 +150,15 @@ class BookieClient:
 class BookiePool:
     """The client's connections, one per bookie address."""
 
-    def __init__(self) -> None:
+    def __init__(self, request_timeout: float = 30.0) -> None:
         self._clients: dict[str, BookieClient] = {}
+        self.request_timeout = request_timeout
 
     def get(self, address: str) -> BookieClient:
         client = self._clients.get(address)
         if client is None:
-            client = self._clients[address] = BookieClient(address)
+            client = BookieClient(address, request_timeout=self.request_timeout)
+            self._clients[address] = client
         return client
 
     async def close(self) -> None:

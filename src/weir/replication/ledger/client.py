@@ -20,12 +20,19 @@ class LedgerClient:
     """Ledgers of the cluster under ``root`` in the ZooKeeper at ``zk_hosts`` (asyncio)."""
 
     def __init__(
-        self, zk_hosts: str, *, root: str = DEFAULT_ROOT, zk_timeout: float = 10.0
+        self,
+        zk_hosts: str,
+        *,
+        root: str = DEFAULT_ROOT,
+        zk_timeout: float = 10.0,
+        request_timeout: float = 30.0,
     ) -> None:
+        """``request_timeout``: seconds a bookie may take to answer one request before it
+        counts as failed (the writer replaces it; recovery goes on without it)."""
         self.zk = KazooClient(hosts=zk_hosts, timeout=zk_timeout)
         self.root = root
         self.store = MetadataStore(self.zk, root)
-        self.pool = BookiePool()
+        self.pool = BookiePool(request_timeout)
         self._started = False
 
     async def start(self, timeout: float = 30) -> LedgerClient:
