@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from kazoo.client import KazooClient
 
 from weir.errors import BadRequestError
@@ -164,3 +167,67 @@ async def test_bookie_process_registers_and_replays(
         assert available_bookies(kazoo, zk_root) == {}  # a clean stop unregisters
     finally:
         proc.kill()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=64))
+def test_decoding_any_bytes_gives_a_request_or_a_protocol_error(body: bytes) -> None:
+    with contextlib.suppress(p.ProtocolError):
+        p.decode_request(body)
+    with contextlib.suppress(p.ProtocolError):
+        p.decode_response(body)
+
+
+_PROTECTED = 0xFFFF_FFFF_FFFF_FFF0  # a ledger id random requests will not name
+
+
+def _mutations() -> st.SearchStrategy[bytes]:
+    valid = st.sampled_from(
+        [
+            p.encode_request(p.AddRequest(1, 5, 0, -1, 0, b"abc"))[4:],
+            p.encode_request(p.ReadRequest(2, 5, 0, 0))[4:],
+            p.encode_request(p.ReadLacRequest(3, 5, 0))[4:],
+        ]
+    )
+    truncated = st.tuples(valid, st.integers(0, 40)).map(lambda t: t[0][: t[1]])
+    flipped = st.tuples(valid, st.integers(0, 40), st.integers(1, 255)).map(
+        lambda t: (
+            t[0][: t[1]] + bytes([t[0][t[1]] ^ t[2]]) + t[0][t[1] + 1 :]
+            if t[1] < len(t[0])
+            else t[0]
+        )
+    )
+    return st.one_of(st.binary(min_size=9, max_size=60), truncated, flipped)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(_mutations(), min_size=1, max_size=40))
+def test_fuzzed_requests_get_an_answer_and_leave_stored_entries_intact(
+    tmp_path_factory: pytest.TempPathFactory, bodies: list[bytes]
+) -> None:
+    async def run() -> None:
+        b = InProcessBookie(tmp_path_factory.mktemp("fuzz"))
+        c = await b.start()
+        try:
+            await asyncio.gather(*(c.add(_PROTECTED, e, e - 1, b"keep %d" % e) for e in range(3)))
+            reader, writer = await asyncio.open_connection("127.0.0.1", b.port)
+            for body in bodies:
+                writer.write(p.frame(body))
+                if len(body) < 9:
+                    assert await reader.read() == b""  # no request id to answer: closed
+                    break
+                n = p.frame_length(await reader.readexactly(4))
+                resp = p.decode_response(await reader.readexactly(n))
+                assert resp.request_id == p.request_head(body)[1]
+            writer.close()
+            assert [(await c.read(_PROTECTED, e)).payload for e in range(3)] == [
+                b"keep 0",
+                b"keep 1",
+                b"keep 2",
+            ]
+            assert await c.read_lac(_PROTECTED) == 1
+        finally:
+            await c.close()
+            await b.stop()
+
+    asyncio.run(run())
