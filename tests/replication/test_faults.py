@@ -12,14 +12,22 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
+from kazoo.client import KazooClient
 
 from weir.errors import WeirError
-from weir.replication.errors import LedgerFencedError, NoSuchEntryError, NotEnoughBookiesError
+from weir.replication.errors import (
+    BookieReadOnlyError,
+    LedgerFencedError,
+    NoSuchEntryError,
+    NotEnoughBookiesError,
+)
 from weir.replication.ledger import LedgerClient, LedgerHandle, LedgerState
 from weir.replication.ledger.bookie_client import BookieClient
 from weir.replication.local_cluster import BookieProcess
+from weir.replication.registry import available_bookies
 from weir.replication.zkserver import ZooKeeperServer
 
 from .test_ledger import stored_entries
@@ -35,8 +43,8 @@ async def client(
         yield c
 
 
-def payload(entry: int) -> bytes:
-    return b"entry-%06d|" % entry + b"x" * 200
+def payload(entry: int, size: int = 200) -> bytes:
+    return b"entry-%06d|" % entry + b"x" * size
 
 
 @dataclass
@@ -58,6 +66,7 @@ async def write(
     fire_at: int = -1,
     triggers: Sequence[Trigger] = (),
     stop: Callable[[], bool] | None = None,
+    size: int = 200,
 ) -> None:
     """Pipelined adds (WINDOW in flight), bounded by ``count``; stops at the first error,
     or once ``stop()`` says so."""
@@ -65,7 +74,7 @@ async def write(
     for n in range(count):
         if history.errors or (stop is not None and stop()):
             break
-        data = payload(n)
+        data = payload(n, size)
         try:
             fut = lh.add_async(data)
         except WeirError as exc:
@@ -323,3 +332,45 @@ async def test_a_paused_bookie_is_replaced_and_recovery_goes_on_without_it(
         finally:
             paused.resume()
         await check_closed_ledger(client, lh.ledger_id, history, bookies)
+
+
+async def test_a_full_bookie_turns_read_only_and_the_writer_moves_on(
+    client: LedgerClient,
+    zookeeper: ZooKeeperServer,
+    zk_root: str,
+    bookies: list[BookieProcess],
+    tmp_path: Path,
+    kazoo: KazooClient,
+) -> None:
+    """A bookie whose data passes --max-data-bytes refuses adds with READ_ONLY, moves to
+    readonly/ in ZooKeeper and keeps serving reads; the writer replaces it and loses nothing."""
+    small = BookieProcess(
+        tmp_path / "small", zookeeper.hosts, zk_root, "--max-data-bytes", str(2 << 20)
+    ).start()
+    try:
+        others = [b.address for b in bookies]
+        lh = await client.create_ledger(3, 3, 2, bookies=[small.address, *others[:2]])
+        history = History()
+        await write(lh, history, 1000, size=4096)  # 4 MB on each bookie of the write set
+        assert not history.errors, history.errors[:3]
+        assert lh.ensemble_changes == 1
+        assert lh.metadata.ensembles[-1].bookies == (others[2], *others[:2])
+        await lh.close()
+        # the bookie moves its registration right after turning read-only (its own thread)
+        for _ in range(200):
+            if small.address in available_bookies(kazoo, zk_root, read_only=True):
+                break
+            await asyncio.sleep(0.05)
+        assert small.address in available_bookies(kazoo, zk_root, read_only=True)
+        assert small.address not in available_bookies(kazoo, zk_root)
+        bc = BookieClient(small.address)
+        try:
+            assert (await bc.read(lh.ledger_id, 0)).payload == history.acked[0]  # reads go on
+            with pytest.raises(BookieReadOnlyError, match="read-only: data"):
+                await bc.add(lh.ledger_id + 1, 0, -1, b"x")
+        finally:
+            await bc.close()
+        assert any("bookie read-only: data" in line for line in small.log)
+        await check_closed_ledger(client, lh.ledger_id, history, [*bookies, small])
+    finally:
+        small.stop()

@@ -28,8 +28,9 @@ class BookieProcess:
     (``host:port``) and the ensembles that name it stay valid.
     """
 
-    def __init__(self, data_dir: Path, zk_hosts: str, zk_root: str) -> None:
+    def __init__(self, data_dir: Path, zk_hosts: str, zk_root: str, *extra: str) -> None:
         self.data_dir = data_dir
+        self.extra = list(extra)  # more options of the bookie command
         self.zk_hosts = zk_hosts
         self.zk_root = zk_root
         self.port = 0
@@ -53,6 +54,7 @@ class BookieProcess:
             self.zk_hosts,
             "--zk-root",
             self.zk_root,
+            *self.extra,
         ]
         self.proc = subprocess.Popen(
             cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True

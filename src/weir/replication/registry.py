@@ -25,13 +25,20 @@ def available_path(root: str) -> str:
     return f"{root}/bookies/available"
 
 
+def readonly_path(root: str) -> str:
+    return f"{root}/bookies/readonly"
+
+
 def ledgers_path(root: str) -> str:
     return f"{root}/ledgers"
 
 
-def available_bookies(zk: KazooClient, root: str) -> dict[str, dict[str, str]]:
-    """Available bookie ids (``host:port``) and their labels."""
-    base = available_path(root)
+def available_bookies(
+    zk: KazooClient, root: str, *, read_only: bool = False
+) -> dict[str, dict[str, str]]:
+    """Available (writable) bookie ids (``host:port``) and their labels; the read-only
+    ones with ``read_only=True``."""
+    base = readonly_path(root) if read_only else available_path(root)
     out: dict[str, dict[str, str]] = {}
     try:
         children = zk.get_children(base)
@@ -47,7 +54,8 @@ def available_bookies(zk: KazooClient, root: str) -> dict[str, dict[str, str]]:
 
 
 class BookieRegistration:
-    """Keeps ``{root}/bookies/available/{bookie_id}`` present while the bookie runs.
+    """Keeps ``{root}/bookies/available/{bookie_id}`` (or ``readonly/``, for a read-only
+    bookie) present while the bookie runs.
 
     Re-creates it after a ZooKeeper session expiry, and replaces the node a
     killed predecessor with the same id left behind (its session not yet expired).
@@ -55,16 +63,25 @@ class BookieRegistration:
 
     def __init__(self, zk: KazooClient, root: str, bookie_id: str, labels: dict[str, str]) -> None:
         self.zk = zk
-        self.path = f"{available_path(root)}/{bookie_id}"
+        self.writable_path = f"{available_path(root)}/{bookie_id}"
+        self.readonly_path = f"{readonly_path(root)}/{bookie_id}"
         self.value = json.dumps(labels, sort_keys=True).encode()
+        self.read_only = False
         self._stopped = False
         self._lock = threading.Lock()
         zk.add_listener(self._on_state)
+
+    @property
+    def path(self) -> str:
+        return self.readonly_path if self.read_only else self.writable_path
 
     def register(self) -> None:
         with self._lock:
             if self._stopped:
                 return
+            other = self.writable_path if self.read_only else self.readonly_path
+            with contextlib.suppress(NoNodeError):
+                self.zk.delete(other)
             session = self.zk.client_id[0] if self.zk.client_id else None
             try:
                 self.zk.create(self.path, self.value, ephemeral=True, makepath=True)
@@ -74,6 +91,11 @@ class BookieRegistration:
                     return
                 self.zk.delete(self.path, version=stat.version)  # a dead predecessor's node
                 self.zk.create(self.path, self.value, ephemeral=True, makepath=True)
+
+    def set_read_only(self, read_only: bool) -> None:
+        """Move the registration between ``available`` and ``readonly``."""
+        self.read_only = read_only
+        self.register()
 
     def _on_state(self, state: str) -> None:
         if state == KazooState.CONNECTED and not self._stopped:
@@ -89,5 +111,6 @@ class BookieRegistration:
     def unregister(self) -> None:
         with self._lock:
             self._stopped = True
-            with contextlib.suppress(NoNodeError):
-                self.zk.delete(self.path)
+            for path in (self.writable_path, self.readonly_path):
+                with contextlib.suppress(NoNodeError):
+                    self.zk.delete(path)

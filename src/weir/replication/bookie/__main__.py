@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import signal
 import sys
 
 from kazoo.client import KazooClient
 
+from weir.replication.bookie.disk_space import DEFAULT_MIN_DISK_FREE, SpacePolicy
 from weir.replication.bookie.ledger_storage import LmdbLedgerStorage
 from weir.replication.bookie.service import Bookie
 from weir.replication.registry import DEFAULT_ROOT, BookieRegistration
@@ -27,13 +29,32 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--zk-root", default=DEFAULT_ROOT, help="the cluster's root path in ZooKeeper")
     ap.add_argument("--zk-session-timeout", type=float, default=10.0, help="seconds")
     ap.add_argument("--rack", default="", help="a placement label (rack or zone)")
+    ap.add_argument(
+        "--min-disk-free",
+        type=int,
+        default=DEFAULT_MIN_DISK_FREE,
+        help="bytes the disk must keep free; below, the bookie turns read-only",
+    )
+    ap.add_argument(
+        "--max-data-bytes",
+        type=int,
+        default=0,
+        help="a cap on the bookie's data; past it, the bookie turns read-only (0: none)",
+    )
+    ap.add_argument(
+        "--space-check-interval",
+        type=float,
+        default=5.0,
+        help="seconds between disk checks (a read-only bookie turns writable again)",
+    )
     return ap.parse_args(argv)
 
 
 async def run(args: argparse.Namespace) -> None:
     host, _, port = args.listen.rpartition(":")
     storage = LmdbLedgerStorage(args.data_dir)
-    bookie = Bookie(storage)
+    space = SpacePolicy(min_disk_free=args.min_disk_free, max_data_bytes=args.max_data_bytes)
+    bookie = Bookie(storage, space=space)
     zk = KazooClient(hosts=args.zk, timeout=args.zk_session_timeout)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -45,9 +66,23 @@ async def run(args: argparse.Namespace) -> None:
         await asyncio.to_thread(zk.start, 30)
         labels = {"rack": args.rack} if args.rack else {}
         registration = BookieRegistration(zk, args.zk_root, bookie_id, labels)
+        registration.read_only = bookie.space.read_only
         await asyncio.to_thread(registration.register)
+
+        def on_mode(read_only: bool, reason: str) -> None:
+            print(
+                f"bookie {'read-only: ' + reason if read_only else 'writable again'}",
+                file=sys.stderr,
+                flush=True,
+            )
+            loop.run_in_executor(None, registration.set_read_only, read_only)
+
+        bookie.space.listeners.append(on_mode)
         print(f"bookie listening on {bookie_id}", file=sys.stderr, flush=True)
-        await stop.wait()
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), args.space_check_interval)
+            bookie.space.check()
         await asyncio.to_thread(registration.unregister)
     finally:
         await bookie.close()

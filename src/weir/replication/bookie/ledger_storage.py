@@ -22,7 +22,7 @@ from typing import Protocol
 
 from weir.storage import kv
 from weir.storage.committer import GroupCommitter
-from weir.storage.kv import LmdbKV
+from weir.storage.kv import LmdbKV, Usage
 
 ENTRIES = "entries"
 LEDGERS = "ledgers"
@@ -62,6 +62,8 @@ class LedgerStorage(Protocol):
         """Every ledger this bookie has stored something for (the replay on start)."""
         ...
 
+    def usage(self) -> Usage: ...
+
     def close(self) -> None: ...
 
 
@@ -95,6 +97,9 @@ class LmdbLedgerStorage:
             fenced, lac = _LEDGER_STATE.unpack(value)
             out[ledger] = StoredLedger(bool(fenced), lac)
         return out
+
+    def usage(self) -> Usage:
+        return self.kv.usage()
 
     def entry_ids(self, ledger: int) -> list[int]:
         """The entries stored for a ledger, in order (for tests and tools)."""

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from weir.errors import StorageFullError, WeirError
 from weir.replication import protocol as p
+from weir.replication.bookie.disk_space import DiskSpaceMonitor, SpacePolicy
 from weir.replication.bookie.ledger_descriptor import LedgerDescriptor
 from weir.replication.bookie.ledger_storage import LedgerStorage
 from weir.replication.errors import LedgerFencedError
@@ -38,9 +39,16 @@ class BookieLimits:
 class Bookie:
     """A bookie's ledgers over its storage; `serve` answers clients on a TCP port."""
 
-    def __init__(self, storage: LedgerStorage, limits: BookieLimits | None = None) -> None:
+    def __init__(
+        self,
+        storage: LedgerStorage,
+        limits: BookieLimits | None = None,
+        space: SpacePolicy | None = None,
+    ) -> None:
         self.storage = storage
         self.limits = limits or BookieLimits()
+        self.space = DiskSpaceMonitor(storage.usage, space)
+        self.space.check()
         # The replay: every ledger's durable state (fenced, LAC) back in memory.
         self.ledgers: dict[int, LedgerDescriptor] = {
             lid: LedgerDescriptor(storage, lid, st) for lid, st in storage.ledgers().items()
@@ -146,6 +154,13 @@ class _Connection:
         fut.add_done_callback(finished)
 
     def _add(self, req: p.AddRequest) -> None:
+        space = self.bookie.space
+        if space.read_only:
+            self.error(
+                p.Op.ADD, req.request_id, p.Status.READ_ONLY, f"bookie is read-only: {space.reason}"
+            )
+            return
+        space.account(len(req.payload))
         desc = self.bookie.descriptor(req.ledger, create=True)
         assert desc is not None
         try:
@@ -163,11 +178,10 @@ class _Connection:
             if exc is None:
                 self.reply(p.AddResponse(req.request_id, req.ledger, req.entry))
             else:
-                status = (
-                    p.Status.READ_ONLY
-                    if isinstance(exc, StorageFullError)
-                    else p.Status.STORAGE_ERROR
-                )
+                status = p.Status.STORAGE_ERROR
+                if isinstance(exc, StorageFullError):
+                    status = p.Status.READ_ONLY
+                    space.storage_full(str(exc))
                 self.error(p.Op.ADD, req.request_id, status, str(exc))
 
         self._track(fut, len(req.payload), done)

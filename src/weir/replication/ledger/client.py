@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections.abc import Sequence
 
 from kazoo.client import KazooClient
 
@@ -63,23 +64,28 @@ class LedgerClient:
         ack_quorum: int = 2,
         *,
         ensemble_change: bool = True,
+        bookies: Sequence[str] | None = None,
     ) -> LedgerHandle:
         """A new OPEN ledger on ``ensemble_size`` distinct available bookies, and its writer.
 
         ``ensemble_change``: replace a bookie that fails during writes (BookKeeper's
-        default); off, the writer goes on while each entry still gets AQ acks."""
+        default); off, the writer goes on while each entry still gets AQ acks.
+        ``bookies``: the ensemble, in order, instead of a random choice of available ones."""
         if not (ensemble_size >= write_quorum >= ack_quorum >= 1):
             raise BadRequestError(
                 f"quorums must be E >= WQ >= AQ >= 1, got E={ensemble_size} "
                 f"WQ={write_quorum} AQ={ack_quorum}"
             )
-        bookies = await self.available_bookies()
-        if len(bookies) < ensemble_size:
-            raise NotEnoughBookiesError(
-                f"an ensemble of {ensemble_size} needs as many available bookies; "
-                f"{len(bookies)} registered: {bookies}"
-            )
-        ensemble = tuple(random.sample(bookies, ensemble_size))
+        if bookies is not None:
+            ensemble = tuple(bookies)  # checked by LedgerMetadata: E distinct bookies
+        else:
+            available = await self.available_bookies()
+            if len(available) < ensemble_size:
+                raise NotEnoughBookiesError(
+                    f"an ensemble of {ensemble_size} needs as many available bookies; "
+                    f"{len(available)} registered: {available}"
+                )
+            ensemble = tuple(random.sample(available, ensemble_size))
         md = LedgerMetadata(
             ensemble_size, write_quorum, ack_quorum, ensembles=(Fragment(0, ensemble),)
         )
