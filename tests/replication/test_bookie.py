@@ -126,6 +126,7 @@ def test_codec_round_trip_and_truncation() -> None:
         p.AddRequest(1, 2, 3, -1, p.FLAG_RECOVERY, b"payload"),
         p.ReadRequest(4, 5, 6, p.FLAG_FENCE),
         p.ReadLacRequest(7, 8, 0),
+        p.ReadLacRequest(8, 9, p.FLAG_LONG_POLL, previous=41, timeout_ms=5000),
     ]
     for req in reqs:
         frame = p.encode_request(req)
@@ -181,6 +182,14 @@ def test_decoding_any_bytes_gives_a_request_or_a_protocol_error(body: bytes) -> 
 _PROTECTED = 0xFFFF_FFFF_FFFF_FFF0  # a ledger id random requests will not name
 
 
+def _is_long_poll(body: bytes) -> bool:
+    try:
+        req = p.decode_request(body)
+    except p.ProtocolError:
+        return False
+    return isinstance(req, p.ReadLacRequest) and bool(req.flags & p.FLAG_LONG_POLL)
+
+
 def _mutations() -> st.SearchStrategy[bytes]:
     valid = st.sampled_from(
         [
@@ -212,6 +221,8 @@ def test_fuzzed_requests_get_an_answer_and_leave_stored_entries_intact(
             await asyncio.gather(*(c.add(_PROTECTED, e, e - 1, b"keep %d" % e) for e in range(3)))
             reader, writer = await asyncio.open_connection("127.0.0.1", b.port)
             for body in bodies:
+                if _is_long_poll(body):
+                    continue  # a valid request the bookie may hold for its timeout
                 writer.write(p.frame(body))
                 if len(body) < 9:
                     assert await reader.read() == b""  # no request id to answer: closed
@@ -231,3 +242,37 @@ def test_fuzzed_requests_get_an_answer_and_leave_stored_entries_intact(
             await b.stop()
 
     asyncio.run(run())
+
+
+async def test_long_poll_lac_waits_for_an_add_that_moves_it(
+    bookie: tuple[InProcessBookie, BookieClient],
+) -> None:
+    _, c = bookie
+    await c.add(4, 0, -1, b"a")
+    await c.add(4, 1, 0, b"b")
+    assert await c.wait_lac(4, previous=-1, timeout=30) == 0  # already past: at once
+    poll = asyncio.ensure_future(c.wait_lac(4, previous=0, timeout=30))
+    assert await c.read_lac(4) == 0  # answered after the poll was taken: it is waiting
+    assert not poll.done()
+    await c.add(4, 2, 1, b"c")  # carries LAC 1
+    assert await poll == 1
+    # a poll that times out answers the LAC as it is; an unknown ledger says so
+    assert await c.wait_lac(4, previous=1, timeout=0.05) == 1
+    with pytest.raises(NoSuchLedgerError):
+        await c.wait_lac(404, previous=-1, timeout=0.05)
+
+
+async def test_long_poll_lac_learns_of_a_fence_and_of_a_new_ledger(
+    bookie: tuple[InProcessBookie, BookieClient],
+) -> None:
+    _, c = bookie
+    fresh = asyncio.ensure_future(c.wait_lac(6, previous=-1, timeout=30))
+    await c.add(5, 0, -1, b"x")
+    polled = asyncio.ensure_future(c.wait_lac(5, previous=-1, timeout=30))
+    await c.read_lac(5)
+    assert not fresh.done() and not polled.done()
+    await c.add(6, 0, -1, b"y")
+    await c.add(6, 1, 0, b"z")
+    assert await fresh == 0
+    await c.read_lac(5, fence=True)
+    assert await polled == -1  # fenced: nothing more will come from the writer

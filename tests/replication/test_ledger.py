@@ -131,3 +131,16 @@ async def test_an_empty_ledger_recovers_empty(client: LedgerClient) -> None:
     assert md.state == LedgerState.CLOSED and md.last_entry_id == -1
     with pytest.raises(LedgerFencedError):
         await lh.add(b"x")
+
+
+async def test_a_tailing_reader_long_polls_the_lac(client: LedgerClient) -> None:
+    lh = await client.create_ledger(3, 2, 2)
+    await lh.add(b"0")
+    rh = await client.open_ledger(lh.ledger_id)
+    assert rh.last_add_confirmed == -1
+    tail = asyncio.ensure_future(rh.wait_lac(after=-1, timeout=30))
+    await lh.add(b"1")  # carries LAC 0
+    assert await tail == 0
+    assert await rh.read(0) == b"0"
+    assert await rh.wait_lac(after=0, timeout=0.05) == 0  # nothing new: the timeout
+    await lh.close()

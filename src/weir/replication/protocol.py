@@ -8,7 +8,7 @@ Requests::
 
     ADD       ledger u64, entry u64, lac i64, flags u8, payload (the rest)
     READ      ledger u64, entry u64, flags u8
-    READ_LAC  ledger u64, flags u8
+    READ_LAC  ledger u64, flags u8 [, previous i64, timeout_ms u32 with FLAG_LONG_POLL]
 
 Responses add ``status u8`` after the request id; a status other than OK is
 followed by a UTF-8 message and nothing else. OK responses::
@@ -18,7 +18,9 @@ followed by a UTF-8 message and nothing else. OK responses::
     READ_LAC  ledger u64, lac i64
 
 ``FLAG_FENCE`` on READ / READ_LAC fences the ledger first (recovery);
-``FLAG_RECOVERY`` on ADD lets a recoverer re-replicate into a fenced ledger.
+``FLAG_RECOVERY`` on ADD lets a recoverer re-replicate into a fenced ledger;
+``FLAG_LONG_POLL`` on READ_LAC waits (up to ``timeout_ms``) until the LAC passes
+``previous``, so a tailing reader learns of new entries without polling.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ MAX_ENTRY = 16 << 20
 
 FLAG_FENCE = 0x01
 FLAG_RECOVERY = 0x02
+FLAG_LONG_POLL = 0x04
 
 _LEN = struct.Struct(">I")
 _HEAD = struct.Struct(">BQ")
@@ -41,6 +44,7 @@ _RHEAD = struct.Struct(">BQB")
 _ADD = struct.Struct(">QQqB")
 _READ = struct.Struct(">QQB")
 _READ_LAC = struct.Struct(">QB")
+_LONG_POLL = struct.Struct(">qI")
 _ADD_OK = struct.Struct(">QQ")
 _READ_OK = struct.Struct(">QQq")
 _LAC_OK = struct.Struct(">Qq")
@@ -92,6 +96,8 @@ class ReadLacRequest:
     request_id: int
     ledger: int
     flags: int
+    previous: int = -1  # long poll: answer once the LAC is above this
+    timeout_ms: int = 0  # long poll: or after this long, with the LAC as it is
 
 
 Request = AddRequest | ReadRequest | ReadLacRequest
@@ -155,7 +161,10 @@ def encode_request(req: Request) -> bytes:
         head = _HEAD.pack(Op.READ, req.request_id)
         return frame(head + _READ.pack(req.ledger, req.entry, req.flags))
     head = _HEAD.pack(Op.READ_LAC, req.request_id)
-    return frame(head + _READ_LAC.pack(req.ledger, req.flags))
+    body = head + _READ_LAC.pack(req.ledger, req.flags)
+    if req.flags & FLAG_LONG_POLL:
+        body += _LONG_POLL.pack(req.previous, req.timeout_ms)
+    return frame(body)
 
 
 def request_head(body: bytes) -> tuple[int, int]:
@@ -183,9 +192,16 @@ def decode_request(body: bytes) -> Request:
                 raise ProtocolError("READ request of the wrong length")
             return ReadRequest(rid, *_READ.unpack_from(rest))
         if op == Op.READ_LAC:
-            if len(rest) != _READ_LAC.size:
+            if len(rest) < _READ_LAC.size:
+                raise ProtocolError("READ_LAC request too short")
+            ledger, flags = _READ_LAC.unpack_from(rest)
+            want = _READ_LAC.size + (_LONG_POLL.size if flags & FLAG_LONG_POLL else 0)
+            if len(rest) != want:
                 raise ProtocolError("READ_LAC request of the wrong length")
-            return ReadLacRequest(rid, *_READ_LAC.unpack_from(rest))
+            if flags & FLAG_LONG_POLL:
+                previous, timeout_ms = _LONG_POLL.unpack_from(rest, _READ_LAC.size)
+                return ReadLacRequest(rid, ledger, flags, previous, timeout_ms)
+            return ReadLacRequest(rid, ledger, flags)
     except struct.error as exc:
         raise ProtocolError(str(exc)) from None
     raise ProtocolError(f"unknown op {op}")

@@ -15,6 +15,7 @@ writer cannot grow the bookie's memory without bound.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -55,6 +56,25 @@ class Bookie:
         }
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
+        # long-poll READ_LAC requests waiting for a ledger's LAC to pass their ``previous``
+        self.lac_waiters: dict[int, list[tuple[int, asyncio.Future[None]]]] = {}
+
+    def lac_advanced(self, desc: LedgerDescriptor) -> None:
+        """Wake the long polls of ``desc``'s ledger that its LAC now passes."""
+        waiters = self.lac_waiters.get(desc.ledger)
+        if not waiters:
+            return
+        keep = []
+        for previous, fut in waiters:
+            if desc.lac > previous or desc.fenced:
+                if not fut.done():
+                    fut.set_result(None)
+            elif not fut.done():
+                keep.append((previous, fut))
+        if keep:
+            self.lac_waiters[desc.ledger] = keep
+        else:
+            del self.lac_waiters[desc.ledger]
 
     def descriptor(self, ledger: int, *, create: bool) -> LedgerDescriptor | None:
         desc = self.ledgers.get(ledger)
@@ -100,6 +120,7 @@ class _Connection:
         self.loop = asyncio.get_running_loop()
         self.in_flight = 0
         self.bytes_in_flight = 0
+        self.tasks: set[asyncio.Future[None]] = set()  # long polls waiting
 
     def reply(self, resp: p.Response) -> None:
         if not self.writer.is_closing():
@@ -163,6 +184,7 @@ class _Connection:
         space.account(len(req.payload))
         desc = self.bookie.descriptor(req.ledger, create=True)
         assert desc is not None
+        lac_before = desc.lac
         try:
             fut = desc.add(
                 req.entry, req.payload, req.lac, recovery=bool(req.flags & p.FLAG_RECOVERY)
@@ -173,6 +195,9 @@ class _Connection:
         except WeirError as exc:
             self.error(p.Op.ADD, req.request_id, p.Status.READ_ONLY, exc.message)
             return
+
+        if desc.lac > lac_before:
+            self.bookie.lac_advanced(desc)
 
         def done(exc: BaseException | None) -> None:
             if exc is None:
@@ -204,6 +229,7 @@ class _Connection:
 
         def done(exc: BaseException | None) -> None:
             if exc is None:
+                self.bookie.lac_advanced(desc)  # long polls learn of the fence
                 then(desc)
             else:
                 self.error(op, req.request_id, p.Status.STORAGE_ERROR, f"fence failed: {exc}")
@@ -226,6 +252,44 @@ class _Connection:
         self._after_fence(req, read)
 
     def _read_lac(self, req: p.ReadLacRequest) -> None:
+        if req.flags & p.FLAG_LONG_POLL and not req.flags & p.FLAG_FENCE:
+            self._long_poll_lac(req)
+            return
         self._after_fence(
             req, lambda desc: self.reply(p.ReadLacResponse(req.request_id, req.ledger, desc.lac))
         )
+
+    def _long_poll_lac(self, req: p.ReadLacRequest) -> None:
+        """Answer once the LAC passes ``req.previous`` (or the ledger is fenced), or at the
+        timeout with the LAC as it is. A ledger this bookie has not seen yet is waited for too."""
+        bookie = self.bookie
+        desc = bookie.descriptor(req.ledger, create=False)
+        if desc is not None and (desc.lac > req.previous or desc.fenced):
+            self.reply(p.ReadLacResponse(req.request_id, req.ledger, desc.lac))
+            return
+        fut: asyncio.Future[None] = self.loop.create_future()
+        bookie.lac_waiters.setdefault(req.ledger, []).append((req.previous, fut))
+
+        async def wait() -> None:
+            try:
+                await asyncio.wait_for(fut, req.timeout_ms / 1000)
+            except TimeoutError:
+                waiting = bookie.lac_waiters.get(req.ledger, [])
+                with contextlib.suppress(ValueError):
+                    waiting.remove((req.previous, fut))
+                if not waiting:
+                    bookie.lac_waiters.pop(req.ledger, None)
+            now = bookie.descriptor(req.ledger, create=False)
+            if now is None:
+                self.error(
+                    p.Op.READ_LAC,
+                    req.request_id,
+                    p.Status.NO_LEDGER,
+                    f"no ledger {req.ledger} on this bookie",
+                )
+            else:
+                self.reply(p.ReadLacResponse(req.request_id, req.ledger, now.lac))
+
+        task = asyncio.ensure_future(wait())
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)

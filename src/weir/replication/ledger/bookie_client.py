@@ -95,8 +95,11 @@ class BookieClient:
                 if not fut.done():
                     fut.set_exception(BookieUnavailableError(f"bookie {self.address}: {reason}"))
 
-    async def request(self, make: type[p.Request], **fields: object) -> p.Response:
-        """Send one request, wait for its response (an ErrorResponse is returned, not raised)."""
+    async def request(
+        self, make: type[p.Request], *, extra_wait: float = 0.0, **fields: object
+    ) -> p.Response:
+        """Send one request, wait for its response (an ErrorResponse is returned, not raised).
+        ``extra_wait``: seconds the bookie may hold it on purpose (a long poll)."""
         writer = await self._connection()
         rid = next(self._ids)
         req = make(request_id=rid, **fields)  # type: ignore[arg-type]
@@ -104,7 +107,7 @@ class BookieClient:
         self._pending[rid] = fut
         writer.write(p.encode_request(req))
         try:
-            return await asyncio.wait_for(fut, self.request_timeout)
+            return await asyncio.wait_for(fut, self.request_timeout + extra_wait)
         except TimeoutError:
             raise BookieUnavailableError(
                 f"bookie {self.address}: no answer within {self.request_timeout} s"
@@ -133,6 +136,21 @@ class BookieClient:
     async def read_lac(self, ledger: int, *, fence: bool = False) -> int:
         flags = p.FLAG_FENCE if fence else 0
         resp = await self.request(p.ReadLacRequest, ledger=ledger, flags=flags)
+        if isinstance(resp, p.ErrorResponse):
+            raise error_of(resp, self.address)
+        assert isinstance(resp, p.ReadLacResponse)
+        return resp.lac
+
+    async def wait_lac(self, ledger: int, previous: int, timeout: float) -> int:
+        """Long poll: the LAC once it passes ``previous``, or as it is after ``timeout`` s."""
+        resp = await self.request(
+            p.ReadLacRequest,
+            extra_wait=timeout,
+            ledger=ledger,
+            flags=p.FLAG_LONG_POLL,
+            previous=previous,
+            timeout_ms=max(0, int(timeout * 1000)),
+        )
         if isinstance(resp, p.ErrorResponse):
             raise error_of(resp, self.address)
         assert isinstance(resp, p.ReadLacResponse)

@@ -86,6 +86,30 @@ class ReadHandle:
         self._lac = max([self._lac, *lacs])
         return self._lac
 
+    async def wait_lac(self, after: int, timeout: float) -> int:
+        """Wait until the LAC passes ``after`` (a tailing reader's long poll), at most
+        ``timeout`` seconds; the LAC then known (``<= after`` on timeout). Each bookie of the
+        current ensemble holds the request until an add carries a higher LAC."""
+        if self.closed or self._lac > after:
+            return self._lac
+        bookies = self.metadata.ensembles[-1].bookies
+        polls = {
+            asyncio.ensure_future(self.pool.get(b).wait_lac(self.ledger_id, after, timeout))
+            for b in bookies
+        }
+        try:
+            while polls:
+                done, polls = await asyncio.wait(polls, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    if not task.cancelled() and task.exception() is None:
+                        self._lac = max(self._lac, task.result())
+                if self._lac > after:
+                    break
+        finally:
+            for task in polls:
+                task.cancel()
+        return self._lac
+
     async def read(self, entry: int) -> bytes:
         try:
             return await self._read(entry)
