@@ -47,12 +47,22 @@ def bookie_count(request: pytest.FixtureRequest) -> int:
 
 
 @pytest.fixture
+def bookie_args(request: pytest.FixtureRequest) -> tuple[str, ...]:
+    """More options for every bookie of `bookies`: none, or a test's indirect parameter."""
+    return tuple(getattr(request, "param", ()))
+
+
+@pytest.fixture
 def bookies(
-    zookeeper: ZooKeeperServer, zk_root: str, tmp_path: Path, bookie_count: int
+    zookeeper: ZooKeeperServer,
+    zk_root: str,
+    tmp_path: Path,
+    bookie_count: int,
+    bookie_args: tuple[str, ...],
 ) -> Iterator[list[BookieProcess]]:
     """Bookie processes registered under the test's own ZooKeeper root (3 unless overridden)."""
     procs = [
-        BookieProcess(tmp_path / f"bookie-{i}", zookeeper.hosts, zk_root)
+        BookieProcess(tmp_path / f"bookie-{i}", zookeeper.hosts, zk_root, *bookie_args)
         for i in range(bookie_count)
     ]
     try:

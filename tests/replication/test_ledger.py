@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from weir.errors import BadRequestError
+from weir.replication.bookie.garbage_collector import deleted_ledgers
 from weir.replication.bookie.ledger_storage import LmdbLedgerStorage
 from weir.replication.errors import (
     LedgerClosedError,
@@ -17,6 +18,7 @@ from weir.replication.errors import (
     ReadBeyondLastConfirmedError,
 )
 from weir.replication.ledger import LedgerClient, LedgerState
+from weir.replication.ledger.bookie_client import BookieClient
 from weir.replication.local_cluster import BookieProcess
 from weir.replication.zkserver import ZooKeeperServer
 
@@ -144,3 +146,39 @@ async def test_a_tailing_reader_long_polls_the_lac(client: LedgerClient) -> None
     assert await rh.read(0) == b"0"
     assert await rh.wait_lac(after=0, timeout=0.05) == 0  # nothing new: the timeout
     await lh.close()
+
+
+def test_which_ledgers_a_listing_proves_deleted() -> None:
+    assert deleted_ledgers([1, 2, 3, 7, 9], {2, 7}) == [1, 3]  # 9: maybe newer than the listing
+    assert deleted_ledgers([1, 2], set()) == []  # nothing listed proves nothing
+
+
+@pytest.mark.parametrize("bookie_args", [("--gc-interval", "0.1")], indirect=True)
+async def test_bookies_garbage_collect_deleted_ledgers(
+    client: LedgerClient, bookies: list[BookieProcess]
+) -> None:
+    handles = [await client.create_ledger(3, 3, 2) for _ in range(3)]
+    for lh in handles:
+        for i in range(10):
+            await lh.add(b"%d" % i)
+        await lh.close()
+    doomed, kept = handles[0].ledger_id, handles[1].ledger_id
+    await client.delete_ledger(doomed)
+    for b in bookies:
+        bc = BookieClient(b.address)
+        try:
+            for _ in range(400):  # a collection every 0.1 s
+                try:
+                    await bc.read_lac(doomed)
+                except NoSuchLedgerError:
+                    break
+                await asyncio.sleep(0.05)
+            with pytest.raises(NoSuchLedgerError):
+                await bc.read(doomed, 0)
+            assert (await bc.read(kept, 9)).payload == b"9"
+        finally:
+            await bc.close()
+    for b in bookies:
+        b.stop()
+        assert stored_entries(b, doomed) == []
+        assert stored_entries(b, kept) == list(range(10))

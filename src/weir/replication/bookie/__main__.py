@@ -14,11 +14,13 @@ import signal
 import sys
 
 from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
 
 from weir.replication.bookie.disk_space import DEFAULT_MIN_DISK_FREE, SpacePolicy
+from weir.replication.bookie.garbage_collector import collect
 from weir.replication.bookie.ledger_storage import LmdbLedgerStorage
 from weir.replication.bookie.service import Bookie
-from weir.replication.registry import DEFAULT_ROOT, BookieRegistration
+from weir.replication.registry import DEFAULT_ROOT, BookieRegistration, ledgers_path
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -42,12 +44,42 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="a cap on the bookie's data; past it, the bookie turns read-only (0: none)",
     )
     ap.add_argument(
+        "--gc-interval",
+        type=float,
+        default=60.0,
+        help="seconds between garbage collections of deleted ledgers (0: never)",
+    )
+    ap.add_argument(
         "--space-check-interval",
         type=float,
         default=5.0,
         help="seconds between disk checks (a read-only bookie turns writable again)",
     )
     return ap.parse_args(argv)
+
+
+def _listed_ledgers(zk: KazooClient, root: str) -> set[int]:
+    try:
+        children = zk.get_children(ledgers_path(root))
+    except NoNodeError:
+        return set()
+    return {int(c[1:]) for c in children if c.startswith("L") and c[1:].isdigit()}
+
+
+async def collect_garbage(
+    bookie: Bookie, zk: KazooClient, root: str, interval: float, stop: asyncio.Event
+) -> None:
+    """Every ``interval`` s: drop the ledgers whose metadata is gone (garbage_collector.py)."""
+    while not stop.is_set():
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), interval)
+        if stop.is_set():
+            return
+        try:
+            listed = await asyncio.to_thread(_listed_ledgers, zk, root)
+            await collect(bookie, listed)
+        except Exception as exc:  # ZooKeeper away: try again next time
+            logging.getLogger("weir.replication.bookie").warning("garbage collection: %s", exc)
 
 
 async def run(args: argparse.Namespace) -> None:
@@ -79,10 +111,17 @@ async def run(args: argparse.Namespace) -> None:
 
         bookie.space.listeners.append(on_mode)
         print(f"bookie listening on {bookie_id}", file=sys.stderr, flush=True)
+        gc = None
+        if args.gc_interval > 0:
+            gc = asyncio.create_task(
+                collect_garbage(bookie, zk, args.zk_root, args.gc_interval, stop)
+            )
         while not stop.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), args.space_check_interval)
             bookie.space.check()
+        if gc is not None:
+            await gc
         await asyncio.to_thread(registration.unregister)
     finally:
         await bookie.close()

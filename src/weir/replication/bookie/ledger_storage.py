@@ -37,6 +37,11 @@ def entry_key(ledger: int, entry: int) -> bytes:
     return _ENTRY_KEY.pack(ledger, entry)
 
 
+def _ledger_end(ledger: int) -> bytes:
+    """The first key after every entry of ``ledger``."""
+    return _LEDGER_KEY.pack(ledger + 1) if ledger < 2**64 - 1 else b"\xff" * 17
+
+
 @dataclass(frozen=True, slots=True)
 class StoredLedger:
     """What a bookie knows durably about a ledger."""
@@ -63,6 +68,10 @@ class LedgerStorage(Protocol):
         ...
 
     def usage(self) -> Usage: ...
+
+    def delete_ledgers(self, ledgers: list[int]) -> Future[None]:
+        """Remove every entry and the state of these ledgers, in one durable commit."""
+        ...
 
     def close(self) -> None: ...
 
@@ -101,13 +110,17 @@ class LmdbLedgerStorage:
     def usage(self) -> Usage:
         return self.kv.usage()
 
+    def delete_ledgers(self, ledgers: list[int]) -> Future[None]:
+        ops = []
+        for lid in ledgers:
+            ops.append(kv.delete_range(ENTRIES, entry_key(lid, 0), _ledger_end(lid)))
+            ops.append(kv.delete(LEDGERS, _LEDGER_KEY.pack(lid)))
+        return self.committer.submit(ops, 64 * len(ops))
+
     def entry_ids(self, ledger: int) -> list[int]:
         """The entries stored for a ledger, in order (for tests and tools)."""
-        start, stop = (
-            entry_key(ledger, 0),
-            _LEDGER_KEY.pack(ledger + 1) if ledger < 2**64 - 1 else None,
-        )
-        return [_ENTRY_KEY.unpack(k)[1] for k, _ in self.kv.scan(ENTRIES, start, stop)]
+        keys = self.kv.scan(ENTRIES, entry_key(ledger, 0), _ledger_end(ledger))
+        return [_ENTRY_KEY.unpack(k)[1] for k, _ in keys]
 
     def close(self) -> None:
         self.committer.close()
