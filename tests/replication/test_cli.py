@@ -56,6 +56,10 @@ async def test_bookie_and_ledger_commands(
         assert (info["state"], info["last_entry_id"]) == ("CLOSED", 4)
         assert sorted(info["ensembles"][0]["bookies"]) == sorted(b.address for b in bookies)
 
+    out = weir("cluster", "audit", *zk)  # every bookie is there: nothing to copy
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == "every closed ledger has its bookies\n"
+
     out = weir("ledger", "describe", "424242", *zk)
     assert out.returncode == 1
     assert out.stderr == "error: no ledger 424242\n"

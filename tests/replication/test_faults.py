@@ -25,6 +25,7 @@ from weir.replication.errors import (
     NotEnoughBookiesError,
 )
 from weir.replication.ledger import LedgerClient, LedgerHandle, LedgerState
+from weir.replication.ledger.auditor import Auditor
 from weir.replication.ledger.bookie_client import BookieClient
 from weir.replication.local_cluster import BookieProcess
 from weir.replication.registry import available_bookies
@@ -374,3 +375,43 @@ async def test_a_full_bookie_turns_read_only_and_the_writer_moves_on(
         await check_closed_ledger(client, lh.ledger_id, history, [*bookies, small])
     finally:
         small.stop()
+
+
+@pytest.mark.parametrize("bookie_count", [4], indirect=True)
+async def test_the_auditor_restores_full_replication_after_a_bookie_is_lost_for_good(
+    client: LedgerClient, bookies: list[BookieProcess], kazoo: KazooClient, zk_root: str
+) -> None:
+    """SIGKILL a bookie and never bring it back: once its ZooKeeper session expires it is
+    lost; one audit copies its share of every closed ledger to the others."""
+    histories: dict[int, History] = {}
+    ensembles = [bookies[0:3], bookies[1:4], bookies[0:3]]
+    quorums = [(3, 3, 2), (3, 2, 2), (3, 3, 2)]
+    for members, q in zip(ensembles, quorums, strict=True):
+        lh = await client.create_ledger(*q, bookies=[b.address for b in members])
+        histories[lh.ledger_id] = History()
+        await write(lh, histories[lh.ledger_id], 150)
+        await lh.close()
+    lost = bookies[1]
+    lost.kill()
+    for _ in range(600):  # its ephemeral node goes with its session (a few seconds)
+        if lost.address not in available_bookies(kazoo, zk_root):
+            break
+        await asyncio.sleep(0.05)
+    assert lost.address not in available_bookies(kazoo, zk_root)
+
+    fixed = await Auditor(client).audit_once()
+    assert fixed == {lid: [lost.address] for lid in histories}
+    assert await Auditor(client).audit_once() == {}  # nothing left to do
+    live = [b for b in bookies if b is not lost]
+    for lid, history in histories.items():
+        md = (await client.open_ledger(lid)).metadata
+        assert all(lost.address not in f.bookies for f in md.ensembles)
+        await check_closed_ledger(client, lid, history, live)
+    # every entry is on each bookie of its write set again: WQ copies
+    for b in live:
+        b.stop()
+    for lid in histories:
+        md, _ = await client.store.read(lid)
+        held = {b.address: set(stored_entries(b, lid)) for b in live}
+        for entry in range(md.last_entry_id + 1):
+            assert all(entry in held[b] for b in md.write_set(entry)), (lid, entry)

@@ -1,8 +1,8 @@
 """`weir bookie`, `weir ledger`, `weir cluster`: replicated ledgers from the command line.
 
 ``weir bookie serve`` runs one bookie; ``weir cluster up`` a ZooKeeper and N bookies on
-loopback for development; ``weir bookie list`` and ``weir ledger list|describe|recover``
-are for operators. Every command finds the cluster through ``--zk`` (``WEIR_ZK``) and
+loopback for development; ``weir bookie list``, ``weir ledger list|describe|recover`` and
+``weir cluster audit`` are for operators. Every command finds the cluster through ``--zk`` (``WEIR_ZK``) and
 ``--zk-root``.
 """
 
@@ -206,3 +206,23 @@ def cluster_up(
     finally:
         cluster.stop()
     sys.stderr.write("cluster stopped\n")
+
+
+@cluster_app.command("audit")
+def cluster_audit(
+    zk: Zk = "127.0.0.1:2181", zk_root: ZkRoot = DEFAULT_ROOT, json: Json = False
+) -> None:
+    """Re-replicate closed ledgers' entries held by bookies no longer registered (lost)."""
+    from weir.replication.ledger.auditor import Auditor
+
+    async def body(client: LedgerClient) -> dict[int, list[str]]:
+        return await Auditor(client).audit_once()
+
+    fixed = _with_client(zk, zk_root, body)
+    if json:
+        output.print_json({str(k): v for k, v in fixed.items()})
+        return
+    if not fixed:
+        output.stdout.out("every closed ledger has its bookies")
+    for lid, lost in sorted(fixed.items()):
+        output.stdout.out(f"ledger {lid}: re-replicated the entries of {' '.join(lost)}")

@@ -14,6 +14,7 @@ from weir.replication.ledger.bookie_client import BookiePool
 from weir.replication.ledger.handle import LedgerHandle, ReadHandle
 from weir.replication.ledger.metadata import Fragment, LedgerMetadata, LedgerState, MetadataStore
 from weir.replication.ledger.recovery_op import LedgerRecoveryOp
+from weir.replication.ledger.rereplication_op import RereplicationOp
 from weir.replication.registry import DEFAULT_ROOT, available_bookies
 
 
@@ -124,6 +125,12 @@ class LedgerClient:
                 f"ledger {ledger_id} is {md.state.value}: close or recover it before deleting"
             )
         await self.store.delete(ledger_id)
+
+    async def rereplicate(self, ledger_id: int, lost_bookie: str) -> LedgerMetadata:
+        """Copy a closed ledger's entries held by ``lost_bookie`` to other bookies and
+        record them in the metadata: every entry has WQ copies again."""
+        op = RereplicationOp(ledger_id, lost_bookie, self.pool, self.store, self.available_bookies)
+        return await op.run()
 
     async def list_ledgers(self) -> list[int]:
         return await self.store.list()
