@@ -60,6 +60,10 @@ async def test_bookie_and_ledger_commands(
     assert out.returncode == 0, out.stderr
     assert out.stdout == "every closed ledger has its bookies\n"
 
+    out = weir("bookie", "decommission", bookies[0].address, *zk)
+    assert out.returncode == 1
+    assert out.stderr == f"error: bookie {bookies[0].address} is still registered: stop it first\n"
+
     out = weir("ledger", "describe", "424242", *zk)
     assert out.returncode == 1
     assert out.stderr == "error: no ledger 424242\n"
@@ -117,3 +121,26 @@ def test_cluster_up_starts_and_stops_everything(tmp_path: Path) -> None:
 def test_help(command: list[str]) -> None:
     out = weir(*command)
     assert out.returncode == 0 and "Usage" in out.stdout
+
+
+@pytest.mark.parametrize("bookie_count", [4], indirect=True)
+async def test_decommission_moves_a_stopped_bookies_share(
+    zookeeper: ZooKeeperServer, zk_root: str, bookies: list[BookieProcess]
+) -> None:
+    zk = ["--zk", zookeeper.hosts, "--zk-root", zk_root]
+    async with LedgerClient(zookeeper.hosts, root=zk_root) as client:
+        lh = await client.create_ledger(3, 3, 2, bookies=[b.address for b in bookies[:3]])
+        for i in range(20):
+            await lh.add(b"%d" % i)
+        await lh.close()
+        gone = bookies[0]
+        gone.stop()  # a clean stop unregisters it at once
+        out = weir("bookie", "decommission", gone.address, *zk)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.splitlines() == [
+            f"ledger {lh.ledger_id}: re-replicated the entries of {gone.address}",
+            f"bookie {gone.address} decommissioned (1 ledger moved)",
+        ]
+        rh = await client.open_ledger(lh.ledger_id)
+        assert set(rh.metadata.ensembles[0].bookies) == {b.address for b in bookies[1:]}
+        assert await rh.read_range(0, 19) == [b"%d" % i for i in range(20)]

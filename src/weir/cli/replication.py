@@ -85,6 +85,28 @@ def bookie_list(
         output.stdout.out(f"{b} {labels}".rstrip())
 
 
+@bookie_app.command("decommission")
+def bookie_decommission(
+    bookie: Annotated[str, typer.Argument(help="The bookie's id (HOST:PORT).")],
+    zk: Zk = "127.0.0.1:2181",
+    zk_root: ZkRoot = DEFAULT_ROOT,
+) -> None:
+    """Move a stopped bookie's share of every closed ledger to other bookies."""
+    from weir.cli.common import CliError, plural
+    from weir.replication.ledger.auditor import Auditor
+
+    async def body(client: LedgerClient) -> dict[int, list[str]]:
+        auditor = Auditor(client)
+        if bookie in await auditor.registered():
+            raise CliError(f"bookie {bookie} is still registered: stop it first")
+        return await auditor.audit_once({bookie})
+
+    fixed = _with_client(zk, zk_root, body)
+    for lid in sorted(fixed):
+        output.stdout.out(f"ledger {lid}: re-replicated the entries of {bookie}")
+    output.stdout.out(f"bookie {bookie} decommissioned ({plural(len(fixed), 'ledger')} moved)")
+
+
 def _with_client(zk: str, zk_root: str, body: Callable[[LedgerClient], Awaitable[T]]) -> T:
     from weir.replication.ledger import LedgerClient
 
