@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-import random
 from collections.abc import Sequence
 
 from kazoo.client import KazooClient
 
 from weir.errors import BadRequestError
-from weir.replication.errors import NotEnoughBookiesError
 from weir.replication.ledger.bookie_client import BookiePool
 from weir.replication.ledger.handle import LedgerHandle, ReadHandle
 from weir.replication.ledger.metadata import Fragment, LedgerMetadata, LedgerState, MetadataStore
+from weir.replication.ledger.placement import place_ensemble
 from weir.replication.ledger.recovery_op import LedgerRecoveryOp
 from weir.replication.ledger.rereplication_op import RereplicationOp
 from weir.replication.registry import DEFAULT_ROOT, available_bookies
@@ -71,7 +70,8 @@ class LedgerClient:
 
         ``ensemble_change``: replace a bookie that fails during writes (BookKeeper's
         default); off, the writer goes on while each entry still gets AQ acks.
-        ``bookies``: the ensemble, in order, instead of a random choice of available ones."""
+        ``bookies``: the ensemble, in order, instead of available ones spread over racks
+        (`placement.py`)."""
         if not (ensemble_size >= write_quorum >= ack_quorum >= 1):
             raise BadRequestError(
                 f"quorums must be E >= WQ >= AQ >= 1, got E={ensemble_size} "
@@ -80,13 +80,8 @@ class LedgerClient:
         if bookies is not None:
             ensemble = tuple(bookies)  # checked by LedgerMetadata: E distinct bookies
         else:
-            available = await self.available_bookies()
-            if len(available) < ensemble_size:
-                raise NotEnoughBookiesError(
-                    f"an ensemble of {ensemble_size} needs as many available bookies; "
-                    f"{len(available)} registered: {available}"
-                )
-            ensemble = tuple(random.sample(available, ensemble_size))
+            labelled = await asyncio.to_thread(available_bookies, self.zk, self.root)
+            ensemble = place_ensemble(labelled, ensemble_size)
         md = LedgerMetadata(
             ensemble_size, write_quorum, ack_quorum, ensembles=(Fragment(0, ensemble),)
         )
