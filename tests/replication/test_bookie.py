@@ -15,7 +15,7 @@ from kazoo.client import KazooClient
 from weir.errors import BadRequestError
 from weir.replication import protocol as p
 from weir.replication.bookie.ledger_storage import LmdbLedgerStorage
-from weir.replication.bookie.service import Bookie
+from weir.replication.bookie.service import Bookie, BookieLimits
 from weir.replication.errors import LedgerFencedError, NoSuchEntryError, NoSuchLedgerError
 from weir.replication.ledger.bookie_client import BookieClient
 from weir.replication.local_cluster import BookieProcess
@@ -29,9 +29,9 @@ class InProcessBookie:
         self.bookie: Bookie | None = None
         self.port = 0
 
-    async def start(self) -> BookieClient:
+    async def start(self, limits: BookieLimits | None = None) -> BookieClient:
         self.storage = LmdbLedgerStorage(self.path)
-        self.bookie = Bookie(self.storage)
+        self.bookie = Bookie(self.storage, limits)
         _, self.port = await self.bookie.serve("127.0.0.1", self.port)
         return BookieClient(f"127.0.0.1:{self.port}")
 
@@ -276,3 +276,43 @@ async def test_long_poll_lac_learns_of_a_fence_and_of_a_new_ledger(
     assert await fresh == 0
     await c.read_lac(5, fence=True)
     assert await polled == -1  # fenced: nothing more will come from the writer
+
+
+@pytest.mark.parametrize(
+    ("limits", "message"),
+    [
+        (BookieLimits(max_requests_per_conn=1), "on this connection"),
+        (BookieLimits(max_bytes_per_conn=150), "on this connection"),
+        (BookieLimits(max_requests=1), "on this bookie"),
+    ],
+)
+async def test_requests_past_the_in_flight_limits_are_refused_at_once(
+    tmp_path: Path, limits: BookieLimits, message: str
+) -> None:
+    """Ten adds arrive in one segment: the bookie takes the first and refuses the others
+    with OVERLOADED before the first commit is done; what it took is stored."""
+    b = InProcessBookie(tmp_path / "bookie")
+    c = await b.start(limits)
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", b.port)
+        writer.write(
+            b"".join(
+                p.encode_request(p.AddRequest(i, 1, i, i - 1, 0, b"x" * 100)) for i in range(10)
+            )
+        )
+        resps = []
+        for _ in range(10):
+            n = p.frame_length(await reader.readexactly(4))
+            resps.append(p.decode_response(await reader.readexactly(n)))
+        writer.close()
+        ok = [r for r in resps if isinstance(r, p.AddResponse)]
+        refused = [r for r in resps if isinstance(r, p.ErrorResponse)]
+        assert [r.request_id for r in ok] == [0]
+        assert len(refused) == 9
+        assert all(r.status == p.Status.OVERLOADED and message in r.message for r in refused)
+        assert (await c.read(1, 0)).payload == b"x" * 100
+        with pytest.raises(NoSuchEntryError):
+            await c.read(1, 1)
+    finally:
+        await c.close()
+        await b.stop()

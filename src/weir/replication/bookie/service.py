@@ -6,10 +6,13 @@ small adds from one writer, answered out of order as group commits complete
 binary frame costs one struct pack per request and no HTTP/2 stream per call;
 the codec (`protocol.py`) is pure and fuzzable, and nothing else speaks it.
 
-Backpressure: each connection may have at most ``max_requests_per_conn``
-requests and ``max_bytes_per_conn`` payload bytes in flight; beyond that a
-request is refused with OVERLOADED at once (the client backs off), so one fast
-writer cannot grow the bookie's memory without bound.
+Backpressure (the seed's limits): each connection may have at most
+``max_requests_per_conn`` requests and ``max_bytes_per_conn`` payload bytes
+waiting for their commit, and the whole bookie ``max_requests`` and
+``max_bytes``; beyond that a request is refused with OVERLOADED at once (the
+writer replaces the bookie, as BookKeeper's client picks another on
+TOO_MANY_REQUESTS), so no number of writers can grow the bookie's memory
+without bound.
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ log = logging.getLogger("weir.replication.bookie")
 class BookieLimits:
     max_requests_per_conn: int = 10_000
     max_bytes_per_conn: int = 64 << 20
+    max_requests: int = 100_000  # every connection together
+    max_bytes: int = 512 << 20
 
 
 class Bookie:
@@ -49,6 +54,8 @@ class Bookie:
         self.storage = storage
         self.limits = limits or BookieLimits()
         self.space = DiskSpaceMonitor(storage.usage, space)
+        self.in_flight = 0  # every connection's requests waiting for their commit
+        self.bytes_in_flight = 0
         self.space.check()
         # The replay: every ledger's durable state (fenced, LAC) back in memory.
         self.ledgers: dict[int, LedgerDescriptor] = {
@@ -142,6 +149,7 @@ class _Connection:
             return
         limits = self.bookie.limits
         size = len(req.payload) if isinstance(req, p.AddRequest) else 0
+        bookie = self.bookie
         if (
             self.in_flight >= limits.max_requests_per_conn
             or self.bytes_in_flight + size > limits.max_bytes_per_conn
@@ -149,6 +157,12 @@ class _Connection:
             self.error(
                 op, rid, p.Status.OVERLOADED, "too many requests in flight on this connection"
             )
+            return
+        if (
+            bookie.in_flight >= limits.max_requests
+            or bookie.bytes_in_flight + size > limits.max_bytes
+        ):
+            self.error(op, rid, p.Status.OVERLOADED, "too many requests in flight on this bookie")
             return
         if isinstance(req, p.AddRequest):
             self._add(req)
@@ -161,13 +175,18 @@ class _Connection:
         self, fut: Future[None], size: int, done: Callable[[BaseException | None], None]
     ) -> None:
         """Count a durable write in flight; run ``done(exc)`` on the loop when it completes."""
+        bookie = self.bookie
         self.in_flight += 1
         self.bytes_in_flight += size
+        bookie.in_flight += 1
+        bookie.bytes_in_flight += size
 
         def finished(f: Future[None]) -> None:
             def on_loop() -> None:
                 self.in_flight -= 1
                 self.bytes_in_flight -= size
+                bookie.in_flight -= 1
+                bookie.bytes_in_flight -= size
                 done(f.exception())
 
             self.loop.call_soon_threadsafe(on_loop)
