@@ -19,6 +19,8 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import sys
+import time
 from collections import Counter
 from collections.abc import Callable
 
@@ -85,6 +87,7 @@ class Faulted:
         self.killed, self.paused = [], []
 
 
+@pytest.mark.timeout(120 + FAULTS * 20)  # a fault and its round take a few seconds
 @pytest.mark.parametrize("bookie_count", [5], indirect=True)
 @pytest.mark.parametrize("bookie_args", [("--zk-session-timeout", "1")], indirect=True)
 async def test_fault_schedule_loses_no_acknowledged_entry(
@@ -95,6 +98,7 @@ async def test_fault_schedule_loses_no_acknowledged_entry(
     endings: Counter[str] = Counter()
     acked = 0
     faulted = Faulted(kazoo, zk_root)
+    started = time.monotonic()
 
     async def recover(ledger_id: int) -> None:
         """Recover from another client; with two bookies of a write set down recovery cannot
@@ -124,6 +128,7 @@ async def test_fault_schedule_loses_no_acknowledged_entry(
             ]
             race = asyncio.Event()
             triggers.append((reached(history, rng.randrange(10, count)), race))
+            t0 = time.monotonic()
             writer = asyncio.create_task(write(lh, history, count, triggers=triggers))
             hit: set[str] = set()
             for (_, kind), ev in zip(plan, events, strict=True):
@@ -151,13 +156,24 @@ async def test_fault_schedule_loses_no_acknowledged_entry(
                 else:
                     await recover(lh.ledger_id)
             endings[ending] += 1
+            t1 = time.monotonic()
             assert all(
                 isinstance(e, LedgerFencedError | NotEnoughBookiesError) for e in history.errors
             ), f"seed {SEED}: {history.errors[:3]}"
             assert not history.acked_after_error, f"seed {SEED}: acked after an error"
+            kinds = [k for _, k in plan]
             await faulted.heal()
+            t2 = time.monotonic()
             await check_closed_ledger(client, lh.ledger_id, history, bookies)
+            t3 = time.monotonic()
             acked += len(history.acked)
+            print(
+                f"round {_round}: {sum(faults.values())} faults, {ending}, "
+                f"{len(history.acked)} acked, {time.monotonic() - started:.0f} s "
+                f"({kinds}: run {t1 - t0:.1f} heal {t2 - t1:.1f} check {t3 - t2:.1f})",
+                file=sys.stderr,
+                flush=True,
+            )
     total = sum(faults.values())
     print(
         f"\nledger fault schedule: seed {SEED}, {total} faults {dict(faults)}, "

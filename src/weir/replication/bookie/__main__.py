@@ -15,6 +15,7 @@ import sys
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
+from kazoo.retry import KazooRetry
 
 from weir.replication.bookie.disk_space import DEFAULT_MIN_DISK_FREE, SpacePolicy
 from weir.replication.bookie.garbage_collector import collect
@@ -87,7 +88,13 @@ async def run(args: argparse.Namespace) -> None:
     storage = LmdbLedgerStorage(args.data_dir)
     space = SpacePolicy(min_disk_free=args.min_disk_free, max_data_bytes=args.max_data_bytes)
     bookie = Bookie(storage, space=space)
-    zk = KazooClient(hosts=args.zk, timeout=args.zk_session_timeout)
+    # Reconnect within a second of ZooKeeper coming back (kazoo's default backoff grows to
+    # a minute): a bookie whose session expired must register again quickly.
+    zk = KazooClient(
+        hosts=args.zk,
+        timeout=args.zk_session_timeout,
+        connection_retry=KazooRetry(max_tries=-1, delay=0.1, max_delay=1.0),
+    )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

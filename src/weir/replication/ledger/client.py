@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import Sequence
 
 from kazoo.client import KazooClient
+from kazoo.retry import KazooRetry
 
 from weir.errors import BadRequestError
 from weir.replication.ledger.bookie_client import BookiePool
@@ -30,7 +31,11 @@ class LedgerClient:
     ) -> None:
         """``request_timeout``: seconds a bookie may take to answer one request before it
         counts as failed (the writer replaces it; recovery goes on without it)."""
-        self.zk = KazooClient(hosts=zk_hosts, timeout=zk_timeout)
+        self.zk = KazooClient(
+            hosts=zk_hosts,
+            timeout=zk_timeout,
+            connection_retry=KazooRetry(max_tries=-1, delay=0.1, max_delay=1.0),
+        )
         self.root = root
         self.store = MetadataStore(self.zk, root)
         self.pool = BookiePool(request_timeout)

@@ -19,6 +19,8 @@ BookKeeper's `LedgerRecoveryOp`, in three steps:
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
 
 from weir.errors import InternalError
 from weir.replication.errors import (
@@ -32,6 +34,36 @@ from weir.replication.ledger.bookie_client import BookiePool
 from weir.replication.ledger.metadata import LedgerMetadata, LedgerState, MetadataStore
 from weir.replication.protocol import ReadResponse
 
+T = TypeVar("T")
+
+
+async def _until(
+    calls: Sequence[Awaitable[T]],
+    enough: Callable[[list[T | BaseException]], bool],
+    *,
+    background: set[asyncio.Future[Any]] | None = None,
+) -> list[T | BaseException]:
+    """Run ``calls`` together and return the answers so far (results or errors) as soon as
+    ``enough`` says they decide, or once all have answered: a slow bookie does not hold
+    recovery up when the others already decide (the seed: no need to wait for every
+    bookie). The calls still running are cancelled, or left to finish in ``background``."""
+    pending = {asyncio.ensure_future(c) for c in calls}
+    answers: list[T | BaseException] = []
+    while pending:
+        done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+        for task in done:
+            exc = task.exception()
+            answers.append(exc if exc is not None else task.result())
+        if enough(answers):
+            break
+    for task in pending:
+        if background is None:
+            task.cancel()
+        else:
+            background.add(task)
+            task.add_done_callback(background.discard)
+    return answers
+
 
 class LedgerRecoveryOp:
     def __init__(self, ledger_id: int, pool: BookiePool, store: MetadataStore) -> None:
@@ -39,6 +71,7 @@ class LedgerRecoveryOp:
         self.pool = pool
         self.store = store
         self.recovered_entries = 0  # entries past the fenced LAC that were found and re-added
+        self._background: set[asyncio.Future[Any]] = set()
 
     async def run(self) -> tuple[LedgerMetadata, int]:
         """Recover and close; the closed metadata and its version."""
@@ -60,9 +93,9 @@ class LedgerRecoveryOp:
     async def _fence(self, md: LedgerMetadata) -> int:
         bookies = md.ensembles[-1].bookies
         coverage = md.ensemble_size - md.ack_quorum + 1
-        results = await asyncio.gather(
-            *(self.pool.get(b).read_lac(self.ledger_id, fence=True) for b in bookies),
-            return_exceptions=True,
+        results = await _until(
+            [self.pool.get(b).read_lac(self.ledger_id, fence=True) for b in bookies],
+            lambda rs: sum(isinstance(r, int) for r in rs) >= coverage,
         )
         lacs = [r for r in results if isinstance(r, int)]
         if len(lacs) < coverage:
@@ -78,9 +111,13 @@ class LedgerRecoveryOp:
         coverage = md.write_quorum - md.ack_quorum + 1
         while True:
             write_set = md.write_set(entry)
-            results = await asyncio.gather(
-                *(self.pool.get(b).read(self.ledger_id, entry, fence=True) for b in write_set),
-                return_exceptions=True,
+            results = await _until(
+                [self.pool.get(b).read(self.ledger_id, entry, fence=True) for b in write_set],
+                lambda rs: (
+                    any(isinstance(r, ReadResponse) for r in rs)
+                    or sum(isinstance(r, NoSuchEntryError | NoSuchLedgerError) for r in rs)
+                    >= coverage
+                ),
             )
             found = next((r for r in results if isinstance(r, ReadResponse)), None)
             if found is None:
@@ -100,7 +137,9 @@ class LedgerRecoveryOp:
         self, md: LedgerMetadata, entry: int, payload: bytes, write_set: tuple[str, ...]
     ) -> None:
         op = PendingAddOp(self.ledger_id, entry, payload, write_set, md.ack_quorum)
-        await asyncio.gather(*(op.send(self.pool, b, entry - 1, recovery=True) for b in write_set))
+        sends = [op.send(self.pool, b, entry - 1, recovery=True) for b in write_set]
+        # on once AQ have it; the slower copies go on in the background
+        await _until(sends, lambda _: op.quorum_reached, background=self._background)
         if not op.quorum_reached:
             reasons = "; ".join(e.message for e in op.failed.values())
             raise NotEnoughBookiesError(
