@@ -42,9 +42,16 @@ class BookieClient:
     """Requests to the bookie at ``address`` (``host:port``)."""
 
     def __init__(
-        self, address: str, *, connect_timeout: float = 5.0, request_timeout: float = 30.0
+        self,
+        address: str,
+        *,
+        connect_timeout: float = 5.0,
+        request_timeout: float = 30.0,
+        connect_to: str | None = None,
     ) -> None:
         self.address = address
+        # where to connect, when it is not the bookie's id (a proxy, a NAT'd address)
+        self.connect_to = connect_to or address
         self.connect_timeout = connect_timeout
         # A bookie that stops answering (paused, disk hung) fails its requests after this
         # long, so a writer replaces it and a recoverer counts it as not answering.
@@ -62,7 +69,7 @@ class BookieClient:
                 return self._writer
             if self._closed:
                 raise BookieUnavailableError(f"client of bookie {self.address} is closed")
-            host, _, port = self.address.rpartition(":")
+            host, _, port = self.connect_to.rpartition(":")
             try:
                 reader, writer = await asyncio.wait_for(
                     asyncio.open_connection(host, int(port)), self.connect_timeout
@@ -168,14 +175,19 @@ class BookieClient:
 class BookiePool:
     """The client's connections, one per bookie address."""
 
-    def __init__(self, request_timeout: float = 30.0) -> None:
+    def __init__(self, request_timeout: float = 30.0, routes: dict[str, str] | None = None) -> None:
         self._clients: dict[str, BookieClient] = {}
         self.request_timeout = request_timeout
+        self.routes = routes or {}  # bookie id -> the address to connect to
 
     def get(self, address: str) -> BookieClient:
         client = self._clients.get(address)
         if client is None:
-            client = BookieClient(address, request_timeout=self.request_timeout)
+            client = BookieClient(
+                address,
+                request_timeout=self.request_timeout,
+                connect_to=self.routes.get(address),
+            )
             self._clients[address] = client
         return client
 

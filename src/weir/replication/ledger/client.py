@@ -28,9 +28,11 @@ class LedgerClient:
         root: str = DEFAULT_ROOT,
         zk_timeout: float = 10.0,
         request_timeout: float = 30.0,
+        routes: dict[str, str] | None = None,
     ) -> None:
         """``request_timeout``: seconds a bookie may take to answer one request before it
-        counts as failed (the writer replaces it; recovery goes on without it)."""
+        counts as failed (the writer replaces it; recovery goes on without it).
+        ``routes``: bookie id -> the address to connect to, where it differs (NAT, a proxy)."""
         self.zk = KazooClient(
             hosts=zk_hosts,
             timeout=zk_timeout,
@@ -38,7 +40,7 @@ class LedgerClient:
         )
         self.root = root
         self.store = MetadataStore(self.zk, root)
-        self.pool = BookiePool(request_timeout)
+        self.pool = BookiePool(request_timeout, routes)
         self._started = False
 
     async def start(self, timeout: float = 30) -> LedgerClient:
