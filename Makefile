@@ -76,9 +76,13 @@ bench: $(VENV)/.installed-bench
 
 # 1,000 checked server kills (kill -9 and power cuts) under mixed load; prints the seed
 # (replay: WEIR_CHAOS_SEED=...) and the summary table. See docs/reliability.md.
+# Then 300 bookie faults (SIGKILL, SIGSTOP, ZooKeeper session expiry) under replicated
+# ledgers, each ledger checked entry by entry (docs/replication.md).
 SOAK_KILLS ?= 1000
+LEDGER_FAULTS ?= 300
 soak: install-test
 	WEIR_SOAK=1 WEIR_SOAK_KILLS=$(SOAK_KILLS) $(BIN)/python -m pytest -q -s tests/reliability -m slow
+	WEIR_LEDGER_FAULTS=$(LEDGER_FAULTS) $(BIN)/python -m pytest -q -s tests/replication/test_fault_schedule.py
 
 proto: install-test
 	$(BIN)/python -m weir.protocols.native.codegen

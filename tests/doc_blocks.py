@@ -28,6 +28,7 @@ PAGES = [
     "docs/spark.md",
     "docs/performance.md",
     "docs/reliability.md",
+    "docs/replication.md",
     "examples/README.md",
 ]
 

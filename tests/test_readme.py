@@ -42,6 +42,8 @@ CHAIN: list[tuple[str, str]] = [
     ("docs/spark.md", "spark-topics"),
     ("docs/spark.md", "spark-read"),
     ("docs/spark.md", "spark-write"),
+    # needs ZooKeeper and bookies, not a weir server: tests/replication/test_docs.py runs it
+    ("docs/replication.md", "replication-ledger"),
 ]
 
 # Python blocks that are not programs, and why.

@@ -20,6 +20,7 @@ from weir.cli.admin import consumer_app, topic_app
 from weir.cli.common import CliError
 from weir.cli.config_commands import config_app
 from weir.cli.read import read
+from weir.cli.replication import bookie_app, cluster_app, ledger_app
 from weir.cli.serve import serve
 from weir.cli.subscription import subscription_app
 from weir.cli.tenancy import namespace_app, tenant_app
@@ -65,6 +66,9 @@ app.add_typer(subscription_app, name="subscription")
 app.command("write")(write)
 app.command("read")(read)
 app.add_typer(config_app, name="config")
+app.add_typer(bookie_app, name="bookie")
+app.add_typer(ledger_app, name="ledger")
+app.add_typer(cluster_app, name="cluster")
 
 
 def _usage_line(exc: typer.TyperException) -> str:

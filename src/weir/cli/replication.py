@@ -1,0 +1,250 @@
+"""`weir bookie`, `weir ledger`, `weir cluster`: replicated ledgers from the command line.
+
+``weir bookie serve`` runs one bookie; ``weir cluster up`` a ZooKeeper and N bookies on
+loopback for development; ``weir bookie list``, ``weir ledger list|describe|recover`` and
+``weir cluster audit`` are for operators. Every command finds the cluster through ``--zk`` (``WEIR_ZK``) and
+``--zk-root``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+import threading
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, TypeVar
+
+import typer
+
+from weir.cli import output
+
+if TYPE_CHECKING:
+    from weir.replication.ledger import LedgerClient, LedgerMetadata
+
+# The replication modules (and kazoo) load only when one of these commands runs:
+# every other `weir` command starts without them.
+DEFAULT_ROOT = "/weir"
+
+T = TypeVar("T")
+
+Zk = Annotated[
+    str,
+    typer.Option("--zk", envvar="WEIR_ZK", help="ZooKeeper connect string (host:port,...)."),
+]
+ZkRoot = Annotated[str, typer.Option("--zk-root", help="The cluster's root path in ZooKeeper.")]
+Json = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+
+bookie_app = typer.Typer(help="Run and list bookies.", no_args_is_help=True)
+ledger_app = typer.Typer(help="List, describe and recover ledgers.", no_args_is_help=True)
+cluster_app = typer.Typer(help="A local cluster for development.", no_args_is_help=True)
+
+
+@bookie_app.command("serve")
+def bookie_serve(
+    data_dir: Annotated[Path, typer.Option("--data-dir", help="The bookie's LMDB directory.")],
+    zk: Zk = "127.0.0.1:2181",
+    zk_root: ZkRoot = DEFAULT_ROOT,
+    listen: Annotated[str, typer.Option("--listen", help="HOST:PORT (port 0: any).")] = (
+        "127.0.0.1:3181"
+    ),
+    rack: Annotated[str, typer.Option("--rack", help="A placement label.")] = "",
+) -> None:
+    """Run one bookie until SIGTERM / Ctrl-C; registered in ZooKeeper while it runs."""
+    from weir.replication.bookie.__main__ import parse_args
+    from weir.replication.bookie.__main__ import run as run_bookie
+
+    argv = ["--data-dir", str(data_dir), "--listen", listen, "--zk", zk, "--zk-root", zk_root]
+    if rack:
+        argv += ["--rack", rack]
+    asyncio.run(run_bookie(parse_args(argv)))
+
+
+@bookie_app.command("list")
+def bookie_list(
+    zk: Zk = "127.0.0.1:2181", zk_root: ZkRoot = DEFAULT_ROOT, json: Json = False
+) -> None:
+    """The bookies registered as available."""
+    from kazoo.client import KazooClient
+
+    from weir.replication.registry import available_bookies
+
+    client = KazooClient(hosts=zk)
+    client.start(timeout=10)
+    try:
+        found = available_bookies(client, zk_root)
+    finally:
+        client.stop()
+        client.close()
+    if json:
+        output.print_json([{"bookie": b, "labels": found[b]} for b in sorted(found)])
+        return
+    for b in sorted(found):
+        labels = " ".join(f"{k}={v}" for k, v in sorted(found[b].items()))
+        output.stdout.out(f"{b} {labels}".rstrip())
+
+
+@bookie_app.command("decommission")
+def bookie_decommission(
+    bookie: Annotated[str, typer.Argument(help="The bookie's id (HOST:PORT).")],
+    zk: Zk = "127.0.0.1:2181",
+    zk_root: ZkRoot = DEFAULT_ROOT,
+) -> None:
+    """Move a stopped bookie's share of every closed ledger to other bookies."""
+    from weir.cli.common import CliError, plural
+    from weir.replication.ledger.auditor import Auditor
+
+    async def body(client: LedgerClient) -> dict[int, list[str]]:
+        auditor = Auditor(client)
+        if bookie in await auditor.registered():
+            raise CliError(f"bookie {bookie} is still registered: stop it first")
+        return await auditor.audit_once({bookie})
+
+    fixed = _with_client(zk, zk_root, body)
+    for lid in sorted(fixed):
+        output.stdout.out(f"ledger {lid}: re-replicated the entries of {bookie}")
+    output.stdout.out(f"bookie {bookie} decommissioned ({plural(len(fixed), 'ledger')} moved)")
+
+
+def _with_client(zk: str, zk_root: str, body: Callable[[LedgerClient], Awaitable[T]]) -> T:
+    from weir.replication.ledger import LedgerClient
+
+    async def go() -> T:
+        async with LedgerClient(zk, root=zk_root) as client:
+            return await body(client)
+
+    return asyncio.run(go())
+
+
+def _describe(ledger_id: int, md: LedgerMetadata) -> dict[str, object]:
+    return {
+        "ledger": ledger_id,
+        "state": md.state.value,
+        "ensemble_size": md.ensemble_size,
+        "write_quorum": md.write_quorum,
+        "ack_quorum": md.ack_quorum,
+        "last_entry_id": md.last_entry_id,
+        "ctime_ms": md.ctime_ms,
+        "ensembles": [
+            {"first_entry": f.first_entry, "bookies": list(f.bookies)} for f in md.ensembles
+        ],
+    }
+
+
+def _print_ledger(info: dict[str, object]) -> None:
+    last = info["last_entry_id"] if info["state"] == "CLOSED" else "-"
+    output.stdout.out(
+        f"ledger {info['ledger']}: {info['state']}, E={info['ensemble_size']} "
+        f"WQ={info['write_quorum']} AQ={info['ack_quorum']}, last entry {last}"
+    )
+    for frag in info["ensembles"]:  # type: ignore[attr-defined]
+        output.stdout.out(f"  from entry {frag['first_entry']}: {' '.join(frag['bookies'])}")
+
+
+@ledger_app.command("list")
+def ledger_list(
+    zk: Zk = "127.0.0.1:2181", zk_root: ZkRoot = DEFAULT_ROOT, json: Json = False
+) -> None:
+    """Every ledger with its state."""
+
+    async def body(client: LedgerClient) -> list[dict[str, object]]:
+        out = []
+        for lid in await client.list_ledgers():
+            md, _ = await client.store.read(lid)
+            out.append(_describe(lid, md))
+        return out
+
+    infos = _with_client(zk, zk_root, body)
+    if json:
+        output.print_json(infos)
+        return
+    for info in infos:
+        last = info["last_entry_id"] if info["state"] == "CLOSED" else "-"
+        output.stdout.out(f"{info['ledger']} {info['state']} last entry {last}")
+
+
+@ledger_app.command("describe")
+def ledger_describe(
+    ledger_id: Annotated[int, typer.Argument(help="The ledger id.")],
+    zk: Zk = "127.0.0.1:2181",
+    zk_root: ZkRoot = DEFAULT_ROOT,
+    json: Json = False,
+) -> None:
+    """A ledger's metadata: state, quorums, last entry, ensembles."""
+
+    async def body(client: LedgerClient) -> dict[str, object]:
+        md, _ = await client.store.read(ledger_id)
+        return _describe(ledger_id, md)
+
+    info = _with_client(zk, zk_root, body)
+    if json:
+        output.print_json(info)
+    else:
+        _print_ledger(info)
+
+
+@ledger_app.command("recover")
+def ledger_recover(
+    ledger_id: Annotated[int, typer.Argument(help="The ledger id.")],
+    zk: Zk = "127.0.0.1:2181",
+    zk_root: ZkRoot = DEFAULT_ROOT,
+    json: Json = False,
+) -> None:
+    """Fence the ledger's writer out, re-replicate its tail and close it."""
+
+    async def body(client: LedgerClient) -> dict[str, object]:
+        return _describe(ledger_id, await client.recover(ledger_id))
+
+    info = _with_client(zk, zk_root, body)
+    if json:
+        output.print_json(info)
+    else:
+        _print_ledger(info)
+
+
+@cluster_app.command("up")
+def cluster_up(
+    data_dir: Annotated[Path, typer.Option("--dir", help="Where ZooKeeper and bookies keep data.")],
+    bookies: Annotated[int, typer.Option("--bookies", min=1, help="How many bookies.")] = 3,
+    zk_root: ZkRoot = DEFAULT_ROOT,
+) -> None:
+    """Start a ZooKeeper and bookies on loopback; stop them all on SIGTERM / Ctrl-C."""
+    from weir.replication.local_cluster import LocalCluster
+
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    cluster = LocalCluster(data_dir, bookies=bookies, root=zk_root)
+    try:
+        cluster.start()
+        sys.stderr.write(
+            f"cluster up: zookeeper {cluster.zookeeper.hosts}, root {zk_root}, bookies "
+            + " ".join(b.address for b in cluster.bookies)
+            + "\n"
+        )
+        sys.stderr.flush()
+        stop.wait()
+    finally:
+        cluster.stop()
+    sys.stderr.write("cluster stopped\n")
+
+
+@cluster_app.command("audit")
+def cluster_audit(
+    zk: Zk = "127.0.0.1:2181", zk_root: ZkRoot = DEFAULT_ROOT, json: Json = False
+) -> None:
+    """Re-replicate closed ledgers' entries held by bookies no longer registered (lost)."""
+    from weir.replication.ledger.auditor import Auditor
+
+    async def body(client: LedgerClient) -> dict[int, list[str]]:
+        return await Auditor(client).audit_once()
+
+    fixed = _with_client(zk, zk_root, body)
+    if json:
+        output.print_json({str(k): v for k, v in fixed.items()})
+        return
+    if not fixed:
+        output.stdout.out("every closed ledger has its bookies")
+    for lid, lost in sorted(fixed.items()):
+        output.stdout.out(f"ledger {lid}: re-replicated the entries of {' '.join(lost)}")

@@ -1,0 +1,1 @@
+"""The bookie: stores ledger entries, durable before they are acknowledged."""
