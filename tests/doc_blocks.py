@@ -24,6 +24,7 @@ PAGES = [
     "docs/spark.md",
     "docs/performance.md",
     "docs/reliability.md",
+    "docs/security.md",
     "examples/README.md",
 ]
 

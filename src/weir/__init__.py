@@ -27,6 +27,7 @@ _SDK = {
     "Reader",
     "Start",
     "TopicInfo",
+    "Tls",
     "UserPassword",
     "WriteResult",
     "Writer",

@@ -12,6 +12,7 @@ from weir.client.aio import Client, RangeChunk, Reader, Writer
 from weir.client.credentials import UserPassword
 from weir.client.messages import Batch, Message
 from weir.client.reader import PartitionSession, PartitionSessionClosedError, Start
+from weir.client.tls import Tls
 from weir.client.writer_settings import WriteResult
 
 __all__ = [
@@ -27,6 +28,7 @@ __all__ = [
     "RangeChunk",
     "Reader",
     "Start",
+    "Tls",
     "TopicInfo",
     "UserPassword",
     "WriteResult",

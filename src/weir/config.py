@@ -27,6 +27,8 @@ ENV_PREFIX = "WEIR_"
 CONFIG_ENV = "WEIR_CONFIG"
 DEFAULT_LISTEN = "127.0.0.1:2136"
 DEFAULT_METRICS_LISTEN = "127.0.0.1:9464"
+# Environment variables of the client commands that share a config section's prefix.
+CLIENT_ENV = frozenset({"WEIR_TLS_CA", "WEIR_TLS_CERT", "WEIR_TLS_KEY"})
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
@@ -275,6 +277,14 @@ STRING = Kind("string", _str)
 ADDRESS = Kind("host:port", _address)
 PATH = Kind("path", lambda v: Path(_str(v)), render=lambda p: _show(str(p)))
 BOOL = Kind("bool", _bool, _bool_text)
+
+
+def _optional_path(value: object) -> Path | None:
+    text = _str(value).strip()
+    return Path(text) if text else None
+
+
+OPTIONAL_PATH = Kind("path or empty", _optional_path, render=lambda p: _show(str(p) if p else ""))
 PARTITIONS = Kind("integer", _partitions, _int_text, str)
 SIZE = Kind("size", _size, render=_render_size)
 SIZE_OR_ZERO = Kind("size", _size_or_zero, render=_render_size)  # 0 turns a feature off
@@ -500,6 +510,36 @@ KEYS: tuple[Key, ...] = (
         "allow_anonymous",
     ),
     Key(
+        "tls",
+        "cert_file",
+        OPTIONAL_PATH,
+        None,
+        "PEM certificate (chain) of the gRPC port and the metrics endpoint: set, both speak "
+        "TLS only. Replacing the file (or SIGHUP) takes effect at the next handshake.",
+    ),
+    Key(
+        "tls",
+        "key_file",
+        OPTIONAL_PATH,
+        None,
+        "PEM private key of tls.cert_file.",
+    ),
+    Key(
+        "tls",
+        "client_ca_file",
+        OPTIONAL_PATH,
+        None,
+        "PEM CA bundle that signs client certificates: set, clients present one (mTLS).",
+    ),
+    Key(
+        "tls",
+        "require_client_cert",
+        BOOL,
+        True,
+        "With tls.client_ca_file: refuse clients without a certificate (false: verify one "
+        "when presented, let the others log in otherwise).",
+    ),
+    Key(
         "metrics",
         "enabled",
         BOOL,
@@ -537,6 +577,20 @@ class MetricsConfig:
 
 
 @dataclass(frozen=True)
+class TlsConfig:
+    """The ``[tls]`` section: no cert_file means plain text."""
+
+    cert_file: Path | None = None
+    key_file: Path | None = None
+    client_ca_file: Path | None = None
+    require_client_cert: bool = True
+
+    @property
+    def enabled(self) -> bool:
+        return self.cert_file is not None
+
+
+@dataclass(frozen=True)
 class LogConfig:
     level: str = "info"
     json: bool = False
@@ -550,6 +604,7 @@ class Config:
     listen: str = DEFAULT_LISTEN
     shutdown_grace_s: float = 5.0
     metrics: MetricsConfig = dataclasses.field(default_factory=MetricsConfig)
+    tls: TlsConfig = dataclasses.field(default_factory=TlsConfig)
     log: LogConfig = dataclasses.field(default_factory=LogConfig)
     sources: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
@@ -561,6 +616,8 @@ class Config:
                 out[key.path] = getattr(self.broker, key.broker_field)
         out["server.listen"] = self.listen
         out["server.shutdown_grace_s"] = self.shutdown_grace_s
+        for f in dataclasses.fields(TlsConfig):
+            out[f"tls.{f.name}"] = getattr(self.tls, f.name)
         out["metrics.enabled"] = self.metrics.enabled
         out["metrics.listen"] = self.metrics.listen
         out["log.level"] = self.log.level
@@ -635,10 +692,11 @@ def _read_file(path: Path) -> dict[Key, object]:
 
 
 def _env_values(env: Mapping[str, str]) -> list[tuple[Key, str, str]]:
-    """``WEIR_<SECTION>_<KEY>`` variables; others (WEIR_ENDPOINT, WEIR_CONFIG) are not config."""
+    """``WEIR_<SECTION>_<KEY>`` variables; others (WEIR_ENDPOINT, WEIR_CONFIG, the client's
+    WEIR_TLS_CA / _CERT / _KEY) are not config."""
     out = []
     for name, text in sorted(env.items()):
-        if not name.startswith(ENV_PREFIX):
+        if not name.startswith(ENV_PREFIX) or name in CLIENT_ENV:
             continue
         rest = name[len(ENV_PREFIX) :].lower()
         section = next((s for s in SECTIONS if rest.startswith(s + "_")), None)
@@ -671,12 +729,38 @@ def _build(values: dict[str, Any], sources: dict[str, str]) -> Config:
             value=values["storage.low_watermark"],
             source=sources["storage.low_watermark"],
         )
+    tls = TlsConfig(
+        values["tls.cert_file"],
+        values["tls.key_file"],
+        values["tls.client_ca_file"],
+        values["tls.require_client_cert"],
+    )
+    if (tls.cert_file is None) != (tls.key_file is None):
+        given, missing = (
+            ("tls.cert_file", "tls.key_file")
+            if tls.key_file is None
+            else ("tls.key_file", "tls.cert_file")
+        )
+        raise ConfigError(
+            f"{given} needs {missing} too",
+            key=given,
+            value=str(values[given]),
+            source=sources[given],
+        )
+    if tls.client_ca_file is not None and tls.cert_file is None:
+        raise ConfigError(
+            "needs tls.cert_file and tls.key_file: client certificates are checked over TLS",
+            key="tls.client_ca_file",
+            value=str(tls.client_ca_file),
+            source=sources["tls.client_ca_file"],
+        )
     broker = BrokerConfig(**{k.broker_field: values[k.path] for k in KEYS if k.broker_field})
     return Config(
         broker=broker,
         listen=values["server.listen"],
         shutdown_grace_s=values["server.shutdown_grace_s"],
         metrics=MetricsConfig(values["metrics.enabled"], values["metrics.listen"]),
+        tls=tls,
         log=LogConfig(values["log.level"], values["log.json"]),
         sources=sources,
     )

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
@@ -274,22 +275,33 @@ class MetricsEndpoint:
     """``/metrics``, ``/healthz`` and ``/readyz`` over HTTP/1.1 on the running event loop."""
 
     def __init__(
-        self, metrics: ServerMetrics, listen: str, alive: Callable[[], bool] = lambda: True
+        self,
+        metrics: ServerMetrics,
+        listen: str,
+        alive: Callable[[], bool] = lambda: True,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         host, _, port = listen.rpartition(":")
         self.host = host.strip("[]")
         self.port = int(port)
         self.metrics = metrics
         self.alive = alive
+        self.ssl_context = ssl_context  # set: HTTPS only
         self._server: asyncio.Server | None = None
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return f"{'https' if self.ssl_context else 'http'}://{self.host}:{self.port}"
 
     async def start(self) -> None:
         try:
-            self._server = await asyncio.start_server(self._serve, self.host, self.port)
+            self._server = await asyncio.start_server(
+                self._serve,
+                self.host,
+                self.port,
+                ssl=self.ssl_context,
+                ssl_handshake_timeout=_READ_TIMEOUT if self.ssl_context else None,
+            )
         except OSError as exc:
             raise OSError(
                 f"cannot serve metrics on {self.host}:{self.port}: {exc.strerror or exc}"

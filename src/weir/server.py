@@ -20,6 +20,7 @@ from weir.errors import BadRequestError
 from weir.protocols.native.service import NativeService
 from weir.protocols.native.service import add_to_server as add_native
 from weir.security import Security
+from weir.security.tls import ServerTls
 
 log = logging.getLogger("weir.server")
 
@@ -100,8 +101,10 @@ class Server:
         listen: str = DEFAULT_LISTEN,
         fronts: list[FrontInstaller] | None = None,
         observer: BrokerObserver | None = None,
+        tls: ServerTls | None = None,
     ) -> None:
         self.config = config
+        self.tls = tls  # None: plain text
         self.observer = observer
         self.host, self.port = parse_listen(listen)
         self.fronts = default_fronts() if fronts is None else fronts
@@ -136,7 +139,11 @@ class Server:
         check_port_free(self.host, self.port)  # a clear error, and no raw gRPC log line
         server = grpc.aio.server(options=GRPC_OPTIONS)
         try:
-            port = server.add_insecure_port(f"{self.host}:{self.port}")
+            address = f"{self.host}:{self.port}"
+            if self.tls is None:
+                port = server.add_insecure_port(address)
+            else:
+                port = server.add_secure_port(address, self.tls.grpc_credentials())
         except RuntimeError as exc:
             await server.stop(None)
             raise OSError(f"cannot listen on {self.host}:{self.port}: {exc}") from None

@@ -7,6 +7,12 @@ on stderr, ``error: ...``.
 
 from __future__ import annotations
 
+import os
+
+# gRPC's core logs each failed TLS handshake on stderr; a command says what failed in its
+# own one-line error instead (gRPC reads this once, when it is imported)
+os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+
 import sys
 from collections.abc import Sequence
 from typing import Annotated

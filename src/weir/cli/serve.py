@@ -19,6 +19,7 @@ from weir import logs
 from weir.broker.observer import BrokerObserver
 from weir.cli.common import CliError
 from weir.errors import DataDirLockedError, WeirError
+from weir.security.tls import ServerTls, TlsConfigError, TlsFiles
 
 log = logging.getLogger("weir.serve")
 
@@ -69,8 +70,12 @@ async def run(cfg: configuration.Config) -> None:
 
     disable_created_metrics()  # type: ignore[no-untyped-call]  # no *_created: they double the output
     metrics = ServerMetrics()
+    tls = server_tls(cfg.tls)
     server = Server(
-        cfg.broker, cfg.listen, observer=ObserverFanout(metrics.observer, logs.LogObserver())
+        cfg.broker,
+        cfg.listen,
+        observer=ObserverFanout(metrics.observer, logs.LogObserver()),
+        tls=tls,
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -84,6 +89,8 @@ async def run(cfg: configuration.Config) -> None:
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal, sig)
+    if tls is not None:
+        loop.add_signal_handler(signal.SIGHUP, tls.reload)  # new certificate, same process
 
     def alive() -> bool:
         """False once the broker closed on its own or its group-commit thread died."""
@@ -95,7 +102,9 @@ async def run(cfg: configuration.Config) -> None:
     endpoint = None
     if cfg.metrics.enabled:
         # up before recovery, so /healthz answers and /readyz says "not yet" while it runs
-        endpoint = MetricsEndpoint(metrics, cfg.metrics.listen, alive)
+        endpoint = MetricsEndpoint(
+            metrics, cfg.metrics.listen, alive, tls.ssl_context() if tls is not None else None
+        )
         await endpoint.start()
     try:
         await server.start()
@@ -103,11 +112,15 @@ async def run(cfg: configuration.Config) -> None:
         metrics.ready = True
         if endpoint is not None:
             announce(cfg, f"weir metrics on {endpoint.url}/metrics", url=f"{endpoint.url}/metrics")
+        security = ""
+        if tls is not None:
+            security = ", TLS" + (" with client certificates" if tls.mutual else "")
         announce(
             cfg,
-            f"weir listening on {server.endpoint}, data in {cfg.broker.data_dir}",
+            f"weir listening on {server.endpoint}, data in {cfg.broker.data_dir}{security}",
             endpoint=server.endpoint,
             data_dir=str(cfg.broker.data_dir),
+            tls=tls is not None,
         )
         await stop.wait()
         metrics.ready = False
@@ -116,6 +129,17 @@ async def run(cfg: configuration.Config) -> None:
         if endpoint is not None:
             await endpoint.stop()
     log.info("stopped")
+
+
+def server_tls(cfg: configuration.TlsConfig) -> ServerTls | None:
+    """The listeners' TLS from the ``[tls]`` section (None: plain text); CliError if unusable."""
+    if cfg.cert_file is None or cfg.key_file is None:
+        return None
+    files = TlsFiles(cfg.cert_file, cfg.key_file, cfg.client_ca_file, cfg.require_client_cert)
+    try:
+        return ServerTls(files)
+    except TlsConfigError as err:
+        raise CliError(str(err), 2) from None
 
 
 def _locked_message(data_dir: Path) -> str:

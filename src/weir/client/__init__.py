@@ -6,6 +6,7 @@ from weir.client.credentials import UserPassword
 from weir.client.messages import Batch, Message
 from weir.client.reader import PartitionSession, PartitionSessionClosedError, Start
 from weir.client.sync import Client, Reader, Writer
+from weir.client.tls import Tls
 from weir.client.writer_settings import WriteResult
 
 __all__ = [
@@ -21,6 +22,7 @@ __all__ = [
     "RangeChunk",
     "Reader",
     "Start",
+    "Tls",
     "TopicInfo",
     "UserPassword",
     "WriteResult",

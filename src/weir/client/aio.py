@@ -25,6 +25,7 @@ from weir.client.connection import Connection, error_from_rpc
 from weir.client.credentials import CredentialsArg
 from weir.client.messages import Batch, Message
 from weir.client.reader import PartitionSession, ReaderCore, Start
+from weir.client.tls import TlsArg
 from weir.client.writer import WriterCore
 from weir.client.writer_settings import WriteResult, WriterSettings
 from weir.errors import AlreadyExistsError, BadRequestError, WeirError, WeirTimeoutError
@@ -310,19 +311,26 @@ class Client:
 
     ``credentials`` (``weir.aio.UserPassword(user, password)`` or a ``(user, password)``
     tuple) logs in to a server with users; every call then carries the token.
+    ``tls`` (``weir.aio.Tls(ca=..., cert=..., key=...)``) or a ``grpcs://`` endpoint
+    speaks TLS.
     """
 
     def __init__(
-        self, endpoint: str = DEFAULT_ENDPOINT, *, credentials: CredentialsArg = None
+        self,
+        endpoint: str = DEFAULT_ENDPOINT,
+        *,
+        credentials: CredentialsArg = None,
+        tls: TlsArg = None,
     ) -> None:
         self.endpoint = endpoint
         self.credentials = credentials
+        self.tls = tls
         self._conn: Connection | None = None
 
     @property
     def conn(self) -> Connection:
         if self._conn is None:
-            self._conn = Connection(self.endpoint, self.credentials)
+            self._conn = Connection(self.endpoint, self.credentials, self.tls)
         return self._conn
 
     async def __aenter__(self) -> Client:

@@ -21,6 +21,7 @@ from weir.client.credentials import CredentialsArg
 from weir.client.loop import LoopThread
 from weir.client.messages import Batch, Message
 from weir.client.reader import PartitionSession, Start
+from weir.client.tls import TlsArg
 from weir.client.writer_settings import WriteResult
 from weir.errors import ClosedError, WeirError
 from weir.storage.codecs import Codec
@@ -242,14 +243,20 @@ class Client:
 
     ``credentials`` (``weir.UserPassword(user, password)`` or a ``(user, password)``
     tuple) logs in to a server with users; every call then carries the token.
+    ``tls`` (``weir.Tls(ca=..., cert=..., key=...)``) or a ``grpcs://`` endpoint
+    speaks TLS.
     """
 
     def __init__(
-        self, endpoint: str = DEFAULT_ENDPOINT, *, credentials: CredentialsArg = None
+        self,
+        endpoint: str = DEFAULT_ENDPOINT,
+        *,
+        credentials: CredentialsArg = None,
+        tls: TlsArg = None,
     ) -> None:
         self.endpoint = endpoint
         self._loop = LoopThread()
-        self._aio = aio.Client(endpoint, credentials=credentials)
+        self._aio = aio.Client(endpoint, credentials=credentials, tls=tls)
         self._closed = False
         self._loop.run(self._connect())
 
