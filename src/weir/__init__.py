@@ -28,6 +28,7 @@ _SDK = {
     "Start",
     "TopicInfo",
     "Tls",
+    "Token",
     "UserPassword",
     "WriteResult",
     "Writer",

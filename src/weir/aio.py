@@ -9,7 +9,7 @@ async with weir.aio.Client("127.0.0.1:2136") as client:
 
 from weir.client.admin import Consumer, ConsumerInfo, ConsumerLag, PartitionInfo, TopicInfo
 from weir.client.aio import Client, RangeChunk, Reader, Writer
-from weir.client.credentials import UserPassword
+from weir.client.credentials import Token, UserPassword
 from weir.client.messages import Batch, Message
 from weir.client.reader import PartitionSession, PartitionSessionClosedError, Start
 from weir.client.tls import Tls
@@ -29,6 +29,7 @@ __all__ = [
     "Reader",
     "Start",
     "Tls",
+    "Token",
     "TopicInfo",
     "UserPassword",
     "WriteResult",

@@ -273,7 +273,25 @@ def _render_users(users: dict[str, str]) -> str:
     )
 
 
+def _names(value: object) -> list[str]:
+    if isinstance(value, str):
+        value = [v.strip() for v in value.split(",") if v.strip()]
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise ValueError('expected a list of names, such as ["admin"]')
+    return list(value)
+
+
+def _render_names(names: list[str]) -> str:
+    return "[" + ", ".join(_show(n) for n in names) + "]"
+
+
+def _render_secret(value: str) -> str:
+    return _show("<set>" if value else "")
+
+
 STRING = Kind("string", _str)
+SECRET = Kind("secret", _str, render=_render_secret)  # never shown
+NAMES = Kind("list of names", _names, render=_render_names)
 ADDRESS = Kind("host:port", _address)
 PATH = Kind("path", lambda v: Path(_str(v)), render=lambda p: _show(str(p)))
 BOOL = Kind("bool", _bool, _bool_text)
@@ -510,6 +528,36 @@ KEYS: tuple[Key, ...] = (
         "allow_anonymous",
     ),
     Key(
+        "auth",
+        "superusers",
+        NAMES,
+        [],
+        "Principals (users, token subjects, client certificate names) with every permission, "
+        'user and grant management included (env: "admin,ops").',
+    ),
+    Key(
+        "auth",
+        "jwt_secret",
+        SECRET,
+        "",
+        "Accept JWTs signed with this HS256 secret (subject = principal; exp required). "
+        "Never shown by weir config show.",
+    ),
+    Key(
+        "auth",
+        "jwt_public_key_file",
+        OPTIONAL_PATH,
+        None,
+        "Accept JWTs signed (RS256 or ES256) by the private key of this PEM public key.",
+    ),
+    Key(
+        "auth",
+        "jwt_audience",
+        STRING,
+        "",
+        'When set, a JWT must name it in its "aud" claim.',
+    ),
+    Key(
         "tls",
         "cert_file",
         OPTIONAL_PATH,
@@ -530,14 +578,6 @@ KEYS: tuple[Key, ...] = (
         OPTIONAL_PATH,
         None,
         "PEM CA bundle that signs client certificates: set, clients present one (mTLS).",
-    ),
-    Key(
-        "tls",
-        "require_client_cert",
-        BOOL,
-        True,
-        "With tls.client_ca_file: refuse clients without a certificate (false: verify one "
-        "when presented, let the others log in otherwise).",
     ),
     Key(
         "metrics",
@@ -577,13 +617,22 @@ class MetricsConfig:
 
 
 @dataclass(frozen=True)
+class AuthConfig:
+    """The ``[auth]`` keys that are not the broker's (users and the anonymous rule are)."""
+
+    superusers: tuple[str, ...] = ()
+    jwt_secret: str = dataclasses.field(default="", repr=False)
+    jwt_public_key_file: Path | None = None
+    jwt_audience: str = ""
+
+
+@dataclass(frozen=True)
 class TlsConfig:
     """The ``[tls]`` section: no cert_file means plain text."""
 
     cert_file: Path | None = None
     key_file: Path | None = None
     client_ca_file: Path | None = None
-    require_client_cert: bool = True
 
     @property
     def enabled(self) -> bool:
@@ -605,6 +654,7 @@ class Config:
     shutdown_grace_s: float = 5.0
     metrics: MetricsConfig = dataclasses.field(default_factory=MetricsConfig)
     tls: TlsConfig = dataclasses.field(default_factory=TlsConfig)
+    auth: AuthConfig = dataclasses.field(default_factory=AuthConfig)
     log: LogConfig = dataclasses.field(default_factory=LogConfig)
     sources: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
@@ -618,6 +668,10 @@ class Config:
         out["server.shutdown_grace_s"] = self.shutdown_grace_s
         for f in dataclasses.fields(TlsConfig):
             out[f"tls.{f.name}"] = getattr(self.tls, f.name)
+        out["auth.superusers"] = list(self.auth.superusers)
+        out["auth.jwt_secret"] = self.auth.jwt_secret
+        out["auth.jwt_public_key_file"] = self.auth.jwt_public_key_file
+        out["auth.jwt_audience"] = self.auth.jwt_audience
         out["metrics.enabled"] = self.metrics.enabled
         out["metrics.listen"] = self.metrics.listen
         out["log.level"] = self.log.level
@@ -733,7 +787,6 @@ def _build(values: dict[str, Any], sources: dict[str, str]) -> Config:
         values["tls.cert_file"],
         values["tls.key_file"],
         values["tls.client_ca_file"],
-        values["tls.require_client_cert"],
     )
     if (tls.cert_file is None) != (tls.key_file is None):
         given, missing = (
@@ -761,6 +814,12 @@ def _build(values: dict[str, Any], sources: dict[str, str]) -> Config:
         shutdown_grace_s=values["server.shutdown_grace_s"],
         metrics=MetricsConfig(values["metrics.enabled"], values["metrics.listen"]),
         tls=tls,
+        auth=AuthConfig(
+            tuple(values["auth.superusers"]),
+            values["auth.jwt_secret"],
+            values["auth.jwt_public_key_file"],
+            values["auth.jwt_audience"],
+        ),
         log=LogConfig(values["log.level"], values["log.json"]),
         sources=sources,
     )

@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import logging
 import ssl
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from prometheus_client import (
@@ -197,6 +197,12 @@ class BrokerCollector:
                 "weir_read_cache_capacity_bytes",
                 "Bound of the read cache (storage.read_cache_bytes).",
             ),
+            CounterMetricFamily(
+                "weir_auth_failures",
+                "Refused authentications by reason: bad_password, bad_token, no_credentials, "
+                "throttled (a login refused unchecked while failures are being slowed down).",
+                labels=["reason"],
+            ),
         ]
 
     def collect(self) -> Iterable[Metric]:
@@ -206,6 +212,9 @@ class BrokerCollector:
         broker = self.metrics.broker
         if broker is not None and not broker.closed:
             self._collect_broker(broker, fams)
+        failures = self.metrics.auth_failures
+        for reason in ("bad_password", "bad_token", "no_credentials", "throttled"):
+            fams["weir_auth_failures"].add_metric([reason], failures.get(reason, 0))
         return list(fams.values())
 
     @staticmethod
@@ -251,6 +260,7 @@ class ServerMetrics:
         self.registry = CollectorRegistry()
         self.observer = PrometheusObserver(self.registry)
         self.broker: Broker | None = None
+        self.auth_failures: Mapping[str, int] = {}  # the server's Security.throttle.failures
         self.ready = False
         self.registry.register(BrokerCollector(self))
         ProcessCollector(registry=self.registry)

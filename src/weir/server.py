@@ -16,6 +16,7 @@ import grpc
 from weir.broker.broker import Broker
 from weir.broker.config import BrokerConfig
 from weir.broker.observer import BrokerObserver
+from weir.config import AuthConfig
 from weir.errors import BadRequestError
 from weir.protocols.native.service import NativeService
 from weir.protocols.native.service import add_to_server as add_native
@@ -102,9 +103,11 @@ class Server:
         fronts: list[FrontInstaller] | None = None,
         observer: BrokerObserver | None = None,
         tls: ServerTls | None = None,
+        auth: AuthConfig | None = None,
     ) -> None:
         self.config = config
         self.tls = tls  # None: plain text
+        self.auth = auth or AuthConfig()
         self.observer = observer
         self.host, self.port = parse_listen(listen)
         self.fronts = default_fronts() if fronts is None else fronts
@@ -155,7 +158,13 @@ class Server:
         self.port = port
         try:
             self.broker = await Broker.open(self.config, observer=self.observer)
-            self._security = Security.for_broker(self.broker)
+            self._security = Security.for_broker(
+                self.broker,
+                superusers=self.auth.superusers,
+                jwt_secret=self.auth.jwt_secret,
+                jwt_public_key_file=self.auth.jwt_public_key_file,
+                jwt_audience=self.auth.jwt_audience,
+            )
             for install in self.fronts:
                 install(server, self.broker, self)
             await server.start()

@@ -25,6 +25,7 @@ from weir.cli.admin import consumer_app, topic_app
 from weir.cli.common import CliError
 from weir.cli.config_commands import config_app
 from weir.cli.read import read
+from weir.cli.security import grant, grants, revoke, token_app, user_app, whoami
 from weir.cli.serve import serve
 from weir.cli.write import write
 from weir.config import ConfigError
@@ -65,6 +66,12 @@ app.add_typer(consumer_app, name="consumer")
 app.command("write")(write)
 app.command("read")(read)
 app.add_typer(config_app, name="config")
+app.add_typer(user_app, name="user")
+app.add_typer(token_app, name="token")
+app.command("grant")(grant)
+app.command("revoke")(revoke)
+app.command("grants")(grants)
+app.command("whoami")(whoami)
 
 
 def _usage_line(exc: typer.TyperException) -> str:

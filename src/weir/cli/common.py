@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import getpass
 import logging
+import os
 import re
 import sys
 import time
@@ -19,6 +20,7 @@ from weir.config import parse_duration_ms, parse_size
 from weir.errors import UnavailableError, WeirError
 
 if TYPE_CHECKING:
+    from weir.client.credentials import Token
     from weir.client.sync import Client
     from weir.client.tls import Tls
 
@@ -116,12 +118,16 @@ def tls_options(ca: Path | None, cert: Path | None, key: Path | None) -> Tls | N
     return Tls(ca=ca, cert=cert, key=key)
 
 
-def credentials(user: str | None, password: str | None) -> tuple[str, str] | None:
-    """(user, password) from the options; the password is asked for at a terminal."""
+def credentials(user: str | None, password: str | None) -> tuple[str, str] | Token | None:
+    """(user, password) from the options (the password is asked for at a terminal), else
+    the bearer token of WEIR_TOKEN (a JWT), else None."""
+    from weir.client.credentials import Token
+
     if not user:
         if password is not None:
             raise CliError("--password (or WEIR_PASSWORD) needs --user (or WEIR_USER)", 2)
-        return None
+        token = os.environ.get("WEIR_TOKEN", "").strip()
+        return Token(token) if token else None
     if password is None:
         if not sys.stdin.isatty():
             raise CliError(f"--user {user} needs --password or WEIR_PASSWORD", 2)

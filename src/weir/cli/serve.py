@@ -76,6 +76,7 @@ async def run(cfg: configuration.Config) -> None:
         cfg.listen,
         observer=ObserverFanout(metrics.observer, logs.LogObserver()),
         tls=tls,
+        auth=cfg.auth,
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -109,6 +110,7 @@ async def run(cfg: configuration.Config) -> None:
     try:
         await server.start()
         metrics.broker = server.broker
+        metrics.auth_failures = server.security.throttle.failures
         metrics.ready = True
         if endpoint is not None:
             announce(cfg, f"weir metrics on {endpoint.url}/metrics", url=f"{endpoint.url}/metrics")
@@ -135,7 +137,7 @@ def server_tls(cfg: configuration.TlsConfig) -> ServerTls | None:
     """The listeners' TLS from the ``[tls]`` section (None: plain text); CliError if unusable."""
     if cfg.cert_file is None or cfg.key_file is None:
         return None
-    files = TlsFiles(cfg.cert_file, cfg.key_file, cfg.client_ca_file, cfg.require_client_cert)
+    files = TlsFiles(cfg.cert_file, cfg.key_file, cfg.client_ca_file)
     try:
         return ServerTls(files)
     except TlsConfigError as err:

@@ -2,7 +2,7 @@
 
 from weir.client.admin import Consumer, ConsumerInfo, ConsumerLag, PartitionInfo, TopicInfo
 from weir.client.aio import RangeChunk
-from weir.client.credentials import UserPassword
+from weir.client.credentials import Token, UserPassword
 from weir.client.messages import Batch, Message
 from weir.client.reader import PartitionSession, PartitionSessionClosedError, Start
 from weir.client.sync import Client, Reader, Writer
@@ -23,6 +23,7 @@ __all__ = [
     "Reader",
     "Start",
     "Tls",
+    "Token",
     "TopicInfo",
     "UserPassword",
     "WriteResult",

@@ -25,6 +25,7 @@ from weir.client.connection import Connection, error_from_rpc
 from weir.client.credentials import CredentialsArg
 from weir.client.messages import Batch, Message
 from weir.client.reader import PartitionSession, ReaderCore, Start
+from weir.client.security_admin import AsyncSecurityCalls
 from weir.client.tls import TlsArg
 from weir.client.writer import WriterCore
 from weir.client.writer_settings import WriteResult, WriterSettings
@@ -303,7 +304,7 @@ def _consume_exception(fut: asyncio.Future[None]) -> None:
         fut.exception()
 
 
-class Client:
+class Client(AsyncSecurityCalls):
     """Asynchronous weir client: admin calls, writers and readers over one connection.
 
     >>> async with weir.aio.Client("127.0.0.1:2136") as client:

@@ -21,6 +21,7 @@ from weir.client.credentials import CredentialsArg
 from weir.client.loop import LoopThread
 from weir.client.messages import Batch, Message
 from weir.client.reader import PartitionSession, Start
+from weir.client.security_admin import SyncSecurityCalls
 from weir.client.tls import TlsArg
 from weir.client.writer_settings import WriteResult
 from weir.errors import ClosedError, WeirError
@@ -233,7 +234,7 @@ class Reader:
         self.close()
 
 
-class Client:
+class Client(SyncSecurityCalls):
     """Synchronous weir client.
 
     >>> client = weir.Client("127.0.0.1:2136")

@@ -26,6 +26,8 @@ from pathlib import Path
 
 import grpc
 
+from weir.security.authenticator import ClientCertificate
+
 log = logging.getLogger("weir.security.tls")
 
 
@@ -40,7 +42,6 @@ class TlsFiles:
     cert: Path
     key: Path
     client_ca: Path | None = None  # set: clients present a certificate signed by it (mTLS)
-    require_client_cert: bool = True  # with client_ca: refuse clients without a certificate
 
     def paths(self) -> tuple[Path, ...]:
         return (self.cert, self.key) + ((self.client_ca,) if self.client_ca else ())
@@ -102,7 +103,7 @@ def load_material(files: TlsFiles, generation: int) -> TlsMaterial:
             raise TlsConfigError(
                 f"tls.client_ca_file {files.client_ca} has no usable CA certificate ({exc})"
             ) from None
-        ctx.verify_mode = ssl.CERT_REQUIRED if files.require_client_cert else ssl.CERT_OPTIONAL
+        ctx.verify_mode = ssl.CERT_REQUIRED
     return TlsMaterial(generation, cert, key, ca, ctx)
 
 
@@ -181,7 +182,7 @@ class ServerTls:
         return grpc.dynamic_ssl_server_credentials(
             configuration(first),
             fetch,
-            require_client_authentication=self.mutual and self.files.require_client_cert,
+            require_client_authentication=self.mutual,
         )
 
     def ssl_context(self) -> ssl.SSLContext:
@@ -203,6 +204,27 @@ class ServerTls:
 
         front.sni_callback = pick
         return front
+
+
+def client_certificate(context: grpc.aio.ServicerContext) -> ClientCertificate | None:
+    """The verified client certificate of a gRPC call's connection (mTLS), if it has one."""
+    try:
+        auth = context.auth_context()
+    except Exception:  # pragma: no cover - a context without a transport
+        return None
+    names = auth.get("x509_common_name") or ()
+    if not names:
+        return None
+    name = names[0]
+    return ClientCertificate(name.decode(errors="replace") if isinstance(name, bytes) else name)
+
+
+def peer_host(context: grpc.aio.ServicerContext) -> str:
+    """The client's address without its port ("ipv4:127.0.0.1:5000" -> "127.0.0.1")."""
+    peer = context.peer() or ""
+    kind, _, rest = peer.partition(":")
+    host = rest.rpartition(":")[0] if kind in ("ipv4", "ipv6") else peer
+    return host.strip("[]")
 
 
 def _stamp_or_none(files: TlsFiles) -> Stamp | None:

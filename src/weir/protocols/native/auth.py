@@ -27,6 +27,7 @@ import grpc
 from weir.errors import UnauthorizedError, WeirError
 from weir.protocols.native.status import CODE_KEY, grpc_status
 from weir.security import BearerToken, Principal, Security, current_principal
+from weir.security.tls import client_certificate
 
 AUTHORIZATION = "authorization"
 BEARER = "bearer "
@@ -61,7 +62,8 @@ async def admit(
     ``requests``: the request stream of a client-streaming call (see the module docstring).
     """
     try:
-        principal = security.authenticate(bearer_token(context.invocation_metadata()))
+        credential = bearer_token(context.invocation_metadata()) or client_certificate(context)
+        principal = security.authenticate(credential)
     except WeirError as err:
         if requests is not None:
             with contextlib.suppress(Exception):  # its content is never looked at

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import itertools
 import logging
 import operator
 import uuid
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -37,7 +36,9 @@ from weir.errors import (
 from weir.protocols.native import weir_pb2 as pb
 from weir.protocols.native import weir_pb2_grpc as pb_grpc
 from weir.protocols.native.auth import PUBLIC_METHODS, guard
+from weir.protocols.native.security_methods import SecurityMethods
 from weir.protocols.native.status import CODE_KEY, grpc_status
+from weir.protocols.native.unary import unary as _unary
 from weir.protocols.native.wire import (
     RawRangeResponse,
     RawReadData,
@@ -47,6 +48,7 @@ from weir.protocols.native.wire import (
     encode_read_response,
 )
 from weir.security import Security
+from weir.security.tls import peer_host
 from weir.storage.batch import BatchHeader, decode_payload
 from weir.storage.codecs import codec_name
 from weir.storage.partition import BatchResult, IncomingBatch, validate_incoming
@@ -61,31 +63,6 @@ def _error(err: BaseException) -> pb.Error:
     if not isinstance(err, WeirError):
         err = InternalError(f"unexpected server error: {err!r}")
     return pb.Error(code=err.code, message=err.message, retryable=err.retryable)
-
-
-def _unary(
-    fn: Callable[[Any, Any, grpc.aio.ServicerContext], Awaitable[T]],
-) -> Callable[[Any, Any, grpc.aio.ServicerContext], Awaitable[T]]:
-    """Turn WeirError into a gRPC status with the weir code in trailing metadata."""
-
-    @functools.wraps(fn)
-    async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext) -> T:
-        try:
-            return await fn(self, request, context)
-        except WeirError as err:
-            await context.abort(
-                grpc_status(err), err.message, trailing_metadata=((CODE_KEY, err.code),)
-            )
-        except Exception as err:
-            log.exception("%s failed", fn.__name__)
-            await context.abort(
-                grpc.StatusCode.INTERNAL,
-                f"internal error: {err!r}",
-                trailing_metadata=((CODE_KEY, "INTERNAL"),),
-            )
-        raise AssertionError("unreachable")
-
-    return wrapper
 
 
 def _opt(msg: Any, name: str) -> Any:
@@ -134,7 +111,7 @@ def describe(broker: Broker, cfg: TopicConfig) -> pb.TopicDescription:
     return d
 
 
-class NativeService(pb_grpc.WeirServicer):
+class NativeService(SecurityMethods, pb_grpc.WeirServicer):
     """The gRPC servicer of weir.proto."""
 
     def __init__(
@@ -151,7 +128,7 @@ class NativeService(pb_grpc.WeirServicer):
     async def Login(
         self, request: pb.LoginRequest, context: grpc.aio.ServicerContext
     ) -> pb.LoginResponse:
-        issued = self.security.login(request.user, request.password)
+        issued = self.security.login(request.user, request.password, peer_host(context))
         return pb.LoginResponse(token=issued.token, expires_in_ms=issued.expires_in_ms)
 
     # ------------------------------------------------------------------ admin
