@@ -285,12 +285,8 @@ def _render_names(names: list[str]) -> str:
     return "[" + ", ".join(_show(n) for n in names) + "]"
 
 
-def _render_secret(value: str) -> str:
-    return _show("<set>" if value else "")
-
-
 STRING = Kind("string", _str)
-SECRET = Kind("secret", _str, render=_render_secret)  # never shown
+SECRET = Kind("secret", _str)  # weir config check replaces it
 NAMES = Kind("list of names", _names, render=_render_names)
 ADDRESS = Kind("host:port", _address)
 PATH = Kind("path", lambda v: Path(_str(v)), render=lambda p: _show(str(p)))
@@ -533,7 +529,8 @@ KEYS: tuple[Key, ...] = (
         NAMES,
         [],
         "Principals (users, token subjects, client certificate names) with every permission, "
-        'user and grant management included (env: "admin,ops").',
+        "user and grant management included. With anonymous access off, naming one turns "
+        'grants on (empty: every authenticated principal may do everything) (env: "admin,ops").',
     ),
     Key(
         "auth",
@@ -541,7 +538,7 @@ KEYS: tuple[Key, ...] = (
         SECRET,
         "",
         "Accept JWTs signed with this HS256 secret (subject = principal; exp required). "
-        "Never shown by weir config show.",
+        "Never shown by weir config check.",
     ),
     Key(
         "auth",

@@ -99,13 +99,15 @@ def test_grant_patterns() -> None:
 def test_grants_apply_only_when_anonymous_access_is_off() -> None:
     open_server = Security(StaticUsers({}), allow_anonymous=True)
     anon = Principal("", "anonymous")
-    open_server.authorize(anon, Permission.ADMIN, "public/default/x", "dropping")  # open: all
+    open_server.authorize(anon, Permission.ADMIN, "public/default/x", "drop")  # open: all
     closed = Security(StaticUsers({"root": "pw"}), allow_anonymous=False, superusers=["root"])
     closed.authorize(
         Principal("root", "password"), Permission.ADMIN, "public/default/x", "dropping"
     )
     with pytest.raises(PermissionDeniedError) as err:
-        closed.authorize(Principal("ann", "jwt"), Permission.PRODUCE, "public/default/x", "writing")
+        closed.authorize(
+            Principal("ann", "jwt"), Permission.PRODUCE, "public/default/x", "write to"
+        )
     assert err.value.message == (
-        "permission denied: writing on topic 'x' needs the produce permission ('ann' has none)"
+        "permission denied: write to topic 'x' needs the produce permission ('ann' has none)"
     )

@@ -346,6 +346,7 @@ def test_the_client_certificate_names_the_principal(tmp_path: Path) -> None:
         "WEIR_TLS_CLIENT_CA_FILE": str(ca.path),
         "WEIR_AUTH_ALLOW_ANONYMOUS": "false",
         "WEIR_AUTH_USERS": f"{ADMIN}:{ADMIN_PW}",
+        "WEIR_AUTH_SUPERUSERS": ADMIN,
     }
     srv = ServerProcess(tmp_path / "data", env=env)
     srv.start()

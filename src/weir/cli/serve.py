@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import logging
 import os
 import signal
+import socket
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -114,6 +116,30 @@ async def run(cfg: configuration.Config) -> None:
         metrics.ready = True
         if endpoint is not None:
             announce(cfg, f"weir metrics on {endpoint.url}/metrics", url=f"{endpoint.url}/metrics")
+        if cfg.broker.allow_anonymous:
+            if insecure_bind(cfg):
+                announce(
+                    cfg,
+                    f"weir: WARNING: no authentication on {server.endpoint} (--insecure): anyone "
+                    "who reaches this port may read, write and drop every topic",
+                    open=True,
+                    insecure=True,
+                )
+            else:
+                announce(
+                    cfg,
+                    "weir: no authentication (auth.allow_anonymous = true): every client may do "
+                    "everything, so weir listens on loopback only (see docs/security.md)",
+                    open=True,
+                    insecure=False,
+                )
+        elif not cfg.auth.superusers:
+            announce(
+                cfg,
+                "weir: grants are not checked (auth.superusers is empty): every authenticated "
+                "principal may do everything",
+                authorization=False,
+            )
         security = ""
         if tls is not None:
             security = ", TLS" + (" with client certificates" if tls.mutual else "")
@@ -131,6 +157,28 @@ async def run(cfg: configuration.Config) -> None:
         if endpoint is not None:
             await endpoint.stop()
     log.info("stopped")
+
+
+def is_loopback(host: str) -> bool:
+    """Whether every address ``host`` names is a loopback one (127.0.0.0/8, ::1)."""
+    host = host.strip("[]")
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except OSError:
+        return False
+    return bool(infos) and all(
+        ipaddress.ip_address(str(info[4][0]).split("%", 1)[0]).is_loopback for info in infos
+    )
+
+
+def insecure_bind(cfg: configuration.Config) -> bool:
+    """An open server (no authentication) on an address other machines can reach."""
+    host = cfg.listen.rpartition(":")[0]
+    return cfg.broker.allow_anonymous and not is_loopback(host)
 
 
 def server_tls(cfg: configuration.TlsConfig) -> ServerTls | None:
@@ -178,6 +226,14 @@ def serve(
     log_json: Annotated[
         bool | None, typer.Option("--log-json/--log-text", help="Log lines as JSON or as text.")
     ] = None,
+    insecure: Annotated[
+        bool,
+        typer.Option(
+            "--insecure",
+            help="Allow a non-loopback --listen without authentication (anyone who reaches "
+            "the port may do everything).",
+        ),
+    ] = False,
 ) -> None:
     """Start the server with its embedded storage (SIGTERM or Ctrl-C stops it cleanly)."""
     overrides: dict[str, tuple[object, str]] = {}
@@ -193,6 +249,14 @@ def serve(
     if log_json is not None:
         overrides["log.json"] = (log_json, "--log-json")
     cfg = configuration.load(config, env=os.environ, overrides=overrides)
+    if insecure_bind(cfg) and not insecure:
+        raise CliError(
+            f"refusing to listen on {cfg.listen} without authentication: anyone who reaches it "
+            "could read, write and drop every topic. Turn authentication on "
+            "(auth.allow_anonymous = false with users, JWTs or client certificates; see "
+            "docs/security.md), listen on 127.0.0.1, or pass --insecure",
+            2,
+        )
     logs.configure(cfg.log.level, cfg.log.json)
     data = cfg.broker.data_dir
     try:

@@ -75,8 +75,10 @@ def canonical_pattern(pattern: str) -> str:
 def short_pattern(canonical: str) -> str:
     if canonical == "*/*/*":
         return "*"
-    prefix = f"{DEFAULT_TENANT}/{DEFAULT_NAMESPACE}/"
-    return canonical[len(prefix) :] if canonical.startswith(prefix) else canonical
+    for prefix in (f"{DEFAULT_TENANT}/{DEFAULT_NAMESPACE}/", f"{DEFAULT_TENANT}/"):
+        if canonical.startswith(prefix):
+            return canonical[len(prefix) :]  # the shortest form that means the same
+    return canonical
 
 
 def _compile(canonical: str) -> re.Pattern[str]:

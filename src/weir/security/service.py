@@ -175,8 +175,8 @@ class Security:
 
     @property
     def enforcing(self) -> bool:
-        """Whether grants are checked (anonymous access off)."""
-        return not self.allow_anonymous
+        """Whether grants are checked: anonymous access off and superusers configured."""
+        return not self.allow_anonymous and bool(self.superusers)
 
     def is_superuser(self, principal: Principal) -> bool:
         if not self.enforcing:
@@ -208,7 +208,7 @@ class Security:
             return
         needs = f"the {permission.value} permission" if permission else "a grant"
         raise PermissionDeniedError(
-            f"permission denied: {operation} on topic {short_topic(topic)!r} needs {needs} "
+            f"permission denied: {operation} topic {short_topic(topic)!r} needs {needs} "
             f"({_who(principal)} has none)"
         )
 

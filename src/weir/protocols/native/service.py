@@ -15,7 +15,7 @@ import logging
 import operator
 import uuid
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -23,7 +23,7 @@ import grpc
 
 from weir.broker.broker import UNSET, Broker
 from weir.broker.consumers import ConsumerGroup
-from weir.broker.topics import ConsumerConfig, TopicConfig, short_topic
+from weir.broker.topics import ConsumerConfig, TopicConfig, canonical_topic, short_topic
 from weir.errors import (
     BadRequestError,
     InternalError,
@@ -47,7 +47,8 @@ from weir.protocols.native.wire import (
     encode_range_response,
     encode_read_response,
 )
-from weir.security import Security
+from weir.security import Security, current_principal
+from weir.security.grants import Permission
 from weir.security.tls import peer_host
 from weir.storage.batch import BatchHeader, decode_payload
 from weir.storage.codecs import codec_name
@@ -133,10 +134,17 @@ class NativeService(SecurityMethods, pb_grpc.WeirServicer):
 
     # ------------------------------------------------------------------ admin
 
+    def _allow(self, permission: Permission | None, topic: str, operation: str) -> None:
+        """Authorization of the caller for ``operation`` on ``topic``, before it is looked up."""
+        self.security.authorize(
+            current_principal.get(), permission, canonical_topic(topic), operation
+        )
+
     @_unary
     async def CreateTopic(
         self, request: pb.CreateTopicRequest, context: grpc.aio.ServicerContext
     ) -> pb.TopicDescription:
+        self._allow(Permission.ADMIN, request.topic, "create")
         cfg = await self.broker.create_topic(
             request.topic,
             partitions=request.partitions or None,
@@ -155,12 +163,14 @@ class NativeService(SecurityMethods, pb_grpc.WeirServicer):
     async def DescribeTopic(
         self, request: pb.DescribeTopicRequest, context: grpc.aio.ServicerContext
     ) -> pb.TopicDescription:
+        self._allow(None, request.topic, "describe")
         return describe(self.broker, self.broker.topic(request.topic))
 
     @_unary
     async def AlterTopic(
         self, request: pb.AlterTopicRequest, context: grpc.aio.ServicerContext
     ) -> pb.TopicDescription:
+        self._allow(Permission.ADMIN, request.topic, "alter")
         cfg = await self.broker.alter_topic(
             request.topic,
             partitions=request.partitions if request.HasField("partitions") else None,
@@ -180,6 +190,7 @@ class NativeService(SecurityMethods, pb_grpc.WeirServicer):
     async def DropTopic(
         self, request: pb.DropTopicRequest, context: grpc.aio.ServicerContext
     ) -> pb.DropTopicResponse:
+        self._allow(Permission.ADMIN, request.topic, "drop")
         await self.broker.drop_topic(request.topic)
         return pb.DropTopicResponse()
 
@@ -187,14 +198,17 @@ class NativeService(SecurityMethods, pb_grpc.WeirServicer):
     async def ListTopics(
         self, request: pb.ListTopicsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListTopicsResponse:
-        return pb.ListTopicsResponse(
-            topics=[describe(self.broker, c) for c in self.broker.list_topics(request.prefix)]
-        )
+        me = current_principal.get()
+        visible = [
+            c for c in self.broker.list_topics(request.prefix) if self.security.can_see(me, c.name)
+        ]
+        return pb.ListTopicsResponse(topics=[describe(self.broker, c) for c in visible])
 
     @_unary
     async def DescribeConsumer(
         self, request: pb.DescribeConsumerRequest, context: grpc.aio.ServicerContext
     ) -> pb.ConsumerDescription:
+        self._allow(Permission.CONSUME, request.topic, "describe a consumer of")
         c = self.broker.consumer(request.topic, request.consumer)
         parts = self.broker.describe_consumer(request.topic, request.consumer)
         return pb.ConsumerDescription(
@@ -218,6 +232,7 @@ class NativeService(SecurityMethods, pb_grpc.WeirServicer):
     async def CommitOffset(
         self, request: pb.CommitOffsetRequest, context: grpc.aio.ServicerContext
     ) -> pb.CommitOffsetResponse:
+        self._allow(Permission.CONSUME, request.topic, "commit an offset of")
         changed = await self.broker.commit_offset(
             request.topic,
             request.partition,
@@ -231,6 +246,7 @@ class NativeService(SecurityMethods, pb_grpc.WeirServicer):
     async def OffsetsForTime(
         self, request: pb.OffsetsForTimeRequest, context: grpc.aio.ServicerContext
     ) -> pb.OffsetsForTimeResponse:
+        self._allow(Permission.CONSUME, request.topic, "look up offsets by time in")
         cfg = self.broker.topic(request.topic)
         return pb.OffsetsForTimeResponse(
             offsets=[
@@ -245,6 +261,7 @@ class NativeService(SecurityMethods, pb_grpc.WeirServicer):
         self, request: pb.ReadRangeRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.ReadRangeResponse | RawRangeResponse]:
         try:
+            self._allow(Permission.CONSUME, request.topic, "read")
             actor = self.broker.actor(request.topic, request.partition)
             if request.from_offset < 0:
                 raise BadRequestError(f"from_offset must be >= 0, got {request.from_offset}")
@@ -283,12 +300,21 @@ class NativeService(SecurityMethods, pb_grpc.WeirServicer):
     async def StreamWrite(
         self, request_iterator: AsyncIterator[pb.WriteRequest], context: grpc.aio.ServicerContext
     ) -> None:
-        await WriteSession(self.broker, context, self.stopping).run(request_iterator)
+        session = WriteSession(self.broker, context, self.stopping, allow=self._allow)
+        await session.run(request_iterator)
 
     async def StreamRead(
         self, request_iterator: AsyncIterator[pb.ReadRequest], context: grpc.aio.ServicerContext
     ) -> None:
-        await ReadSession(self.broker, context, self.stopping).run(request_iterator)
+        session = ReadSession(self.broker, context, self.stopping, allow=self._allow)
+        await session.run(request_iterator)
+
+
+Allow = Callable[[Permission | None, str, str], None]
+
+
+def _allow_all(permission: Permission | None, topic: str, operation: str) -> None:
+    """Sessions made without a service (tests of the session alone) check nothing."""
 
 
 def _none(v: Any) -> Any:
@@ -303,10 +329,12 @@ class WriteSession:
         broker: Broker,
         context: grpc.aio.ServicerContext,
         stopping: asyncio.Event | None = None,
+        allow: Allow | None = None,
     ) -> None:
         self.broker = broker
         self.context = context
         self.stopping = stopping or asyncio.Event()
+        self.allow: Allow = allow or _allow_all
         self.session_id = uuid.uuid4().hex[:16]
         self._pending: deque[tuple[asyncio.Future[list[BatchResult]], int]] = deque()
         self._have_pending = asyncio.Event()
@@ -329,6 +357,7 @@ class WriteSession:
             if first.WhichOneof("kind") != "init":
                 raise BadRequestError("the first message of a write stream must be init")
             init = first.init
+            self.allow(Permission.PRODUCE, init.topic, "write to")
             cfg = self.broker.topic(init.topic)
             self.topic = cfg.name
             self.producer_id = init.producer_id
@@ -540,10 +569,12 @@ class ReadSession:
         broker: Broker,
         context: grpc.aio.ServicerContext,
         stopping: asyncio.Event | None = None,
+        allow: Allow | None = None,
     ) -> None:
         self.broker = broker
         self.context = context
         self.stopping = stopping or asyncio.Event()
+        self.allow: Allow = allow or _allow_all
         self.session_id = uuid.uuid4().hex[:16]
         self.consumer = ""
         self.start = pb.START_COMMITTED
@@ -603,6 +634,8 @@ class ReadSession:
             self.start = init.start
             self.read_from_ms = init.read_from_ms
             self._add_credit(init.credit_bytes or (16 << 20))
+            for t in init.topics:
+                self.allow(Permission.CONSUME, t, "read")
             topics = [self.broker.topic(t).name for t in init.topics]
             if self.consumer:
                 for t in topics:

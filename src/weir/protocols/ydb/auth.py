@@ -15,10 +15,12 @@ from typing import Any
 import grpc
 
 from weir.broker.broker import Broker
+from weir.broker.topics import canonical_topic
 from weir.errors import TokenRejectedError, UnauthorizedError
 from weir.protocols.ydb.protos import ydb_auth_pb2, ydb_auth_v1_pb2_grpc
 from weir.protocols.ydb.status import operation
 from weir.security import TOKEN_TTL_S, BearerToken, Principal, Security, current_principal
+from weir.security.grants import Permission
 from weir.security.tls import client_certificate, peer_host
 
 AUTH_HEADER = "x-ydb-auth-ticket"
@@ -62,6 +64,15 @@ class Authenticator:
             found = self.security.authenticate(client_certificate(context))
         current_principal.set(found)
         return found
+
+    def allow(
+        self, permission: Permission | None, path: str, database: str, operation: str
+    ) -> None:
+        """Authorization of the caller (set by `principal`) for ``operation`` on a topic path,
+        checked before the topic is looked up."""
+        self.security.authorize(
+            current_principal.get(), permission, canonical_topic(path, database), operation
+        )
 
     def principal_of(self, token: str) -> Principal:
         try:
