@@ -593,6 +593,14 @@ KEYS: tuple[Key, ...] = (
     Key("log", "level", LEVEL, "info", "Least severe level logged: debug, info, warning or error."),
     Key(
         "log",
+        "audit_file",
+        OPTIONAL_PATH,
+        None,
+        "Append the audit log here (JSON lines): authentication failures, refusals, admin "
+        "operations on topics, changes of users and grants. Empty: no audit log.",
+    ),
+    Key(
+        "log",
         "json",
         BOOL,
         False,
@@ -640,6 +648,7 @@ class TlsConfig:
 class LogConfig:
     level: str = "info"
     json: bool = False
+    audit_file: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -673,6 +682,7 @@ class Config:
         out["metrics.listen"] = self.metrics.listen
         out["log.level"] = self.log.level
         out["log.json"] = self.log.json
+        out["log.audit_file"] = self.log.audit_file
         return {k.path: out[k.path] for k in KEYS}
 
 
@@ -817,7 +827,7 @@ def _build(values: dict[str, Any], sources: dict[str, str]) -> Config:
             values["auth.jwt_public_key_file"],
             values["auth.jwt_audience"],
         ),
-        log=LogConfig(values["log.level"], values["log.json"]),
+        log=LogConfig(values["log.level"], values["log.json"], values["log.audit_file"]),
         sources=sources,
     )
 

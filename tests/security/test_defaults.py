@@ -5,6 +5,7 @@ or shown."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 from pathlib import Path
 
 import pytest
@@ -72,6 +73,7 @@ def test_secrets_are_never_logged_or_shown(tmp_path: Path) -> None:
         "WEIR_AUTH_ALLOW_ANONYMOUS": "false",
         "WEIR_AUTH_SUPERUSERS": "root",
         "WEIR_AUTH_JWT_SECRET": SECRETS[1],
+        "WEIR_LOG_AUDIT_FILE": str(tmp_path / "audit.jsonl"),
     }
     srv = ServerProcess(tmp_path / "data", "--log-level", "debug", env=env)
     srv.start()
@@ -86,6 +88,12 @@ def test_secrets_are_never_logged_or_shown(tmp_path: Path) -> None:
         token = create_token("svc", dt.timedelta(minutes=1), secret=SECRETS[1])
         with weir.Client(srv.endpoint, credentials=weir.Token(token)) as c:
             c.whoami()
+            with pytest.raises(weir.errors.PermissionDeniedError):
+                c.create_topic("audited")
+        with weir.Client(srv.endpoint, credentials=("root", SECRETS[0])) as c:
+            c.create_topic("audited")
+            c.grant("svc", "produce", "audited")
+            c.drop_topic("audited")
         cli = Weir(srv.endpoint)
         shown = cli("config", "check", env=env)
         shown_json = cli("config", "check", "--json", env=env)
@@ -104,3 +112,19 @@ def test_secrets_are_never_logged_or_shown(tmp_path: Path) -> None:
     for secret in [*SECRETS, token]:
         assert secret not in everything, secret
     assert 'root = "<hidden>"' in shown.text and 'jwt_secret = "<set>"' in shown.text
+    audit_text = (tmp_path / "audit.jsonl").read_text()
+    for secret in [*SECRETS, token]:
+        assert secret not in audit_text, secret
+    events = [json.loads(line) for line in audit_text.splitlines()]
+    seen = [(e["audit"], e.get("user") or e.get("principal"), e.get("operation")) for e in events]
+    for expected in [
+        ("user_added", "user1", None),
+        ("login_failed", "user1", None),
+        ("denied", "svc", "create"),
+        ("admin_allowed", "root", "create"),
+        ("granted", "svc", None),
+        ("admin_allowed", "root", "drop"),
+        ("user_added", "user2", None),
+    ]:
+        assert expected in seen, (expected, seen)
+    assert all("ts" in e or "time" in e for e in events), events[0]

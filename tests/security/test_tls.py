@@ -285,10 +285,21 @@ def test_the_cli_presents_a_client_certificate(
 # ---------------------------------------------------------------------------- the ydb SDK
 
 
-def ydb_driver(srv: ServerProcess, **tls: bytes) -> ydb.Driver:
+def ydb_driver(
+    srv: ServerProcess,
+    root_certificates: bytes | None = None,
+    certificate_chain: bytes | None = None,
+    private_key: bytes | None = None,
+) -> ydb.Driver:
     """A driver with the SDK's own TLS options (a DriverConfig: `ydb.Driver` passes only
     ``root_certificates`` on, not the client certificate)."""
-    config = ydb.DriverConfig(f"grpcs://{srv.endpoint}", DATABASE, **tls)
+    config = ydb.DriverConfig(
+        f"grpcs://{srv.endpoint}",
+        DATABASE,
+        root_certificates=root_certificates,
+        certificate_chain=certificate_chain,
+        private_key=private_key,
+    )
     return ydb.Driver(driver_config=config)
 
 

@@ -213,7 +213,7 @@ def test_hs256_tokens_prove_their_subject_until_they_expire(server: ServerProces
         ),
         "no exp": (jwt.encode({"sub": "ivan"}, SECRET, algorithm="HS256"), "no 'exp' claim"),
         "alg none": (
-            jwt.encode({"sub": "ivan", "exp": 2**40}, None, algorithm="none"),
+            jwt.encode({"sub": "ivan", "exp": 2**40}, None, algorithm="none"),  # type: ignore[arg-type]
             "not accepted",
         ),
         "garbage": ("eyJhbGciOi.garbage.x", "malformed auth token"),
@@ -310,7 +310,7 @@ def test_the_ydb_sdk_sends_a_jwt_as_its_access_token(
     driver = ydb.Driver(
         endpoint=f"grpc://{server.endpoint}",
         database=DATABASE,
-        credentials=ydb.AccessTokenCredentials(token),
+        credentials=ydb.AccessTokenCredentials(token),  # type: ignore[no-untyped-call]
     )
     try:
         driver.wait(timeout=15, fail_fast=True)
@@ -322,7 +322,7 @@ def test_the_ydb_sdk_sends_a_jwt_as_its_access_token(
     driver = ydb.Driver(
         endpoint=f"grpc://{server.endpoint}",
         database=DATABASE,
-        credentials=ydb.AccessTokenCredentials(expired),
+        credentials=ydb.AccessTokenCredentials(expired),  # type: ignore[no-untyped-call]
     )
     try:
         with pytest.raises(ydb.issues.Error) as err:

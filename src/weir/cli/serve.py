@@ -21,6 +21,7 @@ from weir import logs
 from weir.broker.observer import BrokerObserver
 from weir.cli.common import CliError
 from weir.errors import DataDirLockedError, WeirError
+from weir.security import audit
 from weir.security.tls import ServerTls, TlsConfigError, TlsFiles
 
 log = logging.getLogger("weir.serve")
@@ -258,6 +259,12 @@ def serve(
             2,
         )
     logs.configure(cfg.log.level, cfg.log.json)
+    try:
+        audit.configure(cfg.log.audit_file)
+    except OSError as err:
+        raise CliError(
+            f"cannot write the audit log {cfg.log.audit_file}: {err.strerror}", 2
+        ) from None
     data = cfg.broker.data_dir
     try:
         asyncio.run(run(cfg))

@@ -9,6 +9,7 @@ from pathlib import Path
 from weir.broker.broker import SERVER, Broker
 from weir.broker.topics import short_topic
 from weir.errors import PermissionDeniedError, UnauthorizedError
+from weir.security import audit
 from weir.security.authenticator import (
     Authenticator,
     BearerToken,
@@ -115,11 +116,16 @@ class Security:
         """A token for a user and password; UnauthorizedError if they are wrong, or while
         failed attempts for the user (or from ``peer``) are being slowed down."""
         keys = [f"user:{user[:256]}"] + ([f"addr:{peer}"] if peer else [])
-        self.throttle.check(keys)
+        try:
+            self.throttle.check(keys)
+        except UnauthorizedError:
+            audit.event("login_throttled", user=user[:256], peer=peer)
+            raise
         try:
             principal = self._password(UserPassword(user, password))
         except UnauthorizedError:
             self.throttle.failed(keys, "bad_password")
+            audit.event("login_failed", user=user[:256], peer=peer)
             raise
         self.throttle.succeeded(keys)
         return self.tokens.issue(principal)
@@ -141,6 +147,7 @@ class Security:
         if credential is None:
             if not self.allow_anonymous:
                 self.throttle.failures["no_credentials"] += 1
+                audit.event("auth_failed", reason="no_credentials")
                 raise UnauthorizedError(
                     "authentication required: log in with a user and password "
                     "(anonymous access is off on this server)"
@@ -164,8 +171,9 @@ class Security:
                 found = self.jwt.authenticate(credential)
             else:
                 found = self.tokens.authenticate(credential)
-        except UnauthorizedError:
+        except UnauthorizedError as err:
             self.throttle.failures["bad_token"] += 1
+            audit.event("auth_failed", reason="bad_token", error=err.message)
             raise
         if found is None:  # pragma: no cover - both answer or raise for a bearer token
             raise UnauthorizedError(f"unsupported auth {credential.name}")
@@ -205,7 +213,12 @@ class Security:
         """
         held = self.permissions(principal, topic)
         if (permission is None and held) or permission in held:
+            if permission is Permission.ADMIN:
+                audit.event(
+                    "admin_allowed", principal=principal.name, operation=operation, topic=topic
+                )
             return
+        audit.event("denied", principal=principal.name, operation=operation, topic=topic)
         needs = f"the {permission.value} permission" if permission else "a grant"
         raise PermissionDeniedError(
             f"permission denied: {operation} topic {short_topic(topic)!r} needs {needs} "
@@ -214,6 +227,7 @@ class Security:
 
     def require_superuser(self, principal: Principal, operation: str) -> None:
         if not self.is_superuser(principal):
+            audit.event("denied", principal=principal.name, operation=operation)
             raise PermissionDeniedError(
                 f"permission denied: {operation} needs a superuser ({_who(principal)} is not one)"
             )

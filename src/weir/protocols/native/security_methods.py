@@ -12,8 +12,16 @@ import grpc
 from weir.errors import BadRequestError
 from weir.protocols.native import weir_pb2 as pb
 from weir.protocols.native.unary import unary
-from weir.security import Security, current_principal
-from weir.security.grants import make_grant, short_pattern
+from weir.security import Security, audit, current_principal
+from weir.security.grants import Grant, make_grant, short_pattern
+
+
+def _fields(grant: Grant) -> dict[str, object]:
+    return {
+        "principal": grant.principal,
+        "permission": grant.permission.value,
+        "resource": grant.resource,
+    }
 
 
 class SecurityMethods:
@@ -41,6 +49,7 @@ class SecurityMethods:
                 f"user {request.user!r} is a static user of the config (auth.users)"
             )
         record = self.security.stored.add(request.user, request.password)
+        audit.event("user_added", by=current_principal.get().name, user=record.name)
         return pb.UserResponse(user=record.name, created_ms=record.created_ms)
 
     @unary
@@ -52,6 +61,7 @@ class SecurityMethods:
             self.security.require_superuser(me, "changing another user's password")
         assert self.security.stored is not None
         record = self.security.stored.set_password(request.user, request.password)
+        audit.event("password_changed", by=me.name, user=record.name)
         return pb.UserResponse(user=record.name, created_ms=record.created_ms)
 
     @unary
@@ -61,6 +71,7 @@ class SecurityMethods:
         self.security.require_superuser(current_principal.get(), "deleting a user")
         assert self.security.stored is not None
         self.security.stored.delete(request.user)
+        audit.event("user_deleted", by=current_principal.get().name, user=request.user)
         if self.security.grants is not None:
             self.security.grants.remove_principal(request.user)
         return pb.UserResponse(user=request.user)
@@ -97,7 +108,9 @@ class SecurityMethods:
         self.security.require_superuser(current_principal.get(), "granting a permission")
         grant = make_grant(request.principal, request.permission, request.resource)
         assert self.security.grants is not None
-        return pb.GrantResponse(changed=self.security.grants.add(grant))
+        changed = self.security.grants.add(grant)
+        audit.event("granted", by=current_principal.get().name, **_fields(grant), changed=changed)
+        return pb.GrantResponse(changed=changed)
 
     @unary
     async def Revoke(
@@ -106,7 +119,9 @@ class SecurityMethods:
         self.security.require_superuser(current_principal.get(), "revoking a permission")
         grant = make_grant(request.principal, request.permission, request.resource)
         assert self.security.grants is not None
-        return pb.GrantResponse(changed=self.security.grants.remove(grant))
+        changed = self.security.grants.remove(grant)
+        audit.event("revoked", by=current_principal.get().name, **_fields(grant), changed=changed)
+        return pb.GrantResponse(changed=changed)
 
     @unary
     async def ListGrants(
