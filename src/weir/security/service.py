@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from weir.broker.broker import SERVER, Broker
 from weir.broker.topics import short_topic
-from weir.errors import PermissionDeniedError, UnauthorizedError
+from weir.errors import PermissionDeniedError, UnauthorizedError, WeirError
 from weir.security import audit
 from weir.security.authenticator import (
     Authenticator,
@@ -19,7 +20,7 @@ from weir.security.authenticator import (
 )
 from weir.security.grants import Grants, Permission
 from weir.security.jwt_tokens import JwtVerifier, looks_like_jwt
-from weir.security.principal import ANONYMOUS, Principal
+from weir.security.principal import ANONYMOUS, Principal, current_checks
 from weir.security.static_users import StaticUsers
 from weir.security.throttle import LoginThrottle
 from weir.security.tokens import TOKEN_TTL_S, IssuedToken, TokenIssuer
@@ -64,8 +65,11 @@ class Security:
         self.allow_anonymous = allow_anonymous
         self.throttle = LoginThrottle()
         self.authenticators: list[Authenticator] = list(authenticators)
+        self.revision = 0  # one more for each change of users or grants
+        self._waiters: list[asyncio.Future[None]] = []
         if stored is not None:
             stored.on_change.append(self.tokens.forget)
+            stored.on_change.append(lambda _user: self.changed())
 
     @classmethod
     def for_broker(
@@ -179,6 +183,45 @@ class Security:
             raise UnauthorizedError(f"unsupported auth {credential.name}")
         return found
 
+    # ------------------------------------------------------------------ changes
+
+    def changed(self) -> None:
+        """Users or grants changed: wake every open stream to check its caller again."""
+        self.revision += 1
+        waiters, self._waiters = self._waiters, []
+        for fut in waiters:
+            if not fut.done():
+                fut.set_result(None)
+
+    async def wait_changed(self) -> None:
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(fut)
+        try:
+            await fut
+        finally:
+            if fut in self._waiters:
+                self._waiters.remove(fut)
+
+    async def watch(
+        self,
+        credential: Credential | None,
+        principal: Principal,
+        checks: list[tuple[object, str, str]],
+    ) -> WeirError:
+        """Returns (with the reason) once a change of users or grants means ``principal`` may
+        no longer do what its open stream does: its credential is refused now, or one of the
+        ``checks`` it passed fails. A stream ends as soon as this returns."""
+        while True:
+            await self.wait_changed()
+            try:
+                again = self.authenticate(credential)
+                for permission, topic, operation in list(checks):
+                    assert permission is None or isinstance(permission, Permission)
+                    self.authorize(again, permission, topic, operation, record=False)
+            except WeirError as err:
+                audit.event("stream_ended", principal=principal.name, error=err.message)
+                return err
+
     # ------------------------------------------------------------------ authorization
 
     @property
@@ -203,7 +246,13 @@ class Security:
         return bool(self.permissions(principal, topic))
 
     def authorize(
-        self, principal: Principal, permission: Permission | None, topic: str, operation: str
+        self,
+        principal: Principal,
+        permission: Permission | None,
+        topic: str,
+        operation: str,
+        *,
+        record: bool = True,
     ) -> None:
         """Raise PermissionDeniedError unless ``principal`` may do ``operation`` on ``topic``
         (canonical name); ``permission`` None: any grant on the topic will do (describe).
@@ -211,6 +260,9 @@ class Security:
         Checked before the topic is looked up, so the answer is the same whether or not it
         exists: a refusal tells nothing about topics the principal cannot see.
         """
+        checks = current_checks.get() if record else None
+        if checks is not None:  # a stream: made again when users or grants change
+            checks.append((permission, topic, operation))
         held = self.permissions(principal, topic)
         if (permission is None and held) or permission in held:
             if permission is Permission.ADMIN:

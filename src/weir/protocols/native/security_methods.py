@@ -74,6 +74,7 @@ class SecurityMethods:
         audit.event("user_deleted", by=current_principal.get().name, user=request.user)
         if self.security.grants is not None:
             self.security.grants.remove_principal(request.user)
+        self.security.changed()
         return pb.UserResponse(user=request.user)
 
     @unary
@@ -109,6 +110,7 @@ class SecurityMethods:
         grant = make_grant(request.principal, request.permission, request.resource)
         assert self.security.grants is not None
         changed = self.security.grants.add(grant)
+        self.security.changed()
         audit.event("granted", by=current_principal.get().name, **_fields(grant), changed=changed)
         return pb.GrantResponse(changed=changed)
 
@@ -120,6 +122,7 @@ class SecurityMethods:
         grant = make_grant(request.principal, request.permission, request.resource)
         assert self.security.grants is not None
         changed = self.security.grants.remove(grant)
+        self.security.changed()
         audit.event("revoked", by=current_principal.get().name, **_fields(grant), changed=changed)
         return pb.GrantResponse(changed=changed)
 
