@@ -150,7 +150,7 @@ class Security:
         """The principal the credential proves (anonymous for none, when allowed)."""
         if credential is None:
             if not self.allow_anonymous:
-                self.throttle.failures["no_credentials"] += 1
+                self.throttle.count("no_credentials")
                 audit.event("auth_failed", reason="no_credentials")
                 raise UnauthorizedError(
                     "authentication required: log in with a user and password "
@@ -161,7 +161,7 @@ class Security:
             try:
                 return self._password(credential)
             except UnauthorizedError:
-                self.throttle.failures["bad_password"] += 1
+                self.throttle.count("bad_password")
                 raise
         if isinstance(credential, ClientCertificate):
             return Principal(credential.subject, "mtls")
@@ -176,7 +176,7 @@ class Security:
             else:
                 found = self.tokens.authenticate(credential)
         except UnauthorizedError as err:
-            self.throttle.failures["bad_token"] += 1
+            self.throttle.count("bad_token")
             audit.event("auth_failed", reason="bad_token", error=err.message)
             raise
         if found is None:  # pragma: no cover - both answer or raise for a bearer token

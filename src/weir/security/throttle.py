@@ -10,6 +10,7 @@ person who mistyped waits a second or two.
 from __future__ import annotations
 
 import math
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -29,10 +30,14 @@ class _Record:
 
 
 class LoginThrottle:
-    """Per-key failure records (keys: ``user:NAME``, ``addr:HOST``) and failure counters."""
+    """Per-key failure records (keys: ``user:NAME``, ``addr:HOST``) and failure counters.
+
+    Logins run in worker threads (the password check is slow on purpose): one lock
+    guards the records and counters."""
 
     def __init__(self, clock: object = time.monotonic) -> None:
         self._clock = clock
+        self._lock = threading.Lock()
         self._records: dict[str, _Record] = {}
         self.failures: Counter[str] = Counter()  # reason -> count, for the metrics
 
@@ -42,14 +47,24 @@ class LoginThrottle:
     def check(self, keys: list[str]) -> None:
         """Refuse (counted as "throttled") while any key is locked out."""
         now = self._now()
-        for key in keys:
-            rec = self._records.get(key)
-            if rec is not None and rec.locked_until > now:
-                self.failures["throttled"] += 1
-                wait = math.ceil(rec.locked_until - now)
-                raise UnauthorizedError(f"too many failed logins: try again in {wait} s")
+        with self._lock:
+            for key in keys:
+                rec = self._records.get(key)
+                if rec is not None and rec.locked_until > now:
+                    self.failures["throttled"] += 1
+                    wait = math.ceil(rec.locked_until - now)
+                    raise UnauthorizedError(f"too many failed logins: try again in {wait} s")
+
+    def count(self, reason: str) -> None:
+        """A refusal that is not a login (no credentials, a bad token): counted only."""
+        with self._lock:
+            self.failures[reason] += 1
 
     def failed(self, keys: list[str], reason: str) -> None:
+        with self._lock:
+            self._failed(keys, reason)
+
+    def _failed(self, keys: list[str], reason: str) -> None:
         self.failures[reason] += 1
         now = self._now()
         if len(self._records) >= MAX_TRACKED:
@@ -65,5 +80,6 @@ class LoginThrottle:
                 rec.locked_until = now + lockout
 
     def succeeded(self, keys: list[str]) -> None:
-        for key in keys:
-            self._records.pop(key, None)
+        with self._lock:
+            for key in keys:
+                self._records.pop(key, None)

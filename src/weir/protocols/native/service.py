@@ -129,7 +129,10 @@ class NativeService(SecurityMethods, pb_grpc.WeirServicer):
     async def Login(
         self, request: pb.LoginRequest, context: grpc.aio.ServicerContext
     ) -> pb.LoginResponse:
-        issued = self.security.login(request.user, request.password, peer_host(context))
+        # the password check (scrypt, tens of ms) runs off the event loop
+        issued = await asyncio.to_thread(
+            self.security.login, request.user, request.password, peer_host(context)
+        )
         return pb.LoginResponse(token=issued.token, expires_in_ms=issued.expires_in_ms)
 
     # ------------------------------------------------------------------ admin

@@ -10,6 +10,7 @@ YDB's words and statuses. Calls without a ticket are served when
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import grpc
@@ -89,7 +90,10 @@ class AuthServicer(ydb_auth_v1_pb2_grpc.AuthServiceServicer):
 
     async def Login(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         try:
-            token = self.auth.login(request.user, request.password, peer_host(context))
+            # the password check (scrypt, tens of ms) runs off the event loop
+            token = await asyncio.to_thread(
+                self.auth.login, request.user, request.password, peer_host(context)
+            )
         except UnauthorizedError as err:
             return ydb_auth_pb2.LoginResponse(operation=operation(error=err))
         result = ydb_auth_pb2.LoginResult(token=token)
