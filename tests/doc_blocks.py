@@ -29,6 +29,7 @@ PAGES = [
     "docs/performance.md",
     "docs/reliability.md",
     "docs/replication.md",
+    "docs/security.md",
     "examples/README.md",
 ]
 

@@ -44,6 +44,11 @@ CHAIN: list[tuple[str, str]] = [
     ("docs/spark.md", "spark-write"),
     # needs ZooKeeper and bookies, not a weir server: tests/replication/test_docs.py runs it
     ("docs/replication.md", "replication-ledger"),
+    # docs/security.md needs a server with TLS on: tests/security/test_docs.py runs them
+    ("docs/security.md", "security-certs"),
+    ("docs/security.md", "security-serve"),
+    ("docs/security.md", "security-cli"),
+    ("docs/security.md", "security-sdk"),
 ]
 
 # Python blocks that are not programs, and why.

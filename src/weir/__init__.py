@@ -34,6 +34,8 @@ _SDK = {
     "SubscriptionConsumer",
     "SubscriptionInfo",
     "TopicInfo",
+    "Tls",
+    "Token",
     "UserPassword",
     "WriteResult",
     "Writer",

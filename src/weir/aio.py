@@ -19,10 +19,11 @@ from weir.client.admin import (
     TopicInfo,
 )
 from weir.client.aio import Client, RangeChunk, Reader, Writer
-from weir.client.credentials import UserPassword
+from weir.client.credentials import Token, UserPassword
 from weir.client.messages import Batch, Message
 from weir.client.reader import PartitionSession, PartitionSessionClosedError, Start
 from weir.client.subscription import DeadLetterPolicy, ReceivedMessage, SubscriptionConsumer
+from weir.client.tls import Tls
 from weir.client.writer_settings import WriteResult
 
 __all__ = [
@@ -45,6 +46,8 @@ __all__ = [
     "SubscriptionConsumer",
     "SubscriptionInfo",
     "TenantInfo",
+    "Tls",
+    "Token",
     "TopicInfo",
     "UserPassword",
     "WriteResult",

@@ -27,6 +27,8 @@ ENV_PREFIX = "WEIR_"
 CONFIG_ENV = "WEIR_CONFIG"
 DEFAULT_LISTEN = "127.0.0.1:2136"
 DEFAULT_METRICS_LISTEN = "127.0.0.1:9464"
+# Environment variables of the client commands that share a config section's prefix.
+CLIENT_ENV = frozenset({"WEIR_TLS_CA", "WEIR_TLS_CERT", "WEIR_TLS_KEY"})
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
@@ -271,10 +273,32 @@ def _render_users(users: dict[str, str]) -> str:
     )
 
 
+def _names(value: object) -> list[str]:
+    if isinstance(value, str):
+        value = [v.strip() for v in value.split(",") if v.strip()]
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise ValueError('expected a list of names, such as ["admin"]')
+    return list(value)
+
+
+def _render_names(names: list[str]) -> str:
+    return "[" + ", ".join(_show(n) for n in names) + "]"
+
+
 STRING = Kind("string", _str)
+SECRET = Kind("secret", _str)  # weir config check replaces it
+NAMES = Kind("list of names", _names, render=_render_names)
 ADDRESS = Kind("host:port", _address)
 PATH = Kind("path", lambda v: Path(_str(v)), render=lambda p: _show(str(p)))
 BOOL = Kind("bool", _bool, _bool_text)
+
+
+def _optional_path(value: object) -> Path | None:
+    text = _str(value).strip()
+    return Path(text) if text else None
+
+
+OPTIONAL_PATH = Kind("path or empty", _optional_path, render=lambda p: _show(str(p) if p else ""))
 PARTITIONS = Kind("integer", _partitions, _int_text, str)
 SIZE = Kind("size", _size, render=_render_size)
 SIZE_OR_ZERO = Kind("size", _size_or_zero, render=_render_size)  # 0 turns a feature off
@@ -509,6 +533,59 @@ KEYS: tuple[Key, ...] = (
         "allow_anonymous",
     ),
     Key(
+        "auth",
+        "superusers",
+        NAMES,
+        [],
+        "Principals (users, token subjects, client certificate names) with every permission, "
+        "user and grant management included. With anonymous access off, naming one turns "
+        'grants on (empty: every authenticated principal may do everything) (env: "admin,ops").',
+    ),
+    Key(
+        "auth",
+        "jwt_secret",
+        SECRET,
+        "",
+        "Accept JWTs signed with this HS256 secret (subject = principal; exp required). "
+        "Never shown by weir config check.",
+    ),
+    Key(
+        "auth",
+        "jwt_public_key_file",
+        OPTIONAL_PATH,
+        None,
+        "Accept JWTs signed (RS256 or ES256) by the private key of this PEM public key.",
+    ),
+    Key(
+        "auth",
+        "jwt_audience",
+        STRING,
+        "",
+        'When set, a JWT must name it in its "aud" claim.',
+    ),
+    Key(
+        "tls",
+        "cert_file",
+        OPTIONAL_PATH,
+        None,
+        "PEM certificate (chain) of the gRPC port and the metrics endpoint: set, both speak "
+        "TLS only. Replacing the file (or SIGHUP) takes effect at the next handshake.",
+    ),
+    Key(
+        "tls",
+        "key_file",
+        OPTIONAL_PATH,
+        None,
+        "PEM private key of tls.cert_file.",
+    ),
+    Key(
+        "tls",
+        "client_ca_file",
+        OPTIONAL_PATH,
+        None,
+        "PEM CA bundle that signs client certificates: set, clients present one (mTLS).",
+    ),
+    Key(
         "metrics",
         "enabled",
         BOOL,
@@ -530,6 +607,14 @@ KEYS: tuple[Key, ...] = (
         "Serve the web console at /console on the metrics HTTP endpoint (when that runs).",
     ),
     Key("log", "level", LEVEL, "info", "Least severe level logged: debug, info, warning or error."),
+    Key(
+        "log",
+        "audit_file",
+        OPTIONAL_PATH,
+        None,
+        "Append the audit log here (JSON lines): authentication failures, refusals, admin "
+        "operations on topics, changes of users and grants. Empty: no audit log.",
+    ),
     Key(
         "log",
         "json",
@@ -558,9 +643,33 @@ class ConsoleConfig:
 
 
 @dataclass(frozen=True)
+class AuthConfig:
+    """The ``[auth]`` keys that are not the broker's (users and the anonymous rule are)."""
+
+    superusers: tuple[str, ...] = ()
+    jwt_secret: str = dataclasses.field(default="", repr=False)
+    jwt_public_key_file: Path | None = None
+    jwt_audience: str = ""
+
+
+@dataclass(frozen=True)
+class TlsConfig:
+    """The ``[tls]`` section: no cert_file means plain text."""
+
+    cert_file: Path | None = None
+    key_file: Path | None = None
+    client_ca_file: Path | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return self.cert_file is not None
+
+
+@dataclass(frozen=True)
 class LogConfig:
     level: str = "info"
     json: bool = False
+    audit_file: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -572,6 +681,8 @@ class Config:
     shutdown_grace_s: float = 5.0
     metrics: MetricsConfig = dataclasses.field(default_factory=MetricsConfig)
     console: ConsoleConfig = dataclasses.field(default_factory=ConsoleConfig)
+    tls: TlsConfig = dataclasses.field(default_factory=TlsConfig)
+    auth: AuthConfig = dataclasses.field(default_factory=AuthConfig)
     log: LogConfig = dataclasses.field(default_factory=LogConfig)
     sources: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
@@ -583,11 +694,18 @@ class Config:
                 out[key.path] = getattr(self.broker, key.broker_field)
         out["server.listen"] = self.listen
         out["server.shutdown_grace_s"] = self.shutdown_grace_s
+        for f in dataclasses.fields(TlsConfig):
+            out[f"tls.{f.name}"] = getattr(self.tls, f.name)
+        out["auth.superusers"] = list(self.auth.superusers)
+        out["auth.jwt_secret"] = self.auth.jwt_secret
+        out["auth.jwt_public_key_file"] = self.auth.jwt_public_key_file
+        out["auth.jwt_audience"] = self.auth.jwt_audience
         out["metrics.enabled"] = self.metrics.enabled
         out["metrics.listen"] = self.metrics.listen
         out["console.enabled"] = self.console.enabled
         out["log.level"] = self.log.level
         out["log.json"] = self.log.json
+        out["log.audit_file"] = self.log.audit_file
         return {k.path: out[k.path] for k in KEYS}
 
 
@@ -658,10 +776,11 @@ def _read_file(path: Path) -> dict[Key, object]:
 
 
 def _env_values(env: Mapping[str, str]) -> list[tuple[Key, str, str]]:
-    """``WEIR_<SECTION>_<KEY>`` variables; others (WEIR_ENDPOINT, WEIR_CONFIG) are not config."""
+    """``WEIR_<SECTION>_<KEY>`` variables; others (WEIR_ENDPOINT, WEIR_CONFIG, the client's
+    WEIR_TLS_CA / _CERT / _KEY) are not config."""
     out = []
     for name, text in sorted(env.items()):
-        if not name.startswith(ENV_PREFIX):
+        if not name.startswith(ENV_PREFIX) or name in CLIENT_ENV:
             continue
         rest = name[len(ENV_PREFIX) :].lower()
         section = next((s for s in SECTIONS if rest.startswith(s + "_")), None)
@@ -694,6 +813,30 @@ def _build(values: dict[str, Any], sources: dict[str, str]) -> Config:
             value=values["storage.low_watermark"],
             source=sources["storage.low_watermark"],
         )
+    tls = TlsConfig(
+        values["tls.cert_file"],
+        values["tls.key_file"],
+        values["tls.client_ca_file"],
+    )
+    if (tls.cert_file is None) != (tls.key_file is None):
+        given, missing = (
+            ("tls.cert_file", "tls.key_file")
+            if tls.key_file is None
+            else ("tls.key_file", "tls.cert_file")
+        )
+        raise ConfigError(
+            f"{given} needs {missing} too",
+            key=given,
+            value=str(values[given]),
+            source=sources[given],
+        )
+    if tls.client_ca_file is not None and tls.cert_file is None:
+        raise ConfigError(
+            "needs tls.cert_file and tls.key_file: client certificates are checked over TLS",
+            key="tls.client_ca_file",
+            value=str(tls.client_ca_file),
+            source=sources["tls.client_ca_file"],
+        )
     broker = BrokerConfig(**{k.broker_field: values[k.path] for k in KEYS if k.broker_field})
     return Config(
         broker=broker,
@@ -701,7 +844,14 @@ def _build(values: dict[str, Any], sources: dict[str, str]) -> Config:
         shutdown_grace_s=values["server.shutdown_grace_s"],
         metrics=MetricsConfig(values["metrics.enabled"], values["metrics.listen"]),
         console=ConsoleConfig(values["console.enabled"]),
-        log=LogConfig(values["log.level"], values["log.json"]),
+        tls=tls,
+        auth=AuthConfig(
+            tuple(values["auth.superusers"]),
+            values["auth.jwt_secret"],
+            values["auth.jwt_public_key_file"],
+            values["auth.jwt_audience"],
+        ),
+        log=LogConfig(values["log.level"], values["log.json"], values["log.audit_file"]),
         sources=sources,
     )
 

@@ -193,6 +193,12 @@ class UnauthorizedError(FatalError):
     code = "UNAUTHORIZED"
 
 
+class PermissionDeniedError(FatalError):
+    """The caller is authenticated but has no grant for this operation on this resource."""
+
+    code = "PERMISSION_DENIED"
+
+
 class CorruptDataError(FatalError):
     """Stored bytes fail their checksum or structure: never served."""
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Iterable
+import ssl
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -224,6 +225,12 @@ class BrokerCollector:
                 "weir_read_cache_capacity_bytes",
                 "Bound of the read cache (storage.read_cache_bytes).",
             ),
+            CounterMetricFamily(
+                "weir_auth_failures",
+                "Refused authentications by reason: bad_password, bad_token, no_credentials, "
+                "throttled (a login refused unchecked while failures are being slowed down).",
+                labels=["reason"],
+            ),
         ]
 
     def collect(self) -> Iterable[Metric]:
@@ -233,6 +240,9 @@ class BrokerCollector:
         broker = self.metrics.broker
         if broker is not None and not broker.closed:
             self._collect_broker(broker, fams)
+        failures = self.metrics.auth_failures
+        for reason in ("bad_password", "bad_token", "no_credentials", "throttled"):
+            fams["weir_auth_failures"].add_metric([reason], failures.get(reason, 0))
         return list(fams.values())
 
     @staticmethod
@@ -278,6 +288,7 @@ class ServerMetrics:
         self.registry = CollectorRegistry()
         self.observer = PrometheusObserver(self.registry)
         self.broker: Broker | None = None
+        self.auth_failures: Mapping[str, int] = {}  # the server's Security.throttle.failures
         self.ready = False
         self.registry.register(BrokerCollector(self))
         ProcessCollector(registry=self.registry)
@@ -300,6 +311,7 @@ class MetricsEndpoint:
         listen: str,
         alive: Callable[[], bool] = lambda: True,
         mount: Callable[[web.Application], None] | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         host, _, port = listen.rpartition(":")
         self.host = host.strip("[]")
@@ -307,11 +319,12 @@ class MetricsEndpoint:
         self.metrics = metrics
         self.alive = alive
         self.mount = mount
+        self.ssl_context = ssl_context  # set: HTTPS only
         self._runner: web.AppRunner | None = None
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return f"{'https' if self.ssl_context else 'http'}://{self.host}:{self.port}"
 
     def application(self) -> web.Application:
         app = web.Application()
@@ -323,7 +336,9 @@ class MetricsEndpoint:
     async def start(self) -> None:
         runner = web.AppRunner(self.application(), access_log=None, handle_signals=False)
         await runner.setup()
-        site = web.TCPSite(runner, self.host, self.port, shutdown_timeout=1.0)
+        site = web.TCPSite(
+            runner, self.host, self.port, shutdown_timeout=1.0, ssl_context=self.ssl_context
+        )
         try:
             await site.start()
         except OSError as exc:

@@ -16,10 +16,12 @@ import grpc
 from weir.broker.broker import Broker
 from weir.broker.config import BrokerConfig
 from weir.broker.observer import BrokerObserver
+from weir.config import AuthConfig
 from weir.errors import BadRequestError
 from weir.protocols.native.service import NativeService
 from weir.protocols.native.service import add_to_server as add_native
 from weir.security import Security
+from weir.security.tls import ServerTls
 
 log = logging.getLogger("weir.server")
 
@@ -100,8 +102,12 @@ class Server:
         listen: str = DEFAULT_LISTEN,
         fronts: list[FrontInstaller] | None = None,
         observer: BrokerObserver | None = None,
+        tls: ServerTls | None = None,
+        auth: AuthConfig | None = None,
     ) -> None:
         self.config = config
+        self.tls = tls  # None: plain text
+        self.auth = auth or AuthConfig()
         self.observer = observer
         self.host, self.port = parse_listen(listen)
         self.fronts = default_fronts() if fronts is None else fronts
@@ -136,7 +142,11 @@ class Server:
         check_port_free(self.host, self.port)  # a clear error, and no raw gRPC log line
         server = grpc.aio.server(options=GRPC_OPTIONS)
         try:
-            port = server.add_insecure_port(f"{self.host}:{self.port}")
+            address = f"{self.host}:{self.port}"
+            if self.tls is None:
+                port = server.add_insecure_port(address)
+            else:
+                port = server.add_secure_port(address, self.tls.grpc_credentials())
         except RuntimeError as exc:
             await server.stop(None)
             raise OSError(f"cannot listen on {self.host}:{self.port}: {exc}") from None
@@ -148,7 +158,13 @@ class Server:
         self.port = port
         try:
             self.broker = await Broker.open(self.config, observer=self.observer)
-            self._security = Security.for_broker(self.broker)
+            self._security = Security.for_broker(
+                self.broker,
+                superusers=self.auth.superusers,
+                jwt_secret=self.auth.jwt_secret,
+                jwt_public_key_file=self.auth.jwt_public_key_file,
+                jwt_audience=self.auth.jwt_audience,
+            )
             for install in self.fronts:
                 install(server, self.broker, self)
             await server.start()

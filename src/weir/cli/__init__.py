@@ -8,6 +8,12 @@ on stderr, ``error: ...``.
 
 from __future__ import annotations
 
+import os
+
+# gRPC's core logs each failed TLS handshake on stderr; a command says what failed in its
+# own one-line error instead (gRPC reads this once, when it is imported)
+os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+
 import sys
 from collections.abc import Sequence
 from typing import Annotated
@@ -21,6 +27,7 @@ from weir.cli.common import CliError
 from weir.cli.config_commands import config_app
 from weir.cli.read import read
 from weir.cli.replication import bookie_app, cluster_app, ledger_app
+from weir.cli.security import grant, grants, revoke, token_app, user_app, whoami
 from weir.cli.serve import serve
 from weir.cli.subscription import subscription_app
 from weir.cli.tenancy import namespace_app, tenant_app
@@ -69,6 +76,12 @@ app.add_typer(config_app, name="config")
 app.add_typer(bookie_app, name="bookie")
 app.add_typer(ledger_app, name="ledger")
 app.add_typer(cluster_app, name="cluster")
+app.add_typer(user_app, name="user")
+app.add_typer(token_app, name="token")
+app.command("grant")(grant)
+app.command("revoke")(revoke)
+app.command("grants")(grants)
+app.command("whoami")(whoami)
 
 
 def _usage_line(exc: typer.TyperException) -> str:

@@ -15,12 +15,16 @@ from weir.cli.common import (
     Json,
     Password,
     Timeout,
+    TlsCa,
+    TlsCert,
+    TlsKey,
     User,
     bad,
     connect,
     optional_count,
     optional_size,
     retention_ms,
+    tls_options,
 )
 from weir.cli.tenancy import PolicyOption, parse_policies
 from weir.errors import AlreadyExistsError, BadRequestError
@@ -113,6 +117,9 @@ def create(
     endpoint: Endpoint = DEFAULT_ENDPOINT,
     user: User = None,
     password: Password = None,
+    tls_ca: TlsCa = None,
+    tls_cert: TlsCert = None,
+    tls_key: TlsKey = None,
     timeout: Timeout = DEFAULT_TIMEOUT,
     json_out: Json = False,
 ) -> None:
@@ -130,7 +137,7 @@ def create(
     if retention is not None:
         kwargs["retention"] = retention_ms(retention, "--retention")
     created = True
-    with connect(endpoint, user, password) as client:
+    with connect(endpoint, user, password, tls_options(tls_ca, tls_cert, tls_key)) as client:
         try:
             info = client.create_topic(topic, partitions or 0, timeout=timeout, **kwargs)
         except AlreadyExistsError:
@@ -158,11 +165,14 @@ def describe(
     endpoint: Endpoint = DEFAULT_ENDPOINT,
     user: User = None,
     password: Password = None,
+    tls_ca: TlsCa = None,
+    tls_cert: TlsCert = None,
+    tls_key: TlsKey = None,
     timeout: Timeout = DEFAULT_TIMEOUT,
     json_out: Json = False,
 ) -> None:
     """Show a topic's settings, its partitions (offsets, sizes) and its consumers."""
-    with connect(endpoint, user, password) as client:
+    with connect(endpoint, user, password, tls_options(tls_ca, tls_cert, tls_key)) as client:
         info = client.describe_topic(topic, timeout=timeout)
     if json_out:
         output.print_json(output.topic_json(info))
@@ -202,6 +212,9 @@ def alter(
     endpoint: Endpoint = DEFAULT_ENDPOINT,
     user: User = None,
     password: Password = None,
+    tls_ca: TlsCa = None,
+    tls_cert: TlsCert = None,
+    tls_key: TlsKey = None,
     timeout: Timeout = DEFAULT_TIMEOUT,
     json_out: Json = False,
 ) -> None:
@@ -228,7 +241,7 @@ def alter(
     lists = (codec, add_consumer, add_important_consumer, drop_consumer, policy, inherit)
     if all(v is None for v in options) and not any(lists):
         raise typer.BadParameter("nothing to change: give at least one option")
-    with connect(endpoint, user, password) as client:
+    with connect(endpoint, user, password, tls_options(tls_ca, tls_cert, tls_key)) as client:
         info = client.alter_topic(topic, timeout=timeout, **kwargs)
     if json_out:
         output.print_json(output.topic_json(info))
@@ -242,11 +255,14 @@ def drop(
     endpoint: Endpoint = DEFAULT_ENDPOINT,
     user: User = None,
     password: Password = None,
+    tls_ca: TlsCa = None,
+    tls_cert: TlsCert = None,
+    tls_key: TlsKey = None,
     timeout: Timeout = DEFAULT_TIMEOUT,
     json_out: Json = False,
 ) -> None:
     """Delete a topic with all its messages and consumer offsets."""
-    with connect(endpoint, user, password) as client:
+    with connect(endpoint, user, password, tls_options(tls_ca, tls_cert, tls_key)) as client:
         client.drop_topic(topic, timeout=timeout)
     if json_out:
         output.print_json({"dropped": topic})
@@ -260,11 +276,14 @@ def list_topics(
     endpoint: Endpoint = DEFAULT_ENDPOINT,
     user: User = None,
     password: Password = None,
+    tls_ca: TlsCa = None,
+    tls_cert: TlsCert = None,
+    tls_key: TlsKey = None,
     timeout: Timeout = DEFAULT_TIMEOUT,
     json_out: Json = False,
 ) -> None:
     """List topics with their partitions, messages, size, retention and consumers."""
-    with connect(endpoint, user, password) as client:
+    with connect(endpoint, user, password, tls_options(tls_ca, tls_cert, tls_key)) as client:
         topics = client.list_topics(prefix, timeout=timeout)
     if json_out:
         output.print_json([output.topic_json(t) for t in topics])
@@ -279,11 +298,14 @@ def describe_consumer(
     endpoint: Endpoint = DEFAULT_ENDPOINT,
     user: User = None,
     password: Password = None,
+    tls_ca: TlsCa = None,
+    tls_cert: TlsCert = None,
+    tls_key: TlsKey = None,
     timeout: Timeout = DEFAULT_TIMEOUT,
     json_out: Json = False,
 ) -> None:
     """Committed offset, end offset and lag of a consumer, per partition."""
-    with connect(endpoint, user, password) as client:
+    with connect(endpoint, user, password, tls_options(tls_ca, tls_cert, tls_key)) as client:
         info = client.describe_consumer(topic, consumer, timeout=timeout)
     if json_out:
         output.print_json(output.consumer_json(info))
@@ -303,11 +325,14 @@ def commit(
     endpoint: Endpoint = DEFAULT_ENDPOINT,
     user: User = None,
     password: Password = None,
+    tls_ca: TlsCa = None,
+    tls_cert: TlsCert = None,
+    tls_key: TlsKey = None,
     timeout: Timeout = DEFAULT_TIMEOUT,
     json_out: Json = False,
 ) -> None:
     """Set a consumer's committed offset in one partition (skip ahead, or rewind)."""
-    with connect(endpoint, user, password) as client:
+    with connect(endpoint, user, password, tls_options(tls_ca, tls_cert, tls_key)) as client:
         changed = client.commit_offset(
             topic, partition, consumer, offset, allow_backwards=allow_backwards, timeout=timeout
         )

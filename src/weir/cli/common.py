@@ -5,11 +5,13 @@ from __future__ import annotations
 import datetime as dt
 import getpass
 import logging
+import os
 import re
 import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -18,7 +20,9 @@ from weir.config import parse_duration_ms, parse_size
 from weir.errors import UnavailableError, WeirError
 
 if TYPE_CHECKING:
+    from weir.client.credentials import Token
     from weir.client.sync import Client
+    from weir.client.tls import Tls
 
 DEFAULT_ENDPOINT = "127.0.0.1:2136"
 DEFAULT_TIMEOUT = 10.0
@@ -74,12 +78,56 @@ Password = Annotated[
 ]
 
 
-def credentials(user: str | None, password: str | None) -> tuple[str, str] | None:
-    """(user, password) from the options; the password is asked for at a terminal."""
+TlsCa = Annotated[
+    Path | None,
+    typer.Option(
+        "--tls-ca",
+        envvar="WEIR_TLS_CA",
+        help="Speak TLS and trust this CA bundle (PEM) for the server's certificate.",
+        show_envvar=True,
+    ),
+]
+TlsCert = Annotated[
+    Path | None,
+    typer.Option(
+        "--tls-cert",
+        envvar="WEIR_TLS_CERT",
+        help="Client certificate (PEM) for a server that asks for one (mTLS).",
+        show_envvar=True,
+    ),
+]
+TlsKey = Annotated[
+    Path | None,
+    typer.Option(
+        "--tls-key",
+        envvar="WEIR_TLS_KEY",
+        help="Private key (PEM) of --tls-cert.",
+        show_envvar=True,
+    ),
+]
+
+
+def tls_options(ca: Path | None, cert: Path | None, key: Path | None) -> Tls | None:
+    """The client's TLS from --tls-ca/--tls-cert/--tls-key (None: as the endpoint says)."""
+    from weir.client.tls import Tls
+
+    if (cert is None) != (key is None):
+        raise CliError("--tls-cert and --tls-key go together", 2)
+    if ca is None and cert is None:
+        return None
+    return Tls(ca=ca, cert=cert, key=key)
+
+
+def credentials(user: str | None, password: str | None) -> tuple[str, str] | Token | None:
+    """(user, password) from the options (the password is asked for at a terminal), else
+    the bearer token of WEIR_TOKEN (a JWT), else None."""
+    from weir.client.credentials import Token
+
     if not user:
         if password is not None:
             raise CliError("--password (or WEIR_PASSWORD) needs --user (or WEIR_USER)", 2)
-        return None
+        token = os.environ.get("WEIR_TOKEN", "").strip()
+        return Token(token) if token else None
     if password is None:
         if not sys.stdin.isatty():
             raise CliError(f"--user {user} needs --password or WEIR_PASSWORD", 2)
@@ -106,7 +154,7 @@ class ReconnectNotice:
 
 @contextmanager
 def connect(
-    endpoint: str, user: str | None = None, password: str | None = None
+    endpoint: str, user: str | None = None, password: str | None = None, tls: Tls | None = None
 ) -> Iterator[Client]:
     """A client for one command; server errors become one-line CLI errors."""
     from weir.client.sync import Client
@@ -116,7 +164,7 @@ def connect(
     logging.getLogger("weir.client").setLevel(logging.ERROR)
 
     try:
-        client = Client(endpoint, credentials=creds)
+        client = Client(endpoint, credentials=creds, tls=tls)
     except WeirError as err:
         raise CliError(err.message, 2) from None
     try:

@@ -32,6 +32,9 @@ def check(
     """Load the config as `weir serve` would (file, then WEIR_* variables) and print the result."""
     cfg = configuration.load(config, env=os.environ)
     values = cfg.values()
+    # secrets are never shown: passwords and the JWT secret
+    values["auth.users"] = {user: "<hidden>" for user in values["auth.users"]}
+    values["auth.jwt_secret"] = "<set>" if values["auth.jwt_secret"] else ""
     if json_out:
         doc: dict[str, Any] = {}
         for key in configuration.KEYS:

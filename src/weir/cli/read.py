@@ -39,11 +39,15 @@ from weir.cli.common import (
     Password,
     ReconnectNotice,
     Timeout,
+    TlsCa,
+    TlsCert,
+    TlsKey,
     User,
     bad,
     connect,
     plural,
     timestamp_ms,
+    tls_options,
     unescape,
 )
 from weir.cli.progress import Progress
@@ -513,6 +517,9 @@ def read(
     endpoint: Endpoint = DEFAULT_ENDPOINT,
     user: User = None,
     password: Password = None,
+    tls_ca: TlsCa = None,
+    tls_cert: TlsCert = None,
+    tls_key: TlsKey = None,
     timeout: Timeout = DEFAULT_TIMEOUT,
     json_out: Json = False,
 ) -> None:
@@ -560,7 +567,7 @@ def read(
     show = (
         progress if progress is not None else output.stderr.is_terminal and not sys.stdout.isatty()
     )
-    with connect(endpoint, user, password) as client:
+    with connect(endpoint, user, password, tls_options(tls_ca, tls_cert, tls_key)) as client:
         info = client.describe_topic(topic, timeout=timeout)
         if partition is not None and partition >= info.partitions:
             raise CliError(

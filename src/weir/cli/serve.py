@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import logging
 import os
 import signal
+import socket
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -20,6 +22,8 @@ from weir import logs
 from weir.broker.observer import BrokerObserver
 from weir.cli.common import CliError
 from weir.errors import DataDirLockedError, WeirError
+from weir.security import audit
+from weir.security.tls import ServerTls, TlsConfigError, TlsFiles
 
 log = logging.getLogger("weir.serve")
 
@@ -70,8 +74,13 @@ async def run(cfg: configuration.Config) -> None:
 
     disable_created_metrics()  # type: ignore[no-untyped-call]  # no *_created: they double the output
     metrics = ServerMetrics()
+    tls = server_tls(cfg.tls)
     server = Server(
-        cfg.broker, cfg.listen, observer=ObserverFanout(metrics.observer, logs.LogObserver())
+        cfg.broker,
+        cfg.listen,
+        observer=ObserverFanout(metrics.observer, logs.LogObserver()),
+        tls=tls,
+        auth=cfg.auth,
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -85,6 +94,8 @@ async def run(cfg: configuration.Config) -> None:
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal, sig)
+    if tls is not None:
+        loop.add_signal_handler(signal.SIGHUP, tls.reload)  # new certificate, same process
 
     def alive() -> bool:
         """False once the broker closed on its own or its group-commit thread died."""
@@ -102,12 +113,17 @@ async def run(cfg: configuration.Config) -> None:
             console = Console(metrics, cfg.metrics.listen.rpartition(":")[0])
         # up before recovery, so /healthz answers and /readyz says "not yet" while it runs
         endpoint = MetricsEndpoint(
-            metrics, cfg.metrics.listen, alive, mount=None if console is None else console.mount
+            metrics,
+            cfg.metrics.listen,
+            alive,
+            mount=None if console is None else console.mount,
+            ssl_context=tls.ssl_context() if tls is not None else None,
         )
         await endpoint.start()
     try:
         await server.start()
         metrics.broker = server.broker
+        metrics.auth_failures = server.security.throttle.failures
         metrics.ready = True
         if endpoint is not None:
             announce(cfg, f"weir metrics on {endpoint.url}/metrics", url=f"{endpoint.url}/metrics")
@@ -116,11 +132,39 @@ async def run(cfg: configuration.Config) -> None:
             console.listeners.http = endpoint.url
             console.listeners.data_dir = str(cfg.broker.data_dir)
             announce(cfg, f"weir console on {endpoint.url}/console", url=f"{endpoint.url}/console")
+        if cfg.broker.allow_anonymous:
+            if insecure_bind(cfg):
+                announce(
+                    cfg,
+                    f"weir: WARNING: no authentication on {server.endpoint} (--insecure): anyone "
+                    "who reaches this port may read, write and drop every topic",
+                    open=True,
+                    insecure=True,
+                )
+            else:
+                announce(
+                    cfg,
+                    "weir: no authentication (auth.allow_anonymous = true): every client may do "
+                    "everything, so weir listens on loopback only (see docs/security.md)",
+                    open=True,
+                    insecure=False,
+                )
+        elif not cfg.auth.superusers:
+            announce(
+                cfg,
+                "weir: grants are not checked (auth.superusers is empty): every authenticated "
+                "principal may do everything",
+                authorization=False,
+            )
+        security = ""
+        if tls is not None:
+            security = ", TLS" + (" with client certificates" if tls.mutual else "")
         announce(
             cfg,
-            f"weir listening on {server.endpoint}, data in {cfg.broker.data_dir}",
+            f"weir listening on {server.endpoint}, data in {cfg.broker.data_dir}{security}",
             endpoint=server.endpoint,
             data_dir=str(cfg.broker.data_dir),
+            tls=tls is not None,
         )
         await stop.wait()
         metrics.ready = False
@@ -129,6 +173,39 @@ async def run(cfg: configuration.Config) -> None:
         if endpoint is not None:
             await endpoint.stop()
     log.info("stopped")
+
+
+def is_loopback(host: str) -> bool:
+    """Whether every address ``host`` names is a loopback one (127.0.0.0/8, ::1)."""
+    host = host.strip("[]")
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except OSError:
+        return False
+    return bool(infos) and all(
+        ipaddress.ip_address(str(info[4][0]).split("%", 1)[0]).is_loopback for info in infos
+    )
+
+
+def insecure_bind(cfg: configuration.Config) -> bool:
+    """An open server (no authentication) on an address other machines can reach."""
+    host = cfg.listen.rpartition(":")[0]
+    return cfg.broker.allow_anonymous and not is_loopback(host)
+
+
+def server_tls(cfg: configuration.TlsConfig) -> ServerTls | None:
+    """The listeners' TLS from the ``[tls]`` section (None: plain text); CliError if unusable."""
+    if cfg.cert_file is None or cfg.key_file is None:
+        return None
+    files = TlsFiles(cfg.cert_file, cfg.key_file, cfg.client_ca_file)
+    try:
+        return ServerTls(files)
+    except TlsConfigError as err:
+        raise CliError(str(err), 2) from None
 
 
 def _locked_message(data_dir: Path) -> str:
@@ -168,6 +245,14 @@ def serve(
     log_json: Annotated[
         bool | None, typer.Option("--log-json/--log-text", help="Log lines as JSON or as text.")
     ] = None,
+    insecure: Annotated[
+        bool,
+        typer.Option(
+            "--insecure",
+            help="Allow a non-loopback --listen without authentication (anyone who reaches "
+            "the port may do everything).",
+        ),
+    ] = False,
 ) -> None:
     """Start the server with its embedded storage (SIGTERM or Ctrl-C stops it cleanly)."""
     overrides: dict[str, tuple[object, str]] = {}
@@ -183,7 +268,21 @@ def serve(
     if log_json is not None:
         overrides["log.json"] = (log_json, "--log-json")
     cfg = configuration.load(config, env=os.environ, overrides=overrides)
+    if insecure_bind(cfg) and not insecure:
+        raise CliError(
+            f"refusing to listen on {cfg.listen} without authentication: anyone who reaches it "
+            "could read, write and drop every topic. Turn authentication on "
+            "(auth.allow_anonymous = false with users, JWTs or client certificates; see "
+            "docs/security.md), listen on 127.0.0.1, or pass --insecure",
+            2,
+        )
     logs.configure(cfg.log.level, cfg.log.json)
+    try:
+        audit.configure(cfg.log.audit_file)
+    except OSError as err:
+        raise CliError(
+            f"cannot write the audit log {cfg.log.audit_file}: {err.strerror}", 2
+        ) from None
     data = cfg.broker.data_dir
     try:
         asyncio.run(run(cfg))

@@ -28,11 +28,15 @@ from weir.cli.common import (
     Password,
     ReconnectNotice,
     Timeout,
+    TlsCa,
+    TlsCert,
+    TlsKey,
     User,
     bad,
     connect,
     optional_size,
     plural,
+    tls_options,
     unescape,
 )
 from weir.cli.progress import Progress
@@ -253,6 +257,9 @@ def write(
     endpoint: Endpoint = DEFAULT_ENDPOINT,
     user: User = None,
     password: Password = None,
+    tls_ca: TlsCa = None,
+    tls_cert: TlsCert = None,
+    tls_key: TlsKey = None,
     timeout: Timeout = DEFAULT_TIMEOUT,
     json_out: Json = False,
 ) -> None:
@@ -290,7 +297,7 @@ def write(
     sent = nbytes = 0
     started = time.monotonic()
     with (
-        connect(endpoint, user, password) as client,
+        connect(endpoint, user, password, tls_options(tls_ca, tls_cert, tls_key)) as client,
         Progress(f"writing {topic}", total=size, enabled=show) as bar,
     ):
         writer = client.writer(

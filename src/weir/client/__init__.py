@@ -12,12 +12,13 @@ from weir.client.admin import (
     TopicInfo,
 )
 from weir.client.aio import RangeChunk
-from weir.client.credentials import UserPassword
+from weir.client.credentials import Token, UserPassword
 from weir.client.messages import Batch, Message
 from weir.client.reader import PartitionSession, PartitionSessionClosedError, Start
 from weir.client.subscription import DeadLetterPolicy, ReceivedMessage
 from weir.client.subscription_sync import SubscriptionConsumer
 from weir.client.sync import Client, Reader, Writer
+from weir.client.tls import Tls
 from weir.client.writer_settings import WriteResult
 
 __all__ = [
@@ -40,6 +41,8 @@ __all__ = [
     "SubscriptionConsumer",
     "SubscriptionInfo",
     "TenantInfo",
+    "Tls",
+    "Token",
     "TopicInfo",
     "UserPassword",
     "WriteResult",

@@ -32,6 +32,7 @@ from weir.client.messages import Batch, Message
 from weir.client.reader import PartitionSession, ReaderCore, Start
 from weir.client.routed_writer import RoutedWriterCore
 from weir.client.routing import CustomRouter, parse_routing
+from weir.client.security_admin import AsyncSecurityCalls
 from weir.client.subscription import (
     DeadLetterPolicy,
     ReceivedMessage,
@@ -41,6 +42,7 @@ from weir.client.subscription import (
     type_code,
 )
 from weir.client.tenancy import AsyncTenancyCalls
+from weir.client.tls import TlsArg
 from weir.client.writer import WriterCore
 from weir.client.writer_settings import WriteResult, WriterSettings
 from weir.errors import AlreadyExistsError, BadRequestError, WeirError, WeirTimeoutError
@@ -345,7 +347,7 @@ def _consume_exception(fut: asyncio.Future[None]) -> None:
         fut.exception()
 
 
-class Client(AsyncTenancyCalls):
+class Client(AsyncTenancyCalls, AsyncSecurityCalls):
     """Asynchronous weir client: admin calls, writers and readers over one connection.
 
     >>> async with weir.aio.Client("127.0.0.1:2136") as client:
@@ -353,19 +355,26 @@ class Client(AsyncTenancyCalls):
 
     ``credentials`` (``weir.aio.UserPassword(user, password)`` or a ``(user, password)``
     tuple) logs in to a server with users; every call then carries the token.
+    ``tls`` (``weir.aio.Tls(ca=..., cert=..., key=...)``) or a ``grpcs://`` endpoint
+    speaks TLS.
     """
 
     def __init__(
-        self, endpoint: str = DEFAULT_ENDPOINT, *, credentials: CredentialsArg = None
+        self,
+        endpoint: str = DEFAULT_ENDPOINT,
+        *,
+        credentials: CredentialsArg = None,
+        tls: TlsArg = None,
     ) -> None:
         self.endpoint = endpoint
         self.credentials = credentials
+        self.tls = tls
         self._conn: Connection | None = None
 
     @property
     def conn(self) -> Connection:
         if self._conn is None:
-            self._conn = Connection(self.endpoint, self.credentials)
+            self._conn = Connection(self.endpoint, self.credentials, self.tls)
         return self._conn
 
     async def __aenter__(self) -> Client:

@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 import grpc
 
 from weir.client.credentials import AuthedCall, CredentialsArg, TokenSource, as_credentials, bearer
+from weir.client.tls import TlsArg, as_tls
 from weir.errors import BadRequestError, UnavailableError, WeirError, error_from_code
 from weir.protocols.native import weir_pb2 as pb
 from weir.protocols.native import weir_pb2_grpc as pb_grpc
@@ -33,17 +34,25 @@ CHANNEL_OPTIONS: list[tuple[str, int]] = [
 ]
 
 
-def normalize_endpoint(endpoint: str) -> str:
-    """Accept "host:port" or "grpc://host:port"."""
+def parse_endpoint(endpoint: str) -> tuple[str, bool]:
+    """``(host:port, tls)`` from "host:port", "grpc://host:port" or "grpcs://host:port"."""
     if not isinstance(endpoint, str) or not endpoint:
         raise BadRequestError(f"endpoint must be 'host:port', got {endpoint!r}")
-    for scheme in ("grpc://", "weir://"):
+    tls = False
+    for scheme, secure in (("grpc://", False), ("weir://", False), ("grpcs://", True)):
         if endpoint.startswith(scheme):
             endpoint = endpoint[len(scheme) :]
+            tls = secure
+    endpoint = endpoint.rstrip("/")
     host, sep, port = endpoint.rpartition(":")
     if not sep or not host or not port.isdigit():
         raise BadRequestError(f"endpoint must be 'host:port', got {endpoint!r}")
-    return endpoint.rstrip("/")
+    return endpoint, tls
+
+
+def normalize_endpoint(endpoint: str) -> str:
+    """Accept "host:port", "grpc://host:port" or "grpcs://host:port"; answer "host:port"."""
+    return parse_endpoint(endpoint)[0]
 
 
 def error_from_rpc(exc: grpc.aio.AioRpcError | grpc.RpcError) -> WeirError:
@@ -81,12 +90,30 @@ class Backoff:
         self.attempt = 0
 
 
-def cannot_connect(endpoint: str, err: WeirError) -> WeirError | None:
+def cannot_connect(endpoint: str, err: WeirError, tls: bool = False) -> WeirError | None:
     """The error to fail fast with when ``err`` says nothing listens at ``endpoint`` (or its
-    host name does not resolve); None for other failures, which are worth retrying."""
+    host name does not resolve, or TLS does not agree); None for other failures, which are
+    worth retrying. ``tls``: whether this client speaks TLS."""
     if not isinstance(err, UnavailableError):
         return None
     text = err.message.lower()
+    failure = tls_failure(text)
+    if failure is not None:
+        return UnavailableError(f"cannot connect to {endpoint}: {failure}")
+    if "socket closed" in text or "connection reset" in text:
+        # the first contact ended by the server before any answer: a TLS mismatch
+        if tls:
+            why = (
+                "the server closed the connection during the TLS handshake "
+                "(does it require a client certificate? tls=weir.Tls(cert=..., key=...), "
+                "--tls-cert/--tls-key)"
+            )
+        else:
+            why = (
+                "the server closed the connection before answering "
+                "(does it speak TLS? use grpcs://HOST:PORT and the CA: --tls-ca)"
+            )
+        return UnavailableError(f"cannot connect to {endpoint}: {why}")
     if "connection refused" in text:
         why = "connection refused"
     elif "errors resolving" in text or "name not found" in text or "dns resolution" in text:
@@ -94,6 +121,29 @@ def cannot_connect(endpoint: str, err: WeirError) -> WeirError | None:
     else:
         return None
     return UnavailableError(f"cannot connect to {endpoint}: {why}")
+
+
+def tls_failure(text: str) -> str | None:
+    """What went wrong with TLS, from gRPC's lower-cased error text; None if not TLS."""
+    if "ssl" not in text and "tls" not in text:  # not "tcp handshaker shutdown": a timeout
+        return None
+    if "certificate_verify_failed" in text or "certificate verify failed" in text:
+        return (
+            "TLS handshake failed: the server's certificate is not signed by the trusted CA "
+            "(pass the CA that signed it: tls=weir.Tls(ca=...), --tls-ca)"
+        )
+    if "wrong_version_number" in text or "wrong version number" in text:
+        return "TLS handshake failed: the server does not speak TLS (use host:port, not grpcs://)"
+    if "certificate_required" in text or "peer did not return a certificate" in text:
+        return (
+            "TLS handshake failed: the server requires a client certificate "
+            "(tls=weir.Tls(cert=..., key=...), --tls-cert/--tls-key)"
+        )
+    if "handshake failed" in text:
+        return (
+            f"TLS handshake failed ({text.rsplit('handshake failed', 1)[-1].strip(' :()')[:200]})"
+        )
+    return None
 
 
 class Connection:
@@ -108,12 +158,22 @@ class Connection:
     `weir.client.credentials`); without, calls are anonymous.
     """
 
-    def __init__(self, endpoint: str, credentials: CredentialsArg = None) -> None:
-        self.endpoint = normalize_endpoint(endpoint)
+    def __init__(
+        self, endpoint: str, credentials: CredentialsArg = None, tls: TlsArg = None
+    ) -> None:
+        self.endpoint, scheme_tls = parse_endpoint(endpoint)
+        self.tls = as_tls(tls, scheme_tls)
         creds = as_credentials(credentials)
         self.tokens = TokenSource(creds) if creds is not None else None
         self.ever_connected = False
-        self.channel = grpc.aio.insecure_channel(self.endpoint, options=CHANNEL_OPTIONS)
+        if self.tls is None:
+            self.channel = grpc.aio.insecure_channel(self.endpoint, options=CHANNEL_OPTIONS)
+        else:
+            self.channel = grpc.aio.secure_channel(
+                self.endpoint,
+                self.tls.channel_credentials(),
+                options=[*CHANNEL_OPTIONS, *self.tls.channel_options()],
+            )
         self.stub = pb_grpc.WeirStub(self.channel)  # type: ignore[no-untyped-call]
         # the bulk methods use the hand-rolled wire codec (see weir.protocols.native.wire)
         self._stream_write = self.channel.stream_stream(
@@ -207,7 +267,7 @@ class Connection:
         says nothing listens at the endpoint; None when retrying makes sense."""
         if self.ever_connected:
             return None
-        return cannot_connect(self.endpoint, err)
+        return cannot_connect(self.endpoint, err, self.tls is not None)
 
     async def close(self) -> None:
         if not self.closed:

@@ -33,12 +33,24 @@ class UserPassword:
     password: str = field(repr=False)
 
 
-Credentials = UserPassword
-CredentialsArg = UserPassword | tuple[str, str] | None
+@dataclass(frozen=True, slots=True)
+class Token:
+    """A bearer token made elsewhere (a JWT from `weir token create` or an identity
+    provider): sent as it is on every call, never renewed; never shown."""
+
+    token: str = field(repr=False)
+
+
+Credentials = UserPassword | Token
+CredentialsArg = UserPassword | Token | tuple[str, str] | None
 
 
 def as_credentials(value: CredentialsArg) -> Credentials | None:
-    """Accept ``UserPassword``, a ``(user, password)`` tuple, or None."""
+    """Accept ``UserPassword``, ``Token``, a ``(user, password)`` tuple, or None."""
+    if isinstance(value, Token):
+        if not value.token or any(c.isspace() for c in value.token):
+            raise BadRequestError("a token must be a non-empty string without spaces")
+        return value
     if value is None or isinstance(value, UserPassword):
         return value
     if (
@@ -49,7 +61,8 @@ def as_credentials(value: CredentialsArg) -> Credentials | None:
     ):
         return UserPassword(value[0], value[1])
     raise BadRequestError(
-        "credentials must be weir.UserPassword(user, password) or a (user, password) tuple"
+        "credentials must be weir.UserPassword(user, password), weir.Token(token) or a "
+        "(user, password) tuple"
     )
 
 
@@ -72,6 +85,8 @@ class TokenSource:
         self._login = login
 
     async def token(self) -> str:
+        if isinstance(self.credentials, Token):
+            return self.credentials.token
         loop = asyncio.get_running_loop()
         if self._token is not None and loop.time() < self._renew_at:
             return self._token
@@ -85,6 +100,7 @@ class TokenSource:
 
     async def _log_in(self, loop: asyncio.AbstractEventLoop) -> None:
         assert self._login is not None, "TokenSource used before bind()"
+        assert isinstance(self.credentials, UserPassword)
         req = pb.LoginRequest(user=self.credentials.user, password=self.credentials.password)
         try:
             resp = await self._login(req)

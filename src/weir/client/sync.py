@@ -25,9 +25,11 @@ from weir.client.loop import LoopThread
 from weir.client.messages import Batch, Message
 from weir.client.reader import PartitionSession, Start
 from weir.client.routing import CustomRouter
+from weir.client.security_admin import SyncSecurityCalls
 from weir.client.subscription import DeadLetterPolicy, ReceivedMessage
 from weir.client.subscription_sync import SubscriptionConsumer
 from weir.client.tenancy import SyncTenancyCalls
+from weir.client.tls import TlsArg
 from weir.client.writer_settings import WriteResult
 from weir.errors import ClosedError, WeirError
 from weir.storage.codecs import Codec
@@ -257,7 +259,7 @@ class Reader:
         self.close()
 
 
-class Client(SyncTenancyCalls):
+class Client(SyncTenancyCalls, SyncSecurityCalls):
     """Synchronous weir client.
 
     >>> client = weir.Client("127.0.0.1:2136")
@@ -267,14 +269,20 @@ class Client(SyncTenancyCalls):
 
     ``credentials`` (``weir.UserPassword(user, password)`` or a ``(user, password)``
     tuple) logs in to a server with users; every call then carries the token.
+    ``tls`` (``weir.Tls(ca=..., cert=..., key=...)``) or a ``grpcs://`` endpoint
+    speaks TLS.
     """
 
     def __init__(
-        self, endpoint: str = DEFAULT_ENDPOINT, *, credentials: CredentialsArg = None
+        self,
+        endpoint: str = DEFAULT_ENDPOINT,
+        *,
+        credentials: CredentialsArg = None,
+        tls: TlsArg = None,
     ) -> None:
         self.endpoint = endpoint
         self._loop = LoopThread()
-        self._aio = aio.Client(endpoint, credentials=credentials)
+        self._aio = aio.Client(endpoint, credentials=credentials, tls=tls)
         self._closed = False
         self._loop.run(self._connect())
 

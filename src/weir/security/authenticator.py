@@ -24,7 +24,14 @@ class BearerToken:
     name: str = "token"
 
 
-Credential = UserPassword | BearerToken
+@dataclass(frozen=True, slots=True)
+class ClientCertificate:
+    """The verified client certificate of a TLS connection (mTLS): its common name."""
+
+    subject: str
+
+
+Credential = UserPassword | BearerToken | ClientCertificate
 
 
 class Authenticator(Protocol):

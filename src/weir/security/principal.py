@@ -23,3 +23,10 @@ ANONYMOUS = Principal("", "anonymous")
 # The principal of the call being served, set by the front before the handler runs
 # (a handler's task, and the tasks it starts, see it).
 current_principal: ContextVar[Principal] = ContextVar("weir_principal", default=ANONYMOUS)
+
+# The authorization checks a long call (a stream) passed, as (permission, topic, operation),
+# collected so they can be made again when users or grants change (see `Security.changed`).
+# None outside such a call.
+current_checks: ContextVar[list[tuple[object, str, str]] | None] = ContextVar(
+    "weir_checks", default=None
+)

@@ -1,75 +1,289 @@
-"""`Security`: the one object every front asks who a caller is."""
+"""`Security`: the one object every front asks who a caller is and what it may do."""
 
 from __future__ import annotations
 
+import asyncio
 import secrets
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from pathlib import Path
 
 from weir.broker.broker import SERVER, Broker
-from weir.errors import UnauthorizedError
-from weir.security.authenticator import Authenticator, Credential, UserPassword
-from weir.security.principal import ANONYMOUS, Principal
+from weir.broker.topics import short_topic
+from weir.errors import PermissionDeniedError, UnauthorizedError, WeirError
+from weir.security import audit
+from weir.security.authenticator import (
+    Authenticator,
+    BearerToken,
+    ClientCertificate,
+    Credential,
+    UserPassword,
+)
+from weir.security.grants import Grants, Permission
+from weir.security.jwt_tokens import JwtVerifier, looks_like_jwt
+from weir.security.principal import ANONYMOUS, Principal, current_checks
 from weir.security.static_users import StaticUsers
+from weir.security.throttle import LoginThrottle
 from weir.security.tokens import TOKEN_TTL_S, IssuedToken, TokenIssuer
-from weir.storage.kv import put
+from weir.security.user_store import StoredUsers, burn_time
+from weir.storage.kv import Op, put
 
 SECRET_KEY = b"ydb_auth_secret"  # the name it has had since the YDB front signed tokens
 
 
 class Security:
-    """Authentication for every front: logins, tokens, and the anonymous rule.
+    """Authentication and authorization for every front.
 
     ``authenticate(None)`` is a call without credentials: the anonymous principal
     when ``allow_anonymous`` is on, else an error. Credentials that are present
-    must be valid either way.
+    must be valid either way. Authorization is enforced when anonymous access is
+    off: superusers may do everything, other principals what their grants say. A
+    server that serves anonymous callers is open, and every caller may do everything.
     """
 
     def __init__(
         self,
         users: StaticUsers,
-        tokens: TokenIssuer,
+        tokens: TokenIssuer | None = None,
         *,
         allow_anonymous: bool,
         authenticators: Sequence[Authenticator] = (),
+        stored: StoredUsers | None = None,
+        grants: Grants | None = None,
+        superusers: Iterable[str] = (),
+        jwt: JwtVerifier | None = None,
+        secret: bytes | None = None,
+        ttl_s: float = TOKEN_TTL_S,
     ) -> None:
         self.users = users
-        self.tokens = tokens
+        self.stored = stored
+        self.grants = grants
+        self.superusers = frozenset(superusers)
+        self.jwt = jwt or JwtVerifier()
+        self.tokens = tokens or TokenIssuer(
+            secret or secrets.token_bytes(32), self.fingerprint, ttl_s=ttl_s
+        )
         self.allow_anonymous = allow_anonymous
-        self.authenticators: list[Authenticator] = [users, tokens, *authenticators]
+        self.throttle = LoginThrottle()
+        self.authenticators: list[Authenticator] = list(authenticators)
+        self.revision = 0  # one more for each change of users or grants
+        self._waiters: list[asyncio.Future[None]] = []
+        if stored is not None:
+            stored.on_change.append(self.tokens.forget)
+            stored.on_change.append(lambda _user: self.changed())
 
     @classmethod
-    def for_broker(cls, broker: Broker, *, ttl_s: float = TOKEN_TTL_S) -> Security:
-        """Static users and anonymous rule from the broker's config; the token secret from
-        its ``server`` table (created on first use, so tokens outlive a restart)."""
-        raw = broker.store.kv.get(SERVER, SECRET_KEY)
+    def for_broker(
+        cls,
+        broker: Broker,
+        *,
+        ttl_s: float = TOKEN_TTL_S,
+        superusers: Iterable[str] = (),
+        jwt_secret: str = "",
+        jwt_public_key_file: Path | None = None,
+        jwt_audience: str = "",
+    ) -> Security:
+        """Static users and the anonymous rule from the broker's config; stored users, grants
+        and the token secret from its ``server`` table (the secret is made on first use, so
+        tokens outlive a restart)."""
+        kv = broker.store.kv
+        raw = kv.get(SERVER, SECRET_KEY)
         if raw is not None:
             secret = bytes(raw)
         else:
             secret = secrets.token_bytes(32)
             broker.store.committer.commit([put(SERVER, SECRET_KEY, secret)])
-        users = StaticUsers(broker.config.users)
+
+        def commit(ops: list[Op]) -> None:
+            broker.store.committer.commit(ops)
+
         return cls(
-            users,
-            TokenIssuer(secret, users.fingerprint, ttl_s=ttl_s),
+            StaticUsers(broker.config.users),
             allow_anonymous=broker.config.allow_anonymous,
+            stored=StoredUsers(kv, SERVER, commit),
+            grants=Grants(kv, SERVER, commit),
+            superusers=superusers,
+            jwt=JwtVerifier.from_files(jwt_secret, jwt_public_key_file, jwt_audience),
+            secret=secret,
+            ttl_s=ttl_s,
         )
 
-    def login(self, user: str, password: str) -> IssuedToken:
-        """A token for a user and password; UnauthorizedError if they are wrong."""
-        principal = self.authenticate(UserPassword(user, password))
+    # ------------------------------------------------------------------ authentication
+
+    def fingerprint(self, user: str) -> bytes | None:
+        """What tokens of ``user`` are bound to (None: no such user, its tokens are void)."""
+        found = self.users.fingerprint(user)
+        if found is None and self.stored is not None:
+            found = self.stored.fingerprint(user)
+        return found
+
+    def login(self, user: str, password: str, peer: str = "") -> IssuedToken:
+        """A token for a user and password; UnauthorizedError if they are wrong, or while
+        failed attempts for the user (or from ``peer``) are being slowed down."""
+        keys = [f"user:{user[:256]}"] + ([f"addr:{peer}"] if peer else [])
+        try:
+            self.throttle.check(keys)
+        except UnauthorizedError:
+            audit.event("login_throttled", user=user[:256], peer=peer)
+            raise
+        try:
+            principal = self._password(UserPassword(user, password))
+        except UnauthorizedError:
+            self.throttle.failed(keys, "bad_password")
+            audit.event("login_failed", user=user[:256], peer=peer)
+            raise
+        self.throttle.succeeded(keys)
         return self.tokens.issue(principal)
+
+    def _password(self, credential: UserPassword) -> Principal:
+        if credential.user in self.users:
+            principal = self.users.authenticate(credential)
+            assert principal is not None
+            return principal
+        if self.stored is not None:
+            found = self.stored.authenticate(credential)
+            if found is not None:
+                return found
+        burn_time(credential.password)  # as long as a real check: no user enumeration
+        raise UnauthorizedError("Invalid user or password")
 
     def authenticate(self, credential: Credential | None) -> Principal:
         """The principal the credential proves (anonymous for none, when allowed)."""
         if credential is None:
             if not self.allow_anonymous:
+                self.throttle.count("no_credentials")
+                audit.event("auth_failed", reason="no_credentials")
                 raise UnauthorizedError(
                     "authentication required: log in with a user and password "
                     "(anonymous access is off on this server)"
                 )
             return ANONYMOUS
+        if isinstance(credential, UserPassword):
+            try:
+                return self._password(credential)
+            except UnauthorizedError:
+                self.throttle.count("bad_password")
+                raise
+        if isinstance(credential, ClientCertificate):
+            return Principal(credential.subject, "mtls")
         for authenticator in self.authenticators:
             principal = authenticator.authenticate(credential)
             if principal is not None:
                 return principal
-        raise UnauthorizedError(f"unsupported credentials: {type(credential).__name__}")
+        assert isinstance(credential, BearerToken)
+        try:
+            if looks_like_jwt(credential.token):
+                found = self.jwt.authenticate(credential)
+            else:
+                found = self.tokens.authenticate(credential)
+        except UnauthorizedError as err:
+            self.throttle.count("bad_token")
+            audit.event("auth_failed", reason="bad_token", error=err.message)
+            raise
+        if found is None:  # pragma: no cover - both answer or raise for a bearer token
+            raise UnauthorizedError(f"unsupported auth {credential.name}")
+        return found
+
+    # ------------------------------------------------------------------ changes
+
+    def changed(self) -> None:
+        """Users or grants changed: wake every open stream to check its caller again."""
+        self.revision += 1
+        waiters, self._waiters = self._waiters, []
+        for fut in waiters:
+            if not fut.done():
+                fut.set_result(None)
+
+    async def wait_changed(self) -> None:
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(fut)
+        try:
+            await fut
+        finally:
+            if fut in self._waiters:
+                self._waiters.remove(fut)
+
+    async def watch(
+        self,
+        credential: Credential | None,
+        principal: Principal,
+        checks: list[tuple[object, str, str]],
+    ) -> WeirError:
+        """Returns (with the reason) once a change of users or grants means ``principal`` may
+        no longer do what its open stream does: its credential is refused now, or one of the
+        ``checks`` it passed fails. A stream ends as soon as this returns."""
+        while True:
+            await self.wait_changed()
+            try:
+                again = self.authenticate(credential)
+                for permission, topic, operation in list(checks):
+                    assert permission is None or isinstance(permission, Permission)
+                    self.authorize(again, permission, topic, operation, record=False)
+            except WeirError as err:
+                audit.event("stream_ended", principal=principal.name, error=err.message)
+                return err
+
+    # ------------------------------------------------------------------ authorization
+
+    @property
+    def enforcing(self) -> bool:
+        """Whether grants are checked: anonymous access off and superusers configured."""
+        return not self.allow_anonymous and bool(self.superusers)
+
+    def is_superuser(self, principal: Principal) -> bool:
+        if not self.enforcing:
+            return True
+        return not principal.anonymous and principal.name in self.superusers
+
+    def permissions(self, principal: Principal, topic: str) -> set[Permission]:
+        if self.is_superuser(principal):
+            return set(Permission)
+        if principal.anonymous or self.grants is None:
+            return set()
+        return self.grants.permissions(principal.name, topic)
+
+    def can_see(self, principal: Principal, topic: str) -> bool:
+        """Any grant on the topic lets the principal describe it and see it in listings."""
+        return bool(self.permissions(principal, topic))
+
+    def authorize(
+        self,
+        principal: Principal,
+        permission: Permission | None,
+        topic: str,
+        operation: str,
+        *,
+        record: bool = True,
+    ) -> None:
+        """Raise PermissionDeniedError unless ``principal`` may do ``operation`` on ``topic``
+        (canonical name); ``permission`` None: any grant on the topic will do (describe).
+
+        Checked before the topic is looked up, so the answer is the same whether or not it
+        exists: a refusal tells nothing about topics the principal cannot see.
+        """
+        checks = current_checks.get() if record else None
+        if checks is not None:  # a stream: made again when users or grants change
+            checks.append((permission, topic, operation))
+        held = self.permissions(principal, topic)
+        if (permission is None and held) or permission in held:
+            if permission is Permission.ADMIN:
+                audit.event(
+                    "admin_allowed", principal=principal.name, operation=operation, topic=topic
+                )
+            return
+        audit.event("denied", principal=principal.name, operation=operation, topic=topic)
+        needs = f"the {permission.value} permission" if permission else "a grant"
+        raise PermissionDeniedError(
+            f"permission denied: {operation} topic {short_topic(topic)!r} needs {needs} "
+            f"({_who(principal)} has none)"
+        )
+
+    def require_superuser(self, principal: Principal, operation: str) -> None:
+        if not self.is_superuser(principal):
+            audit.event("denied", principal=principal.name, operation=operation)
+            raise PermissionDeniedError(
+                f"permission denied: {operation} needs a superuser ({_who(principal)} is not one)"
+            )
+
+
+def _who(principal: Principal) -> str:
+    return "anonymous" if principal.anonymous else f"{principal.name!r}"

@@ -20,6 +20,12 @@ class StaticUsers:
     def __len__(self) -> int:
         return len(self._users)
 
+    def __contains__(self, user: object) -> bool:
+        return user in self._users
+
+    def names(self) -> list[str]:
+        return sorted(self._users)
+
     def authenticate(self, credential: Credential) -> Principal | None:
         if not isinstance(credential, UserPassword):
             return None

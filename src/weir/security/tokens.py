@@ -68,6 +68,11 @@ class TokenIssuer:
         msg = user.encode() + b"\x00" + str(expiry_ms).encode() + b"\x00" + fingerprint
         return _b64(hmac.new(self._secret, msg, hashlib.sha256).digest())
 
+    def forget(self, user: str) -> None:
+        """Drop the cached checks of ``user``'s tokens (its password changed or it is gone):
+        the next use of each is checked against the new fingerprint."""
+        self._valid = {t: v for t, v in self._valid.items() if v[0].name != user}
+
     def issue(self, principal: Principal) -> IssuedToken:
         fingerprint = self._fingerprint(principal.name)
         if fingerprint is None:

@@ -27,6 +27,9 @@ import grpc
 from weir.errors import UnauthorizedError, WeirError
 from weir.protocols.native.status import CODE_KEY, grpc_status
 from weir.security import BearerToken, Principal, Security, current_principal
+from weir.security.authenticator import Credential
+from weir.security.principal import current_checks
+from weir.security.tls import client_certificate
 
 AUTHORIZATION = "authorization"
 BEARER = "bearer "
@@ -55,13 +58,16 @@ async def admit(
     security: Security,
     context: grpc.aio.ServicerContext,
     requests: AsyncIterator[Any] | None = None,
-) -> Principal:
-    """The caller's principal; a refused call is aborted with UNAUTHENTICATED.
+) -> tuple[Principal, Credential | None]:
+    """The caller's principal and the credential that proved it; a refused call is aborted
+    with UNAUTHENTICATED.
 
     ``requests``: the request stream of a client-streaming call (see the module docstring).
     """
+    credential: Credential | None = None
     try:
-        principal = security.authenticate(bearer_token(context.invocation_metadata()))
+        credential = bearer_token(context.invocation_metadata()) or client_certificate(context)
+        principal = security.authenticate(credential)
     except WeirError as err:
         if requests is not None:
             with contextlib.suppress(Exception):  # its content is never looked at
@@ -71,7 +77,38 @@ async def admit(
         )
         raise AssertionError("unreachable") from None
     current_principal.set(principal)
-    return principal
+    return principal, credential
+
+
+async def _watched(
+    security: Security,
+    behavior: Callable[..., Any],
+    request: Any,
+    context: grpc.aio.ServicerContext,
+    principal: Principal,
+    credential: Credential | None,
+) -> Any:
+    """Run a stream and end it (with the reason, as its status) as soon as a change of users
+    or grants takes away what it needs: a revoked user's stream does not outlive it."""
+    checks: list[tuple[object, str, str]] = []
+    current_checks.set(checks)  # filled by the authorization checks the stream passes
+    task = asyncio.ensure_future(behavior(request, context))
+    watcher = asyncio.ensure_future(security.watch(credential, principal, checks))
+    try:
+        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        if task.done():
+            return task.result()
+        err = watcher.result()
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
+        await context.abort(
+            grpc_status(err), err.message, trailing_metadata=((CODE_KEY, err.code),)
+        )
+    finally:
+        watcher.cancel()
+        task.cancel()
+    raise AssertionError("unreachable")
 
 
 def guard(
@@ -88,7 +125,11 @@ def guard(
         return stream
 
     async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
-        await admit(security, context, request if client_streaming else None)
+        principal, credential = await admit(
+            security, context, request if client_streaming else None
+        )
+        if client_streaming:  # the write and read sessions: they last
+            return await _watched(security, behavior, request, context, principal, credential)
         return await behavior(request, context)
 
     return call

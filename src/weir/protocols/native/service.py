@@ -15,7 +15,7 @@ import logging
 import operator
 import uuid
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -25,7 +25,7 @@ from weir.access_mode import AccessMode
 from weir.broker.broker import UNSET, Broker
 from weir.broker.consumers import ConsumerGroup
 from weir.broker.tenancy.limits import Lease
-from weir.broker.topics import ConsumerConfig, TopicConfig, short_topic
+from weir.broker.topics import ConsumerConfig, TopicConfig, canonical_topic, short_topic
 from weir.errors import (
     BadRequestError,
     InternalError,
@@ -39,6 +39,7 @@ from weir.protocols.native import weir_pb2 as pb
 from weir.protocols.native import weir_pb2_grpc as pb_grpc
 from weir.protocols.native.auth import PUBLIC_METHODS, guard
 from weir.protocols.native.policy_values import from_wire, to_wire
+from weir.protocols.native.security_methods import SecurityMethods
 from weir.protocols.native.status import CODE_KEY, grpc_status
 from weir.protocols.native.subscriptions import SubscriptionRpcs
 from weir.protocols.native.tenancy_service import TenancyCalls
@@ -51,7 +52,9 @@ from weir.protocols.native.wire import (
     encode_range_response,
     encode_read_response,
 )
-from weir.security import Security
+from weir.security import Security, current_principal
+from weir.security.grants import Permission
+from weir.security.tls import peer_host
 from weir.storage.batch import BatchHeader, decode_payload
 from weir.storage.codecs import codec_name
 from weir.storage.partition import BatchResult, IncomingBatch, validate_incoming
@@ -116,9 +119,10 @@ def describe(broker: Broker, cfg: TopicConfig) -> pb.TopicDescription:
     return d
 
 
-class NativeService(TenancyCalls, SubscriptionRpcs, pb_grpc.WeirServicer):
+class NativeService(TenancyCalls, SubscriptionRpcs, SecurityMethods, pb_grpc.WeirServicer):
     """The gRPC servicer of weir.proto (subscriptions: `weir.protocols.native.subscriptions`,
-    tenants and namespaces: `weir.protocols.native.tenancy_service`)."""
+    tenants and namespaces: `weir.protocols.native.tenancy_service`, security:
+    `weir.protocols.native.security_methods`)."""
 
     def __init__(
         self,
@@ -134,15 +138,25 @@ class NativeService(TenancyCalls, SubscriptionRpcs, pb_grpc.WeirServicer):
     async def Login(
         self, request: pb.LoginRequest, context: grpc.aio.ServicerContext
     ) -> pb.LoginResponse:
-        issued = self.security.login(request.user, request.password)
+        # the password check (scrypt, tens of ms) runs off the event loop
+        issued = await asyncio.to_thread(
+            self.security.login, request.user, request.password, peer_host(context)
+        )
         return pb.LoginResponse(token=issued.token, expires_in_ms=issued.expires_in_ms)
 
     # ------------------------------------------------------------------ admin
+
+    def _allow(self, permission: Permission | None, topic: str, operation: str) -> None:
+        """Authorization of the caller for ``operation`` on ``topic``, before it is looked up."""
+        self.security.authorize(
+            current_principal.get(), permission, canonical_topic(topic), operation
+        )
 
     @_unary
     async def CreateTopic(
         self, request: pb.CreateTopicRequest, context: grpc.aio.ServicerContext
     ) -> pb.TopicDescription:
+        self._allow(Permission.ADMIN, request.topic, "create")
         cfg = await self.broker.create_topic(
             request.topic,
             partitions=request.partitions or None,
@@ -162,12 +176,14 @@ class NativeService(TenancyCalls, SubscriptionRpcs, pb_grpc.WeirServicer):
     async def DescribeTopic(
         self, request: pb.DescribeTopicRequest, context: grpc.aio.ServicerContext
     ) -> pb.TopicDescription:
+        self._allow(None, request.topic, "describe")
         return describe(self.broker, self.broker.topic(request.topic))
 
     @_unary
     async def AlterTopic(
         self, request: pb.AlterTopicRequest, context: grpc.aio.ServicerContext
     ) -> pb.TopicDescription:
+        self._allow(Permission.ADMIN, request.topic, "alter")
         cfg = await self.broker.alter_topic(
             request.topic,
             partitions=request.partitions if request.HasField("partitions") else None,
@@ -189,6 +205,7 @@ class NativeService(TenancyCalls, SubscriptionRpcs, pb_grpc.WeirServicer):
     async def DropTopic(
         self, request: pb.DropTopicRequest, context: grpc.aio.ServicerContext
     ) -> pb.DropTopicResponse:
+        self._allow(Permission.ADMIN, request.topic, "drop")
         await self.broker.drop_topic(request.topic)
         return pb.DropTopicResponse()
 
@@ -196,14 +213,17 @@ class NativeService(TenancyCalls, SubscriptionRpcs, pb_grpc.WeirServicer):
     async def ListTopics(
         self, request: pb.ListTopicsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListTopicsResponse:
-        return pb.ListTopicsResponse(
-            topics=[describe(self.broker, c) for c in self.broker.list_topics(request.prefix)]
-        )
+        me = current_principal.get()
+        visible = [
+            c for c in self.broker.list_topics(request.prefix) if self.security.can_see(me, c.name)
+        ]
+        return pb.ListTopicsResponse(topics=[describe(self.broker, c) for c in visible])
 
     @_unary
     async def DescribeConsumer(
         self, request: pb.DescribeConsumerRequest, context: grpc.aio.ServicerContext
     ) -> pb.ConsumerDescription:
+        self._allow(Permission.CONSUME, request.topic, "describe a consumer of")
         c = self.broker.consumer(request.topic, request.consumer)
         parts = self.broker.describe_consumer(request.topic, request.consumer)
         return pb.ConsumerDescription(
@@ -227,6 +247,7 @@ class NativeService(TenancyCalls, SubscriptionRpcs, pb_grpc.WeirServicer):
     async def CommitOffset(
         self, request: pb.CommitOffsetRequest, context: grpc.aio.ServicerContext
     ) -> pb.CommitOffsetResponse:
+        self._allow(Permission.CONSUME, request.topic, "commit an offset of")
         changed = await self.broker.commit_offset(
             request.topic,
             request.partition,
@@ -240,6 +261,7 @@ class NativeService(TenancyCalls, SubscriptionRpcs, pb_grpc.WeirServicer):
     async def OffsetsForTime(
         self, request: pb.OffsetsForTimeRequest, context: grpc.aio.ServicerContext
     ) -> pb.OffsetsForTimeResponse:
+        self._allow(Permission.CONSUME, request.topic, "look up offsets by time in")
         cfg = self.broker.topic(request.topic)
         return pb.OffsetsForTimeResponse(
             offsets=[
@@ -254,6 +276,7 @@ class NativeService(TenancyCalls, SubscriptionRpcs, pb_grpc.WeirServicer):
         self, request: pb.ReadRangeRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.ReadRangeResponse | RawRangeResponse]:
         try:
+            self._allow(Permission.CONSUME, request.topic, "read")
             actor = self.broker.actor(request.topic, request.partition)
             if request.from_offset < 0:
                 raise BadRequestError(f"from_offset must be >= 0, got {request.from_offset}")
@@ -292,12 +315,21 @@ class NativeService(TenancyCalls, SubscriptionRpcs, pb_grpc.WeirServicer):
     async def StreamWrite(
         self, request_iterator: AsyncIterator[pb.WriteRequest], context: grpc.aio.ServicerContext
     ) -> None:
-        await WriteSession(self.broker, context, self.stopping).run(request_iterator)
+        session = WriteSession(self.broker, context, self.stopping, allow=self._allow)
+        await session.run(request_iterator)
 
     async def StreamRead(
         self, request_iterator: AsyncIterator[pb.ReadRequest], context: grpc.aio.ServicerContext
     ) -> None:
-        await ReadSession(self.broker, context, self.stopping).run(request_iterator)
+        session = ReadSession(self.broker, context, self.stopping, allow=self._allow)
+        await session.run(request_iterator)
+
+
+Allow = Callable[[Permission | None, str, str], None]
+
+
+def _allow_all(permission: Permission | None, topic: str, operation: str) -> None:
+    """Sessions made without a service (tests of the session alone) check nothing."""
 
 
 def _none(v: Any) -> Any:
@@ -312,10 +344,12 @@ class WriteSession:
         broker: Broker,
         context: grpc.aio.ServicerContext,
         stopping: asyncio.Event | None = None,
+        allow: Allow | None = None,
     ) -> None:
         self.broker = broker
         self.context = context
         self.stopping = stopping or asyncio.Event()
+        self.allow: Allow = allow or _allow_all
         self.session_id = uuid.uuid4().hex[:16]
         self._pending: deque[tuple[asyncio.Future[list[BatchResult]], int]] = deque()
         self._have_pending = asyncio.Event()
@@ -339,6 +373,7 @@ class WriteSession:
             if first.WhichOneof("kind") != "init":
                 raise BadRequestError("the first message of a write stream must be init")
             init = first.init
+            self.allow(Permission.PRODUCE, init.topic, "write to")
             cfg = await self.broker.topic_for_use(init.topic)
             self.topic = cfg.name
             self.producer_id = init.producer_id
@@ -573,10 +608,12 @@ class ReadSession:
         broker: Broker,
         context: grpc.aio.ServicerContext,
         stopping: asyncio.Event | None = None,
+        allow: Allow | None = None,
     ) -> None:
         self.broker = broker
         self.context = context
         self.stopping = stopping or asyncio.Event()
+        self.allow: Allow = allow or _allow_all
         self.session_id = uuid.uuid4().hex[:16]
         self.consumer = ""
         self.start = pb.START_COMMITTED
@@ -639,6 +676,8 @@ class ReadSession:
             self.start = init.start
             self.read_from_ms = init.read_from_ms
             self._add_credit(init.credit_bytes or (16 << 20))
+            for t in init.topics:
+                self.allow(Permission.CONSUME, t, "read")
             topics = [(await self.broker.topic_for_use(t)).name for t in init.topics]
             for t in dict.fromkeys(topics):
                 self._leases.append(self.broker.count_consumer(t))

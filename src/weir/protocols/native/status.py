@@ -34,6 +34,7 @@ _GRPC: dict[str, grpc.StatusCode] = {
     "ALREADY_EXISTS": grpc.StatusCode.ALREADY_EXISTS,
     "UNAUTHORIZED": grpc.StatusCode.UNAUTHENTICATED,
     "TOKEN_REJECTED": grpc.StatusCode.UNAUTHENTICATED,
+    "PERMISSION_DENIED": grpc.StatusCode.PERMISSION_DENIED,
     "OVERLOADED": grpc.StatusCode.RESOURCE_EXHAUSTED,
     "PARTITION_OVERFLOW": grpc.StatusCode.RESOURCE_EXHAUSTED,
     "BACKLOG_QUOTA_EXCEEDED": grpc.StatusCode.RESOURCE_EXHAUSTED,
@@ -78,4 +79,6 @@ def code_from_grpc(status: grpc.StatusCode) -> str:
         return "BAD_REQUEST"
     if status == grpc.StatusCode.UNAUTHENTICATED:
         return "UNAUTHORIZED"
+    if status == grpc.StatusCode.PERMISSION_DENIED:
+        return "PERMISSION_DENIED"
     return "UNAVAILABLE"

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import grpc
@@ -31,6 +31,7 @@ from weir.broker.topics import short_topic
 from weir.errors import BadRequestError, ConsumerBusyError, UnavailableError, WeirError
 from weir.protocols.native import weir_pb2 as pb
 from weir.protocols.native.unary import unary as unary_errors
+from weir.security.grants import Permission
 
 log = logging.getLogger("weir.native")
 
@@ -110,9 +111,14 @@ class SubscribeSession:
     """One Subscribe stream: one consumer of one subscription."""
 
     def __init__(
-        self, broker: Broker, context: grpc.aio.ServicerContext, stopping: asyncio.Event
+        self,
+        broker: Broker,
+        context: grpc.aio.ServicerContext,
+        stopping: asyncio.Event,
+        allow: Callable[[Permission | None, str, str], None],
     ) -> None:
         self.broker = broker
+        self.allow = allow
         self.context = context
         self.stopping = stopping
         self._out: asyncio.Queue[pb.SubscribeResponse | None] = asyncio.Queue()
@@ -193,6 +199,7 @@ class SubscribeSession:
             init = first.init
             if init.permits < 0:
                 raise BadRequestError(f"permits must be >= 0, got {init.permits}")
+            self.allow(Permission.CONSUME, init.topic, "subscribe to")
             cfg = self.broker.topic(init.topic)
             sub, c = await self.broker.subscribe(
                 cfg.name,
@@ -311,18 +318,22 @@ class SubscriptionRpcs:
 
     broker: Broker
     stopping: asyncio.Event
+    _allow: Callable[[Permission | None, str, str], None]  # NativeService's authorization
 
     async def Subscribe(
         self,
         request_iterator: AsyncIterator[pb.SubscribeRequest],
         context: grpc.aio.ServicerContext,
     ) -> None:
-        await SubscribeSession(self.broker, context, self.stopping).run(request_iterator)
+        await SubscribeSession(self.broker, context, self.stopping, self._allow).run(
+            request_iterator
+        )
 
     @unary_errors
     async def CreateSubscription(
         self, request: pb.CreateSubscriptionRequest, context: grpc.aio.ServicerContext
     ) -> pb.SubscriptionDescription:
+        self._allow(Permission.CONSUME, request.topic, "create a subscription on")
         info = await self.broker.create_subscription(
             request.topic,
             request.subscription,
@@ -336,6 +347,7 @@ class SubscriptionRpcs:
     async def DescribeSubscription(
         self, request: pb.DescribeSubscriptionRequest, context: grpc.aio.ServicerContext
     ) -> pb.SubscriptionDescription:
+        self._allow(Permission.CONSUME, request.topic, "describe a subscription of")
         return subscription_description(
             self.broker.describe_subscription(request.topic, request.subscription)
         )
@@ -344,6 +356,7 @@ class SubscriptionRpcs:
     async def ListSubscriptions(
         self, request: pb.ListSubscriptionsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListSubscriptionsResponse:
+        self._allow(Permission.CONSUME, request.topic, "list the subscriptions of")
         return pb.ListSubscriptionsResponse(
             subscriptions=[
                 subscription_description(i) for i in self.broker.list_subscriptions(request.topic)
@@ -354,6 +367,7 @@ class SubscriptionRpcs:
     async def SeekSubscription(
         self, request: pb.SeekSubscriptionRequest, context: grpc.aio.ServicerContext
     ) -> pb.SubscriptionDescription:
+        self._allow(Permission.CONSUME, request.topic, "seek a subscription of")
         info = await self.broker.seek_subscription(
             request.topic,
             request.subscription,
@@ -366,6 +380,7 @@ class SubscriptionRpcs:
     async def DeleteSubscription(
         self, request: pb.DeleteSubscriptionRequest, context: grpc.aio.ServicerContext
     ) -> pb.DeleteSubscriptionResponse:
+        self._allow(Permission.CONSUME, request.topic, "delete a subscription of")
         await self.broker.delete_subscription(
             request.topic, request.subscription, force=request.force
         )

@@ -11,6 +11,7 @@ from weir.broker.tenancy import Namespace, Tenant
 from weir.protocols.native import weir_pb2 as pb
 from weir.protocols.native.policy_values import from_wire, to_wire
 from weir.protocols.native.unary import unary
+from weir.security import Security, current_principal
 
 if TYPE_CHECKING:
     from weir.broker.broker import Broker
@@ -39,20 +40,31 @@ def describe_namespace(broker: Broker, ns: Namespace) -> pb.NamespaceDescription
 
 
 class TenancyCalls:
+    """The tenant and namespace calls of `NativeService` (a mixin). They need a superuser
+    when grants are checked: a namespace's description lists its topics, and its policies
+    apply to every topic in it."""
+
     broker: Broker
+    security: Security
+
+    def _superuser(self, operation: str) -> None:
+        self.security.require_superuser(current_principal.get(), operation)
 
     @unary
     async def CreateTenant(self, request: pb.TenantRequest, context: Ctx) -> pb.TenantDescription:
+        self._superuser("creating a tenant")
         return describe_tenant(self.broker, await self.broker.create_tenant(request.tenant))
 
     @unary
     async def DescribeTenant(self, request: pb.TenantRequest, context: Ctx) -> pb.TenantDescription:
+        self._superuser("describing a tenant")
         return describe_tenant(self.broker, self.broker.describe_tenant(request.tenant))
 
     @unary
     async def DeleteTenant(
         self, request: pb.TenantRequest, context: Ctx
     ) -> pb.DeleteTenancyResponse:
+        self._superuser("deleting a tenant")
         await self.broker.delete_tenant(request.tenant)
         return pb.DeleteTenancyResponse()
 
@@ -60,6 +72,7 @@ class TenancyCalls:
     async def ListTenants(
         self, request: pb.ListTenantsRequest, context: Ctx
     ) -> pb.ListTenantsResponse:
+        self._superuser("listing tenants")
         return pb.ListTenantsResponse(
             tenants=[describe_tenant(self.broker, t) for t in self.broker.list_tenants()]
         )
@@ -68,6 +81,7 @@ class TenancyCalls:
     async def CreateNamespace(
         self, request: pb.CreateNamespaceRequest, context: Ctx
     ) -> pb.NamespaceDescription:
+        self._superuser("creating a namespace")
         ns = await self.broker.create_namespace(request.namespace, from_wire(request.policies))
         return describe_namespace(self.broker, ns)
 
@@ -75,12 +89,14 @@ class TenancyCalls:
     async def DescribeNamespace(
         self, request: pb.NamespaceRequest, context: Ctx
     ) -> pb.NamespaceDescription:
+        self._superuser("describing a namespace")
         return describe_namespace(self.broker, self.broker.describe_namespace(request.namespace))
 
     @unary
     async def DeleteNamespace(
         self, request: pb.NamespaceRequest, context: Ctx
     ) -> pb.DeleteTenancyResponse:
+        self._superuser("deleting a namespace")
         await self.broker.delete_namespace(request.namespace)
         return pb.DeleteTenancyResponse()
 
@@ -88,6 +104,7 @@ class TenancyCalls:
     async def ListNamespaces(
         self, request: pb.ListNamespacesRequest, context: Ctx
     ) -> pb.ListNamespacesResponse:
+        self._superuser("listing namespaces")
         found = self.broker.list_namespaces(request.tenant or None)
         return pb.ListNamespacesResponse(
             namespaces=[describe_namespace(self.broker, ns) for ns in found]
@@ -97,6 +114,7 @@ class TenancyCalls:
     async def SetNamespacePolicies(
         self, request: pb.SetNamespacePoliciesRequest, context: Ctx
     ) -> pb.NamespaceDescription:
+        self._superuser("setting namespace policies")
         ns = await self.broker.set_namespace_policies(
             request.namespace, from_wire(request.set), list(request.remove)
         )

@@ -2475,3 +2475,270 @@ class SeekSubscriptionRequest(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType__timestamp_ms) -> _WhichOneofReturnType__timestamp_ms | None: ...
 
 Global___SeekSubscriptionRequest: _TypeAlias = SeekSubscriptionRequest  # noqa: Y015
+
+@_typing.final
+class WhoAmIRequest(_message.Message):
+    """---------------------------------------------------------------- security"""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WhoAmIRequest: _TypeAlias = WhoAmIRequest  # noqa: Y015
+
+@_typing.final
+class WhoAmIResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PRINCIPAL_FIELD_NUMBER: _builtins.int
+    MECHANISM_FIELD_NUMBER: _builtins.int
+    SUPERUSER_FIELD_NUMBER: _builtins.int
+    principal: _builtins.str
+    """"" for anonymous"""
+    mechanism: _builtins.str
+    """password, token, jwt, mtls, anonymous"""
+    superuser: _builtins.bool
+    def __init__(
+        self,
+        *,
+        principal: _builtins.str = ...,
+        mechanism: _builtins.str = ...,
+        superuser: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["mechanism", b"mechanism", "principal", b"principal", "superuser", b"superuser"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WhoAmIResponse: _TypeAlias = WhoAmIResponse  # noqa: Y015
+
+@_typing.final
+class UserRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    USER_FIELD_NUMBER: _builtins.int
+    PASSWORD_FIELD_NUMBER: _builtins.int
+    user: _builtins.str
+    password: _builtins.str
+    def __init__(
+        self,
+        *,
+        user: _builtins.str = ...,
+        password: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["password", b"password", "user", b"user"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UserRequest: _TypeAlias = UserRequest  # noqa: Y015
+
+@_typing.final
+class UserResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    USER_FIELD_NUMBER: _builtins.int
+    CREATED_MS_FIELD_NUMBER: _builtins.int
+    user: _builtins.str
+    created_ms: _builtins.int
+    def __init__(
+        self,
+        *,
+        user: _builtins.str = ...,
+        created_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_ms", b"created_ms", "user", b"user"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UserResponse: _TypeAlias = UserResponse  # noqa: Y015
+
+@_typing.final
+class ListUsersRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListUsersRequest: _TypeAlias = ListUsersRequest  # noqa: Y015
+
+@_typing.final
+class UserInfo(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    USER_FIELD_NUMBER: _builtins.int
+    CREATED_MS_FIELD_NUMBER: _builtins.int
+    SOURCE_FIELD_NUMBER: _builtins.int
+    SUPERUSER_FIELD_NUMBER: _builtins.int
+    user: _builtins.str
+    created_ms: _builtins.int
+    """0 for a static user of the config"""
+    source: _builtins.str
+    """"stored" (weir user add) or "config" (auth.users)"""
+    superuser: _builtins.bool
+    def __init__(
+        self,
+        *,
+        user: _builtins.str = ...,
+        created_ms: _builtins.int = ...,
+        source: _builtins.str = ...,
+        superuser: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_ms", b"created_ms", "source", b"source", "superuser", b"superuser", "user", b"user"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UserInfo: _TypeAlias = UserInfo  # noqa: Y015
+
+@_typing.final
+class ListUsersResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    USERS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def users(self) -> _containers.RepeatedCompositeFieldContainer[Global___UserInfo]: ...
+    def __init__(
+        self,
+        *,
+        users: _abc.Iterable[Global___UserInfo] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["users", b"users"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListUsersResponse: _TypeAlias = ListUsersResponse  # noqa: Y015
+
+@_typing.final
+class GrantRequest(_message.Message):
+    """A permission (produce, consume, admin) on the topics a pattern names ("orders",
+    "shop/*", "*") for a principal.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PRINCIPAL_FIELD_NUMBER: _builtins.int
+    PERMISSION_FIELD_NUMBER: _builtins.int
+    RESOURCE_FIELD_NUMBER: _builtins.int
+    principal: _builtins.str
+    permission: _builtins.str
+    resource: _builtins.str
+    def __init__(
+        self,
+        *,
+        principal: _builtins.str = ...,
+        permission: _builtins.str = ...,
+        resource: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["permission", b"permission", "principal", b"principal", "resource", b"resource"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GrantRequest: _TypeAlias = GrantRequest  # noqa: Y015
+
+@_typing.final
+class GrantResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CHANGED_FIELD_NUMBER: _builtins.int
+    changed: _builtins.bool
+    """false: the grant was already there (grant) or not there (revoke)"""
+    def __init__(
+        self,
+        *,
+        changed: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["changed", b"changed"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GrantResponse: _TypeAlias = GrantResponse  # noqa: Y015
+
+@_typing.final
+class ListGrantsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PRINCIPAL_FIELD_NUMBER: _builtins.int
+    principal: _builtins.str
+    """"" for every principal"""
+    def __init__(
+        self,
+        *,
+        principal: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["principal", b"principal"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListGrantsRequest: _TypeAlias = ListGrantsRequest  # noqa: Y015
+
+@_typing.final
+class GrantInfo(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PRINCIPAL_FIELD_NUMBER: _builtins.int
+    PERMISSION_FIELD_NUMBER: _builtins.int
+    RESOURCE_FIELD_NUMBER: _builtins.int
+    principal: _builtins.str
+    permission: _builtins.str
+    resource: _builtins.str
+    def __init__(
+        self,
+        *,
+        principal: _builtins.str = ...,
+        permission: _builtins.str = ...,
+        resource: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["permission", b"permission", "principal", b"principal", "resource", b"resource"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GrantInfo: _TypeAlias = GrantInfo  # noqa: Y015
+
+@_typing.final
+class ListGrantsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GRANTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def grants(self) -> _containers.RepeatedCompositeFieldContainer[Global___GrantInfo]: ...
+    def __init__(
+        self,
+        *,
+        grants: _abc.Iterable[Global___GrantInfo] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["grants", b"grants"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListGrantsResponse: _TypeAlias = ListGrantsResponse  # noqa: Y015

@@ -174,6 +174,46 @@ class WeirStub:
                 request_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.SeekSubscriptionRequest.SerializeToString,
                 response_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.SubscriptionDescription.FromString,
                 _registered_method=True)
+        self.WhoAmI = channel.unary_unary(
+                '/weir.v1.Weir/WhoAmI',
+                request_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.WhoAmIRequest.SerializeToString,
+                response_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.WhoAmIResponse.FromString,
+                _registered_method=True)
+        self.AddUser = channel.unary_unary(
+                '/weir.v1.Weir/AddUser',
+                request_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.UserRequest.SerializeToString,
+                response_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.UserResponse.FromString,
+                _registered_method=True)
+        self.SetUserPassword = channel.unary_unary(
+                '/weir.v1.Weir/SetUserPassword',
+                request_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.UserRequest.SerializeToString,
+                response_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.UserResponse.FromString,
+                _registered_method=True)
+        self.DeleteUser = channel.unary_unary(
+                '/weir.v1.Weir/DeleteUser',
+                request_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.UserRequest.SerializeToString,
+                response_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.UserResponse.FromString,
+                _registered_method=True)
+        self.ListUsers = channel.unary_unary(
+                '/weir.v1.Weir/ListUsers',
+                request_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.ListUsersRequest.SerializeToString,
+                response_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.ListUsersResponse.FromString,
+                _registered_method=True)
+        self.Grant = channel.unary_unary(
+                '/weir.v1.Weir/Grant',
+                request_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.GrantRequest.SerializeToString,
+                response_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.GrantResponse.FromString,
+                _registered_method=True)
+        self.Revoke = channel.unary_unary(
+                '/weir.v1.Weir/Revoke',
+                request_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.GrantRequest.SerializeToString,
+                response_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.GrantResponse.FromString,
+                _registered_method=True)
+        self.ListGrants = channel.unary_unary(
+                '/weir.v1.Weir/ListGrants',
+                request_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.ListGrantsRequest.SerializeToString,
+                response_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.ListGrantsResponse.FromString,
+                _registered_method=True)
 
 
 class WeirServicer:
@@ -360,6 +400,56 @@ class WeirServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WhoAmI(self, request, context):
+        """Security: who the caller is, users kept in the data directory, and grants. Managing
+        users and grants needs a superuser (or anonymous access on a server without auth).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AddUser(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetUserPassword(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteUser(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListUsers(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Grant(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Revoke(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListGrants(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_WeirServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -497,6 +587,46 @@ def add_WeirServicer_to_server(servicer, server):
                     servicer.SeekSubscription,
                     request_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.SeekSubscriptionRequest.FromString,
                     response_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.SubscriptionDescription.SerializeToString,
+            ),
+            'WhoAmI': grpc.unary_unary_rpc_method_handler(
+                    servicer.WhoAmI,
+                    request_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.WhoAmIRequest.FromString,
+                    response_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.WhoAmIResponse.SerializeToString,
+            ),
+            'AddUser': grpc.unary_unary_rpc_method_handler(
+                    servicer.AddUser,
+                    request_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.UserRequest.FromString,
+                    response_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.UserResponse.SerializeToString,
+            ),
+            'SetUserPassword': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetUserPassword,
+                    request_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.UserRequest.FromString,
+                    response_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.UserResponse.SerializeToString,
+            ),
+            'DeleteUser': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteUser,
+                    request_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.UserRequest.FromString,
+                    response_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.UserResponse.SerializeToString,
+            ),
+            'ListUsers': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListUsers,
+                    request_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.ListUsersRequest.FromString,
+                    response_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.ListUsersResponse.SerializeToString,
+            ),
+            'Grant': grpc.unary_unary_rpc_method_handler(
+                    servicer.Grant,
+                    request_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.GrantRequest.FromString,
+                    response_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.GrantResponse.SerializeToString,
+            ),
+            'Revoke': grpc.unary_unary_rpc_method_handler(
+                    servicer.Revoke,
+                    request_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.GrantRequest.FromString,
+                    response_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.GrantResponse.SerializeToString,
+            ),
+            'ListGrants': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListGrants,
+                    request_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.ListGrantsRequest.FromString,
+                    response_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.ListGrantsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1233,6 +1363,222 @@ class Weir:
             '/weir.v1.Weir/SeekSubscription',
             weir_dot_protocols_dot_native_dot_weir__pb2.SeekSubscriptionRequest.SerializeToString,
             weir_dot_protocols_dot_native_dot_weir__pb2.SubscriptionDescription.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WhoAmI(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/weir.v1.Weir/WhoAmI',
+            weir_dot_protocols_dot_native_dot_weir__pb2.WhoAmIRequest.SerializeToString,
+            weir_dot_protocols_dot_native_dot_weir__pb2.WhoAmIResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AddUser(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/weir.v1.Weir/AddUser',
+            weir_dot_protocols_dot_native_dot_weir__pb2.UserRequest.SerializeToString,
+            weir_dot_protocols_dot_native_dot_weir__pb2.UserResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetUserPassword(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/weir.v1.Weir/SetUserPassword',
+            weir_dot_protocols_dot_native_dot_weir__pb2.UserRequest.SerializeToString,
+            weir_dot_protocols_dot_native_dot_weir__pb2.UserResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteUser(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/weir.v1.Weir/DeleteUser',
+            weir_dot_protocols_dot_native_dot_weir__pb2.UserRequest.SerializeToString,
+            weir_dot_protocols_dot_native_dot_weir__pb2.UserResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListUsers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/weir.v1.Weir/ListUsers',
+            weir_dot_protocols_dot_native_dot_weir__pb2.ListUsersRequest.SerializeToString,
+            weir_dot_protocols_dot_native_dot_weir__pb2.ListUsersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Grant(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/weir.v1.Weir/Grant',
+            weir_dot_protocols_dot_native_dot_weir__pb2.GrantRequest.SerializeToString,
+            weir_dot_protocols_dot_native_dot_weir__pb2.GrantResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Revoke(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/weir.v1.Weir/Revoke',
+            weir_dot_protocols_dot_native_dot_weir__pb2.GrantRequest.SerializeToString,
+            weir_dot_protocols_dot_native_dot_weir__pb2.GrantResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListGrants(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/weir.v1.Weir/ListGrants',
+            weir_dot_protocols_dot_native_dot_weir__pb2.ListGrantsRequest.SerializeToString,
+            weir_dot_protocols_dot_native_dot_weir__pb2.ListGrantsResponse.FromString,
             options,
             channel_credentials,
             insecure,

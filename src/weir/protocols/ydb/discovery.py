@@ -1,8 +1,8 @@
 """YDB Discovery: ListEndpoints names this server as the only endpoint of every database.
 
 The SDK connects to whatever the endpoint list says, and drops endpoints whose
-``ssl`` flag differs from its own scheme; weir serves plain gRPC, so ``ssl`` is
-false (clients use ``grpc://``).
+``ssl`` flag differs from its own scheme; so ``ssl`` says whether the port
+speaks TLS (clients then use ``grpcs://``).
 """
 
 from __future__ import annotations
@@ -26,8 +26,11 @@ _WILDCARDS = {"", "0.0.0.0", "::", "[::]"}
 class DiscoveryServicer(ydb_discovery_v1_pb2_grpc.DiscoveryServiceServicer):
     """``Ydb.Discovery.V1.DiscoveryService``: ListEndpoints (WhoAmI stays unimplemented)."""
 
-    def __init__(self, auth: Authenticator, address: Callable[[], tuple[str, int]]) -> None:
+    def __init__(
+        self, auth: Authenticator, address: Callable[[], tuple[str, int]], ssl: bool = False
+    ) -> None:
         self.auth = auth
+        self.ssl = ssl
         self.address = address  # read per call: the port is known only once the server bound it
 
     async def ListEndpoints(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
@@ -39,7 +42,7 @@ class DiscoveryServicer(ydb_discovery_v1_pb2_grpc.DiscoveryServiceServicer):
         if host in _WILDCARDS:  # bound to every interface: name one the client can reach
             host = socket.gethostname()
         endpoint = ydb_discovery_pb2.EndpointInfo(
-            address=host, port=port, ssl=False, location=LOCATION, node_id=NODE_ID
+            address=host, port=port, ssl=self.ssl, location=LOCATION, node_id=NODE_ID
         )
         result = ydb_discovery_pb2.ListEndpointsResult(endpoints=[endpoint], self_location=LOCATION)
         return ydb_discovery_pb2.ListEndpointsResponse(operation=operation(result))

@@ -47,6 +47,7 @@ STATUS_BY_CODE: dict[str, int] = {
     "NOT_FOUND": StatusIds.SCHEME_ERROR,
     "ALREADY_EXISTS": StatusIds.ALREADY_EXISTS,
     "UNAUTHORIZED": StatusIds.UNAUTHORIZED,
+    "PERMISSION_DENIED": StatusIds.UNAUTHORIZED,  # YDB's "access denied" is UNAUTHORIZED too
     "STALE_GENERATION": StatusIds.PRECONDITION_FAILED,
     "PRODUCER_FENCED": StatusIds.PRECONDITION_FAILED,  # a newer session of the producer won
     "PRODUCER_BUSY": StatusIds.PRECONDITION_FAILED,  # an exclusive producer holds the topic

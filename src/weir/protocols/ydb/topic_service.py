@@ -44,6 +44,7 @@ from weir.protocols.ydb.read_session import ReadSession
 from weir.protocols.ydb.shutdown import ServerState, Shutdown
 from weir.protocols.ydb.status import SchemeError, UnsupportedError, end_stream, operation
 from weir.protocols.ydb.write_session import WriteSession
+from weir.security.grants import Permission
 
 log = logging.getLogger("weir.ydb")
 OWNER = "weir"
@@ -96,6 +97,7 @@ class TopicServicer(ydb_topic_v1_pb2_grpc.TopicServiceServicer):
         database = database_of(context)
         if names_database(request.path, database):
             raise SchemeError(f"{request.path!r} names the database, not a topic in it")
+        self.auth.allow(Permission.ADMIN, request.path, database, "create")
         ts.check_create(request)
         parts = request.partitioning_settings.min_active_partitions
         if parts < 0:
@@ -126,6 +128,7 @@ class TopicServicer(ydb_topic_v1_pb2_grpc.TopicServiceServicer):
 
     @_unary(ydb_topic_pb2.DescribeTopicResponse)
     async def DescribeTopic(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        self.auth.allow(None, request.path, database_of(context), "describe")
         cfg = self.broker.topic(request.path, database_of(context))
         result = ydb_topic_pb2.DescribeTopicResult(
             self=_entry(cfg),
@@ -156,6 +159,7 @@ class TopicServicer(ydb_topic_v1_pb2_grpc.TopicServiceServicer):
     @_unary(ydb_topic_pb2.AlterTopicResponse)
     async def AlterTopic(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         database = database_of(context)
+        self.auth.allow(Permission.ADMIN, request.path, database, "alter")
         cfg = self.broker.topic(request.path, database)
         ts.check_alter(request)
         aps = request.alter_partitioning_settings
@@ -193,6 +197,7 @@ class TopicServicer(ydb_topic_v1_pb2_grpc.TopicServiceServicer):
 
     @_unary(ydb_topic_pb2.DropTopicResponse)
     async def DropTopic(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        self.auth.allow(Permission.ADMIN, request.path, database_of(context), "drop")
         await self.broker.drop_topic(request.path, database_of(context))
         return ydb_topic_pb2.DropTopicResult()
 
@@ -200,6 +205,9 @@ class TopicServicer(ydb_topic_v1_pb2_grpc.TopicServiceServicer):
 
     @_unary(ydb_topic_pb2.DescribeConsumerResponse)
     async def DescribeConsumer(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        self.auth.allow(
+            Permission.CONSUME, request.path, database_of(context), "describe a consumer of"
+        )
         cfg = self.broker.topic(request.path, database_of(context))
         consumer = self.broker.consumer(cfg.name, request.consumer)
         # YDB answers with the topic's own entry, named "<topic>/<consumer>"
@@ -225,6 +233,9 @@ class TopicServicer(ydb_topic_v1_pb2_grpc.TopicServiceServicer):
 
     @_unary(ydb_topic_pb2.CommitOffsetResponse)
     async def CommitOffset(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        self.auth.allow(
+            Permission.CONSUME, request.path, database_of(context), "commit an offset of"
+        )
         cfg = self.broker.topic(request.path, database_of(context))
         # An explicit commit sets the offset, backwards too (YDB's semantics: a rewind).
         await self.broker.commit_offset(

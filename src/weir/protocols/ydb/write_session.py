@@ -49,6 +49,7 @@ from weir.protocols.ydb.conversions import (
 from weir.protocols.ydb.protos import StreamWrite, ydb_topic_pb2
 from weir.protocols.ydb.shutdown import Shutdown
 from weir.protocols.ydb.status import SUCCESS, UnsupportedError, end_stream
+from weir.security.grants import Permission
 from weir.storage.batch import encode_batch, parse_header
 from weir.storage.codecs import Codec
 from weir.storage.partition import BatchResult, IncomingBatch
@@ -158,6 +159,7 @@ class WriteSession:
         )
 
     async def _init(self, init: Any) -> WriterToken | None:
+        self.auth.allow(Permission.PRODUCE, init.path, self.database, "write to")
         # no auto-creation here: a YDB client expects SCHEME_ERROR for a missing topic
         cfg = self.broker.topic(init.path, self.database)
         self.topic = cfg.name

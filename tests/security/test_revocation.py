@@ -1,0 +1,102 @@
+"""A revoked user's open streams end as soon as the change is made, not at the next login:
+deleting the user, changing its password or revoking the grant a stream uses ends the
+native write and read sessions with the reason, and other streams go on."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+import weir
+from tests.conftest import ServerProcess
+from weir.errors import PermissionDeniedError, UnauthorizedError
+
+ROOT, ROOT_PW = "root", "root-password"
+PW = "stream-user-password"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    env = {
+        "WEIR_AUTH_USERS": f"{ROOT}:{ROOT_PW}",
+        "WEIR_AUTH_ALLOW_ANONYMOUS": "false",
+        "WEIR_AUTH_SUPERUSERS": ROOT,
+    }
+    srv = ServerProcess(tmp_path_factory.mktemp("revocation"), env=env)
+    srv.start()
+    yield srv
+    srv.stop()
+
+
+def setup_user(srv: ServerProcess, user: str, topic: str) -> weir.Client:
+    """A topic with one message, and ``user`` allowed to produce and consume it."""
+    root = weir.Client(srv.endpoint, credentials=(ROOT, ROOT_PW))
+    root.create_topic(topic, partitions=1, consumers=["c"])
+    with root.writer(topic, producer_id="seed") as w:
+        w.write(b"seed")
+    root.add_user(user, PW)
+    root.grant(user, "produce", topic)
+    root.grant(user, "consume", topic)
+    return root
+
+
+def test_revoking_a_grant_ends_the_stream_that_uses_it(
+    server: ServerProcess, topic_name: str
+) -> None:
+    root = setup_user(server, "rita", topic_name)
+    try:
+        with weir.Client(server.endpoint, credentials=("rita", PW)) as c:
+            reader = c.reader(topic_name, consumer="c")
+            writer = c.writer(topic_name, producer_id="rita")
+            try:
+                assert reader.receive_batch(timeout=30) is not None
+                writer.write(b"one")
+                writer.flush(timeout=30)
+                assert root.revoke("rita", "consume", topic_name)
+                # the read session ends with the reason; waiting for more data does not hang
+                with pytest.raises(PermissionDeniedError, match=f"read topic '{topic_name}'"):
+                    for _ in range(100):  # bounded: each call waits at most 5 s
+                        reader.receive_batch(timeout=5)
+                # the write session does not need the consume grant: it goes on
+                writer.write(b"two")
+                writer.flush(timeout=30)
+                assert root.revoke("rita", "produce", topic_name)
+                with pytest.raises(PermissionDeniedError, match=f"write to topic '{topic_name}'"):
+                    for _ in range(100):
+                        writer.write(b"three")
+                        writer.flush(timeout=30)
+            finally:
+                reader.close()
+                writer.close()
+        assert root.describe_topic(topic_name).messages == 3  # seed, one, two
+    finally:
+        root.close()
+
+
+@pytest.mark.parametrize("change", ["delete", "passwd"])
+def test_deleting_a_user_or_changing_its_password_ends_its_streams(
+    server: ServerProcess, topic_name: str, change: str
+) -> None:
+    user = f"sam-{change}"
+    root = setup_user(server, user, topic_name)
+    try:
+        with weir.Client(server.endpoint, credentials=(user, PW)) as c:
+            reader = c.reader(topic_name, consumer="c")
+            try:
+                assert reader.receive_batch(timeout=30) is not None
+                if change == "delete":
+                    root.delete_user(user)
+                else:
+                    root.set_password(user, "a-new-password-9")
+                # the stream ends; the SDK's login again with the old password is refused
+                with pytest.raises(UnauthorizedError):
+                    for _ in range(100):
+                        reader.receive_batch(timeout=5)
+            finally:
+                reader.close()
+        # other users' streams are not touched
+        with root.reader(topic_name, consumer="c2") as r:
+            assert r.receive_batch(timeout=30) is not None
+    finally:
+        root.close()
