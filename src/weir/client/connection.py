@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 from typing import Any, TypeVar
 
 import grpc
@@ -90,6 +91,21 @@ class Backoff:
         self.attempt = 0
 
 
+# A first contact closed before any answer is a TLS mismatch, or a proxy / load balancer
+# whose server is (re)starting: only when it lasts this long is it reported as a mismatch.
+CLOSED_PATIENCE_S = 10.0
+
+
+def closed_before_answer(err: WeirError) -> bool:
+    """``err`` says the server side closed the connection before any answer."""
+    text = err.message.lower()
+    return (
+        isinstance(err, UnavailableError)
+        and tls_failure(text) is None
+        and ("socket closed" in text or "connection reset" in text)
+    )
+
+
 def cannot_connect(endpoint: str, err: WeirError, tls: bool = False) -> WeirError | None:
     """The error to fail fast with when ``err`` says nothing listens at ``endpoint`` (or its
     host name does not resolve, or TLS does not agree); None for other failures, which are
@@ -166,6 +182,7 @@ class Connection:
         creds = as_credentials(credentials)
         self.tokens = TokenSource(creds) if creds is not None else None
         self.ever_connected = False
+        self._closed_since: float | None = None  # first contacts closed before an answer
         if self.tls is None:
             self.channel = grpc.aio.insecure_channel(self.endpoint, options=CHANNEL_OPTIONS)
         else:
@@ -254,7 +271,7 @@ class Connection:
                 if fast is not None:
                     raise fast from None
                 if not err.retryable or (deadline is not None and loop.time() >= deadline):
-                    raise err from None
+                    raise self.explained(err) from None
                 await asyncio.sleep(
                     min(backoff.next_delay(), max(0.0, (deadline or 1e18) - loop.time()))
                 )
@@ -262,12 +279,28 @@ class Connection:
                 self.ever_connected = True
                 return result
 
+    def explained(self, err: WeirError) -> WeirError:
+        """``err`` as a call that gives up reports it: a first contact that kept being closed
+        before any answer names the likely TLS mismatch (even before CLOSED_PATIENCE_S)."""
+        if not self.ever_connected and closed_before_answer(err):
+            return cannot_connect(self.endpoint, err, self.tls is not None) or err
+        return err
+
     def unreachable(self, err: WeirError) -> WeirError | None:
         """The error to fail fast with, when this connection never got through and ``err``
         says nothing listens at the endpoint; None when retrying makes sense."""
         if self.ever_connected:
             return None
-        return cannot_connect(self.endpoint, err, self.tls is not None)
+        fast = cannot_connect(self.endpoint, err, self.tls is not None)
+        if fast is not None and closed_before_answer(err):
+            # a TLS mismatch, or a proxy whose server is restarting: wait and see (the chaos
+            # suite's proxy resets clients while the server is down; they must not give up)
+            now = time.monotonic()
+            if self._closed_since is None:
+                self._closed_since = now
+            if now - self._closed_since < CLOSED_PATIENCE_S:
+                return None
+        return fast
 
     async def close(self) -> None:
         if not self.closed:

@@ -149,7 +149,9 @@ class RoutedWriterCore:
         if self._early_error is not None:
             if seen:
                 self._early_unseen = False
-            raise self._early_error
+                if self._early_error is self.home._error:
+                    self.home._error_seen = True  # so the home core's close() won't raise it again
+            raise self._early_error.with_traceback(None)
         err, self._deferred = self._deferred, None
         if err is not None:
             raise err
