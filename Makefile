@@ -13,7 +13,8 @@ BIN    := $(VENV)/bin
 WEIR_DATA   ?= ./weir-data
 WEIR_LISTEN ?= 127.0.0.1:2136
 
-.PHONY: serve test install install-test lint typecheck pytest coverage bench bench-storage soak proto clean
+
+.PHONY: serve test install install-test system-packages lint typecheck pytest coverage bench bench-storage soak proto clean
 
 # The virtualenv is made with Python 3.11 only, and removed again if making it
 # fails, so that a failed attempt never leaves a .venv the next `make` would trust.
@@ -38,6 +39,10 @@ $(VENV)/.installed-test: $(VENV)/.installed pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[test,spark]'
 	touch $@
 
+# Debian packages the tests run for real (FUSE, Chromium, ZooKeeper): installed if missing
+system-packages:
+	tools/system-packages.sh
+
 $(VENV)/.installed-bench: $(VENV)/.installed-test pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[test,spark,bench]'
 	touch $@
@@ -55,14 +60,14 @@ lint: install-test
 typecheck: install-test
 	$(BIN)/mypy
 
-pytest: install-test
+pytest: install-test system-packages
 	$(BIN)/python -m pytest -q
 
 test: lint typecheck pytest
 
 # every test under coverage, the server, CLI and Spark worker processes included
 # ([tool.coverage] in pyproject.toml); prints the per-module table (README, Development)
-coverage: install-test
+coverage: install-test system-packages
 	rm -f .coverage .coverage.*
 	$(BIN)/python -m coverage run -m pytest -q; status=$$?; \
 	$(BIN)/python -m coverage combine -q && $(BIN)/python -m coverage report; \
@@ -80,7 +85,7 @@ bench: $(VENV)/.installed-bench
 # ledgers, each ledger checked entry by entry (docs/replication.md).
 SOAK_KILLS ?= 1000
 LEDGER_FAULTS ?= 300
-soak: install-test
+soak: install-test system-packages
 	WEIR_SOAK=1 WEIR_SOAK_KILLS=$(SOAK_KILLS) $(BIN)/python -m pytest -q -s tests/reliability -m slow
 	WEIR_LEDGER_FAULTS=$(LEDGER_FAULTS) $(BIN)/python -m pytest -q -s tests/replication/test_fault_schedule.py
 
