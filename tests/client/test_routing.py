@@ -153,11 +153,18 @@ def test_bad_routing_is_refused_and_stores_nothing(
         w = c.writer(topic_name, routing=lambda key, n: n).wait_init()
         with pytest.raises(BadRequestError, match="returned 2 for a topic of 2 partitions"):
             w.write(b"x", key="k")
-        # before the writer knows the partition count the write is queued: its future fails
+        # before the writer knows the partition count the write is queued and its future
+        # fails; a writer that connected already refuses the call itself
         early = c.writer(topic_name, routing=lambda key, n: n)
-        fut = early.write_future(b"x", key="k")
-        with pytest.raises(BadRequestError, match="returned 2"):
-            fut.result(timeout=30)
+        try:
+            fut = early.write_future(b"x", key="k")
+        except BadRequestError as err:
+            refused = err
+        else:
+            with pytest.raises(BadRequestError) as caught:
+                fut.result(timeout=30)
+            refused = caught.value
+        assert "returned 2 for a topic of 2 partitions" in str(refused)
         early.close()
         w.close()
         assert sum(len(ms) for ms in read_topic(c, topic_name).values()) == 0

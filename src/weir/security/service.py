@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
 import secrets
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from weir.broker.broker import SERVER, Broker
@@ -66,7 +65,7 @@ class Security:
         self.throttle = LoginThrottle()
         self.authenticators: list[Authenticator] = list(authenticators)
         self.revision = 0  # one more for each change of users or grants
-        self._waiters: list[asyncio.Future[None]] = []
+        self._rechecks: set[Callable[[], None]] = set()  # one per open stream
         if stored is not None:
             stored.on_change.append(self.tokens.forget)
             stored.on_change.append(lambda _user: self.changed())
@@ -186,41 +185,34 @@ class Security:
     # ------------------------------------------------------------------ changes
 
     def changed(self) -> None:
-        """Users or grants changed: wake every open stream to check its caller again."""
+        """Users or grants changed: every open stream checks its caller again, now, before
+        the call that made the change answers (so no write after a revoke's answer lands)."""
         self.revision += 1
-        waiters, self._waiters = self._waiters, []
-        for fut in waiters:
-            if not fut.done():
-                fut.set_result(None)
+        for recheck in list(self._rechecks):
+            recheck()
 
-    async def wait_changed(self) -> None:
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.append(fut)
-        try:
-            await fut
-        finally:
-            if fut in self._waiters:
-                self._waiters.remove(fut)
+    def on_change(self, recheck: Callable[[], None]) -> Callable[[], None]:
+        """Run ``recheck`` on every change until the returned function is called."""
+        self._rechecks.add(recheck)
+        return lambda: self._rechecks.discard(recheck)
 
-    async def watch(
+    def still_allowed(
         self,
         credential: Credential | None,
         principal: Principal,
         checks: list[tuple[object, str, str]],
-    ) -> WeirError:
-        """Returns (with the reason) once a change of users or grants means ``principal`` may
-        no longer do what its open stream does: its credential is refused now, or one of the
-        ``checks`` it passed fails. A stream ends as soon as this returns."""
-        while True:
-            await self.wait_changed()
-            try:
-                again = self.authenticate(credential)
-                for permission, topic, operation in list(checks):
-                    assert permission is None or isinstance(permission, Permission)
-                    self.authorize(again, permission, topic, operation, record=False)
-            except WeirError as err:
-                audit.event("stream_ended", principal=principal.name, error=err.message)
-                return err
+    ) -> WeirError | None:
+        """Why ``principal`` may no longer do what its open stream does (its credential is
+        refused now, or one of the ``checks`` it passed fails); None: it still may."""
+        try:
+            again = self.authenticate(credential)
+            for permission, topic, operation in list(checks):
+                assert permission is None or isinstance(permission, Permission)
+                self.authorize(again, permission, topic, operation, record=False)
+        except WeirError as err:
+            audit.event("stream_ended", principal=principal.name, error=err.message)
+            return err
+        return None
 
     # ------------------------------------------------------------------ authorization
 

@@ -93,20 +93,29 @@ async def _watched(
     checks: list[tuple[object, str, str]] = []
     current_checks.set(checks)  # filled by the authorization checks the stream passes
     task = asyncio.ensure_future(behavior(request, context))
-    watcher = asyncio.ensure_future(security.watch(credential, principal, checks))
+    ended: list[WeirError] = []
+
+    def recheck() -> None:  # run inside the call that changed users or grants
+        if ended or task.done():
+            return
+        err = security.still_allowed(credential, principal, checks)
+        if err is not None:
+            ended.append(err)
+            task.cancel()  # before that call answers: nothing sent after its answer lands
+
+    stop_watching = security.on_change(recheck)
     try:
-        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
-        if task.done():
-            return task.result()
-        err = watcher.result()
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await task
+        try:
+            return await task
+        except asyncio.CancelledError:
+            if not ended:
+                raise
+        err = ended[0]
         await context.abort(
             grpc_status(err), err.message, trailing_metadata=((CODE_KEY, err.code),)
         )
     finally:
-        watcher.cancel()
+        stop_watching()
         task.cancel()
     raise AssertionError("unreachable")
 
