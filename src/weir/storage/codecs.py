@@ -142,7 +142,7 @@ def decompress_message(codec: int, data: bytes | memoryview) -> bytes:
         if codec == Codec.GZIP:
             return zlib.decompress(data, 16 + zlib.MAX_WBITS)
         if codec == Codec.ZSTD:
-            return bytes(zstandard.ZstdDecompressor().decompressobj().decompress(data))
+            return bytes(_zstd_d.decompressobj().decompress(data))
     except Exception as exc:  # zlib.error, zstd.ZstdError
         raise BatchFormatError(
             f"cannot decompress {Codec(codec).name} message data: {exc}"
