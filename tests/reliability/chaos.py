@@ -27,24 +27,24 @@ what it has not read. Everything random comes from one seed.
 from __future__ import annotations
 
 import contextlib
+import logging
 import random
 import signal
 import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import weir
 from tests.conftest import ServerProcess
+from tests.reliability.checker import Report, check
 from tests.reliability.history import (
     TOPIC_STRIDE,
+    Contents,
     History,
-    Report,
-    Stored,
-    check,
     make_data,
     message_id,
 )
@@ -104,6 +104,9 @@ class ChaosSettings:
     catch_up_s: float = 10.0  # after a restart, wait up to this long for new acks
     retained_topic: bool = True  # the second topic: size retention, an important consumer
     seed: int = 1
+    # where the proxy's connection log (proxy.log) and the clients' log (clients.log) go;
+    # None: no logs (WEIR_CHAOS_LOG_DIR sets it for the tests of test_faults.py)
+    log_dir: Path | None = None
 
     @property
     def power_cuts(self) -> bool:
@@ -141,7 +144,12 @@ class Chaos:
         self.s = settings
         self.rng = random.Random(settings.seed)
         self.history = History()
-        self.proxy = FaultyProxy(lambda: self.server.port)
+        if settings.log_dir is not None:
+            settings.log_dir.mkdir(parents=True, exist_ok=True)
+        self.proxy = FaultyProxy(
+            lambda: self.server.port,
+            log=settings.log_dir / "proxy.log" if settings.log_dir is not None else None,
+        )
         self.stop = threading.Event()
         self.faults: Counter[str] = Counter()
         self.recovery: dict[str, list[float]] = defaultdict(list)
@@ -159,6 +167,7 @@ class Chaos:
         """Recorded for the verdict, and printed now: a long soak's log shows when it was."""
         line = f"{who}: {err!r}"
         self.history.error(line)
+        self.proxy.note(f"UNEXPECTED {line}")
         print(f"chaos: unexpected client error at {time.strftime('%H:%M:%S')}: {line}", flush=True)
 
     # ------------------------------------------------------------------ writers
@@ -342,8 +351,7 @@ class Chaos:
                 ps = batch.session
                 session = f"c{idx}/g{ps.generation}/a{ps.assignment_id}"
                 key = batch.partition + TOPIC_STRIDE * self.topics.index(_short(batch.topic))
-                for offset, data in zip(batch.offsets, batch.values, strict=True):
-                    h.delivered(session, key, offset, message_id(data))
+                h.delivered_batch(session, key, batch.offsets, map(message_id, batch.values))
                 self._op(len(batch))
                 try:
                     r.commit_with_ack(batch, timeout=5)
@@ -382,18 +390,26 @@ class Chaos:
                 kind = deck.pop()
                 self.faults[kind] += 1
                 self.history.fault(kind)
+                self.proxy.note(f"fault {kind} #{self.faults[kind]} (server pid {self._pid()})")
                 self._inject(kind)
+                self.proxy.note(
+                    f"fault {kind} #{self.faults[kind]} done (server pid {self._pid()})"
+                )
                 kills += kind in KILLS
                 if kind in (*KILLS, "restart"):
-                    self._await_acks(len(self.history.acks))
+                    self._await_acks(self.history.acked_count)
         except Exception as err:
             self._unexpected("fault injection", err)
+
+    def _pid(self) -> int | None:
+        proc = self.server.proc
+        return proc.pid if proc is not None else None
 
     def _await_acks(self, before: int) -> None:
         """Let the load catch up after a restart (new acks, bounded wait), so that every
         kill hits a server under load rather than one the clients have not reached yet."""
         deadline = time.monotonic() + self.s.catch_up_s
-        while len(self.history.acks) < before + 20 and time.monotonic() < deadline:
+        while self.history.acked_count < before + 20 and time.monotonic() < deadline:
             if not any(t.is_alive() for t in self._writers) or self.stop.wait(0.02):
                 return
 
@@ -473,6 +489,10 @@ class Chaos:
     # ------------------------------------------------------------------ run
 
     def run(self) -> ChaosResult:
+        with _client_log(self.s.log_dir, self.proxy.t0):
+            return self._run()
+
+    def _run(self) -> ChaosResult:
         t0 = time.monotonic()
         with weir.Client(self.server.endpoint) as admin:
             admin.create_topic(
@@ -526,11 +546,11 @@ class Chaos:
         """After the last fault the load must go on: wait (bounded) for new acks and, with
         consumers, a new commit ack."""
         h = self.history
-        acked, commits = len(h.acks), len(h.commit_acks)
+        acked, commits = h.acked_count, len(h.commit_acks)
         want_commit = 1 if self.s.consumers else 0
 
         def done() -> bool:
-            return len(h.acks) >= acked + 50 and len(h.commit_acks) >= commits + want_commit
+            return h.acked_count >= acked + 50 and len(h.commit_acks) >= commits + want_commit
 
         deadline = time.monotonic() + 60
         while not done() and time.monotonic() < deadline:
@@ -540,10 +560,8 @@ class Chaos:
         if not done():
             h.error("no progress: fewer than 50 acks or no commit ack in 60 s after the last fault")
 
-    def _read_back(
-        self,
-    ) -> tuple[dict[int, list[Stored]], dict[int, int], dict[int, int]]:
-        stored: dict[int, list[Stored]] = {}
+    def _read_back(self) -> tuple[Contents, dict[int, int], dict[int, int]]:
+        stored = Contents(self.history)
         starts: dict[int, int] = {}
         protected: dict[int, int] = {}
         with weir.Client(self.server.endpoint) as client:
@@ -557,21 +575,47 @@ class Chaos:
                 for p in info.partition_info:
                     key = p.partition + TOPIC_STRIDE * t_idx
                     starts[key] = p.start_offset
-                    rows: list[Stored] = []
+                    stored.partition(key)
                     for chunk in client.read_range(
                         topic, p.partition, p.start_offset, p.end_offset
                     ):
-                        rows.extend(
-                            Stored(m.offset, message_id(m.data), m.producer_id, m.seq_no)
-                            for m in chunk.messages(max(chunk.first_offset, p.start_offset))
-                            if p.start_offset <= m.offset < p.end_offset
-                        )
-                    stored[key] = rows
+                        for m in chunk.messages(max(chunk.first_offset, p.start_offset)):
+                            if p.start_offset <= m.offset < p.end_offset:
+                                stored.add(
+                                    key, m.offset, message_id(m.data), m.producer_id, m.seq_no
+                                )
                 if any(c.important for c in info.consumers):
                     ci = client.describe_consumer(topic, CONSUMER)
                     for cp in ci.partitions:
                         protected[cp.partition + TOPIC_STRIDE * t_idx] = cp.committed_offset
         return stored, starts, protected
+
+
+@contextlib.contextmanager
+def _client_log(log_dir: Path | None, t0: float) -> Iterator[None]:
+    """The SDK's log (DEBUG) to ``log_dir``/clients.log, with the proxy log's clock."""
+    if log_dir is None:
+        yield
+        return
+    log_dir.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(log_dir / "clients.log")
+
+    class Since(logging.Formatter):
+        def format(self, record: logging.LogRecord) -> str:
+            since = time.monotonic() - t0  # the same clock as the proxy's lines
+            return f"{since:.3f} {record.threadName} {record.levelname} {super().format(record)}"
+
+    handler.setFormatter(Since("%(name)s: %(message)s"))
+    logger = logging.getLogger("weir.client")
+    old = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(old)
+        handler.close()
 
 
 def _short(topic: str) -> str:
