@@ -27,6 +27,7 @@ what it has not read. Everything random comes from one seed.
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import random
 import signal
@@ -123,6 +124,8 @@ class ChaosResult:
     operations: int = 0
     seconds: float = 0.0
     dropped_pages: int = 0  # unsynced pages the power cuts dropped
+    max_stall_s: float = 0.0  # the longest time the test process itself stood still
+    max_gc_s: float = 0.0  # the longest garbage collection of the test process
 
     @property
     def kills(self) -> int:
@@ -158,6 +161,7 @@ class Chaos:
         self.topics = ["chaos", "chaos_retained"] if settings.retained_topic else ["chaos"]
         self._writers: list[threading.Thread] = []
         self.partitions = {t: settings.partitions for t in self.topics}
+        self.stalls = StallWatch(self.proxy.note)
 
     def _op(self, n: int = 1) -> None:
         with self._ops_lock:
@@ -489,7 +493,7 @@ class Chaos:
     # ------------------------------------------------------------------ run
 
     def run(self) -> ChaosResult:
-        with _client_log(self.s.log_dir, self.proxy.t0):
+        with _client_log(self.s.log_dir, self.proxy.t0), self.stalls:
             return self._run()
 
     def _run(self) -> ChaosResult:
@@ -540,6 +544,8 @@ class Chaos:
             self.ops,
             time.monotonic() - t0,
             self.mount.dropped_pages if self.mount is not None else 0,
+            self.stalls.max_stall,
+            self.stalls.max_gc,
         )
 
     def _await_progress(self, writers: list[threading.Thread]) -> None:
@@ -589,6 +595,58 @@ class Chaos:
                     for cp in ci.partitions:
                         protected[cp.partition + TOPIC_STRIDE * t_idx] = cp.committed_offset
         return stored, starts, protected
+
+
+class StallWatch:
+    """Measures how long the test process itself stands still (a garbage collection of a
+    big heap, CPU starvation): while it does, the proxy forwards nothing and no client
+    runs, so a long stall looks like an outage to every client at once. A thread that
+    sleeps STEP at a time notes each wake-up later than LATE, and a gc callback times
+    every collection; both go to the proxy log and into the result."""
+
+    STEP = 0.05
+    LATE = 1.0
+
+    def __init__(self, note: Callable[[str], None]) -> None:
+        self.note = note
+        self.max_stall = 0.0
+        self.max_gc = 0.0
+        self._stop = threading.Event()
+        self._gc_start = 0.0
+        self._thread = threading.Thread(target=self._watch, name="stall-watch", daemon=True)
+
+    def _watch(self) -> None:
+        last = time.monotonic()
+        while not self._stop.wait(self.STEP):
+            now = time.monotonic()
+            stood = now - last - self.STEP
+            if stood > self.LATE:
+                self.note(f"test process stood still for {stood:.2f} s")
+            self.max_stall = max(self.max_stall, stood)
+            last = now
+
+    def _gc(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._gc_start = time.monotonic()
+            return
+        took = time.monotonic() - self._gc_start
+        self.max_gc = max(self.max_gc, took)
+        if took > self.LATE / 2:
+            self.note(
+                f"gc of generation {info.get('generation')} took {took:.2f} s "
+                f"({info.get('collected')} collected)"
+            )
+
+    def __enter__(self) -> StallWatch:
+        gc.callbacks.append(self._gc)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        with contextlib.suppress(ValueError):
+            gc.callbacks.remove(self._gc)
 
 
 @contextlib.contextmanager
@@ -678,6 +736,7 @@ def summary_table(results: list[tuple[str, ChaosResult]]) -> str:
         ),
         ("unexpected client errors", [str(len(r.errors)) for _, r in results]),
         ("max recovery time (s)", [f"{r.max_recovery_s:.2f}" for _, r in results]),
+        ("longest stall of the test process (s)", [f"{r.max_stall_s:.2f}" for _, r in results]),
         ("run time (s)", [f"{r.seconds:.0f}" for _, r in results]),
     ]
     head = ["", *(name for name, _ in results)]

@@ -70,6 +70,8 @@ class FaultyProxy:
         self._open: dict[int, ConnRecord] = {}
         self._log: TextIO | None = log.open("a", buffering=1) if log is not None else None
         self._log_lock = threading.Lock()
+        self._holding = False
+        self._parked: list[tuple[socket.socket, ConnRecord]] = []
         threading.Thread(target=self._accept, name="faulty-proxy", daemon=True).start()
 
     @property
@@ -92,24 +94,31 @@ class FaultyProxy:
             rec = ConnRecord(next(self._ids), f"{addr[0]}:{addr[1]}", time.monotonic())
             with self._lock:
                 self._open[rec.id] = rec
-            try:
-                rec.upstream_port = self.target_port()
-                upstream = socket.create_connection(
-                    ("127.0.0.1", rec.upstream_port), timeout=UPSTREAM_CONNECT_TIMEOUT_S
-                )
-                upstream.settimeout(None)
-            except OSError as err:
-                rec.connected = time.monotonic()
-                rec.upstream_error = repr(err)
-                client.close()
-                self._ended(rec, "upstream connect failed")
-                continue
+                if self._holding:
+                    self._parked.append((client, rec))
+                    continue
+            self._forward(client, rec)
+
+    def _forward(self, client: socket.socket, rec: ConnRecord) -> None:
+        """Connect an accepted client upstream and pump both ways."""
+        try:
+            rec.upstream_port = self.target_port()
+            upstream = socket.create_connection(
+                ("127.0.0.1", rec.upstream_port), timeout=UPSTREAM_CONNECT_TIMEOUT_S
+            )
+            upstream.settimeout(None)
+        except OSError as err:
             rec.connected = time.monotonic()
-            rec.sockets = [client, upstream]
-            with self._lock:
-                self._conns.update((client, upstream))
-            for a, b, up in ((client, upstream, True), (upstream, client, False)):
-                threading.Thread(target=self._pump, args=(rec, a, b, up), daemon=True).start()
+            rec.upstream_error = repr(err)
+            client.close()
+            self._ended(rec, "upstream connect failed")
+            return
+        rec.connected = time.monotonic()
+        rec.sockets = [client, upstream]
+        with self._lock:
+            self._conns.update((client, upstream))
+        for a, b, up in ((client, upstream, True), (upstream, client, False)):
+            threading.Thread(target=self._pump, args=(rec, a, b, up), daemon=True).start()
 
     def _pump(self, rec: ConnRecord, src: socket.socket, dst: socket.socket, up: bool) -> None:
         why = "client eof" if up else "server eof"
@@ -153,11 +162,29 @@ class FaultyProxy:
         with self._lock:
             return list(self._open.values())
 
+    def hold(self) -> None:
+        """From now on accept connections but park them: neither forwarded nor closed (a
+        server that is unreachable while the client's connection attempts hang)."""
+        with self._lock:
+            self._holding = True
+
+    def release(self) -> None:
+        """Stop holding: parked connections (and new ones) are forwarded. Returns at once."""
+        with self._lock:
+            self._holding = False
+            parked, self._parked = self._parked, []
+        for client, rec in parked:
+            threading.Thread(target=self._forward, args=(client, rec), daemon=True).start()
+
     def drop_all(self) -> int:
         """Cut every open connection in both directions; returns how many sockets were cut."""
         with self._lock:
             conns = list(self._conns)
             recs = list(self._open.values())
+            parked, self._parked = self._parked, []
+        for client, rec in parked:
+            self._ended(rec, "drop (parked)")
+            self._close(client)
         for rec in recs:
             if rec.sockets:
                 self._ended(rec, "drop")

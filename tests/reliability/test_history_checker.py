@@ -210,3 +210,135 @@ def test_skipped_acks_with_unknown_offset() -> None:
     stored3[P1] = [*stored3[P1][1:], Stored(3, "id:s:0", "S", 1)]
     r = check(h3, stored3, {P0: 0, P1: 1})
     assert kinds(r) == {"lost"}, r.summary()
+
+
+# ---------------------------------------------------------------- subscriptions
+
+SUB = "s"
+
+
+def clean_sub(
+    acked: tuple[int, ...] = (0, 1, 2), cumulative: int | None = 4
+) -> tuple[History, dict[int, list[Stored]], dict[int, int]]:
+    """`clean()` plus subscription s on P0 from offset 0: every message delivered once in
+    server lifetime 1 to a client opened at the start; ``acked`` acknowledged one by one
+    and everything up to ``cumulative`` cumulatively, all answered in lifetime 1."""
+    h, stored, starts = clean()
+    opened = h.clock()
+    for n in range(5):
+        h.sub_delivered(SUB, P0, n, f"id:p:{n}", generation=1, redelivery_count=0, opened=opened)
+    h.sub_acked(SUB, [(P0, n) for n in acked], generation=1)
+    if cumulative is not None:
+        h.sub_acked_cumulative(SUB, P0, cumulative, generation=1)
+    return h, stored, starts
+
+
+def check_sub(
+    h: History,
+    stored: dict[int, list[Stored]],
+    starts: dict[int, int],
+    dead: list[tuple[int, int, str]] | None = None,
+) -> Report:
+    return check(h, stored, starts, subscriptions={SUB: {P0: 0}}, dead_letters={SUB: dead or []})
+
+
+def test_clean_subscription_history_passes() -> None:
+    h, stored, starts = clean_sub()
+    r = check_sub(h, stored, starts)
+    assert r.ok, r.summary()
+    assert (r.sub_delivered, r.sub_acked) == (5, 4)
+    # individual acks alone, every message
+    h, stored, starts = clean_sub(acked=(0, 1, 2, 3, 4), cumulative=None)
+    assert check_sub(h, stored, starts).ok
+    # unacknowledged messages delivered again by the next lifetime, or with a raised count
+    h, stored, starts = clean_sub(acked=(0, 1, 2), cumulative=None)
+    h.sub_delivered(SUB, P0, 4, "id:p:4", generation=1, redelivery_count=1, opened=h.clock())
+    h.sub_delivered(SUB, P0, 4, "id:p:4", generation=2, redelivery_count=0, opened=h.clock())
+    h.sub_acked_cumulative(SUB, P0, 4, generation=2)
+    assert check_sub(h, stored, starts).ok
+
+
+def test_a_message_delivered_in_a_later_lifetime_after_its_ack() -> None:
+    h, stored, starts = clean_sub()
+    h.sub_delivered(SUB, P0, 1, "id:p:1", generation=2, redelivery_count=0, opened=h.clock())
+    r = check_sub(h, stored, starts)
+    assert kinds(r) == {"sub_acked_redelivered"}, r.summary()
+    assert r.sub_acked_redelivered == [
+        "s k0/1: delivered in lifetime 2 after its ack in lifetime 1"
+    ]
+
+
+def test_a_message_delivered_to_a_client_opened_after_its_ack() -> None:
+    """The same server lifetime, but the client was made after the ack's answer: the
+    server sent it the message after the ack was durable."""
+    h, stored, starts = clean_sub()
+    opened = h.clock()
+    h.sub_delivered(SUB, P0, 2, "id:p:2", generation=1, redelivery_count=1, opened=opened)
+    r = check_sub(h, stored, starts)
+    assert kinds(r) == {"sub_acked_redelivered"}, r.summary()
+    # a client opened before the answer may still get it (it was in flight): no violation
+    h, stored, starts = clean()
+    opened = h.clock()
+    for n in range(5):
+        h.sub_delivered(SUB, P0, n, f"id:p:{n}", generation=1, redelivery_count=0, opened=opened)
+    h.sub_acked(SUB, [(P0, n) for n in range(5)], generation=1)
+    h.sub_delivered(SUB, P0, 2, "id:p:2", generation=1, redelivery_count=1, opened=opened)
+    assert check_sub(h, stored, starts).ok
+
+
+def test_a_message_below_a_cumulative_ack_delivered_again() -> None:
+    h, stored, starts = clean_sub(acked=(), cumulative=4)
+    h.sub_delivered(SUB, P0, 3, "id:p:3", generation=3, redelivery_count=0, opened=h.clock())
+    r = check_sub(h, stored, starts)
+    assert kinds(r) == {"sub_acked_redelivered"}, r.summary()
+    # above the cumulative ack it is not acknowledged: delivering it again is right
+    h, stored, starts = clean_sub(acked=(), cumulative=2)
+    h.sub_acked(SUB, [(P0, 3), (P0, 4)], generation=2)
+    h.sub_delivered(SUB, P0, 3, "id:p:3", generation=2, redelivery_count=0, opened=0)
+    assert check_sub(h, stored, starts).ok
+
+
+def test_a_message_delivered_twice_in_one_lifetime_without_a_raised_count() -> None:
+    h, stored, starts = clean_sub()
+    h.sub_delivered(SUB, P0, 3, "id:p:3", generation=1, redelivery_count=0, opened=0)
+    r = check_sub(h, stored, starts)
+    assert kinds(r) == {"sub_repeated"}, r.summary()
+    assert r.sub_repeated == ["s k0/3: delivered twice in lifetime 1 with redelivery count 0"]
+
+
+def test_a_message_never_acknowledged() -> None:
+    """Offset 3 is neither acknowledged (its ack's answer never came) nor dead-lettered."""
+    h, stored, starts = clean_sub(acked=(0, 1, 2, 4), cumulative=None)
+    r = check_sub(h, stored, starts)
+    assert kinds(r) == {"sub_unacked"}, r.summary()
+    assert r.sub_unacked == ["s k0/3 (id:p:3): never acknowledged"]
+    # in the dead-letter topic instead: done
+    r = check_sub(h, stored, starts, dead=[(P0, 3, "id:p:3")])
+    assert r.ok, r.summary()
+    assert r.dead_lettered == 1
+    # removed by retention before it was acknowledged: still never acknowledged
+    del stored[P0][:4]
+    r = check_sub(h, stored, {P0: 4, P1: 0})
+    assert kinds(r) == {"sub_unacked"}, r.summary()
+
+
+def test_a_phantom_delivery_by_a_subscription() -> None:
+    h, stored, starts = clean_sub()
+    h.sub_delivered(SUB, P0, 5, "id:z:0", generation=1, redelivery_count=0, opened=0)
+    r = check_sub(h, stored, starts)
+    assert kinds(r) == {"phantoms"}, r.summary()
+    assert r.phantoms == ["id:z:0"]
+
+
+def test_a_subscription_delivers_another_message_than_the_one_stored() -> None:
+    h, stored, starts = clean_sub()
+    h.sub_delivered(SUB, P0, 1, "id:q:0", generation=1, redelivery_count=1, opened=0)
+    r = check_sub(h, stored, starts)
+    assert kinds(r) == {"reused_offsets", "duplicated"}, r.summary()
+    assert r.reused_offsets == ["k0/1: ['id:p:1', 'id:q:0']"]
+
+
+def test_a_dead_letter_that_is_not_the_message_at_its_origin() -> None:
+    h, stored, starts = clean_sub(acked=(0, 1, 2, 4), cumulative=None)
+    r = check_sub(h, stored, starts, dead=[(P0, 3, "id:p:2")])
+    assert kinds(r) == {"reused_offsets", "duplicated"}, r.summary()
