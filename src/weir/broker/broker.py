@@ -64,13 +64,9 @@ from weir.errors import (
     UnknownTopicError,
 )
 from weir.storage.codecs import Codec, codec_id, codec_name
+from weir.storage.incoming import IncomingBatch, validate_incoming
 from weir.storage.kv import Op, delete, put
-from weir.storage.partition import (
-    BatchResult,
-    IncomingBatch,
-    PartitionConfig,
-    validate_incoming,
-)
+from weir.storage.partition import BatchResult, PartitionConfig
 from weir.storage.store import Store
 
 log = logging.getLogger("weir.broker")

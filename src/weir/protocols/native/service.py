@@ -57,7 +57,8 @@ from weir.security.grants import Permission
 from weir.security.tls import peer_host
 from weir.storage.batch import BatchHeader, decode_payload
 from weir.storage.codecs import codec_name
-from weir.storage.partition import BatchResult, IncomingBatch, validate_incoming
+from weir.storage.incoming import IncomingBatch, validate_incoming
+from weir.storage.partition import BatchResult
 
 log = logging.getLogger("weir.native")
 

@@ -52,7 +52,8 @@ from weir.protocols.ydb.status import SUCCESS, UnsupportedError, end_stream
 from weir.security.grants import Permission
 from weir.storage.batch import encode_batch, parse_header
 from weir.storage.codecs import Codec
-from weir.storage.partition import BatchResult, IncomingBatch
+from weir.storage.incoming import IncomingBatch
+from weir.storage.partition import BatchResult
 
 log = logging.getLogger("weir.ydb.write")
 
