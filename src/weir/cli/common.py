@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from weir.config import parse_duration_ms, parse_size
+from weir.config_values import parse_duration_ms, parse_size
 from weir.errors import UnavailableError, WeirError
 
 if TYPE_CHECKING:

@@ -33,7 +33,7 @@ from weir.cli.common import (
     connect,
     tls_options,
 )
-from weir.config import parse_duration_ms
+from weir.config_values import parse_duration_ms
 from weir.errors import WeirError
 
 user_app = typer.Typer(help="Users kept by the server (passwords stored as scrypt hashes).")

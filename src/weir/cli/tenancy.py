@@ -27,7 +27,7 @@ from weir.cli.common import (
     bad,
     connect,
 )
-from weir.config import parse_duration_ms, parse_size
+from weir.config_values import parse_duration_ms, parse_size
 from weir.errors import AlreadyExistsError
 
 if TYPE_CHECKING:
