@@ -22,7 +22,8 @@ from typing import Any, TypeVar
 import grpc
 
 from weir.access_mode import AccessMode
-from weir.broker.broker import UNSET, Broker
+from weir.broker.broker import Broker
+from weir.broker.topic_admin import UNSET
 from weir.broker.consumers import ConsumerGroup
 from weir.broker.tenancy.limits import Lease
 from weir.broker.topics import ConsumerConfig, TopicConfig, canonical_topic, short_topic
