@@ -15,7 +15,7 @@ import subprocess
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Self
+from typing import Any, Self
 
 
 class ListeningProcess:
@@ -77,27 +77,16 @@ class ListeningProcess:
         return self
 
     def stop(self, timeout: float = 30) -> int:
-        """SIGTERM (after SIGCONT: a paused process must run to handle it), SIGKILL when
-        it has not ended within ``timeout``; returns its exit status (0 if not started)."""
+        """SIGTERM, SIGKILL when it has not ended within ``timeout`` (`terminate_process`);
+        returns its exit status (0 if not started)."""
         proc, self.proc = self.proc, None
-        if proc is None:
-            return 0
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGCONT)
-            os.kill(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                os.kill(proc.pid, signal.SIGKILL)
-                proc.wait(timeout)
-        return proc.returncode
+        return 0 if proc is None else terminate_process(proc, timeout)
 
     def kill(self) -> None:
         """kill -9, and wait for it."""
         proc, self.proc = self.proc, None
-        if proc is not None and proc.poll() is None:
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait(30)
+        if proc is not None:
+            kill_process(proc)
 
     def pause(self) -> None:
         """SIGSTOP: the process holds its connections but answers nothing."""
@@ -107,3 +96,24 @@ class ListeningProcess:
     def resume(self) -> None:
         if self.proc is not None:
             os.kill(self.proc.pid, signal.SIGCONT)
+
+
+def terminate_process(proc: subprocess.Popen[Any], timeout: float = 30) -> int:
+    """SIGTERM by PID (after SIGCONT: a paused process must run to handle it), then
+    SIGKILL if it has not ended within ``timeout``; returns its exit status."""
+    if proc.poll() is None:
+        os.kill(proc.pid, signal.SIGCONT)
+        os.kill(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(timeout)
+    return proc.returncode
+
+
+def kill_process(proc: subprocess.Popen[Any]) -> None:
+    """kill -9 by PID, and wait for it."""
+    if proc.poll() is None:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(30)
