@@ -4,37 +4,33 @@ from __future__ import annotations
 
 import os
 import re
-import signal
-import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from weir.listening_process import ListeningProcess
+
 ROOT = Path(__file__).resolve().parents[1]
 _LISTEN = re.compile(r"weir listening on (\S+):(\d+)")
 
 
-class ServerProcess:
+class ServerProcess(ListeningProcess):
     """`weir serve` as a child process; stop it by PID (SIGTERM), or kill -9 it."""
 
     def __init__(self, data_dir: Path, *extra: str, env: dict[str, str] | None = None) -> None:
+        super().__init__("weir server", _LISTEN, env=env or {}, cwd=ROOT)
         self.data_dir = data_dir
         self.extra = list(extra)
-        self.env = env
-        self.port = 0
-        self.proc: subprocess.Popen[str] | None = None
-        self.log: list[str] = []
 
     @property
     def endpoint(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def start(self, timeout: float = 60) -> ServerProcess:
+    def command(self) -> list[str]:
         listen = f"127.0.0.1:{self.port}"  # the same port again after a restart
-        cmd = [
+        return [
             sys.executable,
             "-m",
             "weir.cli",
@@ -45,48 +41,6 @@ class ServerProcess:
             listen,
             *self.extra,
         ]
-        env = {**os.environ, **(self.env or {})}
-        self.proc = subprocess.Popen(
-            cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, cwd=ROOT, env=env
-        )
-        ready = threading.Event()
-        proc = self.proc
-
-        def pump() -> None:
-            assert proc.stderr is not None
-            for line in proc.stderr:
-                self.log.append(line)
-                m = _LISTEN.search(line)
-                if m and not ready.is_set():
-                    self.port = int(m.group(2))
-                    ready.set()
-            ready.set()
-
-        threading.Thread(target=pump, daemon=True).start()
-        if not ready.wait(timeout) or self.proc.poll() is not None:
-            self.kill()
-            raise RuntimeError("weir server did not start:\n" + "".join(self.log[-30:]))
-        return self
-
-    def stop(self, timeout: float = 30) -> int:
-        if self.proc is None:
-            return 0
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        code = self.proc.returncode
-        self.proc = None
-        return code
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(30)
-        self.proc = None
 
     def restart(self) -> ServerProcess:
         self.stop()

@@ -29,7 +29,8 @@ from typing import Any
 import grpc
 
 from weir.broker.access import Claim
-from weir.broker.broker import Broker, WriterToken
+from weir.broker.broker import Broker
+from weir.broker.producers import WriterToken
 from weir.broker.tenancy.limits import Lease
 from weir.errors import (
     BadRequestError,
