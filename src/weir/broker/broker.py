@@ -26,6 +26,7 @@ from weir.broker.observer import NULL_OBSERVER, BrokerObserver
 from weir.broker.partition_actor import PartitionActor
 from weir.broker.producers import ProducerPins, ProducerTables, routed_home
 from weir.broker.producers import WriterToken as WriterToken  # the fronts import it from here
+from weir.broker.schemas import SCHEMAS, SchemaInfo, SchemaRegistry
 from weir.broker.subscriptions import (
     SUBSCRIPTIONS,
     AttachedConsumer,
@@ -78,7 +79,16 @@ log = logging.getLogger("weir.broker")
 PINS = "pins"  # legacy: pins used to be stored; emptied at open (see producers.py)
 SERVER = "server"
 PRODUCER_EPOCHS = "producer_epochs"  # topic id (u32) -> the topic's producer epoch (u64)
-BROKER_TABLES = (TOPICS, OFFSETS, PINS, SERVER, NAMESPACES, PRODUCER_EPOCHS, SUBSCRIPTIONS)
+BROKER_TABLES = (
+    TOPICS,
+    OFFSETS,
+    PINS,
+    SERVER,
+    NAMESPACES,
+    PRODUCER_EPOCHS,
+    SUBSCRIPTIONS,
+    SCHEMAS,
+)
 _U32 = struct.Struct(">I")
 _U64 = struct.Struct("<Q")
 _EPOCH_KEY = b"epoch"
@@ -141,6 +151,7 @@ class Broker(TenancyFacade):
         self.subscriptions = Subscriptions(
             store.kv, store.committer, lambda t, p: self._actors[(t, p)], self._write_dead_letters
         )
+        self.schemas = SchemaRegistry(store.kv, self._commit)
         self._retention_task: asyncio.Task[None] | None = None
         self._closed = False
         self._lock = asyncio.Lock()  # serializes registry changes
@@ -200,6 +211,7 @@ class Broker(TenancyFacade):
             }
         )
         self.subscriptions.load(self._topics.values())
+        self.schemas.load()
         # Pins are derived from the partitions' producer tables; rows an older
         # version stored are dropped (the producer's state says where it writes).
         legacy = [delete(PINS, bytes(k)) for k, _ in self.store.kv.scan(PINS)]
@@ -475,7 +487,9 @@ class Broker(TenancyFacade):
             ops.extend(self.offsets.drop_ops(cfg.topic_id))
             ops.append(delete(PRODUCER_EPOCHS, _U32.pack(cfg.topic_id)))
             ops.extend(self.subscriptions.drop_topic_ops(cfg))
+            ops.extend(self.schemas.drop_ops(cfg.topic_id))
             await self._commit(ops)
+            self.schemas.forget(cfg.topic_id)
             await self.subscriptions.forget_topic(cfg)
             for p in range(cfg.partitions):
                 self.store.forget(cfg.log_id(p))
@@ -882,6 +896,8 @@ class Broker(TenancyFacade):
         create: bool = True,
         dead_letter: DeadLetterPolicy | None = None,
         initial_time_ms: int | None = None,
+        partitions: frozenset[int] | None = None,
+        whole_batches: bool = False,
     ) -> tuple[Subscription, AttachedConsumer]:
         """Attach a consumer to a durable subscription (see `weir.broker.subscriptions`)."""
         self._check_open()
@@ -898,6 +914,8 @@ class Broker(TenancyFacade):
             create=create,
             dead_letter=dead_letter,
             initial_time_ms=initial_time_ms,
+            partitions=partitions,
+            whole_batches=whole_batches,
         )
 
     async def _write_dead_letters(self, topic: str, batches: list[bytes]) -> None:
@@ -907,6 +925,19 @@ class Broker(TenancyFacade):
                 await self.create_topic(topic, partitions=1)
         cfg = self.topic(topic)
         await self.write(cfg.name, 0, validate_incoming(batches))
+
+    # ------------------------------------------------------------------ schemas
+
+    def topic_schema(self, topic: str, version: int | None = None) -> tuple[SchemaInfo, int] | None:
+        """The topic's latest schema (or ``version``) with its version (see `weir.broker.schemas`)."""
+        return self.schemas.get(self.topic(topic).topic_id, version)
+
+    async def ensure_schema(self, topic: str, schema: SchemaInfo) -> int | None:
+        """The version of ``schema`` on the topic, added when compatible (None for raw bytes)."""
+        return await self.schemas.ensure(self.topic(topic).topic_id, schema)
+
+    async def delete_schema(self, topic: str) -> None:
+        await self.schemas.delete(self.topic(topic).topic_id)
 
     # ------------------------------------------------------------------ retention
 
