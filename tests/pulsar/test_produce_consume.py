@@ -163,7 +163,9 @@ def test_several_consumers_share_a_subscription(
     producer.close()
 
 
-def test_exclusive_subscription_refuses_a_second_consumer(client: pulsar.Client, topic: str) -> None:
+def test_exclusive_subscription_refuses_a_second_consumer(
+    client: pulsar.Client, topic: str
+) -> None:
     first = client.subscribe(topic, "only")
     with pytest.raises(pulsar.ConsumerBusy):
         client.subscribe(topic, "only")

@@ -134,6 +134,10 @@ async def run(cfg: configuration.Config) -> None:
             alive,
             mount=mount,
             ssl_context=tls.ssl_context() if tls is not None else None,
+            pages=[
+                *(["/admin/v2"] if admin is not None else []),
+                *(["/console"] if console is not None else []),
+            ],
         )
         await endpoint.start()
     try:
