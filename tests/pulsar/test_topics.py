@@ -110,7 +110,7 @@ def test_schemas_string_json_avro_and_an_incompatible_one(
         p.send(Order(item="pen", count=3))
         v = c.receive(5000).value()
         assert (v.item, v.count) == ("pen", 3)
-        with pytest.raises(Exception, match="(?i)incompatible"):
+        with pytest.raises(Exception, match=r"(?i)incompatible"):
             client.create_producer(name, schema=StringSchema())
         for x in (p, c):
             x.close()

@@ -142,6 +142,12 @@ class PulsarAdmin:
         ]
         for method, path, handler in routes:
             r.add_route(method, path, self._guard(handler))
+        r.add_route("*", PREFIX + "/{rest:.*}", self._unknown)
+
+    async def _unknown(self, request: web.Request) -> web.Response:
+        return _json(
+            {"reason": f"{request.method} {request.path} is not an admin call weir serves"}, 405
+        )
 
     def _guard(self, handler: Handler) -> Handler:
         async def run(request: web.Request) -> web.StreamResponse:
@@ -149,8 +155,8 @@ class PulsarAdmin:
                 return await handler(request)
             except WeirError as err:
                 return _json({"reason": err.message}, _status(err))
-            except (ValueError, KeyError, TypeError) as err:
-                return _json({"reason": f"bad request: {err}"}, 400)
+            except (ValueError, KeyError, TypeError, OverflowError, RecursionError) as err:
+                return _json({"reason": f"bad request: {err!s:.200}"}, 400)
 
         return run
 
@@ -209,7 +215,7 @@ class PulsarAdmin:
             return None
         try:
             return json.loads(raw)
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):
             raise BadRequestError("the request body is not JSON") from None
 
     def _topic(self, request: web.Request, permission: Permission | None, what: str) -> TopicConfig:
