@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import time
 from typing import Any, TypeVar
@@ -301,6 +302,25 @@ class Connection:
             if now - self._closed_since < CLOSED_PATIENCE_S:
                 return None
         return fast
+
+    async def pause(self, delay: float) -> None:
+        """Wait before a stream is opened again after a retryable failure: ``delay`` seconds
+        (the caller's backoff), or less when the channel, not ready now, becomes ready.
+
+        While the server is down, gRPC keeps reconnecting the channel on its own (every
+        2 s at most, CHANNEL_OPTIONS) and fails every call at once; a stream that only
+        retried after its backoff (up to 5 s) would often sleep through a server that is
+        back for a short while, as a restarting or flapping server is, and a writer could
+        go on missing it until its delivery timeout while every other client got through
+        (the chaos soak saw it). A channel that is ready already (the server ended the
+        stream, or refused it) is waited out in full, so a refusal never turns into a
+        tight loop; nor does a ready channel that fails again, as the backoff keeps
+        growing between acks."""
+        if self.channel.get_state(try_to_connect=True) == grpc.ChannelConnectivity.READY:
+            await asyncio.sleep(delay)
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.channel.channel_ready(), delay)
 
     async def close(self) -> None:
         if not self.closed:
