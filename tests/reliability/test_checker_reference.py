@@ -84,7 +84,7 @@ def replay(events: list[Event], h: History | ref.History) -> None:
             getattr(h, kind)(*args)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(st.randoms(use_true_random=False))
 def test_compact_checker_reports_what_the_reference_reports(rng: random.Random) -> None:
     events, stored, starts, protected = random_history(rng)
