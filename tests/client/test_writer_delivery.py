@@ -370,6 +370,37 @@ def test_a_writer_backing_off_is_back_as_soon_as_the_server_is(
         proxy.close()
 
 
+async def test_a_writer_whose_client_closes_while_it_waits_to_reconnect_fails(
+    shared_server: ServerProcess, topic_name: str
+) -> None:
+    """An asyncio client closed under a writer that waits to reconnect (the client does not
+    close its writers): the writer fails with the reason at once, rather than waiting out
+    its delivery timeout with its session ended by an error nobody sees."""
+    with weir.Client(shared_server.endpoint) as admin:
+        admin.create_topic(topic_name)
+    proxy = FaultyProxy(lambda: shared_server.port)
+    closing: list[asyncio.Task[None]] = []
+    try:
+        c = weir.aio.Client(proxy.endpoint)
+
+        def on_reconnect(err: WeirError) -> None:
+            # right before the writer waits to retry: the client closes during that wait
+            if w.reconnects >= 2 and not closing:
+                closing.append(asyncio.ensure_future(c.close()))
+
+        w = c.writer(topic_name, producer_id="p", on_reconnect=on_reconnect)
+        await w.write(b"first")
+        await w.flush(timeout=30)
+        proxy.hold()  # from now on its connection attempts hang and time out
+        proxy.drop_all()
+        await w.write(b"second")
+        with pytest.raises(UnavailableError, match="writer failed"):
+            await w.flush(timeout=30)
+        assert closing
+    finally:
+        proxy.close()
+
+
 def test_delivery_timeout_has_a_documented_default(client: weir.Client, topic_name: str) -> None:
     client.create_topic(topic_name)
     assert WriterSettings().delivery_timeout == 60.0

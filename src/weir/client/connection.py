@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import random
 import time
 from typing import Any, TypeVar
@@ -315,12 +314,17 @@ class Connection:
         (the chaos soak saw it). A channel that is ready already (the server ended the
         stream, or refused it) is waited out in full, so a refusal never turns into a
         tight loop; nor does a ready channel that fails again, as the backoff keeps
-        growing between acks."""
-        if self.channel.get_state(try_to_connect=True) == grpc.ChannelConnectivity.READY:
-            await asyncio.sleep(delay)
+        growing between acks. A closed channel is waited out too: the caller's next
+        attempt reports it, as it did before."""
+        try:
+            if self.channel.get_state(try_to_connect=True) != grpc.ChannelConnectivity.READY:
+                await asyncio.wait_for(self.channel.channel_ready(), delay)
+                return
+        except TimeoutError:
             return
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.channel.channel_ready(), delay)
+        except (grpc.aio.UsageError, RuntimeError):
+            pass  # the channel is closed (or gRPC could not watch it)
+        await asyncio.sleep(delay)
 
     async def close(self) -> None:
         if not self.closed:
