@@ -126,6 +126,7 @@ class ChaosResult:
     dropped_pages: int = 0  # unsynced pages the power cuts dropped
     max_stall_s: float = 0.0  # the longest time the test process itself stood still
     max_gc_s: float = 0.0  # the longest garbage collection of the test process
+    load: tuple[str, str] = ("", "")  # /proc/loadavg (1, 5, 15 min) at the start and the end
 
     @property
     def kills(self) -> int:
@@ -498,6 +499,7 @@ class Chaos:
 
     def _run(self) -> ChaosResult:
         t0 = time.monotonic()
+        load_start = _load_average()
         with weir.Client(self.server.endpoint) as admin:
             admin.create_topic(
                 self.topics[0], partitions=self.s.partitions, consumers=[Consumer(CONSUMER)]
@@ -546,6 +548,7 @@ class Chaos:
             self.mount.dropped_pages if self.mount is not None else 0,
             self.stalls.max_stall,
             self.stalls.max_gc,
+            (load_start, _load_average()),
         )
 
     def _await_progress(self, writers: list[threading.Thread]) -> None:
@@ -676,6 +679,15 @@ def _client_log(log_dir: Path | None, t0: float) -> Iterator[None]:
         handler.close()
 
 
+def _load_average() -> str:
+    """The machine's load average (1, 5 and 15 minutes): figures beside it mean more."""
+    try:
+        with open("/proc/loadavg") as f:
+            return " / ".join(f.read().split()[:3])
+    except OSError:
+        return "?"
+
+
 def _short(topic: str) -> str:
     return topic.rsplit("/", 1)[-1]
 
@@ -738,6 +750,8 @@ def summary_table(results: list[tuple[str, ChaosResult]]) -> str:
         ("max recovery time (s)", [f"{r.max_recovery_s:.2f}" for _, r in results]),
         ("longest stall of the test process (s)", [f"{r.max_stall_s:.2f}" for _, r in results]),
         ("run time (s)", [f"{r.seconds:.0f}" for _, r in results]),
+        ("load average at the start (1 / 5 / 15 min)", [r.load[0] for _, r in results]),
+        ("load average at the end", [r.load[1] for _, r in results]),
     ]
     head = ["", *(name for name, _ in results)]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
