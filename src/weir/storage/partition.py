@@ -50,6 +50,13 @@ from weir.storage.kv import KV, Op, ReadView, delete, delete_range, put
 from weir.storage.meta import PartitionMeta
 from weir.storage.producers import ProducerState
 from weir.storage.read_cache import CachedBlob, ReadCache
+from weir.storage.tiered.partition_tier import NO_TIER, TierReads, is_remote
+from weir.storage.tiered.remote_metadata import (
+    RemoteSegment,
+    SegmentState,
+    load_records,
+    record_op,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +168,10 @@ class PreparedChange:
     start_offset: int = 0
     end_offset: int = 0
     last_written: int = 0
+    # tier: blob entries changed in place (local bytes freed), segment records set / dropped
+    replace: list[BlobInfo] = field(default_factory=list)
+    remote_set: list[RemoteSegment] = field(default_factory=list)
+    remote_drop: list[int] = field(default_factory=list)
 
 
 SpaceCheck = Callable[[int], None]
@@ -179,6 +190,7 @@ class PartitionLog:
         label: str = "",
         space_check: SpaceCheck | None = None,
         cache: ReadCache | None = None,
+        tier: TierReads | None = None,
     ) -> None:
         self.kv = kv
         self.committer = committer
@@ -188,6 +200,9 @@ class PartitionLog:
         self._space_check = space_check
         self._cache = cache if cache is not None else ReadCache(0)
         self._cache_owner = self._cache.new_owner()
+        self.tier = tier if tier is not None else NO_TIER
+        # segment records (COPY_FINISHED) of offloaded blobs, by first offset
+        self.remote: dict[int, RemoteSegment] = {}
         self.start_offset = 0
         self.end_offset = 0
         self.size_bytes = 0
@@ -214,6 +229,7 @@ class PartitionLog:
         label: str = "",
         space_check: SpaceCheck | None = None,
         cache: ReadCache | None = None,
+        tier: TierReads | None = None,
         verify_all: bool = False,
         strict: bool = True,
     ) -> PartitionLog:
@@ -226,7 +242,16 @@ class PartitionLog:
         on read, writes are refused, and the rest stays readable, so one bad
         partition does not keep a whole server from starting.
         """
-        log = cls(kv, committer, log_id, config, label=label, space_check=space_check, cache=cache)
+        log = cls(
+            kv,
+            committer,
+            log_id,
+            config,
+            label=label,
+            space_check=space_check,
+            cache=cache,
+            tier=tier,
+        )
         try:
             log._load(verify_all)
         except CorruptDataError as err:
@@ -273,10 +298,22 @@ class PartitionLog:
             self._head_count = len(blobs) - head_start
             for k, v in view.scan(keys.PRODUCERS, prefix, stop):
                 self.producers[k[len(prefix) :].decode()] = ProducerState.unpack(v)
+            self.remote = {
+                r.first_offset: r
+                for r in load_records(view, self.log_id)
+                if r.state == SegmentState.COPY_FINISHED
+            }
             cfg = self.config
             segments: list[Entry] = []
             for i, b in enumerate(blobs):
-                if i >= head_start or verify_all:
+                if is_remote(b):
+                    if b.first_offset not in self.remote:
+                        raise CorruptDataError(
+                            "blob is offloaded but has no finished segment record",
+                            partition=self.label,
+                            offset=b.first_offset,
+                        )
+                elif i >= head_start or verify_all:
                     data = fetch_blob(view, self.log_id, b, self.label)
                     index_blob(data, b, self.label)
                     if i >= head_start:
@@ -586,6 +623,7 @@ class PartitionLog:
         )
         for b in dropped:
             change.ops.extend(self._delete_blob_ops(b))
+            self._let_go_remote(change, b.first_offset, now)
         for pid in stale:
             change.drop_producers.append(pid)
             change.ops.append(delete(keys.PRODUCERS, keys.producer_key(self.log_id, pid)))
@@ -629,6 +667,16 @@ class PartitionLog:
             else:
                 # A big blob seals everything before it: the head is what follows it.
                 self._head_count = 0
+        for info in change.replace:
+            i = bisect.bisect_left(self._firsts, info.first_offset)
+            blobs[i] = info
+            self._cache.discard(self._cache_key(info))
+        for rec in change.remote_set:
+            self.remote[rec.first_offset] = rec
+        for first in change.remote_drop:
+            gone = self.remote.pop(first, None)
+            if gone is not None:
+                self.tier.discard(self._cache_owner, gone)
         self.producers.update(change.producers)
         for pid in change.drop_producers:
             self.producers.pop(pid, None)
@@ -658,6 +706,10 @@ class PartitionLog:
         self._commit(change)
         return change.drop_front
 
+    def commit_change(self, change: PreparedChange) -> None:
+        """Commit a prepared change synchronously and apply it (abort on failure)."""
+        self._commit(change)
+
     def _commit(self, change: PreparedChange) -> None:
         try:
             self.committer.commit(change.ops, change.nbytes)
@@ -667,10 +719,15 @@ class PartitionLog:
         self.apply(change)
 
     def drop_ops(self) -> list[Op]:
-        """KV ops deleting this partition entirely (its topic is being dropped)."""
+        """KV ops deleting this partition entirely (its topic is being dropped); its
+        offloaded segments move to DELETE_STARTED, for the tier to delete their objects."""
         ops: list[Op] = []
+        now = int(time.time() * 1000)
         for b in self._blobs:
             ops.extend(self._delete_blob_ops(b))
+            rec = self.remote.get(b.first_offset)
+            if rec is not None:
+                ops.append(record_op(rec.moved(SegmentState.DELETE_STARTED, now)))
         ops.extend(
             delete(keys.PRODUCERS, keys.producer_key(self.log_id, p)) for p in self.producers
         )
@@ -680,6 +737,88 @@ class PartitionLog:
     def drop_cached(self) -> None:
         """Forget this partition's blobs in the read cache (it was dropped)."""
         self._cache.drop_owner(self._cache_owner)
+        for rec in self.remote.values():
+            self.tier.discard(self._cache_owner, rec)
+
+    # ------------------------------------------------------------------ tier
+
+    def _let_go_remote(self, change: PreparedChange, first: int, now: int) -> None:
+        rec = self.remote.get(first)
+        if rec is not None:
+            change.ops.append(record_op(rec.moved(SegmentState.DELETE_STARTED, now)))
+            change.remote_drop.append(first)
+
+    @property
+    def local_bytes(self) -> int:
+        """Bytes of blobs held locally (offloaded blobs whose bytes were freed excluded)."""
+        return sum(b.size for b in self._blobs if not is_remote(b))
+
+    @property
+    def remote_bytes(self) -> int:
+        return sum(r.blob_size for r in self.remote.values())
+
+    def blob_at(self, first: int) -> BlobInfo | None:
+        """The blob that starts at ``first`` (None when retention removed it)."""
+        i = bisect.bisect_left(self._firsts, first)
+        if i < len(self._blobs) and self._firsts[i] == first:
+            return self._blobs[i]
+        return None
+
+    def read_blob(self, b: BlobInfo) -> bytes:
+        """A local big blob's bytes, every batch checked (the source of an offload)."""
+        with self.kv.snapshot() as view:
+            data = bytes(fetch_blob(view, self.log_id, b, self.label))
+        index_blob(data, b, self.label)
+        return data
+
+    def prepare_copy_finished(
+        self, rec: RemoteSegment, free_local: bool, now_ms: int
+    ) -> PreparedChange | None:
+        """Record a verified copy (COPY_FINISHED) and, with ``free_local``, free the blob's
+        local bytes in the same transaction. None when the blob is gone (retention removed
+        it while it was being copied: the caller lets go of the object)."""
+        b = self.blob_at(rec.first_offset)
+        if b is None or b.count != rec.count or b.is_head or self.damage is not None:
+            return None
+        self._begin()
+        change = self._tier_change()
+        change.ops.append(record_op(rec))
+        change.remote_set.append(rec)
+        if free_local and not is_remote(b):
+            self._free_ops(change, b)
+        return change
+
+    def prepare_free_local(self, first: int) -> PreparedChange | None:
+        """Free the local bytes of an offloaded blob (its deletion lag passed)."""
+        b = self.blob_at(first)
+        if b is None or is_remote(b) or first not in self.remote or self.damage is not None:
+            return None
+        self._begin()
+        change = self._tier_change()
+        self._free_ops(change, b)
+        return change
+
+    def _tier_change(self) -> PreparedChange:
+        return PreparedChange(
+            ops=[],
+            nbytes=0,
+            start_offset=self.start_offset,
+            end_offset=self.end_offset,
+            last_written=self._last_written,
+        )
+
+    def _free_ops(self, change: PreparedChange, b: BlobInfo) -> None:
+        log = self.log_id
+        change.ops.append(
+            delete_range(
+                keys.BLOBS,
+                keys.blob_key(log, b.first_offset, b.count, 0),
+                keys.blob_key(log, b.first_offset, b.count + 1, 0),
+            )
+        )
+        freed = dataclasses.replace(b, parts=0)
+        change.ops.append(self._index_op(freed))
+        change.replace.append(freed)
 
     # ------------------------------------------------------------------ reads
 
@@ -711,7 +850,12 @@ class PartitionLog:
                     break
                 budget = max_bytes - total
                 seg = self._head.get(b.first_offset) if b.is_head else None
-                cached = None if b.is_head else self._cached(view, b)
+                if is_remote(b):
+                    cached = self._remote_blob(b, i, block=not result.chunks)
+                    if cached is None:
+                        break  # not fetched yet: the next read (or read-ahead) brings it
+                else:
+                    cached = None if b.is_head else self._cached(view, b)
                 if seg is not None:
                     data: bytes | memoryview = memoryview(seg.data)
                     a, z, base, nxt = slice_blob(
@@ -746,6 +890,38 @@ class PartitionLog:
         result.first_offset = first
         return result
 
+    def _remote_blob(self, b: BlobInfo, i: int, block: bool) -> CachedBlob | None:
+        """An offloaded blob from the tier (blocking only when ``block``), and read-ahead
+        of the next offloaded blob for a sequential reader."""
+        rec = self.remote[b.first_offset]
+        blob = self.tier.cached(self._cache_owner, rec)
+        if blob is None:
+            if not block:
+                self.tier.prefetch(self._cache_owner, rec, self.label)
+                return None
+            blob = self.tier.fetch(self._cache_owner, rec, self.label)
+        if i + 1 < len(self._blobs) and is_remote(self._blobs[i + 1]):
+            nxt = self.remote[self._blobs[i + 1].first_offset]
+            if self.tier.cached(self._cache_owner, nxt) is None:
+                self.tier.prefetch(self._cache_owner, nxt, self.label)
+        return blob
+
+    def remote_at(self, offset: int) -> RemoteSegment | None:
+        """The record of the offloaded blob holding ``offset`` when its bytes are not in the
+        tier's cache (an async reader fetches it first, off the event loop), else None."""
+        start = max(offset, self._read_start)
+        if start >= self.end_offset or not self.remote:
+            return None
+        i = max(0, bisect.bisect_right(self._firsts, start) - 1)
+        if i >= len(self._blobs) or not is_remote(self._blobs[i]):
+            return None
+        rec = self.remote[self._blobs[i].first_offset]
+        return None if self.tier.cached(self._cache_owner, rec) is not None else rec
+
+    @property
+    def cache_owner(self) -> int:
+        return self._cache_owner
+
     def _cache_key(self, b: BlobInfo) -> tuple[int, int, int]:
         return (self._cache_owner, b.first_offset, b.count)
 
@@ -777,6 +953,10 @@ class PartitionLog:
         seg = self._head.get(b.first_offset) if b.is_head else None
         if seg is not None:
             return time_in_blob(seg.data, written_at_ms, b, self._read_start)
+        if is_remote(b):
+            rec = self.remote[b.first_offset]
+            data = self.tier.fetch(self._cache_owner, rec, self.label).data
+            return time_in_blob(data, written_at_ms, b, self._read_start)
         with self.kv.snapshot() as view:
             return time_in_blob(
                 fetch_blob(view, self.log_id, b, self.label), written_at_ms, b, self._read_start
