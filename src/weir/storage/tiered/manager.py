@@ -129,6 +129,10 @@ class TierManager:
         # process abandons its own failed copies itself (DELETE_STARTED)
         self.started_ms = _now_ms()
 
+    def set_names(self, names: Callable[[int], tuple[str, int]]) -> None:
+        """How to name a partition's rows (topic, partition) in its segments' Parquet."""
+        self._names = names
+
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
 
