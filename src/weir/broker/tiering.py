@@ -43,7 +43,8 @@ class PartitionTierStatus:
     remote_bytes: int
     remote_segments: int
     first_local_offset: int  # offsets below it are only in the tier
-    segments: tuple[tuple[int, int, str], ...]  # (first offset, end offset, object key)
+    # (first offset, end offset, object key, object size, object CRC32C)
+    segments: tuple[tuple[int, int, str, int, int], ...]
 
 
 class Tiering(TenancyFacade):
@@ -130,7 +131,8 @@ class Tiering(TenancyFacade):
                     first_local = b.first_offset
                     break
             segs = tuple(
-                (r.first_offset, r.end_offset, r.object_key) for _, r in sorted(plog.remote.items())
+                (r.first_offset, r.end_offset, r.object_key, r.object_size, r.object_crc)
+                for _, r in sorted(plog.remote.items())
             )
             out.append(
                 PartitionTierStatus(

@@ -21,6 +21,8 @@ class TierSegment:
     first_offset: int
     end_offset: int
     object_key: str
+    object_size: int
+    object_crc: int  # CRC32C of the whole object
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +53,12 @@ def tier_status(r: pb.TierStatusResponse) -> TierStatus:
                 p.local_bytes,
                 p.remote_bytes,
                 p.first_local_offset,
-                [TierSegment(s.first_offset, s.end_offset, s.object_key) for s in p.segments],
+                [
+                    TierSegment(
+                        s.first_offset, s.end_offset, s.object_key, s.object_size, s.object_crc
+                    )
+                    for s in p.segments
+                ],
             )
             for p in r.partitions
         ],

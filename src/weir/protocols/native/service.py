@@ -267,8 +267,10 @@ class NativeService(TenancyCalls, SubscriptionRpcs, SecurityMethods, pb_grpc.Wei
                 remote_bytes=st.remote_bytes,
                 first_local_offset=st.first_local_offset,
                 segments=[
-                    pb.TierSegment(first_offset=a, end_offset=z, object_key=k)
-                    for a, z, k in st.segments
+                    pb.TierSegment(
+                        first_offset=a, end_offset=z, object_key=k, object_size=n, object_crc=c
+                    )
+                    for a, z, k, n, c in st.segments
                 ],
             )
             for st in self.broker.tier_status(request.topic)

@@ -1523,21 +1523,28 @@ class TierSegment(_message.Message):
     FIRST_OFFSET_FIELD_NUMBER: _builtins.int
     END_OFFSET_FIELD_NUMBER: _builtins.int
     OBJECT_KEY_FIELD_NUMBER: _builtins.int
+    OBJECT_SIZE_FIELD_NUMBER: _builtins.int
+    OBJECT_CRC_FIELD_NUMBER: _builtins.int
     first_offset: _builtins.int
     end_offset: _builtins.int
     """exclusive"""
     object_key: _builtins.str
     """relative to the store's prefix"""
+    object_size: _builtins.int
+    object_crc: _builtins.int
+    """CRC32C of the whole object"""
     def __init__(
         self,
         *,
         first_offset: _builtins.int = ...,
         end_offset: _builtins.int = ...,
         object_key: _builtins.str = ...,
+        object_size: _builtins.int = ...,
+        object_crc: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["end_offset", b"end_offset", "first_offset", b"first_offset", "object_key", b"object_key"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["end_offset", b"end_offset", "first_offset", b"first_offset", "object_crc", b"object_crc", "object_key", b"object_key", "object_size", b"object_size"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
