@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import ServerProcess
 from weir.listening_process import ListeningProcess
 from weir.storage.tiered.remote_storage import (
     LocalDirStorage,
@@ -84,3 +85,34 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[st
     bucket = f"b-{uuid.uuid4().hex[:12]}"
     make_bucket(srv.endpoint, bucket)
     yield "s3", S3Storage(s3_settings(srv, bucket))
+
+
+SMALL_BLOBS = {
+    "WEIR_STORAGE_LOW_WATERMARK": "48KiB",
+    "WEIR_STORAGE_MAX_BLOB_SIZE": "64KiB",
+    "WEIR_TIER_INTERVAL_S": "0.3",
+    "WEIR_TOPICS_RETENTION_INTERVAL_S": "0.3",
+    "WEIR_TIER_PAYLOAD_GRACE_S": "1",
+}
+
+
+@pytest.fixture(scope="module", params=["local", "s3"])
+def tier_server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerProcess]:
+    env = dict(SMALL_BLOBS)
+    if request.param == "s3":
+        s3: S3Server = request.getfixturevalue("s3_server")
+        bucket = f"srv-{uuid.uuid4().hex[:10]}"
+        make_bucket(s3.endpoint, bucket)
+        env.update(
+            WEIR_TIER_BACKEND="s3",
+            WEIR_TIER_S3_ENDPOINT=s3.endpoint,
+            WEIR_TIER_S3_BUCKET=bucket,
+            WEIR_TIER_S3_ACCESS_KEY=CREDS["access_key"],
+            WEIR_TIER_S3_SECRET_KEY=CREDS["secret_key"],
+        )
+    srv = ServerProcess(tmp_path_factory.mktemp(f"tier-{request.param}"), env=env)
+    srv.start()
+    yield srv
+    srv.stop()

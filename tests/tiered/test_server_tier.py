@@ -10,43 +10,10 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 import weir
 from tests.conftest import ROOT, ServerProcess
-from tests.tiered.conftest import CREDS, S3Server, make_bucket
-
-SMALL_BLOBS = {
-    "WEIR_STORAGE_LOW_WATERMARK": "48KiB",
-    "WEIR_STORAGE_MAX_BLOB_SIZE": "64KiB",
-    "WEIR_TIER_INTERVAL_S": "0.3",
-    "WEIR_TOPICS_RETENTION_INTERVAL_S": "0.3",
-}
-
-
-@pytest.fixture(scope="module", params=["local", "s3"])
-def tier_server(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[ServerProcess]:
-    env = dict(SMALL_BLOBS)
-    if request.param == "s3":
-        s3: S3Server = request.getfixturevalue("s3_server")
-        bucket = f"srv-{uuid.uuid4().hex[:10]}"
-        make_bucket(s3.endpoint, bucket)
-        env.update(
-            WEIR_TIER_BACKEND="s3",
-            WEIR_TIER_S3_ENDPOINT=s3.endpoint,
-            WEIR_TIER_S3_BUCKET=bucket,
-            WEIR_TIER_S3_ACCESS_KEY=CREDS["access_key"],
-            WEIR_TIER_S3_SECRET_KEY=CREDS["secret_key"],
-        )
-    srv = ServerProcess(tmp_path_factory.mktemp(f"tier-{request.param}"), env=env)
-    srv.start()
-    yield srv
-    srv.stop()
 
 
 def produce(client: weir.Client, topic: str, n: int, partitions: int = 2) -> None:

@@ -119,6 +119,7 @@ class Broker(Tiering, SubscriptionFacade, SchemaAdmin, ConsumerOffsets, Producer
             read_cache_bytes=config.read_cache_bytes,
             tier_storage=tier_storage(config),
             tier_cache_bytes=config.tier_cache_bytes,
+            tier_payload_grace_ms=int(config.tier_payload_grace_s * 1000),
         )
         try:
             raw = store.kv.get(SERVER, _EPOCH_KEY)

@@ -185,7 +185,10 @@ class Tiering(TenancyFacade):
                         "offload failed", extra={"topic": short_topic(cfg.name), "partition": p}
                     )
         deleted = await asyncio.to_thread(tier.expire)
-        orphans = await asyncio.to_thread(tier.sweep) if sweep else 0
+        orphans = 0
+        if sweep:
+            orphans = await asyncio.to_thread(tier.sweep)
+            orphans += await asyncio.to_thread(tier.collect_payloads)
         return {"copied": copied, "deleted": deleted, "orphans": orphans}
 
     async def _tier_loop(self) -> None:

@@ -51,6 +51,7 @@ from weir.storage.meta import PartitionMeta
 from weir.storage.producers import ProducerState
 from weir.storage.read_cache import CachedBlob, ReadCache
 from weir.storage.tiered.partition_tier import NO_TIER, TierReads, is_remote
+from weir.storage.tiered.payloads import PayloadRef, PayloadRefs, fill_chunks
 from weir.storage.tiered.remote_metadata import (
     RemoteSegment,
     SegmentState,
@@ -128,6 +129,8 @@ class ReadResult:
     next_offset: int
     start_offset: int
     end_offset: int
+    # large payloads of batches in ``chunks``, by batch offset: not filled in yet
+    refs: dict[int, tuple[PayloadRef, ...]] = field(default_factory=dict)
 
     @property
     def nbytes(self) -> int:
@@ -172,6 +175,7 @@ class PreparedChange:
     replace: list[BlobInfo] = field(default_factory=list)
     remote_set: list[RemoteSegment] = field(default_factory=list)
     remote_drop: list[int] = field(default_factory=list)
+    payload_add: list[tuple[int, tuple[PayloadRef, ...]]] = field(default_factory=list)
 
 
 SpaceCheck = Callable[[int], None]
@@ -203,6 +207,7 @@ class PartitionLog:
         self.tier = tier if tier is not None else NO_TIER
         # segment records (COPY_FINISHED) of offloaded blobs, by first offset
         self.remote: dict[int, RemoteSegment] = {}
+        self.payloads = PayloadRefs(log_id)
         self.start_offset = 0
         self.end_offset = 0
         self.size_bytes = 0
@@ -303,6 +308,7 @@ class PartitionLog:
                 for r in load_records(view, self.log_id)
                 if r.state == SegmentState.COPY_FINISHED
             }
+            self.payloads.load(view)
             cfg = self.config
             segments: list[Entry] = []
             for i, b in enumerate(blobs):
@@ -423,6 +429,13 @@ class PartitionLog:
                     skip = bisect.bisect_right(seqs, st.max_seq_no)
                     buf = reencode_from(buf, h, skip)
                     h = parse_header(buf)
+            if b.refs:
+                refs = tuple(
+                    dataclasses.replace(r, index=r.index - skip) for r in b.refs if r.index >= skip
+                )
+                if refs:
+                    change.ops.append(self.payloads.put_op(offset, refs))
+                    change.payload_add.append((offset, refs))
             head = stamp_header(buf, h, offset, now)
             body = memoryview(buf)[h.payload_start : h.length]
             units.append(_Unit(offset, h.record_count, h.length, now, (head, body)))
@@ -624,6 +637,8 @@ class PartitionLog:
         for b in dropped:
             change.ops.extend(self._delete_blob_ops(b))
             self._let_go_remote(change, b.first_offset, now)
+        if n and self.payloads.within(self.start_offset, new_start):
+            change.ops.extend(self.payloads.drop_ops(self.start_offset, new_start))
         for pid in stale:
             change.drop_producers.append(pid)
             change.ops.append(delete(keys.PRODUCERS, keys.producer_key(self.log_id, pid)))
@@ -673,6 +688,10 @@ class PartitionLog:
             self._cache.discard(self._cache_key(info))
         for rec in change.remote_set:
             self.remote[rec.first_offset] = rec
+        for off, refs in change.payload_add:
+            self.payloads.add(off, refs)
+        if change.start_offset > self.start_offset:
+            self.payloads.drop_below(change.start_offset)
         for first in change.remote_drop:
             gone = self.remote.pop(first, None)
             if gone is not None:
@@ -731,6 +750,7 @@ class PartitionLog:
         ops.extend(
             delete(keys.PRODUCERS, keys.producer_key(self.log_id, p)) for p in self.producers
         )
+        ops.extend(self.payloads.drop_ops(0, max(self.end_offset, 1)))
         ops.append(delete(keys.PARTITIONS, keys.log_prefix(self.log_id)))
         return ops
 
@@ -888,7 +908,20 @@ class PartitionLog:
                 "no stored batch holds this offset", partition=self.label, offset=start
             )
         result.first_offset = first
+        if self.payloads.by_offset:
+            result.refs = self.payloads.within(first, result.next_offset)
         return result
+
+    def fill_payloads(self, res: ReadResult) -> ReadResult:
+        """``res`` with its large payloads fetched back into their batches (blocking: one
+        object request per payload, each checked)."""
+        if not res.refs:
+            return res
+        res.chunks = fill_chunks(
+            res.chunks, res.refs, lambda r: self.tier.payload(r, self.label, res.first_offset)
+        )
+        res.refs = {}
+        return res
 
     def _remote_blob(self, b: BlobInfo, i: int, block: bool) -> CachedBlob | None:
         """An offloaded blob from the tier (blocking only when ``block``), and read-ahead

@@ -13,6 +13,7 @@ from weir.storage.kv import DEFAULT_MAP_SIZE, LmdbKV, Op
 from weir.storage.partition import PartitionConfig, PartitionLog
 from weir.storage.read_cache import DEFAULT_READ_CACHE_BYTES, ReadCache
 from weir.storage.tiered.manager import DEFAULT_TIER_CACHE_BYTES, TierManager
+from weir.storage.tiered.payloads import PAYLOAD_REFS
 from weir.storage.tiered.remote_metadata import REMOTE_SEGMENTS
 from weir.storage.tiered.remote_storage import RemoteStorage
 
@@ -39,11 +40,12 @@ class Store:
         read_cache_bytes: int = DEFAULT_READ_CACHE_BYTES,
         tier_storage: RemoteStorage | None = None,
         tier_cache_bytes: int = DEFAULT_TIER_CACHE_BYTES,
+        tier_payload_grace_ms: int = 600_000,
     ) -> None:
         self.path = Path(path)
         self.kv = LmdbKV(
             self.path / "kv",
-            (*keys.STORAGE_TABLES, REMOTE_SEGMENTS, *extra_tables),
+            (*keys.STORAGE_TABLES, REMOTE_SEGMENTS, PAYLOAD_REFS, *extra_tables),
             map_size=map_size,
             sync=sync,
         )
@@ -54,7 +56,11 @@ class Store:
         self.tier: TierManager | None = None
         if tier_storage is not None:
             self.tier = TierManager(
-                tier_storage, self.kv, self.committer, cache_bytes=tier_cache_bytes
+                tier_storage,
+                self.kv,
+                self.committer,
+                cache_bytes=tier_cache_bytes,
+                payload_grace_ms=tier_payload_grace_ms,
             )
 
     def check_space(self, nbytes: int) -> None:

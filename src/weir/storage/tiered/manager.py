@@ -47,6 +47,13 @@ from weir.storage.committer import GroupCommitter
 from weir.storage.kv import KV
 from weir.storage.read_cache import CachedBlob, ReadCache
 from weir.storage.tiered.partition_tier import is_remote
+from weir.storage.tiered.payloads import (
+    PAYLOADS_PREFIX,
+    PayloadRef,
+    check_payload,
+    fill_chunks,
+    referenced_keys,
+)
 from weir.storage.tiered.remote_metadata import (
     RemoteSegment,
     SegmentState,
@@ -99,6 +106,10 @@ class TierStats:
     fetches: int = 0
     fetch_bytes: int = 0
     fetch_seconds: float = 0.0
+    payload_objects_written: int = 0
+    payload_bytes_written: int = 0
+    payload_fetches: int = 0
+    payloads_collected: int = 0
     last_error: str = ""
     fetch_latencies: list[float] = field(default_factory=list)  # drained by the metrics
 
@@ -115,12 +126,14 @@ class TierManager:
         cache_bytes: int = DEFAULT_TIER_CACHE_BYTES,
         workers: int = 4,
         names: Callable[[int], tuple[str, int]] | None = None,
+        payload_grace_ms: int = 600_000,
     ) -> None:
         self.storage = storage
         self.kv = kv
         self.committer = committer
         self.cache = ReadCache(cache_bytes)
         self.stats = TierStats()
+        self.payload_grace_ms = payload_grace_ms
         self._names = names or (lambda log_id: (str(log_id >> 32), log_id & 0xFFFF_FFFF))
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="weir-tier")
         self._lock = threading.Lock()
@@ -314,7 +327,21 @@ class TierManager:
         try:
             data = plog.read_blob(b)
             topic, partition = self._names(plog.log_id)
-            obj = encode_segment(data, topic, partition, plog.log_id, b.first_offset, b.count)
+            refs = plog.payloads.within(b.first_offset, b.end_offset)
+            # the rows Spark reads hold the large payloads themselves, not their references
+            rows = (
+                b"".join(
+                    bytes(c)
+                    for c in fill_chunks(
+                        [data], refs, lambda r: self.payload(r, plog.label, b.first_offset)
+                    )
+                )
+                if refs
+                else None
+            )
+            obj = encode_segment(
+                data, topic, partition, plog.log_id, b.first_offset, b.count, rows=rows
+            )
             crc = checksum(obj)
             try:
                 info = self.storage.put(key, obj)
@@ -421,6 +448,60 @@ class TierManager:
                 log.info("removed orphan object", extra={"object": o.key})
         with self._lock:
             self.stats.orphans_removed += removed
+        return removed
+
+    # ------------------------------------------------------------------ large payloads
+
+    def put_payload(self, log_id: int, data: bytes) -> PayloadRef:
+        """Store one large payload as an object of its own, verified (blocking). The
+        reference's index is filled in by the caller."""
+        key = f"{PAYLOADS_PREFIX}{log_id:016x}/{uuid.uuid4().hex}"
+        crc = checksum(data)
+        try:
+            info = self.storage.put(key, data)
+            self._verify(key, data, crc, info.etag)
+        except TierUnavailableError as exc:
+            self._error(exc)
+            raise
+        with self._lock:
+            self.stats.payload_objects_written += 1
+            self.stats.payload_bytes_written += len(data)
+        return PayloadRef(-1, key, len(data), crc)
+
+    def payload(self, ref: PayloadRef, label: str, offset: int) -> bytes:
+        try:
+            data = self.storage.get(ref.key)
+        except ObjectMissingError:
+            raise CorruptDataError(
+                f"payload object {ref.key} is missing from the store",
+                partition=label,
+                offset=offset,
+            ) from None
+        except TierUnavailableError as exc:
+            self._error(exc)
+            raise
+        with self._lock:
+            self.stats.payload_fetches += 1
+        return check_payload(ref, data, label, offset)
+
+    def collect_payloads(self, now_ms: int | None = None) -> int:
+        """Delete payload objects no reference names, older than the grace period (a write
+        in flight has its object before its reference). Blocking; returns how many."""
+        now = _now_ms() if now_ms is None else now_ms
+        try:
+            listed = list(self.storage.list(PAYLOADS_PREFIX))
+        except TierUnavailableError as exc:
+            self._error(exc)
+            raise
+        with self.kv.snapshot() as view:
+            known = referenced_keys(view)
+        removed = 0
+        for o in listed:
+            if o.key not in known and o.modified_ms < now - self.payload_grace_ms:
+                self.storage.delete(o.key)
+                removed += 1
+        with self._lock:
+            self.stats.payloads_collected += removed
         return removed
 
     def records(self) -> list[RemoteSegment]:

@@ -16,6 +16,7 @@ from typing import Protocol
 from weir.errors import CorruptDataError
 from weir.storage.blob import BlobInfo
 from weir.storage.read_cache import CachedBlob
+from weir.storage.tiered.payloads import PayloadRef
 from weir.storage.tiered.remote_metadata import RemoteSegment
 
 
@@ -43,6 +44,10 @@ class TierReads(Protocol):
         """Forget the blob in the cache (retention removed it)."""
         ...
 
+    def payload(self, ref: PayloadRef, label: str, offset: int) -> bytes:
+        """A large payload's bytes from its object, checked against its reference."""
+        ...
+
 
 class _NoTier:
     """The null tier: no object store configured, so no blob can be remote."""
@@ -68,6 +73,13 @@ class _NoTier:
 
     def discard(self, owner: int, rec: RemoteSegment) -> None:
         return None
+
+    def payload(self, ref: PayloadRef, label: str, offset: int) -> bytes:
+        raise CorruptDataError(
+            f"a message's payload is in object {ref.key} but no tier is configured",
+            partition=label,
+            offset=offset,
+        )
 
 
 NO_TIER: TierReads = _NoTier()

@@ -40,15 +40,25 @@ def checksum(data: bytes | memoryview) -> int:
 
 
 def encode_segment(
-    blob: bytes | memoryview, topic: str, partition: int, log_id: int, first: int, count: int
+    blob: bytes | memoryview,
+    topic: str,
+    partition: int,
+    log_id: int,
+    first: int,
+    count: int,
+    rows: bytes | None = None,
 ) -> bytes:
-    """The Parquet file of one blob (concatenated stored batches, already checked)."""
+    """The Parquet file of one blob (concatenated stored batches, already checked).
+    ``rows``: the same batches with large payloads filled in, for the table's columns
+    (``weir_batch`` keeps the blob as stored)."""
     counts: list[int] = []
     sizes: list[int] = []
     for _, h in iter_batches(blob, verify=False):
         counts.append(h.record_count)
         sizes.append(h.length)
-    table_batch = stored_to_arrow(topic, partition, [bytes(blob)], first, first + count)
+    table_batch = stored_to_arrow(
+        topic, partition, [bytes(blob) if rows is None else rows], first, first + count
+    )
     if table_batch is None or table_batch.num_rows != count:
         raise CorruptDataError(
             f"blob holds {0 if table_batch is None else table_batch.num_rows} records, "
