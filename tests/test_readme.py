@@ -45,6 +45,8 @@ CHAIN: list[tuple[str, str]] = [
     ("docs/spark.md", "spark-write"),
     # needs ZooKeeper and bookies, not a weir server: tests/replication/test_docs.py runs it
     ("docs/replication.md", "replication-ledger"),
+    # tests/tiered/test_docs.py runs it (and checks the objects it leaves in the tier)
+    ("docs/tiered-storage.md", "tier-example"),
     # docs/security.md needs a server with TLS on: tests/security/test_docs.py runs them
     ("docs/security.md", "security-certs"),
     ("docs/security.md", "security-serve"),

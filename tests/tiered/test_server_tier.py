@@ -74,6 +74,10 @@ def test_offload_then_every_reader_reads_the_same(tier_server: ServerProcess) ->
         assert st.store["backend"] in ("local", "s3")
         assert ranges(client, topic, 2) == before
         assert consume(client, topic, n) == msgs_before
+    metrics = scrape(tier_server)
+    assert metrics["weir_tier_offloaded_objects_total"] >= 4
+    assert metrics["weir_tier_fetches_total"] >= 4
+    assert metrics["weir_tier_store_errors_total"] == 0
     tier_server.restart()
     with weir.Client(tier_server.endpoint) as client:
         assert ranges(client, topic, 2) == before
@@ -131,6 +135,20 @@ def test_policy_drives_background_offload_and_retention_deletes_objects(
             time.sleep(0.2)
             objects = list_objects(tier_server) or []
         assert not gone & set(objects), "the expiration task left deleted segments' objects"
+
+
+def scrape(srv: ServerProcess) -> dict[str, float]:
+    """The server's unlabelled metrics."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"{srv.http_url}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#") and "{" not in line:
+            name, value = line.rsplit(" ", 1)
+            out[name] = float(value)
+    return out
 
 
 def list_objects(srv: ServerProcess) -> list[str] | None:

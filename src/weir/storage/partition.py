@@ -28,7 +28,7 @@ import bisect
 import dataclasses
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from weir.errors import (
     CorruptDataError,
@@ -43,6 +43,10 @@ from weir.storage.batch import (
 )
 from weir.storage.blob import BIG, BlobInfo, split_parts
 from weir.storage.blob_reads import fetch_blob, index_blob, slice_blob, time_in_blob
+from weir.storage.change import BatchResult as BatchResult
+from weir.storage.change import NewBlob
+from weir.storage.change import PreparedChange as PreparedChange
+from weir.storage.change import ReadResult as ReadResult
 from weir.storage.committer import GroupCommitter
 from weir.storage.head import SEALABLE, Entry, HeadSegment, push
 from weir.storage.incoming import IncomingBatch
@@ -51,13 +55,14 @@ from weir.storage.meta import PartitionMeta
 from weir.storage.producers import ProducerState
 from weir.storage.read_cache import CachedBlob, ReadCache
 from weir.storage.tiered.partition_tier import NO_TIER, TierReads, is_remote
-from weir.storage.tiered.payloads import PayloadRef, PayloadRefs, fill_chunks
+from weir.storage.tiered.payloads import PayloadRefs
 from weir.storage.tiered.remote_metadata import (
     RemoteSegment,
     SegmentState,
     load_records,
     record_op,
 )
+from weir.storage.tiered.tiered_log import TieredLog
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,44 +105,6 @@ class PartitionConfig:
 
 
 @dataclass(slots=True)
-class BatchResult:
-    """What happened to one incoming batch: its first ``skipped`` records were duplicates,
-    the next ``written`` records are stored from ``offset`` on."""
-
-    offset: int
-    written: int
-    skipped: int
-
-    def offset_of(self, index: int) -> int | None:
-        """Offset of the record at ``index`` in the batch as sent (None if skipped)."""
-        if index < self.skipped:
-            return None
-        return self.offset + index - self.skipped
-
-
-@dataclass(slots=True)
-class ReadResult:
-    """Whole stored batches, as contiguous chunks of concatenated batches.
-
-    ``first_offset`` is the base offset of the first batch returned; it can be
-    below the offset asked for (a batch is never cut) or above it (retention
-    removed the offsets in between: compare with the request to detect a gap).
-    """
-
-    chunks: list[bytes | memoryview]
-    first_offset: int
-    next_offset: int
-    start_offset: int
-    end_offset: int
-    # large payloads of batches in ``chunks``, by batch offset: not filled in yet
-    refs: dict[int, tuple[PayloadRef, ...]] = field(default_factory=dict)
-
-    @property
-    def nbytes(self) -> int:
-        return sum(len(c) for c in self.chunks)
-
-
-@dataclass(slots=True)
 class _Unit:
     """A stamped batch about to be placed in a blob."""
 
@@ -148,40 +115,10 @@ class _Unit:
     pieces: tuple[bytes | memoryview, ...]
 
 
-@dataclass(slots=True)
-class _NewBlob:
-    """An entry the change appends to the in-memory blob list (with its bytes if head)."""
-
-    info: BlobInfo
-    segment: HeadSegment | None  # None: a big blob
-
-
-@dataclass(slots=True)
-class PreparedChange:
-    """KV ops of one write or retention step and the state they lead to."""
-
-    ops: list[Op]
-    nbytes: int
-    results: list[BatchResult] = field(default_factory=list)
-    drop_front: int = 0
-    drop_tail: int = 0
-    add: list[_NewBlob] = field(default_factory=list)
-    producers: dict[str, ProducerState] = field(default_factory=dict)
-    drop_producers: list[str] = field(default_factory=list)
-    start_offset: int = 0
-    end_offset: int = 0
-    last_written: int = 0
-    # tier: blob entries changed in place (local bytes freed), segment records set / dropped
-    replace: list[BlobInfo] = field(default_factory=list)
-    remote_set: list[RemoteSegment] = field(default_factory=list)
-    remote_drop: list[int] = field(default_factory=list)
-    payload_add: list[tuple[int, tuple[PayloadRef, ...]]] = field(default_factory=list)
-
-
 SpaceCheck = Callable[[int], None]
 
 
-class PartitionLog:
+class PartitionLog(TieredLog):
     """A partition's blobs, head, offsets and producers; see the module docstring."""
 
     def __init__(
@@ -463,7 +400,7 @@ class PartitionLog:
             segments = [(b, self._head[b.first_offset]) for b in head]
             keep = push(segments, info, data, cfg.seal_size, cfg.head_merge_fanout)
             change.drop_tail = len(head) - keep
-            change.add = [_NewBlob(i, seg) for i, seg in segments[keep:]]
+            change.add = [NewBlob(i, seg) for i, seg in segments[keep:]]
             return
         # Compaction. A large piece is sealed where it lies (only its index entry changes),
         # so producers that send large batches pay no second write; the runs of small
@@ -490,7 +427,7 @@ class PartitionLog:
         else:
             info, data = self._make_blob(run, (), BIG)
             self._put_blob(change, info, data)
-            change.add.append(_NewBlob(info, None))
+            change.add.append(NewBlob(info, None))
             deletes.extend(self._delete_range_ops(info.first_offset, info.end_offset))
         run.clear()
 
@@ -507,7 +444,7 @@ class PartitionLog:
             info, data = self._make_blob((), units, 0)
             self._put_blob(change, info, data)
             push(segments, info, data, cfg.seal_size, cfg.head_merge_fanout)
-            change.add.extend(_NewBlob(i, seg) for i, seg in segments)
+            change.add.extend(NewBlob(i, seg) for i, seg in segments)
             return
         # The stored run is under the low watermark, so it fits whole in the first blob.
         chunks: list[tuple[list[Entry], list[_Unit]]] = [(run, [])]
@@ -524,20 +461,20 @@ class PartitionLog:
                 self._put_blob(change, info, data)
                 rest: list[Entry] = []
                 push(rest, info, data, cfg.seal_size, cfg.head_merge_fanout)
-                change.add.extend(_NewBlob(i, seg) for i, seg in rest)
+                change.add.extend(NewBlob(i, seg) for i, seg in rest)
             elif not new:
                 self._pack_run(change, stored, deletes)
             else:
                 info, data = self._make_blob(stored, new, BIG)
                 self._put_blob(change, info, data)
-                change.add.append(_NewBlob(info, None))
+                change.add.append(NewBlob(info, None))
                 if stored:
                     end = stored[-1][0].end_offset
                     deletes.extend(self._delete_range_ops(info.first_offset, end))
 
     def _seal(self, change: PreparedChange, info: BlobInfo) -> None:
         change.ops.append(self._index_op(info))
-        change.add.append(_NewBlob(info, None))
+        change.add.append(NewBlob(info, None))
 
     def _put_blob(self, change: PreparedChange, info: BlobInfo, data: bytes) -> None:
         for part, piece in enumerate(split_parts(data, self.config.max_blob_size)):
@@ -760,86 +697,6 @@ class PartitionLog:
         for rec in self.remote.values():
             self.tier.discard(self._cache_owner, rec)
 
-    # ------------------------------------------------------------------ tier
-
-    def _let_go_remote(self, change: PreparedChange, first: int, now: int) -> None:
-        rec = self.remote.get(first)
-        if rec is not None:
-            change.ops.append(record_op(rec.moved(SegmentState.DELETE_STARTED, now)))
-            change.remote_drop.append(first)
-
-    @property
-    def local_bytes(self) -> int:
-        """Bytes of blobs held locally (offloaded blobs whose bytes were freed excluded)."""
-        return sum(b.size for b in self._blobs if not is_remote(b))
-
-    @property
-    def remote_bytes(self) -> int:
-        return sum(r.blob_size for r in self.remote.values())
-
-    def blob_at(self, first: int) -> BlobInfo | None:
-        """The blob that starts at ``first`` (None when retention removed it)."""
-        i = bisect.bisect_left(self._firsts, first)
-        if i < len(self._blobs) and self._firsts[i] == first:
-            return self._blobs[i]
-        return None
-
-    def read_blob(self, b: BlobInfo) -> bytes:
-        """A local big blob's bytes, every batch checked (the source of an offload)."""
-        with self.kv.snapshot() as view:
-            data = bytes(fetch_blob(view, self.log_id, b, self.label))
-        index_blob(data, b, self.label)
-        return data
-
-    def prepare_copy_finished(
-        self, rec: RemoteSegment, free_local: bool, now_ms: int
-    ) -> PreparedChange | None:
-        """Record a verified copy (COPY_FINISHED) and, with ``free_local``, free the blob's
-        local bytes in the same transaction. None when the blob is gone (retention removed
-        it while it was being copied: the caller lets go of the object)."""
-        b = self.blob_at(rec.first_offset)
-        if b is None or b.count != rec.count or b.is_head or self.damage is not None:
-            return None
-        self._begin()
-        change = self._tier_change()
-        change.ops.append(record_op(rec))
-        change.remote_set.append(rec)
-        if free_local and not is_remote(b):
-            self._free_ops(change, b)
-        return change
-
-    def prepare_free_local(self, first: int) -> PreparedChange | None:
-        """Free the local bytes of an offloaded blob (its deletion lag passed)."""
-        b = self.blob_at(first)
-        if b is None or is_remote(b) or first not in self.remote or self.damage is not None:
-            return None
-        self._begin()
-        change = self._tier_change()
-        self._free_ops(change, b)
-        return change
-
-    def _tier_change(self) -> PreparedChange:
-        return PreparedChange(
-            ops=[],
-            nbytes=0,
-            start_offset=self.start_offset,
-            end_offset=self.end_offset,
-            last_written=self._last_written,
-        )
-
-    def _free_ops(self, change: PreparedChange, b: BlobInfo) -> None:
-        log = self.log_id
-        change.ops.append(
-            delete_range(
-                keys.BLOBS,
-                keys.blob_key(log, b.first_offset, b.count, 0),
-                keys.blob_key(log, b.first_offset, b.count + 1, 0),
-            )
-        )
-        freed = dataclasses.replace(b, parts=0)
-        change.ops.append(self._index_op(freed))
-        change.replace.append(freed)
-
     # ------------------------------------------------------------------ reads
 
     def read(
@@ -911,49 +768,6 @@ class PartitionLog:
         if self.payloads.by_offset:
             result.refs = self.payloads.within(first, result.next_offset)
         return result
-
-    def fill_payloads(self, res: ReadResult) -> ReadResult:
-        """``res`` with its large payloads fetched back into their batches (blocking: one
-        object request per payload, each checked)."""
-        if not res.refs:
-            return res
-        res.chunks = fill_chunks(
-            res.chunks, res.refs, lambda r: self.tier.payload(r, self.label, res.first_offset)
-        )
-        res.refs = {}
-        return res
-
-    def _remote_blob(self, b: BlobInfo, i: int, block: bool) -> CachedBlob | None:
-        """An offloaded blob from the tier (blocking only when ``block``), and read-ahead
-        of the next offloaded blob for a sequential reader."""
-        rec = self.remote[b.first_offset]
-        blob = self.tier.cached(self._cache_owner, rec)
-        if blob is None:
-            if not block:
-                self.tier.prefetch(self._cache_owner, rec, self.label)
-                return None
-            blob = self.tier.fetch(self._cache_owner, rec, self.label)
-        if i + 1 < len(self._blobs) and is_remote(self._blobs[i + 1]):
-            nxt = self.remote[self._blobs[i + 1].first_offset]
-            if self.tier.cached(self._cache_owner, nxt) is None:
-                self.tier.prefetch(self._cache_owner, nxt, self.label)
-        return blob
-
-    def remote_at(self, offset: int) -> RemoteSegment | None:
-        """The record of the offloaded blob holding ``offset`` when its bytes are not in the
-        tier's cache (an async reader fetches it first, off the event loop), else None."""
-        start = max(offset, self._read_start)
-        if start >= self.end_offset or not self.remote:
-            return None
-        i = max(0, bisect.bisect_right(self._firsts, start) - 1)
-        if i >= len(self._blobs) or not is_remote(self._blobs[i]):
-            return None
-        rec = self.remote[self._blobs[i].first_offset]
-        return None if self.tier.cached(self._cache_owner, rec) is not None else rec
-
-    @property
-    def cache_owner(self) -> int:
-        return self._cache_owner
 
     def _cache_key(self, b: BlobInfo) -> tuple[int, int, int]:
         return (self._cache_owner, b.first_offset, b.count)
