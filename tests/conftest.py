@@ -99,3 +99,13 @@ _topic_counter = iter(range(1, 10**9))
 def topic_name(request: pytest.FixtureRequest) -> str:
     base = re.sub(r"[^A-Za-z0-9_]", "_", request.node.name)[:60]
     return f"{base}_{next(_topic_counter)}"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked ``slow`` (soaks, GB-sized runs) run only with WEIR_SOAK=1 (`make soak`)."""
+    if os.environ.get("WEIR_SOAK") == "1":
+        return
+    skip = pytest.mark.skip(reason="long mode: run with `make soak` (WEIR_SOAK=1)")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)

@@ -209,7 +209,7 @@ KEYS: tuple[Key, ...] = (
         "s3_access_key",
         STRING,
         "",
-        "S3 access key id ('' : boto3's own chain: AWS_* variables, profile, instance role).",
+        "S3 access key id ('' : the client's own chain: AWS_* variables, instance role).",
         "tier_s3_access_key",
     ),
     Key("tier", "s3_secret_key", SECRET, "", "S3 secret access key.", "tier_s3_secret_key"),
