@@ -212,7 +212,9 @@ def bench_spark(mb: int) -> list[dict[str, Any]]:
                 dt = time.perf_counter() - t0
                 rows.append(
                     {
-                        "read": "object store (Parquet)" if tier == "true" else "through the broker",
+                        "read": "object store (Parquet)"
+                        if tier == "true"
+                        else "through the broker",
                         "rows": n,
                         "offloaded rows": offloaded,
                         "total rows": total,
