@@ -126,7 +126,7 @@ def read_all(log: Any) -> tuple[float, float, int]:
     pos, n = log.start_offset, 0
     while pos < log.end_offset:
         res = log.read(pos, 1 << 20)
-        n += res.nbytes
+        n += sum(len(bytes(c)) for c in res.chunks)  # one copy, as a send to the wire makes
         pos = res.next_offset
     return time.perf_counter() - t0, cpu() - c0, n
 
@@ -199,7 +199,12 @@ def bench_spark(mb: int) -> list[dict[str, Any]]:
                 st = client.tier_status(topic)
                 offloaded = sum(p.first_local_offset - p.start_offset for p in st.partitions)
                 total = sum(p.end_offset - p.start_offset for p in st.partitions)
+            objects = sorted((Path(d) / "data" / "tier").rglob("*.parquet"))
+            print(f"offloaded {offloaded} of {total} rows into {len(objects)} objects", flush=True)
             for tier in ("true", "false", "true", "false"):
+                left = sorted((Path(d) / "data" / "tier").rglob("*.parquet"))
+                if left != objects:
+                    print("objects changed:", objects, left, "".join(srv.log[-40:]), flush=True)
                 df = (
                     spark.read.format("weir")
                     .option("endpoint", srv.endpoint)

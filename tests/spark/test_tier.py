@@ -1,7 +1,8 @@
 """Spark over a half-offloaded topic (both tier back ends): the plan reads offloaded
 offsets straight from the object store (TierRange tasks) and only the live tail through
 the broker; the DataFrame has every offset exactly once, equal to what the SDK reads;
-a TierRange task reads with the broker stopped; the stream source plans the same."""
+a TierRange task reads with the broker stopped; the stream source far behind plans the
+same cut."""
 
 from __future__ import annotations
 
@@ -16,8 +17,10 @@ from tests.conftest import ServerProcess
 from tests.spark.topics import Rec, produce, read_topic
 from tests.tiered.conftest import CREDS, S3Server, make_bucket, s3_server  # noqa: F401
 from weir.spark.batch_reader import WeirBatchReader
+from weir.spark.offsets import to_json
 from weir.spark.options import ReaderOptions
 from weir.spark.scan import TopicRange
+from weir.spark.stream_reader import WeirStreamReader
 from weir.spark.tier_scan import TierRange
 
 SMALL_BLOBS = {"WEIR_STORAGE_LOW_WATERMARK": "48KiB", "WEIR_STORAGE_MAX_BLOB_SIZE": "64KiB"}
@@ -96,6 +99,16 @@ def test_half_offloaded_topic_every_offset_once_and_plan_reads_the_store(
         assert offloaded == p.first_local_offset - p.start_offset > 0
         assert all(r.start >= p.first_local_offset for r in broker if r.partition == p.partition)
     assert "object store" in repr(tier[0])
+    # the stream source, far behind (a micro-batch from 0 to the end), plans the same cut
+    stream = WeirStreamReader(ReaderOptions.parse(options, streaming=True))
+    try:
+        ends = {(topic, p.partition): p.end_offset for p in st.partitions}
+        micro = stream.partitions(to_json({tp: 0 for tp in ends}), to_json(ends))
+    finally:
+        stream.stop()
+    assert sorted(
+        (r.partition, r.start, r.end) for r in micro if isinstance(r, TierRange)
+    ) == sorted((r.partition, r.start, r.end) for r in tier)
     # the DataFrame: every offset exactly once, as the SDK reads it
     r = spark.read.format("weir").option("endpoint", srv.endpoint).option("topic", topic)
     for k, v in opts.items():

@@ -99,6 +99,7 @@ class Broker(Tiering, SubscriptionFacade, SchemaAdmin, ConsumerOffsets, Producer
         self.schemas = SchemaRegistry(store.kv, self._commit)
         self._retention_task: asyncio.Task[None] | None = None
         self._tier_task = None
+        self._offload_locks = {}
         self._tier_backoff_s = 0.0
         self._tier_last_error = ""
         self._closed = False

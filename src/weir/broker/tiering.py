@@ -51,6 +51,7 @@ class Tiering(TenancyFacade):
     """Offload passes, object expiry, the sweeper, and tier status."""
 
     _tier_task: asyncio.Task[None] | None
+    _offload_locks: dict[tuple[str, int], asyncio.Lock]
     _tier_backoff_s: float
     _tier_last_error: str
 
@@ -82,6 +83,14 @@ class Tiering(TenancyFacade):
         if tier is None or actor is None:
             return 0
         policy = policy or self.offload_policy(cfg)
+        # one copy pass per partition at a time (the background task, `weir topic offload`)
+        lock = self._offload_locks.setdefault((cfg.name, partition), asyncio.Lock())
+        async with lock:
+            return await self._offload_locked(tier, actor, policy)
+
+    async def _offload_locked(
+        self, tier: TierManager, actor: PartitionActor, policy: OffloadPolicy
+    ) -> int:
         plog = actor.log
         now = _now_ms()
         copied = 0

@@ -1,8 +1,10 @@
 """Segment records of the tier: which blob of which partition lives in which object,
 and how far its copy or deletion has come (Kafka's RemoteLogMetadataManager).
 
-One record per offloaded blob, in the LMDB table ``remote_segments`` under the
-blob's own index key (log id, first offset, count), written through the group
+One record per copy of a blob, in the LMDB table ``remote_segments`` under the
+blob's index key (log id, first offset, count) followed by the copy's object key (a
+copy has its own id, like Kafka's RemoteLogSegmentId: a copy made again after an
+abandoned one never shares a record with it), written through the group
 committer like every other change, so a record is exactly as durable as the
 partition state it sits beside. Its state moves along one path::
 
@@ -28,6 +30,7 @@ from weir.storage import keys
 from weir.storage.kv import Op, ReadView, delete, put
 
 REMOTE_SEGMENTS = "remote_segments"
+_INDEX_KEY = len(keys.index_key(0, 0, 0))
 
 
 class SegmentState(enum.IntEnum):
@@ -76,7 +79,7 @@ class RemoteSegment:
         return replace(self, state=state, updated_ms=now_ms, **changes)  # type: ignore[arg-type]
 
     def key(self) -> bytes:
-        return keys.index_key(self.log_id, self.first_offset, self.count)
+        return keys.index_key(self.log_id, self.first_offset, self.count) + self.object_key.encode()
 
     def pack(self) -> bytes:
         d = asdict(self)
@@ -86,7 +89,7 @@ class RemoteSegment:
 
     @classmethod
     def unpack(cls, key: bytes, raw: bytes | memoryview) -> RemoteSegment:
-        log_id, first, count = keys.parse_index_key(bytes(key))
+        log_id, first, count = keys.parse_index_key(bytes(key[:_INDEX_KEY]))
         d = json.loads(bytes(raw))
         d["state"] = SegmentState(d["state"])
         return cls(log_id=log_id, first_offset=first, count=count, **d)

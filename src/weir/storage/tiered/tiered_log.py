@@ -86,6 +86,8 @@ class TieredLog:
         b = self.blob_at(rec.first_offset)
         if b is None or b.count != rec.count or b.is_head or self.damage is not None:
             return None
+        if rec.first_offset in self.remote:  # another copy finished first: keep that one
+            return None
         self._begin()
         change = self._tier_change()
         change.ops.append(record_op(rec))
