@@ -132,11 +132,11 @@ def decode_segment(data: bytes | memoryview, first: int, count: int, label: str)
 
 
 def read_rows(data: bytes | memoryview, lo: int, hi: int) -> pa.Table:
-    """The table rows (Spark's columns) with offsets in ``[lo, hi)`` of a segment file."""
+    """The table rows (Spark's columns) with offsets in ``[lo, hi)`` of a segment file
+    (offsets are dense from the file's first offset, so this is a slice, not a filter)."""
     f = pq.ParquetFile(pa.BufferReader(data))
+    md = f.schema_arrow.metadata or {}
+    first = int(md.get(b"weir.first_offset", b"0"))
     table = f.read(columns=ARROW_SCHEMA.names)
-    offsets = table.column("offset")
-    import pyarrow.compute as pc
-
-    mask = pc.and_(pc.greater_equal(offsets, lo), pc.less(offsets, hi))
-    return table.filter(mask)
+    start = max(0, lo - first)
+    return table.slice(start, max(0, min(hi - first, table.num_rows) - start))
