@@ -15,6 +15,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 _LISTEN = re.compile(r"weir listening on (\S+):(\d+)")
+_KAFKA = re.compile(r"weir kafka listening on (\S+):(\d+)")
 
 
 class ServerProcess:
@@ -25,12 +26,18 @@ class ServerProcess:
         self.extra = list(extra)
         self.env = env
         self.port = 0
+        self.kafka_port = 0
         self.proc: subprocess.Popen[str] | None = None
         self.log: list[str] = []
 
     @property
     def endpoint(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def kafka(self) -> str:
+        """bootstrap.servers of the server's Kafka listener."""
+        return f"127.0.0.1:{self.kafka_port}"
 
     def start(self, timeout: float = 60) -> ServerProcess:
         listen = f"127.0.0.1:{self.port}"  # the same port again after a restart
@@ -45,7 +52,9 @@ class ServerProcess:
             listen,
             *self.extra,
         ]
-        env = {**os.environ, **(self.env or {})}
+        # an ephemeral Kafka port (the same again after a restart), never the shared 9092
+        kafka = {"WEIR_KAFKA_LISTEN": f"127.0.0.1:{self.kafka_port}"}
+        env = {**os.environ, **kafka, **(self.env or {})}
         self.proc = subprocess.Popen(
             cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, cwd=ROOT, env=env
         )
@@ -56,6 +65,9 @@ class ServerProcess:
             assert proc.stderr is not None
             for line in proc.stderr:
                 self.log.append(line)
+                k = _KAFKA.search(line)
+                if k:
+                    self.kafka_port = int(k.group(2))
                 m = _LISTEN.search(line)
                 if m and not ready.is_set():
                     self.port = int(m.group(2))
@@ -113,6 +125,11 @@ def server(tmp_path: Path) -> Iterator[ServerProcess]:
     else:
         srv.kill()
 
+
+# Every `weir serve` a test starts (directly or through the README, the CLI tests...)
+# takes an ephemeral Kafka port unless the test says otherwise: 9092 is shared by every
+# test run on the machine.
+os.environ.setdefault("WEIR_KAFKA_LISTEN", "127.0.0.1:0")
 
 _topic_counter = iter(range(1, 10**9))
 

@@ -298,6 +298,7 @@ def _optional_path(value: object) -> Path | None:
     return Path(text) if text else None
 
 
+OPTIONAL_ADDRESS = Kind("host:port or empty", lambda v: _address(v) if _str(v) else "")
 OPTIONAL_PATH = Kind("path or empty", _optional_path, render=lambda p: _show(str(p) if p else ""))
 PARTITIONS = Kind("integer", _partitions, _int_text, str)
 SIZE = Kind("size", _size, render=_render_size)
@@ -586,6 +587,30 @@ KEYS: tuple[Key, ...] = (
         "PEM CA bundle that signs client certificates: set, clients present one (mTLS).",
     ),
     Key(
+        "kafka",
+        "enabled",
+        BOOL,
+        True,
+        "Serve the Kafka protocol (docs/kafka.md): unmodified Kafka clients produce, consume "
+        "and administer weir topics.",
+    ),
+    Key(
+        "kafka",
+        "listen",
+        OPTIONAL_ADDRESS,
+        "",
+        "Address of the Kafka listener. Empty: port 9092 of the server.listen host. TLS and "
+        "authentication follow the [tls] and [auth] sections, as on the gRPC port.",
+    ),
+    Key(
+        "kafka",
+        "advertised_listener",
+        OPTIONAL_ADDRESS,
+        "",
+        "HOST:PORT Kafka clients are told to connect to (Metadata, FindCoordinator), for "
+        "clients that reach the server through another name. Empty: the listen address.",
+    ),
+    Key(
         "metrics",
         "enabled",
         BOOL,
@@ -666,6 +691,15 @@ class TlsConfig:
 
 
 @dataclass(frozen=True)
+class KafkaConfig:
+    """The ``[kafka]`` section."""
+
+    enabled: bool = True
+    listen: str = ""
+    advertised_listener: str = ""
+
+
+@dataclass(frozen=True)
 class LogConfig:
     level: str = "info"
     json: bool = False
@@ -684,6 +718,7 @@ class Config:
     tls: TlsConfig = dataclasses.field(default_factory=TlsConfig)
     auth: AuthConfig = dataclasses.field(default_factory=AuthConfig)
     log: LogConfig = dataclasses.field(default_factory=LogConfig)
+    kafka: KafkaConfig = dataclasses.field(default_factory=KafkaConfig)
     sources: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     def values(self) -> dict[str, Any]:
@@ -700,6 +735,9 @@ class Config:
         out["auth.jwt_secret"] = self.auth.jwt_secret
         out["auth.jwt_public_key_file"] = self.auth.jwt_public_key_file
         out["auth.jwt_audience"] = self.auth.jwt_audience
+        out["kafka.enabled"] = self.kafka.enabled
+        out["kafka.listen"] = self.kafka.listen
+        out["kafka.advertised_listener"] = self.kafka.advertised_listener
         out["metrics.enabled"] = self.metrics.enabled
         out["metrics.listen"] = self.metrics.listen
         out["console.enabled"] = self.console.enabled
@@ -852,6 +890,9 @@ def _build(values: dict[str, Any], sources: dict[str, str]) -> Config:
             values["auth.jwt_audience"],
         ),
         log=LogConfig(values["log.level"], values["log.json"], values["log.audit_file"]),
+        kafka=KafkaConfig(
+            values["kafka.enabled"], values["kafka.listen"], values["kafka.advertised_listener"]
+        ),
         sources=sources,
     )
 

@@ -18,6 +18,8 @@ from weir.broker.config import BrokerConfig
 from weir.broker.observer import BrokerObserver
 from weir.config import AuthConfig
 from weir.errors import BadRequestError
+from weir.protocols.kafka.front import DEFAULT_PORT as KAFKA_PORT
+from weir.protocols.kafka.front import KafkaFront, KafkaFrontConfig
 from weir.protocols.native.service import NativeService
 from weir.protocols.native.service import add_to_server as add_native
 from weir.security import Security
@@ -78,6 +80,13 @@ def check_port_free(host: str, port: int) -> None:
     raise OSError(f"cannot listen on {host}:{port}: {reason}")
 
 
+def kafka_address(config: KafkaFrontConfig, listen_host: str) -> tuple[str, int]:
+    """Where the Kafka listener binds: ``config.listen``, else port 9092 of the listen host."""
+    if config.listen:
+        return parse_listen(config.listen)
+    return listen_host, KAFKA_PORT
+
+
 def _install_native(server: grpc.aio.Server, broker: Broker, srv: Server) -> None:
     add_native(NativeService(broker, srv.stopping_event, srv.security), server)
 
@@ -104,8 +113,11 @@ class Server:
         observer: BrokerObserver | None = None,
         tls: ServerTls | None = None,
         auth: AuthConfig | None = None,
+        kafka: KafkaFrontConfig | None = None,
     ) -> None:
         self.config = config
+        self.kafka_config = kafka or KafkaFrontConfig(enabled=False)
+        self.kafka: KafkaFront | None = None
         self.tls = tls  # None: plain text
         self.auth = auth or AuthConfig()
         self.observer = observer
@@ -167,9 +179,21 @@ class Server:
             )
             for install in self.fronts:
                 install(server, self.broker, self)
+            if self.kafka_config.enabled:
+                host, port = kafka_address(self.kafka_config, self.host)
+                self.kafka = KafkaFront(self.broker, self._security, self.kafka_config, self.tls)
+                try:
+                    await self.kafka.start(host, port)
+                except OSError as exc:
+                    raise OSError(
+                        f"cannot listen on {host}:{port} (Kafka): {exc.strerror or exc}"
+                    ) from None
             await server.start()
         except BaseException:
             await server.stop(None)
+            if self.kafka is not None:
+                await self.kafka.stop()
+                self.kafka = None
             if self.broker is not None:
                 await self.broker.close()
             raise
@@ -183,6 +207,9 @@ class Server:
         """Stop accepting calls, give streams `grace` seconds, finish commits, close LMDB."""
         self.stopping = True
         self.stopping_event.set()
+        if self.kafka is not None:
+            await self.kafka.stop()
+            self.kafka = None
         if self._grpc is not None:
             await self._grpc.stop(grace)
             self._grpc = None

@@ -24,6 +24,7 @@ from weir.broker.config import BrokerConfig
 from weir.broker.consumers import OFFSETS, ConsumerGroup, OffsetStore
 from weir.broker.observer import NULL_OBSERVER, BrokerObserver
 from weir.broker.partition_actor import PartitionActor
+from weir.broker.producer_ids import ProducerIds
 from weir.broker.producers import ProducerPins, ProducerTables, routed_home
 from weir.broker.producers import WriterToken as WriterToken  # the fronts import it from here
 from weir.broker.subscriptions import (
@@ -71,6 +72,7 @@ from weir.storage.partition import (
     PartitionConfig,
     validate_incoming,
 )
+from weir.storage.producers import ProducerState
 from weir.storage.store import Store
 
 log = logging.getLogger("weir.broker")
@@ -138,6 +140,7 @@ class Broker(TenancyFacade):
         self.producer_sessions = SessionCounter("producers")
         self.consumer_sessions = SessionCounter("consumers")
         self.access = ProducerAccess()
+        self.producer_ids = ProducerIds(store.kv, store.committer, SERVER)
         self.subscriptions = Subscriptions(
             store.kv, store.committer, lambda t, p: self._actors[(t, p)], self._write_dead_letters
         )
@@ -702,6 +705,17 @@ class Broker(TenancyFacade):
 
     def last_seq_no(self, topic: str, partition: int, producer_id: str) -> int | None:
         return self.actor(topic, partition).log.last_seq_no(producer_id)
+
+    def producer_state(self, topic: str, partition: int, producer_id: str) -> ProducerState | None:
+        """The stored state of a producer in a partition: max seq_no, offset of its last
+        message, last write (None: it has written nothing that is still kept)."""
+        return self.actor(topic, partition).log.producers.get(producer_id)
+
+    async def allocate_producer_id(self) -> int:
+        """A numeric producer id never handed out before, across restarts (Kafka's
+        InitProducerId)."""
+        self._check_open()
+        return await self.producer_ids.allocate()
 
     # ------------------------------------------------------------------ consumers
 

@@ -22,6 +22,7 @@ from weir import logs
 from weir.broker.observer import BrokerObserver
 from weir.cli.common import CliError
 from weir.errors import DataDirLockedError, WeirError
+from weir.protocols.kafka.front import KafkaFrontConfig
 from weir.security import audit
 from weir.security.tls import ServerTls, TlsConfigError, TlsFiles
 
@@ -81,6 +82,11 @@ async def run(cfg: configuration.Config) -> None:
         observer=ObserverFanout(metrics.observer, logs.LogObserver()),
         tls=tls,
         auth=cfg.auth,
+        kafka=KafkaFrontConfig(
+            enabled=cfg.kafka.enabled,
+            listen=cfg.kafka.listen,
+            advertised=cfg.kafka.advertised_listener,
+        ),
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -159,6 +165,9 @@ async def run(cfg: configuration.Config) -> None:
         security = ""
         if tls is not None:
             security = ", TLS" + (" with client certificates" if tls.mutual else "")
+        if server.kafka is not None:
+            kafka_at = f"{server.kafka.host}:{server.kafka.port}"
+            announce(cfg, f"weir kafka listening on {kafka_at}", kafka_endpoint=kafka_at)
         announce(
             cfg,
             f"weir listening on {server.endpoint}, data in {cfg.broker.data_dir}{security}",
@@ -191,10 +200,23 @@ def is_loopback(host: str) -> bool:
     )
 
 
-def insecure_bind(cfg: configuration.Config) -> bool:
-    """An open server (no authentication) on an address other machines can reach."""
-    host = cfg.listen.rpartition(":")[0]
-    return cfg.broker.allow_anonymous and not is_loopback(host)
+def listen_addresses(cfg: configuration.Config) -> list[str]:
+    """Every client listener's HOST:PORT: the gRPC port, and the Kafka one when on."""
+    out = [cfg.listen]
+    if cfg.kafka.enabled:
+        out.append(cfg.kafka.listen or f"{cfg.listen.rpartition(':')[0]}:9092")
+    return out
+
+
+def insecure_bind(cfg: configuration.Config) -> str | None:
+    """An address other machines can reach that an open server (no authentication) would
+    listen on (None: none)."""
+    if not cfg.broker.allow_anonymous:
+        return None
+    for address in listen_addresses(cfg):
+        if not is_loopback(address.rpartition(":")[0]):
+            return address
+    return None
 
 
 def server_tls(cfg: configuration.TlsConfig) -> ServerTls | None:
@@ -268,9 +290,10 @@ def serve(
     if log_json is not None:
         overrides["log.json"] = (log_json, "--log-json")
     cfg = configuration.load(config, env=os.environ, overrides=overrides)
-    if insecure_bind(cfg) and not insecure:
+    exposed = insecure_bind(cfg)
+    if exposed is not None and not insecure:
         raise CliError(
-            f"refusing to listen on {cfg.listen} without authentication: anyone who reaches it "
+            f"refusing to listen on {exposed} without authentication: anyone who reaches it "
             "could read, write and drop every topic. Turn authentication on "
             "(auth.allow_anonymous = false with users, JWTs or client certificates; see "
             "docs/security.md), listen on 127.0.0.1, or pass --insecure",

@@ -118,6 +118,11 @@ class Security:
     def login(self, user: str, password: str, peer: str = "") -> IssuedToken:
         """A token for a user and password; UnauthorizedError if they are wrong, or while
         failed attempts for the user (or from ``peer``) are being slowed down."""
+        return self.tokens.issue(self.check_password(user, password, peer))
+
+    def check_password(self, user: str, password: str, peer: str = "") -> Principal:
+        """The principal of a user and password (a login without a token: SASL PLAIN),
+        throttled and audited as `login`. Slow on purpose (scrypt): call it off the loop."""
         keys = [f"user:{user[:256]}"] + ([f"addr:{peer}"] if peer else [])
         try:
             self.throttle.check(keys)
@@ -131,7 +136,7 @@ class Security:
             audit.event("login_failed", user=user[:256], peer=peer)
             raise
         self.throttle.succeeded(keys)
-        return self.tokens.issue(principal)
+        return principal
 
     def _password(self, credential: UserPassword) -> Principal:
         if credential.user in self.users:
