@@ -19,44 +19,35 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from weir.protocols.kafka.records import NONE, Header, KafkaBatch, build_batch
-from weir.storage.batch import decode_payload, encode_batch, iter_batches
+from weir.protocols.kafka.records import NONE, NULL_VALUE_HEADER, Header, KafkaBatch, build_batch
+from weir.storage.batch import decode_payload, encode_columns, iter_batches
 from weir.storage.codecs import Codec
 
-NULL_VALUE_HEADER = "weir-kafka-null-value"
+__all__ = ["NULL_VALUE_HEADER", "to_kafka", "to_weir"]
 
-# Kafka compression -> weir storage codec (snappy has none in weir: stored as LZ4)
+# Kafka compression -> weir storage codec. Kafka producers compress batches of records;
+# weir stores what arrived uncompressed unless the producer compressed (then a codec
+# weir has: snappy, which weir has not, is stored as LZ4).
 _STORE_CODEC = {0: Codec.RAW, 1: Codec.GZIP, 2: Codec.LZ4, 3: Codec.LZ4, 4: Codec.ZSTD}
-
-
-def _headers(hs: list[Header], null_value: bool) -> dict[str, str]:
-    out = {k: "" if v is None else v.decode("utf-8", "surrogateescape") for k, v in hs}
-    if null_value:
-        out[NULL_VALUE_HEADER] = "1"
-    return out
 
 
 def to_weir(batch: KafkaBatch, producer_id: str = "", first_seq: int = 0) -> bytes:
     """One weir batch holding the records of ``batch`` (seq_nos first_seq.. when a
     producer id is given, for dedup)."""
-    values = batch.values
-    if None in values:
-        data = [b"" if v is None else v for v in values]
-        headers: Sequence[dict[str, str] | None] | None = [
-            _headers(h, v is None) for h, v in zip(batch.headers, values, strict=True)
-        ]
-    else:
-        data = values  # type: ignore[assignment]
-        headers = [_headers(h, False) for h in batch.headers] if any(batch.headers) else None
-    keys = batch.keys
-    stored_keys = [b"" if k is None else k for k in keys] if any(keys) else None
-    return encode_batch(
-        data,
+    c = batch.columns
+    return encode_columns(
+        batch.count,
+        created_base=c.created_base,
+        created=c.created,
+        created64=c.created64,
+        key_lens=c.key_lens,
+        data_lens=c.data_lens,
+        header_lens=c.header_lens,
+        keys=c.keys,
+        data=c.data,
+        headers=c.headers,
         producer_id=producer_id,
         first_seq_no=first_seq,
-        created_at=batch.timestamps,
-        keys=stored_keys,
-        headers=headers,
         codec=_STORE_CODEC.get(batch.compression, Codec.RAW),
     )
 

@@ -127,12 +127,11 @@ class ProduceHandlers:
                 )
             if b.count == 0:
                 raise KafkaError(ErrorCode.INVALID_RECORD, "a record batch without records")
-            for k, v in zip(b.keys, b.values, strict=True):
-                if len(k or b"") + len(v or b"") > msg_limit:
-                    raise KafkaError(
-                        ErrorCode.MESSAGE_TOO_LARGE,
-                        f"a record is over the limit of {msg_limit} bytes",
-                    )
+            if b.columns.max_record > msg_limit:
+                raise KafkaError(
+                    ErrorCode.MESSAGE_TOO_LARGE,
+                    f"a record is over the limit of {msg_limit} bytes",
+                )
             if b.producer_id >= 0:
                 key = (topic, part.index, b.producer_id)
                 wpid = weir_producer_id(b.producer_id)

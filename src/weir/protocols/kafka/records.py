@@ -18,11 +18,14 @@ import struct
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import cramjam
 import crc32c as _crc32c
 import lz4.frame
 import zstandard
+
+from weir.protocols.kafka._records import parse_records
 
 MAGIC = 2
 HEADER = struct.Struct(">qiibIhiqqqhii")
@@ -47,15 +50,35 @@ _ZSTD_C = zstandard.ZstdCompressor(level=3)
 crc32c = _crc32c.crc32c
 
 Header = tuple[str, bytes | None]
+# weir data cannot be null: a null Kafka value is stored empty with this header
+NULL_VALUE_HEADER = "weir-kafka-null-value"
+_NULL_KEY = NULL_VALUE_HEADER.encode()
 
 
 class RecordsError(ValueError):
     """The bytes are not a valid record batch (Kafka: CORRUPT_MESSAGE / INVALID_RECORD)."""
 
 
+class Columns(NamedTuple):
+    """A batch's records as weir batch payload columns (what `_records.parse_records`
+    returns; see weir.storage.batch for the layout)."""
+
+    created_base: int
+    created: bytes | None  # int32 (or int64: created64) deltas; None: all created_base
+    created64: bool
+    key_lens: bytes | None  # u32 each; None: no record has a key
+    data_lens: bytes
+    header_lens: bytes | None  # None: no record has headers
+    keys: bytes
+    data: bytes
+    headers: bytes  # weir's header encoding; a null value adds NULL_VALUE_HEADER
+    max_record: int  # the largest key + value of one record
+    last_offset_delta: int
+
+
 @dataclass(slots=True)
 class KafkaBatch:
-    """One parsed record batch; the records as parallel columns."""
+    """One parsed record batch: its header, and its records as weir columns."""
 
     base_offset: int
     attributes: int
@@ -65,16 +88,9 @@ class KafkaBatch:
     producer_id: int
     producer_epoch: int
     base_sequence: int
-    timestamps: list[int]
-    offset_deltas: list[int]
-    keys: list[bytes | None]
-    values: list[bytes | None]
-    headers: list[list[Header]]
+    count: int
+    columns: Columns
     size: int  # bytes of the batch in the message set
-
-    @property
-    def count(self) -> int:
-        return len(self.values)
 
     @property
     def compression(self) -> int:
@@ -87,6 +103,47 @@ class KafkaBatch:
     @property
     def control(self) -> bool:
         return bool(self.attributes & ATTR_CONTROL)
+
+    # the records one by one (tests and tools; the produce path uses the columns as they are)
+
+    def _lens(self, raw: bytes | None) -> list[int]:
+        return [0] * self.count if raw is None else list(struct.unpack(f"<{self.count}I", raw))
+
+    def _split(self, blob: bytes, lens: list[int]) -> list[bytes]:
+        out, pos = [], 0
+        for n in lens:
+            out.append(blob[pos : pos + n])
+            pos += n
+        return out
+
+    @property
+    def timestamps(self) -> list[int]:
+        c = self.columns
+        if c.created is None:
+            return [c.created_base] * self.count
+        fmt = f"<{self.count}{'q' if c.created64 else 'i'}"
+        return [c.created_base + d for d in struct.unpack(fmt, c.created)]
+
+    @property
+    def keys(self) -> list[bytes | None]:
+        return [
+            k or None for k in self._split(self.columns.keys, self._lens(self.columns.key_lens))
+        ]
+
+    @property
+    def headers(self) -> list[dict[str, str]]:
+        from weir.storage.batch import decode_headers
+
+        blobs = self._split(self.columns.headers, self._lens(self.columns.header_lens))
+        return [decode_headers(b) for b in blobs]
+
+    @property
+    def values(self) -> list[bytes | None]:
+        data = self._split(self.columns.data, self._lens(self.columns.data_lens))
+        return [
+            None if NULL_VALUE_HEADER in h and not d else d
+            for d, h in zip(data, self.headers, strict=True)
+        ]
 
 
 # ---------------------------------------------------------------------------- compression
@@ -149,22 +206,6 @@ def compress(codec: int, data: bytes) -> bytes:
 # ---------------------------------------------------------------------------- parsing
 
 
-def _varint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
-    """A zigzag varint (up to 64 bits) at ``pos``: (value, next position)."""
-    value = shift = 0
-    while True:
-        if pos >= end:
-            raise RecordsError("varint runs past the end of the record")
-        b = buf[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return (value >> 1) ^ -(value & 1), pos
-        shift += 7
-        if shift > 63:
-            raise RecordsError("varint longer than 10 bytes")
-
-
 def parse_batches(buf: bytes | memoryview, max_bytes: int = 1 << 30) -> list[KafkaBatch]:
     """Every batch of a produce request's records field; each fully checked."""
     data = bytes(buf)
@@ -210,15 +251,20 @@ def parse_batch(data: bytes, pos: int = 0, max_bytes: int = 1 << 30) -> KafkaBat
         raise RecordsError(f"record batch claims {count} records")
     codec = attributes & ATTR_COMPRESSION
     start = pos + HEADER_SIZE
+    body: bytes | memoryview
     if codec == NONE:
         body, bpos, bend = data, start, end
     else:
         body = decompress(codec, memoryview(data)[start:end], max_bytes)
         bpos, bend = 0, len(body)
-    timestamps, deltas, keys, values, headers = _parse_records(body, bpos, bend, count, base_ts)
-    if count and deltas[-1] != last_offset_delta:
+    try:
+        columns = Columns(*parse_records(body, bpos, bend, count, base_ts, _NULL_KEY))
+    except ValueError as exc:
+        raise RecordsError(str(exc)) from None
+    if count and columns.last_offset_delta != last_offset_delta:
         raise RecordsError(
-            f"last offset delta {last_offset_delta} disagrees with the records ({deltas[-1]})"
+            f"last offset delta {last_offset_delta} disagrees with the records "
+            f"({columns.last_offset_delta})"
         )
     return KafkaBatch(
         base_offset,
@@ -229,83 +275,10 @@ def parse_batch(data: bytes, pos: int = 0, max_bytes: int = 1 << 30) -> KafkaBat
         producer_id,
         producer_epoch,
         base_sequence,
-        timestamps,
-        deltas,
-        keys,
-        values,
-        headers,
+        count,
+        columns,
         size,
     )
-
-
-def _parse_records(
-    buf: bytes, pos: int, end: int, count: int, base_ts: int
-) -> tuple[list[int], list[int], list[bytes | None], list[bytes | None], list[list[Header]]]:
-    timestamps: list[int] = []
-    deltas: list[int] = []
-    keys: list[bytes | None] = []
-    values: list[bytes | None] = []
-    headers: list[list[Header]] = []
-    for i in range(count):
-        length, pos = _varint(buf, pos, end)
-        rend = pos + length
-        if length < 6 or rend > end:
-            raise RecordsError(f"record {i} length {length} does not fit the batch")
-        pos += 1  # attributes: unused in v2
-        ts, pos = _varint(buf, pos, rend)
-        od, pos = _varint(buf, pos, rend)
-        if od != i:
-            raise RecordsError(f"record {i} has offset delta {od}")
-        kl, pos = _varint(buf, pos, rend)
-        if kl < 0:
-            key = None
-        else:
-            if pos + kl > rend:
-                raise RecordsError(f"record {i} key runs past the record")
-            key = buf[pos : pos + kl]
-            pos += kl
-        vl, pos = _varint(buf, pos, rend)
-        if vl < 0:
-            value = None
-        else:
-            if pos + vl > rend:
-                raise RecordsError(f"record {i} value runs past the record")
-            value = buf[pos : pos + vl]
-            pos += vl
-        hn, pos = _varint(buf, pos, rend)
-        hs: list[Header] = []
-        if hn:
-            if hn < 0 or hn > rend - pos:
-                raise RecordsError(f"record {i} claims {hn} headers")
-            for _ in range(hn):
-                hkl, pos = _varint(buf, pos, rend)
-                if hkl < 0 or pos + hkl > rend:
-                    raise RecordsError(f"record {i} header key runs past the record")
-                try:
-                    hk = buf[pos : pos + hkl].decode()
-                except UnicodeDecodeError:
-                    raise RecordsError(f"record {i} header key is not utf-8") from None
-                pos += hkl
-                hvl, pos = _varint(buf, pos, rend)
-                if hvl < 0:
-                    hs.append((hk, None))
-                    continue
-                if pos + hvl > rend:
-                    raise RecordsError(f"record {i} header value runs past the record")
-                hs.append((hk, buf[pos : pos + hvl]))
-                pos += hvl
-        if pos != rend:
-            raise RecordsError(
-                f"record {i} is {length} bytes, its fields take {length - rend + pos}"
-            )
-        timestamps.append(base_ts + ts)
-        deltas.append(od)
-        keys.append(key)
-        values.append(value)
-        headers.append(hs)
-    if pos != end:
-        raise RecordsError(f"{end - pos} bytes after the last of {count} records")
-    return timestamps, deltas, keys, values, headers
 
 
 # ---------------------------------------------------------------------------- building
