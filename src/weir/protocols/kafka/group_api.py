@@ -13,6 +13,7 @@ TOPIC_AUTHORIZATION_FAILED, a group operation refused answers GROUP_AUTHORIZATIO
 
 from __future__ import annotations
 
+import struct
 from typing import TYPE_CHECKING
 
 from weir.broker.topics import check_consumer_name
@@ -26,6 +27,28 @@ if TYPE_CHECKING:
     from weir.protocols.kafka.connection import KafkaConnection
 
 NO_OFFSET = -1
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+
+
+def subscribed_topics(protocol_type: str, metadata: bytes) -> list[str]:
+    """The topics of a consumer-protocol subscription (version, [topic], user data...);
+    empty for other protocol types or bytes that do not parse."""
+    if protocol_type != "consumer" or len(metadata) < 6:
+        return []
+    try:
+        pos = 2
+        (n,) = _I32.unpack_from(metadata, pos)
+        pos += 4
+        topics = []
+        for _ in range(min(n, len(metadata))):
+            (ln,) = _I16.unpack_from(metadata, pos)
+            pos += 2
+            topics.append(metadata[pos : pos + ln].decode())
+            pos += ln
+        return topics
+    except (struct.error, UnicodeDecodeError):
+        return []
 
 
 def _check_group(group_id: str) -> None:
@@ -69,6 +92,7 @@ class GroupHandlers:
         self.conn.require_principal()
         try:
             _check_group(body["group_id"])
+            self._allow_subscription(body["protocol_type"], body["protocols"])
             res = await self.coordinator.join(
                 body["group_id"],
                 body["member_id"],
@@ -95,6 +119,16 @@ class GroupHandlers:
                 for mid, iid, meta in res.members
             ],
         }
+
+    def _allow_subscription(self, protocol_type: str, protocols: list[Message]) -> None:
+        """A member may join when it may consume every topic it subscribes to (weir has no
+        grants on groups: a group is a consumer of the topics it reads)."""
+        topics = {t for p in protocols for t in subscribed_topics(protocol_type, p["metadata"])}
+        try:
+            for t in sorted(topics):
+                self.conn.allow(Permission.CONSUME, weir_topic(t), "join a group reading")
+        except WeirError as exc:
+            raise KafkaError(error_code(exc, group=True), exc.message) from None
 
     async def handle_sync_group(self, header: RequestHeader, body: Message) -> Message:
         self.conn.require_principal()
