@@ -7,7 +7,6 @@ from __future__ import annotations
 import datetime as dt
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
