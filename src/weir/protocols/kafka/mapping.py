@@ -3,6 +3,9 @@
 A Kafka record's key, value, headers and timestamp become a weir message's key,
 data, headers and created time; offsets are weir offsets, one for one.
 
+Messages a YDB writer compressed one by one are decompressed for Kafka readers (a
+codec weir does not run, a YDB custom codec, is passed through as it is).
+
 weir has no null key and no null data, so:
 
 * a null key is weir's empty key, and an empty key reads back as null (weir's
@@ -21,7 +24,7 @@ from collections.abc import Sequence
 
 from weir.protocols.kafka.records import NONE, NULL_VALUE_HEADER, Header, KafkaBatch, build_batch
 from weir.storage.batch import decode_payload, encode_columns, iter_batches
-from weir.storage.codecs import Codec
+from weir.storage.codecs import Codec, decompress_message, is_opaque
 
 __all__ = ["NULL_VALUE_HEADER", "to_kafka", "to_weir"]
 
@@ -60,6 +63,9 @@ def to_kafka(chunks: Sequence[bytes | memoryview], compression: int = NONE) -> l
             p = decode_payload(chunk, pos, h)
             c = p.columns()
             values: list[bytes | None] = list(c.data)
+            if h.data_codec != Codec.RAW and not is_opaque(h.data_codec):
+                # each message compressed on its own (the YDB front): Kafka readers get it plain
+                values = [decompress_message(h.data_codec, d) for d in c.data]
             headers: list[list[Header]] | None = None
             if p.header_lens is not None:
                 headers = []
