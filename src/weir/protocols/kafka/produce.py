@@ -10,6 +10,7 @@ as every weir ack); acks=0 gets no answer.
 from __future__ import annotations
 
 import asyncio
+import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from weir.protocols.kafka.connection import KafkaConnection
 
 MAX_EPOCH = 32767
+log = logging.getLogger("weir.kafka")
 
 
 @dataclass(slots=True)
@@ -37,8 +39,6 @@ class _Partition:
     message: str | None = None
     base_offset: int = -1
     future: asyncio.Future[list[BatchResult]] | None = None
-    # per submitted batch: None (not idempotent) or (sequence key, its _Last record)
-    tracked: list[Any] | None = None
 
 
 class ProduceHandlers:
@@ -146,6 +146,10 @@ class ProduceHandlers:
                 if placed.error != ErrorCode.NONE:
                     raise KafkaError(placed.error, f"producer {b.producer_id}: {placed.error.name}")
                 if placed.duplicate:
+                    log.info(
+                        "a resent Kafka batch is a duplicate",
+                        extra={"producer": b.producer_id, "sequence": b.base_sequence},
+                    )
                     if len(batches) > 1:
                         raise KafkaError(ErrorCode.DUPLICATE_SEQUENCE_NUMBER)
                     if placed.duplicate_offset is None:
@@ -162,25 +166,32 @@ class ProduceHandlers:
             part.base_offset = dup_offset if dup_offset is not None else -1
             return
         part.future = self.broker.submit(topic, part.index, incoming)
-        marks = []
-        for t in tracked:
-            marks.append(None if t is None else (t[0], self.sequences.submitted(t[0], t[1], t[2])))
-        part.tracked = marks
+        marks = [
+            None if t is None else (t[0], self.sequences.submitted(t[0], t[1], t[2]))
+            for t in tracked
+        ]
+        # The sequence bookkeeping follows the write itself, not this request: a client that
+        # goes away (its handler cancelled) must not leave a failed write counted as stored.
+        part.future.add_done_callback(lambda f: self._done(f, marks))
 
-    async def _settle(self, part: _Partition) -> None:
-        assert part.future is not None and part.tracked is not None
-        try:
-            results = await part.future
-        except WeirError as exc:
-            for mark in part.tracked:
+    def _done(self, fut: asyncio.Future[list[BatchResult]], marks: list[Any]) -> None:
+        if fut.cancelled() or fut.exception() is not None:
+            for mark in marks:
                 if mark is not None:
                     self.sequences.failed(mark[0])
+            return
+        for mark, res in zip(marks, fut.result(), strict=True):
+            if mark is not None:
+                self.sequences.stored(mark[0], mark[1], res.offset)
+
+    async def _settle(self, part: _Partition) -> None:
+        assert part.future is not None
+        try:
+            results = await asyncio.shield(part.future)
+        except WeirError as exc:
             part.error = error_code(exc)
             part.message = exc.message
             return
-        for mark, res in zip(part.tracked, results, strict=True):
-            if mark is not None:
-                self.sequences.stored(mark[0], mark[1], res.offset)
         first = results[0]
         part.base_offset = first.offset if first.written else -1
         if not first.written:  # storage dropped it as a resend: answered as a duplicate
