@@ -143,7 +143,7 @@ async def sample_cost(topics: int) -> tuple[float, float, float, float]:
     from weir.console.app import Console
     from weir.metrics import PrometheusObserver, ServerMetrics
     from weir.storage.batch import encode_batch
-    from weir.storage.partition import validate_incoming
+    from weir.storage.incoming import validate_incoming
 
     metrics = ServerMetrics()
     metrics.observer = PrometheusObserver(CollectorRegistry())

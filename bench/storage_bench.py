@@ -37,7 +37,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from weir.storage.batch import encode_batch
-from weir.storage.partition import PartitionConfig, validate_incoming
+from weir.storage.incoming import validate_incoming
+from weir.storage.partition import PartitionConfig
 from weir.storage.store import Store
 
 

@@ -90,7 +90,7 @@ async def sparse_acks(n: int) -> list[tuple[int, float]]:
     from weir.broker.subscriptions import Delivery
     from weir.errors import WeirError
     from weir.storage.batch import encode_batch
-    from weir.storage.partition import validate_incoming
+    from weir.storage.incoming import validate_incoming
 
     class Sink:
         def deliver(self, d: Delivery) -> None:

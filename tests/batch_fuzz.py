@@ -25,7 +25,7 @@ from weir.errors import BatchFormatError
 from weir.storage import batch as B
 from weir.storage.batch import HEADER_SIZE, Record, decode_records, encode_batch
 from weir.storage.codecs import Codec
-from weir.storage.partition import validate_incoming
+from weir.storage.incoming import validate_incoming
 
 header_maps = st.dictionaries(st.text(max_size=8), st.text(max_size=16), max_size=3)
 

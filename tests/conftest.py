@@ -4,44 +4,68 @@ from __future__ import annotations
 
 import os
 import re
-import signal
-import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from weir.listening_process import ListeningProcess
+
 ROOT = Path(__file__).resolve().parents[1]
 _LISTEN = re.compile(r"weir listening on (\S+):(\d+)")
-_KAFKA = re.compile(r"weir kafka listening on (\S+):(\d+)")
+_PULSAR = re.compile(r"weir Pulsar protocol on (pulsar(?:\+ssl)?://\S+)")
+_ADMIN = re.compile(r"weir Pulsar admin REST on (\S+)/admin/v2")
+_KAFKA = re.compile(r"weir kafka listening on (\S+:\d+)")
+
+# Every server a test starts listens for Pulsar clients and HTTP on ports of its own
+# (by default they would share 6650 and 8080); a test that needs a fixed one says so.
+os.environ.setdefault("WEIR_PULSAR_LISTEN", "127.0.0.1:0")
+os.environ.setdefault("WEIR_HTTP_LISTEN", "127.0.0.1:0")
+os.environ.setdefault("WEIR_KAFKA_LISTEN", "127.0.0.1:0")  # and for Kafka (9092)
 
 
-class ServerProcess:
+class ServerProcess(ListeningProcess):
     """`weir serve` as a child process; stop it by PID (SIGTERM), or kill -9 it."""
 
     def __init__(self, data_dir: Path, *extra: str, env: dict[str, str] | None = None) -> None:
+        super().__init__("weir server", _LISTEN, env=env or {}, cwd=ROOT)
         self.data_dir = data_dir
         self.extra = list(extra)
-        self.env = env
-        self.port = 0
-        self.kafka_port = 0
-        self.proc: subprocess.Popen[str] | None = None
-        self.log: list[str] = []
 
     @property
     def endpoint(self) -> str:
         return f"127.0.0.1:{self.port}"
 
+    def _found(self, pattern: re.Pattern[str]) -> str:
+        for line in reversed(self.log):
+            m = pattern.search(line)
+            if m:
+                return m.group(1)
+        raise RuntimeError("the server did not announce it:\n" + "".join(self.log[-10:]))
+
+    @property
+    def pulsar_url(self) -> str:
+        """The Pulsar service URL of this run of the server."""
+        return self._found(_PULSAR)
+
+    @property
+    def http_url(self) -> str:
+        """The HTTP port's base URL (admin REST, /metrics) of this run of the server."""
+        return self._found(_ADMIN)
+
     @property
     def kafka(self) -> str:
-        """bootstrap.servers of the server's Kafka listener."""
-        return f"127.0.0.1:{self.kafka_port}"
+        """bootstrap.servers of this run of the server's Kafka listener."""
+        return self._found(_KAFKA)
 
-    def start(self, timeout: float = 60) -> ServerProcess:
+    @property
+    def kafka_port(self) -> int:
+        return int(self.kafka.rpartition(":")[2])
+
+    def command(self) -> list[str]:
         listen = f"127.0.0.1:{self.port}"  # the same port again after a restart
-        cmd = [
+        return [
             sys.executable,
             "-m",
             "weir.cli",
@@ -52,53 +76,6 @@ class ServerProcess:
             listen,
             *self.extra,
         ]
-        # an ephemeral Kafka port (the same again after a restart), never the shared 9092
-        kafka = {"WEIR_KAFKA_LISTEN": f"127.0.0.1:{self.kafka_port}"}
-        env = {**os.environ, **kafka, **(self.env or {})}
-        self.proc = subprocess.Popen(
-            cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, cwd=ROOT, env=env
-        )
-        ready = threading.Event()
-        proc = self.proc
-
-        def pump() -> None:
-            assert proc.stderr is not None
-            for line in proc.stderr:
-                self.log.append(line)
-                k = _KAFKA.search(line)
-                if k:
-                    self.kafka_port = int(k.group(2))
-                m = _LISTEN.search(line)
-                if m and not ready.is_set():
-                    self.port = int(m.group(2))
-                    ready.set()
-            ready.set()
-
-        threading.Thread(target=pump, daemon=True).start()
-        if not ready.wait(timeout) or self.proc.poll() is not None:
-            self.kill()
-            raise RuntimeError("weir server did not start:\n" + "".join(self.log[-30:]))
-        return self
-
-    def stop(self, timeout: float = 30) -> int:
-        if self.proc is None:
-            return 0
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        code = self.proc.returncode
-        self.proc = None
-        return code
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(30)
-        self.proc = None
 
     def restart(self) -> ServerProcess:
         self.stop()
@@ -125,11 +102,6 @@ def server(tmp_path: Path) -> Iterator[ServerProcess]:
     else:
         srv.kill()
 
-
-# Every `weir serve` a test starts (directly or through the README, the CLI tests...)
-# takes an ephemeral Kafka port unless the test says otherwise: 9092 is shared by every
-# test run on the machine.
-os.environ.setdefault("WEIR_KAFKA_LISTEN", "127.0.0.1:0")
 
 _topic_counter = iter(range(1, 10**9))
 

@@ -11,25 +11,44 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import math
-import re
 import tomllib
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from weir.broker.config import BrokerConfig
-from weir.broker.topics import MAX_PARTITIONS
+from weir.config_values import (
+    ADDRESS,
+    BOOL,
+    DURATION_S,
+    LEVEL,
+    NAMES,
+    OPTIONAL_ADDRESS,
+    OPTIONAL_DURATION_MS,
+    OPTIONAL_PATH,
+    OPTIONAL_SIZE,
+    PARTITIONS,
+    PATH,
+    SECRET,
+    SIZE,
+    SIZE_OR_ZERO,
+    STRING,
+    USERS,
+    Kind,
+    show_value,
+)
 from weir.storage.kv import DEFAULT_MAP_SIZE
 
 ENV_PREFIX = "WEIR_"
 CONFIG_ENV = "WEIR_CONFIG"
 DEFAULT_LISTEN = "127.0.0.1:2136"
 DEFAULT_METRICS_LISTEN = "127.0.0.1:9464"
+DEFAULT_KAFKA_PORT = 9092
+DEFAULT_PULSAR_PORT = 6650
+DEFAULT_HTTP_PORT = 8080
 # Environment variables of the client commands that share a config section's prefix.
 CLIENT_ENV = frozenset({"WEIR_TLS_CA", "WEIR_TLS_CERT", "WEIR_TLS_KEY"})
-LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
 class ConfigError(Exception):
@@ -40,7 +59,7 @@ class ConfigError(Exception):
     ) -> None:
         where = f" ({source})" if source else ""
         if key:
-            shown = "" if value is None else f" = {_show(value)}"
+            shown = "" if value is None else f" = {show_value(value)}"
             message = f"{key}{shown}{where}: {reason}"
         else:
             message = f"{reason}{where}"
@@ -49,266 +68,6 @@ class ConfigError(Exception):
         self.key = key
         self.value = value
         self.source = source
-
-
-def _show(value: object) -> str:
-    if isinstance(value, str):
-        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return repr(value)
-
-
-# ---------------------------------------------------------------------------- value kinds
-
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]i?b?|b)?\s*$", re.IGNORECASE)
-
-
-def _size_units() -> dict[str, int]:
-    """k, ki, kib: binary (as in "64M" or "64MiB"); kb: decimal."""
-    units = {"": 1, "b": 1}
-    for power, letter in enumerate("kmgt", start=1):
-        units |= dict.fromkeys((letter, f"{letter}i", f"{letter}ib"), 1 << (10 * power))
-        units[f"{letter}b"] = 1000**power
-    return units
-
-
-_SIZE_UNITS = _size_units()
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)", re.IGNORECASE)
-_DURATION_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off"}
-
-
-def parse_size(value: object) -> int:
-    """Bytes from an integer or a string such as ``"64MiB"``, ``"64M"`` (binary) or ``"1GB"``."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        if value < 0:
-            raise ValueError("a size cannot be negative")
-        return value
-    if isinstance(value, str):
-        m = _SIZE.match(value)
-        if m:
-            return int(float(m.group(1)) * _SIZE_UNITS[(m.group(2) or "").lower()])
-    raise ValueError('expected a size in bytes, such as 1048576, "64MiB" or "1GB"')
-
-
-def parse_duration_ms(value: object, unit_ms: float = 1.0) -> float:
-    """Milliseconds from a number (in ``unit_ms``) or a string such as ``"7d"`` or ``"1h30m"``."""
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        if value < 0 or not math.isfinite(value):
-            raise ValueError("a duration must be a finite number >= 0")
-        return float(value) * unit_ms
-    if isinstance(value, str):
-        text = value.strip().replace(" ", "")
-        parts = list(_DURATION_PART.finditer(text))
-        if parts and "".join(p.group(0) for p in parts) == text:
-            return sum(float(p.group(1)) * _DURATION_MS[p.group(2).lower()] for p in parts)
-        try:
-            return parse_duration_ms(float(text), unit_ms)
-        except ValueError:
-            pass
-    raise ValueError('expected a duration, such as 500, "250ms", "10s", "5m", "12h" or "7d"')
-
-
-@dataclass(frozen=True)
-class Kind:
-    """How one kind of value is read from TOML (``parse``) and from text (``from_text``)."""
-
-    name: str
-    parse: Callable[[object], Any]
-    from_text: Callable[[str], object] = lambda text: text
-    render: Callable[[Any], str] = _show
-
-
-def _str(value: object) -> str:
-    if not isinstance(value, str):
-        raise ValueError("expected a string")
-    return value
-
-
-def _address(value: object) -> str:
-    text = _str(value)
-    host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit() or int(port) > 65535:
-        raise ValueError('expected "HOST:PORT", such as "127.0.0.1:2136" (port 0 picks a free one)')
-    return text
-
-
-def _bool(value: object) -> bool:
-    if not isinstance(value, bool):
-        raise ValueError("expected true or false")
-    return value
-
-
-def _bool_text(text: str) -> object:
-    low = text.strip().lower()
-    if low in _TRUE:
-        return True
-    if low in _FALSE:
-        return False
-    return text
-
-
-def _int_text(text: str) -> object:
-    try:
-        return int(text.strip())
-    except ValueError:
-        return text
-
-
-def _positive_int(value: object) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise ValueError("expected a positive integer")
-    return value
-
-
-def _partitions(value: object) -> int:
-    n = _positive_int(value)
-    if n > MAX_PARTITIONS:
-        raise ValueError(f"expected 1 to {MAX_PARTITIONS} partitions")
-    return n
-
-
-def _size(value: object) -> int:
-    n = parse_size(_number_text(value))
-    if n <= 0:
-        raise ValueError("a size must be greater than 0")
-    return n
-
-
-def _size_or_zero(value: object) -> int:
-    return parse_size(_number_text(value))
-
-
-def _optional(parse: Callable[[object], Any]) -> Callable[[object], Any]:
-    def parse_optional(value: object) -> Any:
-        if isinstance(value, str) and value.strip().lower() == "none":
-            return None
-        try:
-            return parse(value)
-        except ValueError as exc:
-            raise ValueError(f'{exc}, or "none" for no limit') from None
-
-    return parse_optional
-
-
-def _number_text(value: object) -> object:
-    """Env and flag values arrive as text: "1048576" means the number."""
-    if isinstance(value, str) and value.strip().isdigit():
-        return int(value.strip())
-    return value
-
-
-def _ms(value: object) -> int:
-    ms = parse_duration_ms(value)
-    if ms < 1:
-        raise ValueError("a duration must be at least 1 ms")
-    return round(ms)
-
-
-def _seconds(value: object) -> float:
-    ms = parse_duration_ms(value, unit_ms=1000.0)
-    if ms <= 0:
-        raise ValueError("a duration must be greater than 0")
-    return ms / 1000.0
-
-
-def _level(value: object) -> str:
-    text = _str(value).strip().lower()
-    if text not in LOG_LEVELS:
-        raise ValueError(f"expected one of {', '.join(LOG_LEVELS)}")
-    return text
-
-
-def _users(value: object) -> dict[str, str]:
-    if not isinstance(value, dict):
-        raise ValueError('expected a table of user = "password"')
-    for user, password in value.items():
-        if not isinstance(password, str):
-            raise ValueError(f"password of user {user!r} must be a string")
-    return dict(value)
-
-
-def _users_text(text: str) -> object:
-    """``alice:secret,bob:pw`` (the environment has no tables)."""
-    users: dict[str, str] = {}
-    for item in filter(None, (p.strip() for p in text.split(","))):
-        user, sep, password = item.partition(":")
-        if not sep or not user:
-            return text
-        users[user] = password
-    return users
-
-
-def _render_duration_ms(ms: int | None) -> str:
-    if ms is None:
-        return '"none"'
-    for unit in ("d", "h", "m", "s"):
-        if ms % _DURATION_MS[unit] == 0:
-            return f'"{ms // _DURATION_MS[unit]}{unit}"'
-    return str(ms)
-
-
-def _render_seconds(s: float) -> str:
-    return f'"{s:g}s"'
-
-
-def _render_size(n: int | None) -> str:
-    if n is None:
-        return '"none"'
-    if n == 0:
-        return "0"
-    for unit, factor in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n % factor == 0:
-            return f'"{n // factor}{unit}"'
-    return str(n)
-
-
-def _render_users(users: dict[str, str]) -> str:
-    return (
-        "{}"
-        if not users
-        else "{ " + ", ".join(f"{k} = {_show(v)}" for k, v in users.items()) + " }"
-    )
-
-
-def _names(value: object) -> list[str]:
-    if isinstance(value, str):
-        value = [v.strip() for v in value.split(",") if v.strip()]
-    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-        raise ValueError('expected a list of names, such as ["admin"]')
-    return list(value)
-
-
-def _render_names(names: list[str]) -> str:
-    return "[" + ", ".join(_show(n) for n in names) + "]"
-
-
-STRING = Kind("string", _str)
-SECRET = Kind("secret", _str)  # weir config check replaces it
-NAMES = Kind("list of names", _names, render=_render_names)
-ADDRESS = Kind("host:port", _address)
-PATH = Kind("path", lambda v: Path(_str(v)), render=lambda p: _show(str(p)))
-BOOL = Kind("bool", _bool, _bool_text)
-
-
-def _optional_path(value: object) -> Path | None:
-    text = _str(value).strip()
-    return Path(text) if text else None
-
-
-OPTIONAL_ADDRESS = Kind("host:port or empty", lambda v: _address(v) if _str(v) else "")
-OPTIONAL_PATH = Kind("path or empty", _optional_path, render=lambda p: _show(str(p) if p else ""))
-PARTITIONS = Kind("integer", _partitions, _int_text, str)
-SIZE = Kind("size", _size, render=_render_size)
-SIZE_OR_ZERO = Kind("size", _size_or_zero, render=_render_size)  # 0 turns a feature off
-OPTIONAL_SIZE = Kind("size or none", _optional(_size), render=_render_size)
-DURATION_MS = Kind("duration", _ms, render=_render_duration_ms)
-OPTIONAL_DURATION_MS = Kind("duration or none", _optional(_ms), render=_render_duration_ms)
-DURATION_S = Kind("duration", _seconds, render=_render_seconds)
-LEVEL = Kind("level", _level)
-USERS = Kind("table", _users, _users_text, _render_users)
 
 
 # ---------------------------------------------------------------------------- the keys
@@ -587,6 +346,52 @@ KEYS: tuple[Key, ...] = (
         "PEM CA bundle that signs client certificates: set, clients present one (mTLS).",
     ),
     Key(
+        "pulsar",
+        "enabled",
+        BOOL,
+        True,
+        "Serve the Pulsar binary protocol (pulsar-client and every Pulsar client) on pulsar.listen.",
+    ),
+    Key(
+        "pulsar",
+        "listen",
+        OPTIONAL_ADDRESS,
+        "",
+        f'Address of the Pulsar port; "" is the host of server.listen, port {DEFAULT_PULSAR_PORT}. '
+        "TLS (pulsar+ssl://) when tls.cert_file is set.",
+    ),
+    Key(
+        "pulsar",
+        "max_message_size",
+        SIZE,
+        5 << 20,
+        "Largest message a Pulsar client may send in one piece (it chunks bigger ones when "
+        "chunking is on); capped at limits.max_message_bytes.",
+    ),
+    Key(
+        "http",
+        "enabled",
+        BOOL,
+        True,
+        "Serve HTTP on http.listen: the Pulsar-style admin REST (/admin/v2), /metrics, "
+        "/healthz, /readyz and the web console.",
+    ),
+    Key(
+        "http",
+        "listen",
+        OPTIONAL_ADDRESS,
+        "",
+        f'Address of the HTTP port; "" is the host of server.listen, port {DEFAULT_HTTP_PORT} '
+        "(metrics.enabled with metrics.listen moves it there).",
+    ),
+    Key(
+        "http",
+        "admin",
+        BOOL,
+        True,
+        "Serve the Pulsar-style admin REST API at /admin/v2 on the HTTP port.",
+    ),
+    Key(
         "kafka",
         "enabled",
         BOOL,
@@ -615,7 +420,8 @@ KEYS: tuple[Key, ...] = (
         "enabled",
         BOOL,
         False,
-        "Serve /metrics (Prometheus), /healthz and /readyz over HTTP.",
+        "Serve the HTTP port on metrics.listen instead of http.listen (the older spelling; "
+        "http.enabled serves it by default).",
     ),
     Key(
         "metrics",
@@ -660,6 +466,20 @@ SECTIONS: tuple[str, ...] = tuple(dict.fromkeys(k.section for k in KEYS))
 class MetricsConfig:
     enabled: bool = False
     listen: str = DEFAULT_METRICS_LISTEN
+
+
+@dataclass(frozen=True)
+class PulsarConfig:
+    enabled: bool = True
+    listen: str = ""  # empty: the host of server.listen, DEFAULT_PULSAR_PORT
+    max_message_size: int = 5 << 20
+
+
+@dataclass(frozen=True)
+class HttpConfig:
+    enabled: bool = True
+    listen: str = ""  # empty: the host of server.listen, DEFAULT_HTTP_PORT
+    admin: bool = True
 
 
 @dataclass(frozen=True)
@@ -714,12 +534,41 @@ class Config:
     listen: str = DEFAULT_LISTEN
     shutdown_grace_s: float = 5.0
     metrics: MetricsConfig = dataclasses.field(default_factory=MetricsConfig)
+    pulsar: PulsarConfig = dataclasses.field(default_factory=PulsarConfig)
+    http: HttpConfig = dataclasses.field(default_factory=HttpConfig)
     console: ConsoleConfig = dataclasses.field(default_factory=ConsoleConfig)
     tls: TlsConfig = dataclasses.field(default_factory=TlsConfig)
     auth: AuthConfig = dataclasses.field(default_factory=AuthConfig)
     log: LogConfig = dataclasses.field(default_factory=LogConfig)
     kafka: KafkaConfig = dataclasses.field(default_factory=KafkaConfig)
     sources: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+    @property
+    def listen_host(self) -> str:
+        return self.listen.rpartition(":")[0]
+
+    @property
+    def pulsar_listen(self) -> str | None:
+        """Where the Pulsar port listens (None: off)."""
+        if not self.pulsar.enabled:
+            return None
+        return self.pulsar.listen or f"{self.listen_host}:{DEFAULT_PULSAR_PORT}"
+
+    @property
+    def kafka_listen(self) -> str | None:
+        """Where the Kafka listener listens (None: off)."""
+        if not self.kafka.enabled:
+            return None
+        return self.kafka.listen or f"{self.listen_host}:{DEFAULT_KAFKA_PORT}"
+
+    @property
+    def http_listen(self) -> str | None:
+        """Where the HTTP port listens (None: off)."""
+        if self.metrics.enabled:
+            return self.metrics.listen
+        if not self.http.enabled:
+            return None
+        return self.http.listen or f"{self.listen_host}:{DEFAULT_HTTP_PORT}"
 
     def values(self) -> dict[str, Any]:
         """The effective value of every key, by ``section.name``."""
@@ -735,6 +584,12 @@ class Config:
         out["auth.jwt_secret"] = self.auth.jwt_secret
         out["auth.jwt_public_key_file"] = self.auth.jwt_public_key_file
         out["auth.jwt_audience"] = self.auth.jwt_audience
+        out["pulsar.enabled"] = self.pulsar.enabled
+        out["pulsar.listen"] = self.pulsar.listen
+        out["pulsar.max_message_size"] = self.pulsar.max_message_size
+        out["http.enabled"] = self.http.enabled
+        out["http.listen"] = self.http.listen
+        out["http.admin"] = self.http.admin
         out["kafka.enabled"] = self.kafka.enabled
         out["kafka.listen"] = self.kafka.listen
         out["kafka.advertised_listener"] = self.kafka.advertised_listener
@@ -881,6 +736,10 @@ def _build(values: dict[str, Any], sources: dict[str, str]) -> Config:
         listen=values["server.listen"],
         shutdown_grace_s=values["server.shutdown_grace_s"],
         metrics=MetricsConfig(values["metrics.enabled"], values["metrics.listen"]),
+        pulsar=PulsarConfig(
+            values["pulsar.enabled"], values["pulsar.listen"], values["pulsar.max_message_size"]
+        ),
+        http=HttpConfig(values["http.enabled"], values["http.listen"], values["http.admin"]),
         console=ConsoleConfig(values["console.enabled"]),
         tls=tls,
         auth=AuthConfig(

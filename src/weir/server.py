@@ -22,6 +22,7 @@ from weir.protocols.kafka.front import DEFAULT_PORT as KAFKA_PORT
 from weir.protocols.kafka.front import KafkaFront, KafkaFrontConfig
 from weir.protocols.native.service import NativeService
 from weir.protocols.native.service import add_to_server as add_native
+from weir.protocols.pulsar.front import PulsarFront
 from weir.security import Security
 from weir.security.tls import ServerTls
 
@@ -113,9 +114,16 @@ class Server:
         observer: BrokerObserver | None = None,
         tls: ServerTls | None = None,
         auth: AuthConfig | None = None,
+        pulsar_listen: str | None = None,
+        pulsar_max_message_size: int = 5 << 20,
         kafka: KafkaFrontConfig | None = None,
     ) -> None:
         self.config = config
+        # the Pulsar port (None: off); started with the broker, stopped before it
+        self.pulsar_listen = pulsar_listen
+        self.pulsar_max_message_size = pulsar_max_message_size
+        self.pulsar: PulsarFront | None = None
+        # the Kafka listener (off unless configured); started with the broker, stopped before it
         self.kafka_config = kafka or KafkaFrontConfig(enabled=False)
         self.kafka: KafkaFront | None = None
         self.tls = tls  # None: plain text
@@ -188,8 +196,22 @@ class Server:
                     raise OSError(
                         f"cannot listen on {host}:{port} (Kafka): {exc.strerror or exc}"
                     ) from None
+            if self.pulsar_listen is not None:
+                host, port = parse_listen(self.pulsar_listen)
+                self.pulsar = PulsarFront(
+                    self.broker,
+                    self._security,
+                    host,
+                    port,
+                    tls=self.tls,
+                    max_message_size=self.pulsar_max_message_size,
+                    stopping=self.stopping_event,
+                )
+                await self.pulsar.start()
             await server.start()
         except BaseException:
+            if self.pulsar is not None:
+                await self.pulsar.stop()
             await server.stop(None)
             if self.kafka is not None:
                 await self.kafka.stop()
@@ -210,6 +232,8 @@ class Server:
         if self.kafka is not None:
             await self.kafka.stop()
             self.kafka = None
+        if self.pulsar is not None:
+            await self.pulsar.stop()
         if self._grpc is not None:
             await self._grpc.stop(grace)
             self._grpc = None

@@ -16,7 +16,7 @@ from weir.broker.config import BrokerConfig
 from weir.broker.subscriptions import AttachedConsumer, Delivery
 from weir.errors import BadRequestError, WeirError
 from weir.storage.batch import encode_batch
-from weir.storage.partition import validate_incoming
+from weir.storage.incoming import validate_incoming
 
 KEYS = 5
 

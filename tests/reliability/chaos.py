@@ -52,7 +52,7 @@ from tests.reliability.lazyfs import LazyMount
 from tests.reliability.proxy import FaultyProxy
 from weir.client import Consumer
 from weir.client.reader import PartitionSessionClosedError
-from weir.client.writer import WriteResult
+from weir.client.writer_settings import WriteResult
 from weir.errors import ClosedError, NotFoundError, WeirError, WeirTimeoutError
 
 CONSUMER = "checker"

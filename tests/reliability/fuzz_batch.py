@@ -13,7 +13,7 @@ with atheris.instrument_imports():
     from weir.errors import BatchFormatError
     from weir.storage.batch import decode_records, encode_batch
     from weir.storage.codecs import Codec
-    from weir.storage.partition import validate_incoming
+    from weir.storage.incoming import validate_incoming
 
 SEEDS = [
     encode_batch([b"a", b"bc"], producer_id="p", first_seq_no=1),

@@ -16,7 +16,7 @@ with atheris.instrument_imports():
     from weir.protocols.kafka.codec import KafkaCodecError, decode_request
     from weir.protocols.kafka.mapping import to_weir
     from weir.protocols.kafka.records import RecordsError, parse_batches
-    from weir.storage.partition import validate_incoming
+    from weir.storage.incoming import validate_incoming
 
 
 def one_input(data: bytes) -> None:

@@ -10,7 +10,7 @@ import pytest
 
 from weir.storage.batch import encode_batch
 from weir.storage.committer import GroupCommitter
-from weir.storage.partition import IncomingBatch, validate_incoming
+from weir.storage.incoming import IncomingBatch, validate_incoming
 from weir.storage.store import Store
 
 

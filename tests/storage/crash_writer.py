@@ -9,7 +9,8 @@ import sys
 import threading
 
 from weir.storage.batch import encode_batch
-from weir.storage.partition import PartitionConfig, validate_incoming
+from weir.storage.incoming import validate_incoming
+from weir.storage.partition import PartitionConfig
 from weir.storage.store import Store
 
 CFG = PartitionConfig(low_watermark=64 << 10, max_blob_size=128 << 10, head_merge_fanout=4)

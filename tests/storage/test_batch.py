@@ -18,7 +18,7 @@ from weir.storage.batch import (
     verify_body,
 )
 from weir.storage.codecs import Codec
-from weir.storage.partition import validate_incoming
+from weir.storage.incoming import validate_incoming
 
 
 @settings(max_examples=200, deadline=None)
@@ -199,7 +199,7 @@ def test_per_message_data_that_does_not_decompress_is_refused(codec: Codec) -> N
     not (the fuzzer's `field:data_codec` mutation): the broker stored it, and every reader
     then failed on it. It is refused, naming the record; well-formed ones are accepted."""
     from weir.storage.codecs import compress
-    from weir.storage.partition import validate_incoming
+    from weir.storage.incoming import validate_incoming
 
     bad = encode_batch([b"plain", b"text"], data_codec=codec)
     with pytest.raises(BatchFormatError, match="record 0"):

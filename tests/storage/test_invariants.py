@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from weir.storage.batch import decode_records, encode_batch, iter_batches
-from weir.storage.partition import PartitionConfig, validate_incoming
+from weir.storage.incoming import validate_incoming
+from weir.storage.partition import PartitionConfig
 from weir.storage.store import Store
 
 TTL = 50  # producer state outlives its last message by this long after its last write

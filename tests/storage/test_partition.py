@@ -11,7 +11,8 @@ from weir.errors import CorruptDataError, PartitionOverflowError, StorageFullErr
 from weir.storage import keys
 from weir.storage.batch import decode_records, encode_batch, iter_batches
 from weir.storage.blob import BIG
-from weir.storage.partition import PartitionConfig, PartitionLog, validate_incoming
+from weir.storage.incoming import validate_incoming
+from weir.storage.partition import PartitionConfig, PartitionLog
 from weir.storage.store import Store
 
 SMALL = PartitionConfig(low_watermark=20_000, max_blob_size=32_000, head_merge_fanout=4)

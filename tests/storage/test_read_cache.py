@@ -17,7 +17,8 @@ from tests.storage.conftest import make_batch
 from weir.errors import CorruptDataError
 from weir.storage.batch import encode_batch
 from weir.storage.blob import BIG
-from weir.storage.partition import PartitionConfig, PartitionLog, ReadResult, validate_incoming
+from weir.storage.incoming import validate_incoming
+from weir.storage.partition import PartitionConfig, PartitionLog, ReadResult
 from weir.storage.read_cache import ReadCache
 from weir.storage.store import Store
 

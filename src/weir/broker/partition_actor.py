@@ -26,7 +26,8 @@ from typing import Any
 from weir.broker.observer import NULL_OBSERVER, BrokerObserver
 from weir.errors import ClosedError, InternalError, OverloadedError, UnavailableError, WeirError
 from weir.storage.committer import GroupCommitter
-from weir.storage.partition import BatchResult, IncomingBatch, PartitionLog, ReadResult
+from weir.storage.incoming import IncomingBatch
+from weir.storage.partition import BatchResult, PartitionLog, ReadResult
 
 log = logging.getLogger("weir.partition")
 

@@ -8,23 +8,15 @@ import typer
 
 from weir.cli import output
 from weir.cli.common import (
-    DEFAULT_ENDPOINT,
-    DEFAULT_TIMEOUT,
+    SERVER_DEFAULTS,
     CliError,
-    Endpoint,
     Json,
-    Password,
-    Timeout,
-    TlsCa,
-    TlsCert,
-    TlsKey,
-    User,
+    ServerOptions,
     bad,
-    connect,
     optional_count,
     optional_size,
     retention_ms,
-    tls_options,
+    server_options,
 )
 from weir.cli.tenancy import PolicyOption, parse_policies
 from weir.errors import AlreadyExistsError, BadRequestError
@@ -85,6 +77,7 @@ def _consumers(plain: list[str] | None, important: list[str] | None) -> list[Any
 
 
 @topic_app.command("create")
+@server_options
 def create(
     topic: TopicName,
     partitions: Annotated[
@@ -114,13 +107,7 @@ def create(
             "what differs). For scripts that may run twice.",
         ),
     ] = False,
-    endpoint: Endpoint = DEFAULT_ENDPOINT,
-    user: User = None,
-    password: Password = None,
-    tls_ca: TlsCa = None,
-    tls_cert: TlsCert = None,
-    tls_key: TlsKey = None,
-    timeout: Timeout = DEFAULT_TIMEOUT,
+    server: ServerOptions = SERVER_DEFAULTS,
     json_out: Json = False,
 ) -> None:
     """Create a topic."""
@@ -137,15 +124,15 @@ def create(
     if retention is not None:
         kwargs["retention"] = retention_ms(retention, "--retention")
     created = True
-    with connect(endpoint, user, password, tls_options(tls_ca, tls_cert, tls_key)) as client:
+    with server.connect() as client:
         try:
-            info = client.create_topic(topic, partitions or 0, timeout=timeout, **kwargs)
+            info = client.create_topic(topic, partitions or 0, timeout=server.timeout, **kwargs)
         except AlreadyExistsError:
             if not if_not_exists:
                 raise
             # the same call again, accepting the topic only if it is the one asked for
             info = client.create_topic(
-                topic, partitions or 0, timeout=timeout, exist_ok=True, **kwargs
+                topic, partitions or 0, timeout=server.timeout, exist_ok=True, **kwargs
             )
             created = False
     if json_out:
@@ -160,20 +147,15 @@ def create(
 
 
 @topic_app.command("describe")
+@server_options
 def describe(
     topic: TopicName,
-    endpoint: Endpoint = DEFAULT_ENDPOINT,
-    user: User = None,
-    password: Password = None,
-    tls_ca: TlsCa = None,
-    tls_cert: TlsCert = None,
-    tls_key: TlsKey = None,
-    timeout: Timeout = DEFAULT_TIMEOUT,
+    server: ServerOptions = SERVER_DEFAULTS,
     json_out: Json = False,
 ) -> None:
     """Show a topic's settings, its partitions (offsets, sizes) and its consumers."""
-    with connect(endpoint, user, password, tls_options(tls_ca, tls_cert, tls_key)) as client:
-        info = client.describe_topic(topic, timeout=timeout)
+    with server.connect() as client:
+        info = client.describe_topic(topic, timeout=server.timeout)
     if json_out:
         output.print_json(output.topic_json(info))
     else:
@@ -181,6 +163,7 @@ def describe(
 
 
 @topic_app.command("alter")
+@server_options
 def alter(
     topic: TopicName,
     partitions: Annotated[
@@ -209,13 +192,7 @@ def alter(
     ] = None,
     policy: PolicyOption = None,
     inherit: InheritOption = None,
-    endpoint: Endpoint = DEFAULT_ENDPOINT,
-    user: User = None,
-    password: Password = None,
-    tls_ca: TlsCa = None,
-    tls_cert: TlsCert = None,
-    tls_key: TlsKey = None,
-    timeout: Timeout = DEFAULT_TIMEOUT,
+    server: ServerOptions = SERVER_DEFAULTS,
     json_out: Json = False,
 ) -> None:
     """Change a topic; settings left out stay as they are."""
@@ -241,8 +218,8 @@ def alter(
     lists = (codec, add_consumer, add_important_consumer, drop_consumer, policy, inherit)
     if all(v is None for v in options) and not any(lists):
         raise typer.BadParameter("nothing to change: give at least one option")
-    with connect(endpoint, user, password, tls_options(tls_ca, tls_cert, tls_key)) as client:
-        info = client.alter_topic(topic, timeout=timeout, **kwargs)
+    with server.connect() as client:
+        info = client.alter_topic(topic, timeout=server.timeout, **kwargs)
     if json_out:
         output.print_json(output.topic_json(info))
     else:
@@ -250,20 +227,15 @@ def alter(
 
 
 @topic_app.command("drop")
+@server_options
 def drop(
     topic: TopicName,
-    endpoint: Endpoint = DEFAULT_ENDPOINT,
-    user: User = None,
-    password: Password = None,
-    tls_ca: TlsCa = None,
-    tls_cert: TlsCert = None,
-    tls_key: TlsKey = None,
-    timeout: Timeout = DEFAULT_TIMEOUT,
+    server: ServerOptions = SERVER_DEFAULTS,
     json_out: Json = False,
 ) -> None:
     """Delete a topic with all its messages and consumer offsets."""
-    with connect(endpoint, user, password, tls_options(tls_ca, tls_cert, tls_key)) as client:
-        client.drop_topic(topic, timeout=timeout)
+    with server.connect() as client:
+        client.drop_topic(topic, timeout=server.timeout)
     if json_out:
         output.print_json({"dropped": topic})
     else:
@@ -271,20 +243,15 @@ def drop(
 
 
 @topic_app.command("list")
+@server_options
 def list_topics(
     prefix: Annotated[str, typer.Argument(help="Only topics whose name starts with this.")] = "",
-    endpoint: Endpoint = DEFAULT_ENDPOINT,
-    user: User = None,
-    password: Password = None,
-    tls_ca: TlsCa = None,
-    tls_cert: TlsCert = None,
-    tls_key: TlsKey = None,
-    timeout: Timeout = DEFAULT_TIMEOUT,
+    server: ServerOptions = SERVER_DEFAULTS,
     json_out: Json = False,
 ) -> None:
     """List topics with their partitions, messages, size, retention and consumers."""
-    with connect(endpoint, user, password, tls_options(tls_ca, tls_cert, tls_key)) as client:
-        topics = client.list_topics(prefix, timeout=timeout)
+    with server.connect() as client:
+        topics = client.list_topics(prefix, timeout=server.timeout)
     if json_out:
         output.print_json([output.topic_json(t) for t in topics])
     else:
@@ -292,21 +259,16 @@ def list_topics(
 
 
 @consumer_app.command("describe")
+@server_options
 def describe_consumer(
     topic: TopicName,
     consumer: Annotated[str, typer.Argument(help="Consumer name.")],
-    endpoint: Endpoint = DEFAULT_ENDPOINT,
-    user: User = None,
-    password: Password = None,
-    tls_ca: TlsCa = None,
-    tls_cert: TlsCert = None,
-    tls_key: TlsKey = None,
-    timeout: Timeout = DEFAULT_TIMEOUT,
+    server: ServerOptions = SERVER_DEFAULTS,
     json_out: Json = False,
 ) -> None:
     """Committed offset, end offset and lag of a consumer, per partition."""
-    with connect(endpoint, user, password, tls_options(tls_ca, tls_cert, tls_key)) as client:
-        info = client.describe_consumer(topic, consumer, timeout=timeout)
+    with server.connect() as client:
+        info = client.describe_consumer(topic, consumer, timeout=server.timeout)
     if json_out:
         output.print_json(output.consumer_json(info))
     else:
@@ -314,6 +276,7 @@ def describe_consumer(
 
 
 @consumer_app.command("commit")
+@server_options
 def commit(
     topic: TopicName,
     consumer: Annotated[str, typer.Argument(help="Consumer name.")],
@@ -322,21 +285,20 @@ def commit(
     allow_backwards: Annotated[
         bool, typer.Option("--allow-backwards", help="Allow moving back (re-read messages).")
     ] = False,
-    endpoint: Endpoint = DEFAULT_ENDPOINT,
-    user: User = None,
-    password: Password = None,
-    tls_ca: TlsCa = None,
-    tls_cert: TlsCert = None,
-    tls_key: TlsKey = None,
-    timeout: Timeout = DEFAULT_TIMEOUT,
+    server: ServerOptions = SERVER_DEFAULTS,
     json_out: Json = False,
 ) -> None:
     """Set a consumer's committed offset in one partition (skip ahead, or rewind)."""
-    with connect(endpoint, user, password, tls_options(tls_ca, tls_cert, tls_key)) as client:
+    with server.connect() as client:
         changed = client.commit_offset(
-            topic, partition, consumer, offset, allow_backwards=allow_backwards, timeout=timeout
+            topic,
+            partition,
+            consumer,
+            offset,
+            allow_backwards=allow_backwards,
+            timeout=server.timeout,
         )
-        info = client.describe_consumer(topic, consumer, timeout=timeout)
+        info = client.describe_consumer(topic, consumer, timeout=server.timeout)
     committed = next(
         (p.committed_offset for p in info.partitions if p.partition == partition), offset
     )

@@ -3,20 +3,23 @@
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import getpass
+import inspect
 import logging
 import os
 import re
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
-from weir.config import parse_duration_ms, parse_size
+from weir.config_values import parse_duration_ms, parse_size
 from weir.errors import UnavailableError, WeirError
 
 if TYPE_CHECKING:
@@ -26,6 +29,7 @@ if TYPE_CHECKING:
 
 DEFAULT_ENDPOINT = "127.0.0.1:2136"
 DEFAULT_TIMEOUT = 10.0
+R = TypeVar("R")
 
 
 class CliError(Exception):
@@ -133,6 +137,65 @@ def credentials(user: str | None, password: str | None) -> tuple[str, str] | Tok
             raise CliError(f"--user {user} needs --password or WEIR_PASSWORD", 2)
         password = getpass.getpass(f"password for {user}: ")
     return (user, password)
+
+
+@dataclass(frozen=True, slots=True)
+class ServerOptions:
+    """How a command reaches the server: --endpoint, --user, --password, --tls-ca,
+    --tls-cert, --tls-key and --timeout, declared once (`server_options`)."""
+
+    endpoint: str = DEFAULT_ENDPOINT
+    user: str | None = None
+    password: str | None = None
+    tls_ca: Path | None = None
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    timeout: float = DEFAULT_TIMEOUT
+
+    def connect(self) -> AbstractContextManager[Client]:
+        """A client for one command (see `connect`)."""
+        tls = tls_options(self.tls_ca, self.tls_cert, self.tls_key)
+        return connect(self.endpoint, self.user, self.password, tls)
+
+
+SERVER_DEFAULTS = ServerOptions()
+_SERVER_OPTIONS = {
+    "endpoint": Endpoint,
+    "user": User,
+    "password": Password,
+    "tls_ca": TlsCa,
+    "tls_cert": TlsCert,
+    "tls_key": TlsKey,
+    "timeout": Timeout,
+}
+
+
+def server_options(command: Callable[..., R]) -> Callable[..., R]:
+    """Give a command the server options in place of its ``server: ServerOptions``
+    parameter: typer sees the seven options there (the same flags, variables and help in
+    every command), and the command gets them as one `ServerOptions`."""
+    sig = inspect.signature(command, eval_str=True)
+    params: list[inspect.Parameter] = []
+    for p in sig.parameters.values():
+        if p.name != "server":
+            params.append(p)
+            continue
+        params.extend(
+            inspect.Parameter(
+                name, p.kind, default=getattr(SERVER_DEFAULTS, name), annotation=annotation
+            )
+            for name, annotation in _SERVER_OPTIONS.items()
+        )
+    if len(params) != len(sig.parameters) + len(_SERVER_OPTIONS) - 1:
+        raise TypeError(f"{command.__name__} has no server: ServerOptions parameter")
+
+    @functools.wraps(command)
+    def with_server(*args: Any, **kwargs: Any) -> R:
+        server = ServerOptions(**{name: kwargs.pop(name) for name in _SERVER_OPTIONS})
+        return command(*args, server=server, **kwargs)
+
+    with_server.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
+    return with_server
 
 
 class ReconnectNotice:

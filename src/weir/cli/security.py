@@ -19,21 +19,13 @@ import typer
 
 from weir.cli import output
 from weir.cli.common import (
-    DEFAULT_ENDPOINT,
-    DEFAULT_TIMEOUT,
+    SERVER_DEFAULTS,
     CliError,
-    Endpoint,
     Json,
-    Password,
-    Timeout,
-    TlsCa,
-    TlsCert,
-    TlsKey,
-    User,
-    connect,
-    tls_options,
+    ServerOptions,
+    server_options,
 )
-from weir.config import parse_duration_ms
+from weir.config_values import parse_duration_ms
 from weir.errors import WeirError
 
 user_app = typer.Typer(help="Users kept by the server (passwords stored as scrypt hashes).")
@@ -65,74 +57,54 @@ def _new_password(name: str, from_stdin: bool) -> str:
 
 
 @user_app.command("add")
+@server_options
 def user_add(
     name: Name,
     password_stdin: PasswordStdin = False,
-    endpoint: Endpoint = DEFAULT_ENDPOINT,
-    user: User = None,
-    password: Password = None,
-    tls_ca: TlsCa = None,
-    tls_cert: TlsCert = None,
-    tls_key: TlsKey = None,
-    timeout: Timeout = DEFAULT_TIMEOUT,
+    server: ServerOptions = SERVER_DEFAULTS,
 ) -> None:
     """Add a user (needs a superuser)."""
     new = _new_password(name, password_stdin)
-    with connect(endpoint, user, password, tls_options(tls_ca, tls_cert, tls_key)) as client:
-        client.add_user(name, new, timeout=timeout)
+    with server.connect() as client:
+        client.add_user(name, new, timeout=server.timeout)
     output.stdout.print(f"added user {name}", markup=False)
 
 
 @user_app.command("passwd")
+@server_options
 def user_passwd(
     name: Name,
     password_stdin: PasswordStdin = False,
-    endpoint: Endpoint = DEFAULT_ENDPOINT,
-    user: User = None,
-    password: Password = None,
-    tls_ca: TlsCa = None,
-    tls_cert: TlsCert = None,
-    tls_key: TlsKey = None,
-    timeout: Timeout = DEFAULT_TIMEOUT,
+    server: ServerOptions = SERVER_DEFAULTS,
 ) -> None:
     """Change a user's password (a superuser, or the user itself); its tokens stop working."""
     new = _new_password(name, password_stdin)
-    with connect(endpoint, user, password, tls_options(tls_ca, tls_cert, tls_key)) as client:
-        client.set_password(name, new, timeout=timeout)
+    with server.connect() as client:
+        client.set_password(name, new, timeout=server.timeout)
     output.stdout.print(f"changed the password of {name}", markup=False)
 
 
 @user_app.command("delete")
+@server_options
 def user_delete(
     name: Name,
-    endpoint: Endpoint = DEFAULT_ENDPOINT,
-    user: User = None,
-    password: Password = None,
-    tls_ca: TlsCa = None,
-    tls_cert: TlsCert = None,
-    tls_key: TlsKey = None,
-    timeout: Timeout = DEFAULT_TIMEOUT,
+    server: ServerOptions = SERVER_DEFAULTS,
 ) -> None:
     """Delete a user and its grants (needs a superuser); its tokens stop working."""
-    with connect(endpoint, user, password, tls_options(tls_ca, tls_cert, tls_key)) as client:
-        client.delete_user(name, timeout=timeout)
+    with server.connect() as client:
+        client.delete_user(name, timeout=server.timeout)
     output.stdout.print(f"deleted user {name}", markup=False)
 
 
 @user_app.command("list")
+@server_options
 def user_list(
-    endpoint: Endpoint = DEFAULT_ENDPOINT,
-    user: User = None,
-    password: Password = None,
-    tls_ca: TlsCa = None,
-    tls_cert: TlsCert = None,
-    tls_key: TlsKey = None,
-    timeout: Timeout = DEFAULT_TIMEOUT,
+    server: ServerOptions = SERVER_DEFAULTS,
     json_out: Json = False,
 ) -> None:
     """List users (needs a superuser); passwords are never shown."""
-    with connect(endpoint, user, password, tls_options(tls_ca, tls_cert, tls_key)) as client:
-        users = client.list_users(timeout=timeout)
+    with server.connect() as client:
+        users = client.list_users(timeout=server.timeout)
     if json_out:
         output.print_json([dataclasses.asdict(u) for u in users])
         return
@@ -141,60 +113,45 @@ def user_list(
         output.stdout.print(f"{u.user}  ({', '.join(flags)})", markup=False, highlight=False)
 
 
+@server_options
 def grant(
     principal: Annotated[
         str, typer.Argument(help="User, token subject or certificate name; * for all.")
     ],
     permission: Annotated[str, typer.Argument(help="produce, consume or admin.")],
     resource: Annotated[str, typer.Argument(help="Topic name or pattern: orders, shop/*, *.")],
-    endpoint: Endpoint = DEFAULT_ENDPOINT,
-    user: User = None,
-    password: Password = None,
-    tls_ca: TlsCa = None,
-    tls_cert: TlsCert = None,
-    tls_key: TlsKey = None,
-    timeout: Timeout = DEFAULT_TIMEOUT,
+    server: ServerOptions = SERVER_DEFAULTS,
 ) -> None:
     """Grant a permission on the topics a name or pattern covers (needs a superuser)."""
-    with connect(endpoint, user, password, tls_options(tls_ca, tls_cert, tls_key)) as client:
-        changed = client.grant(principal, permission, resource, timeout=timeout)
+    with server.connect() as client:
+        changed = client.grant(principal, permission, resource, timeout=server.timeout)
     what = "granted" if changed else "already granted:"
     output.stdout.print(f"{what} {permission} on {resource} to {principal}", markup=False)
 
 
+@server_options
 def revoke(
     principal: Annotated[str, typer.Argument(help="As given to weir grant.")],
     permission: Annotated[str, typer.Argument(help="produce, consume or admin.")],
     resource: Annotated[str, typer.Argument(help="As given to weir grant.")],
-    endpoint: Endpoint = DEFAULT_ENDPOINT,
-    user: User = None,
-    password: Password = None,
-    tls_ca: TlsCa = None,
-    tls_cert: TlsCert = None,
-    tls_key: TlsKey = None,
-    timeout: Timeout = DEFAULT_TIMEOUT,
+    server: ServerOptions = SERVER_DEFAULTS,
 ) -> None:
     """Take back a grant (needs a superuser)."""
-    with connect(endpoint, user, password, tls_options(tls_ca, tls_cert, tls_key)) as client:
-        changed = client.revoke(principal, permission, resource, timeout=timeout)
+    with server.connect() as client:
+        changed = client.revoke(principal, permission, resource, timeout=server.timeout)
     what = "revoked" if changed else "no such grant:"
     output.stdout.print(f"{what} {permission} on {resource} from {principal}", markup=False)
 
 
+@server_options
 def grants(
     principal: Annotated[str, typer.Argument(help="Only this principal's grants.")] = "",
-    endpoint: Endpoint = DEFAULT_ENDPOINT,
-    user: User = None,
-    password: Password = None,
-    tls_ca: TlsCa = None,
-    tls_cert: TlsCert = None,
-    tls_key: TlsKey = None,
-    timeout: Timeout = DEFAULT_TIMEOUT,
+    server: ServerOptions = SERVER_DEFAULTS,
     json_out: Json = False,
 ) -> None:
     """List grants (yours, or everyone's for a superuser)."""
-    with connect(endpoint, user, password, tls_options(tls_ca, tls_cert, tls_key)) as client:
-        found = client.list_grants(principal, timeout=timeout)
+    with server.connect() as client:
+        found = client.list_grants(principal, timeout=server.timeout)
     if json_out:
         output.print_json([dataclasses.asdict(g) for g in found])
         return
@@ -204,19 +161,14 @@ def grants(
         )
 
 
+@server_options
 def whoami(
-    endpoint: Endpoint = DEFAULT_ENDPOINT,
-    user: User = None,
-    password: Password = None,
-    tls_ca: TlsCa = None,
-    tls_cert: TlsCert = None,
-    tls_key: TlsKey = None,
-    timeout: Timeout = DEFAULT_TIMEOUT,
+    server: ServerOptions = SERVER_DEFAULTS,
     json_out: Json = False,
 ) -> None:
     """Who the server takes you for (user, token subject, certificate name)."""
-    with connect(endpoint, user, password, tls_options(tls_ca, tls_cert, tls_key)) as client:
-        me = client.whoami(timeout=timeout)
+    with server.connect() as client:
+        me = client.whoami(timeout=server.timeout)
     if json_out:
         output.print_json(dataclasses.asdict(me))
         return

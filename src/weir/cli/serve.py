@@ -16,6 +16,7 @@ from typing import Annotated
 
 import lmdb
 import typer
+from aiohttp import web
 
 from weir import config as configuration
 from weir import logs
@@ -82,9 +83,11 @@ async def run(cfg: configuration.Config) -> None:
         observer=ObserverFanout(metrics.observer, logs.LogObserver()),
         tls=tls,
         auth=cfg.auth,
+        pulsar_listen=cfg.pulsar_listen,
+        pulsar_max_message_size=cfg.pulsar.max_message_size,
         kafka=KafkaFrontConfig(
             enabled=cfg.kafka.enabled,
-            listen=cfg.kafka.listen,
+            listen=cfg.kafka_listen or "",
             advertised=cfg.kafka.advertised_listener,
         ),
     )
@@ -112,18 +115,35 @@ async def run(cfg: configuration.Config) -> None:
 
     endpoint = None
     console = None
-    if cfg.metrics.enabled:
+    admin = None
+    http_listen = cfg.http_listen
+    if http_listen is not None:
         if cfg.console.enabled:
             from weir.console import Console
 
-            console = Console(metrics, cfg.metrics.listen.rpartition(":")[0])
+            console = Console(metrics, http_listen.rpartition(":")[0])
+        if cfg.http.admin:
+            from weir.protocols.http.admin import PulsarAdmin
+
+            admin = PulsarAdmin(lambda: server.broker, lambda: server.security)
+
+        def mount(app: web.Application) -> None:
+            if admin is not None:
+                admin.mount(app)
+            if console is not None:
+                console.mount(app)
+
         # up before recovery, so /healthz answers and /readyz says "not yet" while it runs
         endpoint = MetricsEndpoint(
             metrics,
-            cfg.metrics.listen,
+            http_listen,
             alive,
-            mount=None if console is None else console.mount,
+            mount=mount,
             ssl_context=tls.ssl_context() if tls is not None else None,
+            pages=[
+                *(["/admin/v2"] if admin is not None else []),
+                *(["/console"] if console is not None else []),
+            ],
         )
         await endpoint.start()
     try:
@@ -161,6 +181,18 @@ async def run(cfg: configuration.Config) -> None:
                 "weir: grants are not checked (auth.superusers is empty): every authenticated "
                 "principal may do everything",
                 authorization=False,
+            )
+        if server.pulsar is not None:
+            announce(
+                cfg,
+                f"weir Pulsar protocol on {server.pulsar.url}",
+                pulsar=server.pulsar.url,
+            )
+        if admin is not None and endpoint is not None:
+            announce(
+                cfg,
+                f"weir Pulsar admin REST on {endpoint.url}/admin/v2",
+                admin=f"{endpoint.url}/admin/v2",
             )
         security = ""
         if tls is not None:
@@ -200,23 +232,12 @@ def is_loopback(host: str) -> bool:
     )
 
 
-def listen_addresses(cfg: configuration.Config) -> list[str]:
-    """Every client listener's HOST:PORT: the gRPC port, and the Kafka one when on."""
-    out = [cfg.listen]
-    if cfg.kafka.enabled:
-        out.append(cfg.kafka.listen or f"{cfg.listen.rpartition(':')[0]}:9092")
-    return out
-
-
-def insecure_bind(cfg: configuration.Config) -> str | None:
-    """An address other machines can reach that an open server (no authentication) would
-    listen on (None: none)."""
-    if not cfg.broker.allow_anonymous:
-        return None
-    for address in listen_addresses(cfg):
-        if not is_loopback(address.rpartition(":")[0]):
-            return address
-    return None
+def insecure_bind(cfg: configuration.Config) -> bool:
+    """An open server (no authentication) on an address other machines can reach (its
+    gRPC, Pulsar, Kafka or HTTP port)."""
+    listens = [cfg.listen, cfg.pulsar_listen, cfg.kafka_listen, cfg.http_listen]
+    hosts = {a.rpartition(":")[0] for a in listens if a is not None}
+    return cfg.broker.allow_anonymous and not all(is_loopback(h) for h in hosts)
 
 
 def server_tls(cfg: configuration.TlsConfig) -> ServerTls | None:
@@ -290,10 +311,9 @@ def serve(
     if log_json is not None:
         overrides["log.json"] = (log_json, "--log-json")
     cfg = configuration.load(config, env=os.environ, overrides=overrides)
-    exposed = insecure_bind(cfg)
-    if exposed is not None and not insecure:
+    if insecure_bind(cfg) and not insecure:
         raise CliError(
-            f"refusing to listen on {exposed} without authentication: anyone who reaches it "
+            f"refusing to listen on {cfg.listen} without authentication: anyone who reaches it "
             "could read, write and drop every topic. Turn authentication on "
             "(auth.allow_anonymous = false with users, JWTs or client certificates; see "
             "docs/security.md), listen on 127.0.0.1, or pass --insecure",

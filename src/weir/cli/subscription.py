@@ -10,15 +10,11 @@ from rich.table import Table
 
 from weir.cli import output
 from weir.cli.common import (
-    DEFAULT_ENDPOINT,
-    DEFAULT_TIMEOUT,
-    Endpoint,
+    SERVER_DEFAULTS,
     Json,
-    Password,
-    Timeout,
-    User,
+    ServerOptions,
     bad,
-    connect,
+    server_options,
     timestamp_ms,
 )
 from weir.client.admin import SubscriptionInfo
@@ -72,17 +68,15 @@ def show_subscription(info: SubscriptionInfo) -> None:
 
 
 @subscription_app.command("list")
+@server_options
 def list_subscriptions(
     topic: TopicName,
-    endpoint: Endpoint = DEFAULT_ENDPOINT,
-    user: User = None,
-    password: Password = None,
-    timeout: Timeout = DEFAULT_TIMEOUT,
+    server: ServerOptions = SERVER_DEFAULTS,
     json_out: Json = False,
 ) -> None:
     """List a topic's subscriptions: type, backlog, unacknowledged messages, consumers."""
-    with connect(endpoint, user, password) as client:
-        subs = client.list_subscriptions(topic, timeout=timeout)
+    with server.connect() as client:
+        subs = client.list_subscriptions(topic, timeout=server.timeout)
     if json_out:
         output.print_json([subscription_json(s) for s in subs])
         return
@@ -95,18 +89,16 @@ def list_subscriptions(
 
 
 @subscription_app.command("describe")
+@server_options
 def describe(
     topic: TopicName,
     subscription: SubscriptionName,
-    endpoint: Endpoint = DEFAULT_ENDPOINT,
-    user: User = None,
-    password: Password = None,
-    timeout: Timeout = DEFAULT_TIMEOUT,
+    server: ServerOptions = SERVER_DEFAULTS,
     json_out: Json = False,
 ) -> None:
     """Per partition: mark-delete position, acked ranges, backlog, unacked; the consumers."""
-    with connect(endpoint, user, password) as client:
-        info = client.describe_subscription(topic, subscription, timeout=timeout)
+    with server.connect() as client:
+        info = client.describe_subscription(topic, subscription, timeout=server.timeout)
     if json_out:
         output.print_json(subscription_json(info))
     else:
@@ -114,6 +106,7 @@ def describe(
 
 
 @subscription_app.command("create")
+@server_options
 def create(
     topic: TopicName,
     subscription: SubscriptionName,
@@ -124,16 +117,17 @@ def create(
         str,
         typer.Option("--initial-position", help="Where the cursor starts: latest or earliest."),
     ] = "latest",
-    endpoint: Endpoint = DEFAULT_ENDPOINT,
-    user: User = None,
-    password: Password = None,
-    timeout: Timeout = DEFAULT_TIMEOUT,
+    server: ServerOptions = SERVER_DEFAULTS,
     json_out: Json = False,
 ) -> None:
     """Create a subscription without a consumer: retention keeps what it has not acked."""
-    with connect(endpoint, user, password) as client:
+    with server.connect() as client:
         info = client.create_subscription(
-            topic, subscription, type=type, initial_position=initial_position, timeout=timeout
+            topic,
+            subscription,
+            type=type,
+            initial_position=initial_position,
+            timeout=server.timeout,
         )
     if json_out:
         output.print_json(subscription_json(info))
@@ -152,6 +146,7 @@ def _offsets(values: list[str]) -> dict[int, int]:
 
 
 @subscription_app.command("seek")
+@server_options
 def seek(
     topic: TopicName,
     subscription: SubscriptionName,
@@ -167,10 +162,7 @@ def seek(
             'or a duration ago ("15m").',
         ),
     ] = None,
-    endpoint: Endpoint = DEFAULT_ENDPOINT,
-    user: User = None,
-    password: Password = None,
-    timeout: Timeout = DEFAULT_TIMEOUT,
+    server: ServerOptions = SERVER_DEFAULTS,
     json_out: Json = False,
 ) -> None:
     """Move a subscription's cursor (back to deliver again, forward to skip); its consumers
@@ -179,9 +171,9 @@ def seek(
         raise bad("--offset/--time", "give --offset (repeat) or --time, one of the two")
     offsets = _offsets(offset or [])
     ts = timestamp_ms(time_, "--time") if time_ is not None else None
-    with connect(endpoint, user, password) as client:
+    with server.connect() as client:
         info = client.seek_subscription(
-            topic, subscription, offsets=offsets or None, timestamp=ts, timeout=timeout
+            topic, subscription, offsets=offsets or None, timestamp=ts, timeout=server.timeout
         )
     if json_out:
         output.print_json(subscription_json(info))
@@ -190,21 +182,19 @@ def seek(
 
 
 @subscription_app.command("delete")
+@server_options
 def delete(
     topic: TopicName,
     subscription: SubscriptionName,
     force: Annotated[
         bool, typer.Option("--force", help="Delete even with consumers attached.")
     ] = False,
-    endpoint: Endpoint = DEFAULT_ENDPOINT,
-    user: User = None,
-    password: Password = None,
-    timeout: Timeout = DEFAULT_TIMEOUT,
+    server: ServerOptions = SERVER_DEFAULTS,
     json_out: Json = False,
 ) -> None:
     """Delete a subscription and its cursor (refused while consumers are attached)."""
-    with connect(endpoint, user, password) as client:
-        client.delete_subscription(topic, subscription, force=force, timeout=timeout)
+    with server.connect() as client:
+        client.delete_subscription(topic, subscription, force=force, timeout=server.timeout)
     if json_out:
         output.print_json({"deleted": subscription, "topic": topic})
     else:

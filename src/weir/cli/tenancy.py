@@ -16,18 +16,14 @@ from rich.table import Table
 
 from weir.cli import output
 from weir.cli.common import (
-    DEFAULT_ENDPOINT,
-    DEFAULT_TIMEOUT,
+    SERVER_DEFAULTS,
     CliError,
-    Endpoint,
     Json,
-    Password,
-    Timeout,
-    User,
+    ServerOptions,
     bad,
-    connect,
+    server_options,
 )
-from weir.config import parse_duration_ms, parse_size
+from weir.config_values import parse_duration_ms, parse_size
 from weir.errors import AlreadyExistsError
 
 if TYPE_CHECKING:
@@ -143,24 +139,22 @@ IfNotExists = Annotated[
 
 
 @tenant_app.command("create")
+@server_options
 def create_tenant(
     tenant: TenantName,
     if_not_exists: IfNotExists = False,
-    endpoint: Endpoint = DEFAULT_ENDPOINT,
-    user: User = None,
-    password: Password = None,
-    timeout: Timeout = DEFAULT_TIMEOUT,
+    server: ServerOptions = SERVER_DEFAULTS,
     json_out: Json = False,
 ) -> None:
     """Create a tenant (then create namespaces in it)."""
     created = True
-    with connect(endpoint, user, password) as client:
+    with server.connect() as client:
         try:
-            info = client.create_tenant(tenant, timeout=timeout)
+            info = client.create_tenant(tenant, timeout=server.timeout)
         except AlreadyExistsError:
             if not if_not_exists:
                 raise
-            info, created = client.describe_tenant(tenant, timeout=timeout), False
+            info, created = client.describe_tenant(tenant, timeout=server.timeout), False
     if json_out:
         output.print_json(tenant_json(info))
     else:
@@ -171,16 +165,14 @@ def create_tenant(
 
 
 @tenant_app.command("list")
+@server_options
 def list_tenants(
-    endpoint: Endpoint = DEFAULT_ENDPOINT,
-    user: User = None,
-    password: Password = None,
-    timeout: Timeout = DEFAULT_TIMEOUT,
+    server: ServerOptions = SERVER_DEFAULTS,
     json_out: Json = False,
 ) -> None:
     """List tenants and their namespaces."""
-    with connect(endpoint, user, password) as client:
-        tenants = client.list_tenants(timeout=timeout)
+    with server.connect() as client:
+        tenants = client.list_tenants(timeout=server.timeout)
     if json_out:
         output.print_json([tenant_json(t) for t in tenants])
         return
@@ -193,17 +185,15 @@ def list_tenants(
 
 
 @tenant_app.command("describe")
+@server_options
 def describe_tenant(
     tenant: TenantName,
-    endpoint: Endpoint = DEFAULT_ENDPOINT,
-    user: User = None,
-    password: Password = None,
-    timeout: Timeout = DEFAULT_TIMEOUT,
+    server: ServerOptions = SERVER_DEFAULTS,
     json_out: Json = False,
 ) -> None:
     """Show a tenant and its namespaces."""
-    with connect(endpoint, user, password) as client:
-        info = client.describe_tenant(tenant, timeout=timeout)
+    with server.connect() as client:
+        info = client.describe_tenant(tenant, timeout=server.timeout)
     if json_out:
         output.print_json(tenant_json(info))
     else:
@@ -214,17 +204,15 @@ def describe_tenant(
 
 
 @tenant_app.command("delete")
+@server_options
 def delete_tenant(
     tenant: TenantName,
-    endpoint: Endpoint = DEFAULT_ENDPOINT,
-    user: User = None,
-    password: Password = None,
-    timeout: Timeout = DEFAULT_TIMEOUT,
+    server: ServerOptions = SERVER_DEFAULTS,
     json_out: Json = False,
 ) -> None:
     """Delete a tenant; one that still has namespaces is refused."""
-    with connect(endpoint, user, password) as client:
-        client.delete_tenant(tenant, timeout=timeout)
+    with server.connect() as client:
+        client.delete_tenant(tenant, timeout=server.timeout)
     if json_out:
         output.print_json({"deleted": tenant})
     else:
@@ -235,26 +223,24 @@ def delete_tenant(
 
 
 @namespace_app.command("create")
+@server_options
 def create_namespace(
     namespace: NamespaceName,
     policy: PolicyOption = None,
     if_not_exists: IfNotExists = False,
-    endpoint: Endpoint = DEFAULT_ENDPOINT,
-    user: User = None,
-    password: Password = None,
-    timeout: Timeout = DEFAULT_TIMEOUT,
+    server: ServerOptions = SERVER_DEFAULTS,
     json_out: Json = False,
 ) -> None:
     """Create a namespace in an existing tenant, with policies its topics inherit."""
     policies = parse_policies(policy)
     created = True
-    with connect(endpoint, user, password) as client:
+    with server.connect() as client:
         try:
-            info = client.create_namespace(namespace, policies, timeout=timeout)
+            info = client.create_namespace(namespace, policies, timeout=server.timeout)
         except AlreadyExistsError:
             if not if_not_exists:
                 raise
-            info, created = client.describe_namespace(namespace, timeout=timeout), False
+            info, created = client.describe_namespace(namespace, timeout=server.timeout), False
             diffs = [
                 f"{k}={_shown(k, info.policies[k]) if k in info.policies else 'unset'}, "
                 f"not {_shown(k, v)}"
@@ -274,17 +260,15 @@ def create_namespace(
 
 
 @namespace_app.command("list")
+@server_options
 def list_namespaces(
     tenant: Annotated[str, typer.Argument(help="Only this tenant's namespaces.")] = "",
-    endpoint: Endpoint = DEFAULT_ENDPOINT,
-    user: User = None,
-    password: Password = None,
-    timeout: Timeout = DEFAULT_TIMEOUT,
+    server: ServerOptions = SERVER_DEFAULTS,
     json_out: Json = False,
 ) -> None:
     """List namespaces with their topic count and the policies set on them."""
-    with connect(endpoint, user, password) as client:
-        found = client.list_namespaces(tenant, timeout=timeout)
+    with server.connect() as client:
+        found = client.list_namespaces(tenant, timeout=server.timeout)
     if json_out:
         output.print_json([namespace_json(ns) for ns in found])
         return
@@ -299,17 +283,15 @@ def list_namespaces(
 
 
 @namespace_app.command("describe")
+@server_options
 def describe_namespace(
     namespace: NamespaceName,
-    endpoint: Endpoint = DEFAULT_ENDPOINT,
-    user: User = None,
-    password: Password = None,
-    timeout: Timeout = DEFAULT_TIMEOUT,
+    server: ServerOptions = SERVER_DEFAULTS,
     json_out: Json = False,
 ) -> None:
     """Show a namespace's topics and every policy (set here, or the server's)."""
-    with connect(endpoint, user, password) as client:
-        info = client.describe_namespace(namespace, timeout=timeout)
+    with server.connect() as client:
+        info = client.describe_namespace(namespace, timeout=server.timeout)
     if json_out:
         output.print_json(namespace_json(info))
     else:
@@ -317,17 +299,15 @@ def describe_namespace(
 
 
 @namespace_app.command("delete")
+@server_options
 def delete_namespace(
     namespace: NamespaceName,
-    endpoint: Endpoint = DEFAULT_ENDPOINT,
-    user: User = None,
-    password: Password = None,
-    timeout: Timeout = DEFAULT_TIMEOUT,
+    server: ServerOptions = SERVER_DEFAULTS,
     json_out: Json = False,
 ) -> None:
     """Delete a namespace; one that still holds topics is refused."""
-    with connect(endpoint, user, password) as client:
-        client.delete_namespace(namespace, timeout=timeout)
+    with server.connect() as client:
+        client.delete_namespace(namespace, timeout=server.timeout)
     if json_out:
         output.print_json({"deleted": namespace})
     else:
@@ -338,14 +318,13 @@ def _set(
     namespace: str,
     policies: dict[str, Any],
     remove: list[str],
-    endpoint: str,
-    user: str | None,
-    password: str | None,
-    timeout: float,
+    server: ServerOptions,
     json_out: bool,
 ) -> None:
-    with connect(endpoint, user, password) as client:
-        info = client.set_namespace_policies(namespace, policies, remove=remove, timeout=timeout)
+    with server.connect() as client:
+        info = client.set_namespace_policies(
+            namespace, policies, remove=remove, timeout=server.timeout
+        )
     if json_out:
         output.print_json(namespace_json(info))
     else:
@@ -353,6 +332,7 @@ def _set(
 
 
 @namespace_app.command("set-retention")
+@server_options
 def set_retention(
     namespace: NamespaceName,
     time: Annotated[
@@ -363,10 +343,7 @@ def set_retention(
         str | None,
         typer.Option("--size", help='Keep at most this much per partition: "10GiB" or "none".'),
     ] = None,
-    endpoint: Endpoint = DEFAULT_ENDPOINT,
-    user: User = None,
-    password: Password = None,
-    timeout: Timeout = DEFAULT_TIMEOUT,
+    server: ServerOptions = SERVER_DEFAULTS,
     json_out: Json = False,
 ) -> None:
     """Set the retention its topics inherit (by time, by size per partition, or both)."""
@@ -377,34 +354,30 @@ def set_retention(
         policies["retention_bytes"] = policy_value("retention_bytes", size, "--size")
     if not policies:
         raise typer.BadParameter("nothing to change: give --time, --size or both")
-    _set(namespace, policies, [], endpoint, user, password, timeout, json_out)
+    _set(namespace, policies, [], server, json_out)
 
 
 @namespace_app.command("set-deduplication")
+@server_options
 def set_deduplication(
     namespace: NamespaceName,
     state: Annotated[str, typer.Argument(help="on or off.")],
-    endpoint: Endpoint = DEFAULT_ENDPOINT,
-    user: User = None,
-    password: Password = None,
-    timeout: Timeout = DEFAULT_TIMEOUT,
+    server: ServerOptions = SERVER_DEFAULTS,
     json_out: Json = False,
 ) -> None:
     """Turn producer deduplication on or off for its topics (off: resends are stored again)."""
     value = policy_value("deduplication", state, "STATE")
-    _set(namespace, {"deduplication": value}, [], endpoint, user, password, timeout, json_out)
+    _set(namespace, {"deduplication": value}, [], server, json_out)
 
 
 @namespace_app.command("set-policy")
+@server_options
 def set_policy(
     namespace: NamespaceName,
     policies: Annotated[
         list[str], typer.Argument(help="KEY=VALUE pairs, such as message_ttl_ms=1h.")
     ],
-    endpoint: Endpoint = DEFAULT_ENDPOINT,
-    user: User = None,
-    password: Password = None,
-    timeout: Timeout = DEFAULT_TIMEOUT,
+    server: ServerOptions = SERVER_DEFAULTS,
     json_out: Json = False,
 ) -> None:
     """Set any policies (see --help of 'namespace create' for the keys)."""
@@ -412,23 +385,18 @@ def set_policy(
         namespace,
         parse_policies(policies, "POLICIES"),
         [],
-        endpoint,
-        user,
-        password,
-        timeout,
+        server,
         json_out,
     )
 
 
 @namespace_app.command("remove-policy")
+@server_options
 def remove_policy(
     namespace: NamespaceName,
     keys: Annotated[list[str], typer.Argument(help="Policies to unset (the server's apply).")],
-    endpoint: Endpoint = DEFAULT_ENDPOINT,
-    user: User = None,
-    password: Password = None,
-    timeout: Timeout = DEFAULT_TIMEOUT,
+    server: ServerOptions = SERVER_DEFAULTS,
     json_out: Json = False,
 ) -> None:
     """Unset policies of a namespace: its topics then follow the server's settings."""
-    _set(namespace, {}, keys, endpoint, user, password, timeout, json_out)
+    _set(namespace, {}, keys, server, json_out)

@@ -21,7 +21,7 @@ import jinja2
 from aiohttp import web
 
 import weir
-from weir.broker.broker import UNSET
+from weir.broker.topic_admin import UNSET
 from weir.broker.topics import ConsumerConfig, short_topic
 from weir.console import views
 from weir.console.history import (

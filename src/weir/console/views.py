@@ -18,7 +18,7 @@ from weir.broker.topics import short_topic
 from weir.errors import BadRequestError
 from weir.storage.batch import BatchHeader, decode_payload, encode_batch, iter_batches
 from weir.storage.codecs import Codec
-from weir.storage.partition import validate_incoming
+from weir.storage.incoming import validate_incoming
 
 if TYPE_CHECKING:
     from weir.broker.broker import Broker

@@ -9,19 +9,17 @@ from __future__ import annotations
 
 import os
 import re
-import signal
-import subprocess
 import sys
-import threading
 from pathlib import Path
 
+from weir.listening_process import ListeningProcess
 from weir.replication.registry import DEFAULT_ROOT
 from weir.replication.zkserver import ZooKeeperServer
 
 _LISTEN = re.compile(r"bookie listening on (\S+):(\d+)")
 
 
-class BookieProcess:
+class BookieProcess(ListeningProcess):
     """``python -m weir.replication.bookie`` as a child process; SIGTERM or SIGKILL by PID.
 
     A restart reuses the data directory and the port, so the bookie keeps its id
@@ -29,20 +27,18 @@ class BookieProcess:
     """
 
     def __init__(self, data_dir: Path, zk_hosts: str, zk_root: str, *extra: str) -> None:
+        super().__init__("bookie", _LISTEN)
         self.data_dir = data_dir
         self.extra = list(extra)  # more options of the bookie command
         self.zk_hosts = zk_hosts
         self.zk_root = zk_root
-        self.port = 0
-        self.proc: subprocess.Popen[str] | None = None
-        self.log: list[str] = []
 
     @property
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def start(self, timeout: float = 60) -> BookieProcess:
-        cmd = [
+    def command(self) -> list[str]:
+        return [
             sys.executable,
             "-m",
             "weir.replication.bookie",
@@ -56,53 +52,6 @@ class BookieProcess:
             self.zk_root,
             *self.extra,
         ]
-        self.proc = subprocess.Popen(
-            cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True
-        )
-        ready = threading.Event()
-        proc = self.proc
-
-        def pump() -> None:
-            assert proc.stderr is not None
-            for line in proc.stderr:
-                self.log.append(line)
-                m = _LISTEN.search(line)
-                if m and not ready.is_set():
-                    self.port = int(m.group(2))
-                    ready.set()
-            ready.set()
-
-        threading.Thread(target=pump, daemon=True).start()
-        if not ready.wait(timeout) or self.proc.poll() is not None:
-            self.kill()
-            raise RuntimeError("bookie did not start:\n" + "".join(self.log[-30:]))
-        return self
-
-    def stop(self, timeout: float = 30) -> None:
-        proc, self.proc = self.proc, None
-        if proc is not None and proc.poll() is None:
-            os.kill(proc.pid, signal.SIGCONT)  # a paused bookie must run to handle SIGTERM
-            os.kill(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                os.kill(proc.pid, signal.SIGKILL)
-                proc.wait(timeout)
-
-    def pause(self) -> None:
-        """SIGSTOP: the process holds its connections but answers nothing."""
-        if self.proc is not None:
-            os.kill(self.proc.pid, signal.SIGSTOP)
-
-    def resume(self) -> None:
-        if self.proc is not None:
-            os.kill(self.proc.pid, signal.SIGCONT)
-
-    def kill(self) -> None:
-        proc, self.proc = self.proc, None
-        if proc is not None and proc.poll() is None:
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait(30)
 
 
 class LocalCluster:

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import time
 from pathlib import Path
 
 from weir.errors import UnavailableError
+from weir.listening_process import kill_process, terminate_process
 
 ZOOKEEPER_JARS = ("/usr/share/java/zookeeper.jar", "/usr/share/java/slf4j-simple.jar")
 MAIN_CLASS = "org.apache.zookeeper.server.ZooKeeperServerMain"
@@ -102,20 +102,13 @@ class ZooKeeperServer:
     def stop(self, timeout: float = 30) -> None:
         """SIGTERM by PID, then SIGKILL if it does not go."""
         proc, self.proc = self.proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        os.kill(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait(timeout)
+        if proc is not None:
+            terminate_process(proc, timeout)
 
     def kill(self) -> None:
         proc, self.proc = self.proc, None
-        if proc is not None and proc.poll() is None:
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait(30)
+        if proc is not None:
+            kill_process(proc)
 
     def __enter__(self) -> ZooKeeperServer:
         return self.start()

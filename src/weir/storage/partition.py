@@ -27,29 +27,25 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import time
-from array import array
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from weir.errors import (
-    BatchFormatError,
     CorruptDataError,
     PartitionOverflowError,
 )
 from weir.storage import keys
 from weir.storage.batch import (
-    BatchHeader,
-    check_data_codec,
-    check_headers,
     decode_payload,
     parse_header,
     reencode_from,
     stamp_header,
-    verify_body,
 )
 from weir.storage.blob import BIG, BlobInfo, split_parts
+from weir.storage.blob_reads import fetch_blob, index_blob, slice_blob, time_in_blob
 from weir.storage.committer import GroupCommitter
 from weir.storage.head import SEALABLE, Entry, HeadSegment, push
+from weir.storage.incoming import IncomingBatch
 from weir.storage.kv import KV, Op, ReadView, delete, delete_range, put
 from weir.storage.meta import PartitionMeta
 from weir.storage.producers import ProducerState
@@ -93,14 +89,6 @@ class PartitionConfig:
         # An eighth of the big blob size, less an eighth of that: batches cut at a client's
         # 1 MiB limit come out a little under 1 MiB and must still count as large.
         return min(self.low_watermark, max(1, self.max_blob_size * 7 // 64))
-
-
-@dataclass(slots=True)
-class IncomingBatch:
-    """A validated batch waiting to be written (``buf`` holds exactly one batch)."""
-
-    buf: bytes | memoryview
-    header: BatchHeader
 
 
 @dataclass(slots=True)
@@ -289,8 +277,8 @@ class PartitionLog:
             segments: list[Entry] = []
             for i, b in enumerate(blobs):
                 if i >= head_start or verify_all:
-                    data = self._fetch(view, b)
-                    self._index(data, b)
+                    data = fetch_blob(view, self.log_id, b, self.label)
+                    index_blob(data, b, self.label)
                     if i >= head_start:
                         push(segments, b, bytes(data), cfg.seal_size, cfg.head_merge_fanout)
                 else:
@@ -726,16 +714,16 @@ class PartitionLog:
                 cached = None if b.is_head else self._cached(view, b)
                 if seg is not None:
                     data: bytes | memoryview = memoryview(seg.data)
-                    a, z, base, nxt = self._slice(
-                        data, b, start, stop, budget, bool(result.chunks), False
+                    a, z, base, nxt = slice_blob(
+                        data, b, start, stop, budget, bool(result.chunks), False, self.label
                     )
                 elif cached is not None:
                     data = memoryview(cached.data)
                     a, z, base, nxt = cached.slice(start, stop, budget, bool(result.chunks))
                 else:  # checked as it is read; copied out of the map before the view closes
-                    data = self._fetch(view, b)
-                    a, z, base, nxt = self._slice(
-                        data, b, start, stop, budget, bool(result.chunks), True
+                    data = fetch_blob(view, self.log_id, b, self.label)
+                    a, z, base, nxt = slice_blob(
+                        data, b, start, stop, budget, bool(result.chunks), True, self.label
                     )
                 if z > a:
                     chunk = data[a:z]
@@ -768,141 +756,14 @@ class PartitionLog:
         key = self._cache_key(b)
         blob = self._cache.get(key)
         if blob is None and self._cache.admits(b.size):
-            data = bytes(self._fetch(view, b))
+            data = bytes(fetch_blob(view, self.log_id, b, self.label))
             try:
-                offsets, starts = self._index(data, b)
+                offsets, starts = index_blob(data, b, self.label)
             except CorruptDataError:
                 return None
             blob = CachedBlob(data, offsets, starts)
             self._cache.put(key, blob)
         return blob
-
-    def _index(self, data: bytes | memoryview, b: BlobInfo) -> tuple[array[int], array[int]]:
-        """Check every batch of blob ``b`` (header and payload CRCs, dense offsets, the
-        extent its index entry gives) and return the base offset and byte position of
-        each batch, each list ending with the blob's end."""
-        offsets: array[int] = array("q")
-        starts: array[int] = array("q")
-        pos = 0
-        expected = b.first_offset
-        n = len(data)
-        while pos < n:
-            try:
-                h = parse_header(data, pos)
-            except BatchFormatError as exc:
-                raise CorruptDataError(
-                    f"damaged batch: {exc}", partition=self.label, offset=expected
-                ) from None
-            if h.base_offset != expected:
-                raise CorruptDataError(
-                    f"batch at byte {pos} of blob has offset {h.base_offset}",
-                    partition=self.label,
-                    offset=expected,
-                )
-            try:
-                verify_body(data, pos, h)
-            except BatchFormatError as exc:
-                raise CorruptDataError(
-                    f"damaged batch: {exc}", partition=self.label, offset=expected
-                ) from None
-            offsets.append(expected)
-            starts.append(pos)
-            pos += h.length
-            expected = h.next_offset
-        if expected != b.end_offset:
-            raise CorruptDataError(
-                f"blob holds offsets up to {expected} in {n} bytes, index says {b.end_offset}",
-                partition=self.label,
-                offset=expected,
-            )
-        offsets.append(expected)
-        starts.append(pos)
-        return offsets, starts
-
-    def _fetch(self, view: ReadView, b: BlobInfo) -> memoryview:
-        if b.parts == 1:
-            v = view.get(keys.BLOBS, keys.blob_key(self.log_id, b.first_offset, b.count, 0))
-            if v is None:
-                raise CorruptDataError(
-                    "blob is missing", partition=self.label, offset=b.first_offset
-                )
-            if len(v) != b.size:
-                raise CorruptDataError(
-                    f"blob is {len(v)} bytes, index says {b.size}",
-                    partition=self.label,
-                    offset=b.first_offset,
-                )
-            return v
-        pieces = []
-        for part in range(b.parts):
-            v = view.get(keys.BLOBS, keys.blob_key(self.log_id, b.first_offset, b.count, part))
-            if v is None:
-                raise CorruptDataError(
-                    f"blob part {part} is missing", partition=self.label, offset=b.first_offset
-                )
-            pieces.append(v)
-        data = b"".join(pieces)
-        if len(data) != b.size:
-            raise CorruptDataError(
-                f"blob is {len(data)} bytes, index says {b.size}",
-                partition=self.label,
-                offset=b.first_offset,
-            )
-        return memoryview(data)
-
-    def _slice(
-        self,
-        data: bytes | memoryview,
-        b: BlobInfo,
-        start: int,
-        stop: int,
-        budget: int,
-        have_some: bool,
-        verify: bool,
-    ) -> tuple[int, int, int, int]:
-        """Byte range [a, z) of whole batches of blob ``b`` covering [start, stop) within
-        ``budget`` bytes; also the base offset of the first and the offset after the last."""
-        pos = 0
-        expected = b.first_offset
-        a = z = -1
-        base = nxt = start
-        n = len(data)
-        while pos < n and expected < stop:
-            try:
-                h = parse_header(data, pos)
-            except BatchFormatError as exc:
-                raise CorruptDataError(
-                    f"damaged batch: {exc}", partition=self.label, offset=expected
-                ) from None
-            if h.base_offset != expected:
-                raise CorruptDataError(
-                    f"batch at byte {pos} of blob has offset {h.base_offset}",
-                    partition=self.label,
-                    offset=expected,
-                )
-            end = pos + h.length
-            if h.next_offset > start:
-                if a < 0:
-                    a = pos
-                    base = h.base_offset
-                elif end - a > budget:
-                    break
-                if a == pos and have_some and h.length > budget:
-                    break
-                if verify:
-                    try:
-                        verify_body(data, pos, h)
-                    except BatchFormatError as exc:
-                        raise CorruptDataError(
-                            f"damaged batch: {exc}", partition=self.label, offset=h.base_offset
-                        ) from None
-                z = end
-                nxt = h.next_offset
-            pos = end
-            expected = h.next_offset
-        if a < 0 or z < 0:
-            return 0, 0, start, start
-        return a, z, base, nxt
 
     def offset_for_time(self, written_at_ms: int) -> int:
         """The first offset written at or after ``written_at_ms`` (EndOffset if none)."""
@@ -915,30 +776,8 @@ class PartitionLog:
         b = self._blobs[i]
         seg = self._head.get(b.first_offset) if b.is_head else None
         if seg is not None:
-            return self._time_in(seg.data, written_at_ms, b)
+            return time_in_blob(seg.data, written_at_ms, b, self._read_start)
         with self.kv.snapshot() as view:
-            return self._time_in(self._fetch(view, b), written_at_ms, b)
-
-    def _time_in(self, data: bytes | memoryview, ts: int, b: BlobInfo) -> int:
-        pos = 0
-        while pos < len(data):
-            h = parse_header(data, pos)
-            if h.written_at >= ts and h.next_offset > self._read_start:
-                return max(h.base_offset, self._read_start)
-            pos += h.length
-        return b.end_offset
-
-
-def validate_incoming(buffers: Iterable[bytes | memoryview]) -> list[IncomingBatch]:
-    """Parse and fully check client batches (header, CRCs, column structure, record headers)."""
-    out = []
-    for buf in buffers:
-        h = parse_header(buf)
-        if h.length != len(buf):
-            raise BatchFormatError(f"batch is {len(buf)} bytes, header says {h.length}")
-        verify_body(buf, 0, h)
-        payload = decode_payload(buf, 0, h)
-        check_headers(payload)  # what is stored, every reader must decode
-        check_data_codec(payload)
-        out.append(IncomingBatch(buf, h))
-    return out
+            return time_in_blob(
+                fetch_blob(view, self.log_id, b, self.label), written_at_ms, b, self._read_start
+            )

@@ -7,18 +7,17 @@ group commit.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from weir.broker.config import BrokerConfig
+from weir.broker.state import BrokerState
 from weir.broker.tenancy.names import parse_topic
 from weir.broker.tenancy.policies import Policies, effective
-from weir.broker.tenancy.registry import Namespace, Tenancy, Tenant
+from weir.broker.tenancy.registry import Namespace, Tenant
 from weir.broker.topics import TopicConfig
 from weir.errors import UnknownTopicError
-from weir.storage.kv import Op
 
 
 def server_policies(config: BrokerConfig) -> dict[str, Any]:
@@ -37,21 +36,13 @@ def server_policies(config: BrokerConfig) -> dict[str, Any]:
     }
 
 
-class TenancyFacade:
+class TenancyFacade(BrokerState):
     """Tenant and namespace administration, policy resolution and auto-creation."""
 
-    config: BrokerConfig
-    tenancy: Tenancy
-    _topics: dict[str, TopicConfig]
-    _lock: asyncio.Lock
+    if TYPE_CHECKING:  # provided by `weir.broker.topic_admin.TopicAdmin`
 
-    if TYPE_CHECKING:  # provided by Broker
-
-        async def _commit(self, ops: Sequence[Op]) -> None: ...
-        def _check_open(self) -> None: ...
         def _apply_topic_config(self, cfg: TopicConfig) -> None: ...
         async def create_topic(self, name: str) -> TopicConfig: ...
-        def topic(self, name: str, database: str = "") -> TopicConfig: ...
 
     # ---------------------------------------------------------------- policies
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from weir.broker.broker import UNSET
 from weir.errors import AlreadyExistsError, BadRequestError, UnknownTopicError, WeirError
 from weir.protocols.kafka.codec import Message, RequestHeader
 from weir.protocols.kafka.errors import ErrorCode, KafkaError, error_code
@@ -399,4 +398,4 @@ def _settings(configs: dict[str, str | None]) -> dict[str, Any]:
     return out
 
 
-__all__ = ["UNSET", "AdminHandlers"]
+__all__ = ["AdminHandlers"]

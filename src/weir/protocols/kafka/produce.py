@@ -23,7 +23,8 @@ from weir.protocols.kafka.names import weir_topic
 from weir.protocols.kafka.records import KafkaBatch, RecordsError, parse_batches
 from weir.security.grants import Permission
 from weir.storage.batch import parse_header
-from weir.storage.partition import BatchResult, IncomingBatch
+from weir.storage.incoming import IncomingBatch
+from weir.storage.partition import BatchResult
 
 if TYPE_CHECKING:
     from weir.protocols.kafka.connection import KafkaConnection

@@ -10,7 +10,6 @@ its unacknowledged messages go to the others.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -28,8 +27,9 @@ from weir.broker.subscriptions import (
     SubscriptionType,
 )
 from weir.broker.topics import short_topic
-from weir.errors import BadRequestError, ConsumerBusyError, UnavailableError, WeirError
+from weir.errors import BadRequestError, ConsumerBusyError, WeirError
 from weir.protocols.native import weir_pb2 as pb
+from weir.protocols.native.stream import StreamSession, error_proto
 from weir.protocols.native.unary import unary as unary_errors
 from weir.security.grants import Permission
 
@@ -62,12 +62,6 @@ def _position(code: int) -> InitialPosition:
     if p is None:
         raise BadRequestError(f"unknown initial position {code}")
     return p
-
-
-def _err(err: BaseException) -> pb.Error:
-    if not isinstance(err, WeirError):
-        err = WeirError(f"unexpected server error: {err!r}")
-    return pb.Error(code=err.code, message=err.message, retryable=err.retryable)
 
 
 def subscription_description(info: SubscriptionInfo) -> pb.SubscriptionDescription:
@@ -107,7 +101,7 @@ def _ranges(ranges: Any) -> list[tuple[int, int, int]]:
     return [(r.partition, r.start, r.end) for r in ranges]
 
 
-class SubscribeSession:
+class SubscribeSession(StreamSession[pb.SubscribeRequest, pb.SubscribeResponse]):
     """One Subscribe stream: one consumer of one subscription."""
 
     def __init__(
@@ -117,13 +111,9 @@ class SubscribeSession:
         stopping: asyncio.Event,
         allow: Callable[[Permission | None, str, str], None],
     ) -> None:
+        super().__init__(context, stopping)
         self.broker = broker
         self.allow = allow
-        self.context = context
-        self.stopping = stopping
-        self._out: asyncio.Queue[pb.SubscribeResponse | None] = asyncio.Queue()
-        self._stop = asyncio.Event()
-        self._failure: BaseException | None = None
         self._sub: Subscription | None = None
         self._consumer: AttachedConsumer | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -150,40 +140,12 @@ class SubscribeSession:
 
     # -------------------------------------------------------------------------
 
-    def _fail(self, err: BaseException) -> None:
-        if self._failure is None:
-            self._failure = err
-            self._out.put_nowait(pb.SubscribeResponse(error=_err(err)))
-        self._stop.set()
+    def _error_response(self, error: pb.Error) -> pb.SubscribeResponse:
+        return pb.SubscribeResponse(error=error)
 
-    async def run(self, requests: AsyncIterator[pb.SubscribeRequest]) -> None:
-        sender = asyncio.create_task(self._send())
-        handler = asyncio.create_task(self._handle(requests))
-        stop = asyncio.create_task(self._stop.wait())
-        server_stop = asyncio.create_task(self.stopping.wait())
-        try:
-            await asyncio.wait({handler, stop, server_stop}, return_when=asyncio.FIRST_COMPLETED)
-            if server_stop.done() and not stop.done():
-                await self._drain()
-                self._fail(UnavailableError("server is shutting down; reconnect later"))
-        finally:
-            for t in (server_stop, handler, stop):
-                t.cancel()
-            if self._sub is not None and self._consumer is not None:
-                self._sub.detach(self._consumer.consumer_id)
-            self._out.put_nowait(None)
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await asyncio.wait_for(sender, 5)
-
-    async def _send(self) -> None:
-        while True:
-            msg = await self._out.get()
-            if msg is None:
-                return
-            try:
-                await self.context.write(msg)
-            except Exception:
-                return
+    def _release(self) -> None:
+        if self._sub is not None and self._consumer is not None:
+            self._sub.detach(self._consumer.consumer_id)
 
     async def _drain(self) -> None:
         if self._tasks:
@@ -267,7 +229,9 @@ class SubscribeSession:
             sub.negative_acknowledge(_ranges(r.ranges), r.delay_ms)
         except WeirError as err:
             self._out.put_nowait(
-                pb.SubscribeResponse(ack=pb.AckResponse(request_id=request_id, error=_err(err)))
+                pb.SubscribeResponse(
+                    ack=pb.AckResponse(request_id=request_id, error=error_proto(err))
+                )
             )
             return
         self._out.put_nowait(pb.SubscribeResponse(ack=pb.AckResponse(request_id=request_id)))
@@ -277,10 +241,10 @@ class SubscribeSession:
             try:
                 await work
             except WeirError as err:
-                resp = pb.AckResponse(request_id=request_id, error=_err(err))
+                resp = pb.AckResponse(request_id=request_id, error=error_proto(err))
             except Exception as err:
                 log.exception("acknowledgement failed")
-                resp = pb.AckResponse(request_id=request_id, error=_err(err))
+                resp = pb.AckResponse(request_id=request_id, error=error_proto(err))
             else:
                 resp = pb.AckResponse(request_id=request_id)
             self._out.put_nowait(pb.SubscribeResponse(ack=resp))
@@ -304,7 +268,9 @@ class SubscribeSession:
         except WeirError as err:
             self._unsubscribing = False
             self._out.put_nowait(
-                pb.SubscribeResponse(ack=pb.AckResponse(request_id=request_id, error=_err(err)))
+                pb.SubscribeResponse(
+                    ack=pb.AckResponse(request_id=request_id, error=error_proto(err))
+                )
             )
             return
         self._sub = None

@@ -15,7 +15,8 @@ from typing import Any
 import grpc
 from google.protobuf.message import Message
 
-from weir.broker.broker import UNSET, Broker
+from weir.broker.broker import Broker
+from weir.broker.topic_admin import UNSET
 from weir.broker.topics import TopicConfig
 from weir.errors import (
     AlreadyExistsError,

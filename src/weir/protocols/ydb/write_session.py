@@ -29,7 +29,8 @@ from typing import Any
 import grpc
 
 from weir.broker.access import Claim
-from weir.broker.broker import Broker, WriterToken
+from weir.broker.broker import Broker
+from weir.broker.producers import WriterToken
 from weir.broker.tenancy.limits import Lease
 from weir.errors import (
     BadRequestError,
@@ -52,7 +53,8 @@ from weir.protocols.ydb.status import SUCCESS, UnsupportedError, end_stream
 from weir.security.grants import Permission
 from weir.storage.batch import encode_batch, parse_header
 from weir.storage.codecs import Codec
-from weir.storage.partition import BatchResult, IncomingBatch
+from weir.storage.incoming import IncomingBatch
+from weir.storage.partition import BatchResult
 
 log = logging.getLogger("weir.ydb.write")
 

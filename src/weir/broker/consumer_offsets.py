@@ -1,0 +1,137 @@
+"""The broker's consumer calls (a mixin of `Broker`): registered consumers, their
+committed offsets (`weir.broker.consumers.OffsetStore`), where a read session
+starts, consumer groups and read-session counts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from weir.broker.consumers import ConsumerGroup
+from weir.broker.retention import Retention
+from weir.broker.tenancy.limits import Lease
+from weir.broker.topic_admin import TopicAdmin
+from weir.broker.topics import ConsumerConfig, check_consumer_name, short_topic
+from weir.errors import BadRequestError, UnknownConsumerError
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerPartitionInfo:
+    partition: int
+    committed_offset: int  # next offset the consumer will read
+    start_offset: int
+    end_offset: int
+
+    @property
+    def lag(self) -> int:
+        return max(0, self.end_offset - max(self.committed_offset, self.start_offset))
+
+
+class ConsumerOffsets(TopicAdmin, Retention):
+    """Consumers of a topic and their positions."""
+
+    async def ensure_consumer(
+        self, topic: str, consumer: str, database: str = ""
+    ) -> ConsumerConfig:
+        """The consumer's config; registers it when auto_create_consumers is on."""
+        cfg = self.topic(topic, database)
+        check_consumer_name(consumer)
+        existing = cfg.consumers.get(consumer)
+        if existing is not None:
+            return existing
+        if not self.config.auto_create_consumers:
+            raise UnknownConsumerError(
+                f"consumer {consumer!r} is not registered on {short_topic(cfg.name)!r}; add it with alter"
+            )
+        new = await self.alter_topic(cfg.name, add_consumers=[ConsumerConfig(consumer)])
+        return new.consumers[consumer]
+
+    def consumer(self, topic: str, consumer: str, database: str = "") -> ConsumerConfig:
+        cfg = self.topic(topic, database)
+        c = cfg.consumers.get(consumer)
+        if c is None:
+            raise UnknownConsumerError(
+                f"consumer {consumer!r} is not registered on {short_topic(cfg.name)!r}"
+            )
+        return c
+
+    def committed_offset(self, topic: str, partition: int, consumer: str) -> int | None:
+        cfg = self.topic(topic)
+        return self.offsets.get(cfg.topic_id, partition, consumer)
+
+    def read_start(self, topic: str, partition: int, consumer: str, read_from_ms: int = 0) -> int:
+        """Where a consumer's read session starts: its committed offset, else the first
+        offset written at/after ``read_from_ms``, else the partition start."""
+        actor = self.actor(topic, partition)
+        committed = self.committed_offset(topic, partition, consumer) if consumer else None
+        start = actor.start_offset
+        if committed is not None:
+            pos = max(committed, start)
+        elif read_from_ms > 0:
+            pos = actor.log.offset_for_time(read_from_ms)
+        else:
+            pos = start
+        if read_from_ms > 0 and committed is not None:
+            pos = max(pos, actor.log.offset_for_time(read_from_ms))
+        ttl = self.ttl_offset(topic, partition) if consumer else None
+        if ttl is not None:
+            pos = max(pos, ttl)
+        return min(pos, actor.end_offset)
+
+    async def commit_offset(
+        self,
+        topic: str,
+        partition: int,
+        consumer: str,
+        offset: int,
+        *,
+        allow_backwards: bool = False,
+    ) -> bool:
+        """Store the consumer's next offset to read. Never past EndOffset; backwards only
+        when asked (an operator's rewind), never from a read session."""
+        cfg = self.topic(topic)
+        actor = self.actor(topic, partition)
+        if consumer not in cfg.consumers:
+            await self.ensure_consumer(topic, consumer)
+        if offset > actor.end_offset:
+            raise BadRequestError(
+                f"cannot commit offset {offset} on {short_topic(cfg.name)}/{partition}: end offset is "
+                f"{actor.end_offset}"
+            )
+        changed = await self.offsets.commit(
+            cfg.topic_id, partition, consumer, offset, allow_backwards=allow_backwards
+        )
+        if changed:
+            self.observer.on_consumer_commit(cfg.name, partition, consumer, offset)
+        return changed
+
+    def describe_consumer(self, topic: str, consumer: str) -> list[ConsumerPartitionInfo]:
+        cfg = self.topic(topic)
+        self.consumer(topic, consumer)
+        out = []
+        for p in range(cfg.partitions):
+            a = self._actors[(cfg.name, p)]
+            committed = self.offsets.get(cfg.topic_id, p, consumer)
+            out.append(
+                ConsumerPartitionInfo(
+                    p,
+                    a.start_offset if committed is None else committed,
+                    a.start_offset,
+                    a.end_offset,
+                )
+            )
+        return out
+
+    def group(self, topic: str, consumer: str) -> ConsumerGroup:
+        cfg = self.topic(topic)
+        key = (cfg.name, consumer)
+        g = self._groups.get(key)
+        if g is None:
+            g = ConsumerGroup(cfg.name, consumer, cfg.partitions, self.config.rebalance_timeout_s)
+            self._groups[key] = g
+        return g
+
+    def count_consumer(self, topic: str) -> Lease:
+        """Count a live read session, within the topic's max_consumers_per_topic."""
+        cfg = self.topic(topic)
+        limit = self.topic_policies(cfg)["max_consumers_per_topic"]
+        return self.consumer_sessions.acquire(cfg.name, limit, "", short_topic(cfg.name))

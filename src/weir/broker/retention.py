@@ -1,0 +1,77 @@
+"""The broker's retention (a mixin of `Broker`): the background pass that removes
+old blobs, never past what important consumers and subscriptions still need unless
+the message TTL has passed; then pin expiry."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+
+from weir.broker.state import now_ms as _now_ms
+from weir.broker.tenancy.facade import TenancyFacade
+from weir.broker.topics import short_topic
+
+log = logging.getLogger("weir.broker")
+
+
+class Retention(TenancyFacade):
+    """Retention passes and message-TTL offsets."""
+
+    def ttl_offset(self, topic: str, partition: int, now_ms: int | None = None) -> int | None:
+        """The first offset younger than the topic's message TTL (None: no TTL): a
+        consumer skips what is before it, and retention may remove it."""
+        ttl = self.policies_of(topic)["message_ttl_ms"]
+        if ttl is None:
+            return None
+        now = _now_ms() if now_ms is None else now_ms
+        return self.actor(topic, partition).log.offset_for_time(now - ttl)
+
+    async def run_retention(self, now_ms: int | None = None) -> int:
+        """One retention pass over every partition, then pin expiry; returns blobs removed."""
+        removed = 0
+        for cfg in list(self._topics.values()):
+            if cfg.retention_ms is None and cfg.retention_bytes is None:
+                continue
+            important = [c.name for c in cfg.consumers.values() if c.important]
+            for p in range(cfg.partitions):
+                actor = self._actors.get((cfg.name, p))
+                if actor is None:
+                    continue
+                marks = [
+                    m
+                    for m in (
+                        self.offsets.min_committed(cfg.topic_id, p, important)
+                        if important
+                        else None,
+                        self.subscriptions.protect_from(cfg, p),
+                    )
+                    if m is not None
+                ]
+                protect = min(marks) if marks else None
+                ttl = self.ttl_offset(cfg.name, p, now_ms) if protect is not None else None
+                if protect is not None and ttl is not None:
+                    protect = max(protect, ttl)  # past its TTL, a message is nobody's to keep
+                try:
+                    removed += await actor.run_retention(now_ms, protect)
+                except Exception:  # one partition's trouble must not stop the pass
+                    log.exception(
+                        "retention failed", extra={"topic": short_topic(cfg.name), "partition": p}
+                    )
+        by_id = {cfg.topic_id: cfg for cfg in self._topics.values()}
+        self.pins.expire(
+            lambda tid: self._producer_tables(by_id[tid]) if tid in by_id else None, now_ms
+        )
+        return removed
+
+    async def _retention_loop(self) -> None:
+        for _ in itertools.count():
+            await asyncio.sleep(self.config.retention_interval_s)
+            if self._closed:
+                return
+            try:
+                n = await self.run_retention()
+                if n:
+                    log.info("retention removed blobs", extra={"blobs": n})
+            except Exception:
+                log.exception("retention pass failed")

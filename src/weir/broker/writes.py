@@ -1,0 +1,71 @@
+"""The broker's write path (a mixin of `Broker`): codec and backlog-quota checks,
+then the partition actor's queue and group commit."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+from weir.broker.retention import Retention
+from weir.broker.topics import TopicConfig, short_topic
+from weir.errors import BacklogQuotaExceededError, BadRequestError
+from weir.storage.codecs import Codec, codec_name
+from weir.storage.incoming import IncomingBatch
+from weir.storage.partition import BatchResult
+
+
+class Writes(Retention):
+    """Validated batches into a partition, refused while its backlog is over quota."""
+
+    async def write(
+        self,
+        topic: str,
+        partition: int,
+        batches: Sequence[IncomingBatch],
+        nbytes: int | None = None,
+    ) -> list[BatchResult]:
+        """Store validated batches durably in one partition; per-batch results in order."""
+        return await self.submit(topic, partition, batches, nbytes)
+
+    def submit(
+        self,
+        topic: str,
+        partition: int,
+        batches: Sequence[IncomingBatch],
+        nbytes: int | None = None,
+    ) -> asyncio.Future[list[BatchResult]]:
+        """Queue a write now (calls are committed in call order); the future resolves when durable."""
+        self._check_open()
+        actor = self.actor(topic, partition)
+        cfg = self._topics[actor.topic]
+        if cfg.codecs:
+            for b in batches:
+                codec = b.header.data_codec if b.header.data_codec != Codec.RAW else b.header.codec
+                if codec not in cfg.codecs and codec != Codec.RAW:
+                    raise BadRequestError(
+                        f"topic {short_topic(cfg.name)!r} accepts codecs "
+                        f"{[codec_name(c) for c in cfg.codecs]}, not {codec_name(codec)}"
+                    )
+        quota = self._backlog_quota.get(cfg.name)
+        if quota is not None:
+            self._check_backlog(cfg, partition, quota)
+        size = sum(len(b.buf) for b in batches) if nbytes is None else nbytes
+        return actor.submit(batches, size)
+
+    def _check_backlog(self, cfg: TopicConfig, partition: int, quota: int) -> None:
+        """Refuse a write while the important consumers' backlog is over the quota."""
+        important = [c.name for c in cfg.consumers.values() if c.important]
+        if not important:
+            return  # nobody holds data back: retention bounds what is stored
+        actor = self._actors[(cfg.name, partition)]
+        committed = self.offsets.min_committed(cfg.topic_id, partition, important) or 0
+        ttl = self.ttl_offset(cfg.name, partition)
+        # what waits for commit counts too: a burst of requests must not slip past
+        backlog = actor.queued_bytes + actor.log.bytes_from(max(committed, ttl or 0), quota)
+        if backlog > quota:
+            self.observer.on_refused(cfg.name, partition, "backlog_quota")
+            raise BacklogQuotaExceededError(
+                f"partition {short_topic(cfg.name)}/{partition} has {backlog} or more bytes its "
+                f"important consumers have not read, over its backlog quota of {quota} bytes "
+                "(backlog_quota_bytes); writes resume as they catch up"
+            )

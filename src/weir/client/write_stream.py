@@ -1,0 +1,262 @@
+"""The writer's stream: the session loop (init, reconnect with backoff, give up on a
+fatal error or after ``delivery_timeout``), the sender that sends new requests and
+resends unacknowledged ones on a new stream, and the acks that become results."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+import grpc
+
+from weir.client.connection import error_from_rpc
+from weir.client.delivery import StallClock
+from weir.client.write_buffer import Request, Sent
+from weir.client.writer_settings import WriteResult
+from weir.client.writer_state import WriterState
+from weir.errors import (
+    DeliveryTimeoutError,
+    UnavailableError,
+    WeirError,
+    error_from_code,
+)
+from weir.protocols.native import weir_pb2 as pb
+from weir.protocols.native.wire import RawWriteRequest
+
+log = logging.getLogger("weir.client.writer")
+
+
+class WriteStream(WriterState):
+    """The background tasks of a writer: session, sender, watchdog."""
+
+    if TYPE_CHECKING:  # provided by `weir.client.write_batching.WriteBatching`
+
+        def _take(self) -> list[Sent]: ...
+
+    async def _session_loop(self) -> None:
+        backoff = self._backoff
+        while not self._closed:
+            call = None
+            try:
+                call = self.conn.stream_write()
+                init = pb.WriteInit(topic=self.topic, producer_id=self.producer_id)
+                if self.settings.partition is not None:
+                    init.partition = self.settings.partition
+                elif self.routed and self.partition is not None:
+                    init.partition = self.partition  # reconnect: the home stays where it was
+                init.routed = self.routed
+                init.access_mode = int(self.settings.access_mode)  # type: ignore[assignment]
+                if self.producer_epoch is not None and self.settings.access_mode.exclusive:
+                    init.producer_epoch = self.producer_epoch  # fenced if it grew since
+                await call.write(pb.WriteRequest(init=init))
+                resp = await call.read()
+                if resp is grpc.aio.EOF:
+                    raise UnavailableError("server closed the write stream during init")
+                kind = resp.WhichOneof("kind")
+                if kind == "error":
+                    raise error_from_code(resp.error.code, resp.error.message)
+                if kind != "init":
+                    raise UnavailableError(f"unexpected {kind} before init result")
+                self.conn.ever_connected = True
+                self._on_init(resp.init)
+                self._call_id += 1
+                self._call = call
+                self._ready.set()
+                self._init_done.set()
+                self._inited.set()
+                self._wake.set()
+                # a sender parked on a full in-flight window (all sent on the old stream,
+                # never to be acked) must wake up to resend them on this one
+                self._inflight_event.set()
+                # no backoff.reset() here: refusals (partition full, overloaded) come after
+                # the init; the first ack on this stream resets it (see _on_ack)
+                await self._receive(call)
+                raise UnavailableError("server ended the write stream")
+            except asyncio.CancelledError:
+                if call is not None:
+                    call.cancel()
+                raise
+            except (WeirError, grpc.aio.AioRpcError) as exc:
+                err = error_from_rpc(exc) if isinstance(exc, grpc.aio.AioRpcError) else exc
+                self._ready.clear()
+                self._call = None
+                if call is not None:
+                    call.cancel()
+                fast = self.conn.unreachable(err)
+                if fast is not None:
+                    err = fast
+                if not err.retryable or fast is not None:
+                    self.last_error = err
+                    self._fail(err)
+                    return
+                if self._closed:
+                    return
+                self.reconnects += 1
+                self.last_error = err
+                delay = backoff.next_delay()
+                log.warning(
+                    "writer to %s: %s; reconnecting in %.2f s", self.topic, err.message, delay
+                )
+                self._notify_reconnect(err)
+                await asyncio.sleep(delay)
+            except Exception as exc:  # a bug: fail loudly rather than hang
+                log.exception("writer session failed")
+                self._fail(UnavailableError(f"writer failed: {exc!r}"))
+                return
+
+    def _on_init(self, r: Any) -> None:
+        self.partition = r.partition
+        self.generation = r.generation
+        self.session_id = r.session_id
+        self.producer_epoch = r.producer_epoch
+        self.partitions = r.partitions or None
+        self.last_seq_no = r.last_seq_no if r.HasField("last_seq_no") else None
+        if not self._manual_seq:
+            self._next_seq = max(self._next_seq, (self.last_seq_no or 0) + 1)
+        self.limit.learn(r.max_message_bytes)
+
+    def _notify_reconnect(self, err: WeirError) -> None:
+        cb = self.settings.on_reconnect
+        if cb is None:
+            return
+        try:
+            cb(err)
+        except Exception:
+            log.exception("on_reconnect callback of the writer to %s failed", self.topic)
+
+    async def _watchdog(self) -> None:
+        """Give up when messages wait and none is acknowledged for ``delivery_timeout``."""
+        limit = self.settings.delivery_timeout
+        assert limit is not None
+        tick = min(1.0, limit / 10)
+        clock = StallClock()
+        while not self._closed and self._error is None:
+            await asyncio.sleep(tick)
+            with self._lock:
+                unacked, acked = self._unacked, self._acked
+            if clock.observe(unacked, acked, self.loop.time()) >= limit:
+                reason = self.last_error
+                why = (
+                    f"last error: {reason.message}"
+                    if reason is not None
+                    else f"the server at {self.conn.endpoint} did not answer"
+                )
+                self._give_up(
+                    DeliveryTimeoutError(
+                        f"writer to {self.topic!r} gave up: {unacked} messages not acknowledged "
+                        f"for {limit:g} s (delivery_timeout); {why}",
+                        reason,
+                    )
+                )
+                return
+
+    def _give_up(self, err: WeirError) -> None:
+        """Fail the writer and stop reconnecting (from a task of its own)."""
+        self._fail(err)
+        me = asyncio.current_task()
+        for t in self._tasks:
+            if t is not me:
+                t.cancel()
+        call, self._call = self._call, None
+        if call is not None:
+            call.cancel()
+
+    async def _receive(self, call: Any) -> None:
+        while True:
+            resp = await call.read()
+            if resp is grpc.aio.EOF:
+                return
+            kind = resp.WhichOneof("kind")
+            if kind == "ack":
+                self._on_ack(resp.ack.acks)
+            elif kind == "error":
+                raise error_from_code(resp.error.code, resp.error.message)
+
+    def _on_ack(self, acks: Any) -> None:
+        if not self._inflight:
+            raise UnavailableError("ack for nothing in flight")
+        req = self._inflight.popleft()
+        if len(acks) != len(req.batches):
+            raise UnavailableError(f"ack for {len(acks)} batches, request had {len(req.batches)}")
+        n = nbytes = 0
+        part = self.partition if self.partition is not None else -1
+        for sent, ack in zip(req.batches, acks, strict=True):
+            n += sent.count
+            nbytes += sent.nbytes
+            if sent.futures is not None:
+                for i, fut in enumerate(sent.futures):
+                    if fut is None or fut.done():
+                        continue
+                    seq = sent.seqs[i] if sent.seqs is not None else sent.first_seq + i
+                    if i < ack.skipped:
+                        fut.set_result(WriteResult(part, None, seq, True))
+                    else:
+                        fut.set_result(WriteResult(part, ack.offset + i - ack.skipped, seq, False))
+        self._backoff.reset()  # progress: the next failure starts the backoff over
+        with self._lock:
+            self._unacked -= n
+            self._unacked_bytes -= nbytes
+            self._acked += n
+            self._space.notify_all()
+        self._space_event.set()
+        self._acked_event.set()
+        self._inflight_event.set()
+
+    async def _sender(self) -> None:
+        s = self.settings
+        try:
+            while True:
+                with self._lock:
+                    empty = not self._buf.data
+                    if empty:
+                        self._sender_idle = True
+                        self._wake.clear()
+                resend = self._ready.is_set() and any(
+                    r.sent_on != self._call_id for r in self._inflight
+                )
+                if empty and not resend:
+                    await self._wake.wait()
+                    continue
+                if not self._ready.is_set():
+                    await self._ready.wait()
+                    continue
+                call, call_id = self._call, self._call_id
+                # resend what the current stream has not seen (after a reconnect), in order
+                for req in list(self._inflight):
+                    if req.sent_on != call_id:
+                        req.sent_on = call_id
+                        await self._send(call, req)
+                if empty:
+                    continue
+                if len(self._inflight) >= s.max_inflight_requests:
+                    self._inflight_event.clear()
+                    await self._inflight_event.wait()
+                    continue
+                if s.linger_ms and self._buf_bytes < s.max_batch_bytes:
+                    await asyncio.sleep(s.linger_ms / 1000)
+                batches = self._take()
+                if not batches:
+                    continue
+                req = Request(batches, call_id)
+                self._inflight.append(req)
+                await self._send(call, req)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.exception("writer sender failed")
+            self._fail(UnavailableError(f"writer sender failed: {exc!r}"))
+
+    async def _send(self, call: Any, req: Request) -> None:
+        try:
+            await call.write(RawWriteRequest([b.data for b in req.batches]))
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # the writer is closing
+            # grpc.aio raises CancelledError on a call the session loop cancelled
+            self._ready.clear()
+        except (grpc.aio.AioRpcError, grpc.aio.UsageError, asyncio.InvalidStateError) as exc:
+            # the stream broke; the session loop reconnects and we resend
+            log.debug("write stream broke while sending: %r", exc)
+            self._ready.clear()

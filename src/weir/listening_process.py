@@ -1,0 +1,119 @@
+"""A child process that serves on a loopback port: started, awaited until it says it
+listens, stopped and killed by PID. For tests, benchmarks and development clusters
+(`weir.replication.local_cluster`, the tests' `weir serve`); stdlib only.
+
+The process names its port on stderr ("... listening on HOST:PORT"), so it can bind
+port 0 and the parent learns the port it got; a restart asks for that port again.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import threading
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Self
+
+
+class ListeningProcess:
+    """A command as a child process, ready once stderr matches ``listening``.
+
+    Subclasses give the command (`command`); the port it listens on is ``port``
+    (0 until it first started), every stderr line is kept in ``log``.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        listening: re.Pattern[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        cwd: Path | None = None,
+    ) -> None:
+        self.name = name  # for the error when it does not start
+        self.listening = listening  # group 2 is the port
+        self.env = env
+        self.cwd = cwd
+        self.port = 0
+        self.proc: subprocess.Popen[str] | None = None
+        self.log: list[str] = []
+
+    def command(self) -> Sequence[str]:
+        """The command line; ``self.port`` is the port to ask for (0: any)."""
+        raise NotImplementedError
+
+    def start(self, timeout: float = 60) -> Self:
+        """Start it and wait until it listens; raises RuntimeError (with its last log
+        lines) when it does not within ``timeout`` or exits first."""
+        env = None if self.env is None else {**os.environ, **self.env}
+        self.proc = subprocess.Popen(
+            self.command(),
+            stderr=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            text=True,
+            cwd=self.cwd,
+            env=env,
+        )
+        ready = threading.Event()
+        proc = self.proc
+
+        def pump() -> None:
+            assert proc.stderr is not None
+            for line in proc.stderr:
+                self.log.append(line)
+                m = self.listening.search(line)
+                if m and not ready.is_set():
+                    self.port = int(m.group(2))
+                    ready.set()
+            ready.set()
+
+        threading.Thread(target=pump, daemon=True).start()
+        if not ready.wait(timeout) or self.proc.poll() is not None:
+            self.kill()
+            raise RuntimeError(f"{self.name} did not start:\n" + "".join(self.log[-30:]))
+        return self
+
+    def stop(self, timeout: float = 30) -> int:
+        """SIGTERM, SIGKILL when it has not ended within ``timeout`` (`terminate_process`);
+        returns its exit status (0 if not started)."""
+        proc, self.proc = self.proc, None
+        return 0 if proc is None else terminate_process(proc, timeout)
+
+    def kill(self) -> None:
+        """kill -9, and wait for it."""
+        proc, self.proc = self.proc, None
+        if proc is not None:
+            kill_process(proc)
+
+    def pause(self) -> None:
+        """SIGSTOP: the process holds its connections but answers nothing."""
+        if self.proc is not None:
+            os.kill(self.proc.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        if self.proc is not None:
+            os.kill(self.proc.pid, signal.SIGCONT)
+
+
+def terminate_process(proc: subprocess.Popen[Any], timeout: float = 30) -> int:
+    """SIGTERM by PID (after SIGCONT: a paused process must run to handle it), then
+    SIGKILL if it has not ended within ``timeout``; returns its exit status."""
+    if proc.poll() is None:
+        os.kill(proc.pid, signal.SIGCONT)
+        os.kill(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(timeout)
+    return proc.returncode
+
+
+def kill_process(proc: subprocess.Popen[Any]) -> None:
+    """kill -9 by PID, and wait for it."""
+    if proc.poll() is None:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(30)

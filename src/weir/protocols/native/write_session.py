@@ -1,0 +1,293 @@
+"""The native front's write session (StreamWrite).
+
+It validates each batch (header, both CRCs, column structure, producer id) and
+queues it on the partition actor in arrival order; acks go back in the same
+order as the commits complete. The first error ends the session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import operator
+import uuid
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable
+from typing import Any
+
+import grpc
+
+from weir.access_mode import AccessMode
+from weir.broker.broker import Broker
+from weir.broker.topics import short_topic
+from weir.errors import (
+    BadRequestError,
+    MessageTooLargeError,
+    OverloadedError,
+    ProducerFencedError,
+    UnavailableError,
+    WeirError,
+)
+from weir.protocols.native import weir_pb2 as pb
+from weir.protocols.native.stream import Allow, allow_all, error_proto
+from weir.protocols.native.wire import (
+    RawWriteRequest,
+)
+from weir.security.grants import Permission
+from weir.storage.batch import BatchHeader, decode_payload
+from weir.storage.incoming import IncomingBatch, validate_incoming
+from weir.storage.partition import BatchResult
+
+log = logging.getLogger("weir.native")
+
+log = logging.getLogger("weir.native")
+
+
+class WriteSession:
+    """One StreamWrite: init, then batches in, acks out in order; the first error ends it."""
+
+    def __init__(
+        self,
+        broker: Broker,
+        context: grpc.aio.ServicerContext,
+        stopping: asyncio.Event | None = None,
+        allow: Allow | None = None,
+    ) -> None:
+        self.broker = broker
+        self.context = context
+        self.stopping = stopping or asyncio.Event()
+        self.allow: Allow = allow or allow_all
+        self.session_id = uuid.uuid4().hex[:16]
+        self._pending: deque[tuple[asyncio.Future[list[BatchResult]], int]] = deque()
+        self._have_pending = asyncio.Event()
+        self._inflight = 0
+        self._failure: BaseException | None = None
+        self._done = asyncio.Event()
+
+    def _fail(self, err: BaseException) -> None:
+        if self._failure is None:
+            self._failure = err
+        self._done.set()
+
+    async def run(self, requests: AsyncIterator[pb.WriteRequest]) -> None:
+        token = lease = None
+        claim = None
+        reader = acker = None
+        try:
+            first = await anext(requests, None)
+            if first is None:
+                return
+            if first.WhichOneof("kind") != "init":
+                raise BadRequestError("the first message of a write stream must be init")
+            init = first.init
+            self.allow(Permission.PRODUCE, init.topic, "write to")
+            cfg = await self.broker.topic_for_use(init.topic)
+            self.topic = cfg.name
+            self.producer_id = init.producer_id
+            self.message_limit = self.broker.message_limit(cfg.name)
+            self.partition = await self.broker.resolve_partition(
+                cfg.name,
+                init.producer_id,
+                init.partition if init.HasField("partition") else None,
+                init.generation if init.HasField("generation") else None,
+                routed=init.routed,
+            )
+            mode = AccessMode.parse(init.access_mode)
+            if mode.exclusive and not self.producer_id:
+                raise BadRequestError(f"a {mode.title} producer needs a producer_id")
+            lease = self.broker.count_producer(cfg.name, self.producer_id)
+            claim = await self.broker.open_producer(
+                cfg.name,
+                self.producer_id or f"\0session {self.session_id}",
+                mode,
+                init.producer_epoch if init.HasField("producer_epoch") else None,
+                self._fail,
+            )
+            if self.producer_id:
+                # one live session per producer, per partition for a routing writer's
+                one = f"{self.producer_id}\0{self.partition}" if init.routed else self.producer_id
+                token = self.broker.register_writer(cfg.name, one, self._superseded)
+            last = (
+                self.broker.last_seq_no(cfg.name, self.partition, self.producer_id)
+                if self.producer_id
+                else None
+            )
+            result = pb.WriteInitResult(
+                topic=short_topic(cfg.name),
+                partition=self.partition,
+                generation=self.broker.generation,
+                session_id=self.session_id,
+                max_message_bytes=self.message_limit,
+                producer_epoch=claim.epoch,
+                partitions=cfg.partitions,
+            )
+            if last is not None:
+                result.last_seq_no = last
+            await self.context.write(pb.WriteResponse(init=result))
+            log.debug(
+                "write session opened",
+                extra={
+                    "session": self.session_id,
+                    "topic": short_topic(cfg.name),
+                    "partition": self.partition,
+                    "producer": self.producer_id,
+                },
+            )
+            reader = asyncio.create_task(self._read(requests))
+            acker = asyncio.create_task(self._ack())
+            await _first(self._done.wait(), self.stopping.wait())
+            if not self._done.is_set():
+                # the server is stopping: take no more batches, ack what is in flight, end
+                reader.cancel()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._drained(), 10)
+                raise UnavailableError("server is shutting down; reconnect to another or later")
+            if self._failure is not None:
+                raise self._failure
+        except asyncio.CancelledError:
+            raise
+        except Exception as err:
+            if not isinstance(err, WeirError):
+                log.exception(
+                    "write session failed",
+                    extra={"session": self.session_id, "topic": getattr(self, "topic", "")},
+                )
+            # gRPC takes one write at a time: stop the acker before sending the error
+            await _stop(reader, acker)
+            with contextlib.suppress(Exception):
+                await self.context.write(pb.WriteResponse(error=error_proto(err)))
+        finally:
+            await _stop(reader, acker)
+            if token is not None:
+                self.broker.unregister_writer(token)
+            if claim is not None:
+                self.broker.close_producer(claim)
+            if lease is not None:
+                lease.release()
+
+    async def _drained(self) -> None:
+        while self._pending and self._failure is None:
+            await asyncio.sleep(0.01)
+
+    def _superseded(self) -> None:
+        self._fail(
+            ProducerFencedError(f"another write session of producer {self.producer_id!r} took over")
+        )
+
+    async def _read(self, requests: AsyncIterator[pb.WriteRequest]) -> None:
+        cfg = self.broker.config
+        try:
+            async for req in requests:
+                if req.WhichOneof("kind") != "batches":
+                    raise BadRequestError("only batches may follow init on a write stream")
+                bufs = req.batches if isinstance(req, RawWriteRequest) else req.batches.batches
+                if not bufs:
+                    continue
+                nbytes = 0
+                for b in bufs:
+                    if len(b) > cfg.max_batch_bytes:
+                        raise MessageTooLargeError(
+                            f"batch of {len(b)} bytes exceeds max_batch_bytes {cfg.max_batch_bytes}"
+                        )
+                    nbytes += len(b)
+                batches = validate_incoming(bufs)
+                for inc in batches:
+                    self._check_producer(inc.header)
+                    check_message_sizes(inc, self.message_limit)
+                if self._failure is not None:
+                    return  # fenced or superseded: nothing more of this session is stored
+                if self._inflight and self._inflight + nbytes > cfg.max_session_inflight_bytes:
+                    self.broker.observer.on_refused(self.topic, self.partition, "overloaded")
+                    raise OverloadedError(
+                        f"write session has {self._inflight} bytes unacknowledged "
+                        f"(limit {cfg.max_session_inflight_bytes}); slow down"
+                    )
+                fut = self.broker.submit(self.topic, self.partition, batches, nbytes)
+                self._inflight += nbytes
+                self._pending.append((fut, nbytes))
+                self._have_pending.set()
+            # the client half-closed: finish acking what is pending, then end
+            self._pending.append((_closed_marker(), 0))
+            self._have_pending.set()
+        except asyncio.CancelledError:
+            raise
+        except BaseException as err:
+            self._fail(err)
+
+    def _check_producer(self, h: BatchHeader) -> None:
+        if h.producer_id != self.producer_id:
+            raise BadRequestError(
+                f"batch producer_id {h.producer_id!r} differs from the session's {self.producer_id!r}"
+            )
+
+    async def _ack(self) -> None:
+        try:
+            while True:
+                while not self._pending:
+                    self._have_pending.clear()
+                    await self._have_pending.wait()
+                fut, nbytes = self._pending[0]
+                # shielded: when the session ends, cancelling this task must not cancel the
+                # write (the actor would drop it and commit the session's later writes: a gap
+                # in the producer's seq_nos, and a resend of it "skipped" yet never stored)
+                results = await asyncio.shield(fut)
+                self._pending.popleft()
+                if results is None:  # end of input
+                    self._done.set()
+                    return
+                self._inflight -= nbytes
+                acks = [
+                    pb.BatchAck(offset=r.offset, written=r.written, skipped=r.skipped)
+                    for r in results
+                ]
+                await self.context.write(pb.WriteResponse(ack=pb.WriteAck(acks=acks)))
+        except asyncio.CancelledError:
+            raise
+        except BaseException as err:
+            self._fail(err)
+
+
+def check_message_sizes(inc: IncomingBatch, limit: int) -> None:
+    """Refuse a batch holding a message (data plus key) over ``limit`` bytes.
+
+    A payload no bigger than the limit cannot hold such a message, so only the
+    rare batch with a bigger one is decoded again for its lengths.
+    """
+    h = inc.header
+    if h.raw_len <= limit:
+        return
+    p = decode_payload(inc.buf, 0, h)
+    sizes = p.data_lens if p.key_lens is None else map(operator.add, p.data_lens, p.key_lens)
+    biggest = max(sizes, default=0)
+    if biggest > limit:
+        raise MessageTooLargeError(
+            f"a message of {biggest} bytes exceeds the limit of {limit} bytes "
+            "(limits.max_message_bytes, or the topic's max_message_bytes policy)"
+        )
+
+
+async def _stop(*tasks: asyncio.Task[None] | None) -> None:
+    """Cancel tasks and wait until they are done."""
+    live = [t for t in tasks if t is not None and not t.done()]
+    for t in live:
+        t.cancel()
+    for t in live:
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await t
+
+
+async def _first(*aws: Awaitable[Any]) -> None:
+    """Wait until the first of ``aws`` finishes; cancel the others."""
+    tasks = [asyncio.ensure_future(a) for a in aws]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for t in tasks:
+            t.cancel()
+
+
+def _closed_marker() -> asyncio.Future[Any]:
+    f: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    f.set_result(None)
+    return f
