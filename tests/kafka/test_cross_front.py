@@ -59,7 +59,7 @@ def test_kafka_producer_to_native_and_ydb_readers(kafka_server: ServerProcess) -
     assert msgs[4].headers["trace"] == "t-4"
     assert msgs[4].headers["raw"].encode("utf-8", "surrogateescape") == b"\xff\xfe"
     assert msgs[4].created_at == dt.datetime.fromtimestamp((T0 + 4) / 1000, dt.UTC)
-    assert msgs[20].data == b"" and msgs[20].headers == {"weir-kafka-null-value": "1"}
+    assert msgs[20].data == b"" and msgs[20].headers == {"pulsar.null_value": "true"}
     driver = connect(kafka_server)
     try:
         reader = driver.topic_client.reader(path(topic), consumer="ydb-side")
@@ -102,3 +102,49 @@ def test_native_and_ydb_writers_to_a_kafka_consumer(kafka_server: ServerProcess)
     assert got[3].key() == b"k3" and got[3].headers() == [("n", b"3")]
     assert got[3].timestamp()[1] == int(created.timestamp() * 1000)
     assert got[12].key() is None and got[12].headers() == [("y", b"\x00\x01")]
+
+
+def test_kafka_and_pulsar_clients_on_one_topic(kafka_server: ServerProcess) -> None:
+    """Kafka records read by a Pulsar consumer (a tombstone as Pulsar's null value), and a
+    Pulsar producer's messages (a null value too) read by a Kafka consumer."""
+    import pulsar
+
+    topic = "xf-kp"
+    with weir.Client(kafka_server.endpoint) as client:
+        client.create_topic(topic, partitions=1)
+    p = Producer({"bootstrap.servers": kafka_server.kafka, "enable.idempotence": True})
+    for i in range(5):
+        p.produce(
+            topic,
+            key=b"key-%d" % i,
+            value=b"kafka %d" % i,
+            headers=[("trace", b"t-%d" % i)],
+            timestamp=T0 + i,
+        )
+    p.produce(topic, key=b"tomb", value=None, timestamp=T0 + 5)
+    assert p.flush(20) == 0
+    pc = pulsar.Client(kafka_server.pulsar_url, operation_timeout_seconds=10)
+    try:
+        consumer = pc.subscribe(
+            topic, "from-kafka", initial_position=pulsar.InitialPosition.Earliest
+        )
+        got = [consumer.receive(timeout_millis=10_000) for _ in range(6)]
+        assert [m.data() for m in got[:5]] == [b"kafka %d" % i for i in range(5)]
+        assert got[2].partition_key() == "key-2"
+        assert got[2].properties()["trace"] == "t-2"
+        assert got[2].event_timestamp() == T0 + 2
+        assert got[5].data() in (b"", None) and got[5].partition_key() == "tomb"
+        consumer.close()
+        producer = pc.create_producer(topic)
+        producer.send(b"from pulsar", partition_key="pk", properties={"p": "1"}, event_timestamp=T0)
+        producer.close()
+    finally:
+        pc.close()
+    got_k = _kafka_read(kafka_server.kafka, topic, 7)
+    assert got_k[5].value() is None and got_k[5].key() == b"tomb"  # the tombstone, still one
+    assert (got_k[6].key(), got_k[6].value(), got_k[6].headers()) == (
+        b"pk",
+        b"from pulsar",
+        [("p", b"1")],
+    )
+    assert got_k[6].timestamp()[1] == T0

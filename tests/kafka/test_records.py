@@ -75,7 +75,7 @@ def test_a_message_crosses_to_weir_and_back_intact() -> None:
     )
     stored = to_weir(parse_batch(raw))
     recs = decode_records(stored)
-    assert recs[0].headers[NULL_VALUE_HEADER] == "1" and recs[0].data == b""
+    assert recs[0].headers[NULL_VALUE_HEADER] == "true" and recs[0].data == b""
     assert recs[1].key == b"" and recs[1].data == b"\xff\x00bin"
     back = DefaultRecordBatch(to_kafka([stored])[0])
     assert [(r.key, r.value, r.timestamp, r.headers) for r in back] == [

@@ -13,7 +13,8 @@
  *   pos, end     where the records are in buf
  *   count        records the batch header claims
  *   base_ts      the batch's first timestamp (record timestamps are deltas)
- *   null_header  weir header key marking a null value (weir data cannot be null)
+ *   null_header  weir header key marking a null value, set to "true" (weir data
+ *                cannot be null; the Pulsar front marks its null values the same way)
  * returns (created_base, created_col, created64, key_lens, data_lens,
  *          header_lens, keys, data, headers, max_record, last_offset_delta)
  *   created_col  None when every record has created_base, else int32 deltas
@@ -219,8 +220,8 @@ static PyObject *parse_records(PyObject *Py_UNUSED(self), PyObject *args) {
         }
         if (null_value) {
             if (buf_u16(&headers, (uint16_t)null_key_len) < 0 ||
-                buf_put(&headers, null_key, null_key_len) < 0 || buf_u32(&headers, 1) < 0 ||
-                buf_put(&headers, "1", 1) < 0)
+                buf_put(&headers, null_key, null_key_len) < 0 || buf_u32(&headers, 4) < 0 ||
+                buf_put(&headers, "true", 4) < 0)
                 goto error;
         }
         if (headers.len != hstart)

@@ -111,6 +111,10 @@ class KafkaFront:
         self._connections.add(task)
         try:
             await KafkaConnection(self, reader, writer).run()
+        except asyncio.CancelledError:
+            # stop() ends the connection; ending quietly keeps asyncio's stream callback
+            # (which reads the task's exception) from logging the cancellation as an error
+            return
         finally:
             self._connections.discard(task)
 

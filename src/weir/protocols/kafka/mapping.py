@@ -11,8 +11,9 @@ weir has no null key and no null data, so:
 * a null key is weir's empty key, and an empty key reads back as null (weir's
   "no key" is what null means to a Kafka client);
 * a null value (a tombstone) is stored as empty data with the header
-  ``NULL_VALUE_HEADER`` (value ``"1"``), which the Kafka front turns back into a
-  null value and hides; every other front sees empty data and that header;
+  ``NULL_VALUE_HEADER`` (``pulsar.null_value: true``, the Pulsar front's mark, so a
+  tombstone crosses between Kafka and Pulsar clients), which the Kafka front turns back
+  into a null value and hides; the native and YDB fronts see empty data and that header;
 * header values are bytes in Kafka and str in weir: they cross as utf-8 with
   surrogate escapes (any bytes round-trip); a null header value reads back empty;
   a record's headers are a map in weir, so a repeated key keeps its last value.

@@ -50,8 +50,9 @@ _ZSTD_C = zstandard.ZstdCompressor(level=3)
 crc32c = _crc32c.crc32c
 
 Header = tuple[str, bytes | None]
-# weir data cannot be null: a null Kafka value is stored empty with this header
-NULL_VALUE_HEADER = "weir-kafka-null-value"
+# weir data cannot be null: a null Kafka value is stored empty with this header set to
+# "true", the mark the Pulsar front uses too, so tombstones cross between the two
+NULL_VALUE_HEADER = "pulsar.null_value"
 _NULL_KEY = NULL_VALUE_HEADER.encode()
 
 

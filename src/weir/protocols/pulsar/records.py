@@ -281,9 +281,13 @@ def entry_of(buf: bytes | memoryview, pos: int, h: BatchHeader) -> tuple[bytes, 
     codec = h.data_codec
     if codec != Codec.RAW and not is_opaque(codec):
         data = [decompress_message(codec, d) for d in data]
+    # A batch without a producer id (a Kafka producer's that is not idempotent) has no
+    # seq_nos of its own: its offsets stand in, since pulsar-client drops a message whose
+    # (producer name, sequence id) it has seen before.
+    seq_nos = c.seq_nos if h.producer_id else list(range(h.base_offset, h.next_offset))
     md = pb.MessageMetadata(
         producer_name=h.producer_id,
-        sequence_id=h.first_seq,
+        sequence_id=seq_nos[0],
         publish_time=max(0, h.written_at),
     )
     if h.record_count == 1 and BATCHED not in c.headers[0]:
@@ -305,12 +309,12 @@ def entry_of(buf: bytes | memoryview, pos: int, h: BatchHeader) -> tuple[bytes, 
         payload = b"" if md.null_value else data[0]
         return md.SerializeToString(), payload
     md.num_messages_in_batch = h.record_count
-    md.highest_sequence_id = h.last_seq
+    md.highest_sequence_id = seq_nos[-1]
     parts: list[bytes] = []
     smm = pb.SingleMessageMetadata()
     pack = _U32.pack
     for key, d, headers, created, seq in zip(
-        c.keys, data, c.headers, c.created_at, c.seq_nos, strict=True
+        c.keys, data, c.headers, c.created_at, seq_nos, strict=True
     ):
         smm.Clear()
         smm.sequence_id = seq
