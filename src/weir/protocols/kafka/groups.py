@@ -78,6 +78,7 @@ class Group:
     members: dict[str, Member] = field(default_factory=dict)
     pending_ids: set[str] = field(default_factory=set)  # handed out, awaiting the rejoin
     join_timer: asyncio.TimerHandle | None = None
+    delaying: bool = False  # an empty group's first join waits for others joining too
 
     def describe_state(self) -> str:
         return self.state.value
@@ -202,9 +203,10 @@ class Coordinator:
             m.join = None
             fut.set_result(self._result(g, m))
             return await fut
+        fut = m.join  # completing the join clears m.join: keep this member's answer
         self._prepare(g, delay=g.state == GroupState.EMPTY)
         self._maybe_complete_join(g)
-        return await m.join
+        return await fut
 
     def _common(self, g: Group, names: set[str]) -> set[str]:
         common = set(names)
@@ -229,9 +231,11 @@ class Coordinator:
         g.join_timer = loop.call_later(timeout, self._join_deadline, g)
         if delay and self.initial_delay > 0:
             g.join_timer.cancel()
+            g.delaying = True
             g.join_timer = loop.call_later(self.initial_delay, self._initial_delay_over, g, timeout)
 
     def _initial_delay_over(self, g: Group, timeout: float) -> None:
+        g.delaying = False
         g.join_timer = asyncio.get_running_loop().call_later(timeout, self._join_deadline, g)
         self._maybe_complete_join(g, initial_over=True)
 
@@ -249,19 +253,15 @@ class Coordinator:
     ) -> None:
         if g.state != GroupState.PREPARING:
             return
-        if (
-            not initial_over
-            and g.join_timer is not None
-            and g.generation == 0
-            and self.initial_delay
-        ):
-            # the first generation waits for the initial delay: others may be joining too
+        if not initial_over and g.delaying:
+            # an empty group's first join waits for the initial delay: others may be joining
             return
         if not force and any(m.join is None for m in g.members.values()):
             return
         if g.join_timer is not None:
             g.join_timer.cancel()
             g.join_timer = None
+        g.delaying = False
         if not g.members:
             self._to_empty(g)
             return
@@ -415,6 +415,7 @@ class Coordinator:
             self._prepare(g)
 
     def _to_empty(self, g: Group) -> None:
+        g.delaying = False
         if g.join_timer is not None:
             g.join_timer.cancel()
             g.join_timer = None
