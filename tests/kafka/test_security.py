@@ -94,6 +94,22 @@ def test_sasl_plain_over_tls_produces_and_consumes(secure: ServerProcess, pki: A
     c.close()
 
 
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "SCRAM-SHA-512"])
+def test_sasl_scram_with_stored_and_static_users(
+    secure: ServerProcess, pki: Authority, mechanism: str
+) -> None:
+    for user, pw in ((ALICE, ALICE_PW), (ROOT, ROOT_PW)):
+        conf = _conf(secure, pki, user, pw, **{"sasl.mechanism": mechanism})
+        assert _produce(conf, "alice-t") is None
+    for user in (ALICE, "nobody"):  # a wrong password and an unknown user: the same refusal
+        admin = AdminClient(
+            _conf(secure, pki, user, "wrong-pw-99", **{"sasl.mechanism": mechanism})
+        )
+        with pytest.raises(KafkaException) as info:
+            admin.list_topics(timeout=10)
+        assert info.value.args[0].code() in (KafkaError._AUTHENTICATION, KafkaError._TRANSPORT)
+
+
 def test_topics_without_a_grant_answer_topic_authorization_failed(
     secure: ServerProcess, pki: Authority
 ) -> None:

@@ -1,8 +1,10 @@
 """SASL for the Kafka front: the client's credentials, checked by `weir.security`.
 
-Mechanisms: PLAIN (a weir user and password, static or stored) and OAUTHBEARER (a
-weir JWT or login token as the bearer token). The exchange only extracts the
-credential; `Security` decides (with its login throttle and audit log).
+Mechanisms: PLAIN (a weir user and password, static or stored), SCRAM-SHA-256 and
+SCRAM-SHA-512 (the same users: static ones by their configured password, stored ones by
+the SCRAM keys kept with their hash since their password was set) and OAUTHBEARER (a
+weir JWT or login token as the bearer token). The exchange only carries the messages;
+`Security` decides (with its login throttle and audit log).
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ from weir.security.principal import Principal
 
 PLAIN = "PLAIN"
 OAUTHBEARER = "OAUTHBEARER"
-MECHANISMS = (PLAIN, OAUTHBEARER)
+SCRAM_SHA_256 = "SCRAM-SHA-256"
+SCRAM_SHA_512 = "SCRAM-SHA-512"
+MECHANISMS = (PLAIN, SCRAM_SHA_256, SCRAM_SHA_512, OAUTHBEARER)
 
 
 class SaslExchange:
@@ -26,11 +30,19 @@ class SaslExchange:
         self.mechanism = mechanism
         self.security = security
         self.peer = peer
+        self._scram = security.scram_exchange(mechanism) if mechanism.startswith("SCRAM-") else None
+        self._scram_started = False
 
     async def step(self, data: bytes) -> tuple[bytes, Principal | None]:
         """The server's answer to the client's bytes and, once done, the principal."""
         if self.mechanism == PLAIN:
             return b"", await self._plain(data)
+        if self._scram is not None:
+            if not self._scram_started:
+                self._scram_started = True
+                return self._scram.first(data), None
+            reply, principal = self.security.scram_finish(self._scram, data, self.peer)
+            return reply, principal
         return b"", self._oauthbearer(data)
 
     async def _plain(self, data: bytes) -> Principal:
