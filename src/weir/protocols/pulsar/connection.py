@@ -86,6 +86,8 @@ class FrontSettings:
     broker_url: str  # pulsar://host:port or pulsar+ssl://host:port, as lookups answer it
     max_message_size: int
     tls: bool = False
+    # Pulsar's acknowledgmentAtBatchIndexLevelEnabled: frames carry ack sets (see consumers.py)
+    batch_index_ack: bool = False
 
 
 class FrontState:
@@ -176,7 +178,7 @@ class PulsarConnection:
         with contextlib.suppress(Exception):
             self.writer.close()
 
-    def _spawn(self, work: Awaitable[None], request_id: int | None = None) -> None:
+    def _spawn(self, work: Awaitable[None], request_id: int | None = None) -> asyncio.Task[None]:
         """Run a request's handler as a task; its failure becomes the request's Error."""
 
         async def run() -> None:
@@ -194,6 +196,7 @@ class PulsarConnection:
         t = asyncio.get_running_loop().create_task(run())
         self.tasks.add(t)
         t.add_done_callback(self.tasks.discard)
+        return t
 
     def error(self, request_id: int, err: WeirError) -> None:
         self.send(
@@ -223,7 +226,7 @@ class PulsarConnection:
         elif t == T.FLOW:
             self.handle_flow(cmd.flow)
         elif t == T.ACK:
-            self._spawn(self.handle_ack(cmd.ack))
+            self._ack(cmd.ack)
         elif t == T.PING:
             self.send(T(type=T.PONG, pong=pb.CommandPong()))
         elif t == T.PONG:
@@ -670,6 +673,7 @@ class PulsarConnection:
                 self.write,
                 self.state.cache,
                 name=req.subscription,
+                batch_index_ack=self.settings.batch_index_ack,
                 position=pos,
             )
             r.on_failed = lambda reader, err: self._consumer_failed(reader, err)
@@ -686,6 +690,7 @@ class PulsarConnection:
             self.write,
             self.state.cache,
             name=req.subscription,
+            batch_index_ack=self.settings.batch_index_ack,
             send_command=self.send,
         )
         c.on_dropped = self._consumer_dropped
@@ -699,7 +704,11 @@ class PulsarConnection:
                 c,
                 consumer_name=req.consumer_name,
                 partitions=frozenset({partition}),
-                whole_batches=True,
+                # with ack sets a consumer can take part of an entry, and Key_Shared routes
+                # each message by its key; without, it takes whole entries only
+                whole_batches=not (
+                    self.settings.batch_index_ack and req.subType == pb.CommandSubscribe.Key_Shared
+                ),
             )
         except BaseException:
             self.consumers.pop(req.consumer_id, None)
@@ -738,6 +747,15 @@ class PulsarConnection:
         if c is not None and isinstance(c, PulsarConsumer | PulsarReader):
             c.flow(req.messagePermits)
 
+    def _ack(self, req: pb.CommandAck) -> None:
+        """An ack runs as a task of its own; the consumer remembers it until it is durable,
+        so that closing, unsubscribing or seeking answers only after it (`settled`)."""
+        task = self._spawn(self.handle_ack(req))
+        c = self.consumers.get(req.consumer_id)
+        if isinstance(c, PulsarConsumer):
+            c.acks.add(task)
+            task.add_done_callback(c.acks.discard)
+
     async def handle_ack(self, req: pb.CommandAck) -> None:
         c = self.consumers.get(req.consumer_id)
         err: WeirError | None = None
@@ -763,6 +781,7 @@ class PulsarConnection:
     async def handle_close_consumer(self, req: pb.CommandCloseConsumer) -> None:
         c = self.consumers.pop(req.consumer_id, None)
         if c is not None:
+            await c.settled()  # the acks sent before the close are durable when it answers
             await self._drop_consumer(c)
         self.success(req.request_id)
 
@@ -770,6 +789,7 @@ class PulsarConnection:
         c = self.consumers.get(req.consumer_id)
         if c is None:
             raise BadRequestError(f"no consumer {req.consumer_id} on this connection")
+        await c.settled()
         if isinstance(c, PulsarConsumer) and c.sub is not None:
             sub = c.sub
             others = [x for x in sub.consumers.values() if x is not c.attached]
@@ -796,6 +816,7 @@ class PulsarConnection:
             target = actor.start_offset if off == -1 else actor.end_offset if off == -2 else off
         else:
             raise BadRequestError("a seek needs a message id or a publish time")
+        await c.settled()
         if isinstance(c, PulsarConsumer) and c.sub is not None:
             # the broker disconnects every consumer of the subscription (CloseConsumer):
             # they subscribe again and get messages from the new position
