@@ -175,24 +175,30 @@ def test_exclusive_subscription_refuses_a_second_consumer(
 def test_negative_ack_and_ack_timeout_redeliver_with_a_count(
     client: pulsar.Client, topic: str
 ) -> None:
-    producer = client.create_producer(topic)
+    producer = client.create_producer(topic, batching_enabled=False)
     consumer = client.subscribe(
         topic,
         "s",
         consumer_type=pulsar.ConsumerType.Shared,
         initial_position=pulsar.InitialPosition.Earliest,
         negative_ack_redelivery_delay_ms=100,
-        unacked_messages_timeout_ms=10_000,
+        unacked_messages_timeout_ms=10_000,  # the client's smallest
     )
-    producer.send(b"a")
-    m = consumer.receive(5000)
-    assert m.redelivery_count() == 0
-    consumer.negative_acknowledge(m)
-    m2 = consumer.receive(5000)
-    assert m2.data() == b"a" and m2.redelivery_count() == 1
-    consumer.acknowledge(m2)
+    for data in (b"nacked", b"forgotten", b"acked"):
+        producer.send(data)
+    first = {m.data(): m for m in (consumer.receive(5000) for _ in range(3))}
+    assert all(m.redelivery_count() == 0 for m in first.values())
+    consumer.acknowledge(first[b"acked"])
+    consumer.negative_acknowledge(first[b"nacked"])
+    again = consumer.receive(5000)
+    assert (again.data(), again.redelivery_count()) == (b"nacked", 1)
+    consumer.acknowledge(again)
+    # "forgotten" is neither acked nor nacked: the ack timeout sends it again
+    late = consumer.receive(20_000)
+    assert (late.data(), late.redelivery_count()) == (b"forgotten", 1)
+    consumer.acknowledge(late)
     with pytest.raises(pulsar.Timeout):
-        consumer.receive(300)
+        consumer.receive(300)  # nothing acknowledged comes back
     consumer.close()
     producer.close()
 

@@ -123,7 +123,6 @@ class PulsarConnection:
         self.decoder = FrameDecoder(settings.max_message_size + 64 * 1024)
         self.principal: Principal | None = None
         self.credential: Credential | None = None
-        self.checks: list[tuple[object, str, str]] = []
         self.producers: dict[int, PulsarProducer] = {}
         self.consumers: dict[int, ConsumerBase] = {}
         self.tasks: set[asyncio.Task[Any]] = set()
@@ -330,10 +329,14 @@ class PulsarConnection:
         )
 
     def _recheck(self) -> None:
-        """Users or grants changed: a connection whose caller lost what it uses ends now."""
+        """Users or grants changed. A caller whose credential is refused now loses the
+        connection; a producer or consumer whose grant went is closed by the server (the
+        client tries again and is refused); the others go on."""
         assert self.principal is not None
-        err = self.security.still_allowed(self.credential, self.principal, self.checks)
-        if err is not None and not self._closed:
+        if self._closed:
+            return
+        err = self.security.still_allowed(self.credential, self.principal, [])
+        if err is not None:
             log.info("pulsar connection ended: %s", err.message, extra={"peer": self.peer})
             for t in list(self.tasks):
                 t.cancel()
@@ -347,9 +350,38 @@ class PulsarConnection:
             self._closed = True
             with contextlib.suppress(Exception):
                 self.writer.transport.abort()
+            return
+        for p in list(self.producers.values()):
+            why = self._still_allowed(p.checks)
+            if why is not None:
+                log.info("pulsar producer ended: %s", why.message, extra={"peer": self.peer})
+                self._producer_closed_by_server(p)
+        for c in list(self.consumers.values()):
+            why = self._still_allowed(c.checks)
+            if why is not None:
+                log.info("pulsar consumer ended: %s", why.message, extra={"peer": self.peer})
+                self._consumer_closed_by_server(c)
 
-    def _allow(self, permission: Permission | None, topic: names.PulsarTopic, what: str) -> None:
-        token = current_checks.set(self.checks)
+    def _still_allowed(self, checks: list[tuple[object, str, str]]) -> WeirError | None:
+        assert self.principal is not None
+        try:
+            for permission, topic, operation in checks:
+                assert permission is None or isinstance(permission, Permission)
+                self.security.authorize(self.principal, permission, topic, operation, record=False)
+        except WeirError as err:
+            return err
+        return None
+
+    def _allow(
+        self,
+        permission: Permission | None,
+        topic: names.PulsarTopic,
+        what: str,
+        checks: list[tuple[object, str, str]] | None = None,
+    ) -> None:
+        """Ask `security` (never decided here); a stream's ``checks`` remember the question,
+        asked again when users or grants change."""
+        token = current_checks.set(checks if checks is not None else [])
         try:
             self.security.authorize(self.principal or ANONYMOUS, permission, topic.weir_name, what)
         finally:
@@ -516,7 +548,8 @@ class PulsarConnection:
         if req.encrypted:
             raise names.NotServedError("encrypted producers are not served by weir")
         t = self._topic_name(req.topic)
-        self._allow(Permission.PRODUCE, t, "write to")
+        checks: list[tuple[object, str, str]] = []
+        self._allow(Permission.PRODUCE, t, "write to", checks)
         cfg = await self._topic_for_use(t)
         partition, id_partition = self._partition(t, cfg)
         schema_version = await self._schema_version(
@@ -542,6 +575,7 @@ class PulsarConnection:
             self.send,
             self.broker.message_limit(cfg.name),
             schema_version=schema_version,
+            checks=checks,
         )
         self.producers[req.producer_id] = p
         try:
@@ -642,7 +676,8 @@ class PulsarConnection:
         if req.consumer_id in self.consumers:
             raise BadRequestError(f"consumer id {req.consumer_id} is in use on this connection")
         t = self._topic_name(req.topic)
-        self._allow(Permission.CONSUME, t, "subscribe to")
+        checks: list[tuple[object, str, str]] = []
+        self._allow(Permission.CONSUME, t, "subscribe to", checks)
         if req.read_compacted:
             raise names.NotServedError("read_compacted is not served by weir yet")
         cfg = await self._topic_for_use(t, create=req.force_topic_creation)
@@ -674,6 +709,7 @@ class PulsarConnection:
                 self.state.cache,
                 name=req.subscription,
                 batch_index_ack=self.settings.batch_index_ack,
+                checks=checks,
                 position=pos,
             )
             r.on_failed = lambda reader, err: self._consumer_failed(reader, err)
@@ -691,6 +727,7 @@ class PulsarConnection:
             self.state.cache,
             name=req.subscription,
             batch_index_ack=self.settings.batch_index_ack,
+            checks=checks,
             send_command=self.send,
         )
         c.on_dropped = self._consumer_dropped
@@ -724,14 +761,25 @@ class PulsarConnection:
 
     def _consumer_failed(self, c: ConsumerBase, err: BaseException) -> None:
         log.info("pulsar reader stopped: %r", err, extra={"peer": self.peer})
-        if self.consumers.get(c.consumer_id) is c:
-            del self.consumers[c.consumer_id]
-            self.send(
-                T(
-                    type=T.CLOSE_CONSUMER,
-                    close_consumer=pb.CommandCloseConsumer(consumer_id=c.consumer_id, request_id=0),
-                )
+        self._consumer_closed_by_server(c)
+
+    def _consumer_closed_by_server(self, c: ConsumerBase) -> None:
+        """The client hears CloseConsumer (and subscribes again, or is refused)."""
+        if self.consumers.get(c.consumer_id) is not c:
+            return
+        del self.consumers[c.consumer_id]
+        if isinstance(c, PulsarConsumer):
+            c.detach()
+        else:
+            c.closed = True
+            if isinstance(c, PulsarReader) and c.task is not None:
+                c.task.cancel()
+        self.send(
+            T(
+                type=T.CLOSE_CONSUMER,
+                close_consumer=pb.CommandCloseConsumer(consumer_id=c.consumer_id, request_id=0),
             )
+        )
 
     async def _drop_consumer(self, c: ConsumerBase) -> None:
         if isinstance(c, PulsarConsumer):

@@ -123,6 +123,7 @@ class ConsumerBase:
     closed: bool = False
     on_dropped: Callable[[ConsumerBase], None] | None = None
     batch_index_ack: bool = False  # frames say which messages of an entry are given
+    checks: list[tuple[object, str, str]] = field(default_factory=list)  # asked again on changes
     debt: int = 0  # permits the client will hand back for messages it was not charged
 
     def _frames(

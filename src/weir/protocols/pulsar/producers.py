@@ -57,6 +57,7 @@ class PulsarProducer:
     lease: Lease | None = None
     token: WriterToken | None = None
     schema_version: int | None = None
+    checks: list[tuple[object, str, str]] = field(default_factory=list)  # asked again on changes
     pending: deque[_Pending] = field(default_factory=deque)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task[None] | None = None
