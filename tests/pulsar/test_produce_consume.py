@@ -163,6 +163,66 @@ def test_several_consumers_share_a_subscription(
     producer.close()
 
 
+def test_key_shared_batches_of_several_keys_go_whole_by_their_first_key(
+    client: pulsar.Client, topic: str
+) -> None:
+    """Without batch-index acks (the default) a batch goes whole to one consumer: the one
+    of its first message's key, as in Pulsar. Every message comes once."""
+    got: list[tuple[str, bytes, int, int, str]] = []  # consumer, data, entry, index, key
+    lock = threading.Lock()
+    done = threading.Event()
+
+    def listener(consumer: pulsar.Consumer, msg: pulsar.Message) -> None:
+        mid = msg.message_id()
+        with lock:
+            got.append(
+                (
+                    consumer.consumer_name(),
+                    msg.data(),
+                    mid.entry_id(),
+                    mid.batch_index(),
+                    msg.partition_key(),
+                )
+            )
+            if len(got) >= 60:
+                done.set()
+        consumer.acknowledge(msg)
+
+    consumers = [
+        client.subscribe(
+            topic,
+            "ks",
+            consumer_type=pulsar.ConsumerType.KeyShared,
+            consumer_name=f"c{i}",
+            initial_position=pulsar.InitialPosition.Earliest,
+            receiver_queue_size=20,
+            message_listener=listener,
+        )
+        for i in range(3)
+    ]
+    producer = client.create_producer(
+        topic, batching_enabled=True, batching_max_messages=4, batching_max_publish_delay_ms=50
+    )
+    for i in range(60):
+        producer.send_async(b"%d" % i, None, partition_key=f"k{i % 6}")
+    producer.flush()
+    assert done.wait(10)
+    for c in consumers:
+        c.close()
+    producer.close()
+    with lock:
+        data = sorted(int(d) for _, d, *_ in got)
+        assert data == list(range(60))  # each message once
+        owner: dict[int, set[str]] = {}
+        sticky: dict[str, set[str]] = {}
+        for name, _, entry, index, key in got:
+            owner.setdefault(entry, set()).add(name)
+            if index == 0:
+                sticky.setdefault(key, set()).add(name)
+    assert all(len(o) == 1 for o in owner.values())  # a batch to one consumer
+    assert all(len(o) == 1 for o in sticky.values())  # by its first key
+
+
 def test_exclusive_subscription_refuses_a_second_consumer(
     client: pulsar.Client, topic: str
 ) -> None:
