@@ -32,7 +32,7 @@ from weir.broker.broker import Broker
 from weir.broker.subscriptions import AttachedConsumer, Delivery, Subscription
 from weir.errors import BadRequestError, WeirError
 from weir.protocols.pulsar import pulsar_api_pb2 as pb
-from weir.protocols.pulsar.codec import encode_message_with, message_part
+from weir.protocols.pulsar.codec import frame_head, message_prefix
 from weir.protocols.pulsar.message_ids import (
     EARLIEST,
     LATEST,
@@ -50,31 +50,34 @@ MAX_READ_BYTES = 1 << 20
 
 
 class EntryCache:
-    """Encoded entries (the message part of a Message frame), shared by every consumer of
-    the front: a batch delivered to several consumers or subscriptions is encoded once."""
+    """Encoded entries (the message part of a Message frame, as its prefix and payload),
+    shared by every consumer of the front: a batch delivered to several consumers or
+    subscriptions is encoded once."""
 
     def __init__(self, max_bytes: int = 32 << 20) -> None:
         self.max_bytes = max_bytes
-        self._entries: OrderedDict[tuple[str, int, int, int], bytes] = OrderedDict()
+        self._entries: OrderedDict[tuple[str, int, int, int], tuple[bytes, bytes]] = OrderedDict()
         self._bytes = 0
 
-    def part(self, topic: str, partition: int, buf: Any, pos: int) -> tuple[bytes, int, int]:
-        """(message part, base offset, record count) of the stored batch at ``pos``."""
+    def part(self, topic: str, partition: int, buf: Any, pos: int) -> tuple[bytes, bytes, int, int]:
+        """(message prefix, payload, base offset, record count) of the stored batch at
+        ``pos``; the message part is prefix + payload (`codec.message_prefix`)."""
         h = parse_header(buf, pos)
         key = (topic, partition, h.base_offset, h.written_at)
         got = self._entries.get(key)
         if got is None:
             metadata, payload = entry_of(buf, pos, h)
-            got = message_part(metadata, payload)
-            if len(got) <= self.max_bytes // 4:
+            got = (message_prefix(metadata, payload), payload)
+            size = len(got[0]) + len(payload)
+            if size <= self.max_bytes // 4:
                 self._entries[key] = got
-                self._bytes += len(got)
+                self._bytes += size
                 while self._bytes > self.max_bytes:
-                    _, old = self._entries.popitem(last=False)
-                    self._bytes -= len(old)
+                    _, (a, b) = self._entries.popitem(last=False)
+                    self._bytes -= len(a) + len(b)
         else:
             self._entries.move_to_end(key)
-        return got, h.base_offset, h.record_count
+        return got[0], got[1], h.base_offset, h.record_count
 
 
 def _ranges(offsets: Iterable[int]) -> list[tuple[int, int]]:
@@ -132,7 +135,7 @@ class ConsumerBase:
         """Send the stored batches of ``chunks`` that hold a wanted offset (None: all of them),
         each whole; returns how many messages went."""
         sent = 0
-        out: list[bytes] = []
+        out: list[bytes] = []  # joined once: each payload is copied once into the frames
         for chunk in chunks:
             for pos, h in iter_batches(chunk, verify=False):
                 base, end = h.base_offset, h.next_offset
@@ -142,7 +145,9 @@ class ConsumerBase:
                     mine = [o for o in range(base, end) if o in wanted]
                     if not mine:
                         continue
-                part, base, count = self.cache.part(self.topic, self.partition, chunk, pos)
+                prefix, payload, base, count = self.cache.part(
+                    self.topic, self.partition, chunk, pos
+                )
                 known = self.delivered.get(base)
                 if known is not None:  # another part of the entry is held here already
                     self.delivered[base] = (count, sorted(set(known[1]).union(mine)))
@@ -159,8 +164,8 @@ class ConsumerBase:
                     self.debt += count - len(mine)
                     if self.batch_index_ack:
                         msg.ack_set.extend(ack_set(base, count, mine))
-                cmd = pb.BaseCommand(type=pb.BaseCommand.MESSAGE, message=msg)
-                out.append(encode_message_with(cmd.SerializeToString(), part))
+                cmd = pb.BaseCommand(type=pb.BaseCommand.MESSAGE, message=msg).SerializeToString()
+                out += (frame_head(cmd, len(prefix) + len(payload)), prefix, payload)
                 sent += count
         if out:
             self.write(b"".join(out))
