@@ -376,3 +376,51 @@ def test_message_listener(client: pulsar.Client, topic: str) -> None:
     assert got == [b"%d" % i for i in range(5)]
     consumer.close()
     producer.close()
+
+
+def test_has_message_available_on_every_path(client: pulsar.Client, topic: str) -> None:
+    """The client asks GetLastMessageId and compares with what it read: an empty topic, new
+    messages, the end of a batch, inclusive readers from an id and from the latest."""
+    reader = client.create_reader(topic, pulsar.MessageId.earliest)
+    assert not reader.has_message_available()  # an empty topic
+    producer = client.create_producer(
+        topic, batching_enabled=True, batching_max_messages=3, batching_max_publish_delay_ms=50
+    )
+    ids: list[pulsar.MessageId] = []
+    for i in range(5):
+        producer.send_async(b"%d" % i, lambda res, mid: ids.append(mid))
+    producer.flush()
+    assert reader.has_message_available()
+    assert [reader.read_next(5000).data() for _ in range(5)] == [b"%d" % i for i in range(5)]
+    assert not reader.has_message_available()  # read to the end of the last batch
+    last = max(ids)
+    at_last = client.create_reader(topic, last, start_message_id_inclusive=True)
+    assert at_last.has_message_available()
+    assert at_last.read_next(5000).data() == b"4"
+    assert not at_last.has_message_available()
+    latest = client.create_reader(topic, pulsar.MessageId.latest, start_message_id_inclusive=True)
+    assert latest.has_message_available()  # inclusive from the latest: the last message
+    assert latest.read_next(5000).data() == b"4"
+    for r in (reader, at_last, latest):
+        r.close()
+    producer.close()
+
+
+def test_replicated_subscription_flag_is_accepted(client: pulsar.Client, topic: str) -> None:
+    """One cluster: a replicated subscription is a durable subscription like any other."""
+    consumer = client.subscribe(
+        topic,
+        "replicated",
+        initial_position=pulsar.InitialPosition.Earliest,
+        replicate_subscription_state_enabled=True,
+    )
+    producer = client.create_producer(topic)
+    producer.send(b"once")
+    m = consumer.receive(5000)
+    consumer.acknowledge(m)
+    consumer.close()
+    again = client.subscribe(topic, "replicated")
+    with pytest.raises(pulsar.Timeout):
+        again.receive(300)  # the position was kept
+    again.close()
+    producer.close()
