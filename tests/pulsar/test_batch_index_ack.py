@@ -122,15 +122,16 @@ def test_key_shared_splits_batches_of_several_keys_by_key(
         producer.send_async(b"%d" % i, None, partition_key=f"k{i % 12}")
     producer.flush()
     assert done.wait(10)
+    with lock:  # before any consumer closes: closing hands its unacked messages to the others
+        seen = list(got)
     for c in consumers:
         c.close()
     producer.close()
-    with lock:
-        assert sorted(i for _, i, _ in got) == list(range(96))  # each message once
-        owners: dict[int, set[str]] = {}
-        entries: dict[int, set[str]] = {}
-        for name, i, entry in got:
-            owners.setdefault(i % 12, set()).add(name)
-            entries.setdefault(entry, set()).add(name)
+    assert sorted(i for _, i, _ in seen) == list(range(96))  # each message once
+    owners: dict[int, set[str]] = {}
+    entries: dict[int, set[str]] = {}
+    for name, i, entry in seen:
+        owners.setdefault(i % 12, set()).add(name)
+        entries.setdefault(entry, set()).add(name)
     assert all(len(o) == 1 for o in owners.values())  # a key to one consumer
     assert any(len(e) > 1 for e in entries.values())  # batches were shared out

@@ -207,18 +207,19 @@ def test_key_shared_batches_of_several_keys_go_whole_by_their_first_key(
         producer.send_async(b"%d" % i, None, partition_key=f"k{i % 6}")
     producer.flush()
     assert done.wait(10)
+    with lock:  # before any consumer closes: closing hands its unacked messages to the others
+        seen = list(got)
     for c in consumers:
         c.close()
     producer.close()
-    with lock:
-        data = sorted(int(d) for _, d, *_ in got)
-        assert data == list(range(60))  # each message once
-        owner: dict[int, set[str]] = {}
-        sticky: dict[str, set[str]] = {}
-        for name, _, entry, index, key in got:
-            owner.setdefault(entry, set()).add(name)
-            if index == 0:
-                sticky.setdefault(key, set()).add(name)
+    data = sorted(int(d) for _, d, *_ in seen)
+    assert data == list(range(60))  # each message once
+    owner: dict[int, set[str]] = {}
+    sticky: dict[str, set[str]] = {}
+    for name, _, entry, index, key in seen:
+        owner.setdefault(entry, set()).add(name)
+        if index == 0:
+            sticky.setdefault(key, set()).add(name)
     assert all(len(o) == 1 for o in owner.values())  # a batch to one consumer
     assert all(len(o) == 1 for o in sticky.values())  # by its first key
 

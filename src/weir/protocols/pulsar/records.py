@@ -219,14 +219,13 @@ def send_to_batch(
             any_key = True
         else:
             keys.append(b"")
-        h = _headers(
-            smm.properties,
-            smm.ordering_key if smm.HasField("ordering_key") else None,
-            smm.null_value,
-            deliver_at,
-        )
-        if h:
-            any_headers = True
+        props = smm.properties
+        ordering = smm.HasField("ordering_key")
+        if props or ordering or smm.null_value or deliver_at is not None:
+            h = _headers(props, smm.ordering_key if ordering else None, smm.null_value, deliver_at)
+            any_headers = any_headers or bool(h)
+        else:  # the common case, without a call and a dict comprehension per message
+            h = {}
         headers_list.append(h)
         seqs.append(smm.sequence_id if smm.HasField("sequence_id") else first + i)
         created.append(smm.event_time or publish)
