@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import re
 import sys
 from collections.abc import Iterator
@@ -21,6 +22,13 @@ _ADMIN = re.compile(r"weir Pulsar admin REST on (\S+)/admin/v2")
 # (by default they would share 6650 and 8080); a test that needs a fixed one says so.
 os.environ.setdefault("WEIR_PULSAR_LISTEN", "127.0.0.1:0")
 os.environ.setdefault("WEIR_HTTP_LISTEN", "127.0.0.1:0")
+
+# One chaos seed for the whole run, drawn here (before xdist starts its workers, which
+# inherit it), printed at the end, replayed with WEIR_CHAOS_SEED=... (tests/reliability).
+CHAOS_SEED_ENV = "WEIR_CHAOS_SEED"
+os.environ[CHAOS_SEED_ENV] = os.environ.get(CHAOS_SEED_ENV) or str(
+    random.SystemRandom().randrange(1, 2**31)
+)
 
 
 class ServerProcess(ListeningProcess):
@@ -99,3 +107,65 @@ _topic_counter = iter(range(1, 10**9))
 def topic_name(request: pytest.FixtureRequest) -> str:
     base = re.sub(r"[^A-Za-z0-9_]", "_", request.node.name)[:60]
     return f"{base}_{next(_topic_counter)}"
+
+
+# ------------------------------------------------------------------ parallel runs (xdist)
+# `make test` runs pytest-xdist with --dist loadgroup: each group below runs whole on one
+# worker, the groups in the order of the list (--no-loadscope-reorder), so the longest ones
+# start first and the short modules fill in around them.
+#
+# - "spark": every test of the one SparkSession (and the server it reads), on one worker;
+# - "replication": the ZooKeeper the replication tests share (one JVM, not one per worker);
+# - any other test: its module, so a module-scoped server starts once.
+FIRST = [
+    "spark",
+    "tests/spark/test_examples.py",  # two Spark applications of its own, as a user runs them
+    "tests/test_readme.py",
+    "tests/reliability/test_faults.py",
+    "tests/security/test_tls.py",
+    "tests/security/test_authorization.py",
+    "tests/security/test_native_auth.py",
+    "tests/ydb/test_durability.py",
+    "replication",
+]
+
+
+def xdist_group(item: pytest.Item) -> str:
+    """The group (see FIRST) an xdist worker runs ``item`` with."""
+    if {"spark", "weir_server"} & set(getattr(item, "fixturenames", ())):
+        return "spark"
+    path = item.path.relative_to(ROOT).as_posix()
+    if path.startswith("tests/replication/"):
+        return "replication"
+    return path
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the marks
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    groups = {item: xdist_group(item) for item in items}
+    for item, group in groups.items():
+        item.add_marker(pytest.mark.xdist_group(group))
+    rank = {g: i for i, g in enumerate(FIRST)}
+    items.sort(key=lambda item: rank.get(groups[item], len(FIRST)))  # stable: file order
+
+
+# ------------------------------------------------------------------ the chaos summary
+_CHAOS: list[tuple[str, dict[str, str]]] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Chaos columns (tests/reliability/conftest.py record_chaos), from this process or
+    from an xdist worker."""
+    if report.when == "call":
+        _CHAOS.extend(value for name, value in report.user_properties if name == "chaos")
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if not _CHAOS:
+        return
+    from tests.reliability.chaos import summary_table
+
+    seed = os.environ[CHAOS_SEED_ENV]
+    terminalreporter.section("chaos")
+    terminalreporter.write_line(f"chaos seed {seed} (replay: {CHAOS_SEED_ENV}={seed})")
+    terminalreporter.write_line(summary_table(_CHAOS))
