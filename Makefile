@@ -61,11 +61,11 @@ typecheck: install-test
 	$(BIN)/mypy
 
 # The tests run in parallel, PYTEST_WORKERS processes (pytest-xdist): most of their time is
-# spent waiting on servers, fsyncs and sockets, so 3 keep 2 cores busy. tests/conftest.py
+# spent waiting on servers, fsyncs and sockets, so 3 keep 2 cores busy. tests/parallel.py
 # groups them (one SparkSession, one ZooKeeper, a module's servers) and starts the longest
 # groups first. PYTEST_WORKERS=0 runs them all in one process.
 PYTEST_WORKERS ?= 3
-PYTEST_PARALLEL = -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder
+PYTEST_PARALLEL = -n $(PYTEST_WORKERS) --dist loadscope
 
 pytest: install-test system-packages
 	$(BIN)/python -m pytest -q $(PYTEST_PARALLEL)

@@ -8,9 +8,11 @@ import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from tests import parallel
 from weir.listening_process import ListeningProcess
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -110,43 +112,27 @@ def topic_name(request: pytest.FixtureRequest) -> str:
 
 
 # ------------------------------------------------------------------ parallel runs (xdist)
-# `make test` runs pytest-xdist with --dist loadgroup: each group below runs whole on one
-# worker, the groups in the order of the list (--no-loadscope-reorder), so the longest ones
-# start first and the short modules fill in around them.
-#
-# - "spark": every test of the one SparkSession (and the server it reads), on one worker;
-# - "replication": the ZooKeeper the replication tests share (one JVM, not one per worker);
-# - any other test: its module, so a module-scoped server starts once.
-FIRST = [
-    "spark",
-    "tests/spark/test_examples.py",  # two Spark applications of its own, as a user runs them
-    "tests/test_readme.py",
-    "tests/reliability/test_faults.py",
-    "tests/security/test_tls.py",
-    "tests/security/test_authorization.py",
-    "tests/security/test_native_auth.py",
-    "tests/ydb/test_durability.py",
-    "replication",
-]
+# `make test` runs pytest-xdist workers; tests/parallel.py says which tests run together.
 
 
-def xdist_group(item: pytest.Item) -> str:
-    """The group (see FIRST) an xdist worker runs ``item`` with."""
-    if {"spark", "weir_server"} & set(getattr(item, "fixturenames", ())):
-        return "spark"
-    path = item.path.relative_to(ROOT).as_posix()
-    if path.startswith("tests/replication/"):
-        return "replication"
-    return path
-
-
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    groups = {item: xdist_group(item) for item in items}
-    for item, group in groups.items():
-        item.add_marker(pytest.mark.xdist_group(group))
-    rank = {g: i for i, g in enumerate(FIRST)}
-    items.sort(key=lambda item: rank.get(groups[item], len(FIRST)))  # stable: file order
+    for item in items:
+        if (
+            "spark" in getattr(item, "fixturenames", ())
+            and parallel.group_of(item.nodeid) != "spark"
+        ):
+            raise pytest.UsageError(
+                f"{item.nodeid} uses the SparkSession but is not in the spark group of "
+                "tests/parallel.py: two workers would start two sessions"
+            )
+    items.sort(key=lambda item: parallel.rank(item.nodeid))  # stable: file order otherwise
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    if config.getvalue("dist") not in ("loadscope", "loadgroup"):
+        return None  # another --dist asked for: xdist's own
+    return parallel.make_scheduler(config, log)
 
 
 # ------------------------------------------------------------------ the chaos summary
