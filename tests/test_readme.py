@@ -20,6 +20,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.cli.conftest import Weir
 from tests.client.test_routing import pulsar_partition
 from tests.conftest import ROOT, ServerProcess
@@ -155,6 +157,7 @@ def _messages(client: Client, topic: str) -> list[int]:
     return [p.end_offset - p.start_offset for p in client.describe_topic(topic).partition_info]
 
 
+@pytest.mark.timeout(900)  # about 60 commands and programs, each allowed 120 s
 def test_every_page_runs_in_order_on_one_server_and_again(
     server: ServerProcess, tmp_path: Path
 ) -> None:
