@@ -1,7 +1,7 @@
 """Regenerate (or check) the committed Python code of pulsar_api.proto.
 
-    python -m weir.protocols.pulsar.codegen          # rewrite pulsar_api_pb2.py(i)
-    python -m weir.protocols.pulsar.codegen --check  # exit 1 if the committed code is stale
+python -m weir.protocols.pulsar.codegen          # rewrite pulsar_api_pb2.py(i)
+python -m weir.protocols.pulsar.codegen --check  # exit 1 if the committed code is stale
 """
 
 from __future__ import annotations
