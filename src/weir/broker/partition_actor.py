@@ -19,7 +19,7 @@ import enum
 import logging
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,7 +27,7 @@ from weir.broker.observer import NULL_OBSERVER, BrokerObserver
 from weir.errors import ClosedError, InternalError, OverloadedError, UnavailableError, WeirError
 from weir.storage.committer import GroupCommitter
 from weir.storage.incoming import IncomingBatch
-from weir.storage.partition import BatchResult, PartitionLog, ReadResult
+from weir.storage.partition import BatchResult, PartitionLog, PreparedChange, ReadResult
 
 log = logging.getLogger("weir.partition")
 
@@ -49,6 +49,15 @@ class _Retention:
     now_ms: int
     protect_from: int | None
     future: asyncio.Future[int]
+
+
+@dataclass(slots=True)
+class _Change:
+    """A change other than a write or a retention step (a trim), prepared when its
+    turn comes."""
+
+    prepare: Callable[[], PreparedChange | None]
+    future: asyncio.Future[bool]
 
 
 class PartitionActor:
@@ -74,7 +83,7 @@ class PartitionActor:
         self.max_queue_bytes = max_queue_bytes
         self.max_commit_bytes = max_commit_bytes
         self.state = ActorState.IDLE
-        self._queue: deque[_Write | _Retention] = deque()
+        self._queue: deque[_Write | _Retention | _Change] = deque()
         self._queued_bytes = 0
         self._task: asyncio.Task[None] | None = None
         self._moved = asyncio.Event()
@@ -151,6 +160,16 @@ class PartitionActor:
         self._kick()
         return await fut
 
+    async def run_change(self, prepare: Callable[[], PreparedChange | None]) -> bool:
+        """Prepare, commit and apply one change in its turn among the writes; False when
+        ``prepare`` found nothing to do (returned None)."""
+        if self._closed:
+            raise UnavailableError(f"partition {self.topic}/{self.partition} is shutting down")
+        fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._queue.append(_Change(prepare, fut))
+        self._kick()
+        return await fut
+
     def _kick(self) -> None:
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(
@@ -180,6 +199,10 @@ class PartitionActor:
                 if isinstance(head, _Retention):
                     self._queue.popleft()
                     await self._retain(head)
+                    continue
+                if isinstance(head, _Change):
+                    self._queue.popleft()
+                    await self._change(head)
                     continue
                 items = self._take_writes()
                 if items:
@@ -259,6 +282,24 @@ class PartitionActor:
                 raise
             self.log.apply(change)
             _resolve(item.future, change.drop_front)
+        except Exception as exc:
+            _fail(item.future, exc)
+
+    async def _change(self, item: _Change) -> None:
+        try:
+            change = item.prepare()
+            if change is None:
+                if not item.future.done():
+                    item.future.set_result(False)
+                return
+            try:
+                await asyncio.wrap_future(self.committer.submit(change.ops, change.nbytes))
+            except BaseException:
+                self.log.abort(change)
+                raise
+            self.log.apply(change)
+            if not item.future.done():
+                item.future.set_result(True)
         except Exception as exc:
             _fail(item.future, exc)
 

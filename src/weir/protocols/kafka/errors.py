@@ -11,6 +11,7 @@ from weir.errors import (
     CommitFailedError,
     MessageTooLargeError,
     NotEmptyError,
+    OffsetOutOfRangeError,
     OverloadedError,
     PartitionOverflowError,
     PermissionDeniedError,
@@ -107,6 +108,8 @@ def error_code(exc: BaseException, *, group: bool = False) -> ErrorCode:
         return ErrorCode.TOPIC_ALREADY_EXISTS
     if isinstance(exc, MessageTooLargeError):
         return ErrorCode.MESSAGE_TOO_LARGE
+    if isinstance(exc, OffsetOutOfRangeError):
+        return ErrorCode.OFFSET_OUT_OF_RANGE
     if isinstance(exc, BatchFormatError):
         return ErrorCode.CORRUPT_MESSAGE
     if isinstance(exc, NotEmptyError):
