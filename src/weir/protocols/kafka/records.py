@@ -209,7 +209,7 @@ def compress(codec: int, data: bytes) -> bytes:
 
 def parse_batches(buf: bytes | memoryview, max_bytes: int = 1 << 30) -> list[KafkaBatch]:
     """Every batch of a produce request's records field; each fully checked."""
-    data = bytes(buf)
+    data = memoryview(buf)
     out = []
     pos = 0
     n = len(data)
@@ -222,7 +222,7 @@ def parse_batches(buf: bytes | memoryview, max_bytes: int = 1 << 30) -> list[Kaf
     return out
 
 
-def parse_batch(data: bytes, pos: int = 0, max_bytes: int = 1 << 30) -> KafkaBatch:
+def parse_batch(data: bytes | memoryview, pos: int = 0, max_bytes: int = 1 << 30) -> KafkaBatch:
     if len(data) - pos < HEADER_SIZE:
         raise RecordsError(f"record batch of {len(data) - pos} bytes, its header needs 61")
     (
@@ -246,7 +246,8 @@ def parse_batch(data: bytes, pos: int = 0, max_bytes: int = 1 << 30) -> KafkaBat
     if length < HEADER_SIZE - _LENGTH_SKEW or pos + size > len(data):
         raise RecordsError(f"record batch length {length} does not fit the {len(data) - pos} bytes")
     end = pos + size
-    if crc32c(memoryview(data)[pos + _CRC_START : end]) != (crc & 0xFFFFFFFF):
+    view = memoryview(data)
+    if crc32c(view[pos + _CRC_START : end]) != (crc & 0xFFFFFFFF):
         raise RecordsError("record batch CRC mismatch")
     if count < 0 or count > MAX_RECORDS:
         raise RecordsError(f"record batch claims {count} records")
@@ -256,7 +257,7 @@ def parse_batch(data: bytes, pos: int = 0, max_bytes: int = 1 << 30) -> KafkaBat
     if codec == NONE:
         body, bpos, bend = data, start, end
     else:
-        body = decompress(codec, memoryview(data)[start:end], max_bytes)
+        body = decompress(codec, view[start:end], max_bytes)
         bpos, bend = 0, len(body)
     try:
         columns = Columns(*parse_records(body, bpos, bend, count, base_ts, _NULL_KEY))
