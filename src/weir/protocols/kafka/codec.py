@@ -351,12 +351,17 @@ def _scalar_encoder(kind: str, flexible: bool, nullable: bool, name: str) -> Enc
 
         return write_uuid
     wide = kind != "string"
+    pieces = kind == "records"  # records may be given as a list of batches: not joined here
 
     def write_var(v: Any, out: list[bytes]) -> None:
         if v is None:
             if not nullable:
                 raise KafkaCodecError(f"{name} may not be null in this version")
             out.append(b"\x00" if flexible else (_I32 if wide else _I16).pack(-1))
+            return
+        if pieces and isinstance(v, list):
+            out.append(_len_prefix(sum(map(len, v)), flexible, wide))
+            out.extend(v)
             return
         b = v.encode() if isinstance(v, str) else v
         out.append(_len_prefix(len(b), flexible, wide))

@@ -1,10 +1,11 @@
 """One Kafka client connection: framing, ordered answers, authentication state, dispatch.
 
-Requests are read as they come and each is handled in its own task, started in
+Requests are received straight into buffers of their own (`framing.FrameReader`
+behind an asyncio BufferedProtocol) and each is handled in its own task, started in
 arrival order (so a Produce is queued for storage in the order it arrived, before
 the next request starts), while answers go out strictly in request order, as Kafka
-clients expect. At most ``MAX_IN_FLIGHT`` requests of a connection are handled at
-once; past that the connection stops reading (backpressure).
+clients expect. Past ``MAX_IN_FLIGHT`` requests in hand the connection stops reading
+(backpressure) until answers go out.
 
 Before a client authenticates (when the server asks for credentials), only
 ApiVersions, SaslHandshake and SaslAuthenticate are served; anything else closes

@@ -42,7 +42,7 @@ class _Read:
     max_bytes: int
     actor: PartitionActor | None = None
     error: ErrorCode = ErrorCode.NONE
-    records: list[bytes] = field(default_factory=list)
+    records: list[bytearray] = field(default_factory=list)
 
     @property
     def nbytes(self) -> int:
@@ -89,7 +89,7 @@ class FetchHandlers:
                     "last_stable_offset": hw,
                     "log_start_offset": a.start_offset if a is not None else -1,
                     "aborted_transactions": [],
-                    "records": b"".join(r.records),
+                    "records": r.records,  # the batches, joined once with the answer
                 }
             )
         return {
