@@ -42,6 +42,8 @@ class _Write:
     batches: Sequence[IncomingBatch]
     nbytes: int
     future: asyncio.Future[list[BatchResult]]
+    # large payloads being stored as objects: the batches to commit once they are
+    ready: asyncio.Future[Sequence[IncomingBatch]] | None = None
 
 
 @dataclass(slots=True)
@@ -53,8 +55,8 @@ class _Retention:
 
 @dataclass(slots=True)
 class _Change:
-    """A change other than a write or a retention step (a trim), prepared when its
-    turn comes."""
+    """A change other than a write or a retention step (a trim; the tier's: a finished
+    copy, a freed local blob), prepared when its turn comes."""
 
     prepare: Callable[[], PreparedChange | None]
     future: asyncio.Future[bool]
@@ -106,7 +108,25 @@ class PartitionActor:
         return self._queued_bytes
 
     def read(self, from_offset: int, max_bytes: int, to_offset: int | None = None) -> ReadResult:
-        return self.log.read(from_offset, max_bytes, to_offset)
+        """Read now (an offloaded blob not in the tier's cache is fetched, blocking; prefer
+        `read_async` in the event loop)."""
+        return self.log.fill_payloads(self.log.read(from_offset, max_bytes, to_offset))
+
+    async def read_async(
+        self, from_offset: int, max_bytes: int, to_offset: int | None = None
+    ) -> ReadResult:
+        """`read`, with an offloaded blob at ``from_offset`` fetched into the tier's cache
+        off the event loop first (one object request); the read itself is the same one
+        path. TierUnavailableError (retryable) while the object store is unreachable."""
+        rec = self.log.remote_at(from_offset)
+        if rec is not None:
+            await asyncio.wrap_future(
+                self.log.tier.prefetch(self.log.cache_owner, rec, self.log.label)
+            )
+        res = self.log.read(from_offset, max_bytes, to_offset)
+        if res.refs:  # large payloads: fetched back from their objects, off the event loop
+            res = await asyncio.to_thread(self.log.fill_payloads, res)
+        return res
 
     async def wait_for_data(self, offset: int, timeout: float | None) -> bool:
         """Wait until EndOffset passes ``offset`` (True) or the timeout ends (False)."""
@@ -127,11 +147,16 @@ class PartitionActor:
         return await self.submit(batches, nbytes)
 
     def submit(
-        self, batches: Sequence[IncomingBatch], nbytes: int
+        self,
+        batches: Sequence[IncomingBatch],
+        nbytes: int,
+        ready: asyncio.Future[Sequence[IncomingBatch]] | None = None,
     ) -> asyncio.Future[list[BatchResult]]:
         """Queue batches now (order of calls is commit order); the future resolves when durable.
 
-        Raises OverloadedError at once when the queue is over its byte bound.
+        With ``ready`` (large payloads being stored as objects), the batches committed are
+        what it resolves to; writes queued behind wait for it, so order holds. Raises
+        OverloadedError at once when the queue is over its byte bound.
         """
         if self._closed:
             raise UnavailableError(f"partition {self.topic}/{self.partition} is shutting down")
@@ -145,7 +170,7 @@ class PartitionActor:
                 f"for commit (limit {self.max_queue_bytes}); retry shortly"
             )
         fut: asyncio.Future[list[BatchResult]] = asyncio.get_running_loop().create_future()
-        self._queue.append(_Write(batches, nbytes, fut))
+        self._queue.append(_Write(batches, nbytes, fut, ready))
         self._queued_bytes += nbytes
         self._kick()
         return fut
@@ -182,7 +207,7 @@ class PartitionActor:
         while self._queue and isinstance(self._queue[0], _Write):
             item = self._queue[0]
             assert isinstance(item, _Write)
-            if items and total + item.nbytes > self.max_commit_bytes:
+            if items and (item.ready is not None or total + item.nbytes > self.max_commit_bytes):
                 break
             self._queue.popleft()
             self._queued_bytes -= item.nbytes
@@ -204,6 +229,17 @@ class PartitionActor:
                     self._queue.popleft()
                     await self._change(head)
                     continue
+                if head.ready is not None:
+                    try:
+                        head.batches = await head.ready
+                    except Exception as exc:
+                        # the payload objects could not be stored: nothing was committed
+                        self._queue.popleft()
+                        self._queued_bytes -= head.nbytes
+                        _fail(head.future, exc)
+                        self._fail_queue(exc)
+                        continue
+                    head.ready = None
                 items = self._take_writes()
                 if items:
                     await self._write(items)
