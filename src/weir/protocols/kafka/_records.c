@@ -481,4 +481,17 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_records",
                                     "Kafka record batch v2 records <-> weir batch payloads, in C.", -1, methods};
 
-PyMODINIT_FUNC PyInit__records(void) { return PyModule_Create(&module); }
+/* setup.py defines it as the SHA-256 of this file, so the Python side can tell a build
+ * of an older source (compiled.py); "" when built another way. */
+#ifndef WEIR_RECORDS_SOURCE
+#define WEIR_RECORDS_SOURCE ""
+#endif
+
+PyMODINIT_FUNC PyInit__records(void) {
+    PyObject *m = PyModule_Create(&module);
+    if (m != NULL && PyModule_AddStringConstant(m, "SOURCE_SHA256", WEIR_RECORDS_SOURCE) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -14,3 +14,5 @@ def build_records(
     created_base: int,
     null_header: bytes,
 ) -> tuple[bytearray, int, int]: ...
+
+SOURCE_SHA256: str

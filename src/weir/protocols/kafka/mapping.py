@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from weir.protocols.kafka._records import build_records
+from weir.protocols.kafka.compiled import build_records
 from weir.protocols.kafka.records import (
     NULL_KEY,
     NULL_VALUE_HEADER,

@@ -25,7 +25,7 @@ import crc32c as _crc32c
 import lz4.frame
 import zstandard
 
-from weir.protocols.kafka._records import parse_records
+from weir.protocols.kafka.compiled import parse_records
 
 MAGIC = 2
 HEADER = struct.Struct(">qiibIhiqqqhii")
