@@ -16,7 +16,8 @@ weir has no null key and no null data, so:
   into a null value and hides; the native and YDB fronts see empty data and that header;
 * header values are bytes in Kafka and str in weir: they cross as utf-8 with
   surrogate escapes (any bytes round-trip); a null header value reads back empty;
-  a record's headers are a map in weir, so a repeated key keeps its last value.
+  a record's headers are stored as sent: Kafka readers get a repeated key repeated,
+  the other fronts see a map (a repeated key keeps its last value).
 """
 
 from __future__ import annotations
