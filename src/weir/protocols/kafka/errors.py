@@ -16,6 +16,7 @@ from weir.errors import (
     PartitionOverflowError,
     PermissionDeniedError,
     StorageFullError,
+    TierUnavailableError,
     UnauthorizedError,
     UnavailableError,
     UnknownConsumerError,
@@ -117,7 +118,7 @@ def error_code(exc: BaseException, *, group: bool = False) -> ErrorCode:
     if isinstance(exc, OverloadedError | PartitionOverflowError):
         # retryable on every client; Kafka's own answer to a full log is a storage error
         return ErrorCode.NOT_ENOUGH_REPLICAS
-    if isinstance(exc, StorageFullError | CommitFailedError):
+    if isinstance(exc, StorageFullError | CommitFailedError | TierUnavailableError):
         return ErrorCode.KAFKA_STORAGE_ERROR
     if isinstance(exc, WeirTimeoutError):
         return ErrorCode.REQUEST_TIMED_OUT

@@ -120,7 +120,11 @@ class FetchHandlers:
             budget = min(r.max_bytes, max_bytes - total)
             if budget <= 0 and total > 0:
                 break
-            res = await a.read_async(r.offset, max(1, budget))
+            try:
+                res = await a.read_async(r.offset, max(1, budget))
+            except WeirError as exc:  # e.g. the tier's object store is unreachable
+                r.error = error_code(exc)
+                continue
             if not res.chunks:
                 continue
             self.broker.observer.on_read(a.topic, a.partition, res.nbytes)
