@@ -101,6 +101,53 @@ def test_offload_then_every_reader_reads_the_same(tier_server: ServerProcess) ->
     _ = ydb
 
 
+def test_kafka_reads_offloaded_offsets_and_deletes_records_inside_them(
+    tier_server: ServerProcess,
+) -> None:
+    """The Kafka front's fetch reads offloaded blobs (through the actor's read_async); a
+    DeleteRecords into the middle of an offloaded blob hides the records below it from
+    Kafka and native readers alike, and the rest still comes back byte for byte."""
+    from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
+
+    topic = f"ktier-{uuid.uuid4().hex[:6]}"
+    n = 500
+    with weir.Client(tier_server.endpoint) as client:
+        produce(client, topic, n, partitions=1)
+        sent = consume(client, topic, n)
+        assert client.offload_topic(topic, force=True)[0] >= 2
+        first_local = client.tier_status(topic).partitions[0].first_local_offset
+    cut = 37
+    assert cut < first_local  # inside the first offloaded blob
+    tp = TopicPartition(topic, 0)
+
+    def kafka_read(expect: int) -> list[tuple[int, bytes]]:
+        consumer = KafkaConsumer(bootstrap_servers=tier_server.kafka, auto_offset_reset="earliest")
+        try:
+            consumer.assign([tp])
+            out: list[tuple[int, bytes]] = []
+            deadline = time.monotonic() + 60
+            while len(out) < expect and time.monotonic() < deadline:
+                for records in consumer.poll(timeout_ms=500).values():
+                    out.extend((r.offset, r.value) for r in records)
+            return out
+        finally:
+            consumer.close()
+
+    def expected(start: int) -> list[tuple[int, bytes]]:
+        return [(o, sent[(0, o)][0]) for o in range(start, n)]
+
+    assert kafka_read(n) == expected(0)
+    admin = KafkaAdminClient(bootstrap_servers=tier_server.kafka, request_timeout_ms=30_000)
+    try:
+        assert admin.delete_records({tp: cut})[tp]["low_watermark"] == cut
+    finally:
+        admin.close()
+    assert kafka_read(n - cut) == expected(cut)
+    with weir.Client(tier_server.endpoint) as client:
+        got = [(m.offset, m.data) for c in client.read_range(topic, 0, 0) for m in c.messages()]
+    assert got == expected(cut)
+
+
 def test_policy_drives_background_offload_and_retention_deletes_objects(
     tier_server: ServerProcess,
 ) -> None:
