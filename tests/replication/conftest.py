@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 from kazoo.client import KazooClient
 
+from weir.replication.ledger import LedgerClient
 from weir.replication.local_cluster import BookieProcess
 from weir.replication.zkserver import ZooKeeperServer
 
@@ -72,3 +73,38 @@ def bookies(
     finally:
         for b in procs:
             b.stop()
+
+
+@pytest.fixture(scope="module")
+def shared_root(request: pytest.FixtureRequest) -> str:
+    """A ZooKeeper root for one test module's `shared_bookies`."""
+    return f"/module-{request.module.__name__.rsplit('.', 1)[-1]}"
+
+
+@pytest.fixture(scope="module")
+def shared_bookies(
+    zookeeper: ZooKeeperServer, shared_root: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[list[BookieProcess]]:
+    """Three bookies serving a whole test module (its tests use ledgers and logs of their
+    own); a test that stops one starts it again, or `client` does before the next test."""
+    base = tmp_path_factory.mktemp("shared-bookies")
+    procs = [BookieProcess(base / f"b{i}", zookeeper.hosts, shared_root) for i in range(3)]
+    try:
+        for b in procs:
+            b.start()
+        yield procs
+    finally:
+        for b in procs:
+            b.stop()
+
+
+@pytest.fixture
+async def shared_client(
+    zookeeper: ZooKeeperServer, shared_root: str, shared_bookies: list[BookieProcess]
+) -> AsyncIterator[LedgerClient]:
+    """A ledger client of the module's `shared_bookies` (restarting any a test left stopped)."""
+    for b in shared_bookies:
+        if b.proc is None:
+            b.start()
+    async with LedgerClient(zookeeper.hosts, root=shared_root, request_timeout=5.0) as c:
+        yield c

@@ -14,7 +14,6 @@ import itertools
 import subprocess
 import sys
 import threading
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -40,35 +39,9 @@ SMALL = ManagedLogConfig(max_entries_per_ledger=5)
 _names = itertools.count()
 
 
-@pytest.fixture(scope="module")
-def ml_root() -> str:
-    return "/managed-log-tests"
-
-
-@pytest.fixture(scope="module")
-def ml_bookies(
-    zookeeper: ZooKeeperServer, ml_root: str, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[list[BookieProcess]]:
-    base = tmp_path_factory.mktemp("ml-bookies")
-    procs = [BookieProcess(base / f"b{i}", zookeeper.hosts, ml_root) for i in range(3)]
-    try:
-        for b in procs:
-            b.start()
-        yield procs
-    finally:
-        for b in procs:
-            b.stop()
-
-
 @pytest.fixture
-async def client(
-    zookeeper: ZooKeeperServer, ml_root: str, ml_bookies: list[BookieProcess]
-) -> AsyncIterator[LedgerClient]:
-    for b in ml_bookies:  # a test that stopped one and failed must not break the next
-        if b.proc is None:
-            b.start()
-    async with LedgerClient(zookeeper.hosts, root=ml_root, request_timeout=5.0) as c:
-        yield c
+def client(shared_client: LedgerClient) -> LedgerClient:
+    return shared_client
 
 
 @pytest.fixture
@@ -216,8 +189,8 @@ class Owner:
 async def test_two_owners_racing_the_old_one_acknowledges_nothing_after_the_handover(
     client: LedgerClient,
     zookeeper: ZooKeeperServer,
-    ml_root: str,
-    ml_bookies: list[BookieProcess],
+    shared_root: str,
+    shared_bookies: list[BookieProcess],
     name: str,
     pause_bookie: bool,
     tmp_path: Path,
@@ -225,15 +198,15 @@ async def test_two_owners_racing_the_old_one_acknowledges_nothing_after_the_hand
     cfg = ManagedLogConfig(max_entries_per_ledger=50)
     spare = None
     if pause_bookie:  # with one paused (its registration may expire), new ledgers need a 4th
-        spare = BookieProcess(tmp_path / "spare", zookeeper.hosts, ml_root).start()
+        spare = BookieProcess(tmp_path / "spare", zookeeper.hosts, shared_root).start()
     old = await ManagedLog.open(client, name, cfg)
     writer = Owner(old, "old")
     task = asyncio.create_task(writer.run(2000))
     while len(writer.acked) < 120:  # a few ledgers in
         await old.wait_for_end(old.end_offset, 10)
     if pause_bookie:
-        ml_bookies[1].pause()
-    other = await second_client(zookeeper, ml_root)
+        shared_bookies[1].pause()
+    other = await second_client(zookeeper, shared_root)
     try:
         new = await ManagedLog.open(other, name, cfg)
         handover_end = new.end_offset
@@ -241,7 +214,7 @@ async def test_two_owners_racing_the_old_one_acknowledges_nothing_after_the_hand
         await taker.run(60)
         await asyncio.wait_for(task, 60)
         if pause_bookie:
-            ml_bookies[1].resume()
+            shared_bookies[1].resume()
         assert any(isinstance(e, ManagedLogFencedError) for e in writer.errors), writer.errors
         assert not taker.errors
         # nothing the old owner acknowledged is missing, and none of it lies past the end
@@ -258,19 +231,19 @@ async def test_two_owners_racing_the_old_one_acknowledges_nothing_after_the_hand
         await new.close()
     finally:
         if pause_bookie:
-            ml_bookies[1].resume()
+            shared_bookies[1].resume()
         await other.close()
         if spare is not None:
             spare.stop()
 
 
 def test_a_paused_owner_acknowledges_nothing_after_it_resumes(
-    zookeeper: ZooKeeperServer, ml_root: str, ml_bookies: list[BookieProcess], name: str
+    zookeeper: ZooKeeperServer, shared_root: str, shared_bookies: list[BookieProcess], name: str
 ) -> None:
     """The owner in a process of its own, SIGSTOPped while a new owner takes the log over."""
     script = Path(__file__).with_name("managed_log_owner.py")
     proc = subprocess.Popen(
-        [sys.executable, str(script), zookeeper.hosts, ml_root, name, "old", "100000"],
+        [sys.executable, str(script), zookeeper.hosts, shared_root, name, "old", "100000"],
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -292,7 +265,7 @@ def test_a_paused_owner_acknowledges_nothing_after_it_resumes(
         acked_before = sum(1 for ln in lines if ln[0] == "ack")
 
         async def take_over() -> tuple[int, dict[int, bytes], dict[int, bytes]]:
-            async with LedgerClient(zookeeper.hosts, root=ml_root) as c:
+            async with LedgerClient(zookeeper.hosts, root=shared_root) as c:
                 new = await ManagedLog.open(c, name, ManagedLogConfig(max_entries_per_ledger=40))
                 end = new.end_offset
                 for i in range(20):
@@ -387,7 +360,7 @@ async def test_tailing_readers_are_served_from_the_cache(client: LedgerClient, n
 
 
 async def test_a_failed_append_is_not_written_and_the_log_goes_on(
-    client: LedgerClient, name: str, ml_bookies: list[BookieProcess]
+    client: LedgerClient, name: str, shared_bookies: list[BookieProcess]
 ) -> None:
     """Two bookies of three killed: appends fail (no quorum, no replacement); the failed
     ledger is closed before them, so they are known not written, and once the bookies are
@@ -395,15 +368,15 @@ async def test_a_failed_append_is_not_written_and_the_log_goes_on(
     mlog = await ManagedLog.open(client, name, SMALL)
     for i in range(3):
         await mlog.append(b"ok%d" % i, 1)
-    ml_bookies[0].kill()
-    ml_bookies[1].kill()
+    shared_bookies[0].kill()
+    shared_bookies[1].kill()
     try:
         with pytest.raises(CommitFailedError):
             await mlog.append(b"lost", 1)
         assert mlog.end_offset == 3 and mlog.next_offset == 3
     finally:
-        ml_bookies[0].start()
-        ml_bookies[1].start()
+        shared_bookies[0].start()
+        shared_bookies[1].start()
     res = await mlog.append(b"ok3", 1)
     assert res.first_offset == 3 and res.position.entry == 0
     assert await read_all(mlog) == {0: b"ok0", 1: b"ok1", 2: b"ok2", 3: b"ok3"}
