@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from weir.listening_process import ListeningProcess
+from weir.replication.zkserver import ZooKeeperServer
 
 ROOT = Path(__file__).resolve().parents[1]
 _LISTEN = re.compile(r"weir listening on (\S+):(\d+)")
@@ -99,3 +100,13 @@ _topic_counter = iter(range(1, 10**9))
 def topic_name(request: pytest.FixtureRequest) -> str:
     base = re.sub(r"[^A-Za-z0-9_]", "_", request.node.name)[:60]
     return f"{base}_{next(_topic_counter)}"
+
+
+@pytest.fixture(scope="session")
+def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
+    """A standalone ZooKeeper on an ephemeral loopback port, shared by the session's tests
+    (replication and cluster tests use roots of their own)."""
+    server = ZooKeeperServer(tmp_path_factory.mktemp("zookeeper"))
+    server.start()
+    yield server
+    server.stop()

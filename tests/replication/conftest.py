@@ -1,4 +1,5 @@
-"""Fixtures for replication: one real ZooKeeper per test session, a fresh root per test."""
+"""Fixtures for replication: a fresh ZooKeeper root per test (the session's ZooKeeper is
+`zookeeper`, in tests/conftest.py), bookie processes, ledger clients."""
 
 from __future__ import annotations
 
@@ -12,16 +13,6 @@ from kazoo.client import KazooClient
 from weir.replication.ledger import LedgerClient
 from weir.replication.local_cluster import BookieProcess
 from weir.replication.zkserver import ZooKeeperServer
-
-
-@pytest.fixture(scope="session")
-def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
-    """A standalone ZooKeeper on an ephemeral loopback port, shared by the session's tests."""
-    server = ZooKeeperServer(tmp_path_factory.mktemp("zookeeper"))
-    server.start()
-    yield server
-    server.stop()
-
 
 _roots = itertools.count(1)
 

@@ -1,0 +1,95 @@
+"""Ownership and the replicated partition log together: the next owner fences the last."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+import pytest
+from kazoo.client import KazooClient
+
+from weir.broker.cluster import Ownership, OwnershipConfig, partition_key
+from weir.replication.errors import ManagedLogFencedError
+from weir.replication.ledger import LedgerClient
+from weir.replication.local_cluster import BookieProcess
+from weir.replication.managed_log import ManagedLogConfig
+from weir.replication.partition_log import ReplicatedPartitionLog, ReplicationConfig
+from weir.replication.zkserver import ZooKeeperServer
+from weir.storage.batch import encode_batch
+from weir.storage.incoming import validate_incoming
+
+from .test_ownership import until
+
+REP = ReplicationConfig(ManagedLogConfig(max_entries_per_ledger=20))
+
+
+@dataclass
+class LogHost:
+    """Opens a partition's replicated log when its broker acquires it. A *zombie* host
+    ignores releases, as a broker paused through its session loss would: its log stays
+    open, and only fencing can stop it."""
+
+    client: LedgerClient
+    broker: str
+    zombie: bool = False
+    logs: dict[str, ReplicatedPartitionLog] = field(default_factory=dict)
+
+    async def acquire(self, key: str, generation: int) -> None:
+        self.logs[key] = await ReplicatedPartitionLog.open(
+            self.client, key, replication=REP, owner=f"{self.broker}@{generation}"
+        )
+
+    async def release(self, key: str, *, graceful: bool) -> None:
+        if self.zombie:
+            return
+        plog = self.logs.pop(key)
+        await (plog.close() if graceful else plog.abandon())
+
+
+def batch(seq: int) -> bytes:
+    return encode_batch([b"m%d" % seq], producer_id="p", first_seq_no=seq)
+
+
+async def test_a_broker_that_lost_its_session_cannot_write_after_the_next_owner_took_over(
+    zookeeper: ZooKeeperServer,
+    shared_root: str,
+    shared_bookies: list[BookieProcess],
+    shared_client: LedgerClient,
+) -> None:
+    cfg = OwnershipConfig(session_timeout=4.0, reconcile_interval=1.0)
+    async with LedgerClient(zookeeper.hosts, root=shared_root) as other_client:
+        host_a = LogHost(shared_client, "a", zombie=True)
+        host_b = LogHost(other_client, "b")
+        a = await Ownership(zookeeper.hosts, shared_root, "a", host_a, config=cfg).start()
+        b = await Ownership(zookeeper.hosts, shared_root, "b", host_b, config=cfg).start()
+        try:
+            key = partition_key("public/default/handover", 0)
+            await a.add_partitions([key])
+            await until(lambda: key in a.owned or key in b.owned)
+            if key in b.owned:
+                await a.unload(key, to="a")
+                await until(lambda: key in a.owned)
+            zombie = host_a.logs[key]
+            gen_a = a.owned[key]
+            for seq in range(1, 4):
+                await zombie.write(validate_incoming([batch(seq)]))
+            # a's session expires; b claims the partition and opens its log (fencing a's)
+            sid, password = a.zk.client_id
+            killer = KazooClient(hosts=zookeeper.hosts, client_id=(sid, password))
+            await asyncio.to_thread(killer.start, 30)
+            await asyncio.to_thread(killer.stop)
+            await asyncio.to_thread(killer.close)
+            await until(lambda: key in b.owned and key in host_b.logs, 60)
+            assert b.serving(key) == gen_a + 1
+            assert a.serving(key) is None
+            with pytest.raises(ManagedLogFencedError):
+                await zombie.write(validate_incoming([batch(4)]))
+            new = host_b.logs[key]
+            assert new.end_offset == 3 and new.last_seq_no("p") == 3
+            res = await new.write(validate_incoming([batch(3), batch(4)]))
+            assert (res[0].skipped, res[1].offset) == (1, 3)  # dedup survived the move
+        finally:
+            try:
+                await a.stop()
+            finally:
+                await b.stop()
