@@ -28,7 +28,7 @@ import bisect
 import dataclasses
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from weir.errors import (
     CorruptDataError,
@@ -43,6 +43,10 @@ from weir.storage.batch import (
 )
 from weir.storage.blob import BIG, BlobInfo, split_parts
 from weir.storage.blob_reads import fetch_blob, index_blob, slice_blob, time_in_blob
+from weir.storage.change import BatchResult as BatchResult
+from weir.storage.change import NewBlob
+from weir.storage.change import PreparedChange as PreparedChange
+from weir.storage.change import ReadResult as ReadResult
 from weir.storage.committer import GroupCommitter
 from weir.storage.head import SEALABLE, Entry, HeadSegment, push
 from weir.storage.incoming import IncomingBatch
@@ -50,6 +54,15 @@ from weir.storage.kv import KV, Op, ReadView, delete, delete_range, put
 from weir.storage.meta import PartitionMeta
 from weir.storage.producers import ProducerState
 from weir.storage.read_cache import CachedBlob, ReadCache
+from weir.storage.tiered.partition_tier import NO_TIER, TierReads, is_remote
+from weir.storage.tiered.payloads import PayloadRefs
+from weir.storage.tiered.remote_metadata import (
+    RemoteSegment,
+    SegmentState,
+    load_records,
+    record_op,
+)
+from weir.storage.tiered.tiered_log import TieredLog
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,42 +105,6 @@ class PartitionConfig:
 
 
 @dataclass(slots=True)
-class BatchResult:
-    """What happened to one incoming batch: its first ``skipped`` records were duplicates,
-    the next ``written`` records are stored from ``offset`` on."""
-
-    offset: int
-    written: int
-    skipped: int
-
-    def offset_of(self, index: int) -> int | None:
-        """Offset of the record at ``index`` in the batch as sent (None if skipped)."""
-        if index < self.skipped:
-            return None
-        return self.offset + index - self.skipped
-
-
-@dataclass(slots=True)
-class ReadResult:
-    """Whole stored batches, as contiguous chunks of concatenated batches.
-
-    ``first_offset`` is the base offset of the first batch returned; it can be
-    below the offset asked for (a batch is never cut) or above it (retention
-    removed the offsets in between: compare with the request to detect a gap).
-    """
-
-    chunks: list[bytes | memoryview]
-    first_offset: int
-    next_offset: int
-    start_offset: int
-    end_offset: int
-
-    @property
-    def nbytes(self) -> int:
-        return sum(len(c) for c in self.chunks)
-
-
-@dataclass(slots=True)
 class _Unit:
     """A stamped batch about to be placed in a blob."""
 
@@ -138,35 +115,10 @@ class _Unit:
     pieces: tuple[bytes | memoryview, ...]
 
 
-@dataclass(slots=True)
-class _NewBlob:
-    """An entry the change appends to the in-memory blob list (with its bytes if head)."""
-
-    info: BlobInfo
-    segment: HeadSegment | None  # None: a big blob
-
-
-@dataclass(slots=True)
-class PreparedChange:
-    """KV ops of one write or retention step and the state they lead to."""
-
-    ops: list[Op]
-    nbytes: int
-    results: list[BatchResult] = field(default_factory=list)
-    drop_front: int = 0
-    drop_tail: int = 0
-    add: list[_NewBlob] = field(default_factory=list)
-    producers: dict[str, ProducerState] = field(default_factory=dict)
-    drop_producers: list[str] = field(default_factory=list)
-    start_offset: int = 0
-    end_offset: int = 0
-    last_written: int = 0
-
-
 SpaceCheck = Callable[[int], None]
 
 
-class PartitionLog:
+class PartitionLog(TieredLog):
     """A partition's blobs, head, offsets and producers; see the module docstring."""
 
     def __init__(
@@ -179,6 +131,7 @@ class PartitionLog:
         label: str = "",
         space_check: SpaceCheck | None = None,
         cache: ReadCache | None = None,
+        tier: TierReads | None = None,
     ) -> None:
         self.kv = kv
         self.committer = committer
@@ -188,6 +141,10 @@ class PartitionLog:
         self._space_check = space_check
         self._cache = cache if cache is not None else ReadCache(0)
         self._cache_owner = self._cache.new_owner()
+        self.tier = tier if tier is not None else NO_TIER
+        # segment records (COPY_FINISHED) of offloaded blobs, by first offset
+        self.remote: dict[int, RemoteSegment] = {}
+        self.payloads = PayloadRefs(log_id)
         self.start_offset = 0
         self.end_offset = 0
         self.size_bytes = 0
@@ -214,6 +171,7 @@ class PartitionLog:
         label: str = "",
         space_check: SpaceCheck | None = None,
         cache: ReadCache | None = None,
+        tier: TierReads | None = None,
         verify_all: bool = False,
         strict: bool = True,
     ) -> PartitionLog:
@@ -226,7 +184,16 @@ class PartitionLog:
         on read, writes are refused, and the rest stays readable, so one bad
         partition does not keep a whole server from starting.
         """
-        log = cls(kv, committer, log_id, config, label=label, space_check=space_check, cache=cache)
+        log = cls(
+            kv,
+            committer,
+            log_id,
+            config,
+            label=label,
+            space_check=space_check,
+            cache=cache,
+            tier=tier,
+        )
         try:
             log._load(verify_all)
         except CorruptDataError as err:
@@ -248,6 +215,9 @@ class PartitionLog:
                 _, first, count = keys.parse_index_key(k)
                 blobs.append(BlobInfo.unpack(first, count, v))
             expected = meta.start_offset
+            if blobs and blobs[0].first_offset < expected < blobs[0].end_offset:
+                # records were deleted up to an offset inside the first blob (a trim)
+                expected = blobs[0].first_offset
             for b in blobs:
                 if b.first_offset != expected:
                     raise CorruptDataError(
@@ -273,10 +243,23 @@ class PartitionLog:
             self._head_count = len(blobs) - head_start
             for k, v in view.scan(keys.PRODUCERS, prefix, stop):
                 self.producers[k[len(prefix) :].decode()] = ProducerState.unpack(v)
+            self.remote = {
+                r.first_offset: r
+                for r in load_records(view, self.log_id)
+                if r.state == SegmentState.COPY_FINISHED
+            }
+            self.payloads.load(view)
             cfg = self.config
             segments: list[Entry] = []
             for i, b in enumerate(blobs):
-                if i >= head_start or verify_all:
+                if is_remote(b):
+                    if b.first_offset not in self.remote:
+                        raise CorruptDataError(
+                            "blob is offloaded but has no finished segment record",
+                            partition=self.label,
+                            offset=b.first_offset,
+                        )
+                elif i >= head_start or verify_all:
                     data = fetch_blob(view, self.log_id, b, self.label)
                     index_blob(data, b, self.label)
                     if i >= head_start:
@@ -386,6 +369,13 @@ class PartitionLog:
                     skip = bisect.bisect_right(seqs, st.max_seq_no)
                     buf = reencode_from(buf, h, skip)
                     h = parse_header(buf)
+            if b.refs:
+                refs = tuple(
+                    dataclasses.replace(r, index=r.index - skip) for r in b.refs if r.index >= skip
+                )
+                if refs:
+                    change.ops.append(self.payloads.put_op(offset, refs))
+                    change.payload_add.append((offset, refs))
             head = stamp_header(buf, h, offset, now)
             body = memoryview(buf)[h.payload_start : h.length]
             units.append(_Unit(offset, h.record_count, h.length, now, (head, body)))
@@ -413,7 +403,7 @@ class PartitionLog:
             segments = [(b, self._head[b.first_offset]) for b in head]
             keep = push(segments, info, data, cfg.seal_size, cfg.head_merge_fanout)
             change.drop_tail = len(head) - keep
-            change.add = [_NewBlob(i, seg) for i, seg in segments[keep:]]
+            change.add = [NewBlob(i, seg) for i, seg in segments[keep:]]
             return
         # Compaction. A large piece is sealed where it lies (only its index entry changes),
         # so producers that send large batches pay no second write; the runs of small
@@ -440,7 +430,7 @@ class PartitionLog:
         else:
             info, data = self._make_blob(run, (), BIG)
             self._put_blob(change, info, data)
-            change.add.append(_NewBlob(info, None))
+            change.add.append(NewBlob(info, None))
             deletes.extend(self._delete_range_ops(info.first_offset, info.end_offset))
         run.clear()
 
@@ -457,7 +447,7 @@ class PartitionLog:
             info, data = self._make_blob((), units, 0)
             self._put_blob(change, info, data)
             push(segments, info, data, cfg.seal_size, cfg.head_merge_fanout)
-            change.add.extend(_NewBlob(i, seg) for i, seg in segments)
+            change.add.extend(NewBlob(i, seg) for i, seg in segments)
             return
         # The stored run is under the low watermark, so it fits whole in the first blob.
         chunks: list[tuple[list[Entry], list[_Unit]]] = [(run, [])]
@@ -474,20 +464,20 @@ class PartitionLog:
                 self._put_blob(change, info, data)
                 rest: list[Entry] = []
                 push(rest, info, data, cfg.seal_size, cfg.head_merge_fanout)
-                change.add.extend(_NewBlob(i, seg) for i, seg in rest)
+                change.add.extend(NewBlob(i, seg) for i, seg in rest)
             elif not new:
                 self._pack_run(change, stored, deletes)
             else:
                 info, data = self._make_blob(stored, new, BIG)
                 self._put_blob(change, info, data)
-                change.add.append(_NewBlob(info, None))
+                change.add.append(NewBlob(info, None))
                 if stored:
                     end = stored[-1][0].end_offset
                     deletes.extend(self._delete_range_ops(info.first_offset, end))
 
     def _seal(self, change: PreparedChange, info: BlobInfo) -> None:
         change.ops.append(self._index_op(info))
-        change.add.append(_NewBlob(info, None))
+        change.add.append(NewBlob(info, None))
 
     def _put_blob(self, change: PreparedChange, info: BlobInfo, data: bytes) -> None:
         for part, piece in enumerate(split_parts(data, self.config.max_blob_size)):
@@ -552,7 +542,6 @@ class PartitionLog:
         if self.damage is not None or (cfg.retention_ms is None and cfg.retention_bytes is None):
             return None
         now = int(time.time() * 1000) if now_ms is None else now_ms
-        ttl = cfg.producer_ttl_ms
         n = 0
         remaining = self.size_bytes
         for b in self._blobs:
@@ -565,13 +554,7 @@ class PartitionLog:
             n += 1
             remaining -= b.size
         new_start = self._blobs[n - 1].end_offset if n else self.start_offset
-        # producers whose messages are all gone (or going) and who have been idle past
-        # the ttl: their dedup state can go (a resend that late is a new message)
-        stale = [
-            pid
-            for pid, st in self.producers.items()
-            if st.offset < new_start and ttl is not None and st.last_write_ms < now - ttl
-        ]
+        stale = self._stale_producers(new_start, now)
         if n == 0 and not stale:
             return None
         self._begin()
@@ -586,12 +569,81 @@ class PartitionLog:
         )
         for b in dropped:
             change.ops.extend(self._delete_blob_ops(b))
+            self._let_go_remote(change, b.first_offset, now)
+        self._drop_refs_of(change, dropped)
         for pid in stale:
             change.drop_producers.append(pid)
             change.ops.append(delete(keys.PRODUCERS, keys.producer_key(self.log_id, pid)))
         change.ops.append(self._meta_op(new_start, self.end_offset))
         self._read_start = new_start
         return change
+
+    def _drop_refs_of(self, change: PreparedChange, dropped: Sequence[BlobInfo]) -> None:
+        """Delete the payload references of the batches in ``dropped`` (the front blobs;
+        from the first blob's first offset: a trim can leave the start inside it)."""
+        if not dropped:
+            return
+        first, end = dropped[0].first_offset, dropped[-1].end_offset
+        if self.payloads.within(first, end):
+            change.ops.extend(self.payloads.drop_ops(first, end))
+
+    def _stale_producers(self, new_start: int, now: int) -> list[str]:
+        """Producers whose messages are all gone (or going) and who have been idle past the
+        ttl: their dedup state can go (a resend that late is a new message)."""
+        ttl = self.config.producer_ttl_ms
+        if ttl is None:
+            return []
+        return [
+            pid
+            for pid, st in self.producers.items()
+            if st.offset < new_start and st.last_write_ms < now - ttl
+        ]
+
+    def prepare_trim(self, before: int, now_ms: int | None = None) -> PreparedChange | None:
+        """Move the start offset up to ``before`` (Kafka's DeleteRecords: the log start
+        offset, a low watermark): offsets below it are gone for readers at once; blobs
+        wholly below it are deleted in the same change, and a blob it falls inside stays
+        until retention (or a later trim) passes its end. ``before`` is clamped to
+        EndOffset; returns None when the start is already there."""
+        if self.damage is not None:
+            raise CorruptDataError(
+                f"trim refused: {self.damage.message}; the partition needs repair",
+                partition=self.label,
+                offset=self.damage.offset,
+            )
+        new_start = min(before, self.end_offset)
+        if new_start <= self.start_offset:
+            return None
+        self._begin()
+        n = 0
+        while n < len(self._blobs) and self._blobs[n].end_offset <= new_start:
+            n += 1
+        change = PreparedChange(
+            ops=[],
+            nbytes=0,
+            drop_front=n,
+            start_offset=new_start,
+            end_offset=self.end_offset,
+            last_written=self._last_written,
+        )
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        for b in self._blobs[:n]:
+            change.ops.extend(self._delete_blob_ops(b))
+            self._let_go_remote(change, b.first_offset, now)
+        self._drop_refs_of(change, self._blobs[:n])
+        for pid in self._stale_producers(new_start, now):
+            change.drop_producers.append(pid)
+            change.ops.append(delete(keys.PRODUCERS, keys.producer_key(self.log_id, pid)))
+        change.ops.append(self._meta_op(new_start, self.end_offset))
+        self._read_start = new_start
+        return change
+
+    def trim(self, before: int, now_ms: int | None = None) -> int:
+        """Run one trim synchronously (tests, tools); returns the start offset after it."""
+        change = self.prepare_trim(before, now_ms)
+        if change is not None:
+            self._commit(change)
+        return self.start_offset
 
     # ------------------------------------------------------------------ commit protocol
 
@@ -629,6 +681,24 @@ class PartitionLog:
             else:
                 # A big blob seals everything before it: the head is what follows it.
                 self._head_count = 0
+        for info in change.replace:
+            i = bisect.bisect_left(self._firsts, info.first_offset)
+            blobs[i] = info
+            self._cache.discard(self._cache_key(info))
+        for rec in change.remote_set:
+            self.remote[rec.first_offset] = rec
+        for off, refs in change.payload_add:
+            self.payloads.add(off, refs)
+        if change.start_offset > self.start_offset:
+            # the references of the blobs gone; a trimmed blob keeps its own (a batch
+            # straddling the start offset is still served, see `_cut_first`)
+            self.payloads.drop_below(
+                min(change.start_offset, blobs[0].first_offset) if blobs else change.start_offset
+            )
+        for first in change.remote_drop:
+            gone = self.remote.pop(first, None)
+            if gone is not None:
+                self.tier.discard(self._cache_owner, gone)
         self.producers.update(change.producers)
         for pid in change.drop_producers:
             self.producers.pop(pid, None)
@@ -658,6 +728,10 @@ class PartitionLog:
         self._commit(change)
         return change.drop_front
 
+    def commit_change(self, change: PreparedChange) -> None:
+        """Commit a prepared change synchronously and apply it (abort on failure)."""
+        self._commit(change)
+
     def _commit(self, change: PreparedChange) -> None:
         try:
             self.committer.commit(change.ops, change.nbytes)
@@ -667,19 +741,27 @@ class PartitionLog:
         self.apply(change)
 
     def drop_ops(self) -> list[Op]:
-        """KV ops deleting this partition entirely (its topic is being dropped)."""
+        """KV ops deleting this partition entirely (its topic is being dropped); its
+        offloaded segments move to DELETE_STARTED, for the tier to delete their objects."""
         ops: list[Op] = []
+        now = int(time.time() * 1000)
         for b in self._blobs:
             ops.extend(self._delete_blob_ops(b))
+            rec = self.remote.get(b.first_offset)
+            if rec is not None:
+                ops.append(record_op(rec.moved(SegmentState.DELETE_STARTED, now)))
         ops.extend(
             delete(keys.PRODUCERS, keys.producer_key(self.log_id, p)) for p in self.producers
         )
+        ops.extend(self.payloads.drop_ops(0, max(self.end_offset, 1)))
         ops.append(delete(keys.PARTITIONS, keys.log_prefix(self.log_id)))
         return ops
 
     def drop_cached(self) -> None:
         """Forget this partition's blobs in the read cache (it was dropped)."""
         self._cache.drop_owner(self._cache_owner)
+        for rec in self.remote.values():
+            self.tier.discard(self._cache_owner, rec)
 
     # ------------------------------------------------------------------ reads
 
@@ -711,7 +793,12 @@ class PartitionLog:
                     break
                 budget = max_bytes - total
                 seg = self._head.get(b.first_offset) if b.is_head else None
-                cached = None if b.is_head else self._cached(view, b)
+                if is_remote(b):
+                    cached = self._remote_blob(b, i, block=not result.chunks)
+                    if cached is None:
+                        break  # not fetched yet: the next read (or read-ahead) brings it
+                else:
+                    cached = None if b.is_head else self._cached(view, b)
                 if seg is not None:
                     data: bytes | memoryview = memoryview(seg.data)
                     a, z, base, nxt = slice_blob(
@@ -743,8 +830,30 @@ class PartitionLog:
             raise CorruptDataError(
                 "no stored batch holds this offset", partition=self.label, offset=start
             )
+        if self.payloads.by_offset:
+            result.refs = self.payloads.within(first, result.next_offset)
+        if first < self._read_start:
+            first = self._cut_first(result)
         result.first_offset = first
         return result
+
+    def _cut_first(self, result: ReadResult) -> int:
+        """The first batch returned straddles the start offset (records were deleted up to
+        an offset inside it, see `prepare_trim`): serve it without the deleted records, so
+        no reader ever sees them. Re-encoded on each such read: a cold path."""
+        chunk = result.chunks[0]
+        h = parse_header(chunk)
+        skip = self._read_start - h.base_offset
+        body = reencode_from(memoryview(chunk)[: h.length], h, skip)
+        bh = parse_header(body)
+        batch = stamp_header(body, bh, self._read_start, h.written_at) + body[bh.payload_start :]
+        rest = memoryview(chunk)[h.length :]
+        result.chunks[:1] = [batch, rest] if len(rest) else [batch]
+        refs = result.refs.pop(h.base_offset, ())
+        moved = tuple(dataclasses.replace(r, index=r.index - skip) for r in refs if r.index >= skip)
+        if moved:  # the batch's large payloads, renumbered as the records they belong to
+            result.refs[self._read_start] = moved
+        return self._read_start
 
     def _cache_key(self, b: BlobInfo) -> tuple[int, int, int]:
         return (self._cache_owner, b.first_offset, b.count)
@@ -777,6 +886,10 @@ class PartitionLog:
         seg = self._head.get(b.first_offset) if b.is_head else None
         if seg is not None:
             return time_in_blob(seg.data, written_at_ms, b, self._read_start)
+        if is_remote(b):
+            rec = self.remote[b.first_offset]
+            data = self.tier.fetch(self._cache_owner, rec, self.label).data
+            return time_in_blob(data, written_at_ms, b, self._read_start)
         with self.kv.snapshot() as view:
             return time_in_blob(
                 fetch_blob(view, self.log_id, b, self.label), written_at_ms, b, self._read_start
