@@ -238,9 +238,12 @@ class Ownership:
         return {"broker": self.broker_id}
 
     async def _run(self) -> None:
-        while True:
+        # not `while True`: Python 3.11's wait_for can swallow a cancel that comes as the
+        # kick is set, and stop() would wait for this task forever
+        while not self._stopped:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._kick.wait(), self.config.reconcile_interval)
+                async with asyncio.timeout(self.config.reconcile_interval):
+                    await self._kick.wait()
             self._kick.clear()
             try:
                 await self.reconcile()
