@@ -36,7 +36,7 @@ class LogHost:
 
     async def acquire(self, key: str, generation: int) -> None:
         self.logs[key] = await ReplicatedPartitionLog.open(
-            self.client, key, replication=REP, owner=f"{self.broker}@{generation}"
+            self.client, key, replication=REP, owner=f"{self.broker}@{generation}", claim=generation
         )
 
     async def release(self, key: str, *, graceful: bool) -> None:

@@ -23,6 +23,7 @@ from weir.errors import CommitFailedError, WeirError
 from weir.replication.errors import (
     ManagedLogFencedError,
     NoSuchLedgerError,
+    StaleClaimError,
 )
 from weir.replication.ledger import LedgerClient
 from weir.replication.local_cluster import BookieProcess
@@ -132,6 +133,30 @@ async def test_a_crashed_owner_is_recovered_at_what_it_acknowledged(
     assert [data[2 * i] for i in range(8)] == [b"x%d" % i for i in range(8)]
     assert second.ledgers[-2].size > 0  # the recovered ledger's size, from its last entry
     await second.close()
+
+
+async def test_an_opener_with_a_superseded_claim_is_refused_and_fences_nothing(
+    client: LedgerClient, name: str, zookeeper: ZooKeeperServer, shared_root: str
+) -> None:
+    """Ownership claims (broker/cluster) order the openers: a broker still holding claim 1
+    that opens the log late cannot fence the owner of claim 2; claim 3 can."""
+    owner2 = await ManagedLog.open(client, name, SMALL, owner="b", claim=2)
+    await owner2.append(b"b0", 1)
+    other = await second_client(zookeeper, shared_root)
+    try:
+        with pytest.raises(StaleClaimError):
+            await ManagedLog.open(other, name, SMALL, owner="a", claim=1)
+        assert (await owner2.append(b"b1", 1)).first_offset == 1  # still the owner
+        got = await ManagedLogStore(client.zk, client.root).read(name)
+        assert got is not None and (got[0].claim, got[0].owner) == (2, "b")
+        owner3 = await ManagedLog.open(other, name, SMALL, owner="c", claim=3)
+        with pytest.raises(ManagedLogFencedError):
+            await owner2.append(b"late", 1)
+        assert await read_all(owner3) == {0: b"b0", 1: b"b1"}
+        await owner3.close()
+    finally:
+        await owner2.abandon()
+        await other.close()
 
 
 async def test_an_empty_open_ledger_is_dropped_at_recovery(client: LedgerClient, name: str) -> None:

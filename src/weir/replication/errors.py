@@ -80,6 +80,14 @@ class ManagedLogFencedError(FatalError):
     code = "MANAGED_LOG_FENCED"
 
 
+class StaleClaimError(ManagedLogFencedError):
+    """The managed log was opened under a newer ownership claim (a higher claim generation)
+    than this opener's: another broker owns the partition now, so this one must not open
+    it (opening would fence the newer owner)."""
+
+    code = "STALE_CLAIM"
+
+
 class ManagedLogFailedError(RetryableError):
     """The managed log lost track of its state (ZooKeeper unreachable while switching
     ledgers): every append in flight failed and the log must be opened again, which

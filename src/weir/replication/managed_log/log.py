@@ -156,11 +156,15 @@ class ManagedLog:
         config: ManagedLogConfig | None = None,
         *,
         owner: str = "",
+        claim: int | None = None,
     ) -> ManagedLog:
-        """Take the log over (fencing any previous owner) and open a new ledger in it."""
+        """Take the log over (fencing any previous owner) and open a new ledger in it.
+
+        ``claim``: the generation of the caller's ownership claim (broker/cluster); the
+        open is refused with StaleClaimError if the log was opened under a newer one."""
         cfg = config or ManagedLogConfig()
         store = ManagedLogStore(client.zk, client.root)
-        op = OpenOp(client, store, name, cfg, owner)
+        op = OpenOp(client, store, name, cfg, owner, claim)
         md, version, handle = await op.run()
         mlog = cls(client, store, name, cfg, md, version, handle)
         mlog.recovered_ledgers = op.recovered_ledgers

@@ -3,8 +3,11 @@
 One znode per log, ``{root}/managed-logs/{quoted name}``, JSON, changed only by
 compare-and-set on the znode's version (Pulsar's ManagedLedgerInfo). Every
 owner change (an open) bumps ``generation``; every ledger switch, trim and
-snapshot is one CAS. An owner whose CAS fails has been replaced: someone else
-opened the log since it read the version it holds.
+snapshot is one CAS. ``claim`` is the highest ownership-claim generation that
+opened the log (broker/cluster): an opener with a lower claim is refused, so a
+broker whose claim was superseded can never fence the newer owner. An owner
+whose CAS fails has been replaced: someone else opened the log since it read
+the version it holds.
 """
 
 from __future__ import annotations
@@ -99,6 +102,7 @@ class SnapshotInfo:
 class ManagedLogMetadata:
     generation: int = 0
     owner: str = ""
+    claim: int = 0
     ledgers: tuple[LedgerInfo, ...] = ()
     snapshot: SnapshotInfo | None = None
 
@@ -116,6 +120,7 @@ class ManagedLogMetadata:
                 "version": 1,
                 "generation": self.generation,
                 "owner": self.owner,
+                "claim": self.claim,
                 "ledgers": [li.to_json() for li in self.ledgers],
                 "snapshot": None if self.snapshot is None else self.snapshot.to_json(),
             },
@@ -129,6 +134,7 @@ class ManagedLogMetadata:
         return cls(
             generation=d["generation"],
             owner=d.get("owner", ""),
+            claim=int(d.get("claim", 0)),
             ledgers=tuple(LedgerInfo.from_json(x) for x in d["ledgers"]),
             snapshot=None if snap is None else SnapshotInfo.from_json(snap),
         )

@@ -1,6 +1,8 @@
 """Opening a managed log: take it over from whoever owned it before.
 
-1. Read the metadata (create it for a new log).
+1. Read the metadata (create it for a new log). With an ownership claim, refuse
+   (StaleClaimError) when the log was opened under a newer claim, before fencing
+   anything: a broker whose claim was superseded must not fence the new owner.
 2. If the last ledger is open, recover it (docs/replication.md: fence its
    bookies, read forward, close it at the last entry that could have been
    acknowledged). From the fence on, the previous owner cannot get another
@@ -10,7 +12,7 @@
    closed, the new one open from the end offset, the generation bumped.
    A conflict means another opener (or the old owner switching ledgers) moved
    first: discard the new ledger and start again from 1, so the newest opener
-   always fences the one before.
+   always fences the one before (and a conflict with a newer claim is refused at 1).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import logging
 from dataclasses import replace
 
 from weir.errors import WeirError
-from weir.replication.errors import MetadataConflictError, NoSuchLedgerError
+from weir.replication.errors import MetadataConflictError, NoSuchLedgerError, StaleClaimError
 from weir.replication.ledger.client import LedgerClient
 from weir.replication.ledger.handle import LedgerHandle
 from weir.replication.managed_log.config import ManagedLogConfig
@@ -43,12 +45,14 @@ class OpenOp:
         name: str,
         config: ManagedLogConfig,
         owner: str,
+        claim: int | None = None,
     ) -> None:
         self.client = client
         self.store = store
         self.name = name
         self.config = config
         self.owner = owner
+        self.claim = claim
         self.recovered_ledgers = 0
 
     async def run(self) -> tuple[ManagedLogMetadata, int, LedgerHandle]:
@@ -56,6 +60,11 @@ class OpenOp:
         conflicts = 0
         while True:
             md, version = await self.store.read_or_create(self.name)
+            if self.claim is not None and md.claim > self.claim:
+                raise StaleClaimError(
+                    f"managed log {self.name!r} was opened under claim {md.claim}; "
+                    f"this opener holds claim {self.claim}"
+                )
             end = md.end_offset  # an open last ledger starts where the log ends, if empty
             ledgers, dropped = await self._close_last(list(md.ledgers))
             cfg = self.config
@@ -68,6 +77,7 @@ class OpenOp:
                 md,
                 generation=md.generation + 1,
                 owner=self.owner,
+                claim=md.claim if self.claim is None else self.claim,
                 ledgers=(*ledgers, LedgerInfo(handle.ledger_id, end)),
             )
             try:

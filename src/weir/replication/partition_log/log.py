@@ -106,12 +106,13 @@ class ReplicatedPartitionLog:
         replication: ReplicationConfig | None = None,
         *,
         owner: str = "",
+        claim: int | None = None,
         label: str = "",
     ) -> ReplicatedPartitionLog:
         """Take the partition over: open its managed log (fencing the previous owner), load
         the latest snapshot and replay the entries after it."""
         rep = replication or ReplicationConfig()
-        mlog = await ManagedLog.open(client, name, rep.managed_log, owner=owner)
+        mlog = await ManagedLog.open(client, name, rep.managed_log, owner=owner, claim=claim)
         try:
             loaded = await mlog.load_snapshot()
             state = PartitionState() if loaded is None else PartitionState.decode(loaded[1])
