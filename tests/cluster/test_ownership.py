@@ -190,3 +190,53 @@ async def test_claims_are_exclusive_and_generations_grow(cluster: Cluster) -> No
         await until(lambda: any(key in o.owned and o.owned[key] > gens[-1] for o in (a, b)))
         gens.append(max(o.owned.get(key, 0) for o in (a, b)))
     assert gens == [1, 2, 3, 4]
+
+
+async def expire_session(own: Ownership, hosts: str) -> None:
+    """Make ZooKeeper expire ``own``'s session: another client takes it over and closes it."""
+    sid, password = own.zk.client_id
+    killer = KazooClient(hosts=hosts, client_id=(sid, password))
+    await asyncio.to_thread(killer.start, 30)
+    await asyncio.to_thread(killer.stop)
+    await asyncio.to_thread(killer.close)
+
+
+@dataclass
+class SlowHost(Host):
+    """A host whose acquire waits for the test (a partition slow to open)."""
+
+    gate: asyncio.Event = field(default_factory=asyncio.Event)
+    entered: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def acquire(self, key: str, generation: int) -> None:
+        self.events.append(("acquire", key, generation))
+        self.entered.set()
+        await self.gate.wait()
+        self.serving[key] = generation
+
+
+async def test_a_claim_lost_while_the_partition_opened_is_not_served(
+    zookeeper: ZooKeeperServer,
+) -> None:
+    """The session expires while the host opens a partition, and a new session connects
+    before the open ends: the claim died with the old session, so the broker must not
+    serve the partition under it; it claims again (a new generation) and serves that."""
+    host = SlowHost()
+    own = Ownership(zookeeper.hosts, f"/cluster-test-{next(_roots)}", "a", host, config=FAST)
+    await own.start()
+    try:
+        key = KEYS[0]
+        await own.add_partitions([key])
+        await asyncio.wait_for(host.entered.wait(), 30)  # acquiring claim 1
+        await expire_session(own, zookeeper.hosts)
+        await until(lambda: own.session_losses == 1 and not own.suspended, 60)
+        host.gate.set()
+        deadline = time.monotonic() + 30
+        while own.serving(key) != 2:
+            assert own.serving(key) != 1, "served under a claim its lost session held"
+            assert time.monotonic() < deadline, "never claimed again"
+            await asyncio.sleep(0.01)
+        assert ("release", key, False) in host.events
+        assert [e[2] for e in host.events if e[0] == "acquire"] == [1, 2]
+    finally:
+        await own.stop()

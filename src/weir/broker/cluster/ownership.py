@@ -94,6 +94,7 @@ class Ownership:
         self.is_leader = False
         self.reconciles = 0
         self.placements = 0
+        self.session_losses = 0  # sessions expired under this broker (a claim dies with each)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._kick = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -214,6 +215,7 @@ class Ownership:
             log.warning("zookeeper connection suspended: not serving", extra=self._extra())
         elif state == KazooState.LOST:
             self.suspended = True
+            self.session_losses += 1
             self.is_leader = False
             lost = list(self.owned)
             self.owned.clear()  # stop serving now; the host drops them below
@@ -345,13 +347,17 @@ class Ownership:
             await asyncio.gather(*(self._acquire(k, g) for k, g in acquire))
 
     async def _acquire(self, key: str, generation: int) -> None:
+        session = self.session_losses
         try:
             await self.host.acquire(key, generation)
         except Exception as exc:
             log.warning("could not acquire %s: %r; claim given back", key, exc, extra=self._extra())
-            await self.records.release(key, generation)
+            with contextlib.suppress(KazooException):
+                await self.records.release(key, generation)
             return
-        if self.suspended:  # the session went while it opened: do not serve it
+        if self.suspended or self.session_losses != session:
+            # the session (and the claim with it) went while the host opened it, even if a
+            # new session is connected by now: do not serve it; claim afresh next round
             await self.host.release(key, graceful=False)
             return
         self.owned[key] = generation
