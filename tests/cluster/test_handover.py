@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import signal
+import subprocess
+import sys
+import threading
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 from kazoo.client import KazooClient
 
+from tests.replication.test_partition_log import read_back
 from weir.broker.cluster import Ownership, OwnershipConfig, partition_key
 from weir.replication.errors import ManagedLogFencedError
 from weir.replication.ledger import LedgerClient
@@ -93,3 +99,64 @@ async def test_a_broker_that_lost_its_session_cannot_write_after_the_next_owner_
                 await a.stop()
             finally:
                 await b.stop()
+
+
+def test_a_paused_broker_acknowledges_nothing_after_it_resumes(
+    zookeeper: ZooKeeperServer, shared_root: str, shared_bookies: list[BookieProcess]
+) -> None:
+    """A broker process SIGSTOPped past its session timeout: another broker claims its
+    partition and writes; the paused one resumes, sees its session lost, and none of its
+    acknowledged writes is missing from (or different in) the new owner's log."""
+    key = partition_key("public/default/paused", 0)
+    script = Path(__file__).with_name("cluster_broker.py")
+    proc = subprocess.Popen(
+        [sys.executable, str(script), zookeeper.hosts, shared_root, "a", key, "100000"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    lines: list[list[str]] = []
+    enough = threading.Event()
+
+    def pump() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line.split())
+            if len(lines) >= 30:
+                enough.set()
+        enough.set()
+
+    threading.Thread(target=pump, daemon=True).start()
+    try:
+        assert enough.wait(60), lines
+        proc.send_signal(signal.SIGSTOP)
+        acked_before = sum(1 for ln in lines if ln[0] == "ack")
+
+        async def take_over() -> tuple[int, int, list[bytes]]:
+            cfg = OwnershipConfig(session_timeout=4.0, reconcile_interval=1.0)
+            async with LedgerClient(zookeeper.hosts, root=shared_root) as client:
+                host = LogHost(client, "b")
+                b = await Ownership(zookeeper.hosts, shared_root, "b", host, config=cfg).start()
+                try:
+                    await until(lambda: key in b.owned and key in host.logs, 60)
+                    new = host.logs[key]
+                    start = new.end_offset
+                    for seq in range(1, 21):
+                        await new.write(validate_incoming([batch(seq)]))
+                    proc.send_signal(signal.SIGCONT)
+                    await asyncio.to_thread(proc.wait, 60)
+                    return start, b.owned[key], await read_back(new)
+                finally:
+                    await b.stop()
+
+        start, gen_b, final = asyncio.run(take_over())
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0 and lines[-2:] == [["lost"], ["done"]], lines[-5:]
+    acked = {int(ln[1]): ln[2].encode() for ln in lines if ln[0] == "ack"}
+    assert len(acked) >= acked_before >= 20
+    assert all(o < start for o in acked), (start, max(acked))  # nothing after the handover
+    assert {o: final[o] for o in acked} == acked
+    assert final[start:] == [b"m%d" % seq for seq in range(1, 21)]
+    assert {int(ln[3]) for ln in lines if ln[0] == "ack"} == {gen_b - 1}
