@@ -14,6 +14,7 @@ from tests.conftest import ServerProcess
 from tests.reliability.history import History, Stored, check, make_data, message_id
 from weir.client.routing import ROUND_ROBIN_RUN, murmur3_partition
 from weir.errors import BadRequestError
+from weir.hashing import kafka_partition, murmur2
 
 
 def murmur3_32(data: bytes, seed: int = 0) -> int:
@@ -235,3 +236,33 @@ async def test_the_asyncio_twin_routes_the_same(
                 (await w.write_with_result(b"x")).partition for _ in range(4 * ROUND_ROBIN_RUN)
             ]
         assert sorted(set(parts)) == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize(
+    ("key", "signed"),
+    # Kafka's own vectors for Utils.murmur2 (its UtilsTest), as Java's signed ints
+    [
+        (b"21", -973932308),
+        (b"foobar", -790332482),
+        (b"a-little-bit-long-string", -985981536),
+        (b"a-little-bit-longer-string", -1486304829),
+        (b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8", -58897971),
+        (b"abc", 479470107),
+    ],
+)
+def test_murmur2_is_kafkas(key: bytes, signed: int) -> None:
+    assert murmur2(key) == signed & 0xFFFFFFFF
+    assert kafka_partition(key, 7) == (signed & 0x7FFFFFFF) % 7
+
+
+def test_an_unknown_key_hash_is_refused(shared_server: ServerProcess) -> None:
+    with weir.Client(shared_server.endpoint) as c, pytest.raises(BadRequestError, match="murmur2"):
+        c.writer("hash-choice", key_hash="md5")
+
+
+def test_a_writer_with_murmur2_puts_keys_where_kafka_does(shared_server: ServerProcess) -> None:
+    with weir.Client(shared_server.endpoint) as c:
+        c.create_topic("kafka-keys", partitions=5, exist_ok=True)
+        with c.writer("kafka-keys", routing="key", key_hash="murmur2") as w:
+            got = {k: w.write_with_result(b"v", key=k).partition for k in ("a", "b", "user-7")}
+        assert got == {k: kafka_partition(k.encode(), 5) for k in got}

@@ -46,6 +46,7 @@ from weir.client.tls import TlsArg
 from weir.client.writer import WriterCore
 from weir.client.writer_settings import WriteResult, WriterSettings
 from weir.errors import AlreadyExistsError, BadRequestError, WeirError, WeirTimeoutError
+from weir.hashing import KeyHash
 from weir.protocols.native import weir_pb2 as pb
 from weir.protocols.native.policy_values import to_wire
 from weir.storage.codecs import Codec
@@ -719,6 +720,7 @@ class Client(AsyncTenancyCalls, AsyncSecurityCalls):
         codec: str | Codec = Codec.RAW,
         access_mode: str | AccessMode = AccessMode.SHARED,
         routing: str | CustomRouter | None = None,
+        key_hash: str | KeyHash = KeyHash.MURMUR3,
         **settings: Any,
     ) -> Writer:
         """A writer to ``topic`` (call inside a running event loop).
@@ -739,6 +741,9 @@ class Client(AsyncTenancyCalls, AsyncSecurityCalls):
         partition``, or ``"pinned"`` (every message to the producer's pinned partition,
         as YDB's producer_id writers; what ``partition=N`` does too). Dedup holds per
         (producer, partition), so resends after a reconnect stay safe in every mode.
+        ``key_hash``: ``"murmur3"`` (Pulsar's client's, the default) or ``"murmur2"``
+        (Kafka's default partitioner) places keyed messages (`weir.hashing`);
+        ``routing="key"`` is another name of the default.
 
         ``access_mode`` (Pulsar's): ``"shared"`` (default), ``"exclusive"`` (the
         writer fails with ProducerBusyError when another producer writes to the
@@ -754,7 +759,7 @@ class Client(AsyncTenancyCalls, AsyncSecurityCalls):
             access_mode=AccessMode.parse(access_mode),
             **settings,
         )
-        router = parse_routing(routing, partition)
+        router = parse_routing(routing, partition, key_hash)
         loop = asyncio.get_running_loop()
         core: WriterCore | RoutedWriterCore = (
             WriterCore(self.conn, topic, s, loop)

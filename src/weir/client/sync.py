@@ -32,6 +32,7 @@ from weir.client.tenancy import SyncTenancyCalls
 from weir.client.tls import TlsArg
 from weir.client.writer_settings import WriteResult
 from weir.errors import ClosedError, WeirError
+from weir.hashing import KeyHash
 from weir.storage.codecs import Codec
 
 
@@ -549,6 +550,7 @@ class Client(SyncTenancyCalls, SyncSecurityCalls):
         codec: str | Codec = Codec.RAW,
         access_mode: str | AccessMode = AccessMode.SHARED,
         routing: str | CustomRouter | None = None,
+        key_hash: str | KeyHash = KeyHash.MURMUR3,
         **settings: Any,
     ) -> Writer:
         """A writer to ``topic``; see `weir.aio.Client.writer`."""
@@ -561,6 +563,7 @@ class Client(SyncTenancyCalls, SyncSecurityCalls):
                 codec=codec,
                 access_mode=access_mode,
                 routing=routing,
+                key_hash=key_hash,
                 **settings,
             )
 

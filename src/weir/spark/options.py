@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from weir.client.aio import DEFAULT_ENDPOINT
 from weir.errors import BadRequestError
+from weir.hashing import KeyHash
 from weir.spark.offsets import OffsetSpec, parse_spec
 
 DEFAULT_MAX_BYTES_PER_FETCH = 4 << 20
@@ -127,6 +128,7 @@ class WriterOptions:
     endpoint: str
     topic: str
     write_id: str | None
+    key_hash: KeyHash = KeyHash.MURMUR3  # where a keyed row goes: the SDK writer's hash
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> WriterOptions:
@@ -134,4 +136,7 @@ class WriterOptions:
         if len(topics) != 1:
             raise BadRequestError(f"a weir sink writes to one topic, got {topics}")
         write_id = (_get(options, "writeId") or "").strip() or None
-        return cls(endpoint=_endpoint(options), topic=topics[0], write_id=write_id)
+        key_hash = KeyHash.parse(_get(options, "keyHash") or "murmur3")
+        return cls(
+            endpoint=_endpoint(options), topic=topics[0], write_id=write_id, key_hash=key_hash
+        )
