@@ -24,11 +24,11 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from weir.chunk_headers import CHUNK_COUNT, CHUNK_ID, CHUNK_UUID
 from weir.client.messages import _Part
 
-CHUNK_UUID = "weir.chunk.uuid"
-CHUNK_ID = "weir.chunk.id"
-CHUNK_COUNT = "weir.chunk.count"
+__all__ = ["CHUNK_COUNT", "CHUNK_ID", "CHUNK_UUID", "ChunkAssembler", "split"]
+
 DEFAULT_CHUNK_EXPIRY = 60.0  # seconds, as Pulsar's expireTimeOfIncompleteChunkedMessage
 
 
