@@ -4,7 +4,8 @@ Fronts call it. `Broker` is assembled from one mixin per concept, each in its ow
 module: `topic_admin` (create / alter / drop), `producer_admission` (partitions,
 writers, access modes), `writes` (the write path, backlog quota), `consumer_offsets`
 (consumers, offsets, groups), `subscriptions.facade`, `retention` (and pin expiry,
-run in the background) and `tenancy.facade`; their shared state is `state.BrokerState`.
+run in the background), `compaction.facade` (runs, compacted reads, the threshold
+trigger) and `tenancy.facade`; their shared state is `state.BrokerState`.
 This module opens (recovers) and closes it.
 """
 
@@ -16,6 +17,7 @@ import logging
 import struct
 
 from weir.broker.access import ProducerAccess
+from weir.broker.compaction.facade import Compaction
 from weir.broker.config import BrokerConfig
 from weir.broker.consumer_offsets import ConsumerOffsets
 from weir.broker.consumers import OFFSETS, OffsetStore
@@ -39,7 +41,7 @@ _U64 = struct.Struct("<Q")
 _EPOCH_KEY = b"epoch"
 
 
-class Broker(SubscriptionFacade, ConsumerOffsets, ProducerAdmission):
+class Broker(Compaction, SubscriptionFacade, ConsumerOffsets, ProducerAdmission):
     """Open with `Broker.open`; close with `await broker.close()`."""
 
     def __init__(
@@ -67,7 +69,12 @@ class Broker(SubscriptionFacade, ConsumerOffsets, ProducerAdmission):
         self.subscriptions = Subscriptions(
             store.kv, store.committer, lambda t, p: self._actors[(t, p)], self._write_dead_letters
         )
+        self._views = {}
+        self._compactions = {}
+        self.compaction_hook = None
+        self._compaction_test_hook = None
         self._retention_task: asyncio.Task[None] | None = None
+        self._compaction_task: asyncio.Task[None] | None = None
         self._closed = False
         self._lock = asyncio.Lock()
 
@@ -94,7 +101,9 @@ class Broker(SubscriptionFacade, ConsumerOffsets, ProducerAdmission):
         except BaseException:
             store.close()
             raise
-        broker._retention_task = asyncio.get_running_loop().create_task(broker._retention_loop())
+        loop = asyncio.get_running_loop()
+        broker._retention_task = loop.create_task(broker._retention_loop())
+        broker._compaction_task = loop.create_task(broker._compaction_loop())
         log.info(
             "broker open",
             extra={
@@ -123,6 +132,9 @@ class Broker(SubscriptionFacade, ConsumerOffsets, ProducerAdmission):
         self.subscriptions.load(self._topics.values())
         # Pins are derived from the partitions' producer tables; rows an older
         # version stored are dropped (the producer's state says where it writes).
+        cleanup = self._load_views()
+        if cleanup:  # blobs of compaction runs a crash cut short
+            self.store.committer.commit(cleanup)
         legacy = [delete(PINS, bytes(k)) for k, _ in self.store.kv.scan(PINS)]
         if legacy:
             self.store.committer.commit(legacy)
@@ -134,10 +146,12 @@ class Broker(SubscriptionFacade, ConsumerOffsets, ProducerAdmission):
             return
         self._closed = True
         self.access.wake_all()
-        if self._retention_task is not None:
-            self._retention_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._retention_task
+        for task in (self._retention_task, self._compaction_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        await self._close_compaction()
         for group in self._groups.values():
             group.close()
         await self.subscriptions.close()

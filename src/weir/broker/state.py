@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from weir.broker.access import ProducerAccess
+from weir.broker.compaction.job import CompactionJob
 from weir.broker.config import BrokerConfig
 from weir.broker.consumers import ConsumerGroup, OffsetStore
 from weir.broker.observer import BrokerObserver
@@ -23,6 +24,7 @@ from weir.broker.tenancy.limits import SessionCounter
 from weir.broker.tenancy.registry import Tenancy
 from weir.broker.topics import TopicConfig, canonical_topic, short_topic
 from weir.errors import UnavailableError, UnknownPartitionError, UnknownTopicError
+from weir.storage.compaction import CompactedView
 from weir.storage.kv import Op
 from weir.storage.store import Store
 
@@ -49,6 +51,12 @@ class BrokerState:
     _backlog_quota: dict[str, int]  # topic -> backlog_quota_bytes, when set
     _actors: dict[tuple[str, int], PartitionActor]
     _groups: dict[tuple[str, str], ConsumerGroup]
+    # compaction (`weir.broker.compaction`): the live view of each compacted partition,
+    # the last or current run of each topic, hooks called at each step of a run
+    _views: dict[tuple[str, int], CompactedView]
+    _compactions: dict[str, CompactionJob]
+    compaction_hook: Callable[[str], None] | None
+    _compaction_test_hook: Callable[[str], None] | None
     _closed: bool
     _lock: asyncio.Lock  # serializes registry changes
 

@@ -4,6 +4,7 @@ growth, consumers, policies) and drop, and the partition actors they open."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import struct
@@ -278,6 +279,11 @@ class TopicAdmin(TenancyFacade):
         self._check_open()
         async with self._lock:
             cfg = self.topic(name, database)
+            job = self._compactions.pop(cfg.name, None)
+            if job is not None and job.running:  # its blobs must not outlive the topic
+                job.cancel()
+                with contextlib.suppress(Exception):
+                    await job.wait()
             actors = [self._actors.pop((cfg.name, p)) for p in range(cfg.partitions)]
             await asyncio.gather(*(a.close() for a in actors))
             for key in [k for k in self._groups if k[0] == cfg.name]:
@@ -292,6 +298,7 @@ class TopicAdmin(TenancyFacade):
             await self.subscriptions.forget_topic(cfg)
             for p in range(cfg.partitions):
                 self.store.forget(cfg.log_id(p))
+                self._views.pop((cfg.name, p), None)
             self.offsets.forget(cfg.topic_id)
             self.pins.forget_topic(cfg.topic_id)
             self.access.forget_topic(cfg.topic_id)
