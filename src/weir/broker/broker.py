@@ -21,6 +21,7 @@ from weir.broker.compaction.facade import Compaction
 from weir.broker.config import BrokerConfig
 from weir.broker.consumer_offsets import ConsumerOffsets
 from weir.broker.consumers import OFFSETS, OffsetStore
+from weir.broker.non_persistent import LiveSubscriptions
 from weir.broker.observer import NULL_OBSERVER, BrokerObserver
 from weir.broker.producer_admission import PRODUCER_EPOCHS, ProducerAdmission, stored_epochs
 from weir.broker.producers import ProducerPins
@@ -29,6 +30,7 @@ from weir.broker.subscriptions.facade import SubscriptionFacade
 from weir.broker.tenancy.limits import SessionCounter
 from weir.broker.tenancy.registry import NAMESPACES, Tenancy
 from weir.broker.topics import NEXT_ID_KEY, TOPICS, TopicConfig
+from weir.errors import UnavailableError
 from weir.storage.kv import delete, put
 from weir.storage.store import Store
 
@@ -69,6 +71,8 @@ class Broker(Compaction, SubscriptionFacade, ConsumerOffsets, ProducerAdmission)
         self.subscriptions = Subscriptions(
             store.kv, store.committer, lambda t, p: self._actors[(t, p)], self._write_dead_letters
         )
+        self._live = {}
+        self.live_subscriptions = LiveSubscriptions(config.non_persistent_queue_bytes)
         self._views = {}
         self._compactions = {}
         self.compaction_hook = None
@@ -127,7 +131,7 @@ class Broker(Compaction, SubscriptionFacade, ConsumerOffsets, ProducerAdmission)
             cfg = self.resolved(cfg)
             self._remember(cfg)
             for p in range(cfg.partitions):
-                self._open_actor(cfg, p)
+                self._open_partition(cfg, p)
         self.access = ProducerAccess(stored_epochs(self.store.kv))
         self.subscriptions.load(self._topics.values())
         # Pins are derived from the partitions' producer tables; rows an older
@@ -156,5 +160,7 @@ class Broker(Compaction, SubscriptionFacade, ConsumerOffsets, ProducerAdmission)
             group.close()
         await self.subscriptions.close()
         await asyncio.gather(*(a.close() for a in self._actors.values()))
+        for live in self._live.values():
+            live.close(UnavailableError("server is shutting down"))
         await asyncio.to_thread(self.store.close)
         log.info("broker closed")

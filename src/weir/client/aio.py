@@ -15,16 +15,19 @@ import grpc
 
 from weir.access_mode import AccessMode
 from weir.client.admin import (
+    CompactionInfo,
     Consumer,
     ConsumerInfo,
     SubscriptionInfo,
     TopicInfo,
+    compaction_info,
     consumer_info,
     consumer_settings,
     subscription_info,
     topic_differences,
     topic_info,
 )
+from weir.client.chunks import DEFAULT_CHUNK_EXPIRY
 from weir.client.connection import Connection, error_from_rpc
 from weir.client.credentials import CredentialsArg
 from weir.client.deliver_at import with_deliver_at
@@ -404,10 +407,13 @@ class Client(AsyncTenancyCalls, AsyncSecurityCalls):
         codecs: Iterable[str] = (),
         consumers: Iterable[Consumer | str] = (),
         policies: Mapping[str, Any] | None = None,
+        kind: str = "persistent",
         exist_ok: bool = False,
         timeout: float | None = 30.0,
     ) -> TopicInfo:
-        """Create a topic. ``partitions`` 0 takes the namespace's default_partitions (else
+        """Create a topic. ``kind="non-persistent"`` makes one whose messages go only to
+        the readers and subscribers connected now, never to disk (docs/topics.md).
+        ``partitions`` 0 takes the namespace's default_partitions (else
         the server's, 1). ``retention`` (timedelta or ms) left out follows the namespace
         (else the server's, 7 days), as does every policy not in ``policies`` (the topic's
         own: see docs/topics.md).
@@ -425,6 +431,7 @@ class Client(AsyncTenancyCalls, AsyncSecurityCalls):
             partitions=partitions,
             codecs=codec_list,
             consumers=[consumer_settings(c) for c in consumer_list],
+            kind=kind,
         )
         to_wire(policies or {}, req.policies)
         retention_ms: int | object | None = _KEEP
@@ -453,6 +460,8 @@ class Client(AsyncTenancyCalls, AsyncSecurityCalls):
             codecs=[Codec.parse(c).name.lower() for c in codec_list],
             consumers=consumer_list,
         )
+        if existing.kind != kind:
+            diffs.append(f"kind {existing.kind}, not {kind}")
         if diffs:
             raise AlreadyExistsError(
                 f"topic {existing.name!r} already exists with {'; '.join(diffs)}"
@@ -553,8 +562,12 @@ class Client(AsyncTenancyCalls, AsyncSecurityCalls):
         *,
         max_bytes: int = 4 << 20,
         timeout: float | None = None,
+        compacted: bool = False,
     ) -> AsyncIterator[RangeChunk]:
         """Stored batches of ``[from_offset, to_offset)`` of one partition, no consumer involved.
+
+        ``compacted``: the range as compacted (the latest message of each key below the
+        compacted view's position, at their own offsets, then every later message).
 
         ``timeout``: seconds to wait for each chunk before raising WeirTimeoutError
         (a server that stopped answering); None waits as long as the connection lives.
@@ -565,6 +578,7 @@ class Client(AsyncTenancyCalls, AsyncSecurityCalls):
             from_offset=from_offset,
             to_offset=to_offset,
             max_bytes=max_bytes,
+            compacted=compacted,
         )
         conn = self.conn
         call = conn.read_range(req)
@@ -596,6 +610,25 @@ class Client(AsyncTenancyCalls, AsyncSecurityCalls):
             raise (conn.unreachable(err) or err) from None
         finally:
             call.cancel()  # the caller may stop early: do not leave the call pending
+
+    # ------------------------------------------------------------------ compaction
+
+    async def compact(
+        self, topic: str, *, wait: bool = False, timeout: float | None = 30.0
+    ) -> CompactionInfo:
+        """Start compacting every partition of ``topic`` (a run going on is not started
+        twice). With ``wait``, return when the run has ended, raising its error if it
+        failed (``timeout`` then bounds the wait). Writers are never held up by it."""
+        req = pb.CompactTopicRequest(topic=topic, wait=wait)
+        return compaction_info(await self.conn.call("CompactTopic", req, timeout))
+
+    async def describe_compaction(
+        self, topic: str, *, timeout: float | None = 30.0
+    ) -> CompactionInfo:
+        """The topic's compacted views (per partition: position, keys, bytes before and
+        after) and the run going on, if any, or why the last one failed."""
+        req = pb.DescribeCompactionRequest(topic=topic)
+        return compaction_info(await self.conn.call("DescribeCompaction", req, timeout))
 
     # ------------------------------------------------------------------ subscriptions
 
@@ -778,8 +811,16 @@ class Client(AsyncTenancyCalls, AsyncSecurityCalls):
         read_from: dt.datetime | int | None = None,
         buffer_bytes: int = 64 << 20,
         on_reconnect: Callable[[WeirError], None] | None = None,
+        compacted: bool = False,
+        chunk_expiry: float = DEFAULT_CHUNK_EXPIRY,
     ) -> Reader:
         """A reader of one or more topics (call inside a running event loop).
+
+        ``compacted``: read each partition as compacted (Pulsar's readCompacted): the
+        latest message of each key below its compacted view's position, at their own
+        offsets (a key with empty data is a delete), then the live tail.
+        ``chunk_expiry``: seconds a chunked message may stay incomplete before the reader
+        drops it (its writer died mid-way; Pulsar's expireTimeOfIncompleteChunkedMessage).
 
         With a ``consumer``, partitions are shared with the consumer's other
         readers and start at its committed offsets; without one, every
@@ -800,6 +841,8 @@ class Client(AsyncTenancyCalls, AsyncSecurityCalls):
             read_from_ms=to_ms(read_from, "read_from") or 0,
             buffer_bytes=buffer_bytes,
             on_reconnect=on_reconnect,
+            compacted=compacted,
+            chunk_expiry=chunk_expiry,
         )
         core.start_session()
         return Reader(core)

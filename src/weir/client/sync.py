@@ -17,8 +17,9 @@ from typing import Any
 from weir.access_mode import AccessMode
 from weir.client import aio
 from weir.client import subscription as aio_subscription
-from weir.client.admin import Consumer, ConsumerInfo, SubscriptionInfo, TopicInfo
+from weir.client.admin import CompactionInfo, Consumer, ConsumerInfo, SubscriptionInfo, TopicInfo
 from weir.client.aio import _KEEP, DEFAULT_ENDPOINT, RangeChunk
+from weir.client.chunks import DEFAULT_CHUNK_EXPIRY
 from weir.client.credentials import CredentialsArg
 from weir.client.deliver_at import with_deliver_at
 from weir.client.loop import LoopThread
@@ -325,6 +326,7 @@ class Client(SyncTenancyCalls, SyncSecurityCalls):
         codecs: Iterable[str] = (),
         consumers: Iterable[Consumer | str] = (),
         policies: Mapping[str, Any] | None = None,
+        kind: str = "persistent",
         exist_ok: bool = False,
         timeout: float | None = 30.0,
     ) -> TopicInfo:
@@ -344,6 +346,7 @@ class Client(SyncTenancyCalls, SyncSecurityCalls):
                 codecs=codecs,
                 consumers=consumers,
                 policies=policies,
+                kind=kind,
                 exist_ok=exist_ok,
                 timeout=timeout,
             )
@@ -427,11 +430,19 @@ class Client(SyncTenancyCalls, SyncSecurityCalls):
         *,
         max_bytes: int = 4 << 20,
         timeout: float | None = None,
+        compacted: bool = False,
     ) -> Iterator[RangeChunk]:
         """Stored batches of ``[from_offset, to_offset)`` of one partition, no consumer involved;
-        ``timeout`` bounds the wait for each chunk (see `weir.aio.Client.read_range`)."""
+        ``timeout`` bounds the wait for each chunk, ``compacted`` reads the range as
+        compacted (see `weir.aio.Client.read_range`)."""
         it = self._aio.read_range(
-            topic, partition, from_offset, to_offset, max_bytes=max_bytes, timeout=timeout
+            topic,
+            partition,
+            from_offset,
+            to_offset,
+            max_bytes=max_bytes,
+            timeout=timeout,
+            compacted=compacted,
         )
 
         async def step() -> RangeChunk | None:
@@ -449,6 +460,18 @@ class Client(SyncTenancyCalls, SyncSecurityCalls):
         finally:
             if not self._closed:
                 self._run(it.aclose())  # type: ignore[attr-defined]
+
+    # compaction ----------------------------------------------------------
+
+    def compact(
+        self, topic: str, *, wait: bool = False, timeout: float | None = 30.0
+    ) -> CompactionInfo:
+        """Start compacting ``topic`` (``wait``: until the run ends); see `weir.aio.Client.compact`."""
+        return self._run(self._aio.compact(topic, wait=wait, timeout=timeout))  # type: ignore[no-any-return]
+
+    def describe_compaction(self, topic: str, *, timeout: float | None = 30.0) -> CompactionInfo:
+        """The topic's compacted views and run; see `weir.aio.Client.describe_compaction`."""
+        return self._run(self._aio.describe_compaction(topic, timeout=timeout))  # type: ignore[no-any-return]
 
     # subscriptions -------------------------------------------------------
 
@@ -578,6 +601,8 @@ class Client(SyncTenancyCalls, SyncSecurityCalls):
         read_from: dt.datetime | int | None = None,
         buffer_bytes: int = 64 << 20,
         on_reconnect: Callable[[WeirError], None] | None = None,
+        compacted: bool = False,
+        chunk_expiry: float = DEFAULT_CHUNK_EXPIRY,
     ) -> Reader:
         """A reader; see `weir.aio.Client.reader`."""
 
@@ -589,6 +614,8 @@ class Client(SyncTenancyCalls, SyncSecurityCalls):
                 read_from=read_from,
                 buffer_bytes=buffer_bytes,
                 on_reconnect=on_reconnect,
+                compacted=compacted,
+                chunk_expiry=chunk_expiry,
             )
 
         return Reader(self._run(make()), self._loop)
