@@ -77,6 +77,7 @@ class ReaderOptions:
     consumer: str | None
     max_bytes_per_fetch: int
     push_filters: bool
+    compacted: bool = False
 
     @classmethod
     def parse(cls, options: Mapping[str, str], streaming: bool) -> ReaderOptions:
@@ -118,6 +119,7 @@ class ReaderOptions:
             max_bytes_per_fetch=_int(options, "maxBytesPerFetch", 1024)
             or DEFAULT_MAX_BYTES_PER_FETCH,
             push_filters=_bool(options, "pushFilters", False),
+            compacted=_bool(options, "readCompacted", False),
         )
 
 

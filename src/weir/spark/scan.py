@@ -40,6 +40,7 @@ class ScanSettings:
     endpoint: str
     fail_on_data_loss: bool
     max_bytes_per_fetch: int
+    compacted: bool = False  # readCompacted: offsets a compacted view skipped are no loss
 
 
 def data_loss_message(topic: str, partition: int, lo: int, hi: int, why: str) -> str:
@@ -67,9 +68,18 @@ def read_range(settings: ScanSettings, r: TopicRange) -> Iterator[pa.RecordBatch
     end_offset = -1
     with Client(settings.endpoint) as client:
         for chunk in client.read_range(
-            r.topic, r.partition, r.start, r.end, max_bytes=settings.max_bytes_per_fetch
+            r.topic,
+            r.partition,
+            r.start,
+            r.end,
+            max_bytes=settings.max_bytes_per_fetch,
+            compacted=settings.compacted,
         ):
             first = chunk.first_offset if chunk.chunks else max(pos, chunk.start_offset)
+            if settings.compacted:
+                first = min(first, pos)  # a view skips offsets: not a loss
+                if not chunk.chunks:
+                    pos = max(pos, min(chunk.next_offset, r.end))
             if first > pos:
                 hi = min(first, r.end)
                 why = f"retention moved the partition's start to {chunk.start_offset}"
@@ -83,6 +93,6 @@ def read_range(settings: ScanSettings, r: TopicRange) -> Iterator[pa.RecordBatch
             end_offset = chunk.end_offset
             # no early exit: the server ends the stream after the range, and a stream read
             # to its end closes cleanly (an abandoned one leaves gRPC callbacks behind)
-    if pos < r.end:
+    if pos < r.end and not settings.compacted:
         why = f"the partition now ends at offset {end_offset}: was the topic dropped and created again?"
         lost(settings, r.topic, r.partition, pos, r.end, why)
