@@ -284,10 +284,12 @@ class BrokerCollector:
             name = short_topic(cfg.name)
             for info in broker.partitions(cfg.name):
                 labels = [name, str(info.partition)]
-                actor = broker.actor(cfg.name, info.partition)
                 fams["weir_partition_start_offset"].add_metric(labels, info.start_offset)
                 fams["weir_partition_end_offset"].add_metric(labels, info.end_offset)
                 fams["weir_partition_size_bytes"].add_metric(labels, info.size_bytes)
+                if cfg.kind != "persistent":
+                    continue  # nothing stored, nothing queued for commit
+                actor = broker.actor(cfg.name, info.partition)
                 fams["weir_partition_head_bytes"].add_metric(labels, actor.log.head_bytes)
                 fams["weir_partition_queued_bytes"].add_metric(labels, actor.queued_bytes)
             for consumer in cfg.consumers:
