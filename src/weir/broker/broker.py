@@ -25,6 +25,8 @@ from weir.broker.non_persistent import LiveSubscriptions
 from weir.broker.observer import NULL_OBSERVER, BrokerObserver
 from weir.broker.producer_admission import PRODUCER_EPOCHS, ProducerAdmission, stored_epochs
 from weir.broker.producers import ProducerPins
+from weir.broker.schema_admin import SchemaAdmin
+from weir.broker.schemas import SCHEMAS, SchemaRegistry
 from weir.broker.subscriptions import SUBSCRIPTIONS, Subscriptions
 from weir.broker.subscriptions.facade import SubscriptionFacade
 from weir.broker.tenancy.limits import SessionCounter
@@ -38,12 +40,21 @@ log = logging.getLogger("weir.broker")
 
 PINS = "pins"  # legacy: pins used to be stored; emptied at open (see producers.py)
 SERVER = "server"
-BROKER_TABLES = (TOPICS, OFFSETS, PINS, SERVER, NAMESPACES, PRODUCER_EPOCHS, SUBSCRIPTIONS)
+BROKER_TABLES = (
+    TOPICS,
+    OFFSETS,
+    PINS,
+    SERVER,
+    NAMESPACES,
+    PRODUCER_EPOCHS,
+    SUBSCRIPTIONS,
+    SCHEMAS,
+)
 _U64 = struct.Struct("<Q")
 _EPOCH_KEY = b"epoch"
 
 
-class Broker(Compaction, SubscriptionFacade, ConsumerOffsets, ProducerAdmission):
+class Broker(Compaction, SubscriptionFacade, SchemaAdmin, ConsumerOffsets, ProducerAdmission):
     """Open with `Broker.open`; close with `await broker.close()`."""
 
     def __init__(
@@ -77,6 +88,7 @@ class Broker(Compaction, SubscriptionFacade, ConsumerOffsets, ProducerAdmission)
         self._compactions = {}
         self.compaction_hook = None
         self._compaction_test_hook = None
+        self.schemas = SchemaRegistry(store.kv, self._commit)
         self._retention_task: asyncio.Task[None] | None = None
         self._compaction_task: asyncio.Task[None] | None = None
         self._closed = False
@@ -134,6 +146,7 @@ class Broker(Compaction, SubscriptionFacade, ConsumerOffsets, ProducerAdmission)
                 self._open_partition(cfg, p)
         self.access = ProducerAccess(stored_epochs(self.store.kv))
         self.subscriptions.load(self._topics.values())
+        self.schemas.load()
         # Pins are derived from the partitions' producer tables; rows an older
         # version stored are dropped (the producer's state says where it writes).
         cleanup = self._load_views()

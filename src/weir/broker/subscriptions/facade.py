@@ -124,6 +124,8 @@ class SubscriptionFacade(TopicAdmin, Writes):
         create: bool = True,
         dead_letter: DeadLetterPolicy | None = None,
         initial_time_ms: int | None = None,
+        partitions: frozenset[int] | None = None,
+        whole_batches: bool = False,
     ) -> tuple[Subscription | LiveSubscription, AttachedConsumer]:
         """Attach a consumer to a durable subscription (see `weir.broker.subscriptions`), or
         on a non-persistent topic to a live one (`weir.broker.non_persistent`: it gets the
@@ -133,6 +135,13 @@ class SubscriptionFacade(TopicAdmin, Writes):
             raise BadRequestError(f"ack timeout must be >= 0 ms, got {ack_timeout_ms}")
         cfg = self.topic(topic)
         if cfg.kind != PERSISTENT:
+            if partitions is not None or whole_batches:
+                # Per-partition, whole-batch consumers are the Pulsar front's; live
+                # subscriptions deliver single messages of every partition.
+                raise BadRequestError(
+                    f"topic {short_topic(cfg.name)!r} is non-persistent: this front serves "
+                    "persistent topics only"
+                )
             sub, c, new = self.live_subscriptions.subscribe(
                 cfg.name,
                 cfg.partitions,
@@ -157,6 +166,8 @@ class SubscriptionFacade(TopicAdmin, Writes):
             create=create,
             dead_letter=dead_letter,
             initial_time_ms=initial_time_ms,
+            partitions=partitions,
+            whole_batches=whole_batches,
         )
 
     async def _write_dead_letters(self, topic: str, batches: list[bytes]) -> None:
