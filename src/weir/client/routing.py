@@ -26,8 +26,10 @@ the same key (UTF-8 string keys; Pulsar hashes a bytes key's base64 text instead
 A routing writer holds one write session per partition it writes to; the
 producer's seq_nos and dedup state are per (producer, partition), so a resend
 after a reconnect is deduplicated in the partition it was first sent to. The
-partition count is the one the writer saw when it connected: partitions added
-later get messages from writers opened afterwards.
+writer looks at the partition count again every ``partitions_refresh_interval``
+seconds (60 by default, as Pulsar's client) and when the broker answers that a
+partition is unknown: partitions added while it runs then get their keys (a
+key's partition changes with the count, as in Pulsar and Kafka).
 """
 
 from __future__ import annotations
