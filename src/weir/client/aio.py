@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import datetime as dt
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -27,7 +28,7 @@ from weir.client.admin import (
     topic_differences,
     topic_info,
 )
-from weir.client.chunks import DEFAULT_CHUNK_EXPIRY
+from weir.client.chunks import CHUNK_ID, CHUNK_UUID, DEFAULT_CHUNK_EXPIRY, RangeAssembler
 from weir.client.connection import Connection, error_from_rpc
 from weir.client.credentials import CredentialsArg
 from weir.client.deliver_at import with_deliver_at
@@ -91,12 +92,16 @@ class RangeChunk:
     end_offset: int
     from_offset: int = 0
     to_offset: int = -1
+    # read_range(assemble_chunks=True): the messages, chunked ones whole (``chunks`` raw)
+    assembled: list[Message] | None = None
 
     def messages(self, from_offset: int | None = None) -> list[Message]:
         """The messages of this chunk in the range read, from ``from_offset`` on if given."""
         from weir.client.messages import decode_chunks
 
         lo = self.from_offset if from_offset is None else max(self.from_offset, from_offset)
+        if self.assembled is not None:
+            return [m for m in self.assembled if m.offset >= lo]
         return decode_chunks(
             self.topic,
             self.partition,
@@ -553,7 +558,7 @@ class Client(AsyncTenancyCalls, AsyncSecurityCalls):
         req = pb.OffsetsForTimeRequest(topic=topic, timestamp_ms=to_ms(timestamp, "timestamp") or 0)
         return list((await self.conn.call("OffsetsForTime", req, timeout)).offsets)
 
-    async def read_range(
+    def read_range(
         self,
         topic: str,
         partition: int,
@@ -563,15 +568,102 @@ class Client(AsyncTenancyCalls, AsyncSecurityCalls):
         max_bytes: int = 4 << 20,
         timeout: float | None = None,
         compacted: bool = False,
+        assemble_chunks: bool = False,
     ) -> AsyncIterator[RangeChunk]:
         """Stored batches of ``[from_offset, to_offset)`` of one partition, no consumer involved.
 
         ``compacted``: the range as compacted (the latest message of each key below the
         compacted view's position, at their own offsets, then every later message).
 
+        ``assemble_chunks``: each chunk's `RangeChunk.messages` has the chunked messages
+        whole, at their last chunk's offset; a message is returned by the range holding
+        its last chunk (reading back before ``from_offset`` for its first ones), so
+        consecutive ranges return each once (`weir.client.chunks.RangeAssembler`).
+
         ``timeout``: seconds to wait for each chunk before raising WeirTimeoutError
         (a server that stopped answering); None waits as long as the connection lives.
         """
+        if assemble_chunks:
+            return self._assembled_range(
+                topic, partition, from_offset, to_offset, max_bytes, timeout, compacted
+            )
+        return self._raw_range(
+            topic, partition, from_offset, to_offset, max_bytes, timeout, compacted
+        )
+
+    async def _assembled_range(
+        self,
+        topic: str,
+        partition: int,
+        from_offset: int,
+        to_offset: int,
+        max_bytes: int,
+        timeout: float | None,
+        compacted: bool,
+    ) -> AsyncIterator[RangeChunk]:
+        asm = RangeAssembler()
+        raw = self._raw_range(
+            topic, partition, from_offset, to_offset, max_bytes, timeout, compacted
+        )
+        async for rc in raw:
+            msgs = rc.messages()
+            wanted = asm.orphans(msgs)
+            if wanted:
+                await self._read_back(
+                    topic,
+                    partition,
+                    from_offset,
+                    rc.start_offset,
+                    wanted,
+                    asm,
+                    max_bytes,
+                    timeout,
+                    compacted,
+                )
+            yield dataclasses.replace(rc, assembled=asm.feed(msgs))
+
+    async def _read_back(
+        self,
+        topic: str,
+        partition: int,
+        hi: int,
+        start: int,
+        wanted: dict[str, int],
+        asm: RangeAssembler,
+        max_bytes: int,
+        timeout: float | None,
+        compacted: bool,
+    ) -> None:
+        """Read back from ``hi`` in growing windows until the first chunk of every
+        ``wanted`` message is found (or the partition's start is reached)."""
+        missing = dict(wanted)
+        window = 64
+        while missing and hi > start:
+            lo = max(start, hi - window)
+            found: list[Message] = []
+            async for rc in self._raw_range(
+                topic, partition, lo, hi, max_bytes, timeout, compacted
+            ):
+                found.extend(rc.messages())
+            asm.add_earlier(found, missing)
+            for m in found:
+                h = m.headers
+                if h and h.get(CHUNK_ID) == "0":
+                    missing.pop(h.get(CHUNK_UUID, ""), None)
+            hi, window = lo, window * 4
+        if missing:
+            asm.give_up(set(missing))
+
+    async def _raw_range(
+        self,
+        topic: str,
+        partition: int,
+        from_offset: int,
+        to_offset: int,
+        max_bytes: int,
+        timeout: float | None,
+        compacted: bool,
+    ) -> AsyncIterator[RangeChunk]:
         req = pb.ReadRangeRequest(
             topic=topic,
             partition=partition,

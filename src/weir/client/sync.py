@@ -431,10 +431,12 @@ class Client(SyncTenancyCalls, SyncSecurityCalls):
         max_bytes: int = 4 << 20,
         timeout: float | None = None,
         compacted: bool = False,
+        assemble_chunks: bool = False,
     ) -> Iterator[RangeChunk]:
         """Stored batches of ``[from_offset, to_offset)`` of one partition, no consumer involved;
         ``timeout`` bounds the wait for each chunk, ``compacted`` reads the range as
-        compacted (see `weir.aio.Client.read_range`)."""
+        compacted, ``assemble_chunks`` returns chunked messages whole (see
+        `weir.aio.Client.read_range`)."""
         it = self._aio.read_range(
             topic,
             partition,
@@ -443,6 +445,7 @@ class Client(SyncTenancyCalls, SyncSecurityCalls):
             max_bytes=max_bytes,
             timeout=timeout,
             compacted=compacted,
+            assemble_chunks=assemble_chunks,
         )
 
         async def step() -> RangeChunk | None:

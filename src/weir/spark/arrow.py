@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from weir.client.messages import decompress_message
+from weir.client.messages import Message, decompress_message
 from weir.errors import BatchFormatError
 from weir.spark.schema import ARROW_SCHEMA, HEADERS_TYPE, TIMESTAMP_TYPE
 from weir.storage.batch import Payload, decode_headers, decode_payload, iter_batches
@@ -223,3 +223,25 @@ def stored_to_arrow(
     if cols.rows == 0:
         return None
     return cols.to_batch(topic, partition)
+
+
+def messages_to_arrow(topic: str, partition: int, msgs: Sequence[Message]) -> pa.RecordBatch | None:
+    """Rows from decoded messages (the assembleChunks path: chunked messages put back
+    together are no stored batch). None when there is none."""
+    if not msgs:
+        return None
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.repeat(pa.scalar(topic, pa.string()), len(msgs)),
+            pa.repeat(pa.scalar(partition, pa.int32()), len(msgs)),
+            pa.array([m.offset for m in msgs], pa.int64()),
+            pa.array([m.key or None for m in msgs], pa.binary()),
+            pa.array([m.data for m in msgs], pa.binary()),
+            pa.array([list(m.headers.items()) for m in msgs], HEADERS_TYPE),
+            _timestamps(np.array([m.created_at_ms for m in msgs], dtype=np.int64)),
+            _timestamps(np.array([m.written_at_ms for m in msgs], dtype=np.int64)),
+            pa.array([m.producer_id for m in msgs], pa.string()),
+            pa.array([m.seq_no for m in msgs], pa.int64()),
+        ],
+        schema=ARROW_SCHEMA,
+    )

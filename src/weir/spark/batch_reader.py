@@ -61,6 +61,7 @@ class WeirBatchReader(DataSourceReader):
             options.fail_on_data_loss,
             options.max_bytes_per_fetch,
             options.compacted,
+            options.assemble_chunks,
         )
         self.partition_set: set[int] | None = None
         self.partition_excluded: set[int] = set()

@@ -78,6 +78,7 @@ class ReaderOptions:
     max_bytes_per_fetch: int
     push_filters: bool
     compacted: bool = False
+    assemble_chunks: bool = False
 
     @classmethod
     def parse(cls, options: Mapping[str, str], streaming: bool) -> ReaderOptions:
@@ -120,6 +121,7 @@ class ReaderOptions:
             or DEFAULT_MAX_BYTES_PER_FETCH,
             push_filters=_bool(options, "pushFilters", False),
             compacted=_bool(options, "readCompacted", False),
+            assemble_chunks=_bool(options, "assembleChunks", False),
         )
 
 
