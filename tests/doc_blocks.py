@@ -26,6 +26,7 @@ PAGES = [
     "docs/storage.md",
     "docs/ydb.md",
     "docs/pulsar.md",
+    "docs/kafka.md",
     "docs/spark.md",
     "docs/performance.md",
     "docs/reliability.md",

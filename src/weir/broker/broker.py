@@ -24,6 +24,7 @@ from weir.broker.consumers import OFFSETS, OffsetStore
 from weir.broker.non_persistent import LiveSubscriptions
 from weir.broker.observer import NULL_OBSERVER, BrokerObserver
 from weir.broker.producer_admission import PRODUCER_EPOCHS, ProducerAdmission, stored_epochs
+from weir.broker.producer_ids import ProducerIds
 from weir.broker.producers import ProducerPins
 from weir.broker.schema_admin import SchemaAdmin
 from weir.broker.schemas import SCHEMAS, SchemaRegistry
@@ -79,6 +80,7 @@ class Broker(Compaction, SubscriptionFacade, SchemaAdmin, ConsumerOffsets, Produ
         self.producer_sessions = SessionCounter("producers")
         self.consumer_sessions = SessionCounter("consumers")
         self.access = ProducerAccess()
+        self.producer_ids = ProducerIds(store.kv, store.committer, SERVER)
         self.subscriptions = Subscriptions(
             store.kv, store.committer, lambda t, p: self._actors[(t, p)], self._write_dead_letters
         )
