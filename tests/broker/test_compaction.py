@@ -27,12 +27,12 @@ async def put(b: Broker, topic: str, pairs: list[tuple[bytes, bytes]], partition
     await b.write(topic, partition, validate_incoming([batch]))
 
 
-def compacted(b: Broker, topic: str, partition: int = 0) -> list[tuple[int, bytes, bytes]]:
+async def compacted(b: Broker, topic: str, partition: int = 0) -> list[tuple[int, bytes, bytes]]:
     out = []
     pos = b.compacted_start(topic, partition)
     end = b.actor(topic, partition).end_offset
     while pos < end:
-        res = b.read_compacted(topic, partition, pos, 300)
+        res = await b.read_compacted(topic, partition, pos, 300)
         for c in res.chunks:
             for p, _ in iter_batches(c):
                 out.extend(
@@ -66,13 +66,13 @@ async def test_writes_complete_while_a_run_is_held_mid_way(tmp_path: Path) -> No
         mid = b.compaction_status("prices")
         assert mid.running and mid.partitions[0].phase == "writing"
         assert mid.partitions[0].position == 0  # nothing published yet: nothing served
-        assert len(compacted(b, "prices")) == 150  # no view yet: everything
+        assert len(await compacted(b, "prices")) == 150  # no view yet: everything
         gate.set()
         final = await b.compact("prices", wait=True)
         p = final.partitions[0]
         assert not final.running and final.last_error == ""
         assert (p.position, p.keys, p.messages_before) == (100, 20, 100)
-        got = compacted(b, "prices")
+        got = await compacted(b, "prices")
         # the view (the latest of 20 keys below 100), then the tail written during the run
         assert [(k, d) for _, k, d in got[:20]] == [(b"k%d" % i, b"r4") for i in range(20)]
         assert [o for o, _, _ in got] == [*range(80, 100), *range(100, 150)]
@@ -90,11 +90,13 @@ async def test_a_view_survives_a_restart_and_the_next_run_builds_on_it(tmp_path:
     await b.close()
     b = await open_broker(tmp_path)
     try:
-        assert [(k, d) for _, k, d in compacted(b, "users")] == [(b"b", b"1"), (b"a", b"2")]
-        assert [(k, d) for _, k, d in compacted(b, "users", 1)] == [(b"c", b"")]  # a tombstone
+        assert [(k, d) for _, k, d in await compacted(b, "users")] == [(b"b", b"1"), (b"a", b"2")]
+        assert [(k, d) for _, k, d in await compacted(b, "users", 1)] == [
+            (b"c", b"")
+        ]  # a tombstone
         await put(b, "users", [(b"b", b"2"), (b"d", b"1")])
         st = await b.compact("users", wait=True)
-        assert [(k, d) for _, k, d in compacted(b, "users")] == [
+        assert [(k, d) for _, k, d in await compacted(b, "users")] == [
             (b"a", b"2"),
             (b"b", b"2"),
             (b"d", b"1"),
@@ -159,5 +161,71 @@ async def test_dropping_a_topic_stops_its_run_and_leaves_no_blobs(tmp_path: Path
         with b.store.kv.snapshot() as kv:
             assert list(kv.scan("compacted", b"")) == [] and list(kv.scan("compaction", b"")) == []
     finally:
+        b.compaction_hook = None
+        await b.close()
+
+
+async def test_a_run_reads_offloaded_blobs_and_large_payloads(tmp_path: Path) -> None:
+    """Compaction reads the log through the partition's read path: blobs whose local bytes
+    went to the tier, and payloads stored as references, are compacted like the rest."""
+    b = await open_broker(tmp_path, low_watermark=2_000, max_blob_size=3_000)
+    try:
+        await b.create_topic("offl", partitions=1)
+        await b.alter_topic("offl", policies={"large_payload_threshold_bytes": 4_096})
+        big = bytes(range(256)) * 40  # 10 KB: stored as its own object
+        truth: dict[bytes, bytes] = {}
+        for r in range(8):
+            pairs = [(b"k%d" % i, b"r%d-" % r + b"x" * 150) for i in range(10)]
+            if r == 3:
+                pairs.append((b"big", big))
+            await put(b, "offl", pairs)
+            truth.update(pairs)
+        copied = await b.offload_topic("offl", force=True)
+        assert copied[0] >= 2
+        st = b.tier_status("offl")[0]
+        assert st.remote_segments >= 2 and st.first_local_offset > 0
+        await b.compact("offl", wait=True)
+        got = await compacted(b, "offl")
+        assert {k: d for _, k, d in got} == truth
+        assert [o for o, _, _ in got] == sorted(o for o, _, _ in got)
+    finally:
+        await b.close()
+
+
+async def test_retention_keeps_what_a_run_is_reading(tmp_path: Path) -> None:
+    """A run reads the log twice (which offsets survive, then their records): retention
+    waits for it, else keys whose latest message it removed in between would vanish
+    from the view."""
+    b = await open_broker(tmp_path, low_watermark=500, max_blob_size=800)
+    held, gate = threading.Event(), threading.Event()
+    try:
+        await b.create_topic("ret", partitions=1)
+        once = [(b"u%d" % i, b"only" + b"z" * 40) for i in range(12)]  # never written again
+        await put(b, "ret", once)
+        for r in range(6):
+            await put(b, "ret", [(b"k%d" % i, b"r%d-" % r + b"y" * 40) for i in range(12)])
+
+        def hook(step: str) -> None:
+            if step.startswith("scanned"):
+                held.set()
+                assert gate.wait(60), "the test never let the run go on"
+
+        b.compaction_hook = hook
+        await b.compact("ret")
+        assert await asyncio.to_thread(held.wait, 30), "the run never finished its scan"
+        await b.alter_topic("ret", retention_bytes=1)
+        start = b.actor("ret", 0).start_offset
+        await b.run_retention()
+        stayed = b.actor("ret", 0).start_offset == start
+        gate.set()
+        st = await b.compact("ret", wait=True)
+        assert st.last_error == ""
+        got = {k: d for _, k, d in await compacted(b, "ret")}
+        assert got == {**dict(once), **{b"k%d" % i: b"r5-" + b"y" * 40 for i in range(12)}}
+        assert stayed, "retention removed offsets the run was reading"
+        await b.run_retention()  # the run is over: retention goes on
+        assert b.actor("ret", 0).start_offset > start
+    finally:
+        gate.set()
         b.compaction_hook = None
         await b.close()

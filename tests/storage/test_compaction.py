@@ -20,6 +20,7 @@ from weir.storage.compaction import (
     CompactionSettings,
     compact_partition,
     load_view,
+    partition_reader,
 )
 from weir.storage.incoming import validate_incoming
 from weir.storage.partition import PartitionLog
@@ -92,7 +93,16 @@ def run(
     cfg: CompactionSettings,
     **kw: object,
 ) -> CompactedView:
-    new = compact_partition(store.kv, store.committer, log.log_id, old, log.end_offset, cfg, **kw)  # type: ignore[arg-type]
+    new = compact_partition(
+        store.kv,
+        store.committer,
+        log.log_id,
+        old,
+        log.end_offset,
+        cfg,
+        read=partition_reader(log),
+        **kw,  # type: ignore[arg-type]
+    )
     if old is not None:
         store.committer.commit(old.drop_ops())
     return new
@@ -253,6 +263,7 @@ def test_a_run_cut_short_is_never_served_and_is_cleaned_up(store: Store) -> None
             first,
             log.end_offset,
             CompactionSettings(blob_bytes=100, commit_bytes=100),
+            read=partition_reader(log),
             hook=hook,
             cancelled=lambda: stop,
         )

@@ -32,10 +32,12 @@ from weir.broker.subscriptions import SUBSCRIPTIONS, Subscriptions
 from weir.broker.subscriptions.facade import SubscriptionFacade
 from weir.broker.tenancy.limits import SessionCounter
 from weir.broker.tenancy.registry import NAMESPACES, Tenancy
-from weir.broker.topics import NEXT_ID_KEY, TOPICS, TopicConfig
+from weir.broker.tiering import Tiering
+from weir.broker.topics import NEXT_ID_KEY, TOPICS, TopicConfig, short_topic
 from weir.errors import UnavailableError
 from weir.storage.kv import delete, put
 from weir.storage.store import Store
+from weir.storage.tiered.remote_storage import RemoteStorage, S3Settings, open_storage
 
 log = logging.getLogger("weir.broker")
 
@@ -55,7 +57,25 @@ _U64 = struct.Struct("<Q")
 _EPOCH_KEY = b"epoch"
 
 
-class Broker(Compaction, SubscriptionFacade, SchemaAdmin, ConsumerOffsets, ProducerAdmission):
+def tier_storage(config: BrokerConfig) -> RemoteStorage:
+    """The object store the config names (a directory under the data dir by default)."""
+    return open_storage(
+        config.tier_backend,
+        local_dir=config.tier_local_dir or config.data_dir / "tier",
+        s3=S3Settings(
+            bucket=config.tier_s3_bucket,
+            endpoint=config.tier_s3_endpoint,
+            prefix=config.tier_s3_prefix,
+            region=config.tier_s3_region,
+            access_key=config.tier_s3_access_key,
+            secret_key=config.tier_s3_secret_key,
+        ),
+    )
+
+
+class Broker(
+    Compaction, Tiering, SubscriptionFacade, SchemaAdmin, ConsumerOffsets, ProducerAdmission
+):
     """Open with `Broker.open`; close with `await broker.close()`."""
 
     def __init__(
@@ -93,6 +113,10 @@ class Broker(Compaction, SubscriptionFacade, SchemaAdmin, ConsumerOffsets, Produ
         self.schemas = SchemaRegistry(store.kv, self._commit)
         self._retention_task: asyncio.Task[None] | None = None
         self._compaction_task: asyncio.Task[None] | None = None
+        self._tier_task = None
+        self._offload_locks = {}
+        self._tier_backoff_s = 0.0
+        self._tier_last_error = ""
         self._closed = False
         self._lock = asyncio.Lock()
 
@@ -109,6 +133,9 @@ class Broker(Compaction, SubscriptionFacade, SchemaAdmin, ConsumerOffsets, Produ
             min_disk_free=config.min_disk_free,
             observer=(observer or NULL_OBSERVER).on_commit,
             read_cache_bytes=config.read_cache_bytes,
+            tier_storage=tier_storage(config),
+            tier_cache_bytes=config.tier_cache_bytes,
+            tier_payload_grace_ms=int(config.tier_payload_grace_s * 1000),
         )
         try:
             raw = store.kv.get(SERVER, _EPOCH_KEY)
@@ -122,6 +149,7 @@ class Broker(Compaction, SubscriptionFacade, SchemaAdmin, ConsumerOffsets, Produ
         loop = asyncio.get_running_loop()
         broker._retention_task = loop.create_task(broker._retention_loop())
         broker._compaction_task = loop.create_task(broker._compaction_loop())
+        broker._tier_task = loop.create_task(broker._tier_loop())
         log.info(
             "broker open",
             extra={
@@ -147,6 +175,8 @@ class Broker(Compaction, SubscriptionFacade, SchemaAdmin, ConsumerOffsets, Produ
             for p in range(cfg.partitions):
                 self._open_partition(cfg, p)
         self.access = ProducerAccess(stored_epochs(self.store.kv))
+        if self.store.tier is not None:
+            self.store.tier.set_names(self._tier_names)
         self.subscriptions.load(self._topics.values())
         self.schemas.load()
         # Pins are derived from the partitions' producer tables; rows an older
@@ -159,13 +189,21 @@ class Broker(Compaction, SubscriptionFacade, SchemaAdmin, ConsumerOffsets, Produ
             self.store.committer.commit(legacy)
             log.info("dropped %d stored producer pins: pins follow producer state", len(legacy))
 
+    def _tier_names(self, log_id: int) -> tuple[str, int]:
+        """(topic, partition) of a storage log id, for the rows of offloaded segments."""
+        tid = log_id >> 32
+        for cfg in self._topics.values():
+            if cfg.topic_id == tid:
+                return short_topic(cfg.name), log_id & 0xFFFF_FFFF
+        return str(tid), log_id & 0xFFFF_FFFF
+
     async def close(self) -> None:
         """Stop accepting work, finish in-flight commits, close LMDB."""
         if self._closed:
             return
         self._closed = True
         self.access.wake_all()
-        for task in (self._retention_task, self._compaction_task):
+        for task in (self._retention_task, self._compaction_task, self._tier_task):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):

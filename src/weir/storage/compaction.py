@@ -10,10 +10,15 @@ of them, with ``retain_keyless``. A chunked message (`weir.chunk_headers`) count
 one message whose chunks are all kept; one still incomplete at the position is kept
 when it is its key's last, so a reader can finish it from the live tail.
 
-A run (`compact_partition`) reads a KV snapshot, the old view and the log from the old
-position up to the new one, in two passes (which offsets survive; then those records
-copied into new blobs: a stored batch whose records all survive is copied as it is,
-the others re-encoded as one batch per run of consecutive survivors). It never holds
+A run (`compact_partition`) reads the old view (from a KV snapshot) and the log from
+the old position up to the new one, in two passes (which offsets survive; then those
+records copied into new blobs: a stored batch whose records all survive is copied as
+it is, the others re-encoded as one batch per run of consecutive survivors). The log
+is read through the partition's own read path (`LogRead`: `PartitionLog.read`, or the
+broker actor's ``read_async``), never from its blobs directly: a blob may be offloaded
+to the tier (`weir.storage.tiered`) and a large payload stored as a reference, and
+the view keeps the payloads themselves. The log's offsets the run reads must not go to
+retention while it runs (the broker holds them back); a view never goes to the tier. It never holds
 anything the writers need: blobs of the new view go through the `GroupCommitter` as
 jobs of their own, under a new *generation* that no reader looks at yet, and one last
 small job stores the view's meta record that names the generation. That is the
@@ -34,10 +39,10 @@ import struct
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
 
 from weir.chunk_headers import CHUNK_COUNT, CHUNK_ID, CHUNK_UUID
 from weir.errors import BatchFormatError, ClosedError, CorruptDataError
-from weir.storage import keys
 from weir.storage.batch import (
     Payload,
     decode_payload,
@@ -46,11 +51,13 @@ from weir.storage.batch import (
     parse_header,
     stamp_header,
 )
-from weir.storage.blob import BlobInfo
-from weir.storage.blob_reads import fetch_blob, index_blob
+from weir.storage.change import ReadResult
 from weir.storage.codecs import Codec
 from weir.storage.committer import GroupCommitter
 from weir.storage.kv import KV, Op, ReadView, delete_range, put
+
+if TYPE_CHECKING:
+    from weir.storage.partition import PartitionLog
 
 COMPACTED = "compacted"
 COMPACTION = "compaction"
@@ -90,6 +97,7 @@ class CompactionSettings:
     retain_keyless: bool = False
     blob_bytes: int = 1 << 20  # a view blob holds batches up to about this size
     commit_bytes: int = 8 << 20  # blobs handed to the committer per job
+    read_bytes: int = 4 << 20  # asked of the log per read
 
 
 @dataclass(frozen=True)
@@ -249,27 +257,46 @@ Hook = Callable[[str], None]  # called at each step ("scanned", "blob-batch", "p
 Source = Iterator[tuple[memoryview, int, int]]  # (stored batch, first offset, end offset)
 
 
-def _log_batches(view: ReadView, log_id: int, lo: int, hi: int, label: str) -> Source:
-    """The stored batches of the log holding offsets in ``[lo, hi)``, checked, in order
-    (from the KV index itself: the snapshot's truth, not the live partition's)."""
-    start, stop = _log_range(log_id)
-    for k, v in view.scan(keys.BLOB_INDEX, keys.index_key(log_id, 0, 0), stop):
-        _, first, count = keys.parse_index_key(k)
-        if first >= hi:
+LogRead = Callable[[int, int, int], ReadResult]
+"""``(from_offset, max_bytes, to_offset)`` -> whole stored batches of the log with their
+large payloads in place: the partition's one read path (see the module doc)."""
+
+
+def partition_reader(log: PartitionLog) -> LogRead:
+    """`LogRead` of a partition log read in the calling thread (tests, tools; the broker
+    reads through its partition actor instead, on the event loop)."""
+
+    def read(from_offset: int, max_bytes: int, to_offset: int) -> ReadResult:
+        return log.fill_payloads(log.read(from_offset, max_bytes, to_offset))
+
+    return read
+
+
+def _log_batches(read: LogRead, lo: int, hi: int, read_bytes: int, label: str) -> Source:
+    """The stored batches of the log holding offsets in ``[lo, hi)``, in order, each
+    with the part of ``[lo, hi)`` it holds. Stops early where nothing is stored any
+    more (retention removed the rest)."""
+    pos = lo
+    while pos < hi:
+        res = read(pos, read_bytes, hi)
+        if not res.chunks:
             return
-        if first + count <= lo:
-            continue
-        b = BlobInfo.unpack(first, count, v)
-        data = memoryview(bytes(fetch_blob(view, log_id, b, label)))
-        offsets, starts = index_blob(data, b, label)
-        for j in range(len(offsets) - 1):
-            base, nxt = offsets[j], offsets[j + 1]
-            if nxt <= lo:
-                continue
-            if base >= hi:
-                return
-            yield data[starts[j] : starts[j + 1]], max(lo, base), min(hi, nxt)
-    del start
+        for chunk in res.chunks:
+            data = memoryview(chunk)
+            try:
+                for at, h in iter_batches(data):
+                    a, z = max(pos, h.base_offset), min(hi, h.next_offset)
+                    if z > a:
+                        yield data[at : at + h.length], a, z
+            except BatchFormatError as exc:
+                raise CorruptDataError(
+                    f"damaged stored batch: {exc}", partition=label, offset=pos
+                ) from None
+        if res.next_offset <= pos:
+            raise CorruptDataError(
+                "a read of the log made no progress", partition=label, offset=pos
+            )
+        pos = res.next_offset
 
 
 def _view_batches(view: ReadView, old: CompactedView) -> Source:
@@ -449,6 +476,7 @@ def compact_partition(
     position: int,
     settings: CompactionSettings,
     *,
+    read: LogRead,
     label: str = "",
     now_ms: int | None = None,
     progress: Progress | None = None,
@@ -456,8 +484,9 @@ def compact_partition(
     cancelled: Callable[[], bool] = lambda: False,
 ) -> CompactedView:
     """Write and publish a new view of ``log_id`` up to ``position`` (runs in a worker
-    thread: it blocks only on its own commits). Returns the published view; the caller
-    makes it live and then deletes ``old``'s blobs (``old.drop_ops()``).
+    thread: it blocks only on its own commits and ``read``). Returns the published view;
+    the caller makes it live and then deletes ``old``'s blobs (``old.drop_ops()``).
+    ``read`` reads the log (twice over ``[old.position, position)``).
 
     ``cancelled`` is asked between jobs: a run cancelled before it publishes raises
     ClosedError and leaves its blobs to `load_view`'s clean-up (or `drop_ops`).
@@ -482,7 +511,7 @@ def compact_partition(
         def sources() -> Source:
             if old is not None:
                 yield from _view_batches(view, old)
-            yield from _log_batches(view, log_id, lo, position, label)
+            yield from _log_batches(read, lo, position, settings.read_bytes, label)
 
         fold = _Fold(settings, now)
         for batch, a, z in sources():

@@ -13,6 +13,10 @@ from weir.storage.compaction import COMPACTION_TABLES
 from weir.storage.kv import DEFAULT_MAP_SIZE, LmdbKV, Op
 from weir.storage.partition import PartitionConfig, PartitionLog
 from weir.storage.read_cache import DEFAULT_READ_CACHE_BYTES, ReadCache
+from weir.storage.tiered.manager import DEFAULT_TIER_CACHE_BYTES, TierManager
+from weir.storage.tiered.payloads import PAYLOAD_REFS
+from weir.storage.tiered.remote_metadata import REMOTE_SEGMENTS
+from weir.storage.tiered.remote_storage import RemoteStorage
 
 
 class Store:
@@ -21,7 +25,8 @@ class Store:
     ``extra_tables`` are key spaces for the layers above (topic registry,
     consumer offsets); they share the KV and the group committer, so an offset
     commit rides the same fsync as the writes around it. Its partitions share one
-    read cache of ``read_cache_bytes`` (0 turns it off).
+    read cache of ``read_cache_bytes`` (0 turns it off). With ``tier_storage`` (an
+    object store) sealed blobs can be offloaded to it (`tier`, a `TierManager`).
     """
 
     def __init__(
@@ -34,11 +39,20 @@ class Store:
         min_disk_free: int = 64 << 20,
         observer: CommitObserver | None = None,
         read_cache_bytes: int = DEFAULT_READ_CACHE_BYTES,
+        tier_storage: RemoteStorage | None = None,
+        tier_cache_bytes: int = DEFAULT_TIER_CACHE_BYTES,
+        tier_payload_grace_ms: int = 600_000,
     ) -> None:
         self.path = Path(path)
         self.kv = LmdbKV(
             self.path / "kv",
-            (*keys.STORAGE_TABLES, *COMPACTION_TABLES, *extra_tables),
+            (
+                *keys.STORAGE_TABLES,
+                REMOTE_SEGMENTS,
+                PAYLOAD_REFS,
+                *COMPACTION_TABLES,
+                *extra_tables,
+            ),
             map_size=map_size,
             sync=sync,
         )
@@ -46,6 +60,15 @@ class Store:
         self.committer = GroupCommitter(self.kv, observer=observer)
         self.partitions: dict[int, PartitionLog] = {}
         self.read_cache = ReadCache(read_cache_bytes)
+        self.tier: TierManager | None = None
+        if tier_storage is not None:
+            self.tier = TierManager(
+                tier_storage,
+                self.kv,
+                self.committer,
+                cache_bytes=tier_cache_bytes,
+                payload_grace_ms=tier_payload_grace_ms,
+            )
 
     def check_space(self, nbytes: int) -> None:
         """Refuse a write early when the disk is nearly full.
@@ -82,6 +105,7 @@ class Store:
                 label=label,
                 space_check=self.check_space,
                 cache=self.read_cache,
+                tier=self.tier,
                 verify_all=verify_all,
                 strict=strict,
             )
@@ -105,5 +129,7 @@ class Store:
 
     def close(self) -> None:
         """Finish pending commits, then close the KV."""
+        if self.tier is not None:
+            self.tier.close()
         self.committer.close()
         self.kv.close()

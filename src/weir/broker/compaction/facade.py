@@ -2,11 +2,13 @@
 read a partition compacted, and the background trigger of the compaction threshold.
 
 A run goes over a topic's partitions one after the other; each is compacted by
-`weir.storage.compaction.compact_partition` in a worker thread against a KV snapshot,
-up to the partition's *stable offset* (`stable_offset`), its blobs committed through
-the group committer like any other job: writers never wait for it. Once a partition's
-new view is published the broker makes it live (on the event loop, between reads) and
-only then deletes the old view's blobs.
+`weir.storage.compaction.compact_partition` in a worker thread, up to the partition's
+*stable offset* (`stable_offset`), its blobs committed through the group committer
+like any other job: writers never wait for it. The worker reads the log through the
+partition actor's ``read_async`` on the event loop (offloaded blobs and large payloads
+read as for any reader), and retention holds back the offsets a run reads
+(`compaction_hold`). Once a partition's new view is published the broker makes it live
+(on the event loop, between reads) and only then deletes the old view's blobs.
 """
 
 from __future__ import annotations
@@ -16,15 +18,18 @@ import contextlib
 import logging
 import os
 import time
+from typing import TYPE_CHECKING
 
 from weir.broker.compaction.job import CompactionJob, CompactionStatus, PartitionCompactionStatus
+from weir.broker.partition_actor import PartitionActor
 from weir.broker.state import now_ms as _now_ms
 from weir.broker.topic_admin import TopicAdmin
 from weir.broker.topics import TopicConfig, short_topic
-from weir.errors import BadRequestError, InternalError, WeirError
+from weir.errors import BadRequestError, ClosedError, InternalError, WeirError
 from weir.storage.compaction import (
     CompactionSettings,
     Hook,
+    LogRead,
     Progress,
     compact_partition,
     load_view,
@@ -57,6 +62,10 @@ def _env_hold_hook() -> Hook | None:
 class Compaction(TopicAdmin):
     """Compaction runs, their status, compacted reads, the threshold trigger."""
 
+    if TYPE_CHECKING:  # provided by `weir.broker.tiering.Tiering`
+
+        def stable_offset(self, actor: PartitionActor) -> int: ...
+
     # ---------------------------------------------------------------- views
 
     def _load_views(self) -> list[Op]:
@@ -73,13 +82,6 @@ class Compaction(TopicAdmin):
                         self._views[(cfg.name, p)] = view
         return cleanup
 
-    def stable_offset(self, topic: str, partition: int) -> int:
-        """The last stable offset of a partition: compaction goes up to it, never past.
-
-        Every stored message is stable today; when transactions come (issue 19), messages
-        of a transaction still open lie past it, and compaction must wait for them."""
-        return self.actor(topic, partition).end_offset
-
     def compacted_start(self, topic: str, partition: int) -> int:
         """Where a compacted read of a partition starts from its beginning."""
         actor = self.actor(topic, partition)
@@ -87,7 +89,7 @@ class Compaction(TopicAdmin):
             return 0
         return actor.start_offset
 
-    def read_compacted(
+    async def read_compacted(
         self,
         topic: str,
         partition: int,
@@ -107,7 +109,7 @@ class Compaction(TopicAdmin):
             if chunks:
                 return ReadResult(chunks, first, nxt, actor.start_offset, actor.end_offset)
             from_offset = view.position
-        return actor.read(from_offset, max_bytes, to_offset)
+        return await actor.read_async(from_offset, max_bytes, to_offset)
 
     # ---------------------------------------------------------------- runs
 
@@ -187,24 +189,29 @@ class Compaction(TopicAdmin):
                     return  # the topic was dropped
                 key = (cfg.name, p)
                 old = self._views.get(key)
-                position = self.stable_offset(cfg.name, p)
+                position = self.stable_offset(actor)  # never past an open transaction
                 if old is None and position == 0:
                     continue  # nothing written yet
                 if old is not None and position == old.position and not old.meta.tombstones:
                     continue  # nothing new, and no tombstone that might now expire
-                new = await asyncio.to_thread(
-                    compact_partition,
-                    self.store.kv,
-                    self.store.committer,
-                    cfg.log_id(p),
-                    old,
-                    position,
-                    self._compaction_settings(cfg),
-                    label=f"{short_topic(cfg.name)}/{p}",
-                    progress=job.progress[p],
-                    hook=self._compaction_hook(cfg.name, p),
-                    cancelled=lambda: job.cancelled or self._closed,
-                )
+                job.reading = (p, old.position if old is not None else 0)
+                try:
+                    new = await asyncio.to_thread(
+                        compact_partition,
+                        self.store.kv,
+                        self.store.committer,
+                        cfg.log_id(p),
+                        old,
+                        position,
+                        self._compaction_settings(cfg),
+                        read=self._read_for_thread(actor, job),
+                        label=f"{short_topic(cfg.name)}/{p}",
+                        progress=job.progress[p],
+                        hook=self._compaction_hook(cfg.name, p),
+                        cancelled=lambda: job.cancelled or self._closed,
+                    )
+                finally:
+                    job.reading = None
                 # live from here (reads run on this loop: none is between the two lines)
                 self._views[key] = new
                 if old is not None:
@@ -238,6 +245,28 @@ class Compaction(TopicAdmin):
                 log.error(
                     "compaction failed: %s", job.error, extra={"topic": short_topic(cfg.name)}
                 )
+
+    def _read_for_thread(self, actor: PartitionActor, job: CompactionJob) -> LogRead:
+        """A `LogRead` for the run's worker thread: each read is the actor's ``read_async``
+        on the event loop (between its other reads and writes), the thread waiting."""
+        loop = asyncio.get_running_loop()
+
+        def read(from_offset: int, max_bytes: int, to_offset: int) -> ReadResult:
+            if job.cancelled or self._closed:
+                raise ClosedError(f"compaction of {actor.topic}/{actor.partition} cancelled")
+            coro = actor.read_async(from_offset, max_bytes, to_offset)
+            return asyncio.run_coroutine_threadsafe(coro, loop).result()
+
+        return read
+
+    def compaction_hold(self, topic: str, partition: int) -> int | None:
+        """The lowest offset of ``partition`` a run is reading now (retention keeps it and
+        what follows until the run has read it twice), None when no run reads it."""
+        job = self._compactions.get(topic)
+        if job is None or not job.running or job.reading is None:
+            return None
+        p, lo = job.reading
+        return lo if p == partition else None
 
     async def _stop_compaction(self, topic: str) -> None:
         """Cancel a run on ``topic`` and wait until it has stopped (before a drop)."""

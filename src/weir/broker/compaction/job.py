@@ -87,6 +87,8 @@ class CompactionJob:
     failure: WeirError | None = None
     cancelled: bool = False
     task: asyncio.Task[None] | None = None
+    # (partition, lowest offset) the run reads now: retention keeps them (compaction_hold)
+    reading: tuple[int, int] | None = None
 
     @property
     def running(self) -> bool:

@@ -317,10 +317,10 @@ class ReadSession(StreamSession[pb.ReadRequest, pb.ReadResponse | RawReadData]):
                     self._credit_event.clear()
                     await self._credit_event.wait()
                 budget = min(self._credit, MAX_CHUNK_BYTES)
-                res = (
+                res = await (
                     self.broker.read_compacted(a.topic, a.partition, a.offset, budget)
                     if self.compacted
-                    else actor.read(a.offset, budget)
+                    else actor.read_async(a.offset, budget)
                 )
                 if not res.chunks:
                     if res.next_offset > a.offset:
