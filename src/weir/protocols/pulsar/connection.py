@@ -678,8 +678,11 @@ class PulsarConnection:
         t = self._topic_name(req.topic)
         checks: list[tuple[object, str, str]] = []
         self._allow(Permission.CONSUME, t, "subscribe to", checks)
-        if req.read_compacted:
-            raise names.NotServedError("read_compacted is not served by weir yet")
+        if req.read_compacted and req.durable:
+            raise names.NotServedError(
+                "read_compacted is served for readers (non-durable subscriptions), "
+                "not for durable subscriptions yet"
+            )
         cfg = await self._topic_for_use(t, create=req.force_topic_creation)
         partition, id_partition = self._partition(t, cfg)
         if req.HasField("schema"):
@@ -697,6 +700,7 @@ class PulsarConnection:
                     partition,
                     req.start_message_id if req.HasField("start_message_id") else None,
                     earliest,
+                    compacted=req.read_compacted,
                 )
             )
             r = PulsarReader(
@@ -711,6 +715,7 @@ class PulsarConnection:
                 batch_index_ack=self.settings.batch_index_ack,
                 checks=checks,
                 position=pos,
+                compacted=req.read_compacted,
             )
             r.on_failed = lambda reader, err: self._consumer_failed(reader, err)
             self.consumers[req.consumer_id] = r
