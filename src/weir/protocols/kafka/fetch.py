@@ -48,7 +48,7 @@ class _Read:
     actor: PartitionActor | None = None
     compacted: bool = False
     error: ErrorCode = ErrorCode.NONE
-    records: list[bytes] = field(default_factory=list)
+    records: list[bytearray] = field(default_factory=list)
 
     @property
     def nbytes(self) -> int:
@@ -95,7 +95,7 @@ class FetchHandlers:
                     "last_stable_offset": hw,
                     "log_start_offset": self._log_start(a, r.compacted) if a is not None else -1,
                     "aborted_transactions": [],
-                    "records": b"".join(r.records),
+                    "records": r.records,  # the batches, joined once with the answer
                 }
             )
         return {
@@ -131,11 +131,15 @@ class FetchHandlers:
             budget = min(r.max_bytes, max_bytes - total)
             if budget <= 0 and total > 0:
                 break
-            res = await (
-                self.broker.read_compacted(a.topic, a.partition, r.offset, max(1, budget))
-                if r.compacted
-                else a.read_async(r.offset, max(1, budget))
-            )
+            try:
+                res = await (
+                    self.broker.read_compacted(a.topic, a.partition, r.offset, max(1, budget))
+                    if r.compacted
+                    else a.read_async(r.offset, max(1, budget))
+                )
+            except WeirError as exc:  # e.g. the tier's object store is unreachable
+                r.error = error_code(exc)
+                continue
             if not res.chunks:
                 continue
             self.broker.observer.on_read(a.topic, a.partition, res.nbytes)
