@@ -18,11 +18,11 @@ import asyncio
 import sys
 import time
 
-from weir.broker.cluster import Ownership, OwnershipConfig
+from weir.broker.cluster import Ownership, OwnershipConfig, ReplicatedLogHost
 from weir.errors import WeirError
 from weir.replication.ledger import LedgerClient
 from weir.replication.managed_log import ManagedLogConfig
-from weir.replication.partition_log import ReplicatedPartitionLog, ReplicationConfig
+from weir.replication.partition_log import ReplicationConfig
 from weir.storage.batch import encode_batch
 from weir.storage.incoming import validate_incoming
 
@@ -35,26 +35,9 @@ def say(line: str) -> None:
     sys.stdout.flush()
 
 
-class Host:
-    def __init__(self, client: LedgerClient, broker: str) -> None:
-        self.client = client
-        self.broker = broker
-        self.logs: dict[str, ReplicatedPartitionLog] = {}
-
-    async def acquire(self, key: str, generation: int) -> None:
-        self.logs[key] = await ReplicatedPartitionLog.open(
-            self.client, key, replication=REP, owner=self.broker, claim=generation
-        )
-
-    async def release(self, key: str, *, graceful: bool) -> None:
-        plog = self.logs.pop(key, None)
-        if plog is not None:
-            await (plog.close() if graceful else plog.abandon())
-
-
 async def main(hosts: str, root: str, broker: str, key: str, count: int) -> int:
     async with LedgerClient(hosts, root=root, zk_timeout=4.0, request_timeout=5.0) as client:
-        host = Host(client, broker)
+        host = ReplicatedLogHost(client, broker, REP)
         own = await Ownership(hosts, root, broker, host, config=CONFIG).start()
         try:
             await own.add_partitions([key])

@@ -7,19 +7,19 @@ import signal
 import subprocess
 import sys
 import threading
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 from kazoo.client import KazooClient
 
 from tests.replication.test_partition_log import read_back
-from weir.broker.cluster import Ownership, OwnershipConfig, partition_key
+from weir.broker.cluster import Ownership, OwnershipConfig, ReplicatedLogHost, partition_key
+from weir.errors import UnavailableError
 from weir.replication.errors import ManagedLogFencedError
 from weir.replication.ledger import LedgerClient
 from weir.replication.local_cluster import BookieProcess
 from weir.replication.managed_log import ManagedLogConfig
-from weir.replication.partition_log import ReplicatedPartitionLog, ReplicationConfig
+from weir.replication.partition_log import ReplicationConfig
 from weir.replication.zkserver import ZooKeeperServer
 from weir.storage.batch import encode_batch
 from weir.storage.incoming import validate_incoming
@@ -29,27 +29,17 @@ from .test_ownership import until
 REP = ReplicationConfig(ManagedLogConfig(max_entries_per_ledger=20))
 
 
-@dataclass
-class LogHost:
-    """Opens a partition's replicated log when its broker acquires it. A *zombie* host
-    ignores releases, as a broker paused through its session loss would: its log stays
-    open, and only fencing can stop it."""
+class LogHost(ReplicatedLogHost):
+    """A broker's replicated logs. A *zombie* host ignores releases, as a broker paused
+    through its session loss would: its log stays open, and only fencing can stop it."""
 
-    client: LedgerClient
-    broker: str
-    zombie: bool = False
-    logs: dict[str, ReplicatedPartitionLog] = field(default_factory=dict)
-
-    async def acquire(self, key: str, generation: int) -> None:
-        self.logs[key] = await ReplicatedPartitionLog.open(
-            self.client, key, replication=REP, owner=f"{self.broker}@{generation}", claim=generation
-        )
+    def __init__(self, client: LedgerClient, broker: str, zombie: bool = False) -> None:
+        super().__init__(client, broker, REP)
+        self.zombie = zombie
 
     async def release(self, key: str, *, graceful: bool) -> None:
-        if self.zombie:
-            return
-        plog = self.logs.pop(key)
-        await (plog.close() if graceful else plog.abandon())
+        if not self.zombie:
+            await super().release(key, graceful=graceful)
 
 
 def batch(seq: int) -> bytes:
@@ -90,7 +80,10 @@ async def test_a_broker_that_lost_its_session_cannot_write_after_the_next_owner_
             assert a.serving(key) is None
             with pytest.raises(ManagedLogFencedError):
                 await zombie.write(validate_incoming([batch(4)]))
-            new = host_b.logs[key]
+            new = host_b.log(key)
+            assert host_b.generations[key] == gen_a + 1
+            with pytest.raises(UnavailableError, match="not open on broker b"):
+                host_b.log(partition_key("public/default/handover", 1))
             assert new.end_offset == 3 and new.last_seq_no("p") == 3
             res = await new.write(validate_incoming([batch(3), batch(4)]))
             assert (res[0].skipped, res[1].offset) == (1, 3)  # dedup survived the move
