@@ -12,7 +12,8 @@ import pytest
 import weir
 from tests.cli.conftest import Weir
 from tests.conftest import ServerProcess
-from tests.reliability.history import History, Stored, check, make_data, message_id
+from tests.reliability.checker import check
+from tests.reliability.history import History, Stored, make_data, message_id
 from weir.client.connection import Connection
 from weir.errors import (
     BadRequestError,

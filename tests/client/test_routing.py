@@ -13,7 +13,8 @@ import pytest
 
 import weir
 from tests.conftest import ServerProcess
-from tests.reliability.history import History, Stored, check, make_data, message_id
+from tests.reliability.checker import check
+from tests.reliability.history import History, Stored, make_data, message_id
 from weir.client.routing import ROUND_ROBIN_RUN, murmur3_partition
 from weir.errors import BadRequestError, UnknownPartitionError
 from weir.hashing import kafka_partition, murmur2
@@ -242,7 +243,7 @@ def test_keyed_writer_across_4_partitions_survives_kill_9(
     server: ServerProcess, topic_name: str
 ) -> None:
     """kill -9 the server three times under a keyed writer: nothing acknowledged lost,
-    nothing stored twice (tests/reliability/history.py)."""
+    nothing stored twice (tests/reliability/checker.py)."""
     history = History()
     acks = threading.Semaphore(0)
     with weir.Client(server.endpoint) as c:

@@ -20,6 +20,7 @@ import weir
 import weir.aio
 from tests.cli.conftest import metrics_url
 from tests.conftest import ServerProcess
+from tests.reliability.proxy import FaultyProxy
 from weir.client.writer_settings import WriterSettings
 from weir.errors import (
     BadRequestError,
@@ -313,6 +314,91 @@ def test_a_paused_server_is_named_when_the_delivery_timeout_passes(
     assert isinstance(err, DeliveryTimeoutError)
     assert f"the server at {server.endpoint} did not answer" in str(err)
     c.close()
+
+
+def test_a_writer_backing_off_is_back_as_soon_as_the_server_is(
+    shared_server: ServerProcess, topic_name: str
+) -> None:
+    """The writer the chaos soak lost: while its server was down it kept failing, its
+    backoff grew to seconds, and it slept through the short spells in which the server was
+    back (gRPC fails every call at once until its own reconnect succeeds), until its
+    delivery timeout, while other clients got through. A writer waiting to retry must try
+    again as soon as its connection is back.
+
+    The server is unreachable (the proxy parks every connection: the client's connection
+    attempts hang and time out) until the writer's 7th failure, after which it would wait
+    at least 1.6 s (backoff 50 ms doubling, jitter down to half); right then the server
+    is reachable again for WINDOW seconds, less than that wait. The buffered message must
+    be acknowledged within the window."""
+    window = 1.2
+    with weir.Client(shared_server.endpoint) as admin:
+        admin.create_topic(topic_name)
+    proxy = FaultyProxy(lambda: shared_server.port)
+    opened = threading.Event()
+    closed = threading.Event()
+    writers: list[weir.Writer] = []
+
+    def close_window() -> None:
+        proxy.hold()
+        proxy.drop_all()
+        closed.set()
+
+    def on_reconnect(err: WeirError) -> None:
+        # in the client's loop, right before the writer waits to retry
+        if writers and writers[0].reconnects >= 7 and not opened.is_set():
+            opened.set()
+            proxy.release()
+            threading.Timer(window, close_window).start()
+
+    c = weir.Client(proxy.endpoint)
+    try:
+        w = c.writer(topic_name, producer_id="p", on_reconnect=on_reconnect)
+        writers.append(w)
+        w.write(b"first")
+        w.flush(timeout=30)
+        proxy.hold()
+        proxy.drop_all()
+        fut = w.write_future(b"in the window")
+        wait_until(closed.is_set, 60, "the window to open and close")
+        assert fut.done() and fut.exception() is None, (
+            f"not acknowledged while the server was reachable ({window} s after the "
+            f"writer's {w.reconnects}th failure); last error: {w.last_error}"
+        )
+    finally:
+        proxy.release()
+        c.close()
+        proxy.close()
+
+
+async def test_a_writer_whose_client_closes_while_it_waits_to_reconnect_fails(
+    shared_server: ServerProcess, topic_name: str
+) -> None:
+    """An asyncio client closed under a writer that waits to reconnect (the client does not
+    close its writers): the writer fails with the reason at once, rather than waiting out
+    its delivery timeout with its session ended by an error nobody sees."""
+    with weir.Client(shared_server.endpoint) as admin:
+        admin.create_topic(topic_name)
+    proxy = FaultyProxy(lambda: shared_server.port)
+    closing: list[asyncio.Task[None]] = []
+    try:
+        c = weir.aio.Client(proxy.endpoint)
+
+        def on_reconnect(err: WeirError) -> None:
+            # right before the writer waits to retry: the client closes during that wait
+            if w.reconnects >= 2 and not closing:
+                closing.append(asyncio.ensure_future(c.close()))
+
+        w = c.writer(topic_name, producer_id="p", on_reconnect=on_reconnect)
+        await w.write(b"first")
+        await w.flush(timeout=30)
+        proxy.hold()  # from now on its connection attempts hang and time out
+        proxy.drop_all()
+        await w.write(b"second")
+        with pytest.raises(UnavailableError, match="writer failed"):
+            await w.flush(timeout=30)
+        assert closing
+    finally:
+        proxy.close()
 
 
 def test_delivery_timeout_has_a_documented_default(client: weir.Client, topic_name: str) -> None:

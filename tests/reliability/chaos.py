@@ -27,24 +27,25 @@ what it has not read. Everything random comes from one seed.
 from __future__ import annotations
 
 import contextlib
+import gc
+import logging
 import random
 import signal
 import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import weir
 from tests.conftest import ServerProcess
+from tests.reliability.checker import Report, check
 from tests.reliability.history import (
     TOPIC_STRIDE,
+    Contents,
     History,
-    Report,
-    Stored,
-    check,
     make_data,
     message_id,
 )
@@ -104,6 +105,9 @@ class ChaosSettings:
     catch_up_s: float = 10.0  # after a restart, wait up to this long for new acks
     retained_topic: bool = True  # the second topic: size retention, an important consumer
     seed: int = 1
+    # where the proxy's connection log (proxy.log) and the clients' log (clients.log) go;
+    # None: no logs (WEIR_CHAOS_LOG_DIR sets it for the tests of test_faults.py)
+    log_dir: Path | None = None
 
     @property
     def power_cuts(self) -> bool:
@@ -120,6 +124,9 @@ class ChaosResult:
     operations: int = 0
     seconds: float = 0.0
     dropped_pages: int = 0  # unsynced pages the power cuts dropped
+    max_stall_s: float = 0.0  # the longest time the test process itself stood still
+    max_gc_s: float = 0.0  # the longest garbage collection of the test process
+    load: tuple[str, str] = ("", "")  # /proc/loadavg (1, 5, 15 min) at the start and the end
 
     @property
     def kills(self) -> int:
@@ -141,7 +148,12 @@ class Chaos:
         self.s = settings
         self.rng = random.Random(settings.seed)
         self.history = History()
-        self.proxy = FaultyProxy(lambda: self.server.port)
+        if settings.log_dir is not None:
+            settings.log_dir.mkdir(parents=True, exist_ok=True)
+        self.proxy = FaultyProxy(
+            lambda: self.server.port,
+            log=settings.log_dir / "proxy.log" if settings.log_dir is not None else None,
+        )
         self.stop = threading.Event()
         self.faults: Counter[str] = Counter()
         self.recovery: dict[str, list[float]] = defaultdict(list)
@@ -150,6 +162,7 @@ class Chaos:
         self.topics = ["chaos", "chaos_retained"] if settings.retained_topic else ["chaos"]
         self._writers: list[threading.Thread] = []
         self.partitions = {t: settings.partitions for t in self.topics}
+        self.stalls = StallWatch(self.proxy.note)
 
     def _op(self, n: int = 1) -> None:
         with self._ops_lock:
@@ -159,6 +172,7 @@ class Chaos:
         """Recorded for the verdict, and printed now: a long soak's log shows when it was."""
         line = f"{who}: {err!r}"
         self.history.error(line)
+        self.proxy.note(f"UNEXPECTED {line}")
         print(f"chaos: unexpected client error at {time.strftime('%H:%M:%S')}: {line}", flush=True)
 
     # ------------------------------------------------------------------ writers
@@ -342,8 +356,7 @@ class Chaos:
                 ps = batch.session
                 session = f"c{idx}/g{ps.generation}/a{ps.assignment_id}"
                 key = batch.partition + TOPIC_STRIDE * self.topics.index(_short(batch.topic))
-                for offset, data in zip(batch.offsets, batch.values, strict=True):
-                    h.delivered(session, key, offset, message_id(data))
+                h.delivered_batch(session, key, batch.offsets, map(message_id, batch.values))
                 self._op(len(batch))
                 try:
                     r.commit_with_ack(batch, timeout=5)
@@ -382,18 +395,26 @@ class Chaos:
                 kind = deck.pop()
                 self.faults[kind] += 1
                 self.history.fault(kind)
+                self.proxy.note(f"fault {kind} #{self.faults[kind]} (server pid {self._pid()})")
                 self._inject(kind)
+                self.proxy.note(
+                    f"fault {kind} #{self.faults[kind]} done (server pid {self._pid()})"
+                )
                 kills += kind in KILLS
                 if kind in (*KILLS, "restart"):
-                    self._await_acks(len(self.history.acks))
+                    self._await_acks(self.history.acked_count)
         except Exception as err:
             self._unexpected("fault injection", err)
+
+    def _pid(self) -> int | None:
+        proc = self.server.proc
+        return proc.pid if proc is not None else None
 
     def _await_acks(self, before: int) -> None:
         """Let the load catch up after a restart (new acks, bounded wait), so that every
         kill hits a server under load rather than one the clients have not reached yet."""
         deadline = time.monotonic() + self.s.catch_up_s
-        while len(self.history.acks) < before + 20 and time.monotonic() < deadline:
+        while self.history.acked_count < before + 20 and time.monotonic() < deadline:
             if not any(t.is_alive() for t in self._writers) or self.stop.wait(0.02):
                 return
 
@@ -473,7 +494,12 @@ class Chaos:
     # ------------------------------------------------------------------ run
 
     def run(self) -> ChaosResult:
+        with _client_log(self.s.log_dir, self.proxy.t0), self.stalls:
+            return self._run()
+
+    def _run(self) -> ChaosResult:
         t0 = time.monotonic()
+        load_start = _load_average()
         with weir.Client(self.server.endpoint) as admin:
             admin.create_topic(
                 self.topics[0], partitions=self.s.partitions, consumers=[Consumer(CONSUMER)]
@@ -520,17 +546,20 @@ class Chaos:
             self.ops,
             time.monotonic() - t0,
             self.mount.dropped_pages if self.mount is not None else 0,
+            self.stalls.max_stall,
+            self.stalls.max_gc,
+            (load_start, _load_average()),
         )
 
     def _await_progress(self, writers: list[threading.Thread]) -> None:
         """After the last fault the load must go on: wait (bounded) for new acks and, with
         consumers, a new commit ack."""
         h = self.history
-        acked, commits = len(h.acks), len(h.commit_acks)
+        acked, commits = h.acked_count, len(h.commit_acks)
         want_commit = 1 if self.s.consumers else 0
 
         def done() -> bool:
-            return len(h.acks) >= acked + 50 and len(h.commit_acks) >= commits + want_commit
+            return h.acked_count >= acked + 50 and len(h.commit_acks) >= commits + want_commit
 
         deadline = time.monotonic() + 60
         while not done() and time.monotonic() < deadline:
@@ -540,10 +569,8 @@ class Chaos:
         if not done():
             h.error("no progress: fewer than 50 acks or no commit ack in 60 s after the last fault")
 
-    def _read_back(
-        self,
-    ) -> tuple[dict[int, list[Stored]], dict[int, int], dict[int, int]]:
-        stored: dict[int, list[Stored]] = {}
+    def _read_back(self) -> tuple[Contents, dict[int, int], dict[int, int]]:
+        stored = Contents(self.history)
         starts: dict[int, int] = {}
         protected: dict[int, int] = {}
         with weir.Client(self.server.endpoint) as client:
@@ -557,21 +584,108 @@ class Chaos:
                 for p in info.partition_info:
                     key = p.partition + TOPIC_STRIDE * t_idx
                     starts[key] = p.start_offset
-                    rows: list[Stored] = []
+                    stored.partition(key)
                     for chunk in client.read_range(
                         topic, p.partition, p.start_offset, p.end_offset
                     ):
-                        rows.extend(
-                            Stored(m.offset, message_id(m.data), m.producer_id, m.seq_no)
-                            for m in chunk.messages(max(chunk.first_offset, p.start_offset))
-                            if p.start_offset <= m.offset < p.end_offset
-                        )
-                    stored[key] = rows
+                        for m in chunk.messages(max(chunk.first_offset, p.start_offset)):
+                            if p.start_offset <= m.offset < p.end_offset:
+                                stored.add(
+                                    key, m.offset, message_id(m.data), m.producer_id, m.seq_no
+                                )
                 if any(c.important for c in info.consumers):
                     ci = client.describe_consumer(topic, CONSUMER)
                     for cp in ci.partitions:
                         protected[cp.partition + TOPIC_STRIDE * t_idx] = cp.committed_offset
         return stored, starts, protected
+
+
+class StallWatch:
+    """Measures how long the test process itself stands still (a garbage collection of a
+    big heap, CPU starvation): while it does, the proxy forwards nothing and no client
+    runs, so a long stall looks like an outage to every client at once. A thread that
+    sleeps STEP at a time notes each wake-up later than LATE, and a gc callback times
+    every collection; both go to the proxy log and into the result."""
+
+    STEP = 0.05
+    LATE = 1.0
+
+    def __init__(self, note: Callable[[str], None]) -> None:
+        self.note = note
+        self.max_stall = 0.0
+        self.max_gc = 0.0
+        self._stop = threading.Event()
+        self._gc_start = 0.0
+        self._thread = threading.Thread(target=self._watch, name="stall-watch", daemon=True)
+
+    def _watch(self) -> None:
+        last = time.monotonic()
+        while not self._stop.wait(self.STEP):
+            now = time.monotonic()
+            stood = now - last - self.STEP
+            if stood > self.LATE:
+                self.note(f"test process stood still for {stood:.2f} s")
+            self.max_stall = max(self.max_stall, stood)
+            last = now
+
+    def _gc(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._gc_start = time.monotonic()
+            return
+        took = time.monotonic() - self._gc_start
+        self.max_gc = max(self.max_gc, took)
+        if took > self.LATE / 2:
+            self.note(
+                f"gc of generation {info.get('generation')} took {took:.2f} s "
+                f"({info.get('collected')} collected)"
+            )
+
+    def __enter__(self) -> StallWatch:
+        gc.callbacks.append(self._gc)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        with contextlib.suppress(ValueError):
+            gc.callbacks.remove(self._gc)
+
+
+@contextlib.contextmanager
+def _client_log(log_dir: Path | None, t0: float) -> Iterator[None]:
+    """The SDK's log (DEBUG) to ``log_dir``/clients.log, with the proxy log's clock."""
+    if log_dir is None:
+        yield
+        return
+    log_dir.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(log_dir / "clients.log")
+
+    class Since(logging.Formatter):
+        def format(self, record: logging.LogRecord) -> str:
+            since = time.monotonic() - t0  # the same clock as the proxy's lines
+            return f"{since:.3f} {record.threadName} {record.levelname} {super().format(record)}"
+
+    handler.setFormatter(Since("%(name)s: %(message)s"))
+    logger = logging.getLogger("weir.client")
+    old = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(old)
+        handler.close()
+
+
+def _load_average() -> str:
+    """The machine's load average (1, 5 and 15 minutes): figures beside it mean more."""
+    try:
+        with open("/proc/loadavg") as f:
+            return " / ".join(f.read().split()[:3])
+    except OSError:
+        return "?"
 
 
 def _short(topic: str) -> str:
@@ -623,7 +737,10 @@ def summary_column(result: ChaosResult) -> dict[str, str]:
         ),
         "unexpected client errors": str(len(r.errors)),
         "max recovery time (s)": f"{r.max_recovery_s:.2f}",
+        "longest stall of the test process (s)": f"{r.max_stall_s:.2f}",
         "run time (s)": f"{r.seconds:.0f}",
+        "load average at the start (1 / 5 / 15 min)": r.load[0],
+        "load average at the end": r.load[1],
     }
     return column
 

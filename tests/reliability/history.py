@@ -1,48 +1,59 @@
-"""A history of operations and a checker that judges it after the fact (Jepsen style).
+"""A history of operations, recorded compactly, for the checker in `checker.py` (Jepsen style).
 
-Producers record every message they attempted and every ack they got;
-consumers record every message delivered (with the reader session that
-delivered it) and every commit the server acknowledged; after each restart the
-committed positions the server reports are recorded as observations; at the
-end the whole topic is read back. `check` then judges the promises, each
-violation kind in its own list of the `Report`:
+Producers record every message they attempted and every ack they got; consumers record
+every message delivered (with the reader session that delivered it) and every commit
+the server acknowledged; consumers of durable subscriptions record every delivery (with
+the server's lifetime and the redelivery count) and every acknowledgement the server
+answered; after each restart the committed positions the server reports are recorded
+as observations; at the end the whole topic is read back into `Contents`.
 
-- ``lost``: an acknowledged message is not stored at the end, and retention
-  does not account for it (its offset is not below the partition's final start
-  offset). Having been delivered before does not excuse it.
-- ``retained_unread``: retention removed offsets an *important* consumer had
-  not committed (the start offset is past its committed offset).
-- ``reused_offsets``: one offset of a partition held two different messages
-  (two acks, an ack and a delivery, or a delivery and the final contents).
-- ``duplicated``: one message at two offsets: stored twice, or stored, acknowledged
-  or delivered at one offset and stored at another (dedup failed, and retention may
-  have removed one copy since; or the message moved).
-- ``reordered``: a producer's messages stored out of its write order (the
-  ``n`` in their id), or a server producer id's seq_nos not increasing.
-- ``phantoms``: a message stored or delivered that no producer ever sent.
-- ``gaps``: offsets not dense from the start offset.
-- ``backwards_reads``: one reader session saw a partition's offsets go back.
-- ``lost_commits``: a committed position the server reported is below a commit
-  it had acknowledged before that report was asked for.
-- ``pin_moves``: a producer's messages (acks or stored) in two partitions of a
-  topic: its pin moved, and with it its order and dedup state (routing writers,
-  named in ``routed``, write to several partitions on purpose).
+Messages carry a unique id in their data (``id:<producer>:<n>``, ``n`` the producer's
+write order, dense from 0), so every observation ties back to one attempt. Partitions
+are keyed ``topic_index * 1000 + partition``.
 
-Messages carry a unique id in their data (``id:<producer>:<n>``, ``n`` the
-producer's write order), so every observation can be tied back to the attempt.
-Partitions are keyed ``topic_index * 1000 + partition``.
+A soak records tens of millions of observations, so nothing is kept per message as a
+Python object: a producer's messages are arrays indexed by ``n`` (state flags, the
+first ack, the first place the message was seen at), each partition has an array
+indexed by offset (the message seen there first), and only what disagrees with those
+(a second place, a second message at one offset, an ack that differs from the first)
+goes to small dictionaries. What the rules need is kept exactly; see `checker.py`.
 """
 
 from __future__ import annotations
 
 import threading
-from bisect import bisect_left
+from array import array
 from collections import defaultdict
-from collections.abc import Collection
-from dataclasses import dataclass, field
-from typing import NamedTuple
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+if TYPE_CHECKING:
+    from tests.reliability.checker import Report as Report
+    from tests.reliability.checker import check as check
+
+
+def __getattr__(name: str) -> Any:
+    """`check` and `Report` live in `checker.py` now; tests written before the split
+    import them from here, so they still can (imported lazily: checker imports this)."""
+    if name in ("check", "Report"):
+        from tests.reliability import checker
+
+        return getattr(checker, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 TOPIC_STRIDE = 1000  # partition key = topic index * TOPIC_STRIDE + partition
+
+NONE = -1  # an empty slot of the arrays below
+N_BITS = 40  # a message reference is producer << N_BITS | n
+N_MASK = (1 << N_BITS) - 1
+SPARSE_AFTER = 1 << 22  # an n or offset this far past the array's end is kept in a dict
+
+# flags per message
+ATTEMPTED = 1
+ACKED = 2
+DELIVERED = 4  # by a reader session or a subscription
+PLACED = 8  # place_key / place_off hold the first (partition, offset) it was seen at
 
 
 def message_id(data: bytes) -> str:
@@ -92,71 +103,168 @@ class CommitSeen(NamedTuple):
     when: str  # "restart 12", "final"...
 
 
-VIOLATIONS = (
-    "lost",
-    "retained_unread",
-    "reused_offsets",
-    "duplicated",
-    "reordered",
-    "phantoms",
-    "gaps",
-    "backwards_reads",
-    "lost_commits",
-    "pin_moves",
-)
+def _grow(a: array, n: int, fill: int) -> None:  # type: ignore[type-arg]
+    """Make index ``n`` of ``a`` exist (by a quarter more each time: appends stay cheap)."""
+    k = max(n + 1, len(a) + len(a) // 4 + 16) - len(a)
+    a.extend(array(a.typecode, [fill]) * k)
 
 
-@dataclass
-class Report:
-    attempted: int = 0
-    acknowledged: int = 0
-    delivered: int = 0
-    stored: int = 0
-    retained: int = 0  # acknowledged, below the final start offset (removed by retention)
-    commits_acked: int = 0
-    commit_checks: int = 0
-    lost: list[str] = field(default_factory=list)
-    retained_unread: list[str] = field(default_factory=list)
-    reused_offsets: list[str] = field(default_factory=list)
-    duplicated: list[str] = field(default_factory=list)
-    reordered: list[str] = field(default_factory=list)
-    phantoms: list[str] = field(default_factory=list)
-    gaps: list[str] = field(default_factory=list)
-    backwards_reads: list[str] = field(default_factory=list)
-    lost_commits: list[str] = field(default_factory=list)
-    pin_moves: list[str] = field(default_factory=list)
+class Producer:
+    """One producer's messages as arrays indexed by n (see the module docstring)."""
 
-    def violations(self) -> dict[str, list[str]]:
-        """Every violation kind that occurred, with its instances."""
-        return {k: getattr(self, k) for k in VIOLATIONS if getattr(self, k)}
+    __slots__ = (
+        "ack_key",
+        "ack_keys",
+        "ack_off",
+        "flags",
+        "label",
+        "place_key",
+        "place_off",
+        "raw",
+    )
 
-    @property
-    def ok(self) -> bool:
-        return not self.violations()
+    def __init__(self, label: str, raw: bool = False) -> None:
+        self.label = label
+        self.raw = raw  # an id that is not ``id:<producer>:<n>``: the label is the whole id
+        self.flags = bytearray()
+        self.ack_key = array("i")  # the first ack's partition key
+        self.ack_off = array("q")  # the first ack's offset (NONE: skipped, offset unknown)
+        self.place_key = array("i")
+        self.place_off = array("q")
+        self.ack_keys: set[int] = set()  # every partition an ack named (the pin rule)
 
-    def summary(self) -> str:
-        head = (
-            f"attempted={self.attempted} acknowledged={self.acknowledged} "
-            f"delivered={self.delivered} stored={self.stored} retained={self.retained} "
-            f"commits_acked={self.commits_acked} commit_checks={self.commit_checks}"
-        )
-        bad = " ".join(f"{k}={len(v)} e.g. {v[:5]}" for k, v in self.violations().items())
-        return head + (" VIOLATIONS: " + bad if bad else " no violations")
+    def grow(self, n: int) -> None:
+        if n >= len(self.flags):
+            k = max(n + 1, len(self.flags) + len(self.flags) // 4 + 16) - len(self.flags)
+            self.flags.extend(bytes(k))
+            for a, fill in (
+                (self.ack_key, NONE),
+                (self.ack_off, NONE),
+                (self.place_key, NONE),
+                (self.place_off, NONE),
+            ):
+                _grow(a, len(self.flags) - 1, fill)
+
+    def name(self, n: int) -> str:
+        return self.label if self.raw else f"id:{self.label}:{n}"
+
+
+class SubDeliveries:
+    """A subscription's deliveries and answered acks, as parallel arrays."""
+
+    def __init__(self) -> None:
+        # deliveries: partition key, offset, server lifetime, redelivery count, the clock at
+        # which the consuming client was opened (everything it gets is sent after that)
+        self.d_key = array("i")
+        self.d_off = array("q")
+        self.d_gen = array("q")
+        self.d_count = array("i")
+        self.d_opened = array("q")
+        # answered individual acks: partition key, offset, server lifetime, clock
+        self.a_key = array("i")
+        self.a_off = array("q")
+        self.a_gen = array("q")
+        self.a_clock = array("q")
+        # answered cumulative acks: (key, offset up to and including, lifetime, clock)
+        self.cumulative: list[tuple[int, int, int, int]] = []
 
 
 class History:
-    """Thread-safe log of what clients attempted and observed."""
+    """Thread-safe, compact log of what clients attempted and observed."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._clock = 0
-        self.attempts: set[str] = set()
-        self.acks: dict[str, list[Ack]] = defaultdict(list)
-        self.deliveries: list[tuple[str, int, int, str]] = []  # (session, key, offset, id)
+        self.producers: list[Producer] = []
+        self._pids: dict[str, int] = {}
+        self._raw: dict[str, int] = {}
+        # (key, offset) -> the first message seen there, per partition key
+        self.holder: dict[int, array] = {}  # type: ignore[type-arg]
+        self.far_holder: dict[tuple[int, int], int] = {}  # offsets far past the array
+        self.extra_holders: dict[tuple[int, int], set[int]] = defaultdict(set)
+        self.extra_places: dict[int, set[tuple[int, int]]] = defaultdict(set)
+        self.more_acks: dict[int, list[Ack]] = defaultdict(list)  # acks unlike the first
+        self.maybe_phantoms: set[int] = set()  # delivered before (or without) an attempt
+        self.attempted_count = 0
+        self.acked_count = 0
+        self.delivered_count = 0
+        self._last_read: dict[tuple[str, int], int] = {}
+        self.backwards_reads: list[str] = []
+        self.subs: dict[str, SubDeliveries] = {}
         self.commit_acks: list[CommitAck] = []
         self.commit_seen: list[CommitSeen] = []
         self.faults: list[str] = []
         self.errors: list[str] = []  # client errors the load did not expect
+
+    # ------------------------------------------------------------------ ids
+
+    def _ref_locked(self, mid: str) -> tuple[Producer, int, int]:
+        """(producer, n, reference) of a message id, made known if new."""
+        pn = parse_id(mid)
+        if pn is not None:
+            pid = self._pids.get(pn[0])
+            if pid is None:
+                pid = self._pids[pn[0]] = len(self.producers)
+                self.producers.append(Producer(pn[0]))
+            prod = self.producers[pid]
+            n = pn[1]
+            if n < len(prod.flags) + SPARSE_AFTER and n <= N_MASK:
+                prod.grow(n)
+                return prod, n, pid << N_BITS | n
+        pid = self._raw.get(mid)
+        if pid is None:
+            pid = self._raw[mid] = len(self.producers)
+            self.producers.append(Producer(mid, raw=True))
+        prod = self.producers[pid]
+        prod.grow(0)
+        return prod, 0, pid << N_BITS
+
+    def ref(self, mid: str) -> int:
+        """The integer reference of a message id (see `name`)."""
+        with self._lock:
+            return self._ref_locked(mid)[2]
+
+    def name(self, ref: int) -> str:
+        return self.producers[ref >> N_BITS].name(ref & N_MASK)
+
+    def producer_of(self, ref: int) -> Producer:
+        return self.producers[ref >> N_BITS]
+
+    # ------------------------------------------------------------------ places
+
+    def held_at(self, key: int, offset: int) -> int:
+        """The first message seen at (key, offset) by an ack or a delivery (NONE: none)."""
+        a = self.holder.get(key)
+        if a is not None and offset < len(a):
+            return int(a[offset])
+        return self.far_holder.get((key, offset), NONE)
+
+    def _claim(self, prod: Producer, n: int, ref: int, key: int, offset: int) -> None:
+        """Message ``ref`` was seen at (key, offset)."""
+        if prod.flags[n] & PLACED:
+            if prod.place_key[n] != key or prod.place_off[n] != offset:
+                self.extra_places[ref].add((key, offset))
+        else:
+            prod.flags[n] |= PLACED
+            prod.place_key[n] = key
+            prod.place_off[n] = offset
+        a = self.holder.get(key)
+        if a is None:
+            a = self.holder[key] = array("q")
+        if offset >= len(a):
+            if offset < 0 or offset >= len(a) + SPARSE_AFTER:
+                first = self.far_holder.setdefault((key, offset), ref)
+                if first != ref:
+                    self.extra_holders[(key, offset)].add(ref)
+                return
+            _grow(a, offset, NONE)
+        first = a[offset]
+        if first == NONE:
+            a[offset] = ref
+        elif first != ref:
+            self.extra_holders[(key, offset)].add(ref)
+
+    # ------------------------------------------------------------------ recording
 
     def clock(self) -> int:
         """A point in the history: events recorded later get a higher clock."""
@@ -166,15 +274,52 @@ class History:
 
     def attempted(self, mid: str) -> None:
         with self._lock:
-            self.attempts.add(mid)
+            prod, n, _ = self._ref_locked(mid)
+            if not prod.flags[n] & ATTEMPTED:
+                prod.flags[n] |= ATTEMPTED
+                self.attempted_count += 1
 
     def acked(self, mid: str, key: int, offset: int | None) -> None:
         with self._lock:
-            self.acks[mid].append(Ack(key, offset))
+            prod, n, ref = self._ref_locked(mid)
+            off = NONE if offset is None else offset
+            if not prod.flags[n] & ACKED:
+                prod.flags[n] |= ACKED
+                prod.ack_key[n] = key
+                prod.ack_off[n] = off
+                self.acked_count += 1
+            elif prod.ack_key[n] != key or prod.ack_off[n] != off:
+                self.more_acks[ref].append(Ack(key, offset))
+            prod.ack_keys.add(key)
+            if offset is not None:
+                self._claim(prod, n, ref, key, offset)
+
+    def _delivered_locked(self, key: int, offset: int, mid: str) -> None:
+        prod, n, ref = self._ref_locked(mid)
+        if not prod.flags[n] & ATTEMPTED:
+            self.maybe_phantoms.add(ref)
+        prod.flags[n] |= DELIVERED
+        self._claim(prod, n, ref, key, offset)
 
     def delivered(self, session: str, key: int, offset: int, mid: str) -> None:
+        """A reader session delivered ``mid`` at (key, offset)."""
+        self.delivered_batch(session, key, (offset,), (mid,))
+
+    def delivered_batch(
+        self, session: str, key: int, offsets: Iterable[int], mids: Iterable[str]
+    ) -> None:
+        """A reader session delivered these messages of partition ``key``, in this order.
+        One session never goes back in a partition: checked here, in delivery order."""
         with self._lock:
-            self.deliveries.append((session, key, offset, mid))
+            last = self._last_read.get((session, key))
+            for offset, mid in zip(offsets, mids, strict=True):
+                self.delivered_count += 1
+                self._delivered_locked(key, offset, mid)
+                if last is not None and offset <= last:
+                    self.backwards_reads.append(f"session {session} k{key}: {offset} after {last}")
+                last = offset
+            if last is not None:
+                self._last_read[(session, key)] = last
 
     def commit_acked(self, consumer: str, key: int, offset: int) -> None:
         """The server acknowledged a commit of ``offset`` (commit_with_ack returned)."""
@@ -187,6 +332,57 @@ class History:
         with self._lock:
             self.commit_seen.append(CommitSeen(since, consumer, key, offset, when))
 
+    # ------------------------------------------------------------------ subscriptions
+
+    def _sub(self, sub: str) -> SubDeliveries:
+        s = self.subs.get(sub)
+        if s is None:
+            s = self.subs[sub] = SubDeliveries()
+        return s
+
+    def sub_delivered(
+        self,
+        sub: str,
+        key: int,
+        offset: int,
+        mid: str,
+        *,
+        generation: int,
+        redelivery_count: int,
+        opened: int,
+    ) -> None:
+        """Subscription ``sub`` delivered ``mid`` at (key, offset), from the server lifetime
+        ``generation`` with ``redelivery_count``, to a client opened at clock ``opened``
+        (`clock()` taken before the client was made: all it receives was sent after)."""
+        with self._lock:
+            self._delivered_locked(key, offset, mid)
+            s = self._sub(sub)
+            s.d_key.append(key)
+            s.d_off.append(offset)
+            s.d_gen.append(generation)
+            s.d_count.append(redelivery_count)
+            s.d_opened.append(opened)
+
+    def sub_acked(self, sub: str, refs: Iterable[tuple[int, int]], *, generation: int) -> None:
+        """The server answered an individual ack of (key, offset)s: they are durable.
+        ``generation``: the server lifetime that answered."""
+        with self._lock:
+            self._clock += 1
+            s = self._sub(sub)
+            for key, offset in refs:
+                s.a_key.append(key)
+                s.a_off.append(offset)
+                s.a_gen.append(generation)
+                s.a_clock.append(self._clock)
+
+    def sub_acked_cumulative(self, sub: str, key: int, offset: int, *, generation: int) -> None:
+        """The server answered a cumulative ack: every offset of ``key`` up to ``offset``."""
+        with self._lock:
+            self._clock += 1
+            self._sub(sub).cumulative.append((key, offset, generation, self._clock))
+
+    # ------------------------------------------------------------------ the rest
+
     def fault(self, what: str) -> None:
         with self._lock:
             self.faults.append(what)
@@ -196,165 +392,52 @@ class History:
             self.errors.append(what)
 
 
-def check(
-    history: History,
-    stored: dict[int, list[Stored]] | dict[int, list[tuple[int, str]]],
-    start_offsets: dict[int, int],
-    protected: dict[int, int] | None = None,
-    routed: Collection[str] = (),
-) -> Report:
-    """Judge a history against the final contents.
+class Contents:
+    """The final contents of the partitions read back, as arrays per partition key."""
 
-    ``stored``: partition key -> its messages from the start offset to the end;
-    ``start_offsets``: the final start offset of each partition (absent: 0);
-    ``protected``: for partitions with an important consumer, its final committed offset.
-    ``routed``: producers (the id's producer part) that write to several partitions by
-    key (routing writers): exempt from ``pin_moves``; their order is judged per partition.
-    """
-    rows_of = {
-        k: [r if isinstance(r, Stored) else Stored(*r) for r in v] for k, v in stored.items()
-    }
-    r = Report(
-        attempted=len(history.attempts),
-        acknowledged=len(history.acks),
-        delivered=len(history.deliveries),
-        commits_acked=len(history.commit_acks),
-        commit_checks=len(history.commit_seen),
-    )
-    at: dict[str, list[tuple[int, int]]] = defaultdict(list)  # id -> stored (key, offset)s
-    held: dict[tuple[int, int], set[str]] = defaultdict(set)  # (key, offset) -> ids claimed
-    for key, rows in sorted(rows_of.items()):
-        expect = start_offsets.get(key, rows[0].offset if rows else 0)
-        for row in rows:
-            if row.offset != expect:
-                r.gaps.append(f"k{key}: offset {row.offset}, expected {expect}")
-            expect = row.offset + 1
-            at[row.mid].append((key, row.offset))
-            held[(key, row.offset)].add(row.mid)
-        r.stored += len(rows)
-    for mid, acks in history.acks.items():
-        for a in acks:
-            if a.offset is not None:
-                held[(a.key, a.offset)].add(mid)
-    for _session, key, offset, mid in history.deliveries:
-        held[(key, offset)].add(mid)
-    r.reused_offsets = sorted(
-        f"k{k}/{o}: {sorted(ids)}" for (k, o), ids in held.items() if len(ids) > 1
-    )
+    def __init__(self, history: History) -> None:
+        self.history = history
+        self.offsets: dict[int, array] = {}  # type: ignore[type-arg]
+        self.refs: dict[int, array] = {}  # type: ignore[type-arg]
+        self.spids: dict[int, array] = {}  # type: ignore[type-arg]  # server producer id (index)
+        self.seqs: dict[int, array] = {}  # type: ignore[type-arg]
+        self.producer_ids: list[str] = []
+        self._spid: dict[str, int] = {}
 
-    # phantoms: stored or delivered, never attempted
-    seen_ids = set(at) | {mid for *_, mid in history.deliveries}
-    r.phantoms = sorted(m for m in seen_ids if m not in history.attempts)
+    def partition(self, key: int) -> None:
+        """Make ``key`` known (an empty partition is still one)."""
+        if key not in self.offsets:
+            self.offsets[key] = array("q")
+            self.refs[key] = array("q")
+            self.spids[key] = array("i")
+            self.seqs[key] = array("q")
 
-    # duplicated: one message at two offsets (stored, acknowledged or delivered there)
-    places: dict[str, set[tuple[int, int]]] = defaultdict(set)
-    for mid, locs in at.items():
-        places[mid].update(locs)
-    for mid, acks in history.acks.items():
-        places[mid].update((a.key, a.offset) for a in acks if a.offset is not None)
-    for _session, key, offset, mid in history.deliveries:
-        places[mid].add((key, offset))
-    r.duplicated = sorted(f"{m} at {sorted(locs)}" for m, locs in places.items() if len(locs) > 1)
+    def add(self, key: int, offset: int, mid: str, producer_id: str = "", seq_no: int = 0) -> None:
+        """The next message of partition ``key`` (in offset order)."""
+        self.partition(key)
+        sp = self._spid.get(producer_id)
+        if sp is None:
+            sp = self._spid[producer_id] = len(self.producer_ids)
+            self.producer_ids.append(producer_id)
+        self.offsets[key].append(offset)
+        self.refs[key].append(self.history.ref(mid))
+        self.spids[key].append(sp)
+        self.seqs[key].append(seq_no)
 
-    # lost: acked, not stored, and retention does not account for it
-    first_stored: dict[tuple[str, int], int] = {}  # (producer, key) -> lowest n stored
-    for mid, locs in at.items():
-        pn = parse_id(mid)
-        if pn is not None:
-            for k, _o in locs:
-                cur = first_stored.get((pn[0], k))
-                first_stored[(pn[0], k)] = pn[1] if cur is None else min(cur, pn[1])
-    for mid, acks in sorted(history.acks.items()):
-        if mid in at:
-            continue
-        key = acks[0].key
-        start = start_offsets.get(key, 0)
-        known = [a.offset for a in acks if a.offset is not None]
-        if known:
-            if min(known) >= start:
-                r.lost.append(f"{mid} (acked at k{key}/{min(known)}, start offset {start})")
-            else:
-                r.retained += 1
-            continue
-        # skipped as a duplicate: offset unknown. Retention removes a prefix, so it can
-        # account for the message only if no earlier message of its producer is still there.
-        pn = parse_id(mid)
-        earlier = pn is not None and first_stored.get((pn[0], key), pn[1]) < pn[1]
-        if start == 0 or earlier:
-            r.lost.append(f"{mid} (acked as already stored in k{key}, start offset {start})")
-        else:
-            r.retained += 1
+    def __len__(self) -> int:
+        return sum(len(a) for a in self.offsets.values())
 
-    # retention must not pass an important consumer's committed offset
-    for key, committed in sorted((protected or {}).items()):
-        start = start_offsets.get(key, 0)
-        if start > committed:
-            r.retained_unread.append(f"k{key}: start offset {start} > committed {committed}")
-
-    # order: per producer and partition, stored order follows write order / seq_no
-    last_n: dict[tuple[str, int], tuple[int, int]] = {}
-    last_seq: dict[tuple[str, int], tuple[int, int]] = {}
-    for key, rows in sorted(rows_of.items()):
-        for row in rows:
-            if len(places[row.mid]) > 1:
-                continue  # a duplicate is reported as such, not again as a reorder
-            pn = parse_id(row.mid)
-            if pn is not None:
-                prev = last_n.get((pn[0], key))
-                if prev is not None and pn[1] <= prev[0]:
-                    r.reordered.append(
-                        f"k{key}/{row.offset}: {row.mid} after n={prev[0]} at {prev[1]}"
-                    )
-                last_n[(pn[0], key)] = (pn[1], row.offset)
-            if row.producer_id:
-                prev = last_seq.get((row.producer_id, key))
-                if prev is not None and row.seq_no <= prev[0]:
-                    r.reordered.append(
-                        f"k{key}/{row.offset}: producer {row.producer_id} seq_no {row.seq_no} "
-                        f"after {prev[0]} at {prev[1]}"
-                    )
-                last_seq[(row.producer_id, key)] = (row.seq_no, row.offset)
-
-    # a producer's pin never moves: all its messages in one partition of a topic
-    parts: dict[tuple[str, int], set[int]] = defaultdict(set)
-    for mid, acks in history.acks.items():
-        pn = parse_id(mid)
-        if pn is not None:
-            for a in acks:
-                parts[(pn[0], a.key // TOPIC_STRIDE)].add(a.key)
-    for mid, locs in at.items():
-        pn = parse_id(mid)
-        if pn is not None:
-            for k, _o in locs:
-                parts[(pn[0], k // TOPIC_STRIDE)].add(k)
-    r.pin_moves = sorted(
-        f"producer {p} in partitions {sorted(ks)}"
-        for (p, _t), ks in parts.items()
-        if len(ks) > 1 and p not in routed
-    )
-
-    # reads: one session never goes back in a partition
-    last: dict[tuple[str, int], int] = {}
-    for session, key, offset, _mid in history.deliveries:
-        if (session, key) in last and offset <= last[(session, key)]:
-            r.backwards_reads.append(
-                f"session {session} k{key}: {offset} after {last[(session, key)]}"
-            )
-        last[(session, key)] = offset
-
-    # commits: a reported position is never below a commit acknowledged before the report
-    clocks: dict[tuple[str, int], list[int]] = defaultdict(list)
-    highs: dict[tuple[str, int], list[int]] = defaultdict(list)  # running max of acked offsets
-    for a in sorted(history.commit_acks):
-        k2 = (a.consumer, a.key)
-        clocks[k2].append(a.clock)
-        highs[k2].append(max(a.offset, highs[k2][-1]) if highs[k2] else a.offset)
-    for seen in history.commit_seen:
-        k2 = (seen.consumer, seen.key)
-        i = bisect_left(clocks.get(k2, []), seen.clock)
-        if i and seen.offset < highs[k2][i - 1]:
-            r.lost_commits.append(
-                f"{seen.consumer} k{seen.key} ({seen.when}): committed {seen.offset}, "
-                f"acknowledged {highs[k2][i - 1]} before"
-            )
-    return r
+    @classmethod
+    def of(
+        cls,
+        history: History,
+        stored: dict[int, list[Stored]] | dict[int, list[tuple[int, str]]],
+    ) -> Contents:
+        """From rows (``Stored`` or (offset, id) tuples) per partition key."""
+        c = cls(history)
+        for key, rows in stored.items():
+            c.partition(key)
+            for row in rows:
+                r = row if isinstance(row, Stored) else Stored(*row)
+                c.add(key, r.offset, r.mid, r.producer_id, r.seq_no)
+        return c

@@ -1,17 +1,62 @@
-"""A TCP proxy on loopback that can cut every connection at once (client connections dropped mid-stream)."""
+"""A TCP proxy on loopback that can cut every connection at once (client connections dropped
+mid-stream), and keeps a log of every connection it handled (when it was accepted, how long
+its upstream connect took and how it ended, how many bytes went each way, who closed it)."""
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import socket
 import threading
+import time
+from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+UPSTREAM_CONNECT_TIMEOUT_S = 5.0
+
+
+@dataclass
+class ConnRecord:
+    """One client connection through the proxy; times are time.monotonic()."""
+
+    id: int
+    client: str  # the client's address (host:port), to tell its connections apart
+    accepted: float
+    upstream_port: int = 0
+    connected: float | None = None  # upstream connect answered (or failed)
+    upstream_error: str = ""  # why the upstream connect failed ("" if it did not)
+    ended: float | None = None
+    ended_by: str = ""  # "client eof", "server eof", "client error: ...", "drop", "close"
+    up_bytes: int = 0  # client -> server
+    down_bytes: int = 0  # server -> client
+    sockets: list[socket.socket] = field(default_factory=list, repr=False)
+
+    def line(self, t0: float) -> str:
+        def at(t: float | None) -> str:
+            return "-" if t is None else f"{t - t0:.3f}"
+
+        connect = "-" if self.connected is None else f"{self.connected - self.accepted:.3f}"
+        return (
+            f"conn {self.id} from {self.client} accepted {at(self.accepted)} "
+            f"upstream :{self.upstream_port} connect {connect}s"
+            f"{' FAILED ' + self.upstream_error if self.upstream_error else ''} "
+            f"ended {at(self.ended)} by {self.ended_by or '-'} "
+            f"up {self.up_bytes} B down {self.down_bytes} B"
+        )
 
 
 class FaultyProxy:
-    """Listens on 127.0.0.1:<ephemeral>, forwards to 127.0.0.1:<target_port()>."""
+    """Listens on 127.0.0.1:<ephemeral>, forwards to 127.0.0.1:<target_port()>.
 
-    def __init__(self, target_port: Callable[[], int]) -> None:
+    ``log``: a file to which a line per connection is written when it ends (and per
+    drop); the last ``keep`` records are also kept in memory (`records`)."""
+
+    def __init__(
+        self, target_port: Callable[[], int], log: Path | None = None, keep: int = 5000
+    ) -> None:
         self.target_port = target_port
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = self._listener.getsockname()[1]
@@ -19,41 +64,90 @@ class FaultyProxy:
         self._conns: set[socket.socket] = set()
         self._closed = False
         self.drops = 0
+        self.t0 = time.monotonic()
+        self._ids = itertools.count(1)
+        self.records: deque[ConnRecord] = deque(maxlen=keep)
+        self._open: dict[int, ConnRecord] = {}
+        self._log: TextIO | None = log.open("a", buffering=1) if log is not None else None
+        self._log_lock = threading.Lock()
+        self._holding = False
+        self._parked: list[tuple[socket.socket, ConnRecord]] = []
         threading.Thread(target=self._accept, name="faulty-proxy", daemon=True).start()
 
     @property
     def endpoint(self) -> str:
         return f"127.0.0.1:{self.port}"
 
+    def note(self, text: str) -> None:
+        """A line in the connection log (faults, for instance), with the proxy's clock."""
+        with self._log_lock:
+            if self._log is not None:
+                with contextlib.suppress(ValueError, OSError):
+                    self._log.write(f"{time.monotonic() - self.t0:.3f} {text}\n")
+
     def _accept(self) -> None:
         while not self._closed:
             try:
-                client, _ = self._listener.accept()
+                client, addr = self._listener.accept()
             except OSError:
                 return
-            try:
-                upstream = socket.create_connection(("127.0.0.1", self.target_port()), timeout=5)
-                upstream.settimeout(None)
-            except OSError:
-                client.close()
-                continue
+            rec = ConnRecord(next(self._ids), f"{addr[0]}:{addr[1]}", time.monotonic())
             with self._lock:
-                self._conns.update((client, upstream))
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+                self._open[rec.id] = rec
+                if self._holding:
+                    self._parked.append((client, rec))
+                    continue
+            self._forward(client, rec)
 
-    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+    def _forward(self, client: socket.socket, rec: ConnRecord) -> None:
+        """Connect an accepted client upstream and pump both ways."""
+        try:
+            rec.upstream_port = self.target_port()
+            upstream = socket.create_connection(
+                ("127.0.0.1", rec.upstream_port), timeout=UPSTREAM_CONNECT_TIMEOUT_S
+            )
+            upstream.settimeout(None)
+        except OSError as err:
+            rec.connected = time.monotonic()
+            rec.upstream_error = repr(err)
+            client.close()
+            self._ended(rec, "upstream connect failed")
+            return
+        rec.connected = time.monotonic()
+        rec.sockets = [client, upstream]
+        with self._lock:
+            self._conns.update((client, upstream))
+        for a, b, up in ((client, upstream, True), (upstream, client, False)):
+            threading.Thread(target=self._pump, args=(rec, a, b, up), daemon=True).start()
+
+    def _pump(self, rec: ConnRecord, src: socket.socket, dst: socket.socket, up: bool) -> None:
+        why = "client eof" if up else "server eof"
         try:
             while True:
                 data = src.recv(1 << 16)
                 if not data:
                     break
                 dst.sendall(data)
-        except OSError:
-            pass
+                if up:
+                    rec.up_bytes += len(data)
+                else:
+                    rec.down_bytes += len(data)
+        except OSError as err:
+            why = f"{'client' if up else 'server'} side error {err!r}"
         finally:
+            self._ended(rec, why)
             self._close(src)
             self._close(dst)
+
+    def _ended(self, rec: ConnRecord, why: str) -> None:
+        with self._lock:
+            if rec.ended is not None:
+                return
+            rec.ended = time.monotonic()
+            rec.ended_by = why
+            self._open.pop(rec.id, None)
+            self.records.append(rec)
+        self.note(rec.line(self.t0))
 
     def _close(self, s: socket.socket) -> None:
         with self._lock:
@@ -63,13 +157,41 @@ class FaultyProxy:
         with contextlib.suppress(OSError):
             s.close()
 
+    def open_connections(self) -> list[ConnRecord]:
+        """Connections not ended yet (including one whose upstream connect is under way)."""
+        with self._lock:
+            return list(self._open.values())
+
+    def hold(self) -> None:
+        """From now on accept connections but park them: neither forwarded nor closed (a
+        server that is unreachable while the client's connection attempts hang)."""
+        with self._lock:
+            self._holding = True
+
+    def release(self) -> None:
+        """Stop holding: parked connections (and new ones) are forwarded. Returns at once."""
+        with self._lock:
+            self._holding = False
+            parked, self._parked = self._parked, []
+        for client, rec in parked:
+            threading.Thread(target=self._forward, args=(client, rec), daemon=True).start()
+
     def drop_all(self) -> int:
         """Cut every open connection in both directions; returns how many sockets were cut."""
         with self._lock:
             conns = list(self._conns)
+            recs = list(self._open.values())
+            parked, self._parked = self._parked, []
+        for client, rec in parked:
+            self._ended(rec, "drop (parked)")
+            self._close(client)
+        for rec in recs:
+            if rec.sockets:
+                self._ended(rec, "drop")
         for s in conns:
             self._close(s)
         self.drops += 1
+        self.note(f"drop #{self.drops}: {len(conns)} sockets cut")
         return len(conns)
 
     def close(self) -> None:
@@ -77,3 +199,8 @@ class FaultyProxy:
         with contextlib.suppress(OSError):
             self._listener.close()
         self.drop_all()
+        with self._log_lock:
+            if self._log is not None:
+                with contextlib.suppress(OSError):
+                    self._log.close()
+                self._log = None

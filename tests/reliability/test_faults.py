@@ -15,6 +15,14 @@ import pytest
 
 from tests.reliability.chaos import ChaosResult, ChaosSettings, run_chaos
 
+# a directory for the proxy's connection log and the clients' log of each run (a sub-
+# directory per test), to see afterwards who waited for what; none by default
+LOG_DIR = os.environ.get("WEIR_CHAOS_LOG_DIR")
+
+
+def log_dir(name: str) -> Path | None:
+    return Path(LOG_DIR) / name if LOG_DIR else None
+
 
 def assert_kept_every_promise(result: ChaosResult, kills: int) -> None:
     rep = result.report
@@ -35,7 +43,9 @@ def assert_kept_every_promise(result: ChaosResult, kills: int) -> None:
 def test_mixed_load_under_faults_keeps_every_promise(
     tmp_path: Path, chaos_seed: int, record_chaos: Callable[[str, ChaosResult], None]
 ) -> None:
-    result = run_chaos(tmp_path, ChaosSettings(kills=10, seed=chaos_seed))
+    result = run_chaos(
+        tmp_path, ChaosSettings(kills=10, seed=chaos_seed, log_dir=log_dir("make-test"))
+    )
     record_chaos("make test", result)
     assert_kept_every_promise(result, 10)
 
@@ -55,6 +65,7 @@ def test_writer_given_a_partition_resends_without_duplicates(
         retained_topic=False,
         message_size=1000,
         seed=chaos_seed,
+        log_dir=log_dir("partition-writers"),
     )
     result = run_chaos(tmp_path, settings)
     record_chaos("partition writers", result)
@@ -81,6 +92,7 @@ def test_soak(
             partitions=4,
             max_partitions=8,
             seed=chaos_seed,
+            log_dir=log_dir("soak"),
         ),
     )
     record_chaos("make soak", result)

@@ -3,14 +3,19 @@ as exactly that kind, and a clean history passes."""
 
 from __future__ import annotations
 
-from tests.reliability.history import History, Report, Stored, check
+from tests.reliability.checker import Report, check
+from tests.reliability.history import History, Stored
 
 P0 = 0  # topic 0, partition 0
 P1 = 1  # topic 0, partition 1
 
 
-def clean() -> tuple[History, dict[int, list[Stored]], dict[int, int]]:
-    """Producer p: 5 messages at P0/0..4, delivered and committed; producer q: 3 at P1."""
+def clean(
+    ack_at: dict[str, int] | None = None, unacked: frozenset[str] = frozenset()
+) -> tuple[History, dict[int, list[Stored]], dict[int, int]]:
+    """Producer p: 5 messages at P0/0..4, delivered and committed; producer q: 3 at P1.
+    ``ack_at``: acks that name another offset than the message's; ``unacked``: acks lost."""
+    ack_at = ack_at or {}
     h = History()
     for n in range(5):
         mid = f"id:p:{n}"
@@ -18,8 +23,10 @@ def clean() -> tuple[History, dict[int, list[Stored]], dict[int, int]]:
         h.acked(mid, P0, n)
         h.delivered("s1", P0, n, mid)
     for n in range(3):
-        h.attempted(f"id:q:{n}")
-        h.acked(f"id:q:{n}", P1, n)
+        mid = f"id:q:{n}"
+        h.attempted(mid)
+        if mid not in unacked:
+            h.acked(mid, P1, ack_at.get(mid, n))
     h.commit_acked("c", P0, 3)
     h.commit_acked("c", P0, 5)
     h.commit_observed(h.clock(), "c", P0, 5, "restart 1")
@@ -148,8 +155,7 @@ def test_duplicate_whose_first_copy_retention_removed() -> None:
 
 
 def test_message_stored_at_another_offset_than_acked() -> None:
-    h, stored, starts = clean()
-    h.acks["id:q:2"][0] = h.acks["id:q:2"][0]._replace(offset=7)
+    h, stored, starts = clean(ack_at={"id:q:2": 7})
     r = check(h, stored, starts)
     assert kinds(r) == {"duplicated"}, r.summary()
 
@@ -188,20 +194,151 @@ def test_skipped_acks_with_unknown_offset() -> None:
     assert kinds(r) == {"lost"}, r.summary()
     # retention removed offset 0 of P1: a skipped message of producer s can have been there
     # only if no earlier message of s is still stored
-    h2, stored2, _ = clean()
+    # (q:0 went with offset 0; its ack is not the point here)
+    h2, stored2, _ = clean(unacked=frozenset({"id:q:0"}))
     for n in range(2):
         h2.attempted(f"id:s:{n}")
     h2.acked("id:s:0", P1, None)
     h2.acked("id:s:1", P1, 3)
     stored2[P1] = [*stored2[P1][1:], Stored(3, "id:s:1", "S", 2)]
-    del h2.acks["id:q:0"]  # q:0 went with offset 0 (its ack is not the point here)
     assert check(h2, stored2, {P0: 0, P1: 1}).ok
-    h3, stored3, _ = clean()
+    h3, stored3, _ = clean(unacked=frozenset({"id:q:0"}))
     for n in range(2):
         h3.attempted(f"id:s:{n}")
     h3.acked("id:s:0", P1, 3)
     h3.acked("id:s:1", P1, None)  # after s:0, which is still stored: retention cannot explain it
     stored3[P1] = [*stored3[P1][1:], Stored(3, "id:s:0", "S", 1)]
-    del h3.acks["id:q:0"]
     r = check(h3, stored3, {P0: 0, P1: 1})
     assert kinds(r) == {"lost"}, r.summary()
+
+
+# ---------------------------------------------------------------- subscriptions
+
+SUB = "s"
+
+
+def clean_sub(
+    acked: tuple[int, ...] = (0, 1, 2), cumulative: int | None = 4
+) -> tuple[History, dict[int, list[Stored]], dict[int, int]]:
+    """`clean()` plus subscription s on P0 from offset 0: every message delivered once in
+    server lifetime 1 to a client opened at the start; ``acked`` acknowledged one by one
+    and everything up to ``cumulative`` cumulatively, all answered in lifetime 1."""
+    h, stored, starts = clean()
+    opened = h.clock()
+    for n in range(5):
+        h.sub_delivered(SUB, P0, n, f"id:p:{n}", generation=1, redelivery_count=0, opened=opened)
+    h.sub_acked(SUB, [(P0, n) for n in acked], generation=1)
+    if cumulative is not None:
+        h.sub_acked_cumulative(SUB, P0, cumulative, generation=1)
+    return h, stored, starts
+
+
+def check_sub(
+    h: History,
+    stored: dict[int, list[Stored]],
+    starts: dict[int, int],
+    dead: list[tuple[int, int, str]] | None = None,
+) -> Report:
+    return check(h, stored, starts, subscriptions={SUB: {P0: 0}}, dead_letters={SUB: dead or []})
+
+
+def test_clean_subscription_history_passes() -> None:
+    h, stored, starts = clean_sub()
+    r = check_sub(h, stored, starts)
+    assert r.ok, r.summary()
+    assert (r.sub_delivered, r.sub_acked) == (5, 4)
+    # individual acks alone, every message
+    h, stored, starts = clean_sub(acked=(0, 1, 2, 3, 4), cumulative=None)
+    assert check_sub(h, stored, starts).ok
+    # unacknowledged messages delivered again by the next lifetime, or with a raised count
+    h, stored, starts = clean_sub(acked=(0, 1, 2), cumulative=None)
+    h.sub_delivered(SUB, P0, 4, "id:p:4", generation=1, redelivery_count=1, opened=h.clock())
+    h.sub_delivered(SUB, P0, 4, "id:p:4", generation=2, redelivery_count=0, opened=h.clock())
+    h.sub_acked_cumulative(SUB, P0, 4, generation=2)
+    assert check_sub(h, stored, starts).ok
+
+
+def test_a_message_delivered_in_a_later_lifetime_after_its_ack() -> None:
+    h, stored, starts = clean_sub()
+    h.sub_delivered(SUB, P0, 1, "id:p:1", generation=2, redelivery_count=0, opened=h.clock())
+    r = check_sub(h, stored, starts)
+    assert kinds(r) == {"sub_acked_redelivered"}, r.summary()
+    assert r.sub_acked_redelivered == [
+        "s k0/1: delivered in lifetime 2 after its ack in lifetime 1"
+    ]
+
+
+def test_a_message_delivered_to_a_client_opened_after_its_ack() -> None:
+    """The same server lifetime, but the client was made after the ack's answer: the
+    server sent it the message after the ack was durable."""
+    h, stored, starts = clean_sub()
+    opened = h.clock()
+    h.sub_delivered(SUB, P0, 2, "id:p:2", generation=1, redelivery_count=1, opened=opened)
+    r = check_sub(h, stored, starts)
+    assert kinds(r) == {"sub_acked_redelivered"}, r.summary()
+    # a client opened before the answer may still get it (it was in flight): no violation
+    h, stored, starts = clean()
+    opened = h.clock()
+    for n in range(5):
+        h.sub_delivered(SUB, P0, n, f"id:p:{n}", generation=1, redelivery_count=0, opened=opened)
+    h.sub_acked(SUB, [(P0, n) for n in range(5)], generation=1)
+    h.sub_delivered(SUB, P0, 2, "id:p:2", generation=1, redelivery_count=1, opened=opened)
+    assert check_sub(h, stored, starts).ok
+
+
+def test_a_message_below_a_cumulative_ack_delivered_again() -> None:
+    h, stored, starts = clean_sub(acked=(), cumulative=4)
+    h.sub_delivered(SUB, P0, 3, "id:p:3", generation=3, redelivery_count=0, opened=h.clock())
+    r = check_sub(h, stored, starts)
+    assert kinds(r) == {"sub_acked_redelivered"}, r.summary()
+    # above the cumulative ack it is not acknowledged: delivering it again is right
+    h, stored, starts = clean_sub(acked=(), cumulative=2)
+    h.sub_acked(SUB, [(P0, 3), (P0, 4)], generation=2)
+    h.sub_delivered(SUB, P0, 3, "id:p:3", generation=2, redelivery_count=0, opened=0)
+    assert check_sub(h, stored, starts).ok
+
+
+def test_a_message_delivered_twice_in_one_lifetime_without_a_raised_count() -> None:
+    h, stored, starts = clean_sub()
+    h.sub_delivered(SUB, P0, 3, "id:p:3", generation=1, redelivery_count=0, opened=0)
+    r = check_sub(h, stored, starts)
+    assert kinds(r) == {"sub_repeated"}, r.summary()
+    assert r.sub_repeated == ["s k0/3: delivered twice in lifetime 1 with redelivery count 0"]
+
+
+def test_a_message_never_acknowledged() -> None:
+    """Offset 3 is neither acknowledged (its ack's answer never came) nor dead-lettered."""
+    h, stored, starts = clean_sub(acked=(0, 1, 2, 4), cumulative=None)
+    r = check_sub(h, stored, starts)
+    assert kinds(r) == {"sub_unacked"}, r.summary()
+    assert r.sub_unacked == ["s k0/3 (id:p:3): never acknowledged"]
+    # in the dead-letter topic instead: done
+    r = check_sub(h, stored, starts, dead=[(P0, 3, "id:p:3")])
+    assert r.ok, r.summary()
+    assert r.dead_lettered == 1
+    # removed by retention before it was acknowledged: still never acknowledged
+    del stored[P0][:4]
+    r = check_sub(h, stored, {P0: 4, P1: 0})
+    assert kinds(r) == {"sub_unacked"}, r.summary()
+
+
+def test_a_phantom_delivery_by_a_subscription() -> None:
+    h, stored, starts = clean_sub()
+    h.sub_delivered(SUB, P0, 5, "id:z:0", generation=1, redelivery_count=0, opened=0)
+    r = check_sub(h, stored, starts)
+    assert kinds(r) == {"phantoms"}, r.summary()
+    assert r.phantoms == ["id:z:0"]
+
+
+def test_a_subscription_delivers_another_message_than_the_one_stored() -> None:
+    h, stored, starts = clean_sub()
+    h.sub_delivered(SUB, P0, 1, "id:q:0", generation=1, redelivery_count=1, opened=0)
+    r = check_sub(h, stored, starts)
+    assert kinds(r) == {"reused_offsets", "duplicated"}, r.summary()
+    assert r.reused_offsets == ["k0/1: ['id:p:1', 'id:q:0']"]
+
+
+def test_a_dead_letter_that_is_not_the_message_at_its_origin() -> None:
+    h, stored, starts = clean_sub(acked=(0, 1, 2, 4), cumulative=None)
+    r = check_sub(h, stored, starts, dead=[(P0, 3, "id:p:2")])
+    assert kinds(r) == {"reused_offsets", "duplicated"}, r.summary()

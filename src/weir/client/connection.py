@@ -28,10 +28,12 @@ CHANNEL_OPTIONS: list[tuple[str, int]] = [
     ("grpc.http2.max_pings_without_data", 0),
     ("grpc.enable_retries", 0),
     # gRPC's own reconnect backoff (1 s growing to 120 s by default) would keep a writer
-    # from a restarted server long after it is back; the SDK backs off on its own.
+    # from a restarted server long after it is back; the SDK backs off on its own, and a
+    # stream waiting to reconnect goes as soon as the channel is back (Connection.pause),
+    # so this bound is how late a client notices a server that is back (Kafka: 1 s too).
     ("grpc.initial_reconnect_backoff_ms", 100),
     ("grpc.min_reconnect_backoff_ms", 100),
-    ("grpc.max_reconnect_backoff_ms", 2000),
+    ("grpc.max_reconnect_backoff_ms", 1000),
 ]
 
 
@@ -301,6 +303,30 @@ class Connection:
             if now - self._closed_since < CLOSED_PATIENCE_S:
                 return None
         return fast
+
+    async def pause(self, delay: float) -> None:
+        """Wait before a stream is opened again after a retryable failure: ``delay`` seconds
+        (the caller's backoff), or less when the channel, not ready now, becomes ready.
+
+        While the server is down, gRPC keeps reconnecting the channel on its own (at least
+        once a second, CHANNEL_OPTIONS) and fails every call at once; a stream that only
+        retried after its backoff (up to 5 s) would often sleep through a server that is
+        back for a short while, as a restarting or flapping server is, and a writer could
+        go on missing it until its delivery timeout while every other client got through
+        (the chaos soak saw it). A channel that is ready already (the server ended the
+        stream, or refused it) is waited out in full, so a refusal never turns into a
+        tight loop; nor does a ready channel that fails again, as the backoff keeps
+        growing between acks. A closed channel is waited out too: the caller's next
+        attempt reports it, as it did before."""
+        try:
+            if self.channel.get_state(try_to_connect=True) != grpc.ChannelConnectivity.READY:
+                await asyncio.wait_for(self.channel.channel_ready(), delay)
+                return
+        except TimeoutError:
+            return
+        except (grpc.aio.UsageError, RuntimeError):
+            pass  # the channel is closed (or gRPC could not watch it)
+        await asyncio.sleep(delay)
 
     async def close(self) -> None:
         if not self.closed:

@@ -380,13 +380,13 @@ class ReaderCore:
                     return
                 self.reconnects += 1
                 delay = backoff.next_delay()
-                log.warning("reader: %s; reconnecting in %.2f s", err.message, delay)
+                log.warning("reader: %s; reconnecting within %.2f s", err.message, delay)
                 if self.on_reconnect is not None:
                     try:
                         self.on_reconnect(err)
                     except Exception:
                         log.exception("on_reconnect callback of the reader failed")
-                await asyncio.sleep(delay)
+                await self.conn.pause(delay)
             except Exception as exc:
                 log.exception("reader failed")
                 self._end_stream(call, UnavailableError(repr(exc)))

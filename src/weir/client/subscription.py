@@ -535,13 +535,13 @@ class SubscriptionConsumer:
                     return
                 self.reconnects += 1
                 delay = backoff.next_delay()
-                log.warning("consumer: %s; reconnecting in %.2f s", err.message, delay)
+                log.warning("consumer: %s; reconnecting within %.2f s", err.message, delay)
                 if self.on_reconnect is not None:
                     try:
                         self.on_reconnect(err)
                     except Exception:
                         log.exception("on_reconnect callback of the consumer failed")
-                await asyncio.sleep(delay)
+                await self.conn.pause(delay)
 
     def _on_messages(self, m: pb.SubscriptionMessages) -> None:
         offsets = list(m.offsets)

@@ -96,10 +96,10 @@ class WriteStream(WriterState):
                 self.last_error = err
                 delay = backoff.next_delay()
                 log.warning(
-                    "writer to %s: %s; reconnecting in %.2f s", self.topic, err.message, delay
+                    "writer to %s: %s; reconnecting within %.2f s", self.topic, err.message, delay
                 )
                 self._notify_reconnect(err)
-                await asyncio.sleep(delay)
+                await self.conn.pause(delay)  # ends early when the connection is back
             except Exception as exc:  # a bug: fail loudly rather than hang
                 log.exception("writer session failed")
                 self._fail(UnavailableError(f"writer failed: {exc!r}"))
@@ -255,8 +255,17 @@ class WriteStream(WriterState):
             if task is not None and task.cancelling():
                 raise  # the writer is closing
             # grpc.aio raises CancelledError on a call the session loop cancelled
-            self._ready.clear()
+            self._not_ready(call)
         except (grpc.aio.AioRpcError, grpc.aio.UsageError, asyncio.InvalidStateError) as exc:
             # the stream broke; the session loop reconnects and we resend
             log.debug("write stream broke while sending: %r", exc)
+            self._not_ready(call)
+
+    def _not_ready(self, call: Any) -> None:
+        """A send on ``call`` failed: the sender waits for the next stream. Only if ``call``
+        is still the current one: a send to a stream the session loop has already replaced
+        (it can end after the new stream is up, now that reconnects follow the connection
+        at once) must not park the sender on a healthy stream, where nothing would wake it
+        until the delivery timeout."""
+        if call is self._call:
             self._ready.clear()

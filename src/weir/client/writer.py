@@ -12,9 +12,10 @@ seq_nos are assigned automatically, continuing from the producer's last stored
 seq_no that the server reports at init, or supplied by the caller (then they
 must grow). Every writer has a producer id (generated when none is given). After
 a lost connection or a refusal (partition full, overloaded, storage full) the
-writer reconnects with exponential backoff and jitter, and resends every
-unacknowledged batch as it was; the broker's dedup drops what it already has and
-reports it as skipped. The backoff starts over only once an ack shows progress.
+writer reconnects with exponential backoff and jitter (a wait that ends early once a
+lost connection is back: `Connection.pause`), and resends every unacknowledged batch as
+it was; the broker's dedup drops what it already has and reports it as skipped. The
+backoff starts over only once an ack shows progress.
 
 Waits are bounded: when messages wait and none has been acknowledged for
 ``delivery_timeout`` seconds (60 by default), the writer gives up: it fails
