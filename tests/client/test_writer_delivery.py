@@ -316,6 +316,9 @@ def test_a_paused_server_is_named_when_the_delivery_timeout_passes(
     c.close()
 
 
+# A window of 1.2 s on a loaded machine: it failed 2 runs in 7 beside other tests, so it
+# runs with the soaks (`make soak`), where the machine is the test's own.
+@pytest.mark.slow
 def test_a_writer_backing_off_is_back_as_soon_as_the_server_is(
     shared_server: ServerProcess, topic_name: str
 ) -> None:
