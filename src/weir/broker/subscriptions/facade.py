@@ -4,6 +4,7 @@ the topics here; dead letters are written back through the broker's write path."
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterable
 
 from weir.broker.subscriptions import (
     AttachedConsumer,
@@ -84,6 +85,21 @@ class SubscriptionFacade(TopicAdmin, Writes):
                 raise BadRequestError(f"cannot seek partition {p} to offset {o}")
         await sub.seek(offsets)
         return sub.describe(short_topic(cfg.name))
+
+    async def acknowledge_batch_indexes(
+        self,
+        topic: str,
+        name: str,
+        partition: int,
+        batch_offset: int,
+        indexes: Iterable[int],
+    ) -> None:
+        """Acknowledge messages of the stored batch at ``batch_offset`` by their index in
+        it (what a Pulsar ack set says); durable on return, the rest is delivered again."""
+        self._check_open()
+        await self.subscription(topic, name).acknowledge_batch_indexes(
+            partition, batch_offset, indexes
+        )
 
     async def subscribe(
         self,

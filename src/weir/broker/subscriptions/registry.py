@@ -15,6 +15,7 @@ from weir.broker.subscriptions.cursor import (
     SUBSCRIPTIONS,
     StoredCursor,
     cursor_key,
+    decode_counts,
     decode_cursor,
     parse_cursor_key,
 )
@@ -74,6 +75,7 @@ class Subscriptions:
         """Read every stored subscription (call once the topics' partitions are open)."""
         by_id = {cfg.topic_id: cfg for cfg in topics}
         cursors: dict[tuple[int, str], dict[int, StoredCursor]] = {}
+        counts: dict[bytes, dict[int, int]] = {}  # cursor key -> redelivery counts
         for k, v in self._kv.scan(SUBSCRIPTIONS):
             key = bytes(k)
             if key[:1] == b"m":
@@ -88,6 +90,13 @@ class Subscriptions:
                 cursors.setdefault((tid, name), {})[part] = StoredCursor(
                     self._committer, key, mark, acked
                 )
+            elif key[:1] == b"r":
+                counts[b"c" + key[1:]] = decode_counts(v)
+        for by_part in cursors.values():
+            for stored_cur in by_part.values():
+                found = counts.get(stored_cur.key)
+                if found is not None:
+                    stored_cur.load_counts(found)
         for (tname, name), sub in self._subs.items():
             stored = cursors.get((sub.topic_id, name), {})
             for p in range(by_id[sub.topic_id].partitions):
@@ -214,7 +223,8 @@ class Subscriptions:
 
     def _drop_ops(self, sub: Subscription) -> list[Op]:
         ops = [delete(SUBSCRIPTIONS, meta_key(sub.topic_id, sub.name))]
-        ops.extend(delete(SUBSCRIPTIONS, st.cursor.key) for st in sub.parts.values())
+        for st in sub.parts.values():
+            ops.extend(st.cursor.drop_ops())
         return ops
 
     def drop_topic_ops(self, cfg: TopicConfig) -> list[Op]:

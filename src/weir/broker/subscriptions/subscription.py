@@ -25,6 +25,7 @@ from itertools import repeat
 from typing import Any
 
 from weir.broker.partition_actor import PartitionActor
+from weir.broker.subscriptions.batch_index import batch_count_at, index_ranges
 from weir.broker.subscriptions.consumer import AttachedConsumer, Delivery
 from weir.broker.subscriptions.cursor import StoredCursor
 from weir.broker.subscriptions.dead_letter import (
@@ -72,7 +73,6 @@ class PartitionState:
         default_factory=dict
     )  # offset -> (consumer, delivery)
     redeliver: set[int] = field(default_factory=set)
-    counts: dict[int, int] = field(default_factory=dict)  # redelivery counts
     # Key_Shared: key hashes of messages read and not acknowledged, and the ones read but
     # held back (their key waits for another consumer, or its consumer has no permits)
     keys: dict[int, int] = field(default_factory=dict)
@@ -233,7 +233,9 @@ class Subscription:
             self._to_redeliver(st, o)
 
     def _to_redeliver(self, st: PartitionState, offset: int) -> None:
-        n = st.counts[offset] = st.counts.get(offset, 0) + 1
+        counts = st.cursor.counts
+        n = counts[offset] = counts.get(offset, 0) + 1
+        self._persist_counts(st)
         limit = self.meta.max_redeliver_count
         if limit and n > limit and self._dead_letter_sink is not None:
             st.dead.add(offset)
@@ -242,6 +244,14 @@ class Subscription:
             return
         st.redeliver.add(offset)
         st.wake.set()
+
+    def _persist_counts(self, st: PartitionState) -> None:
+        """Store the raised counts in the background (the next group commit): nobody waits
+        for them, and a crash before then only loses the latest raise."""
+        if self._closed:
+            return
+        fut = st.cursor.persist()
+        fut.add_done_callback(_ignore_failure)
 
     async def _bury(self, st: PartitionState) -> None:
         """Copy dead letters to the dead-letter topic, then acknowledge them here."""
@@ -311,7 +321,8 @@ class Subscription:
             if c is not None:
                 c.unacked -= 1
         st.redeliver.discard(o)
-        st.counts.pop(o, None)
+        if st.cursor.counts:
+            st.cursor.counts.pop(o, None)
         if st.dead:
             st.dead.discard(o)
         if st.keys:
@@ -336,9 +347,10 @@ class Subscription:
                     c.unacked -= n
         if st.redeliver:
             st.redeliver.difference_update(offsets)
-        if st.counts:
+        counts = st.cursor.counts
+        if counts:
             for o in offsets:
-                st.counts.pop(o, None)
+                counts.pop(o, None)
         if st.keys:
             for o in offsets:
                 st.keys.pop(o, None)
@@ -356,6 +368,18 @@ class Subscription:
             st.cursor.ack_range(start, end)
             self._settle_range(st, start, end)
         await _all([st.cursor.persist() for st in touched.values()])
+
+    async def acknowledge_batch_indexes(
+        self, partition: int, batch_offset: int, indexes: Iterable[int]
+    ) -> None:
+        """Acknowledge the messages at ``indexes`` of the stored batch that starts at
+        ``batch_offset`` (Pulsar's batch-index acks); returns once durable. The batch's
+        other messages stay unacknowledged: a redelivery sends only them."""
+        self._state(partition)
+        count = batch_count_at(self._actor_of(partition), batch_offset)
+        await self.acknowledge(
+            [(partition, a, b) for a, b in index_ranges(batch_offset, count, indexes)]
+        )
 
     async def acknowledge_cumulative(self, partition: int, offset: int) -> None:
         """Acknowledge every message of ``partition`` up to and including ``offset``."""
@@ -625,7 +649,8 @@ class Subscription:
         st.pending.update(zip(offsets, repeat((c.consumer_id, seq))))
         c.permits -= len(offsets)
         c.unacked += len(offsets)
-        counts = [st.counts.get(o, 0) for o in offsets] if st.counts else [0] * len(offsets)
+        known = st.cursor.counts
+        counts = [known.get(o, 0) for o in offsets] if known else [0] * len(offsets)
         c.handle.deliver(Delivery(self.topic, partition, chunks, offsets, counts))
         if c.ack_timeout_ms > 0:
             asyncio.get_running_loop().call_later(
@@ -654,7 +679,7 @@ class Subscription:
             st.cursor.reset(target)
             st.pending.clear()
             st.redeliver.clear()
-            st.counts.clear()
+            st.cursor.counts.clear()
             st.keys.clear()
             st.held.clear()
             st.dead.clear()
@@ -721,6 +746,11 @@ class Subscription:
             for c in list(self.consumers.values()):
                 c.handle.close(err)
         self.consumers.clear()
+
+
+def _ignore_failure(fut: asyncio.Future[None]) -> None:
+    if not fut.cancelled() and fut.exception() is not None:
+        log.warning("storing redelivery counts failed: %s", fut.exception())
 
 
 async def _all(waits: list[asyncio.Future[None]]) -> None:
