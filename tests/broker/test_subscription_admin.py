@@ -9,6 +9,7 @@ import pytest
 
 from tests.broker.test_subscriptions import attach, one, open_broker
 from tests.storage.conftest import make_batch
+from weir.broker.subscriptions.rates import RateMeter
 from weir.errors import BadRequestError
 
 
@@ -42,3 +43,42 @@ async def test_batch_index_acks_acknowledge_part_of_a_stored_batch(tmp_path: Pat
     await sub.acknowledge(one([(0, 4), (0, 7)]))
     assert b.describe_subscription("t", "s").backlog == 0
     await b.close()
+
+
+async def test_skip_acknowledges_what_consumers_hold_and_what_is_not_delivered(
+    tmp_path: Path,
+) -> None:
+    b = await open_broker(tmp_path)
+    await b.create_topic("t", partitions=1)
+    await b.write("t", 0, make_batch(10, producer="a"))
+    inbox, c = await attach(b, "s", "shared", permits=4)
+    await inbox.wait(4)
+    sub = b.subscription("t", "s")
+    await sub.acknowledge(one([(0, 1)]))
+    assert await b.skip_subscription("t", "s", 3) == 3  # 0, 2, 3: held by the consumer
+    info = b.describe_subscription("t", "s")
+    assert (info.partitions[0].mark_delete, info.unacked, info.consumers[0].unacked) == (4, 0, 0)
+    assert await b.skip_subscription("t", "s", 2) == 2  # 4, 5: never delivered
+    sub.flow(c.consumer_id, 10)
+    assert [o for _, o, _ in (await inbox.wait(8))[4:]] == [6, 7, 8, 9]
+    for bad in (0, -1):
+        with pytest.raises(BadRequestError, match="count >= 1"):
+            await b.skip_subscription("t", "s", bad)
+    assert await b.skip_subscription("t", "s") == 4  # everything: clear the backlog
+    assert await b.skip_subscription("t", "s") == 0
+    await b.close()
+    b = await open_broker(tmp_path)  # durable
+    assert b.describe_subscription("t", "s").backlog == 0
+    await b.close()
+
+
+def test_rates_count_a_recent_window() -> None:
+    m = RateMeter(now=100.0)
+    m.add(50, now=100.2)
+    m.add(30, now=101.5)
+    assert m.rate(now=101.9) == 8.0  # 80 messages over the 10 s window
+    assert m.rate(now=109.9) == 8.0
+    assert m.rate(now=110.5) == 3.0  # the first second left the window
+    assert m.rate(now=200.0) == 0.0
+    m.add(10, now=200.1)
+    assert m.rate(now=200.2) == 1.0

@@ -228,6 +228,11 @@ class SubscriptionInfo:
     consumers: list[SubscriptionConsumerInfo]
     max_redeliver_count: int = 0  # 0: no dead-letter topic
     dead_letter_topic: str = ""
+    # messages per second over the last ~10 s: delivered (first time or again), delivered
+    # again, acknowledged
+    msg_rate_out: float = 0.0
+    msg_rate_redeliver: float = 0.0
+    ack_rate: float = 0.0
 
 
 _TYPE_NAMES = {
@@ -262,4 +267,7 @@ def subscription_info(d: pb.SubscriptionDescription) -> SubscriptionInfo:
         ],
         max_redeliver_count=d.max_redeliver_count,
         dead_letter_topic=d.dead_letter_topic,
+        msg_rate_out=d.msg_rate_out,
+        msg_rate_redeliver=d.msg_rate_redeliver,
+        ack_rate=d.ack_rate,
     )

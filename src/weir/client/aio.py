@@ -661,6 +661,26 @@ class Client(AsyncTenancyCalls, AsyncSecurityCalls):
             req.timestamp_ms = to_ms(timestamp, "timestamp") or 0
         return subscription_info(await self.conn.call("SeekSubscription", req, timeout))
 
+    async def skip_subscription(
+        self,
+        topic: str,
+        subscription: str,
+        count: int | None = None,
+        *,
+        partition: int | None = None,
+        timeout: float | None = 30.0,
+    ) -> int:
+        """Acknowledge the ``count`` oldest unacknowledged messages of each partition (or
+        of ``partition`` only); ``count=None`` skips them all (clears the backlog).
+        Returns how many messages were skipped; the consumers stay attached."""
+        req = pb.SkipSubscriptionRequest(topic=topic, subscription=subscription)
+        if count is not None:
+            req.count = count
+        if partition is not None:
+            req.partition = partition
+        resp = await self.conn.call("SkipSubscription", req, timeout)
+        return int(resp.skipped)
+
     def subscribe(
         self,
         topic: str,

@@ -502,6 +502,22 @@ class Client(SyncTenancyCalls, SyncSecurityCalls):
             )
         )
 
+    def skip_subscription(
+        self,
+        topic: str,
+        subscription: str,
+        count: int | None = None,
+        *,
+        partition: int | None = None,
+        timeout: float | None = 30.0,
+    ) -> int:
+        """See `weir.aio.Client.skip_subscription`."""
+        return self._run(  # type: ignore[no-any-return]
+            self._aio.skip_subscription(
+                topic, subscription, count, partition=partition, timeout=timeout
+            )
+        )
+
     def subscribe(
         self,
         topic: str,

@@ -86,6 +86,19 @@ class SubscriptionFacade(TopicAdmin, Writes):
         await sub.seek(offsets)
         return sub.describe(short_topic(cfg.name))
 
+    async def skip_subscription(
+        self, topic: str, name: str, count: int | None = None, partition: int | None = None
+    ) -> int:
+        """Skip ``count`` messages (None: all, a clear-backlog) of every partition, or of
+        ``partition`` only: they count as acknowledged. Returns how many were skipped."""
+        self._check_open()
+        cfg = self.topic(topic)
+        if partition is not None:
+            self.actor(cfg.name, partition)  # range check
+        sub = self.subscriptions.get(cfg, name)
+        parts = range(cfg.partitions) if partition is None else [partition]
+        return await sub.skip(count, parts)
+
     async def acknowledge_batch_indexes(
         self,
         topic: str,

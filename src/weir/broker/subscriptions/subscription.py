@@ -38,6 +38,7 @@ from weir.broker.subscriptions.dead_letter import (
 from weir.broker.subscriptions.delayed import deliver_times
 from weir.broker.subscriptions.dispatcher import Dispatcher
 from weir.broker.subscriptions.key_shared import MAX_HELD, KeySharedDispatcher, message_keys
+from weir.broker.subscriptions.rates import RateMeter
 from weir.broker.subscriptions.settings import SubscriptionMeta, SubscriptionType
 from weir.broker.subscriptions.shared import SharedDispatcher
 from weir.broker.subscriptions.single_active import SingleActiveDispatcher
@@ -115,6 +116,11 @@ class SubscriptionInfo:
     consumers: list[SubscriptionConsumerInfo]
     max_redeliver_count: int = 0
     dead_letter_topic: str = ""
+    # messages per second over the last ~10 s: delivered (first time or again), delivered
+    # again, acknowledged
+    msg_rate_out: float = 0.0
+    msg_rate_redeliver: float = 0.0
+    ack_rate: float = 0.0
 
     @property
     def backlog(self) -> int:
@@ -146,6 +152,9 @@ class Subscription:
         self.consumers: dict[int, AttachedConsumer] = {}
         self._delivery_seq = 0
         self._closed = False
+        self.rate_out = RateMeter()
+        self.rate_redeliver = RateMeter()
+        self.rate_ack = RateMeter()
 
     @property
     def name(self) -> str:
@@ -363,10 +372,13 @@ class Subscription:
         All or nothing: one offset never delivered refuses the whole call."""
         self._check_delivered(ranges)
         touched: dict[int, PartitionState] = {}
+        n = 0
         for p, start, end in ranges:
             st = touched[p] = self.parts[p]
             st.cursor.ack_range(start, end)
             self._settle_range(st, start, end)
+            n += end - start
+        self.rate_ack.add(n)
         await _all([st.cursor.persist() for st in touched.values()])
 
     async def acknowledge_batch_indexes(
@@ -390,6 +402,7 @@ class Subscription:
             )
         self._check_delivered([(partition, offset, offset + 1)])
         st = self.parts[partition]
+        self.rate_ack.add(max(0, offset + 1 - st.cursor.mark_delete))
         st.cursor.ack_cumulative(offset)
         self._settle_range(st, 0, offset + 1)
         await _all([st.cursor.persist()])
@@ -651,6 +664,11 @@ class Subscription:
         c.unacked += len(offsets)
         known = st.cursor.counts
         counts = [known.get(o, 0) for o in offsets] if known else [0] * len(offsets)
+        self.rate_out.add(len(offsets))
+        if known:
+            again = len(offsets) - counts.count(0)
+            if again:
+                self.rate_redeliver.add(again)
         c.handle.deliver(Delivery(self.topic, partition, chunks, offsets, counts))
         if c.ack_timeout_ms > 0:
             asyncio.get_running_loop().call_later(
@@ -690,6 +708,38 @@ class Subscription:
             waits.append(st.cursor.persist())
         await _all(waits)
 
+    async def skip(self, count: int | None, partitions: Iterable[int]) -> int:
+        """Acknowledge, on each of ``partitions``, its ``count`` oldest unacknowledged
+        messages (None: all of them, Pulsar's clear-backlog), delivered or not; returns
+        how many were skipped once that is durable. Consumers stay attached: what they
+        hold of it is simply acknowledged already."""
+        if count is not None and count < 1:
+            raise BadRequestError(f"skip needs a count >= 1 (or all), got {count}")
+        states = [(p, self._state(p)) for p in partitions]
+        skipped = 0
+        for p, st in states:
+            actor = self._actor_of(p)
+            cursor = st.cursor
+            end = actor.end_offset
+            if cursor.mark_delete < actor.start_offset:
+                cursor.skip_to(actor.start_offset)
+            left = end if count is None else count
+            o = cursor.mark_delete
+            while left > 0:
+                o = cursor.next_unacked(o)
+                if o >= end:
+                    break
+                acked = cursor.next_acked(o)
+                stop = min(end, o + left, end if acked is None else acked)
+                cursor.ack_range(o, stop)
+                self._settle_range(st, o, stop)
+                skipped += stop - o
+                left -= stop - o
+                o = stop
+            st.wake.set()
+        await _all([st.cursor.persist() for _, st in states])
+        return skipped
+
     # ----------------------------------------------------------------- admin
 
     def describe(self, short_topic: str) -> SubscriptionInfo:
@@ -727,6 +777,9 @@ class Subscription:
             )
             if self.meta.max_redeliver_count
             else "",
+            msg_rate_out=self.rate_out.rate(),
+            msg_rate_redeliver=self.rate_redeliver.rate(),
+            ack_rate=self.rate_ack.rate(),
         )
 
     async def close(self, err: WeirError | None = None) -> None:

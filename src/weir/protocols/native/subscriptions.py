@@ -73,6 +73,9 @@ def subscription_description(info: SubscriptionInfo) -> pb.SubscriptionDescripti
         created_at_ms=info.created_at_ms,
         max_redeliver_count=info.max_redeliver_count,
         dead_letter_topic=info.dead_letter_topic,
+        msg_rate_out=info.msg_rate_out,
+        msg_rate_redeliver=info.msg_rate_redeliver,
+        ack_rate=info.ack_rate,
         backlog=info.backlog,
         unacked=info.unacked,
         partitions=[
@@ -341,6 +344,24 @@ class SubscriptionRpcs:
             request.timestamp_ms if request.HasField("timestamp_ms") else None,
         )
         return subscription_description(info)
+
+    @unary_errors
+    async def SkipSubscription(
+        self, request: pb.SkipSubscriptionRequest, context: grpc.aio.ServicerContext
+    ) -> pb.SkipSubscriptionResponse:
+        self._allow(Permission.CONSUME, request.topic, "skip messages of a subscription of")
+        skipped = await self.broker.skip_subscription(
+            request.topic,
+            request.subscription,
+            request.count if request.HasField("count") else None,
+            request.partition if request.HasField("partition") else None,
+        )
+        return pb.SkipSubscriptionResponse(
+            skipped=skipped,
+            subscription=subscription_description(
+                self.broker.describe_subscription(request.topic, request.subscription)
+            ),
+        )
 
     @unary_errors
     async def DeleteSubscription(

@@ -2304,6 +2304,9 @@ class SubscriptionDescription(_message.Message):
     CONSUMERS_FIELD_NUMBER: _builtins.int
     MAX_REDELIVER_COUNT_FIELD_NUMBER: _builtins.int
     DEAD_LETTER_TOPIC_FIELD_NUMBER: _builtins.int
+    MSG_RATE_OUT_FIELD_NUMBER: _builtins.int
+    MSG_RATE_REDELIVER_FIELD_NUMBER: _builtins.int
+    ACK_RATE_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     subscription: _builtins.str
     type: Global___SubscriptionType.ValueType
@@ -2313,6 +2316,12 @@ class SubscriptionDescription(_message.Message):
     unacked: _builtins.int
     max_redeliver_count: _builtins.int
     dead_letter_topic: _builtins.str
+    msg_rate_out: _builtins.float
+    """Messages per second over the last ~10 s: delivered (first time or again), delivered
+    again, acknowledged.
+    """
+    msg_rate_redeliver: _builtins.float
+    ack_rate: _builtins.float
     @_builtins.property
     def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___SubscriptionPartition]: ...
     @_builtins.property
@@ -2331,10 +2340,13 @@ class SubscriptionDescription(_message.Message):
         consumers: _abc.Iterable[Global___SubscriptionConsumer] | None = ...,
         max_redeliver_count: _builtins.int = ...,
         dead_letter_topic: _builtins.str = ...,
+        msg_rate_out: _builtins.float = ...,
+        msg_rate_redeliver: _builtins.float = ...,
+        ack_rate: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["backlog", b"backlog", "consumers", b"consumers", "created_at_ms", b"created_at_ms", "dead_letter_topic", b"dead_letter_topic", "initial_position", b"initial_position", "max_redeliver_count", b"max_redeliver_count", "partitions", b"partitions", "subscription", b"subscription", "topic", b"topic", "type", b"type", "unacked", b"unacked"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack_rate", b"ack_rate", "backlog", b"backlog", "consumers", b"consumers", "created_at_ms", b"created_at_ms", "dead_letter_topic", b"dead_letter_topic", "initial_position", b"initial_position", "max_redeliver_count", b"max_redeliver_count", "msg_rate_out", b"msg_rate_out", "msg_rate_redeliver", b"msg_rate_redeliver", "partitions", b"partitions", "subscription", b"subscription", "topic", b"topic", "type", b"type", "unacked", b"unacked"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2475,6 +2487,68 @@ class SeekSubscriptionRequest(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType__timestamp_ms) -> _WhichOneofReturnType__timestamp_ms | None: ...
 
 Global___SeekSubscriptionRequest: _TypeAlias = SeekSubscriptionRequest  # noqa: Y015
+
+@_typing.final
+class SkipSubscriptionRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    SUBSCRIPTION_FIELD_NUMBER: _builtins.int
+    COUNT_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    subscription: _builtins.str
+    count: _builtins.int
+    """Unset: every unacknowledged message (clear the backlog); else this many (>= 1), the
+    oldest first, on each partition.
+    """
+    partition: _builtins.int
+    """Unset: every partition."""
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        subscription: _builtins.str = ...,
+        count: _builtins.int | None = ...,
+        partition: _builtins.int | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_count", b"_count", "_partition", b"_partition", "count", b"count", "partition", b"partition"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_count", b"_count", "_partition", b"_partition", "count", b"count", "partition", b"partition", "subscription", b"subscription", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__count: _TypeAlias = _typing.Literal["count"]  # noqa: Y015
+    _WhichOneofArgType__count: _TypeAlias = _typing.Literal["_count", b"_count"]  # noqa: Y015
+    _WhichOneofReturnType__partition: _TypeAlias = _typing.Literal["partition"]  # noqa: Y015
+    _WhichOneofArgType__partition: _TypeAlias = _typing.Literal["_partition", b"_partition"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__count) -> _WhichOneofReturnType__count | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__partition) -> _WhichOneofReturnType__partition | None: ...
+
+Global___SkipSubscriptionRequest: _TypeAlias = SkipSubscriptionRequest  # noqa: Y015
+
+@_typing.final
+class SkipSubscriptionResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SKIPPED_FIELD_NUMBER: _builtins.int
+    SUBSCRIPTION_FIELD_NUMBER: _builtins.int
+    skipped: _builtins.int
+    @_builtins.property
+    def subscription(self) -> Global___SubscriptionDescription: ...
+    def __init__(
+        self,
+        *,
+        skipped: _builtins.int = ...,
+        subscription: Global___SubscriptionDescription | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["subscription", b"subscription"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["skipped", b"skipped", "subscription", b"subscription"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SkipSubscriptionResponse: _TypeAlias = SkipSubscriptionResponse  # noqa: Y015
 
 @_typing.final
 class WhoAmIRequest(_message.Message):
