@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from weir.broker.access import ProducerAccess
 from weir.broker.config import BrokerConfig
@@ -25,6 +26,9 @@ from weir.broker.topics import TopicConfig, canonical_topic, short_topic
 from weir.errors import UnavailableError, UnknownPartitionError, UnknownTopicError
 from weir.storage.kv import Op
 from weir.storage.store import Store
+
+if TYPE_CHECKING:
+    from weir.broker.backlog_quota import BacklogQuota
 
 
 def now_ms() -> int:
@@ -46,7 +50,7 @@ class BrokerState:
     access: ProducerAccess
     subscriptions: Subscriptions
     _topics: dict[str, TopicConfig]
-    _backlog_quota: dict[str, int]  # topic -> backlog_quota_bytes, when set
+    _backlog_quota: dict[str, BacklogQuota]  # topic -> its quota, when it has one
     _actors: dict[tuple[str, int], PartitionActor]
     _groups: dict[tuple[str, str], ConsumerGroup]
     _closed: bool

@@ -1,20 +1,20 @@
-"""The broker's write path (a mixin of `Broker`): codec and backlog-quota checks,
-then the partition actor's queue and group commit."""
+"""The broker's write path (a mixin of `Broker`): codec and backlog-quota checks
+(`weir.broker.backlog_quota`), then the partition actor's queue and group commit."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
 
-from weir.broker.retention import Retention
-from weir.broker.topics import TopicConfig, short_topic
-from weir.errors import BacklogQuotaExceededError, BadRequestError
+from weir.broker.backlog_quota import BacklogQuotas
+from weir.broker.topics import short_topic
+from weir.errors import BadRequestError
 from weir.storage.codecs import Codec, codec_name
 from weir.storage.incoming import IncomingBatch
 from weir.storage.partition import BatchResult
 
 
-class Writes(Retention):
+class Writes(BacklogQuotas):
     """Validated batches into a partition, refused while its backlog is over quota."""
 
     async def write(
@@ -51,21 +51,3 @@ class Writes(Retention):
             self._check_backlog(cfg, partition, quota)
         size = sum(len(b.buf) for b in batches) if nbytes is None else nbytes
         return actor.submit(batches, size)
-
-    def _check_backlog(self, cfg: TopicConfig, partition: int, quota: int) -> None:
-        """Refuse a write while the important consumers' backlog is over the quota."""
-        important = [c.name for c in cfg.consumers.values() if c.important]
-        if not important:
-            return  # nobody holds data back: retention bounds what is stored
-        actor = self._actors[(cfg.name, partition)]
-        committed = self.offsets.min_committed(cfg.topic_id, partition, important) or 0
-        ttl = self.ttl_offset(cfg.name, partition)
-        # what waits for commit counts too: a burst of requests must not slip past
-        backlog = actor.queued_bytes + actor.log.bytes_from(max(committed, ttl or 0), quota)
-        if backlog > quota:
-            self.observer.on_refused(cfg.name, partition, "backlog_quota")
-            raise BacklogQuotaExceededError(
-                f"partition {short_topic(cfg.name)}/{partition} has {backlog} or more bytes its "
-                f"important consumers have not read, over its backlog quota of {quota} bytes "
-                "(backlog_quota_bytes); writes resume as they catch up"
-            )

@@ -55,7 +55,7 @@ class Subscriptions:
         self._kv = kv
         self._committer = committer
         self._actor_of = actor_of
-        self._subs: dict[tuple[str, str], Subscription] = {}
+        self._subs: dict[str, dict[str, Subscription]] = {}  # topic -> name -> subscription
         self._lock = asyncio.Lock()
 
     def _make(self, cfg: TopicConfig, meta: SubscriptionMeta) -> Subscription:
@@ -83,7 +83,7 @@ class Subscriptions:
                 cfg = by_id.get(tid)
                 if cfg is not None:
                     meta = SubscriptionMeta.from_json(v)
-                    self._subs[(cfg.name, meta.name)] = self._make(cfg, meta)
+                    self._subs.setdefault(cfg.name, {})[meta.name] = self._make(cfg, meta)
             elif key[:1] == b"c":
                 tid, part, name = parse_cursor_key(key)
                 mark, acked = decode_cursor(v)
@@ -97,7 +97,7 @@ class Subscriptions:
                 found = counts.get(stored_cur.key)
                 if found is not None:
                     stored_cur.load_counts(found)
-        for (tname, name), sub in self._subs.items():
+        for tname, name, sub in self._all():
             stored = cursors.get((sub.topic_id, name), {})
             for p in range(by_id[sub.topic_id].partitions):
                 cur = stored.get(p)
@@ -110,7 +110,7 @@ class Subscriptions:
                 sub.add_partition(p, cur, fresh=False)
 
     def get(self, cfg: TopicConfig, name: str) -> Subscription:
-        sub = self._subs.get((cfg.name, name))
+        sub = self._subs.get(cfg.name, {}).get(name)
         if sub is None:
             raise UnknownSubscriptionError(
                 f"subscription {name!r} does not exist on topic {short_topic(cfg.name)!r}"
@@ -118,7 +118,11 @@ class Subscriptions:
         return sub
 
     def of_topic(self, cfg: TopicConfig) -> list[Subscription]:
-        return [s for (t, _), s in sorted(self._subs.items()) if t == cfg.name]
+        subs = self._subs.get(cfg.name)
+        return [subs[n] for n in sorted(subs)] if subs else []
+
+    def _all(self) -> list[tuple[str, str, Subscription]]:
+        return [(t, n, s) for t, subs in self._subs.items() for n, s in subs.items()]
 
     async def create(
         self,
@@ -138,7 +142,7 @@ class Subscriptions:
         elif initial_position is InitialPosition.TIMESTAMP:
             raise BadRequestError("an initial position by timestamp needs the time")
         async with self._lock:
-            existing = self._subs.get((cfg.name, name))
+            existing = self._subs.get(cfg.name, {}).get(name)
             if existing is not None:
                 if exist_ok:
                     return existing
@@ -163,7 +167,7 @@ class Subscriptions:
             await asyncio.wrap_future(self._committer.submit(ops))
             for p, cur in enumerate(cursors):
                 sub.add_partition(p, cur, fresh=True)
-            self._subs[(cfg.name, name)] = sub
+            self._subs.setdefault(cfg.name, {})[name] = sub
             return sub
 
     async def subscribe(
@@ -218,7 +222,7 @@ class Subscriptions:
                     "close them first, or delete with force"
                 )
             await asyncio.wrap_future(self._committer.submit(self._drop_ops(sub)))
-            del self._subs[(cfg.name, name)]
+            self._forget(cfg.name, name)
         await sub.close(UnknownSubscriptionError(f"subscription {name!r} was deleted"))
 
     def _drop_ops(self, sub: Subscription) -> list[Op]:
@@ -232,7 +236,7 @@ class Subscriptions:
 
     async def forget_topic(self, cfg: TopicConfig) -> None:
         for sub in self.of_topic(cfg):
-            del self._subs[(cfg.name, sub.name)]
+            self._forget(cfg.name, sub.name)
             await sub.close(
                 UnknownSubscriptionError(f"topic {short_topic(cfg.name)!r} was dropped")
             )
@@ -242,12 +246,27 @@ class Subscriptions:
         for sub in self.of_topic(cfg):
             sub.ensure_partitions(cfg.partitions)
 
+    def _forget(self, topic: str, name: str) -> None:
+        subs = self._subs[topic]
+        del subs[name]
+        if not subs:
+            del self._subs[topic]
+
     def protect_from(self, cfg: TopicConfig, partition: int) -> int | None:
         """The lowest offset a subscription of the topic has not acknowledged on ``partition``."""
-        marks = [m for s in self.of_topic(cfg) if (m := s.min_unacked(partition)) is not None]
+        subs = self._subs.get(cfg.name)
+        if not subs:
+            return None
+        marks = [m for s in subs.values() if (m := s.min_unacked(partition)) is not None]
         return min(marks) if marks else None
+
+    def evict(self, cfg: TopicConfig, partition: int, offset: int) -> int:
+        """Move every cursor of ``partition`` below ``offset`` up to it (the backlog quota's
+        consumer_backlog_eviction: the oldest messages are dropped for the slowest
+        subscriptions); returns how many cursors moved. Stored in the next group commit."""
+        return sum(s.evict(partition, offset) for s in self._subs.get(cfg.name, {}).values())
 
     async def close(self) -> None:
         err: WeirError | None = None
-        for sub in list(self._subs.values()):
+        for _, _, sub in self._all():
             await sub.close(err)

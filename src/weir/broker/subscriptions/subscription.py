@@ -740,6 +740,24 @@ class Subscription:
         await _all([st.cursor.persist() for _, st in states])
         return skipped
 
+    def evict(self, partition: int, offset: int) -> int:
+        """Acknowledge everything of ``partition`` below ``offset`` (a backlog eviction);
+        1 if the cursor moved. Durable with the next group commit; nobody waits for it."""
+        st = self.parts.get(partition)
+        if st is None or st.cursor.mark_delete >= offset:
+            return 0
+        st.cursor.skip_to(offset)
+        self._settle_range(st, 0, offset)
+        st.read_pos = max(st.read_pos, offset)
+        st.wake.set()
+        if not self._closed:
+            st.cursor.persist().add_done_callback(_ignore_failure)
+        log.info(
+            "backlog quota: subscription cursor moved forward",
+            extra={"subscription": self.name, "partition": partition, "offset": offset},
+        )
+        return 1
+
     # ----------------------------------------------------------------- admin
 
     def describe(self, short_topic: str) -> SubscriptionInfo:
@@ -803,7 +821,7 @@ class Subscription:
 
 def _ignore_failure(fut: asyncio.Future[None]) -> None:
     if not fut.cancelled() and fut.exception() is not None:
-        log.warning("storing redelivery counts failed: %s", fut.exception())
+        log.warning("storing a cursor in the background failed: %s", fut.exception())
 
 
 async def _all(waits: list[asyncio.Future[None]]) -> None:

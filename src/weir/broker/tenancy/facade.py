@@ -27,6 +27,7 @@ def server_policies(config: BrokerConfig) -> dict[str, Any]:
         "retention_bytes": config.default_retention_bytes,
         "message_ttl_ms": None,
         "backlog_quota_bytes": None,
+        "backlog_quota_policy": "producer_exception",
         "deduplication": True,
         "max_message_bytes": config.max_message_bytes,
         "max_producers_per_topic": None,

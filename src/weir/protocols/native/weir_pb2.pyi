@@ -1467,22 +1467,26 @@ class PolicyValue(_message.Message):
     NUMBER_FIELD_NUMBER: _builtins.int
     FLAG_FIELD_NUMBER: _builtins.int
     UNLIMITED_FIELD_NUMBER: _builtins.int
+    TEXT_FIELD_NUMBER: _builtins.int
     number: _builtins.int
     flag: _builtins.bool
     unlimited: _builtins.bool
     """No limit (keep forever, no TTL, any number)."""
+    text: _builtins.str
+    """One of a policy's named choices (backlog_quota_policy)."""
     def __init__(
         self,
         *,
         number: _builtins.int = ...,
         flag: _builtins.bool = ...,
         unlimited: _builtins.bool = ...,
+        text: _builtins.str = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["flag", b"flag", "number", b"number", "unlimited", b"unlimited", "value", b"value"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["flag", b"flag", "number", b"number", "text", b"text", "unlimited", b"unlimited", "value", b"value"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["flag", b"flag", "number", b"number", "unlimited", b"unlimited", "value", b"value"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["flag", b"flag", "number", b"number", "text", b"text", "unlimited", b"unlimited", "value", b"value"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_value: _TypeAlias = _typing.Literal["number", "flag", "unlimited"]  # noqa: Y015
+    _WhichOneofReturnType_value: _TypeAlias = _typing.Literal["number", "flag", "unlimited", "text"]  # noqa: Y015
     _WhichOneofArgType_value: _TypeAlias = _typing.Literal["value", b"value"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_value) -> _WhichOneofReturnType_value | None: ...
 
