@@ -39,6 +39,7 @@ _SDK = {
     "UserPassword",
     "WriteResult",
     "Writer",
+    "key_shared_slot",
 }
 
 

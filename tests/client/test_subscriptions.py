@@ -262,6 +262,42 @@ def test_key_shared_gives_each_key_to_one_consumer_in_order(
     assert client.describe_subscription(topic_name, "s").type == "key_shared"
 
 
+def test_key_shared_sticky_ranges_give_the_consumers_the_keys_they_claim(
+    client: weir.Client, topic_name: str
+) -> None:
+    client.create_topic(topic_name, partitions=1)
+    halves = {"low": [(0, 32767)], "high": [(32768, 65535)]}
+    consumers = {
+        n: client.subscribe(
+            topic_name,
+            "s",
+            type="key_shared",
+            initial_position="earliest",
+            consumer_name=n,
+            sticky_ranges=r,
+        ).wait_connected()
+        for n, r in halves.items()
+    }
+    with pytest.raises(ConsumerBusyError, match="overlaps"):
+        client.subscribe(
+            topic_name, "s", type="key_shared", sticky_ranges=[(100, 200)]
+        ).wait_connected()
+    with client.writer(topic_name, producer_id="w") as w:
+        for i in range(100):
+            w.write(b"%d" % i, key=b"key-%d" % (i % 10))
+    for name, c in consumers.items():
+        ((lo, hi),) = halves[name]
+        want = sum(1 for i in range(100) if lo <= weir.key_shared_slot(b"key-%d" % (i % 10)) <= hi)
+        msgs = take(c, want, timeout=20)
+        assert len(msgs) == want and all(lo <= weir.key_shared_slot(m.key) <= hi for m in msgs)
+        c.acknowledge(msgs)
+    info = client.describe_subscription(topic_name, "s")
+    assert sorted(c.sticky_ranges for c in info.consumers) == [[(0, 32767)], [(32768, 65535)]]
+    assert info.backlog == 0
+    for c in consumers.values():
+        c.close()
+
+
 def test_a_message_that_keeps_failing_lands_in_the_dead_letter_topic(
     client: weir.Client, topic_name: str
 ) -> None:

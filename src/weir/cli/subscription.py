@@ -64,10 +64,16 @@ def show_subscription(info: SubscriptionInfo) -> None:
     )
     if info.consumers:
         consumers = Table(title="consumers", title_justify="left")
-        for name in ("id", "name", "permits", "unacked"):
-            consumers.add_column(name, justify="left" if name == "name" else "right")
+        sticky = any(c.sticky_ranges for c in info.consumers)
+        for name in ("id", "name", "permits", "unacked") + (("sticky ranges",) if sticky else ()):
+            consumers.add_column(
+                name, justify="right" if name in ("id", "permits", "unacked") else "left"
+            )
         for c in info.consumers:
-            consumers.add_row(str(c.consumer_id), c.name, str(c.permits), str(c.unacked))
+            row = [str(c.consumer_id), c.name, str(c.permits), str(c.unacked)]
+            if sticky:
+                row.append(", ".join(f"{a}..{b}" for a, b in c.sticky_ranges) or "-")
+            consumers.add_row(*row)
         output.stdout.print(consumers)
     else:
         output.stdout.print("no consumers attached")

@@ -213,6 +213,7 @@ class SubscriptionConsumerInfo:
     name: str
     permits: int
     unacked: int
+    sticky_ranges: list[tuple[int, int]] = field(default_factory=list)  # sticky Key_Shared
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,7 +263,13 @@ def subscription_info(d: pb.SubscriptionDescription) -> SubscriptionInfo:
             for p in d.partitions
         ],
         consumers=[
-            SubscriptionConsumerInfo(c.consumer_id, c.name, c.permits, c.unacked)
+            SubscriptionConsumerInfo(
+                c.consumer_id,
+                c.name,
+                c.permits,
+                c.unacked,
+                [(r.start, r.end) for r in c.sticky_ranges],
+            )
             for c in d.consumers
         ],
         max_redeliver_count=d.max_redeliver_count,

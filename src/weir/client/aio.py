@@ -695,6 +695,7 @@ class Client(AsyncTenancyCalls, AsyncSecurityCalls):
         dead_letter_policy: DeadLetterPolicy | None = None,
         listener: Callable[[SubscriptionConsumer, ReceivedMessage], Any] | None = None,
         on_reconnect: Callable[[WeirError], None] | None = None,
+        sticky_ranges: Sequence[tuple[int, int]] | None = None,
     ) -> SubscriptionConsumer:
         """A consumer of the durable ``subscription`` of ``topic`` (created on first use
         unless ``create=False``; call inside a running event loop).
@@ -708,7 +709,10 @@ class Client(AsyncTenancyCalls, AsyncSecurityCalls):
         sends ahead; ``ack_timeout`` (seconds) redelivers what stays unacknowledged longer;
         ``dead_letter_policy`` (`weir.DeadLetterPolicy`) parks what is redelivered too often;
         ``listener(consumer, message)`` (plain or ``async def``) is called for every
-        message instead of the application calling ``receive``.
+        message instead of the application calling ``receive``. ``sticky_ranges``
+        (key_shared only): the key-hash slots, inclusive ``(start, end)`` ranges within
+        0..65535, this consumer claims (`weir.key_shared_slot(key)` says a key's slot);
+        without it keys are split over the consumers automatically.
         See docs/subscriptions.md.
         """
         consumer = SubscriptionConsumer(
@@ -723,6 +727,7 @@ class Client(AsyncTenancyCalls, AsyncSecurityCalls):
             create=create,
             dead_letter_policy=dead_letter_policy,
             on_reconnect=on_reconnect,
+            sticky_ranges=sticky_ranges,
         ).start()
         if listener is not None:
             consumer.listen(listener)

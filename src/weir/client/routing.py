@@ -49,6 +49,12 @@ def murmur3_partition(key: bytes, partitions: int) -> int:
     return (mmh3.hash(key, 0, signed=False) & 0x7FFFFFFF) % partitions
 
 
+def key_shared_slot(key: bytes) -> int:
+    """The slot (0..65535) of ``key`` that sticky Key_Shared ranges claim, as Pulsar's
+    sticky hash: (murmur3_32(key) & 0x7fffffff) % 65536."""
+    return (mmh3.hash(key, 0, signed=False) & 0x7FFFFFFF) % 65536
+
+
 class Router(Protocol):
     def partition(self, key: bytes | None, partitions: int, home: int) -> int: ...
 

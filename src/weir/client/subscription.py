@@ -204,6 +204,7 @@ class SubscriptionConsumer:
         create: bool = True,
         dead_letter_policy: DeadLetterPolicy | None = None,
         on_reconnect: Callable[[WeirError], None] | None = None,
+        sticky_ranges: Iterable[tuple[int, int]] | None = None,
     ) -> None:
         if receiver_queue_size < 1:
             raise BadRequestError(f"receiver_queue_size must be >= 1, got {receiver_queue_size}")
@@ -223,6 +224,12 @@ class SubscriptionConsumer:
         since = position_time_ms(initial_position)
         if since is not None:
             self._init.initial_timestamp_ms = since
+        if sticky_ranges is not None:
+            ranges = list(sticky_ranges)
+            if not ranges:
+                raise BadRequestError("sticky_ranges needs at least one (start, end) range")
+            for a, b in ranges:
+                self._init.sticky_ranges.add(start=a, end=b)
         if dead_letter_policy is not None:
             if dead_letter_policy.max_redeliver_count < 1:
                 raise BadRequestError("max_redeliver_count must be >= 1")

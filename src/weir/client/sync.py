@@ -532,6 +532,7 @@ class Client(SyncTenancyCalls, SyncSecurityCalls):
         dead_letter_policy: DeadLetterPolicy | None = None,
         listener: Callable[[SubscriptionConsumer, ReceivedMessage], Any] | None = None,
         on_reconnect: Callable[[WeirError], None] | None = None,
+        sticky_ranges: Sequence[tuple[int, int]] | None = None,
     ) -> SubscriptionConsumer:
         """A consumer of a durable subscription; see `weir.aio.Client.subscribe`."""
 
@@ -547,6 +548,7 @@ class Client(SyncTenancyCalls, SyncSecurityCalls):
                 create=create,
                 dead_letter_policy=dead_letter_policy,
                 on_reconnect=on_reconnect,
+                sticky_ranges=sticky_ranges,
             )
 
         consumer = SubscriptionConsumer(self._run(make()), self._loop)

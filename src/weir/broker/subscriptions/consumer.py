@@ -42,3 +42,6 @@ class AttachedConsumer:
     permits: int = 0
     unacked: int = 0
     order: tuple[str, int] = field(default=("", 0))
+    # Key_Shared sticky mode: the key-hash slots (inclusive ranges of 0..65535) this
+    # consumer claims; None: keys are split automatically
+    hash_ranges: tuple[tuple[int, int], ...] | None = None

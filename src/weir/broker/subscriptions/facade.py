@@ -4,7 +4,7 @@ the topics here; dead letters are written back through the broker's write path."
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from weir.broker.subscriptions import (
     AttachedConsumer,
@@ -127,8 +127,10 @@ class SubscriptionFacade(TopicAdmin, Writes):
         create: bool = True,
         dead_letter: DeadLetterPolicy | None = None,
         initial_time_ms: int | None = None,
+        hash_ranges: Sequence[tuple[int, int]] | None = None,
     ) -> tuple[Subscription, AttachedConsumer]:
-        """Attach a consumer to a durable subscription (see `weir.broker.subscriptions`)."""
+        """Attach a consumer to a durable subscription (see `weir.broker.subscriptions`);
+        ``hash_ranges`` makes it a sticky Key_Shared consumer of those key-hash slots."""
         self._check_open()
         if ack_timeout_ms < 0:
             raise BadRequestError(f"ack timeout must be >= 0 ms, got {ack_timeout_ms}")
@@ -143,6 +145,7 @@ class SubscriptionFacade(TopicAdmin, Writes):
             create=create,
             dead_letter=dead_letter,
             initial_time_ms=initial_time_ms,
+            hash_ranges=hash_ranges,
         )
 
     async def _write_dead_letters(self, topic: str, batches: list[bytes]) -> None:

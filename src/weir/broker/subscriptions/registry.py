@@ -7,7 +7,7 @@ import asyncio
 import dataclasses
 import itertools
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 from weir.broker.partition_actor import PartitionActor
 from weir.broker.subscriptions.consumer import AttachedConsumer, ConsumerHandle
@@ -20,6 +20,7 @@ from weir.broker.subscriptions.cursor import (
     parse_cursor_key,
 )
 from weir.broker.subscriptions.dead_letter import DeadLetterPolicy
+from weir.broker.subscriptions.key_shared import check_hash_ranges
 from weir.broker.subscriptions.settings import (
     InitialPosition,
     SubscriptionMeta,
@@ -183,8 +184,17 @@ class Subscriptions:
         create: bool = True,
         dead_letter: DeadLetterPolicy | None = None,
         initial_time_ms: int | None = None,
+        hash_ranges: Sequence[tuple[int, int]] | None = None,
     ) -> tuple[Subscription, AttachedConsumer]:
-        """Attach a consumer (creating the subscription when missing and ``create``)."""
+        """Attach a consumer (creating the subscription when missing and ``create``);
+        ``hash_ranges``: the sticky Key_Shared slots it claims (see `key_shared`)."""
+        ranges = None
+        if hash_ranges is not None:
+            if type is not SubscriptionType.KEY_SHARED:
+                raise BadRequestError(
+                    f"sticky hash ranges are for key_shared subscriptions, not {type.value}"
+                )
+            ranges = check_hash_ranges(hash_ranges)
         if create:
             sub = await self.create(
                 cfg, name, type, initial_position, exist_ok=True, initial_time_ms=initial_time_ms
@@ -196,6 +206,7 @@ class Subscriptions:
             cid, consumer_name or f"consumer-{cid}", handle, ack_timeout_ms, 0, 0, ("", cid)
         )
         c.order = (c.name, cid)
+        c.hash_ranges = ranges
         changed = sub.attach(c, type)  # True: it had no consumers, the type follows
         if dead_letter is not None and (
             dead_letter.max_redeliver_count,

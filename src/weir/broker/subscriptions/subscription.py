@@ -103,6 +103,7 @@ class SubscriptionConsumerInfo:
     name: str
     permits: int
     unacked: int
+    sticky_ranges: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -633,8 +634,8 @@ class Subscription:
         for o in waiting + fresh:  # waiting ones are all below read_pos: offset order
             k = st.keys.get(o, 0)
             target = ks.select(consumers, k)
-            cid = target.consumer_id
-            if k in blocked or left[cid] <= 0 or holder.get(k, cid) != cid:
+            cid = -1 if target is None else target.consumer_id  # -1: a slot nobody claims
+            if k in blocked or left.get(cid, 0) <= 0 or holder.get(k, cid) != cid:
                 blocked.add(k)  # and so every later message of k waits too
                 if o not in st.redeliver:
                     st.held.add(o)
@@ -786,7 +787,9 @@ class Subscription:
             self.meta.created_at_ms,
             parts,
             [
-                SubscriptionConsumerInfo(c.consumer_id, c.name, c.permits, c.unacked)
+                SubscriptionConsumerInfo(
+                    c.consumer_id, c.name, c.permits, c.unacked, c.hash_ranges or ()
+                )
                 for c in consumers
             ],
             self.meta.max_redeliver_count,

@@ -91,7 +91,11 @@ def subscription_description(info: SubscriptionInfo) -> pb.SubscriptionDescripti
         ],
         consumers=[
             pb.SubscriptionConsumer(
-                consumer_id=c.consumer_id, name=c.name, permits=c.permits, unacked=c.unacked
+                consumer_id=c.consumer_id,
+                name=c.name,
+                permits=c.permits,
+                unacked=c.unacked,
+                sticky_ranges=[pb.HashRange(start=a, end=b) for a, b in c.sticky_ranges],
             )
             for c in info.consumers
         ],
@@ -180,6 +184,9 @@ class SubscribeSession(StreamSession[pb.SubscribeRequest, pb.SubscribeResponse])
                 else None,
                 initial_time_ms=init.initial_timestamp_ms
                 if init.HasField("initial_timestamp_ms")
+                else None,
+                hash_ranges=[(r.start, r.end) for r in init.sticky_ranges]
+                if init.sticky_ranges
                 else None,
             )
             self._sub, self._consumer = sub, c

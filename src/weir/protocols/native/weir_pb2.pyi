@@ -1876,6 +1876,7 @@ class SubscribeInit(_message.Message):
     MAX_REDELIVER_COUNT_FIELD_NUMBER: _builtins.int
     DEAD_LETTER_TOPIC_FIELD_NUMBER: _builtins.int
     INITIAL_TIMESTAMP_MS_FIELD_NUMBER: _builtins.int
+    STICKY_RANGES_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     subscription: _builtins.str
     type: Global___SubscriptionType.ValueType
@@ -1897,6 +1898,12 @@ class SubscribeInit(_message.Message):
     """Empty: <topic>-<subscription>-DLQ."""
     initial_timestamp_ms: _builtins.int
     """Set: a new subscription starts at the first message written at or after this time."""
+    @_builtins.property
+    def sticky_ranges(self) -> _containers.RepeatedCompositeFieldContainer[Global___HashRange]:
+        """Key_Shared only. Not empty: a sticky consumer of these key-hash slots (a key's slot is
+        (murmur3_32(key) & 0x7FFFFFFF) % 65536); they may not overlap another consumer's.
+        """
+
     def __init__(
         self,
         *,
@@ -1911,16 +1918,41 @@ class SubscribeInit(_message.Message):
         max_redeliver_count: _builtins.int = ...,
         dead_letter_topic: _builtins.str = ...,
         initial_timestamp_ms: _builtins.int | None = ...,
+        sticky_ranges: _abc.Iterable[Global___HashRange] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_initial_timestamp_ms", b"_initial_timestamp_ms", "initial_timestamp_ms", b"initial_timestamp_ms"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_initial_timestamp_ms", b"_initial_timestamp_ms", "ack_timeout_ms", b"ack_timeout_ms", "consumer_name", b"consumer_name", "dead_letter_topic", b"dead_letter_topic", "initial_position", b"initial_position", "initial_timestamp_ms", b"initial_timestamp_ms", "max_redeliver_count", b"max_redeliver_count", "no_create", b"no_create", "permits", b"permits", "subscription", b"subscription", "topic", b"topic", "type", b"type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_initial_timestamp_ms", b"_initial_timestamp_ms", "ack_timeout_ms", b"ack_timeout_ms", "consumer_name", b"consumer_name", "dead_letter_topic", b"dead_letter_topic", "initial_position", b"initial_position", "initial_timestamp_ms", b"initial_timestamp_ms", "max_redeliver_count", b"max_redeliver_count", "no_create", b"no_create", "permits", b"permits", "sticky_ranges", b"sticky_ranges", "subscription", b"subscription", "topic", b"topic", "type", b"type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__initial_timestamp_ms: _TypeAlias = _typing.Literal["initial_timestamp_ms"]  # noqa: Y015
     _WhichOneofArgType__initial_timestamp_ms: _TypeAlias = _typing.Literal["_initial_timestamp_ms", b"_initial_timestamp_ms"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType__initial_timestamp_ms) -> _WhichOneofReturnType__initial_timestamp_ms | None: ...
 
 Global___SubscribeInit: _TypeAlias = SubscribeInit  # noqa: Y015
+
+@_typing.final
+class HashRange(_message.Message):
+    """Key-hash slots start..end, both included, within 0..65535."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    START_FIELD_NUMBER: _builtins.int
+    END_FIELD_NUMBER: _builtins.int
+    start: _builtins.int
+    end: _builtins.int
+    def __init__(
+        self,
+        *,
+        start: _builtins.int = ...,
+        end: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["end", b"end", "start", b"start"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___HashRange: _TypeAlias = HashRange  # noqa: Y015
 
 @_typing.final
 class SubscribeFlow(_message.Message):
@@ -2273,10 +2305,15 @@ class SubscriptionConsumer(_message.Message):
     NAME_FIELD_NUMBER: _builtins.int
     PERMITS_FIELD_NUMBER: _builtins.int
     UNACKED_FIELD_NUMBER: _builtins.int
+    STICKY_RANGES_FIELD_NUMBER: _builtins.int
     consumer_id: _builtins.int
     name: _builtins.str
     permits: _builtins.int
     unacked: _builtins.int
+    @_builtins.property
+    def sticky_ranges(self) -> _containers.RepeatedCompositeFieldContainer[Global___HashRange]:
+        """A sticky Key_Shared consumer's slots."""
+
     def __init__(
         self,
         *,
@@ -2284,10 +2321,11 @@ class SubscriptionConsumer(_message.Message):
         name: _builtins.str = ...,
         permits: _builtins.int = ...,
         unacked: _builtins.int = ...,
+        sticky_ranges: _abc.Iterable[Global___HashRange] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["consumer_id", b"consumer_id", "name", b"name", "permits", b"permits", "unacked", b"unacked"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["consumer_id", b"consumer_id", "name", b"name", "permits", b"permits", "sticky_ranges", b"sticky_ranges", "unacked", b"unacked"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
