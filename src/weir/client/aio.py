@@ -696,6 +696,7 @@ class Client(AsyncTenancyCalls, AsyncSecurityCalls):
         listener: Callable[[SubscriptionConsumer, ReceivedMessage], Any] | None = None,
         on_reconnect: Callable[[WeirError], None] | None = None,
         sticky_ranges: Sequence[tuple[int, int]] | None = None,
+        retry_enable: bool = False,
     ) -> SubscriptionConsumer:
         """A consumer of the durable ``subscription`` of ``topic`` (created on first use
         unless ``create=False``; call inside a running event loop).
@@ -712,7 +713,9 @@ class Client(AsyncTenancyCalls, AsyncSecurityCalls):
         message instead of the application calling ``receive``. ``sticky_ranges``
         (key_shared only): the key-hash slots, inclusive ``(start, end)`` ranges within
         0..65535, this consumer claims (`weir.key_shared_slot(key)` says a key's slot);
-        without it keys are split over the consumers automatically.
+        without it keys are split over the consumers automatically. ``retry_enable``:
+        the consumer also takes the subscription's retry letter topic, where
+        ``reconsume_later(message, delay)`` sends messages to come back after a delay.
         See docs/subscriptions.md.
         """
         consumer = SubscriptionConsumer(
@@ -728,6 +731,7 @@ class Client(AsyncTenancyCalls, AsyncSecurityCalls):
             dead_letter_policy=dead_letter_policy,
             on_reconnect=on_reconnect,
             sticky_ranges=sticky_ranges,
+            retry_enable=retry_enable,
         ).start()
         if listener is not None:
             consumer.listen(listener)

@@ -43,6 +43,7 @@ TYPES = {
 }
 TYPE_NAMES = {v: k for k, v in TYPES.items()}
 POSITIONS = {"latest": pb.POSITION_LATEST, "earliest": pb.POSITION_EARLIEST}
+RECONSUME_COUNT = "weir-reconsume-count"  # header of a retry letter (see reconsume_later)
 POSITION_NAMES = {v: k for k, v in POSITIONS.items()}
 
 
@@ -84,6 +85,9 @@ class DeadLetterPolicy:
 
     max_redeliver_count: int
     dead_letter_topic: str = ""
+    # with subscribe(retry_enable=True): where reconsume_later sends messages; empty:
+    # <topic>-<subscription>-RETRY (a reconsume count past max_redeliver_count: the DLQ)
+    retry_letter_topic: str = ""
 
 
 class ReceivedMessage(NamedTuple):
@@ -105,6 +109,12 @@ class ReceivedMessage(NamedTuple):
     def message_id(self) -> tuple[int, int]:
         return (self.partition, self.offset)
 
+    @property
+    def reconsume_count(self) -> int:
+        """Times the message went through ``reconsume_later`` (0: never)."""
+        raw = self.headers.get(RECONSUME_COUNT, "")
+        return int(raw) if raw.isdigit() else 0
+
 
 MessageRef = ReceivedMessage | tuple[int, int]
 
@@ -113,8 +123,11 @@ _ID = itemgetter(1, 2)  # (partition, offset) of a ReceivedMessage
 _new = tuple.__new__
 
 
-def _ranges(items: MessageRef | Iterable[MessageRef]) -> list[pb.MessageRange]:
-    """Messages as ranges of consecutive offsets per partition (few, for batches)."""
+def _ranges(
+    items: MessageRef | Iterable[MessageRef], retry_topic: str = ""
+) -> list[pb.MessageRange]:
+    """Messages as ranges of consecutive offsets per partition (few, for batches); those
+    of the retry topic (retry enabled) as ranges of it."""
     refs: list[Any]
     if isinstance(items, ReceivedMessage) or (
         isinstance(items, tuple) and len(items) == 2 and all(isinstance(x, int) for x in items)
@@ -122,6 +135,15 @@ def _ranges(items: MessageRef | Iterable[MessageRef]) -> list[pb.MessageRange]:
         refs = [items]
     else:
         refs = list(items)
+    if retry_topic and any(type(m) is ReceivedMessage and m.topic == retry_topic for m in refs):
+        retries = [m for m in refs if type(m) is ReceivedMessage and m.topic == retry_topic]
+        both = _ranges(
+            [m for m in refs if not (type(m) is ReceivedMessage and m.topic == retry_topic)]
+        )
+        for r in _ranges(retries):
+            r.topic = retry_topic
+            both.append(r)
+        return both
     if all(type(m) is ReceivedMessage for m in refs):
         ids = sorted(set(map(_ID, refs)))
     else:
@@ -205,6 +227,7 @@ class SubscriptionConsumer:
         dead_letter_policy: DeadLetterPolicy | None = None,
         on_reconnect: Callable[[WeirError], None] | None = None,
         sticky_ranges: Iterable[tuple[int, int]] | None = None,
+        retry_enable: bool = False,
     ) -> None:
         if receiver_queue_size < 1:
             raise BadRequestError(f"receiver_queue_size must be >= 1, got {receiver_queue_size}")
@@ -235,6 +258,8 @@ class SubscriptionConsumer:
                 raise BadRequestError("max_redeliver_count must be >= 1")
             self._init.max_redeliver_count = dead_letter_policy.max_redeliver_count
             self._init.dead_letter_topic = dead_letter_policy.dead_letter_topic
+            self._init.retry_letter_topic = dead_letter_policy.retry_letter_topic
+        self._init.retry_enable = retry_enable
         if self._init.ack_timeout_ms < 0:
             raise BadRequestError("ack_timeout must not be negative")
         self.receiver_queue_size = receiver_queue_size
@@ -243,6 +268,7 @@ class SubscriptionConsumer:
         self.reconnects = 0
         self.last_error: WeirError | None = None
         self.server_generation = 0  # of the server behind the current stream
+        self.retry_topic = ""  # with retry_enable: the retry topic, as its messages name it
         self._queue: deque[ReceivedMessage] = deque()
         self._queue_event = asyncio.Event()
         self._taken = 0
@@ -354,7 +380,7 @@ class SubscriptionConsumer:
 
     async def acknowledge(self, messages: MessageRef | Iterable[MessageRef]) -> None:
         """Acknowledge messages; returns once durable on the server."""
-        ranges = _ranges(messages)
+        ranges = _ranges(messages, self.retry_topic)
         if ranges:
             await self._request(
                 lambda rid: pb.SubscribeRequest(ack=pb.AckRequest(request_id=rid, ranges=ranges))
@@ -370,7 +396,7 @@ class SubscriptionConsumer:
     async def acknowledge_cumulative(self, message: MessageRef) -> None:
         """Acknowledge every message of ``message``'s partition up to and including it
         (Exclusive and Failover subscriptions only)."""
-        ranges = _ranges(message)
+        ranges = _ranges(message, self.retry_topic)
         await self._request(
             lambda rid: pb.SubscribeRequest(
                 ack=pb.AckRequest(request_id=rid, ranges=ranges, cumulative=True)
@@ -381,11 +407,32 @@ class SubscriptionConsumer:
         self, messages: MessageRef | Iterable[MessageRef], delay: float | dt.timedelta = 0
     ) -> None:
         """Have messages delivered again after ``delay`` seconds, their redelivery count raised."""
-        ranges = _ranges(messages)
+        ranges = _ranges(messages, self.retry_topic)
         ms = _delay_ms(delay)
         await self._request(
             lambda rid: pb.SubscribeRequest(
                 nack=pb.NackRequest(request_id=rid, ranges=ranges, delay_ms=ms)
+            )
+        )
+
+    async def reconsume_later(
+        self, messages: MessageRef | Iterable[MessageRef], delay: float | dt.timedelta
+    ) -> None:
+        """Consume messages again after ``delay`` seconds, through the retry letter topic
+        (subscribe with ``retry_enable=True``): they are copied there with their key and
+        properties and a ``reconsume_count`` one higher, then acknowledged here; they come
+        back to this subscription's consumers after the delay. Past the dead-letter
+        policy's ``max_redeliver_count`` they go to the dead-letter topic instead.
+        Returns once durable."""
+        if not self._init.retry_enable:
+            raise BadRequestError("reconsume_later needs subscribe(..., retry_enable=True)")
+        ranges = _ranges(messages, self.retry_topic)
+        ms = _delay_ms(delay)
+        if ms < 0:
+            raise BadRequestError(f"a reconsume delay must not be negative, got {delay!r}")
+        await self._request(
+            lambda rid: pb.SubscribeRequest(
+                reconsume=pb.ReconsumeRequest(request_id=rid, ranges=ranges, delay_ms=ms)
             )
         )
 
@@ -500,6 +547,7 @@ class SubscriptionConsumer:
                     raise error_from_code(resp.error.code, resp.error.message)
                 self.consumer_name = resp.init.consumer_name
                 self.server_generation = resp.init.generation
+                self.retry_topic = resp.init.retry_topic
                 self._generation += 1
                 self._call = call
                 self._writer = asyncio.get_running_loop().create_task(

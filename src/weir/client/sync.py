@@ -533,6 +533,7 @@ class Client(SyncTenancyCalls, SyncSecurityCalls):
         listener: Callable[[SubscriptionConsumer, ReceivedMessage], Any] | None = None,
         on_reconnect: Callable[[WeirError], None] | None = None,
         sticky_ranges: Sequence[tuple[int, int]] | None = None,
+        retry_enable: bool = False,
     ) -> SubscriptionConsumer:
         """A consumer of a durable subscription; see `weir.aio.Client.subscribe`."""
 
@@ -549,6 +550,7 @@ class Client(SyncTenancyCalls, SyncSecurityCalls):
                 dead_letter_policy=dead_letter_policy,
                 on_reconnect=on_reconnect,
                 sticky_ranges=sticky_ranges,
+                retry_enable=retry_enable,
             )
 
         consumer = SubscriptionConsumer(self._run(make()), self._loop)

@@ -15,8 +15,9 @@ from weir.broker.subscriptions import (
     SubscriptionInfo,
     SubscriptionType,
 )
+from weir.broker.subscriptions.retry import RetryLetters, retry_topic_for
 from weir.broker.topic_admin import TopicAdmin
-from weir.broker.topics import canonical_topic, short_topic
+from weir.broker.topics import TopicConfig, canonical_topic, short_topic
 from weir.broker.writes import Writes
 from weir.errors import AlreadyExistsError, BadRequestError
 from weir.storage.incoming import validate_incoming
@@ -148,10 +149,30 @@ class SubscriptionFacade(TopicAdmin, Writes):
             hash_ranges=hash_ranges,
         )
 
-    async def _write_dead_letters(self, topic: str, batches: list[bytes]) -> None:
-        """Store dead letters in ``topic`` (created with one partition when missing)."""
+    async def side_topic(self, topic: str) -> TopicConfig:
+        """A dead-letter or retry topic: created with one partition when missing."""
         if canonical_topic(topic) not in self._topics:
             with contextlib.suppress(AlreadyExistsError):
                 await self.create_topic(topic, partitions=1)
-        cfg = self.topic(topic)
+        return self.topic(topic)
+
+    def retry_letters(self, sub: Subscription, retry_topic: str = "") -> RetryLetters:
+        """Where ``reconsume_later`` sends ``sub``'s messages: its retry topic (default
+        ``<topic>-<subscription>-RETRY``) and, past its dead-letter policy's count, its
+        dead-letter topic."""
+        short = short_topic(sub.topic)
+        meta = sub.meta
+        return RetryLetters(
+            retry_topic or retry_topic_for(short, sub.name),
+            DeadLetterPolicy(meta.max_redeliver_count, meta.dead_letter_topic).topic_for(
+                short, sub.name
+            )
+            if meta.max_redeliver_count
+            else "",
+            meta.max_redeliver_count,
+        )
+
+    async def _write_dead_letters(self, topic: str, batches: list[bytes]) -> None:
+        """Store dead (or retry) letters in ``topic`` (created with one partition when missing)."""
+        cfg = await self.side_topic(topic)
         await self.write(cfg.name, 0, validate_incoming(batches))

@@ -29,7 +29,8 @@ from weir.broker.subscriptions.settings import (
     meta_key,
     parse_meta_key,
 )
-from weir.broker.subscriptions.subscription import DeadLetterSink, Subscription
+from weir.broker.subscriptions.state import DeadLetterSink
+from weir.broker.subscriptions.subscription import Subscription
 from weir.broker.topics import TopicConfig, short_topic
 from weir.errors import (
     AlreadyExistsError,

@@ -7,7 +7,8 @@ are *pending* (with the consumer that holds them); a negative ack, an ack timeou
 the consumer leaving moves them to *redeliver*, which the pump serves first, each
 with its redelivery count raised. The cursor alone decides what is acknowledged;
 pending and redelivery state live in memory (after a restart every unacknowledged
-message is delivered again, as in Pulsar).
+message is delivered again, as in Pulsar), the redelivery counts beside the cursor.
+Acknowledgements are the `acks` mixin; the shared state is `state`.
 """
 
 from __future__ import annotations
@@ -15,46 +16,41 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import heapq
-import logging
-import time
-from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
 from itertools import repeat
 from typing import Any
 
 from weir.broker.partition_actor import PartitionActor
-from weir.broker.subscriptions.batch_index import batch_count_at, index_ranges
+from weir.broker.subscriptions.acks import Acknowledgements
 from weir.broker.subscriptions.consumer import AttachedConsumer, Delivery
 from weir.broker.subscriptions.cursor import StoredCursor
-from weir.broker.subscriptions.dead_letter import (
-    ORIGIN_PARTITION,
-    ORIGIN_SUBSCRIPTION,
-    ORIGIN_TOPIC,
-    DeadLetterPolicy,
-    dead_letter_batches,
-)
-from weir.broker.subscriptions.delayed import deliver_times
+from weir.broker.subscriptions.dead_letter import DeadLetterPolicy
 from weir.broker.subscriptions.dispatcher import Dispatcher
+from weir.broker.subscriptions.info import (
+    SubscriptionConsumerInfo,
+    SubscriptionInfo,
+    SubscriptionPartitionInfo,
+)
 from weir.broker.subscriptions.key_shared import MAX_HELD, KeySharedDispatcher, message_keys
 from weir.broker.subscriptions.rates import RateMeter
 from weir.broker.subscriptions.settings import SubscriptionMeta, SubscriptionType
 from weir.broker.subscriptions.shared import SharedDispatcher
 from weir.broker.subscriptions.single_active import SingleActiveDispatcher
+from weir.broker.subscriptions.state import (
+    DeadLetterSink,
+    PartitionState,
+    all_durable,
+    ignore_failure,
+    log,
+)
 from weir.errors import (
     BadRequestError,
     ConsumerBusyError,
     UnavailableError,
-    UnknownPartitionError,
     WeirError,
 )
 
-log = logging.getLogger("weir.subscriptions")
-
 MAX_READ_BYTES = 1 << 20
-DeadLetterSink = Callable[[str, list[bytes]], Awaitable[None]]  # (topic, batches)
-MAX_DELAY_MS = 7 * 24 * 3600 * 1000
 
 
 def make_dispatcher(type: SubscriptionType, name: str) -> Dispatcher:
@@ -65,74 +61,9 @@ def make_dispatcher(type: SubscriptionType, name: str) -> Dispatcher:
     return SingleActiveDispatcher(type, name)
 
 
-@dataclass(eq=False, slots=True)
-class PartitionState:
-    cursor: StoredCursor
-    read_pos: int  # next offset never dispatched since the subscription was loaded
-    dispatched_high: int  # offsets below may have been delivered: they can be acked
-    pending: dict[int, tuple[int, int]] = field(
-        default_factory=dict
-    )  # offset -> (consumer, delivery)
-    redeliver: set[int] = field(default_factory=set)
-    # Key_Shared: key hashes of messages read and not acknowledged, and the ones read but
-    # held back (their key waits for another consumer, or its consumer has no permits)
-    keys: dict[int, int] = field(default_factory=dict)
-    held: set[int] = field(default_factory=set)
-    partition: int = -1
-    dead: set[int] = field(default_factory=set)  # on their way to the dead-letter topic
-    burying: asyncio.Task[None] | None = None
-    delayed: list[tuple[int, int]] = field(default_factory=list)  # heap of (deliver-at, offset)
-    delay_timer: asyncio.TimerHandle | None = None
-    wake: asyncio.Event = field(default_factory=asyncio.Event)
-    task: asyncio.Task[None] | None = None
+class Subscription(Acknowledgements):
+    """A subscription: its partitions, consumers, dispatch and admin (acks: `acks`)."""
 
-
-@dataclass(frozen=True, slots=True)
-class SubscriptionPartitionInfo:
-    partition: int
-    mark_delete: int  # every offset below is acknowledged
-    acked_ranges: int  # ranges acknowledged above mark_delete
-    backlog: int  # messages not acknowledged
-    unacked: int  # delivered and not acknowledged
-    active_consumer: str  # Exclusive / Failover: who gets this partition now
-
-
-@dataclass(frozen=True, slots=True)
-class SubscriptionConsumerInfo:
-    consumer_id: int
-    name: str
-    permits: int
-    unacked: int
-    sticky_ranges: tuple[tuple[int, int], ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class SubscriptionInfo:
-    topic: str
-    name: str
-    type: SubscriptionType
-    initial_position: str
-    created_at_ms: int
-    partitions: list[SubscriptionPartitionInfo]
-    consumers: list[SubscriptionConsumerInfo]
-    max_redeliver_count: int = 0
-    dead_letter_topic: str = ""
-    # messages per second over the last ~10 s: delivered (first time or again), delivered
-    # again, acknowledged
-    msg_rate_out: float = 0.0
-    msg_rate_redeliver: float = 0.0
-    ack_rate: float = 0.0
-
-    @property
-    def backlog(self) -> int:
-        return sum(p.backlog for p in self.partitions)
-
-    @property
-    def unacked(self) -> int:
-        return sum(p.unacked for p in self.partitions)
-
-
-class Subscription:
     def __init__(
         self,
         topic: str,
@@ -157,10 +88,6 @@ class Subscription:
         self.rate_redeliver = RateMeter()
         self.rate_ack = RateMeter()
 
-    @property
-    def name(self) -> str:
-        return self.meta.name
-
     # ----------------------------------------------------------------- partitions
 
     def add_partition(self, partition: int, cursor: StoredCursor, fresh: bool) -> None:
@@ -169,6 +96,7 @@ class Subscription:
         actor = self._actor_of(partition)
         high = cursor.mark_delete if fresh else max(cursor.mark_delete, actor.end_offset)
         st = PartitionState(cursor, cursor.mark_delete, high, partition=partition)
+        st.delayed.on_due = lambda offsets: self._release_delayed(st, offsets)
         self.parts[partition] = st
         if self.consumers:
             self._start_pump(partition, st)
@@ -241,221 +169,6 @@ class Subscription:
             if holder is not None:
                 holder.unacked -= 1
             self._to_redeliver(st, o)
-
-    def _to_redeliver(self, st: PartitionState, offset: int) -> None:
-        counts = st.cursor.counts
-        n = counts[offset] = counts.get(offset, 0) + 1
-        self._persist_counts(st)
-        limit = self.meta.max_redeliver_count
-        if limit and n > limit and self._dead_letter_sink is not None:
-            st.dead.add(offset)
-            if st.burying is None and not self._closed:
-                st.burying = asyncio.get_running_loop().create_task(self._bury(st))
-            return
-        st.redeliver.add(offset)
-        st.wake.set()
-
-    def _persist_counts(self, st: PartitionState) -> None:
-        """Store the raised counts in the background (the next group commit): nobody waits
-        for them, and a crash before then only loses the latest raise."""
-        if self._closed:
-            return
-        fut = st.cursor.persist()
-        fut.add_done_callback(_ignore_failure)
-
-    async def _bury(self, st: PartitionState) -> None:
-        """Copy dead letters to the dead-letter topic, then acknowledge them here."""
-        assert self._dead_letter_sink is not None
-        actor = self._actor_of(st.partition)
-        short = self.topic.rsplit("/", 1)[-1]
-        policy = DeadLetterPolicy(self.meta.max_redeliver_count, self.meta.dead_letter_topic)
-        origin = {
-            ORIGIN_TOPIC: short,
-            ORIGIN_PARTITION: str(st.partition),
-            ORIGIN_SUBSCRIPTION: self.name,
-        }
-        backoff = 0.05
-        try:
-            while st.dead and not self._closed:
-                offsets = sorted(st.dead)[:500]
-                res = actor.read(offsets[0], 1 << 62, offsets[-1] + 1)
-                batches = dead_letter_batches(res.chunks, set(offsets), origin)
-                try:
-                    if batches:
-                        await self._dead_letter_sink(policy.topic_for(short, self.name), batches)
-                except WeirError as err:
-                    log.warning("dead-letter write failed, retrying: %s", err.message)
-                    await asyncio.sleep(backoff)
-                    backoff = min(5.0, backoff * 2)
-                    continue
-                st.dead.difference_update(offsets)
-                for o in offsets:
-                    st.cursor.ack_range(o, o + 1)
-                    self._settle(st, o)
-                await _all([st.cursor.persist()])
-        finally:
-            st.burying = None
-
-    def _wake_all(self) -> None:
-        for st in self.parts.values():
-            st.wake.set()
-
-    # ----------------------------------------------------------------- acks
-
-    def _state(self, partition: int) -> PartitionState:
-        st = self.parts.get(partition)
-        if st is None:
-            raise UnknownPartitionError(
-                f"subscription {self.name!r} has partitions 0..{len(self.parts) - 1}, not {partition}"
-            )
-        return st
-
-    def _check_delivered(self, ranges: Iterable[tuple[int, int, int]]) -> None:
-        for p, start, end in ranges:
-            st = self._state(p)
-            if start < 0 or end <= start:
-                raise BadRequestError(
-                    f"offsets {start}..{end - 1} of partition {p} are not a range of messages"
-                )
-            last = end - 1
-            if last >= st.dispatched_high and st.cursor.next_unacked(start) < end:
-                raise BadRequestError(
-                    f"offset {max(start, st.dispatched_high)} of partition {p} was never "
-                    f"delivered on subscription {self.name!r}: nothing acknowledged"
-                )
-
-    def _settle(self, st: PartitionState, o: int) -> None:
-        held = st.pending.pop(o, None)
-        if held is not None:
-            c = self.consumers.get(held[0])
-            if c is not None:
-                c.unacked -= 1
-        st.redeliver.discard(o)
-        if st.cursor.counts:
-            st.cursor.counts.pop(o, None)
-        if st.dead:
-            st.dead.discard(o)
-        if st.keys:
-            st.keys.pop(o, None)
-            if st.held:
-                st.held.discard(o)
-                st.wake.set()  # held keys may go now
-
-    def _settle_range(self, st: PartitionState, start: int, end: int) -> None:
-        """Forget what is pending or due again in ``[start, end)``: it is acknowledged."""
-        offsets: Iterable[int]
-        if end - start <= len(st.pending) + len(st.redeliver):
-            offsets = range(start, end)
-        else:  # a wide range (a cumulative ack): walk what is held instead
-            offsets = [o for o in st.pending if start <= o < end]
-            offsets += [o for o in st.redeliver if start <= o < end]
-        if st.pending:
-            held = [h for h in map(st.pending.pop, offsets, repeat(None)) if h is not None]
-            for cid, n in Counter(h[0] for h in held).items():
-                c = self.consumers.get(cid)
-                if c is not None:
-                    c.unacked -= n
-        if st.redeliver:
-            st.redeliver.difference_update(offsets)
-        counts = st.cursor.counts
-        if counts:
-            for o in offsets:
-                counts.pop(o, None)
-        if st.keys:
-            for o in offsets:
-                st.keys.pop(o, None)
-            if st.held:
-                st.held.difference_update(offsets)
-                st.wake.set()  # held keys may go now
-
-    async def acknowledge(self, ranges: list[tuple[int, int, int]]) -> None:
-        """Acknowledge ``(partition, start, end)`` offset ranges; returns once durable.
-        All or nothing: one offset never delivered refuses the whole call."""
-        self._check_delivered(ranges)
-        touched: dict[int, PartitionState] = {}
-        n = 0
-        for p, start, end in ranges:
-            st = touched[p] = self.parts[p]
-            st.cursor.ack_range(start, end)
-            self._settle_range(st, start, end)
-            n += end - start
-        self.rate_ack.add(n)
-        await _all([st.cursor.persist() for st in touched.values()])
-
-    async def acknowledge_batch_indexes(
-        self, partition: int, batch_offset: int, indexes: Iterable[int]
-    ) -> None:
-        """Acknowledge the messages at ``indexes`` of the stored batch that starts at
-        ``batch_offset`` (Pulsar's batch-index acks); returns once durable. The batch's
-        other messages stay unacknowledged: a redelivery sends only them."""
-        self._state(partition)
-        count = batch_count_at(self._actor_of(partition), batch_offset)
-        await self.acknowledge(
-            [(partition, a, b) for a, b in index_ranges(batch_offset, count, indexes)]
-        )
-
-    async def acknowledge_cumulative(self, partition: int, offset: int) -> None:
-        """Acknowledge every message of ``partition`` up to and including ``offset``."""
-        if not self.dispatcher.allows_cumulative:
-            raise BadRequestError(
-                f"subscription {self.name!r} is {self.meta.type.value}: cumulative acknowledgement "
-                "is not allowed there (messages interleave over consumers); acknowledge each message"
-            )
-        self._check_delivered([(partition, offset, offset + 1)])
-        st = self.parts[partition]
-        self.rate_ack.add(max(0, offset + 1 - st.cursor.mark_delete))
-        st.cursor.ack_cumulative(offset)
-        self._settle_range(st, 0, offset + 1)
-        await _all([st.cursor.persist()])
-
-    def negative_acknowledge(self, ranges: list[tuple[int, int, int]], delay_ms: int) -> None:
-        """Deliver the messages of these ``(partition, start, end)`` ranges again after
-        ``delay_ms`` (to any consumer that may have them)."""
-        if delay_ms < 0 or delay_ms > MAX_DELAY_MS:
-            raise BadRequestError(
-                f"a negative acknowledgement's delay is 0..{MAX_DELAY_MS} ms, got {delay_ms}"
-            )
-        self._check_delivered(ranges)
-        for p, start, end in ranges:
-            st = self.parts[p]
-            due = []
-            for o in range(start, end):
-                held = st.pending.pop(o, None)
-                if held is None:
-                    continue  # acked already, or already on its way again
-                c = self.consumers.get(held[0])
-                if c is not None:
-                    c.unacked -= 1
-                due.append(o)
-            if not due:
-                continue
-            if delay_ms == 0:
-                for o in due:
-                    self._to_redeliver(st, o)
-            else:
-                asyncio.get_running_loop().call_later(
-                    delay_ms / 1000, self._redeliver_later, st, due
-                )
-
-    def _redeliver_later(self, st: PartitionState, offsets: list[int]) -> None:
-        if self._closed:
-            return
-        for o in offsets:
-            if not st.cursor.is_acked(o) and o not in st.pending and o not in st.redeliver:
-                self._to_redeliver(st, o)
-
-    def _timed_out(
-        self, st: PartitionState, consumer_id: int, seq: int, offsets: list[int]
-    ) -> None:
-        if self._closed:
-            return
-        c = self.consumers.get(consumer_id)
-        for o in offsets:
-            if st.pending.get(o) == (consumer_id, seq):
-                del st.pending[o]
-                if c is not None:
-                    c.unacked -= 1
-                self._to_redeliver(st, o)
 
     # ----------------------------------------------------------------- dispatch
 
@@ -550,43 +263,17 @@ class Subscription:
         st.read_pos = take[-1] + 1
         st.dispatched_high = max(st.dispatched_high, st.read_pos)
         if self.dispatcher.type is SubscriptionType.SHARED:
-            take = self._hold_back_delayed(st, take, res.chunks)
+            take = st.delayed.hold_back(take, res.chunks)
             if not take:
                 return None
         return take, res.chunks
 
-    def _hold_back_delayed(self, st: PartitionState, take: list[int], chunks: Any) -> list[int]:
-        """``take`` without the messages whose delivery time is still to come (they wait
-        in ``st.delayed`` and come back through redelivery, their count unchanged)."""
-        times = deliver_times(chunks, take[0], take[-1] + 1)
-        if not times:
-            return take
-        now = _now_ms()
-        later = {o for o in take if times.get(o, 0) > now}
-        if not later:
-            return take
-        for o in later:
-            heapq.heappush(st.delayed, (times[o], o))
-        self._arm_delay(st)
-        return [o for o in take if o not in later]
-
-    def _arm_delay(self, st: PartitionState) -> None:
-        if st.delay_timer is not None:
-            st.delay_timer.cancel()
-            st.delay_timer = None
-        if st.delayed and not self._closed:
-            wait = max(0.0, (st.delayed[0][0] - _now_ms()) / 1000)
-            st.delay_timer = asyncio.get_running_loop().call_later(wait, self._release_delayed, st)
-
-    def _release_delayed(self, st: PartitionState) -> None:
-        st.delay_timer = None
-        now = _now_ms()
-        while st.delayed and st.delayed[0][0] <= now:
-            _, o = heapq.heappop(st.delayed)
+    def _release_delayed(self, st: PartitionState, offsets: list[int]) -> None:
+        """Held-back messages whose time came: delivered next (their count unchanged)."""
+        for o in offsets:
             if not st.cursor.is_acked(o) and o not in st.pending:
                 st.redeliver.add(o)
                 st.wake.set()
-        self._arm_delay(st)
 
     def _key_shared_round(
         self,
@@ -627,7 +314,7 @@ class Subscription:
                     st.keys.update(message_keys(res.chunks, fresh[0], fresh[-1] + 1))
                     st.read_pos = fresh[-1] + 1
                     st.dispatched_high = max(st.dispatched_high, st.read_pos)
-                    fresh = self._hold_back_delayed(st, fresh, res.chunks)
+                    fresh = st.delayed.hold_back(fresh, res.chunks)
         holder = {st.keys.get(o, 0): cid for o, (cid, _) in st.pending.items()}
         blocked: set[int] = set()
         chosen: dict[int, list[int]] = {}
@@ -703,11 +390,10 @@ class Subscription:
             st.held.clear()
             st.dead.clear()
             st.delayed.clear()
-            self._arm_delay(st)
             st.read_pos = target
             st.wake.set()
             waits.append(st.cursor.persist())
-        await _all(waits)
+        await all_durable(waits)
 
     async def skip(self, count: int | None, partitions: Iterable[int]) -> int:
         """Acknowledge, on each of ``partitions``, its ``count`` oldest unacknowledged
@@ -738,7 +424,7 @@ class Subscription:
                 left -= stop - o
                 o = stop
             st.wake.set()
-        await _all([st.cursor.persist() for _, st in states])
+        await all_durable([st.cursor.persist() for _, st in states])
         return skipped
 
     def evict(self, partition: int, offset: int) -> int:
@@ -752,7 +438,7 @@ class Subscription:
         st.read_pos = max(st.read_pos, offset)
         st.wake.set()
         if not self._closed:
-            st.cursor.persist().add_done_callback(_ignore_failure)
+            st.cursor.persist().add_done_callback(ignore_failure)
         log.info(
             "backlog quota: subscription cursor moved forward",
             extra={"subscription": self.name, "partition": partition, "offset": offset},
@@ -807,8 +493,7 @@ class Subscription:
         """Stop dispatching; with ``err``, tell the attached consumers why they are dropped."""
         self._closed = True
         for st in self.parts.values():
-            if st.delay_timer is not None:
-                st.delay_timer.cancel()
+            st.delayed.close()
         tasks = [st.task for st in self.parts.values() if st.task is not None]
         tasks += [st.burying for st in self.parts.values() if st.burying is not None]
         for t in tasks:
@@ -822,16 +507,6 @@ class Subscription:
         self.consumers.clear()
 
 
-def _ignore_failure(fut: asyncio.Future[None]) -> None:
-    if not fut.cancelled() and fut.exception() is not None:
-        log.warning("storing a cursor in the background failed: %s", fut.exception())
-
-
-async def _all(waits: list[asyncio.Future[None]]) -> None:
-    # shield: a caller that goes away must not cancel a snapshot others wait for too
-    await asyncio.gather(*(asyncio.shield(w) for w in waits))
-
-
 async def _first(*aws: Any) -> None:
     tasks = [asyncio.ensure_future(a) for a in aws]
     try:
@@ -841,7 +516,3 @@ async def _first(*aws: Any) -> None:
     finally:
         for t in tasks:
             t.cancel()
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)

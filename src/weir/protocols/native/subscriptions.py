@@ -10,6 +10,7 @@ its unacknowledged messages go to the others.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -27,7 +28,7 @@ from weir.broker.subscriptions import (
     SubscriptionType,
 )
 from weir.broker.topics import short_topic
-from weir.errors import BadRequestError, ConsumerBusyError, WeirError
+from weir.errors import BadRequestError, ConsumerBusyError, UnknownSubscriptionError, WeirError
 from weir.protocols.native import weir_pb2 as pb
 from weir.protocols.native.stream import StreamSession, error_proto
 from weir.protocols.native.unary import unary as unary_errors
@@ -102,12 +103,6 @@ def subscription_description(info: SubscriptionInfo) -> pb.SubscriptionDescripti
     )
 
 
-def _ranges(ranges: Any) -> list[tuple[int, int, int]]:
-    if not ranges:
-        raise BadRequestError("an acknowledgement needs at least one message")
-    return [(r.partition, r.start, r.end) for r in ranges]
-
-
 class SubscribeSession(StreamSession[pb.SubscribeRequest, pb.SubscribeResponse]):
     """One Subscribe stream: one consumer of one subscription."""
 
@@ -123,12 +118,18 @@ class SubscribeSession(StreamSession[pb.SubscribeRequest, pb.SubscribeResponse])
         self.allow = allow
         self._sub: Subscription | None = None
         self._consumer: AttachedConsumer | None = None
+        # with retry_enable: the same consumer on the retry topic's subscription
+        self._retry: tuple[Subscription, AttachedConsumer] | None = None
+        self._retry_topic = ""  # as its messages name it
+        self._outstanding = 0  # retry messages delivered and not given back as permits
         self._tasks: set[asyncio.Task[None]] = set()
         self._unsubscribing = False
 
     # ConsumerHandle ----------------------------------------------------------
 
     def deliver(self, d: Delivery) -> None:
+        if self._retry is not None and d.topic == self._retry[0].topic:
+            self._outstanding += len(d.offsets)
         self._out.put_nowait(
             pb.SubscribeResponse(
                 messages=pb.SubscriptionMessages(
@@ -153,6 +154,8 @@ class SubscribeSession(StreamSession[pb.SubscribeRequest, pb.SubscribeResponse])
     def _release(self) -> None:
         if self._sub is not None and self._consumer is not None:
             self._sub.detach(self._consumer.consumer_id)
+        if self._retry is not None:
+            self._retry[0].detach(self._retry[1].consumer_id)
 
     async def _drain(self) -> None:
         if self._tasks:
@@ -190,6 +193,8 @@ class SubscribeSession(StreamSession[pb.SubscribeRequest, pb.SubscribeResponse])
                 else None,
             )
             self._sub, self._consumer = sub, c
+            if init.retry_enable:
+                await self._subscribe_retry(init, sub, c)
             self._out.put_nowait(
                 pb.SubscribeResponse(
                     init=pb.SubscribeInitResult(
@@ -199,18 +204,23 @@ class SubscribeSession(StreamSession[pb.SubscribeRequest, pb.SubscribeResponse])
                         type=TYPE_CODES[sub.meta.type],
                         consumer_name=c.name,
                         generation=self.broker.generation,
+                        retry_topic=self._retry_topic,
                     )
                 )
             )
             sub.flow(c.consumer_id, init.permits)
+            if self._retry is not None:
+                self._retry[0].flow(self._retry[1].consumer_id, init.permits)
             async for req in requests:
                 kind = req.WhichOneof("kind")
                 if kind == "flow":
-                    sub.flow(c.consumer_id, req.flow.permits)
+                    self._flow(sub, c, req.flow.permits)
                 elif kind == "ack":
                     self._spawn(req.ack.request_id, self._ack(sub, req.ack))
                 elif kind == "nack":
                     self._answer(req.nack.request_id, sub, req.nack)
+                elif kind == "reconsume":
+                    self._spawn(req.reconsume.request_id, self._reconsume(sub, req.reconsume))
                 elif kind == "unsubscribe":
                     await self._unsubscribe(sub, req.unsubscribe.request_id)
                     return
@@ -225,18 +235,84 @@ class SubscribeSession(StreamSession[pb.SubscribeRequest, pb.SubscribeResponse])
                 log.exception("subscribe session failed")
             self._fail(err)
 
+    async def _subscribe_retry(
+        self, init: pb.SubscribeInit, sub: Subscription, c: AttachedConsumer
+    ) -> None:
+        """Attach this consumer to the subscription of the same name on the retry topic too
+        (Shared, or Key_Shared: both deliver a retry letter after its delay)."""
+        letters = self.broker.retry_letters(sub, init.retry_letter_topic)
+        self.allow(Permission.CONSUME, letters.topic, "subscribe to")
+        rcfg = await self.broker.side_topic(letters.topic)
+        rtype = (
+            SubscriptionType.KEY_SHARED
+            if sub.meta.type is SubscriptionType.KEY_SHARED
+            else SubscriptionType.SHARED
+        )
+        self._retry = await self.broker.subscribe(
+            rcfg.name,
+            sub.name,
+            rtype,
+            InitialPosition.EARLIEST,
+            self,
+            consumer_name=c.name,
+            ack_timeout_ms=init.ack_timeout_ms,
+            dead_letter=DeadLetterPolicy(letters.max_redeliver_count, letters.dead_letter_topic)
+            if letters.max_redeliver_count
+            else None,
+        )
+        self._retry_topic = short_topic(rcfg.name)
+
+    def _flow(self, sub: Subscription, c: AttachedConsumer, permits: int) -> None:
+        """Permits given back go to the retry subscription as far as it used them."""
+        if self._retry is not None and self._outstanding and permits > 0:
+            back = min(permits, self._outstanding)
+            self._outstanding -= back
+            self._retry[0].flow(self._retry[1].consumer_id, back)
+            permits -= back
+        sub.flow(c.consumer_id, permits)
+
+    def _routed(
+        self, sub: Subscription, ranges: Any
+    ) -> list[tuple[Subscription, list[tuple[int, int, int]]]]:
+        """Ranges by the subscription they belong to: this one, or its retry topic's."""
+        if not ranges:
+            raise BadRequestError("an acknowledgement needs at least one message")
+        main = [(r.partition, r.start, r.end) for r in ranges if not r.topic]
+        other = [r for r in ranges if r.topic]
+        out = [(sub, main)] if main else []
+        if other:
+            if self._retry is None or any(r.topic != self._retry_topic for r in other):
+                names = sorted({r.topic for r in other} - {self._retry_topic})
+                raise BadRequestError(
+                    f"messages of {names or [self._retry_topic]} do not belong to this "
+                    "consumer (only its topic and, with retry enabled, its retry topic do)"
+                )
+            out.append((self._retry[0], [(r.partition, r.start, r.end) for r in other]))
+        return out
+
     async def _ack(self, sub: Subscription, r: pb.AckRequest) -> None:
-        ranges = _ranges(r.ranges)
+        routed = self._routed(sub, r.ranges)
         if r.cumulative:
-            if len(ranges) != 1:
+            if len(routed) != 1 or len(routed[0][1]) != 1:
                 raise BadRequestError("a cumulative acknowledgement names exactly one message")
-            await sub.acknowledge_cumulative(ranges[0][0], ranges[0][1])
+            target, ((p, o, _),) = routed[0]
+            await target.acknowledge_cumulative(p, o)
         else:
-            await sub.acknowledge(ranges)
+            await asyncio.gather(*(target.acknowledge(rs) for target, rs in routed))
+
+    async def _reconsume(self, sub: Subscription, r: pb.ReconsumeRequest) -> None:
+        if self._retry is None:
+            raise BadRequestError(
+                "reconsume_later needs a consumer subscribed with retry enabled (retry_enable)"
+            )
+        letters = self.broker.retry_letters(sub, self._retry[0].topic)
+        for target, rs in self._routed(sub, r.ranges):
+            await target.reconsume_later(rs, r.delay_ms, letters)
 
     def _answer(self, request_id: int, sub: Subscription, r: pb.NackRequest) -> None:
         try:
-            sub.negative_acknowledge(_ranges(r.ranges), r.delay_ms)
+            for target, rs in self._routed(sub, r.ranges):
+                target.negative_acknowledge(rs, r.delay_ms)
         except WeirError as err:
             self._out.put_nowait(
                 pb.SubscribeResponse(
@@ -275,6 +351,11 @@ class SubscribeSession(StreamSession[pb.SubscribeRequest, pb.SubscribeResponse])
                 )
             self._unsubscribing = True
             await self.broker.delete_subscription(sub.topic, sub.name, force=True)
+            if self._retry is not None:
+                with contextlib.suppress(UnknownSubscriptionError):
+                    await self.broker.delete_subscription(
+                        self._retry[0].topic, sub.name, force=True
+                    )
         except WeirError as err:
             self._unsubscribing = False
             self._out.put_nowait(

@@ -1832,6 +1832,7 @@ class SubscribeRequest(_message.Message):
     ACK_FIELD_NUMBER: _builtins.int
     NACK_FIELD_NUMBER: _builtins.int
     UNSUBSCRIBE_FIELD_NUMBER: _builtins.int
+    RECONSUME_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def init(self) -> Global___SubscribeInit: ...
     @_builtins.property
@@ -1842,6 +1843,8 @@ class SubscribeRequest(_message.Message):
     def nack(self) -> Global___NackRequest: ...
     @_builtins.property
     def unsubscribe(self) -> Global___UnsubscribeRequest: ...
+    @_builtins.property
+    def reconsume(self) -> Global___ReconsumeRequest: ...
     def __init__(
         self,
         *,
@@ -1850,12 +1853,13 @@ class SubscribeRequest(_message.Message):
         ack: Global___AckRequest | None = ...,
         nack: Global___NackRequest | None = ...,
         unsubscribe: Global___UnsubscribeRequest | None = ...,
+        reconsume: Global___ReconsumeRequest | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "flow", b"flow", "init", b"init", "kind", b"kind", "nack", b"nack", "unsubscribe", b"unsubscribe"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "flow", b"flow", "init", b"init", "kind", b"kind", "nack", b"nack", "reconsume", b"reconsume", "unsubscribe", b"unsubscribe"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "flow", b"flow", "init", b"init", "kind", b"kind", "nack", b"nack", "unsubscribe", b"unsubscribe"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "flow", b"flow", "init", b"init", "kind", b"kind", "nack", b"nack", "reconsume", b"reconsume", "unsubscribe", b"unsubscribe"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["init", "flow", "ack", "nack", "unsubscribe"]  # noqa: Y015
+    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["init", "flow", "ack", "nack", "unsubscribe", "reconsume"]  # noqa: Y015
     _WhichOneofArgType_kind: _TypeAlias = _typing.Literal["kind", b"kind"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_kind) -> _WhichOneofReturnType_kind | None: ...
 
@@ -1877,6 +1881,8 @@ class SubscribeInit(_message.Message):
     DEAD_LETTER_TOPIC_FIELD_NUMBER: _builtins.int
     INITIAL_TIMESTAMP_MS_FIELD_NUMBER: _builtins.int
     STICKY_RANGES_FIELD_NUMBER: _builtins.int
+    RETRY_ENABLE_FIELD_NUMBER: _builtins.int
+    RETRY_LETTER_TOPIC_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     subscription: _builtins.str
     type: Global___SubscriptionType.ValueType
@@ -1898,6 +1904,11 @@ class SubscribeInit(_message.Message):
     """Empty: <topic>-<subscription>-DLQ."""
     initial_timestamp_ms: _builtins.int
     """Set: a new subscription starts at the first message written at or after this time."""
+    retry_enable: _builtins.bool
+    """Also consume the subscription's retry letter topic (reconsume_later sends messages
+    there); its name, empty: <topic>-<subscription>-RETRY.
+    """
+    retry_letter_topic: _builtins.str
     @_builtins.property
     def sticky_ranges(self) -> _containers.RepeatedCompositeFieldContainer[Global___HashRange]:
         """Key_Shared only. Not empty: a sticky consumer of these key-hash slots (a key's slot is
@@ -1919,10 +1930,12 @@ class SubscribeInit(_message.Message):
         dead_letter_topic: _builtins.str = ...,
         initial_timestamp_ms: _builtins.int | None = ...,
         sticky_ranges: _abc.Iterable[Global___HashRange] | None = ...,
+        retry_enable: _builtins.bool = ...,
+        retry_letter_topic: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_initial_timestamp_ms", b"_initial_timestamp_ms", "initial_timestamp_ms", b"initial_timestamp_ms"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_initial_timestamp_ms", b"_initial_timestamp_ms", "ack_timeout_ms", b"ack_timeout_ms", "consumer_name", b"consumer_name", "dead_letter_topic", b"dead_letter_topic", "initial_position", b"initial_position", "initial_timestamp_ms", b"initial_timestamp_ms", "max_redeliver_count", b"max_redeliver_count", "no_create", b"no_create", "permits", b"permits", "sticky_ranges", b"sticky_ranges", "subscription", b"subscription", "topic", b"topic", "type", b"type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_initial_timestamp_ms", b"_initial_timestamp_ms", "ack_timeout_ms", b"ack_timeout_ms", "consumer_name", b"consumer_name", "dead_letter_topic", b"dead_letter_topic", "initial_position", b"initial_position", "initial_timestamp_ms", b"initial_timestamp_ms", "max_redeliver_count", b"max_redeliver_count", "no_create", b"no_create", "permits", b"permits", "retry_enable", b"retry_enable", "retry_letter_topic", b"retry_letter_topic", "sticky_ranges", b"sticky_ranges", "subscription", b"subscription", "topic", b"topic", "type", b"type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__initial_timestamp_ms: _TypeAlias = _typing.Literal["initial_timestamp_ms"]  # noqa: Y015
     _WhichOneofArgType__initial_timestamp_ms: _TypeAlias = _typing.Literal["_initial_timestamp_ms", b"_initial_timestamp_ms"]  # noqa: Y015
@@ -1982,19 +1995,23 @@ class MessageRange(_message.Message):
     PARTITION_FIELD_NUMBER: _builtins.int
     START_FIELD_NUMBER: _builtins.int
     END_FIELD_NUMBER: _builtins.int
+    TOPIC_FIELD_NUMBER: _builtins.int
     partition: _builtins.int
     start: _builtins.int
     end: _builtins.int
+    topic: _builtins.str
+    """Empty: of the subscription's topic; else the retry topic, as messages name it."""
     def __init__(
         self,
         *,
         partition: _builtins.int = ...,
         start: _builtins.int = ...,
         end: _builtins.int = ...,
+        topic: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["end", b"end", "partition", b"partition", "start", b"start"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["end", b"end", "partition", b"partition", "start", b"start", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2074,6 +2091,37 @@ class UnsubscribeRequest(_message.Message):
 Global___UnsubscribeRequest: _TypeAlias = UnsubscribeRequest  # noqa: Y015
 
 @_typing.final
+class ReconsumeRequest(_message.Message):
+    """Copy the messages to the retry letter topic, to come back after delay_ms (or to the
+    dead-letter topic past max_redeliver_count reconsumes), then acknowledge them; answered
+    with an AckResponse once both are durable.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
+    RANGES_FIELD_NUMBER: _builtins.int
+    DELAY_MS_FIELD_NUMBER: _builtins.int
+    request_id: _builtins.int
+    delay_ms: _builtins.int
+    @_builtins.property
+    def ranges(self) -> _containers.RepeatedCompositeFieldContainer[Global___MessageRange]: ...
+    def __init__(
+        self,
+        *,
+        request_id: _builtins.int = ...,
+        ranges: _abc.Iterable[Global___MessageRange] | None = ...,
+        delay_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["delay_ms", b"delay_ms", "ranges", b"ranges", "request_id", b"request_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReconsumeRequest: _TypeAlias = ReconsumeRequest  # noqa: Y015
+
+@_typing.final
 class SubscribeResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -2117,6 +2165,7 @@ class SubscribeInitResult(_message.Message):
     TYPE_FIELD_NUMBER: _builtins.int
     CONSUMER_NAME_FIELD_NUMBER: _builtins.int
     GENERATION_FIELD_NUMBER: _builtins.int
+    RETRY_TOPIC_FIELD_NUMBER: _builtins.int
     consumer_id: _builtins.int
     topic: _builtins.str
     partitions: _builtins.int
@@ -2124,6 +2173,8 @@ class SubscribeInitResult(_message.Message):
     consumer_name: _builtins.str
     generation: _builtins.int
     """The server's generation (one more at each start): tells server lifetimes apart."""
+    retry_topic: _builtins.str
+    """With retry_enable: the retry topic, as its messages name it."""
     def __init__(
         self,
         *,
@@ -2133,10 +2184,11 @@ class SubscribeInitResult(_message.Message):
         type: Global___SubscriptionType.ValueType = ...,
         consumer_name: _builtins.str = ...,
         generation: _builtins.int = ...,
+        retry_topic: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["consumer_id", b"consumer_id", "consumer_name", b"consumer_name", "generation", b"generation", "partitions", b"partitions", "topic", b"topic", "type", b"type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["consumer_id", b"consumer_id", "consumer_name", b"consumer_name", "generation", b"generation", "partitions", b"partitions", "retry_topic", b"retry_topic", "topic", b"topic", "type", b"type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
