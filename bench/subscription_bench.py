@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import concurrent.futures
+import contextlib
 import multiprocessing as mp
 import os
 import sys
@@ -31,16 +32,26 @@ import weir
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from sdk_bench import ROOT, Server, cpu_seconds
+from server_profile import Profiler, top_functions
 
 
 def _consumer_process(
-    endpoint: str, topic: str, sub: str, n: int, acked: Any, requests: Any, ready: Any, go: Any
+    endpoint: str,
+    topic: str,
+    sub: str,
+    n: int,
+    acked: Any,
+    requests: Any,
+    ready: Any,
+    go: Any,
+    cpu: Any,
 ) -> None:
     with weir.Client(endpoint) as client:
         c = client.subscribe(topic, sub, type="shared", receiver_queue_size=2000)
         c.wait_connected()
         ready.release()
         go.wait()
+        c0 = time.process_time()
         inflight: list[tuple[concurrent.futures.Future[None], int]] = []
         while acked.value < n:
             msgs = c.receive_batch(1000, timeout=0.2)
@@ -53,22 +64,27 @@ def _consumer_process(
                 fut.result()
                 with acked.get_lock():
                     acked.value += k
+        with cpu.get_lock():
+            cpu.value += time.process_time() - c0  # the loop thread's too: one process
         c.close()
 
 
-def shared_consume(endpoint: str, topic: str, n: int, consumers: int) -> tuple[float, int, float]:
+def shared_consume(
+    endpoint: str, topic: str, n: int, consumers: int
+) -> tuple[float, int, float, float]:
     """``consumers`` processes (each its own client) take everything of a new Shared
-    subscription; a message counts once its ack's answer is back."""
+    subscription; a message counts once its ack's answer is back. Returns seconds, ack
+    requests, acked messages/s and the consumers' CPU seconds."""
     sub = f"bench-{consumers}-{time.monotonic_ns()}"
     with weir.Client(endpoint) as admin:
         admin.create_subscription(topic, sub, type="shared", initial_position="earliest")
     ctx = mp.get_context("spawn")
-    acked, requests = ctx.Value("q", 0), ctx.Value("q", 0)
+    acked, requests, cpu = ctx.Value("q", 0), ctx.Value("q", 0), ctx.Value("d", 0.0)
     ready, go = ctx.Semaphore(0), ctx.Event()
     procs = [
         ctx.Process(
             target=_consumer_process,
-            args=(endpoint, topic, sub, n, acked, requests, ready, go),
+            args=(endpoint, topic, sub, n, acked, requests, ready, go, cpu),
         )
         for _ in range(consumers)
     ]
@@ -81,7 +97,7 @@ def shared_consume(endpoint: str, topic: str, n: int, consumers: int) -> tuple[f
     for p in procs:
         p.join(300)
     dt = time.perf_counter() - t0
-    return dt, requests.value, acked.value / dt
+    return dt, requests.value, acked.value / dt, cpu.value
 
 
 async def sparse_acks(n: int) -> list[tuple[int, float]]:
@@ -127,7 +143,9 @@ def main() -> None:
     ap.add_argument("--messages", type=int, default=50_000)
     ap.add_argument("--consumers", default="1,4")
     ap.add_argument("--sparse", type=int, default=20_000)
+    ap.add_argument("--profile", type=Path, help="py-spy the server into this directory")
     args = ap.parse_args()
+    print(f"load average before: {Path('/proc/loadavg').read_text().split()[:3]}")
     with tempfile.TemporaryDirectory(dir=ROOT) as tmp:
         server = Server(Path(tmp))
         server.start()
@@ -141,15 +159,28 @@ def main() -> None:
             assert server.proc is not None
             for k in map(int, args.consumers.split(",")):
                 s0 = cpu_seconds(server.proc.pid)
-                dt, reqs, rate = shared_consume(server.endpoint, "subs", args.messages, k)
+                prof = (
+                    Profiler(server.proc.pid, args.profile / f"server-{k}.raw")
+                    if args.profile
+                    else contextlib.nullcontext()
+                )
+                with prof:
+                    dt, reqs, rate, ccpu = shared_consume(
+                        server.endpoint, "subs", args.messages, k
+                    )
                 cpu = cpu_seconds(server.proc.pid) - s0
+                us = 1e6 / args.messages
                 print(
                     f"shared, {k} consumer(s), individual acks: {args.messages:,} x 100 B in "
                     f"{dt:.2f} s = {rate:,.0f} acked msg/s; {reqs:,} ack requests; "
-                    f"server CPU {cpu:.2f} s"
+                    f"server CPU {cpu:.2f} s ({cpu * us:.2f} us/msg), consumers' CPU "
+                    f"{ccpu:.2f} s ({ccpu * us:.2f} us/msg)"
                 )
+                if isinstance(prof, Profiler):
+                    print(prof.error or top_functions(prof.out, 25))
         finally:
             server.stop()
+    print(f"load average after: {Path('/proc/loadavg').read_text().split()[:3]}")
     for ranges, seconds in asyncio.run(sparse_acks(args.sparse)):
         print(
             f"sparse acks: {ranges:,} acked ranges -> {seconds * 1e3:.2f} ms per ack request of 100"

@@ -33,6 +33,7 @@ from weir.protocols.native import weir_pb2 as pb
 from weir.protocols.native.stream import StreamSession, error_proto
 from weir.protocols.native.unary import unary as unary_errors
 from weir.security.grants import Permission
+from weir.storage.batch_slices import trim_chunks
 
 log = logging.getLogger("weir.native")
 
@@ -135,7 +136,8 @@ class SubscribeSession(StreamSession[pb.SubscribeRequest, pb.SubscribeResponse])
                 messages=pb.SubscriptionMessages(
                     topic=short_topic(d.topic),
                     partition=d.partition,
-                    chunks=[bytes(c) for c in d.chunks],
+                    # only what is delivered of each stored batch, not all of a big one
+                    chunks=[bytes(c) for c in trim_chunks(d.chunks, d.offsets)],
                     offsets=d.offsets,
                     redelivery_counts=d.redelivery_counts,
                 )
