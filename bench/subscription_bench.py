@@ -10,8 +10,9 @@
    (durably: the answer came back) per second, and the server's CPU.
 2. In process, on a broker over a fresh directory: acks every other offset of
    --sparse delivered messages (the worst case for the range set: one range per ack)
-   in requests of 100, and reports the time per ack request as the ranges grow: the
-   snapshot written per ack is O(ranges).
+   in requests of 100, and reports per ack request as the ranges grow: CPU, wall time,
+   the cursor's stored size and the group commits it took; then a burst of 50 ack
+   requests at once (they share group commits: not one fsync per ack).
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ def _consumer_process(
 
 
 def shared_consume(
-    endpoint: str, topic: str, n: int, consumers: int
+    endpoint: str, topic: str, n: int, consumers: int, profile: Path | None = None
 ) -> tuple[float, int, float, float]:
     """``consumers`` processes (each its own client) take everything of a new Shared
     subscription; a message counts once its ack's answer is back. Returns seconds, ack
@@ -92,15 +93,27 @@ def shared_consume(
         p.start()
     for _ in procs:
         ready.acquire(timeout=60)
-    t0 = time.perf_counter()
-    go.set()
-    for p in procs:
-        p.join(300)
-    dt = time.perf_counter() - t0
+    prof = (
+        Profiler(procs[0].pid or 0, profile / f"consumer-{consumers}.raw")
+        if profile
+        else contextlib.nullcontext()
+    )
+    with prof:
+        t0 = time.perf_counter()
+        go.set()
+        for p in procs:
+            p.join(300)
+        dt = time.perf_counter() - t0
+    if isinstance(prof, Profiler):
+        print("one consumer process:\n" + (prof.error or top_functions(prof.out, 25)))
     return dt, requests.value, acked.value / dt, cpu.value
 
 
-async def sparse_acks(n: int) -> list[tuple[int, float]]:
+async def sparse_acks(n: int) -> list[str]:
+    """Ack every other offset of ``n`` delivered messages in requests of 100 (the worst
+    case for the range set: one range per ack), then a burst of 50 such requests at once:
+    per request the CPU (process time, the commit thread's included), the cursor's size
+    and the group commits (fsyncs) it took."""
     from weir.broker.broker import Broker
     from weir.broker.config import BrokerConfig
     from weir.broker.subscriptions import Delivery
@@ -115,24 +128,46 @@ async def sparse_acks(n: int) -> list[tuple[int, float]]:
         def close(self, err: WeirError) -> None:
             pass
 
-    out: list[tuple[int, float]] = []
+    out: list[str] = []
     with tempfile.TemporaryDirectory(dir=ROOT) as tmp:
         b = await Broker.open(BrokerConfig(data_dir=Path(tmp), retention_interval_s=3600))
         try:
             await b.create_topic("t", partitions=1)
-            for _ in range(0, n, 1000):
-                await b.write("t", 0, validate_incoming([encode_batch([b"x" * 100] * 1000)]))
+            for i in range(0, n + 1000, 1000):
+                batch = encode_batch([b"x" * 100] * 1000, producer_id="p", first_seq_no=i + 1)
+                await b.write("t", 0, validate_incoming([batch]))
             s, c = await b.subscribe("t", "s", "exclusive", "earliest", Sink())
-            s.flow(c.consumer_id, n)
+            s.flow(c.consumer_id, n + 1000)
             while s.parts[0].read_pos < n:
                 await asyncio.sleep(0.01)
+            stats = b.store.committer.stats
             evens = list(range(0, n, 2))
-            step = max(1, len(evens) // 5)
+            step = max(100, len(evens) // 5 // 100 * 100)
             for k in range(0, len(evens), 100):
-                t0 = time.perf_counter()
+                c0, w0, f0 = time.process_time(), time.perf_counter(), stats.commits
                 await s.acknowledge([(0, o, o + 1) for o in evens[k : k + 100]])
-                if k % step < 100:
-                    out.append((len(s.parts[0].cursor.acked), time.perf_counter() - t0))
+                if k % step == 0:
+                    cur = s.parts[0].cursor
+                    out.append(
+                        f"sparse acks: {len(cur.acked):,} acked ranges ({len(cur.snapshot_op().value or b''):,} B "  # type: ignore[arg-type]
+                        f"cursor): {(time.process_time() - c0) * 1e3:.2f} ms CPU, "
+                        f"{(time.perf_counter() - w0) * 1e3:.2f} ms wall, "
+                        f"{stats.commits - f0} group commit(s) per ack request of 100"
+                    )
+            # a burst: 50 requests of 100 scattered acks each, all at once
+            odds = list(range(1, n, 2))[: 50 * 100]
+            c0, w0, f0 = time.process_time(), time.perf_counter(), stats.commits
+            await asyncio.gather(
+                *(
+                    s.acknowledge([(0, o, o + 1) for o in odds[k : k + 100]])
+                    for k in range(0, len(odds), 100)
+                )
+            )
+            out.append(
+                f"burst of {len(odds) // 100} ack requests of 100: {stats.commits - f0} group "
+                f"commit(s), {(time.process_time() - c0) * 1e3 / (len(odds) // 100):.2f} ms CPU "
+                f"per request, {(time.perf_counter() - w0) * 1e3:.1f} ms wall in all"
+            )
         finally:
             await b.close()
     return out
@@ -166,7 +201,7 @@ def main() -> None:
                 )
                 with prof:
                     dt, reqs, rate, ccpu = shared_consume(
-                        server.endpoint, "subs", args.messages, k
+                        server.endpoint, "subs", args.messages, k, args.profile
                     )
                 cpu = cpu_seconds(server.proc.pid) - s0
                 us = 1e6 / args.messages
@@ -177,14 +212,13 @@ def main() -> None:
                     f"{ccpu:.2f} s ({ccpu * us:.2f} us/msg)"
                 )
                 if isinstance(prof, Profiler):
-                    print(prof.error or top_functions(prof.out, 25))
+                    print("server:\n" + (prof.error or top_functions(prof.out, 25)))
         finally:
             server.stop()
     print(f"load average after: {Path('/proc/loadavg').read_text().split()[:3]}")
-    for ranges, seconds in asyncio.run(sparse_acks(args.sparse)):
-        print(
-            f"sparse acks: {ranges:,} acked ranges -> {seconds * 1e3:.2f} ms per ack request of 100"
-        )
+    if args.sparse:
+        for line in asyncio.run(sparse_acks(args.sparse)):
+            print(line)
 
 
 if __name__ == "__main__":

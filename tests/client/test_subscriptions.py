@@ -500,3 +500,30 @@ async def test_the_asyncio_consumer_reconsumes_later_too(
         info = await client.describe_subscription(c.retry_topic, "s")
         assert (info.type, info.backlog) == ("key_shared", 0)
         await c.close()
+
+
+async def test_acks_made_while_others_are_in_flight_go_together(
+    shared_server: ServerProcess, topic_name: str
+) -> None:
+    async with weir.aio.Client(shared_server.endpoint) as client:
+        await client.create_topic(topic_name)
+        w = client.writer(topic_name, producer_id="w")
+        for i in range(300):
+            await w.write(b"%d" % i)
+        await w.close()
+        c = await client.subscribe(
+            topic_name, "s", type="shared", initial_position="earliest"
+        ).wait_connected()
+        got: list[weir.aio.ReceivedMessage] = []
+        while len(got) < 300:
+            got.extend(await c.receive_batch(300, timeout=20))
+        # one ack call per message, all at once, and one bad one among them
+        futures = [c.acknowledge_future(m) for m in got]
+        bad = c.acknowledge_future((0, 10_000))  # never delivered
+        await asyncio.gather(*futures)  # each one durable when it returns
+        with pytest.raises(BadRequestError, match="never delivered"):
+            await bad
+        assert c.ack_requests < 100  # grouped behind the ones in flight
+        info = await client.describe_subscription(topic_name, "s")
+        assert (info.backlog, info.unacked) == (0, 0)
+        await c.close()

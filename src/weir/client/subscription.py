@@ -22,8 +22,8 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from itertools import repeat
-from operator import itemgetter
+from itertools import groupby, repeat
+from operator import itemgetter, lshift, or_, sub
 from typing import Any, NamedTuple
 
 import grpc
@@ -44,6 +44,8 @@ TYPES = {
 TYPE_NAMES = {v: k for k, v in TYPES.items()}
 POSITIONS = {"latest": pb.POSITION_LATEST, "earliest": pb.POSITION_EARLIEST}
 RECONSUME_COUNT = "weir-reconsume-count"  # header of a retry letter (see reconsume_later)
+MAX_ACKS_IN_FLIGHT = 2  # ack requests waiting for their answer; later acks group behind them
+MAX_GROUPED_RANGES = 10_000  # ranges in one grouped ack request
 POSITION_NAMES = {v: k for k, v in POSITIONS.items()}
 
 
@@ -144,10 +146,9 @@ def _ranges(
             r.topic = retry_topic
             both.append(r)
         return both
-    if all(type(m) is ReceivedMessage for m in refs):
-        ids = sorted(set(map(_ID, refs)))
-    else:
-        ids = sorted({_ID(m) if isinstance(m, ReceivedMessage) else tuple(m) for m in refs})
+    if set(map(type, refs)) == {ReceivedMessage}:
+        return _message_ranges(refs)
+    ids = sorted({_ID(m) if isinstance(m, ReceivedMessage) else tuple(m) for m in refs})
     out: list[pb.MessageRange] = []
     part = start = end = -1
     for p, o in ids:
@@ -159,6 +160,32 @@ def _ranges(
         part, start, end = p, o, o + 1
     if part >= 0:
         out.append(pb.MessageRange(partition=part, start=start, end=end))
+    return out
+
+
+_PART = itemgetter(1)
+_OFFSET = itemgetter(2)
+_SHIFT = 48  # key = partition << 48 | offset: offsets stay far below 2**48
+_MASK = (1 << _SHIFT) - 1
+
+
+def _message_ranges(msgs: list[ReceivedMessage]) -> list[pb.MessageRange]:
+    """The `_ranges` of received messages, with no Python step per message: each becomes
+    one int (partition, offset), sorted; offset minus rank is constant along a run of
+    consecutive offsets, so the runs are the groups of equal differences."""
+    keys = sorted(set(map(or_, map(lshift, map(_PART, msgs), repeat(_SHIFT)), map(_OFFSET, msgs))))
+    if keys[-1] - keys[0] == len(keys) - 1:  # one run: the usual batch
+        k = keys[0]
+        return [
+            pb.MessageRange(partition=k >> _SHIFT, start=k & _MASK, end=(k & _MASK) + len(keys))
+        ]
+    out: list[pb.MessageRange] = []
+    i = 0
+    for _, run in groupby(map(sub, keys, range(len(keys)))):
+        k = keys[i]
+        n = len(list(run))
+        out.append(pb.MessageRange(partition=k >> _SHIFT, start=k & _MASK, end=(k & _MASK) + n))
+        i += n
     return out
 
 
@@ -277,6 +304,10 @@ class SubscriptionConsumer:
         self._outbox: asyncio.Queue[tuple[int, pb.SubscribeRequest]] = asyncio.Queue()
         self._writer: asyncio.Task[None] | None = None
         self._waiting: dict[int, asyncio.Future[None]] = {}
+        self._ack_queue: deque[tuple[list[pb.MessageRange], asyncio.Future[None]]] = deque()
+        self._acks_in_flight = 0
+        self._ack_tasks: set[asyncio.Task[None]] = set()
+        self.ack_requests = 0  # ack requests sent (acks are grouped: see acknowledge)
         self._ids = itertools.count(1)
         self._connected = asyncio.Event()
         self._new_stream = asyncio.Event()  # set at each stream's init
@@ -379,12 +410,76 @@ class SubscriptionConsumer:
     # ------------------------------------------------------------------ acks
 
     async def acknowledge(self, messages: MessageRef | Iterable[MessageRef]) -> None:
-        """Acknowledge messages; returns once durable on the server."""
+        """Acknowledge messages; returns once durable on the server.
+
+        Acks are grouped (Pulsar's ack grouping, with the durable answer kept): while
+        `MAX_ACKS_IN_FLIGHT` ack requests wait for their answer, the acks made meanwhile
+        queue and go together in the next request; each call returns when the request
+        that carried it is answered."""
         ranges = _ranges(messages, self.retry_topic)
-        if ranges:
-            await self._request(
-                lambda rid: pb.SubscribeRequest(ack=pb.AckRequest(request_id=rid, ranges=ranges))
-            )
+        if not ranges:
+            return
+        self._check()
+        if self._call is None:
+            await self.wait_connected()
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._ack_queue.append((ranges, fut))
+        self._send_acks()
+        await fut
+
+    def _send_acks(self) -> None:
+        while self._ack_queue and self._acks_in_flight < MAX_ACKS_IN_FLIGHT:
+            group: list[tuple[list[pb.MessageRange], asyncio.Future[None]]] = []
+            n = 0
+            while self._ack_queue and n < MAX_GROUPED_RANGES:
+                item = self._ack_queue.popleft()
+                group.append(item)
+                n += len(item[0])
+            self._acks_in_flight += 1
+            task = asyncio.get_running_loop().create_task(self._ack_group(group))
+            self._ack_tasks.add(task)
+            task.add_done_callback(self._ack_tasks.discard)
+
+    async def _ack_group(
+        self, group: list[tuple[list[pb.MessageRange], asyncio.Future[None]]]
+    ) -> None:
+        try:
+            ranges = [r for rs, _ in group for r in rs]
+            self.ack_requests += 1
+            try:
+                await self._request(
+                    lambda rid: pb.SubscribeRequest(
+                        ack=pb.AckRequest(request_id=rid, ranges=ranges)
+                    )
+                )
+            except WeirError as err:
+                if len(group) == 1 or err.retryable:
+                    for _, fut in group:
+                        if not fut.done():
+                            fut.set_exception(err)
+                    return
+                # one call's bad ack refused the whole request: each on its own, so that
+                # the others are applied and only that one fails (acks are all or nothing)
+                for rs, fut in group:
+                    try:
+                        await self._request(
+                            lambda rid, rs=rs: pb.SubscribeRequest(  # type: ignore[misc]
+                                ack=pb.AckRequest(request_id=rid, ranges=rs)
+                            )
+                        )
+                    except WeirError as one:
+                        if not fut.done():
+                            fut.set_exception(one)
+                    else:
+                        if not fut.done():
+                            fut.set_result(None)
+                return
+            for _, fut in group:
+                if not fut.done():
+                    fut.set_result(None)
+        finally:
+            self._acks_in_flight -= 1
+            self._send_acks()
 
     def acknowledge_future(
         self, messages: MessageRef | Iterable[MessageRef]
@@ -532,6 +627,10 @@ class SubscriptionConsumer:
             if not fut.done():
                 fut.set_exception(lost)
         self._waiting.clear()
+        while self._ack_queue:  # grouped acks not sent yet: never applied, but say so alike
+            _, fut = self._ack_queue.popleft()
+            if not fut.done():
+                fut.set_exception(lost)
 
     async def _run(self) -> None:
         backoff = Backoff()

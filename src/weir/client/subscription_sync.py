@@ -64,6 +64,11 @@ class SubscriptionConsumer:
         return self._inner.consumer_name
 
     @property
+    def ack_requests(self) -> int:
+        """Ack requests sent so far (acks made while others are in flight are grouped)."""
+        return self._inner.ack_requests
+
+    @property
     def retry_topic(self) -> str:
         """With ``retry_enable``: the retry topic, as its messages name it."""
         return self._inner.retry_topic
