@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from collections.abc import Iterable
-from itertools import repeat
+from itertools import chain, repeat
 
 from weir.broker.subscriptions.batch_index import batch_count_at, index_ranges
 from weir.broker.subscriptions.dead_letter import (
@@ -73,18 +73,35 @@ class Acknowledgements(SubscriptionState):
 
     def _settle_range(self, st: PartitionState, start: int, end: int) -> None:
         """Forget what is pending or due again in ``[start, end)``: it is acknowledged."""
+        self._settle_ranges(st, [(start, end)])
+
+    def _settle_ranges(self, st: PartitionState, ranges: list[tuple[int, int]]) -> None:
+        """Forget what is pending or due again in these ``[start, end)`` ranges."""
         offsets: Iterable[int]
-        if end - start <= len(st.pending) + len(st.redeliver):
-            offsets = range(start, end)
-        else:  # a wide range (a cumulative ack): walk what is held instead
-            offsets = [o for o in st.pending if start <= o < end]
-            offsets += [o for o in st.redeliver if start <= o < end]
+        total = sum(b - a for a, b in ranges)
+        if total <= len(st.pending) + len(st.redeliver):
+            offsets = (
+                range(*ranges[0])
+                if len(ranges) == 1
+                else [o for a, b in ranges for o in range(a, b)]
+            )
+        else:  # wide ranges (a cumulative ack): walk what is held instead
+            offsets = [
+                o for o in chain(st.pending, st.redeliver) if any(a <= o < b for a, b in ranges)
+            ]
         if st.pending:
             held = [h for h in map(st.pending.pop, offsets, repeat(None)) if h is not None]
-            for cid, n in Counter(h[0] for h in held).items():
-                c = self.consumers.get(cid)
-                if c is not None:
-                    c.unacked -= n
+            if held:
+                first = held[0][0]
+                if all(h[0] == first for h in held):  # the usual case: one consumer's
+                    c = self.consumers.get(first)
+                    if c is not None:
+                        c.unacked -= len(held)
+                else:
+                    for cid, n in Counter(h[0] for h in held).items():
+                        holder = self.consumers.get(cid)
+                        if holder is not None:
+                            holder.unacked -= n
         if st.redeliver:
             st.redeliver.difference_update(offsets)
         counts = st.cursor.counts
@@ -102,15 +119,19 @@ class Acknowledgements(SubscriptionState):
         """Acknowledge ``(partition, start, end)`` offset ranges; returns once durable.
         All or nothing: one offset never delivered refuses the whole call."""
         self._check_delivered(ranges)
-        touched: dict[int, PartitionState] = {}
+        by_part: dict[int, list[tuple[int, int]]] = {}
         n = 0
         for p, start, end in ranges:
-            st = touched[p] = self.parts[p]
-            st.cursor.ack_range(start, end)
-            self._settle_range(st, start, end)
+            by_part.setdefault(p, []).append((start, end))
             n += end - start
+        for p, rs in by_part.items():
+            st = self.parts[p]
+            ack = st.cursor.ack_range
+            for a, b in rs:
+                ack(a, b)
+            self._settle_ranges(st, rs)
         self.rate_ack.add(n)
-        await all_durable([st.cursor.persist() for st in touched.values()])
+        await all_durable([self.parts[p].cursor.persist() for p in by_part])
 
     async def acknowledge_batch_indexes(
         self, partition: int, batch_offset: int, indexes: Iterable[int]
