@@ -12,7 +12,8 @@ repetition, so slow drifts of this shared machine's load hit every system
 alike.  Workloads: produce/consume (P=1, P=4, C=1, C=2 for 100 B and 10 KB),
 latency (fixed rate, ack and end-to-end), ydb (the ydb SDK against weir's YDB
 front and against a null server), partitions (weir: fsyncs/s as partitions
-grow), disk (append + fdatasync).  After the repetitions an unmeasured pass
+grow), subscriptions (weir: Shared consume with individual acks by 1 and 4
+consumer processes, and the cursor cost of scattered acks), disk (append + fdatasync).  After the repetitions an unmeasured pass
 records the weir server with py-spy during its produce, consume, latency,
 many-partitions and ydb runs and writes the top functions.
 
@@ -46,6 +47,7 @@ if __package__ in (None, ""):  # run as a script: make `bench` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import plots, report, server_profile
+from bench import subscription_bench as sub_bench
 from bench import weir_workloads as weir_wl
 from bench import ydb_workloads as ydb_wl
 from bench.peers import disk, servers
@@ -56,7 +58,7 @@ from bench.peers.workloads import Result, Target
 
 PEERS = list(PEER_KINDS)
 ALL = [*PEERS, "weir-native", "weir-ydb", "ydb-null", "disk"]
-WORKLOADS = ["produce", "latency", "ydb", "partitions", "disk"]
+WORKLOADS = ["produce", "latency", "ydb", "partitions", "subscriptions", "disk"]
 RESULTS = Path(__file__).resolve().parent / "results"
 PEER_RESULTS = Path(__file__).resolve().parent / "peers" / "results"
 
@@ -365,6 +367,36 @@ def run_partitions(lab: Lab, plan: Plan, rep: int, sink: Sink) -> None:
         )
 
 
+def run_subscriptions(lab: Lab, plan: Plan, rep: int, sink: Sink) -> None:
+    """Shared consume with individual acks (1 and 4 consumer processes) and the cursor
+    cost of scattered acks (bench/subscription_bench.py)."""
+    h = lab.weir
+    if h is None or "weir-native" not in lab.brokers:
+        return
+    n = min(plan.sizes[0][1], 200_000)
+    _measure(
+        sink,
+        "weir-native",
+        "subscription shared 100B",
+        rep,
+        h.version,
+        sub_bench.shared_rows,
+        f"{h.host}:{h.port}",
+        n,
+        [1, 4],
+        h.pid,
+    )
+    _measure(
+        sink,
+        "weir-native",
+        "subscription sparse acks",
+        rep,
+        h.version,
+        sub_bench.sparse_row,
+        20_000,
+    )
+
+
 def run_disk(lab: Lab, plan: Plan, rep: int, sink: Sink) -> None:
     _measure(
         sink,
@@ -384,6 +416,7 @@ RUNNERS: dict[str, Callable[[Lab, Plan, int, Sink], None]] = {
     "latency": run_latency,
     "ydb": run_ydb,
     "partitions": run_partitions,
+    "subscriptions": run_subscriptions,
     "disk": run_disk,
 }
 

@@ -109,7 +109,72 @@ def shared_consume(
     return dt, requests.value, acked.value / dt, cpu.value
 
 
-async def sparse_acks(n: int) -> list[str]:
+def shared_rows(endpoint: str, n: int, consumers: list[int], server_pid: int) -> list[Any]:
+    """`make bench` rows: a topic of ``n`` x 100 B over 4 partitions, then for each count
+    of consumers a new Shared subscription taken and individually acknowledged."""
+    from bench.peers.workloads import Result
+
+    topic = f"subs-{time.monotonic_ns()}"
+    with weir.Client(endpoint) as client:
+        client.create_topic(topic, partitions=4)
+        with client.writer(topic, producer_id="bench") as w:
+            payload = os.urandom(100)
+            for _ in range(n):
+                w.write(payload)
+    rows = []
+    try:
+        for k in consumers:
+            s0 = cpu_seconds(server_pid)
+            dt, reqs, _rate, ccpu = shared_consume(endpoint, topic, n, k)
+            cpu = cpu_seconds(server_pid) - s0
+            rows.append(
+                Result(
+                    "weir-native",
+                    f"subscription shared C={k} 100B",
+                    n,
+                    n * 100,
+                    dt,
+                    True,
+                    None,
+                    None,
+                    dict(
+                        consumers=k,
+                        ack_requests=reqs,
+                        server_cpu_us_per_msg=cpu * 1e6 / n,
+                        consumers_cpu_us_per_msg=ccpu * 1e6 / n,
+                        how="Shared subscription, every message acknowledged individually "
+                        "(durably: counted once the ack's answer is back)",
+                    ),
+                )
+            )
+    finally:
+        with weir.Client(endpoint) as client:
+            client.drop_topic(topic)
+    return rows
+
+
+def sparse_row(n: int) -> Any:
+    """`make bench` row: scattered acks (a range each) in requests of 100, as many as
+    ``n`` delivered messages allow; the cursor's CPU, size and commits per request."""
+    from bench.peers.workloads import Result
+
+    t0 = time.perf_counter()
+    lines, summary = asyncio.run(sparse_acks(n))
+    dt = time.perf_counter() - t0
+    return Result(
+        "weir-native",
+        f"subscription sparse acks {n // 2:,}",
+        n // 2,
+        0,
+        dt,
+        True,
+        None,
+        None,
+        dict(lines=lines, **summary, how="every other offset acknowledged, 100 per request"),
+    )
+
+
+async def sparse_acks(n: int) -> tuple[list[str], dict[str, Any]]:
     """Ack every other offset of ``n`` delivered messages in requests of 100 (the worst
     case for the range set: one range per ack), then a burst of 50 such requests at once:
     per request the CPU (process time, the commit thread's included), the cursor's size
@@ -129,6 +194,7 @@ async def sparse_acks(n: int) -> list[str]:
             pass
 
     out: list[str] = []
+    summary: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(dir=ROOT) as tmp:
         b = await Broker.open(BrokerConfig(data_dir=Path(tmp), retention_interval_s=3600))
         try:
@@ -146,11 +212,14 @@ async def sparse_acks(n: int) -> list[str]:
             for k in range(0, len(evens), 100):
                 c0, w0, f0 = time.process_time(), time.perf_counter(), stats.commits
                 await s.acknowledge([(0, o, o + 1) for o in evens[k : k + 100]])
+                cpu_ms = (time.process_time() - c0) * 1e3
+                summary["last_request_cpu_ms"] = cpu_ms
+                summary["last_request_ranges"] = len(s.parts[0].cursor.acked)
                 if k % step == 0:
                     cur = s.parts[0].cursor
                     out.append(
                         f"sparse acks: {len(cur.acked):,} acked ranges ({len(cur.snapshot_op().value or b''):,} B "  # type: ignore[arg-type]
-                        f"cursor): {(time.process_time() - c0) * 1e3:.2f} ms CPU, "
+                        f"cursor): {cpu_ms:.2f} ms CPU, "
                         f"{(time.perf_counter() - w0) * 1e3:.2f} ms wall, "
                         f"{stats.commits - f0} group commit(s) per ack request of 100"
                     )
@@ -163,6 +232,8 @@ async def sparse_acks(n: int) -> list[str]:
                     for k in range(0, len(odds), 100)
                 )
             )
+            summary["burst_requests"] = len(odds) // 100
+            summary["burst_commits"] = stats.commits - f0
             out.append(
                 f"burst of {len(odds) // 100} ack requests of 100: {stats.commits - f0} group "
                 f"commit(s), {(time.process_time() - c0) * 1e3 / (len(odds) // 100):.2f} ms CPU "
@@ -170,7 +241,7 @@ async def sparse_acks(n: int) -> list[str]:
             )
         finally:
             await b.close()
-    return out
+    return out, summary
 
 
 def main() -> None:
@@ -217,7 +288,7 @@ def main() -> None:
             server.stop()
     print(f"load average after: {Path('/proc/loadavg').read_text().split()[:3]}")
     if args.sparse:
-        for line in asyncio.run(sparse_acks(args.sparse)):
+        for line in asyncio.run(sparse_acks(args.sparse))[0]:
             print(line)
 
 
