@@ -55,6 +55,8 @@ async def test_skip_acknowledges_what_consumers_hold_and_what_is_not_delivered(
     await inbox.wait(4)
     sub = b.subscription("t", "s")
     await sub.acknowledge(one([(0, 1)]))
+    info = b.describe_subscription("t", "s")  # 4 delivered, 1 acked just now
+    assert info.msg_rate_out > 0 and info.ack_rate > 0 and info.msg_rate_redeliver == 0
     assert await b.skip_subscription("t", "s", 3) == 3  # 0, 2, 3: held by the consumer
     info = b.describe_subscription("t", "s")
     assert (info.partitions[0].mark_delete, info.unacked, info.consumers[0].unacked) == (4, 0, 0)

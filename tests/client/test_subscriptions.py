@@ -527,3 +527,25 @@ async def test_acks_made_while_others_are_in_flight_go_together(
         info = await client.describe_subscription(topic_name, "s")
         assert (info.backlog, info.unacked) == (0, 0)
         await c.close()
+
+
+def test_a_readers_consumer_is_a_failover_subscription(client: weir.Client, topic_name: str) -> None:
+    fill(client, topic_name, 6)
+    r = client.reader(topic_name, consumer="billing").wait_connected()
+    got: list[weir.Message] = []
+    while len(got) < 4:
+        batch = r.receive_batch(timeout=20)
+        assert batch is not None
+        got.extend(batch.messages)
+    r.commit_with_ack(got[3])  # committed: 4, the next to read
+    info = {s.name: s for s in client.list_subscriptions(topic_name)}["billing"]
+    assert (info.type, info.consumer, info.partitions[0].mark_delete) == ("failover", True, 4)
+    with pytest.raises(ConsumerBusyError, match="read session"):  # one kind of reader at a time
+        client.subscribe(topic_name, "billing", type="failover").wait_connected()
+    r.close()
+    c = client.subscribe(topic_name, "billing", type="failover").wait_connected()
+    rest = take(c, 2)
+    assert [int(m.data) for m in rest] == [4, 5]
+    c.acknowledge_cumulative(rest[-1])  # a commit
+    assert client.describe_consumer(topic_name, "billing").partitions[0].committed_offset == 6
+    c.close()

@@ -16,7 +16,6 @@ it is counted in whole stored blobs from there, as retention removes them.
 
 from __future__ import annotations
 
-import asyncio
 import enum
 import logging
 from collections.abc import Mapping
@@ -56,17 +55,11 @@ class BacklogQuotas(Retention):
     def backlog_start(self, cfg: TopicConfig, partition: int) -> int | None:
         """The oldest offset of ``partition`` some important consumer or durable subscription
         still needs (None: nobody holds anything back)."""
-        marks = []
-        important = [c.name for c in cfg.consumers.values() if c.important]
-        if important:
-            marks.append(self.offsets.min_committed(cfg.topic_id, partition, important) or 0)
-        sub = self.subscriptions.protect_from(cfg, partition)
-        if sub is not None:
-            marks.append(sub)
-        if not marks:
+        start = self.subscriptions.protect_from(cfg, partition)
+        if start is None:
             return None
         ttl = self.ttl_offset(cfg.name, partition)
-        return max(min(marks), ttl or 0)
+        return max(start, ttl or 0)
 
     def _check_backlog(self, cfg: TopicConfig, partition: int, quota: BacklogQuota) -> None:
         """Refuse a write, or evict, while the partition's backlog is over the quota."""
@@ -92,23 +85,9 @@ class BacklogQuotas(Retention):
         )
 
     def _evict(self, cfg: TopicConfig, partition: int, offset: int) -> None:
-        """Move the cursors and important consumers' offsets below ``offset`` up to it."""
-        moved = self.subscriptions.evict(cfg, partition, offset)
-        for c in cfg.consumers.values():
-            committed = self.offsets.get(cfg.topic_id, partition, c.name)
-            if c.important and (committed or 0) < offset:
-                moved += 1
-                task = asyncio.get_running_loop().create_task(
-                    self.offsets.commit(cfg.topic_id, partition, c.name, offset)
-                )
-                task.add_done_callback(_log_failure)
-        if moved:
+        """Move the cursors (important consumers' offsets too) below ``offset`` up to it."""
+        if self.subscriptions.evict(cfg, partition, offset):
             log.info(
                 "backlog quota: oldest messages dropped for the slowest readers",
                 extra={"topic": short_topic(cfg.name), "partition": partition, "offset": offset},
             )
-
-
-def _log_failure(task: asyncio.Task[bool]) -> None:
-    if not task.cancelled() and task.exception() is not None:
-        log.warning("backlog eviction of a consumer offset failed: %s", task.exception())

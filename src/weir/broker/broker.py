@@ -65,7 +65,11 @@ class Broker(SubscriptionFacade, ConsumerOffsets, ProducerAdmission):
         self.consumer_sessions = SessionCounter("consumers")
         self.access = ProducerAccess()
         self.subscriptions = Subscriptions(
-            store.kv, store.committer, lambda t, p: self._actors[(t, p)], self._write_dead_letters
+            store.kv,
+            store.committer,
+            lambda t, p: self._actors[(t, p)],
+            self._write_dead_letters,
+            self.offsets,
         )
         self._retention_task: asyncio.Task[None] | None = None
         self._closed = False

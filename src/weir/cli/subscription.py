@@ -37,7 +37,11 @@ def subscription_json(info: SubscriptionInfo) -> dict[str, Any]:
 def show_subscription(info: SubscriptionInfo) -> None:
     table = Table(
         title=f"subscription {info.name} of {info.topic} ({info.type}, "
-        f"started at {info.initial_position})",
+        + (
+            "the consumer's committed offsets)"
+            if info.consumer
+            else f"started at {info.initial_position})"
+        ),
         title_justify="left",
         show_footer=True,
     )
@@ -98,7 +102,7 @@ def list_subscriptions(
     for s in subs:
         table.add_row(
             s.name,
-            s.type,
+            s.type + (" (consumer)" if s.consumer else ""),
             str(s.backlog),
             str(s.unacked),
             str(len(s.consumers)),

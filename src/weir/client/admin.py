@@ -234,6 +234,9 @@ class SubscriptionInfo:
     msg_rate_out: float = 0.0
     msg_rate_redeliver: float = 0.0
     ack_rate: float = 0.0
+    # a consumer's committed offsets (readers' consumers, YDB and Kafka consumers): a
+    # failover subscription acknowledged in order or cumulatively
+    consumer: bool = False
 
 
 _TYPE_NAMES = {
@@ -277,4 +280,5 @@ def subscription_info(d: pb.SubscriptionDescription) -> SubscriptionInfo:
         msg_rate_out=d.msg_rate_out,
         msg_rate_redeliver=d.msg_rate_redeliver,
         ack_rate=d.ack_rate,
+        consumer=d.consumer,
     )

@@ -125,6 +125,8 @@ class Acknowledgements(SubscriptionState):
             by_part.setdefault(p, []).append((start, end))
             n += end - start
         for p, rs in by_part.items():
+            self.parts[p].cursor.check_acks(rs)
+        for p, rs in by_part.items():
             st = self.parts[p]
             ack = st.cursor.ack_range
             for a, b in rs:

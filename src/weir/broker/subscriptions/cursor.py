@@ -56,7 +56,16 @@ def decode_cursor(raw: bytes | memoryview) -> tuple[int, RangeSet]:
 
 
 class Cursor(Protocol):
-    """What a dispatcher sees of a cursor."""
+    """What a subscription sees of a cursor: `StoredCursor` (a subscription's own) or
+    `ConsumerCursor` (a consumer's committed offset)."""
+
+    @property
+    def acked(self) -> RangeSet: ...
+
+    def check_acks(self, ranges: list[tuple[int, int]]) -> None:
+        """Raise BadRequestError when these ``[start, end)`` acks cannot be kept."""
+
+    def drop_ops(self) -> list[Op]: ...
 
     @property
     def mark_delete(self) -> int: ...
@@ -168,6 +177,9 @@ class StoredCursor:
             ops.append(delete(SUBSCRIPTIONS, counts_key(self.key)))
             self._counts_stored = False
         return ops
+
+    def check_acks(self, ranges: list[tuple[int, int]]) -> None:
+        return None  # any offsets: the range set keeps them
 
     def load_counts(self, stored: dict[int, int]) -> None:
         """Counts read back at start (the stored key is rewritten or removed at the next snapshot)."""

@@ -19,7 +19,7 @@ from weir.broker.subscriptions.retry import RetryLetters, retry_topic_for
 from weir.broker.topic_admin import TopicAdmin
 from weir.broker.topics import TopicConfig, canonical_topic, short_topic
 from weir.broker.writes import Writes
-from weir.errors import AlreadyExistsError, BadRequestError
+from weir.errors import AlreadyExistsError, BadRequestError, ConsumerBusyError
 from weir.storage.incoming import validate_incoming
 
 
@@ -53,12 +53,25 @@ class SubscriptionFacade(TopicAdmin, Writes):
         return self.subscriptions.get(cfg, name).describe(short_topic(cfg.name))
 
     def list_subscriptions(self, topic: str) -> list[SubscriptionInfo]:
+        """Every subscription of the topic, its consumers' committed offsets included."""
         cfg = self.topic(topic)
-        return [s.describe(short_topic(cfg.name)) for s in self.subscriptions.of_topic(cfg)]
+        return [s.describe(short_topic(cfg.name)) for s in self.subscriptions.listed(cfg)]
 
     async def delete_subscription(self, topic: str, name: str, *, force: bool = False) -> None:
+        """Delete a subscription; for a consumer's (committed offsets), remove the consumer."""
         self._check_open()
-        await self.subscriptions.delete(self.topic(topic), name, force=force)
+        cfg = self.topic(topic)
+        if self.subscriptions.is_consumer(cfg, name):
+            sub = self.subscriptions.get(cfg, name)
+            if sub.consumers and not force:
+                raise ConsumerBusyError(
+                    f"subscription {name!r} has {len(sub.consumers)} consumer(s) attached; "
+                    "close them first, or delete with force"
+                )
+            await self.alter_topic(cfg.name, drop_consumers=[name])
+            await self.subscriptions.forget_consumer(cfg, name)
+            return
+        await self.subscriptions.delete(cfg, name, force=force)
 
     async def seek_subscription(
         self,
@@ -135,8 +148,16 @@ class SubscriptionFacade(TopicAdmin, Writes):
         self._check_open()
         if ack_timeout_ms < 0:
             raise BadRequestError(f"ack timeout must be >= 0 ms, got {ack_timeout_ms}")
+        cfg = self.topic(topic)
+        if self.subscriptions.is_consumer(cfg, name):
+            group = self._groups.get((cfg.name, name))
+            if group is not None and group.members:
+                raise ConsumerBusyError(
+                    f"consumer {name!r} of {short_topic(cfg.name)!r} has {len(group.members)} "
+                    "read session(s); its committed offsets serve one kind of reader at a time"
+                )
         return await self.subscriptions.subscribe(
-            self.topic(topic),
+            cfg,
             name,
             SubscriptionType.parse(type),
             InitialPosition.parse(initial_position),

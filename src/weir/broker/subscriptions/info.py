@@ -42,6 +42,9 @@ class SubscriptionInfo:
     msg_rate_out: float = 0.0
     msg_rate_redeliver: float = 0.0
     ack_rate: float = 0.0
+    # a consumer's committed offsets (a reader's consumer, a YDB or Kafka consumer):
+    # Failover, acknowledged in order or cumulatively
+    consumer: bool = False
 
     @property
     def backlog(self) -> int:

@@ -1,5 +1,7 @@
 """Every durable subscription of a broker: loaded at start, created on first subscribe or
-by admin, deleted by admin or by their last consumer; retention asks it what to keep."""
+by admin, deleted by admin or by their last consumer; retention and backlog quotas ask
+it what to keep. The topics' consumers (committed offsets) are subscriptions here too:
+Failover ones whose cursors are their committed offsets (`consumer_cursor`)."""
 
 from __future__ import annotations
 
@@ -9,8 +11,10 @@ import itertools
 import time
 from collections.abc import Callable, Iterable, Sequence
 
+from weir.broker.consumers import OffsetStore
 from weir.broker.partition_actor import PartitionActor
 from weir.broker.subscriptions.consumer import AttachedConsumer, ConsumerHandle
+from weir.broker.subscriptions.consumer_cursor import ConsumerCursor
 from weir.broker.subscriptions.cursor import (
     SUBSCRIPTIONS,
     StoredCursor,
@@ -31,7 +35,7 @@ from weir.broker.subscriptions.settings import (
 )
 from weir.broker.subscriptions.state import DeadLetterSink
 from weir.broker.subscriptions.subscription import Subscription
-from weir.broker.topics import TopicConfig, short_topic
+from weir.broker.topics import ConsumerConfig, TopicConfig, short_topic
 from weir.errors import (
     AlreadyExistsError,
     BadRequestError,
@@ -52,12 +56,16 @@ class Subscriptions:
         committer: GroupCommitter,
         actor_of: Callable[[str, int], PartitionActor],
         dead_letter_sink: DeadLetterSink | None = None,
+        offsets: OffsetStore | None = None,
     ) -> None:
         self._dead_letter_sink = dead_letter_sink
+        self._offsets = offsets
         self._kv = kv
         self._committer = committer
         self._actor_of = actor_of
         self._subs: dict[str, dict[str, Subscription]] = {}  # topic -> name -> subscription
+        # topic -> consumer -> its committed offsets as a Failover subscription (made on use)
+        self._consumer_subs: dict[str, dict[str, Subscription]] = {}
         self._lock = asyncio.Lock()
 
     def _make(self, cfg: TopicConfig, meta: SubscriptionMeta) -> Subscription:
@@ -111,8 +119,57 @@ class Subscriptions:
                     )
                 sub.add_partition(p, cur, fresh=False)
 
+    def _consumer_sub(self, cfg: TopicConfig, consumer: ConsumerConfig) -> Subscription:
+        """Consumer ``consumer`` of the topic as a Failover subscription whose cursors are
+        its committed offsets (see `consumer_cursor`)."""
+        assert self._offsets is not None
+        offsets = self._offsets
+        tname, name = cfg.name, consumer.name
+        meta = SubscriptionMeta(
+            name, SubscriptionType.FAILOVER, InitialPosition.EARLIEST, consumer.created_at_ms
+        )
+
+        def cursor(p: int, _mark: int = 0) -> ConsumerCursor:
+            return ConsumerCursor(
+                offsets, cfg.topic_id, p, name, lambda: self._actor_of(tname, p).start_offset
+            )
+
+        sub = Subscription(tname, cfg.topic_id, meta, lambda p: self._actor_of(tname, p), cursor)
+        sub.consumer_backed = True
+        for p in range(cfg.partitions):
+            sub.add_partition(p, cursor(p), fresh=False)
+        return sub
+
+    def consumer_subscriptions(self, cfg: TopicConfig) -> dict[str, Subscription]:
+        """The topic's consumers as subscriptions (made on first use; one whose consumer
+        was removed is closed and forgotten)."""
+        if self._offsets is None:
+            return {}
+        subs = self._consumer_subs.get(cfg.name)
+        if subs is None:
+            if not cfg.consumers:
+                return {}
+            subs = self._consumer_subs[cfg.name] = {}
+        for name in [n for n in subs if n not in cfg.consumers]:
+            gone = subs.pop(name)
+            gone.close_soon(UnknownSubscriptionError(f"consumer {name!r} was removed"))
+        for name, consumer in cfg.consumers.items():
+            sub = subs.get(name)
+            if sub is None:
+                subs[name] = self._consumer_sub(cfg, consumer)
+            elif len(sub.parts) != cfg.partitions:
+                sub.ensure_partitions(cfg.partitions)
+        return subs
+
+    def is_consumer(self, cfg: TopicConfig, name: str) -> bool:
+        """Whether ``name`` is served by the consumer's committed offsets (no subscription
+        of its own has that name)."""
+        return name in cfg.consumers and name not in self._subs.get(cfg.name, {})
+
     def get(self, cfg: TopicConfig, name: str) -> Subscription:
         sub = self._subs.get(cfg.name, {}).get(name)
+        if sub is None and name in cfg.consumers:
+            sub = self.consumer_subscriptions(cfg).get(name)
         if sub is None:
             raise UnknownSubscriptionError(
                 f"subscription {name!r} does not exist on topic {short_topic(cfg.name)!r}"
@@ -122,6 +179,11 @@ class Subscriptions:
     def of_topic(self, cfg: TopicConfig) -> list[Subscription]:
         subs = self._subs.get(cfg.name)
         return [subs[n] for n in sorted(subs)] if subs else []
+
+    def listed(self, cfg: TopicConfig) -> list[Subscription]:
+        """Every subscription of the topic, its consumers' committed offsets included."""
+        both = self.of_topic(cfg) + list(self.consumer_subscriptions(cfg).values())
+        return sorted(both, key=lambda s: (s.name, s.consumer_backed))
 
     def _all(self) -> list[tuple[str, str, Subscription]]:
         return [(t, n, s) for t, subs in self._subs.items() for n, s in subs.items()]
@@ -145,6 +207,13 @@ class Subscriptions:
             raise BadRequestError("an initial position by timestamp needs the time")
         async with self._lock:
             existing = self._subs.get(cfg.name, {}).get(name)
+            if existing is None and name in cfg.consumers:
+                existing = self.consumer_subscriptions(cfg)[name]
+                if not exist_ok:
+                    raise AlreadyExistsError(
+                        f"{name!r} is a consumer of topic {short_topic(cfg.name)!r}: its "
+                        "committed offsets are already a subscription of that name"
+                    )
             if existing is not None:
                 if exist_ok:
                     return existing
@@ -208,6 +277,19 @@ class Subscriptions:
         )
         c.order = (c.name, cid)
         c.hash_ranges = ranges
+        if sub.consumer_backed:
+            if type not in (SubscriptionType.FAILOVER, SubscriptionType.EXCLUSIVE):
+                raise BadRequestError(
+                    f"subscription {name!r} is the committed offsets of consumer {name!r}: "
+                    f"failover or exclusive only, not {type.value}"
+                )
+            if dead_letter is not None:
+                raise BadRequestError(
+                    f"subscription {name!r} is the committed offsets of consumer {name!r}: "
+                    "it has no dead-letter policy"
+                )
+            sub.attach(c, type)
+            return sub, c
         changed = sub.attach(c, type)  # True: it had no consumers, the type follows
         if dead_letter is not None and (
             dead_letter.max_redeliver_count,
@@ -247,6 +329,10 @@ class Subscriptions:
         return [op for s in self.of_topic(cfg) for op in self._drop_ops(s)]
 
     async def forget_topic(self, cfg: TopicConfig) -> None:
+        for sub in self._consumer_subs.pop(cfg.name, {}).values():
+            await sub.close(
+                UnknownSubscriptionError(f"topic {short_topic(cfg.name)!r} was dropped")
+            )
         for sub in self.of_topic(cfg):
             self._forget(cfg.name, sub.name)
             await sub.close(
@@ -257,6 +343,7 @@ class Subscriptions:
         """The topic grew: the new partitions' cursors start at their beginning."""
         for sub in self.of_topic(cfg):
             sub.ensure_partitions(cfg.partitions)
+        self.consumer_subscriptions(cfg)
 
     def _forget(self, topic: str, name: str) -> None:
         subs = self._subs[topic]
@@ -264,21 +351,37 @@ class Subscriptions:
         if not subs:
             del self._subs[topic]
 
+    def _holding(self, cfg: TopicConfig) -> list[Subscription]:
+        """The subscriptions that hold data back: every one of its own, and the consumers
+        marked important (the PQ "important consumer")."""
+        own = list(self._subs.get(cfg.name, {}).values())
+        if any(c.important for c in cfg.consumers.values()):
+            subs = self.consumer_subscriptions(cfg)
+            own += [subs[c.name] for c in cfg.consumers.values() if c.important]
+        return own
+
     def protect_from(self, cfg: TopicConfig, partition: int) -> int | None:
-        """The lowest offset a subscription of the topic has not acknowledged on ``partition``."""
-        subs = self._subs.get(cfg.name)
-        if not subs:
-            return None
-        marks = [m for s in subs.values() if (m := s.min_unacked(partition)) is not None]
+        """The lowest offset of ``partition`` that a subscription of the topic or an
+        important consumer has not acknowledged (None: nobody holds anything back)."""
+        marks = [m for s in self._holding(cfg) if (m := s.min_unacked(partition)) is not None]
         return min(marks) if marks else None
 
     def evict(self, cfg: TopicConfig, partition: int, offset: int) -> int:
         """Move every cursor of ``partition`` below ``offset`` up to it (the backlog quota's
         consumer_backlog_eviction: the oldest messages are dropped for the slowest
         subscriptions); returns how many cursors moved. Stored in the next group commit."""
-        return sum(s.evict(partition, offset) for s in self._subs.get(cfg.name, {}).values())
+        return sum(s.evict(partition, offset) for s in self._holding(cfg))
+
+    async def forget_consumer(self, cfg: TopicConfig, name: str) -> None:
+        """The consumer was removed: its subscription closes."""
+        sub = self._consumer_subs.get(cfg.name, {}).pop(name, None)
+        if sub is not None:
+            await sub.close(UnknownSubscriptionError(f"consumer {name!r} was removed"))
 
     async def close(self) -> None:
         err: WeirError | None = None
         for _, _, sub in self._all():
             await sub.close(err)
+        for subs in self._consumer_subs.values():
+            for sub in subs.values():
+                await sub.close(err)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from weir.broker.partition_actor import PartitionActor
 from weir.broker.subscriptions.consumer import AttachedConsumer
-from weir.broker.subscriptions.cursor import StoredCursor
+from weir.broker.subscriptions.cursor import Cursor
 from weir.broker.subscriptions.delayed import DelayedIndex
 from weir.broker.subscriptions.dispatcher import Dispatcher
 from weir.broker.subscriptions.rates import RateMeter
@@ -27,7 +27,7 @@ MAX_DELAY_MS = 7 * 24 * 3600 * 1000
 
 @dataclass(eq=False, slots=True)
 class PartitionState:
-    cursor: StoredCursor
+    cursor: Cursor
     read_pos: int  # next offset never dispatched since the subscription was loaded
     dispatched_high: int  # offsets below may have been delivered: they can be acked
     pending: dict[int, tuple[int, int]] = field(
@@ -61,6 +61,9 @@ class SubscriptionState:
     _actor_of: Callable[[int], PartitionActor]
     _dead_letter_sink: DeadLetterSink | None
     _closed: bool
+    # a consumer's committed offsets (see consumer_cursor): Failover or Exclusive,
+    # acknowledged in order or cumulatively, no dead letters nor retry letters
+    consumer_backed: bool = False
 
     @property
     def name(self) -> str:

@@ -23,7 +23,7 @@ from typing import Any
 from weir.broker.partition_actor import PartitionActor
 from weir.broker.subscriptions.acks import Acknowledgements
 from weir.broker.subscriptions.consumer import AttachedConsumer, Delivery
-from weir.broker.subscriptions.cursor import StoredCursor
+from weir.broker.subscriptions.cursor import Cursor
 from weir.broker.subscriptions.dead_letter import DeadLetterPolicy
 from weir.broker.subscriptions.dispatcher import Dispatcher
 from weir.broker.subscriptions.info import (
@@ -70,7 +70,7 @@ class Subscription(Acknowledgements):
         topic_id: int,
         meta: SubscriptionMeta,
         actor_of: Callable[[int], PartitionActor],
-        new_cursor: Callable[[int, int], StoredCursor],
+        new_cursor: Callable[[int, int], Cursor],
         dead_letter_sink: DeadLetterSink | None = None,
     ) -> None:
         self.topic = topic
@@ -90,7 +90,7 @@ class Subscription(Acknowledgements):
 
     # ----------------------------------------------------------------- partitions
 
-    def add_partition(self, partition: int, cursor: StoredCursor, fresh: bool) -> None:
+    def add_partition(self, partition: int, cursor: Cursor, fresh: bool) -> None:
         """Track ``partition``. A fresh cursor has delivered nothing; a loaded one may have
         delivered anything written before the restart, so acks of those are accepted."""
         actor = self._actor_of(partition)
@@ -487,7 +487,14 @@ class Subscription(Acknowledgements):
             msg_rate_out=self.rate_out.rate(),
             msg_rate_redeliver=self.rate_redeliver.rate(),
             ack_rate=self.rate_ack.rate(),
+            consumer=self.consumer_backed,
         )
+
+    def close_soon(self, err: WeirError) -> None:
+        """`close` from code that cannot wait (in a task of its own)."""
+        self._closed = True
+        task = asyncio.get_running_loop().create_task(self.close(err))
+        task.add_done_callback(lambda t: None if t.cancelled() else t.exception())
 
     async def close(self, err: WeirError | None = None) -> None:
         """Stop dispatching; with ``err``, tell the attached consumers why they are dropped."""

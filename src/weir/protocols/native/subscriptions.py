@@ -78,6 +78,7 @@ def subscription_description(info: SubscriptionInfo) -> pb.SubscriptionDescripti
         msg_rate_out=info.msg_rate_out,
         msg_rate_redeliver=info.msg_rate_redeliver,
         ack_rate=info.ack_rate,
+        consumer=info.consumer,
         backlog=info.backlog,
         unacked=info.unacked,
         partitions=[
@@ -242,6 +243,11 @@ class SubscribeSession(StreamSession[pb.SubscribeRequest, pb.SubscribeResponse])
     ) -> None:
         """Attach this consumer to the subscription of the same name on the retry topic too
         (Shared, or Key_Shared: both deliver a retry letter after its delay)."""
+        if sub.consumer_backed:
+            raise BadRequestError(
+                f"subscription {sub.name!r} is the committed offsets of consumer {sub.name!r}: "
+                "it has no retry letter topic"
+            )
         letters = self.broker.retry_letters(sub, init.retry_letter_topic)
         self.allow(Permission.CONSUME, letters.topic, "subscribe to")
         rcfg = await self.broker.side_topic(letters.topic)

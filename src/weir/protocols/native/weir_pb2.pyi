@@ -2401,6 +2401,7 @@ class SubscriptionDescription(_message.Message):
     MSG_RATE_OUT_FIELD_NUMBER: _builtins.int
     MSG_RATE_REDELIVER_FIELD_NUMBER: _builtins.int
     ACK_RATE_FIELD_NUMBER: _builtins.int
+    CONSUMER_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     subscription: _builtins.str
     type: Global___SubscriptionType.ValueType
@@ -2416,6 +2417,10 @@ class SubscriptionDescription(_message.Message):
     """
     msg_rate_redeliver: _builtins.float
     ack_rate: _builtins.float
+    consumer: _builtins.bool
+    """A consumer's committed offsets (readers' consumers, YDB and Kafka consumers): a
+    Failover subscription acknowledged in order or cumulatively.
+    """
     @_builtins.property
     def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___SubscriptionPartition]: ...
     @_builtins.property
@@ -2437,10 +2442,11 @@ class SubscriptionDescription(_message.Message):
         msg_rate_out: _builtins.float = ...,
         msg_rate_redeliver: _builtins.float = ...,
         ack_rate: _builtins.float = ...,
+        consumer: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack_rate", b"ack_rate", "backlog", b"backlog", "consumers", b"consumers", "created_at_ms", b"created_at_ms", "dead_letter_topic", b"dead_letter_topic", "initial_position", b"initial_position", "max_redeliver_count", b"max_redeliver_count", "msg_rate_out", b"msg_rate_out", "msg_rate_redeliver", b"msg_rate_redeliver", "partitions", b"partitions", "subscription", b"subscription", "topic", b"topic", "type", b"type", "unacked", b"unacked"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack_rate", b"ack_rate", "backlog", b"backlog", "consumer", b"consumer", "consumers", b"consumers", "created_at_ms", b"created_at_ms", "dead_letter_topic", b"dead_letter_topic", "initial_position", b"initial_position", "max_redeliver_count", b"max_redeliver_count", "msg_rate_out", b"msg_rate_out", "msg_rate_redeliver", b"msg_rate_redeliver", "partitions", b"partitions", "subscription", b"subscription", "topic", b"topic", "type", b"type", "unacked", b"unacked"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
