@@ -529,7 +529,9 @@ async def test_acks_made_while_others_are_in_flight_go_together(
         await c.close()
 
 
-def test_a_readers_consumer_is_a_failover_subscription(client: weir.Client, topic_name: str) -> None:
+def test_a_readers_consumer_is_a_failover_subscription(
+    client: weir.Client, topic_name: str
+) -> None:
     fill(client, topic_name, 6)
     r = client.reader(topic_name, consumer="billing").wait_connected()
     got: list[weir.Message] = []

@@ -22,6 +22,8 @@ from weir.broker.consumers import OFFSETS, OffsetStore
 from weir.broker.observer import NULL_OBSERVER, BrokerObserver
 from weir.broker.producer_admission import PRODUCER_EPOCHS, ProducerAdmission, stored_epochs
 from weir.broker.producers import ProducerPins
+from weir.broker.schema_admin import SchemaAdmin
+from weir.broker.schemas import SCHEMAS, SchemaRegistry
 from weir.broker.subscriptions import SUBSCRIPTIONS, Subscriptions
 from weir.broker.subscriptions.facade import SubscriptionFacade
 from weir.broker.tenancy.limits import SessionCounter
@@ -34,12 +36,21 @@ log = logging.getLogger("weir.broker")
 
 PINS = "pins"  # legacy: pins used to be stored; emptied at open (see producers.py)
 SERVER = "server"
-BROKER_TABLES = (TOPICS, OFFSETS, PINS, SERVER, NAMESPACES, PRODUCER_EPOCHS, SUBSCRIPTIONS)
+BROKER_TABLES = (
+    TOPICS,
+    OFFSETS,
+    PINS,
+    SERVER,
+    NAMESPACES,
+    PRODUCER_EPOCHS,
+    SUBSCRIPTIONS,
+    SCHEMAS,
+)
 _U64 = struct.Struct("<Q")
 _EPOCH_KEY = b"epoch"
 
 
-class Broker(SubscriptionFacade, ConsumerOffsets, ProducerAdmission):
+class Broker(SubscriptionFacade, SchemaAdmin, ConsumerOffsets, ProducerAdmission):
     """Open with `Broker.open`; close with `await broker.close()`."""
 
     def __init__(
@@ -71,6 +82,7 @@ class Broker(SubscriptionFacade, ConsumerOffsets, ProducerAdmission):
             self._write_dead_letters,
             self.offsets,
         )
+        self.schemas = SchemaRegistry(store.kv, self._commit)
         self._retention_task: asyncio.Task[None] | None = None
         self._closed = False
         self._lock = asyncio.Lock()
@@ -125,6 +137,7 @@ class Broker(SubscriptionFacade, ConsumerOffsets, ProducerAdmission):
                 self._open_actor(cfg, p)
         self.access = ProducerAccess(stored_epochs(self.store.kv))
         self.subscriptions.load(self._topics.values())
+        self.schemas.load()
         # Pins are derived from the partitions' producer tables; rows an older
         # version stored are dropped (the producer's state says where it writes).
         legacy = [delete(PINS, bytes(k)) for k, _ in self.store.kv.scan(PINS)]

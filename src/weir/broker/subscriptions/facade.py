@@ -142,6 +142,8 @@ class SubscriptionFacade(TopicAdmin, Writes):
         dead_letter: DeadLetterPolicy | None = None,
         initial_time_ms: int | None = None,
         hash_ranges: Sequence[tuple[int, int]] | None = None,
+        partitions: frozenset[int] | None = None,
+        whole_batches: bool = False,
     ) -> tuple[Subscription, AttachedConsumer]:
         """Attach a consumer to a durable subscription (see `weir.broker.subscriptions`);
         ``hash_ranges`` makes it a sticky Key_Shared consumer of those key-hash slots."""
@@ -168,6 +170,8 @@ class SubscriptionFacade(TopicAdmin, Writes):
             dead_letter=dead_letter,
             initial_time_ms=initial_time_ms,
             hash_ranges=hash_ranges,
+            partitions=partitions,
+            whole_batches=whole_batches,
         )
 
     async def side_topic(self, topic: str) -> TopicConfig:

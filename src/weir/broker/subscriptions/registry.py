@@ -255,9 +255,12 @@ class Subscriptions:
         dead_letter: DeadLetterPolicy | None = None,
         initial_time_ms: int | None = None,
         hash_ranges: Sequence[tuple[int, int]] | None = None,
+        partitions: frozenset[int] | None = None,
+        whole_batches: bool = False,
     ) -> tuple[Subscription, AttachedConsumer]:
         """Attach a consumer (creating the subscription when missing and ``create``);
-        ``hash_ranges``: the sticky Key_Shared slots it claims (see `key_shared`)."""
+        ``hash_ranges``: the sticky Key_Shared slots it claims (see `key_shared`); with
+        ``partitions``, of those partitions only."""
         ranges = None
         if hash_ranges is not None:
             if type is not SubscriptionType.KEY_SHARED:
@@ -276,6 +279,8 @@ class Subscriptions:
             cid, consumer_name or f"consumer-{cid}", handle, ack_timeout_ms, 0, 0, ("", cid)
         )
         c.order = (c.name, cid)
+        c.partitions = partitions
+        c.whole_batches = whole_batches
         c.hash_ranges = ranges
         if sub.consumer_backed:
             if type not in (SubscriptionType.FAILOVER, SubscriptionType.EXCLUSIVE):
