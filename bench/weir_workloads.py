@@ -99,6 +99,9 @@ def start_server(data_dir: Path, env: dict[str, str] | None = None, timeout: flo
         os.environ,
         WEIR_METRICS_ENABLED="true",
         WEIR_METRICS_LISTEN=f"{servers.LOOPBACK}:{mport}",
+        # the Pulsar and HTTP fronts on free ports (their defaults may be taken)
+        WEIR_PULSAR_LISTEN=f"{servers.LOOPBACK}:0",
+        WEIR_HTTP_LISTEN=f"{servers.LOOPBACK}:0",
         PYTHONPYCACHEPREFIX=str(Path(data_dir).parent / "pycache"),
         **(env or {}),
     )

@@ -722,6 +722,8 @@ class SubscriptionConsumer:
                 await asyncio.wait_for(self._task, timeout)
         self._end_stream(call, ClosedError("consumer is closed"))
         self._queue_event.set()
+        if self._ack_tasks:  # their requests failed with the stream: let them finish
+            await asyncio.gather(*self._ack_tasks, return_exceptions=True)
 
     async def __aenter__(self) -> SubscriptionConsumer:
         return self
