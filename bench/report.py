@@ -8,7 +8,8 @@ its min-max, because the machine is shared and single runs lie.
 "Ratio to best peer" is always "higher is better for this row": throughput
 rows divide by the best real broker's median (NATS, Redis, RabbitMQ) for the
 same workload; latency rows divide the best broker's p99 by the row's; the
-ydb SDK rows divide by the same SDK against the null server.
+ydb SDK rows divide by the same SDK against the null server, and so do the
+pulsar-client rows.
 
     python -m bench.report bench/results/full-<stamp>.jsonl   # rebuild .md and charts
 """
@@ -28,8 +29,24 @@ PEERS = ("nats-js-fsync", "nats-js-default", "redis-aof-always", "rabbitmq-strea
 WEIR = "weir-native"
 WEIR_YDB = "weir-ydb"
 YDB_NULL = "ydb-null"
+WEIR_PULSAR = "weir-pulsar"
+PULSAR_NULL = "pulsar-null"
+WEIR_KAFKA = "weir-kafka"
+KAFKA_NULL = "kafka-null"
 DISK = "disk append+fdatasync"
-SYSTEM_ORDER = (WEIR, WEIR_YDB, YDB_NULL, *PEERS, DISK)
+SYSTEM_ORDER = (
+    WEIR,
+    WEIR_YDB,
+    YDB_NULL,
+    WEIR_PULSAR,
+    PULSAR_NULL,
+    WEIR_KAFKA,
+    KAFKA_NULL,
+    *PEERS,
+    DISK,
+)
+# rows judged against a null server
+NULL_OF = {"ydb": YDB_NULL, "pulsar": PULSAR_NULL, "kafka": KAFKA_NULL}
 
 Rows = list[dict[str, Any]]
 
@@ -72,6 +89,8 @@ def workload_key(wl: str) -> tuple[Any, ...]:
         return (1, 0, 0 if "ack" in wl else 1, wl)
     if wl.startswith("ydb"):
         return (2, 0, 1 if "consume" in wl else 0, "[" in wl, wl)
+    if wl.startswith("pulsar"):
+        return (2, 1, size, 1 if "consume" in wl else 0, wl)
     if wl.startswith("partitions"):
         m = re.match(r"partitions=(\d+)", wl)
         return (3, int(m.group(1)) if m else 0, 0, wl)
@@ -145,11 +164,12 @@ def reference(
 ) -> tuple[float, str, bool] | None:
     """(ratio, the reference system, taken from the baseline run?) for one cell, or None."""
     wl = cell.workload
-    if wl.startswith("ydb"):
-        ref = all_cells.get((YDB_NULL, wl))
+    null = NULL_OF.get(wl.split(" ", 1)[0])
+    if null is not None:
+        ref = all_cells.get((null, wl))
         if ref is None or not ref.mps:
             return None
-        return cell.mps / ref.mps, YDB_NULL, False
+        return cell.mps / ref.mps, null, False
     if not (wl.startswith(("produce", "consume", "latency"))):
         return None
     for source, from_baseline in ((all_cells, False), (baseline, True)):
@@ -253,7 +273,7 @@ def table(rows: Rows, baseline_rows: Rows | None = None) -> str:
         if ref is not None:
             val, name, from_base = ref
             ratio = f"{val:,.2f}x {name}{' †' if from_base else ''}"
-        fsync = "n/a" if system == YDB_NULL else ("yes" if c.fsync else "no")
+        fsync = "n/a" if system in NULL_OF.values() else ("yes" if c.fsync else "no")
         lines.append(
             f"| {wl} | {system} | {_f(c.mps)} | {_f(min(mps))}-{_f(max(mps))} ({spread:.0f}%) "
             f"| {_f(c.mbps, 1)} | {ge + _ms(median(p50)) if p50 else '-'} "
@@ -375,6 +395,55 @@ def goals(rows: Rows) -> list[Goal]:
         out.append(
             Goal(
                 f"YDB front, {wl.split('100B ', 1)[-1]}: weir / null server",
+                "≥ 0.80",
+                f"{ratio:.2f} ({_f(c.mps)} vs {_f(null.mps)} msgs/s{rng})",
+                ratio >= 0.8,
+                (wl,),
+            )
+        )
+    for (s, wl), c in cs.items():
+        if s != WEIR_PULSAR or not wl.startswith("pulsar "):
+            continue
+        null = cs.get((PULSAR_NULL, wl))
+        if null is None:
+            continue
+        paired = _paired_ratios(c.rows, null.rows)
+        ratio = c.mps / null.mps if null.mps else 0.0
+        rng = f", per repetition {min(paired):.2f}-{max(paired):.2f}" if paired else ""
+        cpu = c.extras("server_cpu_us_per_msg")
+        out.append(
+            Goal(
+                f"Pulsar front, {wl.split(' ', 1)[1]}: weir / null server",
+                "≥ 0.80",
+                f"{ratio:.2f} ({_f(c.mps)} vs {_f(null.mps)} msgs/s{rng}"
+                + (f"; weir server CPU {median(cpu):.1f} µs/msg" if cpu else "")
+                + ")",
+                ratio >= 0.8,
+                (wl,),
+            )
+        )
+    for (s, wl), c in cs.items():
+        if s != WEIR_KAFKA or not wl.startswith("kafka produce"):
+            continue
+        if wl == "kafka produce P=1 100B acks=all":
+            out.append(
+                Goal(
+                    "Kafka front: one confluent-kafka producer, 100 B, acks=all",
+                    "≥ 300,000 msgs/s",
+                    f"{_rng(c, 'msgs_per_s')}",
+                    c.mps >= 300_000,
+                    (wl,),
+                )
+            )
+        null = cs.get((KAFKA_NULL, wl))
+        if null is None:
+            continue
+        paired = _paired_ratios(c.rows, null.rows)
+        ratio = c.mps / null.mps if null.mps else 0.0
+        rng = f", per repetition {min(paired):.2f}-{max(paired):.2f}" if paired else ""
+        out.append(
+            Goal(
+                f"Kafka front, {wl.split('P=1 ', 1)[-1]}: weir / null server",
                 "≥ 0.80",
                 f"{ratio:.2f} ({_f(c.mps)} vs {_f(null.mps)} msgs/s{rng})",
                 ratio >= 0.8,

@@ -16,11 +16,13 @@ ROOT = Path(__file__).resolve().parents[1]
 _LISTEN = re.compile(r"weir listening on (\S+):(\d+)")
 _PULSAR = re.compile(r"weir Pulsar protocol on (pulsar(?:\+ssl)?://\S+)")
 _ADMIN = re.compile(r"weir Pulsar admin REST on (\S+)/admin/v2")
+_KAFKA = re.compile(r"weir kafka listening on (\S+:\d+)")
 
 # Every server a test starts listens for Pulsar clients and HTTP on ports of its own
 # (by default they would share 6650 and 8080); a test that needs a fixed one says so.
 os.environ.setdefault("WEIR_PULSAR_LISTEN", "127.0.0.1:0")
 os.environ.setdefault("WEIR_HTTP_LISTEN", "127.0.0.1:0")
+os.environ.setdefault("WEIR_KAFKA_LISTEN", "127.0.0.1:0")  # and for Kafka (9092)
 
 
 class ServerProcess(ListeningProcess):
@@ -51,6 +53,15 @@ class ServerProcess(ListeningProcess):
     def http_url(self) -> str:
         """The HTTP port's base URL (admin REST, /metrics) of this run of the server."""
         return self._found(_ADMIN)
+
+    @property
+    def kafka(self) -> str:
+        """bootstrap.servers of this run of the server's Kafka listener."""
+        return self._found(_KAFKA)
+
+    @property
+    def kafka_port(self) -> int:
+        return int(self.kafka.rpartition(":")[2])
 
     def command(self) -> list[str]:
         listen = f"127.0.0.1:{self.port}"  # the same port again after a restart

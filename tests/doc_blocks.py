@@ -25,6 +25,8 @@ PAGES = [
     "docs/console.md",
     "docs/storage.md",
     "docs/ydb.md",
+    "docs/pulsar.md",
+    "docs/kafka.md",
     "docs/spark.md",
     "docs/performance.md",
     "docs/reliability.md",

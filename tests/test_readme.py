@@ -31,6 +31,7 @@ CHAIN: list[tuple[str, str]] = [
     ("README.md", "readme-sdk"),
     ("README.md", "readme-ydb"),
     ("README.md", "readme-pulsar"),
+    ("README.md", "readme-kafka"),
     ("README.md", "readme-spark"),
     ("docs/cli.md", "cli-topics"),
     ("docs/sdk.md", "sdk-tour"),
@@ -86,6 +87,7 @@ class Reader:
     def __init__(self, server: ServerProcess, work: Path) -> None:
         self.endpoint = server.endpoint
         self.pulsar_url = server.pulsar_url
+        self.kafka = server.kafka
         self.weir = Weir(server.endpoint)
         self.work = work
 
@@ -99,8 +101,10 @@ class Reader:
         return done
 
     def python(self, b: Block) -> list[str]:
-        code = b.code.replace("127.0.0.1:2136", self.endpoint).replace(
-            "pulsar://127.0.0.1:6650", self.pulsar_url
+        code = (
+            b.code.replace("127.0.0.1:2136", self.endpoint)
+            .replace("pulsar://127.0.0.1:6650", self.pulsar_url)
+            .replace("127.0.0.1:9092", self.kafka)
         )
         out = subprocess.run(
             [sys.executable, "-c", code],
@@ -192,6 +196,13 @@ def test_every_page_runs_in_order_on_one_server_and_again(
             printed = [x for x in printed if not _PULSAR_LOG.match(x)]
             assert sorted(printed[:2]) == ["page=/cart", "page=/home"]
             assert printed[2:] == ["cart=3 items {'source': 'pulsar'} user-7"]
+
+            # README: a Kafka producer and consumer group on the Pulsar client's topic; the
+            # group's commit leaves the next run the two new messages.
+            assert reader.python(block("README.md", "readme-kafka")) == [
+                "cart=1 item user-9 {'source': 'kafka'}",
+                "cart=3 items user-7 {'source': 'pulsar'}",
+            ]
 
             # README: the example producer. A rerun stores nothing twice.
             produced = reader.producer(block("README.md", "readme-spark"))

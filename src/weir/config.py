@@ -44,6 +44,7 @@ ENV_PREFIX = "WEIR_"
 CONFIG_ENV = "WEIR_CONFIG"
 DEFAULT_LISTEN = "127.0.0.1:2136"
 DEFAULT_METRICS_LISTEN = "127.0.0.1:9464"
+DEFAULT_KAFKA_PORT = 9092
 DEFAULT_PULSAR_PORT = 6650
 DEFAULT_HTTP_PORT = 8080
 # Environment variables of the client commands that share a config section's prefix.
@@ -368,6 +369,15 @@ KEYS: tuple[Key, ...] = (
         "chunking is on); capped at limits.max_message_bytes.",
     ),
     Key(
+        "pulsar",
+        "batch_index_ack",
+        BOOL,
+        False,
+        "Pulsar's acknowledgmentAtBatchIndexLevelEnabled: consumers are given parts of a "
+        "batch (ack sets), so Key_Shared routes every message by its own key and no acked "
+        "message of a batch comes back; the clients must set batch_index_ack_enabled too.",
+    ),
+    Key(
         "http",
         "enabled",
         BOOL,
@@ -389,6 +399,30 @@ KEYS: tuple[Key, ...] = (
         BOOL,
         True,
         "Serve the Pulsar-style admin REST API at /admin/v2 on the HTTP port.",
+    ),
+    Key(
+        "kafka",
+        "enabled",
+        BOOL,
+        True,
+        "Serve the Kafka protocol (docs/kafka.md): unmodified Kafka clients produce, consume "
+        "and administer weir topics.",
+    ),
+    Key(
+        "kafka",
+        "listen",
+        OPTIONAL_ADDRESS,
+        "",
+        "Address of the Kafka listener. Empty: port 9092 of the server.listen host. TLS and "
+        "authentication follow the [tls] and [auth] sections, as on the gRPC port.",
+    ),
+    Key(
+        "kafka",
+        "advertised_listener",
+        OPTIONAL_ADDRESS,
+        "",
+        "HOST:PORT Kafka clients are told to connect to (Metadata, FindCoordinator), for "
+        "clients that reach the server through another name. Empty: the listen address.",
     ),
     Key(
         "metrics",
@@ -448,6 +482,7 @@ class PulsarConfig:
     enabled: bool = True
     listen: str = ""  # empty: the host of server.listen, DEFAULT_PULSAR_PORT
     max_message_size: int = 5 << 20
+    batch_index_ack: bool = False
 
 
 @dataclass(frozen=True)
@@ -486,6 +521,15 @@ class TlsConfig:
 
 
 @dataclass(frozen=True)
+class KafkaConfig:
+    """The ``[kafka]`` section."""
+
+    enabled: bool = True
+    listen: str = ""
+    advertised_listener: str = ""
+
+
+@dataclass(frozen=True)
 class LogConfig:
     level: str = "info"
     json: bool = False
@@ -506,6 +550,7 @@ class Config:
     tls: TlsConfig = dataclasses.field(default_factory=TlsConfig)
     auth: AuthConfig = dataclasses.field(default_factory=AuthConfig)
     log: LogConfig = dataclasses.field(default_factory=LogConfig)
+    kafka: KafkaConfig = dataclasses.field(default_factory=KafkaConfig)
     sources: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     @property
@@ -518,6 +563,13 @@ class Config:
         if not self.pulsar.enabled:
             return None
         return self.pulsar.listen or f"{self.listen_host}:{DEFAULT_PULSAR_PORT}"
+
+    @property
+    def kafka_listen(self) -> str | None:
+        """Where the Kafka listener listens (None: off)."""
+        if not self.kafka.enabled:
+            return None
+        return self.kafka.listen or f"{self.listen_host}:{DEFAULT_KAFKA_PORT}"
 
     @property
     def http_listen(self) -> str | None:
@@ -545,9 +597,13 @@ class Config:
         out["pulsar.enabled"] = self.pulsar.enabled
         out["pulsar.listen"] = self.pulsar.listen
         out["pulsar.max_message_size"] = self.pulsar.max_message_size
+        out["pulsar.batch_index_ack"] = self.pulsar.batch_index_ack
         out["http.enabled"] = self.http.enabled
         out["http.listen"] = self.http.listen
         out["http.admin"] = self.http.admin
+        out["kafka.enabled"] = self.kafka.enabled
+        out["kafka.listen"] = self.kafka.listen
+        out["kafka.advertised_listener"] = self.kafka.advertised_listener
         out["metrics.enabled"] = self.metrics.enabled
         out["metrics.listen"] = self.metrics.listen
         out["console.enabled"] = self.console.enabled
@@ -692,7 +748,10 @@ def _build(values: dict[str, Any], sources: dict[str, str]) -> Config:
         shutdown_grace_s=values["server.shutdown_grace_s"],
         metrics=MetricsConfig(values["metrics.enabled"], values["metrics.listen"]),
         pulsar=PulsarConfig(
-            values["pulsar.enabled"], values["pulsar.listen"], values["pulsar.max_message_size"]
+            values["pulsar.enabled"],
+            values["pulsar.listen"],
+            values["pulsar.max_message_size"],
+            values["pulsar.batch_index_ack"],
         ),
         http=HttpConfig(values["http.enabled"], values["http.listen"], values["http.admin"]),
         console=ConsoleConfig(values["console.enabled"]),
@@ -704,6 +763,9 @@ def _build(values: dict[str, Any], sources: dict[str, str]) -> Config:
             values["auth.jwt_audience"],
         ),
         log=LogConfig(values["log.level"], values["log.json"], values["log.audit_file"]),
+        kafka=KafkaConfig(
+            values["kafka.enabled"], values["kafka.listen"], values["kafka.advertised_listener"]
+        ),
         sources=sources,
     )
 

@@ -21,6 +21,7 @@ from weir.broker.consumer_offsets import ConsumerOffsets
 from weir.broker.consumers import OFFSETS, OffsetStore
 from weir.broker.observer import NULL_OBSERVER, BrokerObserver
 from weir.broker.producer_admission import PRODUCER_EPOCHS, ProducerAdmission, stored_epochs
+from weir.broker.producer_ids import ProducerIds
 from weir.broker.producers import ProducerPins
 from weir.broker.schema_admin import SchemaAdmin
 from weir.broker.schemas import SCHEMAS, SchemaRegistry
@@ -75,6 +76,7 @@ class Broker(SubscriptionFacade, SchemaAdmin, ConsumerOffsets, ProducerAdmission
         self.producer_sessions = SessionCounter("producers")
         self.consumer_sessions = SessionCounter("consumers")
         self.access = ProducerAccess()
+        self.producer_ids = ProducerIds(store.kv, store.committer, SERVER)
         self.subscriptions = Subscriptions(
             store.kv,
             store.committer,

@@ -23,6 +23,7 @@ from weir import logs
 from weir.broker.observer import BrokerObserver
 from weir.cli.common import CliError
 from weir.errors import DataDirLockedError, WeirError
+from weir.protocols.kafka.front import KafkaFrontConfig
 from weir.security import audit
 from weir.security.tls import ServerTls, TlsConfigError, TlsFiles
 
@@ -84,6 +85,12 @@ async def run(cfg: configuration.Config) -> None:
         auth=cfg.auth,
         pulsar_listen=cfg.pulsar_listen,
         pulsar_max_message_size=cfg.pulsar.max_message_size,
+        pulsar_batch_index_ack=cfg.pulsar.batch_index_ack,
+        kafka=KafkaFrontConfig(
+            enabled=cfg.kafka.enabled,
+            listen=cfg.kafka_listen or "",
+            advertised=cfg.kafka.advertised_listener,
+        ),
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -191,6 +198,9 @@ async def run(cfg: configuration.Config) -> None:
         security = ""
         if tls is not None:
             security = ", TLS" + (" with client certificates" if tls.mutual else "")
+        if server.kafka is not None:
+            kafka_at = f"{server.kafka.host}:{server.kafka.port}"
+            announce(cfg, f"weir kafka listening on {kafka_at}", kafka_endpoint=kafka_at)
         announce(
             cfg,
             f"weir listening on {server.endpoint}, data in {cfg.broker.data_dir}{security}",
@@ -225,8 +235,8 @@ def is_loopback(host: str) -> bool:
 
 def insecure_bind(cfg: configuration.Config) -> bool:
     """An open server (no authentication) on an address other machines can reach (its
-    gRPC, Pulsar or HTTP port)."""
-    listens = [cfg.listen, cfg.pulsar_listen, cfg.http_listen]
+    gRPC, Pulsar, Kafka or HTTP port)."""
+    listens = [cfg.listen, cfg.pulsar_listen, cfg.kafka_listen, cfg.http_listen]
     hosts = {a.rpartition(":")[0] for a in listens if a is not None}
     return cfg.broker.allow_anonymous and not all(is_loopback(h) for h in hosts)
 

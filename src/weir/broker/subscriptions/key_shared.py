@@ -13,6 +13,15 @@ the same; a consumer of the other kind is refused with `ConsumerBusyError`):
   second claim is refused with `ConsumerBusyError`, naming the holder); keys whose slot
   nobody claims wait, held, until someone does.
 
+A message's key here is its ordering key when it has one (the ``pulsar.ordering_key``
+header a Pulsar producer's ordering key is stored as), else its key, as in Pulsar.
+
+Batches: a consumer that takes only whole stored batches (``whole_batches``: a Pulsar
+client without batch-index acks) cannot be given part of one, so while one is attached a
+batch goes whole to the consumer of its *sticky key*, its first message's key (Pulsar's
+rule: with key-based batching every message of a batch has that key). Otherwise every
+message goes by its own key, and a batch of several keys is shared between consumers.
+
 Order: a message of key k is handed to consumer C only when every earlier message of k
 in its partition is acknowledged or held by C itself. So when k moves to a consumer
 that just joined, k waits until the old holder has acknowledged (or dropped) its
@@ -23,6 +32,8 @@ not delivered); the partition reads ahead only while fewer than `MAX_HELD` are h
 
 from __future__ import annotations
 
+import base64
+import binascii
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Sequence
 from itertools import pairwise
@@ -33,11 +44,13 @@ import mmh3
 from weir.broker.subscriptions.consumer import AttachedConsumer
 from weir.broker.subscriptions.settings import SubscriptionType
 from weir.errors import BadRequestError, ConsumerBusyError
-from weir.storage.batch import decode_payload, iter_batches
+from weir.storage.batch import FLAG_HEADERS, Payload, decode_payload, iter_batches
 
 POINTS = 100
 MAX_HELD = 10_000
 SLOTS = 1 << 16  # sticky ranges are of 0..SLOTS-1, as Pulsar's
+ORDERING_KEY = "pulsar.ordering_key"  # header: a Pulsar ordering key (base64), routed by first
+HASH_MASK = 0xFFFFFFFF  # `batch_keys` values: key hash | batch base offset << 32
 
 
 def key_hash(key: bytes) -> int:
@@ -144,6 +157,20 @@ class KeySharedDispatcher:
         return self._owners[i if i < len(self._ring) else 0]
 
 
+def routing_keys(p: Payload) -> list[bytes]:
+    """The key each message of a batch is routed by: its ordering key, else its key."""
+    keys = p.key_list()
+    if p.header.flags & FLAG_HEADERS:
+        for i, h in enumerate(p.header_list()):
+            ok = h.get(ORDERING_KEY)
+            if ok is not None:
+                try:
+                    keys[i] = base64.b64decode(ok, validate=True)
+                except (binascii.Error, ValueError):
+                    keys[i] = ok.encode()
+    return keys
+
+
 def message_keys(chunks: Iterable[Any], lo: int, hi: int) -> dict[int, int]:
     """offset -> key hash of the messages of ``[lo, hi)`` in stored chunks."""
     out: dict[int, int] = {}
@@ -153,9 +180,25 @@ def message_keys(chunks: Iterable[Any], lo: int, hi: int) -> dict[int, int]:
                 continue
             if h.base_offset >= hi:
                 return out
-            keys = decode_payload(chunk, pos, h).key_list()
+            keys = routing_keys(decode_payload(chunk, pos, h))
             for i, k in enumerate(keys):
                 o = h.base_offset + i
                 if lo <= o < hi:
                     out[o] = key_hash(k)
+    return out
+
+
+def batch_keys(chunks: Iterable[Any], lo: int, hi: int) -> dict[int, int]:
+    """offset -> the hash of its batch's sticky key (the first message's) | the batch's
+    base offset << 32, for the messages of ``[lo, hi)`` (see `HASH_MASK`)."""
+    out: dict[int, int] = {}
+    for chunk in chunks:
+        for pos, h in iter_batches(chunk, verify=False):
+            if h.next_offset <= lo:
+                continue
+            if h.base_offset >= hi:
+                return out
+            v = key_hash(routing_keys(decode_payload(chunk, pos, h))[0]) | h.base_offset << 32
+            for o in range(max(lo, h.base_offset), min(hi, h.next_offset)):
+                out[o] = v
     return out
