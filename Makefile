@@ -60,8 +60,15 @@ lint: install-test
 typecheck: install-test
 	$(BIN)/mypy
 
+# The tests run in parallel, PYTEST_WORKERS processes (pytest-xdist): most of their time is
+# spent waiting on servers, fsyncs and sockets, so 3 keep 2 cores busy. tests/parallel.py
+# groups them (one SparkSession, one ZooKeeper, a module's servers) and starts the longest
+# groups first. PYTEST_WORKERS=0 runs them all in one process.
+PYTEST_WORKERS ?= 3
+PYTEST_PARALLEL = -n $(PYTEST_WORKERS) --dist loadscope
+
 pytest: install-test system-packages
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q $(PYTEST_PARALLEL)
 
 test: lint typecheck pytest
 
@@ -69,7 +76,7 @@ test: lint typecheck pytest
 # ([tool.coverage] in pyproject.toml); prints the per-module table (README, Development)
 coverage: install-test system-packages
 	rm -f .coverage .coverage.*
-	$(BIN)/python -m coverage run -m pytest -q; status=$$?; \
+	$(BIN)/python -m coverage run -m pytest -q $(PYTEST_PARALLEL); status=$$?; \
 	$(BIN)/python -m coverage combine -q && $(BIN)/python -m coverage report; \
 	exit $$status
 
@@ -86,7 +93,7 @@ bench: $(VENV)/.installed-bench
 SOAK_KILLS ?= 1000
 LEDGER_FAULTS ?= 300
 soak: install-test system-packages
-	WEIR_SOAK=1 WEIR_SOAK_KILLS=$(SOAK_KILLS) $(BIN)/python -m pytest -q -s tests/reliability -m slow
+	WEIR_SOAK=1 WEIR_SOAK_KILLS=$(SOAK_KILLS) $(BIN)/python -m pytest -q -s tests/reliability tests/spark/test_tier.py tests/spark/test_tier_soak.py -m slow
 	WEIR_LEDGER_FAULTS=$(LEDGER_FAULTS) $(BIN)/python -m pytest -q -s tests/replication/test_fault_schedule.py
 
 proto: install-test

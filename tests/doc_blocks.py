@@ -24,6 +24,7 @@ PAGES = [
     "docs/observability.md",
     "docs/console.md",
     "docs/storage.md",
+    "docs/tiered-storage.md",
     "docs/ydb.md",
     "docs/pulsar.md",
     "docs/kafka.md",

@@ -20,6 +20,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.cli.conftest import Weir
 from tests.client.test_routing import pulsar_partition
 from tests.conftest import ROOT, ServerProcess
@@ -46,6 +48,8 @@ CHAIN: list[tuple[str, str]] = [
     ("docs/spark.md", "spark-write"),
     # needs ZooKeeper and bookies, not a weir server: tests/replication/test_docs.py runs it
     ("docs/replication.md", "replication-ledger"),
+    # tests/tiered/test_docs.py runs it (and checks the objects it leaves in the tier)
+    ("docs/tiered-storage.md", "tier-example"),
     # docs/security.md needs a server with TLS on: tests/security/test_docs.py runs them
     ("docs/security.md", "security-certs"),
     ("docs/security.md", "security-serve"),
@@ -153,6 +157,7 @@ def _messages(client: Client, topic: str) -> list[int]:
     return [p.end_offset - p.start_offset for p in client.describe_topic(topic).partition_info]
 
 
+@pytest.mark.timeout(900)  # about 60 commands and programs, each allowed 120 s
 def test_every_page_runs_in_order_on_one_server_and_again(
     server: ServerProcess, tmp_path: Path
 ) -> None:

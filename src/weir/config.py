@@ -168,6 +168,80 @@ KEYS: tuple[Key, ...] = (
         "read_cache_bytes",
     ),
     Key(
+        "tier",
+        "backend",
+        STRING,
+        _B.tier_backend,
+        "Object store of tiered storage: 'local' (a directory, the embedded default) or 's3' "
+        "(any S3-compatible endpoint). Nothing is offloaded until a namespace or topic sets "
+        "an offload policy (docs/tiered-storage.md).",
+        "tier_backend",
+    ),
+    Key(
+        "tier",
+        "local_dir",
+        OPTIONAL_PATH,
+        None,
+        "Directory of the 'local' tier back end (default: <data_dir>/tier).",
+        "tier_local_dir",
+    ),
+    Key(
+        "tier",
+        "s3_endpoint",
+        STRING,
+        "",
+        "S3 endpoint URL ('' : AWS for the region).",
+        "tier_s3_endpoint",
+    ),
+    Key(
+        "tier", "s3_bucket", STRING, "", "S3 bucket of the tier (it must exist).", "tier_s3_bucket"
+    ),
+    Key(
+        "tier",
+        "s3_prefix",
+        STRING,
+        _B.tier_s3_prefix,
+        "Key prefix of weir's objects in the bucket.",
+        "tier_s3_prefix",
+    ),
+    Key("tier", "s3_region", STRING, _B.tier_s3_region, "S3 region.", "tier_s3_region"),
+    Key(
+        "tier",
+        "s3_access_key",
+        STRING,
+        "",
+        "S3 access key id ('' : the client's own chain: AWS_* variables, instance role).",
+        "tier_s3_access_key",
+    ),
+    Key("tier", "s3_secret_key", SECRET, "", "S3 secret access key.", "tier_s3_secret_key"),
+    Key(
+        "tier",
+        "cache_bytes",
+        SIZE_OR_ZERO,
+        _B.tier_cache_bytes,
+        "Memory for offloaded blobs read back from the store (checked once, then served "
+        "from memory); sequential readers also read the next one ahead. 0: no cache.",
+        "tier_cache_bytes",
+    ),
+    Key(
+        "tier",
+        "interval_s",
+        DURATION_S,
+        _B.tier_interval_s,
+        "How often offload, object expiry and the orphan sweeper run (backing off while "
+        "the store is unreachable).",
+        "tier_interval_s",
+    ),
+    Key(
+        "tier",
+        "payload_grace_s",
+        DURATION_S,
+        _B.tier_payload_grace_s,
+        "A large-payload object no log entry references is collected once older than this "
+        "(it may belong to a write in flight).",
+        "tier_payload_grace_s",
+    ),
+    Key(
         "limits",
         "max_batch_bytes",
         SIZE,

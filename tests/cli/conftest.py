@@ -42,7 +42,11 @@ class Result:
 
 
 class Weir:
-    """The `weir` command aimed at one server (through WEIR_ENDPOINT, as a user would set it)."""
+    """The `weir` command aimed at one server (through WEIR_ENDPOINT, as a user would set it).
+
+    The timeouts only stop a command that hangs: on a loaded machine (several xdist workers,
+    `make coverage`) a command that starts in 1 s may take 30.
+    """
 
     def __init__(self, endpoint: str = "") -> None:
         self.endpoint = endpoint
@@ -66,7 +70,7 @@ class Weir:
         *args: str,
         input: bytes | str | None = None,
         env: dict[str, str] | None = None,
-        timeout: float = 30,
+        timeout: float = 120,
     ) -> Result:
         data = input.encode() if isinstance(input, str) else input
         proc = subprocess.run(
@@ -79,7 +83,7 @@ class Weir:
         )
         return Result(proc.returncode, proc.stdout, proc.stderr.decode())
 
-    def many(self, *commands: list[str], timeout: float = 60) -> list[Result]:
+    def many(self, *commands: list[str], timeout: float = 180) -> list[Result]:
         """Several commands at once (independent ones: the test takes less time)."""
         procs = [
             subprocess.Popen(
@@ -98,7 +102,7 @@ class Weir:
             results.append(Result(proc.returncode, out, err.decode()))
         return results
 
-    def shell(self, command: str, timeout: float = 30) -> Result:
+    def shell(self, command: str, timeout: float = 120) -> Result:
         """A command line as typed at a bash prompt (pipes and quotes included)."""
         proc = subprocess.run(
             ["bash", "-c", command],

@@ -29,9 +29,11 @@ from weir.broker.subscriptions import SUBSCRIPTIONS, Subscriptions
 from weir.broker.subscriptions.facade import SubscriptionFacade
 from weir.broker.tenancy.limits import SessionCounter
 from weir.broker.tenancy.registry import NAMESPACES, Tenancy
-from weir.broker.topics import NEXT_ID_KEY, TOPICS, TopicConfig
+from weir.broker.tiering import Tiering
+from weir.broker.topics import NEXT_ID_KEY, TOPICS, TopicConfig, short_topic
 from weir.storage.kv import delete, put
 from weir.storage.store import Store
+from weir.storage.tiered.remote_storage import RemoteStorage, S3Settings, open_storage
 
 log = logging.getLogger("weir.broker")
 
@@ -51,7 +53,23 @@ _U64 = struct.Struct("<Q")
 _EPOCH_KEY = b"epoch"
 
 
-class Broker(SubscriptionFacade, SchemaAdmin, ConsumerOffsets, ProducerAdmission):
+def tier_storage(config: BrokerConfig) -> RemoteStorage:
+    """The object store the config names (a directory under the data dir by default)."""
+    return open_storage(
+        config.tier_backend,
+        local_dir=config.tier_local_dir or config.data_dir / "tier",
+        s3=S3Settings(
+            bucket=config.tier_s3_bucket,
+            endpoint=config.tier_s3_endpoint,
+            prefix=config.tier_s3_prefix,
+            region=config.tier_s3_region,
+            access_key=config.tier_s3_access_key,
+            secret_key=config.tier_s3_secret_key,
+        ),
+    )
+
+
+class Broker(Tiering, SubscriptionFacade, SchemaAdmin, ConsumerOffsets, ProducerAdmission):
     """Open with `Broker.open`; close with `await broker.close()`."""
 
     def __init__(
@@ -86,6 +104,10 @@ class Broker(SubscriptionFacade, SchemaAdmin, ConsumerOffsets, ProducerAdmission
         )
         self.schemas = SchemaRegistry(store.kv, self._commit)
         self._retention_task: asyncio.Task[None] | None = None
+        self._tier_task = None
+        self._offload_locks = {}
+        self._tier_backoff_s = 0.0
+        self._tier_last_error = ""
         self._closed = False
         self._lock = asyncio.Lock()
 
@@ -102,6 +124,9 @@ class Broker(SubscriptionFacade, SchemaAdmin, ConsumerOffsets, ProducerAdmission
             min_disk_free=config.min_disk_free,
             observer=(observer or NULL_OBSERVER).on_commit,
             read_cache_bytes=config.read_cache_bytes,
+            tier_storage=tier_storage(config),
+            tier_cache_bytes=config.tier_cache_bytes,
+            tier_payload_grace_ms=int(config.tier_payload_grace_s * 1000),
         )
         try:
             raw = store.kv.get(SERVER, _EPOCH_KEY)
@@ -113,6 +138,7 @@ class Broker(SubscriptionFacade, SchemaAdmin, ConsumerOffsets, ProducerAdmission
             store.close()
             raise
         broker._retention_task = asyncio.get_running_loop().create_task(broker._retention_loop())
+        broker._tier_task = asyncio.get_running_loop().create_task(broker._tier_loop())
         log.info(
             "broker open",
             extra={
@@ -138,6 +164,8 @@ class Broker(SubscriptionFacade, SchemaAdmin, ConsumerOffsets, ProducerAdmission
             for p in range(cfg.partitions):
                 self._open_actor(cfg, p)
         self.access = ProducerAccess(stored_epochs(self.store.kv))
+        if self.store.tier is not None:
+            self.store.tier.set_names(self._tier_names)
         self.subscriptions.load(self._topics.values())
         self.schemas.load()
         # Pins are derived from the partitions' producer tables; rows an older
@@ -147,16 +175,25 @@ class Broker(SubscriptionFacade, SchemaAdmin, ConsumerOffsets, ProducerAdmission
             self.store.committer.commit(legacy)
             log.info("dropped %d stored producer pins: pins follow producer state", len(legacy))
 
+    def _tier_names(self, log_id: int) -> tuple[str, int]:
+        """(topic, partition) of a storage log id, for the rows of offloaded segments."""
+        tid = log_id >> 32
+        for cfg in self._topics.values():
+            if cfg.topic_id == tid:
+                return short_topic(cfg.name), log_id & 0xFFFF_FFFF
+        return str(tid), log_id & 0xFFFF_FFFF
+
     async def close(self) -> None:
         """Stop accepting work, finish in-flight commits, close LMDB."""
         if self._closed:
             return
         self._closed = True
         self.access.wake_all()
-        if self._retention_task is not None:
-            self._retention_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._retention_task
+        for task in (self._retention_task, self._tier_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         for group in self._groups.values():
             group.close()
         await self.subscriptions.close()

@@ -12,20 +12,25 @@ import signal
 import socket
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import lmdb
 import typer
-from aiohttp import web
 
 from weir import config as configuration
 from weir import logs
 from weir.broker.observer import BrokerObserver
 from weir.cli.common import CliError
 from weir.errors import DataDirLockedError, WeirError
-from weir.protocols.kafka.front import KafkaFrontConfig
-from weir.security import audit
-from weir.security.tls import ServerTls, TlsConfigError, TlsFiles
+
+if TYPE_CHECKING:
+    from aiohttp import web
+
+    from weir.security.tls import ServerTls
+
+# aiohttp and weir.security (JWTs, cryptography) load in `serve` only: every other
+# command imports this module too (`weir --help` lists serve), and they would double
+# the start-up time of each of them.
 
 log = logging.getLogger("weir.serve")
 
@@ -72,6 +77,7 @@ async def run(cfg: configuration.Config) -> None:
     from prometheus_client import disable_created_metrics
 
     from weir.metrics import MetricsEndpoint, ServerMetrics
+    from weir.protocols.kafka.front import KafkaFrontConfig
     from weir.server import Server
 
     disable_created_metrics()  # type: ignore[no-untyped-call]  # no *_created: they double the output
@@ -245,6 +251,8 @@ def server_tls(cfg: configuration.TlsConfig) -> ServerTls | None:
     """The listeners' TLS from the ``[tls]`` section (None: plain text); CliError if unusable."""
     if cfg.cert_file is None or cfg.key_file is None:
         return None
+    from weir.security.tls import ServerTls, TlsConfigError, TlsFiles
+
     files = TlsFiles(cfg.cert_file, cfg.key_file, cfg.client_ca_file)
     try:
         return ServerTls(files)
@@ -321,6 +329,8 @@ def serve(
             2,
         )
     logs.configure(cfg.log.level, cfg.log.json)
+    from weir.security import audit
+
     try:
         audit.configure(cfg.log.audit_file)
     except OSError as err:

@@ -67,7 +67,7 @@ class FetchHandlers:
         min_bytes = body["min_bytes"]
         deadline = time.monotonic() + max(0, body["max_wait_ms"]) / 1000
         while True:
-            total = self._read_all(reads, max_bytes)
+            total = await self._read_all(reads, max_bytes)
             remaining = deadline - time.monotonic()
             if total >= min_bytes or (total > 0 and min_bytes <= 1) or remaining <= 0:
                 break
@@ -106,7 +106,7 @@ class FetchHandlers:
         except (WeirError, KafkaError) as exc:
             r.error = error_code(exc)
 
-    def _read_all(self, reads: list[_Read], max_bytes: int) -> int:
+    async def _read_all(self, reads: list[_Read], max_bytes: int) -> int:
         total = sum(r.nbytes for r in reads)
         for r in reads:
             a = r.actor
@@ -120,7 +120,7 @@ class FetchHandlers:
             budget = min(r.max_bytes, max_bytes - total)
             if budget <= 0 and total > 0:
                 break
-            res = a.read(r.offset, max(1, budget))
+            res = await a.read_async(r.offset, max(1, budget))
             if not res.chunks:
                 continue
             self.broker.observer.on_read(a.topic, a.partition, res.nbytes)

@@ -453,7 +453,7 @@ class ReadSession:
                     self._credit_event.clear()
                     await self._credit_event.wait()
                 budget = min(self._credit, MAX_RESPONSE_BYTES)
-                res = actor.read(ps.read_offset, budget)
+                res = await actor.read_async(ps.read_offset, budget)
                 if not res.chunks:
                     # retention removed what we were about to read: continue after the gap
                     ps.read_offset = max(ps.read_offset, res.start_offset, res.next_offset)
