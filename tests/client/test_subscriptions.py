@@ -546,6 +546,8 @@ def test_a_readers_consumer_is_a_failover_subscription(
         client.subscribe(topic_name, "billing", type="failover").wait_connected()
     r.close()
     c = client.subscribe(topic_name, "billing", type="failover").wait_connected()
+    with pytest.raises(ConsumerBusyError, match="subscription consumer"):  # and the reverse
+        client.reader(topic_name, consumer="billing").wait_connected()
     rest = take(c, 2)
     assert [int(m.data) for m in rest] == [4, 5]
     c.acknowledge_cumulative(rest[-1])  # a commit

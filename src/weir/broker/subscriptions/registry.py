@@ -161,6 +161,14 @@ class Subscriptions:
                 sub.ensure_partitions(cfg.partitions)
         return subs
 
+    def consumer_subscribers(self, cfg: TopicConfig, name: str) -> int:
+        """How many subscription consumers are attached to consumer ``name``'s committed
+        offsets (0 when none, or when ``name`` has a subscription of its own)."""
+        if not self.is_consumer(cfg, name):
+            return 0
+        sub = self._consumer_subs.get(cfg.name, {}).get(name)
+        return 0 if sub is None else len(sub.consumers)
+
     def is_consumer(self, cfg: TopicConfig, name: str) -> bool:
         """Whether ``name`` is served by the consumer's committed offsets (no subscription
         of its own has that name)."""
