@@ -215,6 +215,9 @@ class PartitionLog(TieredLog):
                 _, first, count = keys.parse_index_key(k)
                 blobs.append(BlobInfo.unpack(first, count, v))
             expected = meta.start_offset
+            if blobs and blobs[0].first_offset < expected < blobs[0].end_offset:
+                # records were deleted up to an offset inside the first blob (a trim)
+                expected = blobs[0].first_offset
             for b in blobs:
                 if b.first_offset != expected:
                     raise CorruptDataError(
@@ -551,7 +554,6 @@ class PartitionLog(TieredLog):
         if self.damage is not None or (cfg.retention_ms is None and cfg.retention_bytes is None):
             return None
         now = int(time.time() * 1000) if now_ms is None else now_ms
-        ttl = cfg.producer_ttl_ms
         n = 0
         remaining = self.size_bytes
         for b in self._blobs:
@@ -564,13 +566,7 @@ class PartitionLog(TieredLog):
             n += 1
             remaining -= b.size
         new_start = self._blobs[n - 1].end_offset if n else self.start_offset
-        # producers whose messages are all gone (or going) and who have been idle past
-        # the ttl: their dedup state can go (a resend that late is a new message)
-        stale = [
-            pid
-            for pid, st in self.producers.items()
-            if st.offset < new_start and ttl is not None and st.last_write_ms < now - ttl
-        ]
+        stale = self._stale_producers(new_start, now)
         if n == 0 and not stale:
             return None
         self._begin()
@@ -586,14 +582,80 @@ class PartitionLog(TieredLog):
         for b in dropped:
             change.ops.extend(self._delete_blob_ops(b))
             self._let_go_remote(change, b.first_offset, now)
-        if n and self.payloads.within(self.start_offset, new_start):
-            change.ops.extend(self.payloads.drop_ops(self.start_offset, new_start))
+        self._drop_refs_of(change, dropped)
         for pid in stale:
             change.drop_producers.append(pid)
             change.ops.append(delete(keys.PRODUCERS, keys.producer_key(self.log_id, pid)))
         change.ops.append(self._meta_op(new_start, self.end_offset))
         self._read_start = new_start
         return change
+
+    def _drop_refs_of(self, change: PreparedChange, dropped: Sequence[BlobInfo]) -> None:
+        """Delete the payload references of the batches in ``dropped`` (the front blobs;
+        from the first blob's first offset: a trim can leave the start inside it)."""
+        if not dropped:
+            return
+        first, end = dropped[0].first_offset, dropped[-1].end_offset
+        if self.payloads.within(first, end):
+            change.ops.extend(self.payloads.drop_ops(first, end))
+
+    def _stale_producers(self, new_start: int, now: int) -> list[str]:
+        """Producers whose messages are all gone (or going) and who have been idle past the
+        ttl: their dedup state can go (a resend that late is a new message)."""
+        ttl = self.config.producer_ttl_ms
+        if ttl is None:
+            return []
+        return [
+            pid
+            for pid, st in self.producers.items()
+            if st.offset < new_start and st.last_write_ms < now - ttl
+        ]
+
+    def prepare_trim(self, before: int, now_ms: int | None = None) -> PreparedChange | None:
+        """Move the start offset up to ``before`` (Kafka's DeleteRecords: the log start
+        offset, a low watermark): offsets below it are gone for readers at once; blobs
+        wholly below it are deleted in the same change, and a blob it falls inside stays
+        until retention (or a later trim) passes its end. ``before`` is clamped to
+        EndOffset; returns None when the start is already there."""
+        if self.damage is not None:
+            raise CorruptDataError(
+                f"trim refused: {self.damage.message}; the partition needs repair",
+                partition=self.label,
+                offset=self.damage.offset,
+            )
+        new_start = min(before, self.end_offset)
+        if new_start <= self.start_offset:
+            return None
+        self._begin()
+        n = 0
+        while n < len(self._blobs) and self._blobs[n].end_offset <= new_start:
+            n += 1
+        change = PreparedChange(
+            ops=[],
+            nbytes=0,
+            drop_front=n,
+            start_offset=new_start,
+            end_offset=self.end_offset,
+            last_written=self._last_written,
+        )
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        for b in self._blobs[:n]:
+            change.ops.extend(self._delete_blob_ops(b))
+            self._let_go_remote(change, b.first_offset, now)
+        self._drop_refs_of(change, self._blobs[:n])
+        for pid in self._stale_producers(new_start, now):
+            change.drop_producers.append(pid)
+            change.ops.append(delete(keys.PRODUCERS, keys.producer_key(self.log_id, pid)))
+        change.ops.append(self._meta_op(new_start, self.end_offset))
+        self._read_start = new_start
+        return change
+
+    def trim(self, before: int, now_ms: int | None = None) -> int:
+        """Run one trim synchronously (tests, tools); returns the start offset after it."""
+        change = self.prepare_trim(before, now_ms)
+        if change is not None:
+            self._commit(change)
+        return self.start_offset
 
     # ------------------------------------------------------------------ commit protocol
 
@@ -640,7 +702,11 @@ class PartitionLog(TieredLog):
         for off, refs in change.payload_add:
             self.payloads.add(off, refs)
         if change.start_offset > self.start_offset:
-            self.payloads.drop_below(change.start_offset)
+            # the references of the blobs gone; a trimmed blob keeps its own (a batch
+            # straddling the start offset is still served, see `_cut_first`)
+            self.payloads.drop_below(
+                min(change.start_offset, blobs[0].first_offset) if blobs else change.start_offset
+            )
         for first in change.remote_drop:
             gone = self.remote.pop(first, None)
             if gone is not None:
@@ -776,10 +842,30 @@ class PartitionLog(TieredLog):
             raise CorruptDataError(
                 "no stored batch holds this offset", partition=self.label, offset=start
             )
-        result.first_offset = first
         if self.payloads.by_offset:
             result.refs = self.payloads.within(first, result.next_offset)
+        if first < self._read_start:
+            first = self._cut_first(result)
+        result.first_offset = first
         return result
+
+    def _cut_first(self, result: ReadResult) -> int:
+        """The first batch returned straddles the start offset (records were deleted up to
+        an offset inside it, see `prepare_trim`): serve it without the deleted records, so
+        no reader ever sees them. Re-encoded on each such read: a cold path."""
+        chunk = result.chunks[0]
+        h = parse_header(chunk)
+        skip = self._read_start - h.base_offset
+        body = reencode_from(memoryview(chunk)[: h.length], h, skip)
+        bh = parse_header(body)
+        batch = stamp_header(body, bh, self._read_start, h.written_at) + body[bh.payload_start :]
+        rest = memoryview(chunk)[h.length :]
+        result.chunks[:1] = [batch, rest] if len(rest) else [batch]
+        refs = result.refs.pop(h.base_offset, ())
+        moved = tuple(dataclasses.replace(r, index=r.index - skip) for r in refs if r.index >= skip)
+        if moved:  # the batch's large payloads, renumbered as the records they belong to
+            result.refs[self._read_start] = moved
+        return self._read_start
 
     def _cache_key(self, b: BlobInfo) -> tuple[int, int, int]:
         return (self._cache_owner, b.first_offset, b.count)
