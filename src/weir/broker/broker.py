@@ -4,7 +4,8 @@ Fronts call it. `Broker` is assembled from one mixin per concept, each in its ow
 module: `topic_admin` (create / alter / drop), `producer_admission` (partitions,
 writers, access modes), `writes` (the write path, backlog quota), `consumer_offsets`
 (consumers, offsets, groups), `subscriptions.facade`, `retention` (and pin expiry,
-run in the background) and `tenancy.facade`; their shared state is `state.BrokerState`.
+run in the background), `compaction.facade` (runs, compacted reads, the threshold
+trigger) and `tenancy.facade`; their shared state is `state.BrokerState`.
 This module opens (recovers) and closes it.
 """
 
@@ -16,9 +17,11 @@ import logging
 import struct
 
 from weir.broker.access import ProducerAccess
+from weir.broker.compaction.facade import Compaction
 from weir.broker.config import BrokerConfig
 from weir.broker.consumer_offsets import ConsumerOffsets
 from weir.broker.consumers import OFFSETS, OffsetStore
+from weir.broker.non_persistent import LiveSubscriptions
 from weir.broker.observer import NULL_OBSERVER, BrokerObserver
 from weir.broker.producer_admission import PRODUCER_EPOCHS, ProducerAdmission, stored_epochs
 from weir.broker.producer_ids import ProducerIds
@@ -31,6 +34,7 @@ from weir.broker.tenancy.limits import SessionCounter
 from weir.broker.tenancy.registry import NAMESPACES, Tenancy
 from weir.broker.tiering import Tiering
 from weir.broker.topics import NEXT_ID_KEY, TOPICS, TopicConfig, short_topic
+from weir.errors import UnavailableError
 from weir.storage.kv import delete, put
 from weir.storage.store import Store
 from weir.storage.tiered.remote_storage import RemoteStorage, S3Settings, open_storage
@@ -69,7 +73,9 @@ def tier_storage(config: BrokerConfig) -> RemoteStorage:
     )
 
 
-class Broker(Tiering, SubscriptionFacade, SchemaAdmin, ConsumerOffsets, ProducerAdmission):
+class Broker(
+    Compaction, Tiering, SubscriptionFacade, SchemaAdmin, ConsumerOffsets, ProducerAdmission
+):
     """Open with `Broker.open`; close with `await broker.close()`."""
 
     def __init__(
@@ -102,8 +108,15 @@ class Broker(Tiering, SubscriptionFacade, SchemaAdmin, ConsumerOffsets, Producer
             self._write_dead_letters,
             self.offsets,
         )
+        self._live = {}
+        self.live_subscriptions = LiveSubscriptions(config.non_persistent_queue_bytes)
+        self._views = {}
+        self._compactions = {}
+        self.compaction_hook = None
+        self._compaction_test_hook = None
         self.schemas = SchemaRegistry(store.kv, self._commit)
         self._retention_task: asyncio.Task[None] | None = None
+        self._compaction_task: asyncio.Task[None] | None = None
         self._tier_task = None
         self._offload_locks = {}
         self._tier_backoff_s = 0.0
@@ -137,8 +150,10 @@ class Broker(Tiering, SubscriptionFacade, SchemaAdmin, ConsumerOffsets, Producer
         except BaseException:
             store.close()
             raise
-        broker._retention_task = asyncio.get_running_loop().create_task(broker._retention_loop())
-        broker._tier_task = asyncio.get_running_loop().create_task(broker._tier_loop())
+        loop = asyncio.get_running_loop()
+        broker._retention_task = loop.create_task(broker._retention_loop())
+        broker._compaction_task = loop.create_task(broker._compaction_loop())
+        broker._tier_task = loop.create_task(broker._tier_loop())
         log.info(
             "broker open",
             extra={
@@ -162,7 +177,7 @@ class Broker(Tiering, SubscriptionFacade, SchemaAdmin, ConsumerOffsets, Producer
             cfg = self.resolved(cfg)
             self._remember(cfg)
             for p in range(cfg.partitions):
-                self._open_actor(cfg, p)
+                self._open_partition(cfg, p)
         self.access = ProducerAccess(stored_epochs(self.store.kv))
         if self.store.tier is not None:
             self.store.tier.set_names(self._tier_names)
@@ -170,6 +185,9 @@ class Broker(Tiering, SubscriptionFacade, SchemaAdmin, ConsumerOffsets, Producer
         self.schemas.load()
         # Pins are derived from the partitions' producer tables; rows an older
         # version stored are dropped (the producer's state says where it writes).
+        cleanup = self._load_views()
+        if cleanup:  # blobs of compaction runs a crash cut short
+            self.store.committer.commit(cleanup)
         legacy = [delete(PINS, bytes(k)) for k, _ in self.store.kv.scan(PINS)]
         if legacy:
             self.store.committer.commit(legacy)
@@ -189,14 +207,17 @@ class Broker(Tiering, SubscriptionFacade, SchemaAdmin, ConsumerOffsets, Producer
             return
         self._closed = True
         self.access.wake_all()
-        for task in (self._retention_task, self._tier_task):
+        for task in (self._retention_task, self._compaction_task, self._tier_task):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+        await self._close_compaction()
         for group in self._groups.values():
             group.close()
         await self.subscriptions.close()
         await asyncio.gather(*(a.close() for a in self._actors.values()))
+        for live in self._live.values():
+            live.close(UnavailableError("server is shutting down"))
         await asyncio.to_thread(self.store.close)
         log.info("broker closed")

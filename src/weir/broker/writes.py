@@ -7,7 +7,7 @@ import asyncio
 from collections.abc import Sequence
 
 from weir.broker.backlog_quota import BacklogQuotas
-from weir.broker.topics import short_topic
+from weir.broker.topics import PERSISTENT, short_topic
 from weir.errors import BadRequestError
 from weir.storage.codecs import Codec, codec_name
 from weir.storage.incoming import IncomingBatch
@@ -38,8 +38,12 @@ class Writes(BacklogQuotas):
     ) -> asyncio.Future[list[BatchResult]]:
         """Queue a write now (calls are committed in call order); the future resolves when durable."""
         self._check_open()
+        cfg = self.topic(topic)
+        if cfg.kind != PERSISTENT:  # handed to the consumers connected now, acknowledged
+            fut: asyncio.Future[list[BatchResult]] = asyncio.get_running_loop().create_future()
+            fut.set_result(self.live_partition(cfg.name, partition).publish(batches))
+            return fut
         actor = self.actor(topic, partition)
-        cfg = self._topics[actor.topic]
         if cfg.codecs:
             for b in batches:
                 codec = b.header.data_codec if b.header.data_codec != Codec.RAW else b.header.codec

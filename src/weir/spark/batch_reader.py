@@ -58,7 +58,11 @@ class WeirBatchReader(DataSourceReader):
     def __init__(self, options: ReaderOptions) -> None:
         self.options = options
         self.settings = ScanSettings(
-            options.endpoint, options.fail_on_data_loss, options.max_bytes_per_fetch
+            options.endpoint,
+            options.fail_on_data_loss,
+            options.max_bytes_per_fetch,
+            options.compacted,
+            options.assemble_chunks,
         )
         self.partition_set: set[int] | None = None
         self.partition_excluded: set[int] = set()

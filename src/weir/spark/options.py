@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from weir.client.aio import DEFAULT_ENDPOINT
 from weir.errors import BadRequestError
+from weir.hashing import KeyHash
 from weir.spark.offsets import OffsetSpec, parse_spec
 
 DEFAULT_MAX_BYTES_PER_FETCH = 4 << 20
@@ -98,6 +99,8 @@ class ReaderOptions:
     consumer: str | None
     max_bytes_per_fetch: int
     push_filters: bool
+    compacted: bool = False
+    assemble_chunks: bool = False
     tier: TierSettings = field(default_factory=TierSettings)
 
     @classmethod
@@ -140,6 +143,8 @@ class ReaderOptions:
             max_bytes_per_fetch=_int(options, "maxBytesPerFetch", 1024)
             or DEFAULT_MAX_BYTES_PER_FETCH,
             push_filters=_bool(options, "pushFilters", False),
+            compacted=_bool(options, "readCompacted", False),
+            assemble_chunks=_bool(options, "assembleChunks", False),
             tier=TierSettings.parse(options),
         )
 
@@ -151,6 +156,7 @@ class WriterOptions:
     endpoint: str
     topic: str
     write_id: str | None
+    key_hash: KeyHash = KeyHash.MURMUR3  # where a keyed row goes: the SDK writer's hash
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> WriterOptions:
@@ -158,4 +164,7 @@ class WriterOptions:
         if len(topics) != 1:
             raise BadRequestError(f"a weir sink writes to one topic, got {topics}")
         write_id = (_get(options, "writeId") or "").strip() or None
-        return cls(endpoint=_endpoint(options), topic=topics[0], write_id=write_id)
+        key_hash = KeyHash.parse(_get(options, "keyHash") or "murmur3")
+        return cls(
+            endpoint=_endpoint(options), topic=topics[0], write_id=write_id, key_hash=key_hash
+        )

@@ -55,7 +55,11 @@ class WeirStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: ReaderOptions) -> None:
         self.options = options
         self.settings = ScanSettings(
-            options.endpoint, options.fail_on_data_loss, options.max_bytes_per_fetch
+            options.endpoint,
+            options.fail_on_data_loss,
+            options.max_bytes_per_fetch,
+            options.compacted,
+            options.assemble_chunks,
         )
         self._target: dict[TopicPartition, int] | None = None
         self._latest: dict[TopicPartition, int] | None = None

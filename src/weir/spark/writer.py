@@ -27,7 +27,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import crc32c
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark import TaskContext
@@ -50,6 +49,7 @@ from pyspark.sql.types import (
 
 from weir.client import Client, Writer
 from weir.errors import BadRequestError
+from weir.hashing import KeyHash
 from weir.spark.options import WriterOptions
 
 log = logging.getLogger("weir.spark")
@@ -118,7 +118,9 @@ class TaskWriter:
         layout: Layout,
         producer_base: str,
         batch_id: int,
+        key_hash: KeyHash = KeyHash.MURMUR3,
     ) -> None:
+        self.key_hash = key_hash
         self.client = client
         self.topic = topic
         self.partitions = partitions
@@ -160,7 +162,7 @@ class TaskWriter:
             k = keys[i] if keys is not None else None
             if k:
                 kb = k.encode() if isinstance(k, str) else k
-                out.append(crc32c.crc32c(kb) % count)
+                out.append(self.key_hash.partition(kb, count))
             else:
                 out.append(None)
         return out
@@ -245,6 +247,7 @@ def write_task(
             layout,
             f"spark-{stable_id}-{spark_partition}",
             batch_id,
+            options.key_hash,
         )
         try:
             for b in batches:

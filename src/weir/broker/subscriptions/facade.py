@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterable, Sequence
 
+from weir.broker.non_persistent import LiveSubscription
 from weir.broker.subscriptions import (
     AttachedConsumer,
     ConsumerHandle,
@@ -17,7 +18,7 @@ from weir.broker.subscriptions import (
 )
 from weir.broker.subscriptions.retry import RetryLetters, retry_topic_for
 from weir.broker.topic_admin import TopicAdmin
-from weir.broker.topics import TopicConfig, canonical_topic, short_topic
+from weir.broker.topics import PERSISTENT, TopicConfig, canonical_topic, short_topic
 from weir.broker.writes import Writes
 from weir.errors import AlreadyExistsError, BadRequestError, ConsumerBusyError
 from weir.storage.incoming import validate_incoming
@@ -36,6 +37,7 @@ class SubscriptionFacade(TopicAdmin, Writes):
     ) -> SubscriptionInfo:
         self._check_open()
         cfg = self.topic(topic)
+        self._durable_only(cfg)
         sub = await self.subscriptions.create(
             cfg,
             name,
@@ -45,27 +47,49 @@ class SubscriptionFacade(TopicAdmin, Writes):
         )
         return sub.describe(short_topic(cfg.name))
 
+    def _durable_only(self, cfg: TopicConfig) -> None:
+        if cfg.kind != PERSISTENT:
+            raise BadRequestError(
+                f"topic {short_topic(cfg.name)!r} is non-persistent: its subscriptions are made "
+                "by subscribing and keep no position to create or move"
+            )
+
     def subscription(self, topic: str, name: str) -> Subscription:
         return self.subscriptions.get(self.topic(topic), name)
 
     def describe_subscription(self, topic: str, name: str) -> SubscriptionInfo:
         cfg = self.topic(topic)
+        if cfg.kind != PERSISTENT:
+            return self.live_subscriptions.get(cfg.name, name).describe(short_topic(cfg.name))
         return self.subscriptions.get(cfg, name).describe(short_topic(cfg.name))
 
     def list_subscriptions(self, topic: str) -> list[SubscriptionInfo]:
         """Every subscription of the topic, its consumers' committed offsets included."""
         cfg = self.topic(topic)
-        return [s.describe(short_topic(cfg.name)) for s in self.subscriptions.listed(cfg)]
+        if cfg.kind != PERSISTENT:
+            subs: list[Subscription | LiveSubscription] = list(
+                self.live_subscriptions.of_topic(cfg.name)
+            )
+        else:
+            subs = list(self.subscriptions.listed(cfg))
+        return [s.describe(short_topic(cfg.name)) for s in subs]
 
     async def delete_subscription(self, topic: str, name: str, *, force: bool = False) -> None:
         """Delete a subscription; for a consumer's (committed offsets), remove the consumer."""
         self._check_open()
         cfg = self.topic(topic)
+        if cfg.kind != PERSISTENT:
+            sub = self.live_subscriptions.delete(cfg.name, name, force=force)
+            for p in range(cfg.partitions):
+                live = self._live.get((cfg.name, p))
+                if live is not None and sub in live.sinks:
+                    live.sinks.remove(sub)
+            return
         if self.subscriptions.is_consumer(cfg, name):
-            sub = self.subscriptions.get(cfg, name)
-            if sub.consumers and not force:
+            held = self.subscriptions.get(cfg, name)
+            if held.consumers and not force:
                 raise ConsumerBusyError(
-                    f"subscription {name!r} has {len(sub.consumers)} consumer(s) attached; "
+                    f"subscription {name!r} has {len(held.consumers)} consumer(s) attached; "
                     "close them first, or delete with force"
                 )
             await self.alter_topic(cfg.name, drop_consumers=[name])
@@ -83,6 +107,7 @@ class SubscriptionFacade(TopicAdmin, Writes):
         """Move a subscription: partitions to offsets, or every partition to a time."""
         self._check_open()
         cfg = self.topic(topic)
+        self._durable_only(cfg)
         sub = self.subscriptions.get(cfg, name)
         if timestamp_ms is not None:
             if offsets:
@@ -107,6 +132,7 @@ class SubscriptionFacade(TopicAdmin, Writes):
         ``partition`` only: they count as acknowledged. Returns how many were skipped."""
         self._check_open()
         cfg = self.topic(topic)
+        self._durable_only(cfg)
         if partition is not None:
             self.actor(cfg.name, partition)  # range check
         sub = self.subscriptions.get(cfg, name)
@@ -144,13 +170,41 @@ class SubscriptionFacade(TopicAdmin, Writes):
         hash_ranges: Sequence[tuple[int, int]] | None = None,
         partitions: frozenset[int] | None = None,
         whole_batches: bool = False,
-    ) -> tuple[Subscription, AttachedConsumer]:
-        """Attach a consumer to a durable subscription (see `weir.broker.subscriptions`);
-        ``hash_ranges`` makes it a sticky Key_Shared consumer of those key-hash slots."""
+    ) -> tuple[Subscription | LiveSubscription, AttachedConsumer]:
+        """Attach a consumer to a durable subscription (see `weir.broker.subscriptions`), or
+        on a non-persistent topic to a live one (`weir.broker.non_persistent`: it gets the
+        messages written from now on, and keeps nothing). ``hash_ranges`` makes it a sticky
+        Key_Shared consumer of those key-hash slots (durable subscriptions only)."""
         self._check_open()
         if ack_timeout_ms < 0:
             raise BadRequestError(f"ack timeout must be >= 0 ms, got {ack_timeout_ms}")
         cfg = self.topic(topic)
+        if cfg.kind != PERSISTENT:
+            if hash_ranges is not None:
+                raise BadRequestError(
+                    f"topic {short_topic(cfg.name)!r} is non-persistent: sticky hash ranges "
+                    "are for durable Key_Shared subscriptions"
+                )
+            if partitions is not None or whole_batches:
+                # Per-partition, whole-batch consumers are the Pulsar front's; live
+                # subscriptions deliver single messages of every partition.
+                raise BadRequestError(
+                    f"topic {short_topic(cfg.name)!r} is non-persistent: this front serves "
+                    "persistent topics only"
+                )
+            sub, c, new = self.live_subscriptions.subscribe(
+                cfg.name,
+                cfg.partitions,
+                name,
+                SubscriptionType.parse(type),
+                handle,
+                consumer_name=consumer_name,
+                create=create,
+            )
+            if new:
+                for p in range(cfg.partitions):
+                    self._live[(cfg.name, p)].sinks.append(sub)
+            return sub, c
         if self.subscriptions.is_consumer(cfg, name):
             group = self._groups.get((cfg.name, name))
             if group is not None and group.members:

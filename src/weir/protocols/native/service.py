@@ -16,7 +16,7 @@ import grpc
 
 from weir.broker.broker import Broker
 from weir.broker.topic_admin import UNSET
-from weir.broker.topics import ConsumerConfig, TopicConfig, canonical_topic, short_topic
+from weir.broker.topics import PERSISTENT, ConsumerConfig, TopicConfig, canonical_topic, short_topic
 from weir.errors import (
     BadRequestError,
     WeirError,
@@ -24,6 +24,7 @@ from weir.errors import (
 from weir.protocols.native import weir_pb2 as pb
 from weir.protocols.native import weir_pb2_grpc as pb_grpc
 from weir.protocols.native.auth import PUBLIC_METHODS, guard
+from weir.protocols.native.compaction_service import CompactionCalls
 from weir.protocols.native.policy_values import from_wire, to_wire
 from weir.protocols.native.read_session import MAX_CHUNK_BYTES, ReadSession
 from weir.protocols.native.security_methods import SecurityMethods
@@ -75,10 +76,13 @@ def describe(broker: Broker, cfg: TopicConfig) -> pb.TopicDescription:
                 size_bytes=p.size_bytes,
                 generation=p.generation,
                 last_write_ms=p.last_write_ms,
+                delivered_messages=p.delivered_messages,
+                dropped_messages=p.dropped_messages,
             )
             for p in broker.partitions(cfg.name)
         ],
         created_at_ms=cfg.created_at_ms,
+        kind=cfg.kind,
     )
     to_wire(cfg.policies, d.policies)
     to_wire(broker.topic_policies(cfg), d.effective_policies)
@@ -94,7 +98,9 @@ def describe(broker: Broker, cfg: TopicConfig) -> pb.TopicDescription:
     return d
 
 
-class NativeService(TenancyCalls, SubscriptionRpcs, SecurityMethods, pb_grpc.WeirServicer):
+class NativeService(
+    CompactionCalls, TenancyCalls, SubscriptionRpcs, SecurityMethods, pb_grpc.WeirServicer
+):
     """The gRPC servicer of weir.proto (subscriptions: `weir.protocols.native.subscriptions`,
     tenants and namespaces: `weir.protocols.native.tenancy_service`, security:
     `weir.protocols.native.security_methods`)."""
@@ -144,6 +150,7 @@ class NativeService(TenancyCalls, SubscriptionRpcs, SecurityMethods, pb_grpc.Wei
                 ConsumerConfig(c.name, c.important, c.read_from_ms) for c in request.consumers
             ],
             policies=from_wire(request.policies),
+            kind=request.kind or PERSISTENT,
         )
         return describe(self.broker, cfg)
 
@@ -289,6 +296,7 @@ class NativeService(TenancyCalls, SubscriptionRpcs, SecurityMethods, pb_grpc.Wei
         try:
             self._allow(Permission.CONSUME, request.topic, "read")
             actor = self.broker.actor(request.topic, request.partition)
+            compacted = request.compacted
             if request.from_offset < 0:
                 raise BadRequestError(f"from_offset must be >= 0, got {request.from_offset}")
             to = (
@@ -300,7 +308,11 @@ class NativeService(TenancyCalls, SubscriptionRpcs, SecurityMethods, pb_grpc.Wei
             pos = request.from_offset
             sent = False
             while pos < to:
-                res = await actor.read_async(pos, budget, to)
+                res = await (
+                    self.broker.read_compacted(actor.topic, actor.partition, pos, budget, to)
+                    if compacted
+                    else actor.read_async(pos, budget, to)
+                )
                 if not res.chunks:
                     break
                 self.broker.observer.on_read(actor.topic, actor.partition, res.nbytes)

@@ -18,6 +18,7 @@ from typing import Any
 import grpc
 
 from weir.broker.broker import Broker
+from weir.broker.non_persistent import LiveSubscription
 from weir.broker.subscriptions import (
     AttachedConsumer,
     DeadLetterPolicy,
@@ -118,7 +119,7 @@ class SubscribeSession(StreamSession[pb.SubscribeRequest, pb.SubscribeResponse])
         super().__init__(context, stopping)
         self.broker = broker
         self.allow = allow
-        self._sub: Subscription | None = None
+        self._sub: Subscription | LiveSubscription | None = None
         self._consumer: AttachedConsumer | None = None
         # with retry_enable: the same consumer on the retry topic's subscription
         self._retry: tuple[Subscription, AttachedConsumer] | None = None
@@ -239,10 +240,14 @@ class SubscribeSession(StreamSession[pb.SubscribeRequest, pb.SubscribeResponse])
             self._fail(err)
 
     async def _subscribe_retry(
-        self, init: pb.SubscribeInit, sub: Subscription, c: AttachedConsumer
+        self, init: pb.SubscribeInit, sub: Subscription | LiveSubscription, c: AttachedConsumer
     ) -> None:
         """Attach this consumer to the subscription of the same name on the retry topic too
         (Shared, or Key_Shared: both deliver a retry letter after its delay)."""
+        if not isinstance(sub, Subscription):
+            raise BadRequestError(
+                f"topic {init.topic!r} is non-persistent: retry letters need a durable subscription"
+            )
         if sub.consumer_backed:
             raise BadRequestError(
                 f"subscription {sub.name!r} is the committed offsets of consumer {sub.name!r}: "
@@ -256,7 +261,7 @@ class SubscribeSession(StreamSession[pb.SubscribeRequest, pb.SubscribeResponse])
             if sub.meta.type is SubscriptionType.KEY_SHARED
             else SubscriptionType.SHARED
         )
-        self._retry = await self.broker.subscribe(
+        rsub, rc = await self.broker.subscribe(
             rcfg.name,
             sub.name,
             rtype,
@@ -268,9 +273,15 @@ class SubscribeSession(StreamSession[pb.SubscribeRequest, pb.SubscribeResponse])
             if letters.max_redeliver_count
             else None,
         )
+        if not isinstance(rsub, Subscription):  # a retry topic is persistent, as its topic
+            rsub.detach(rc.consumer_id)
+            raise BadRequestError(f"retry letter topic {letters.topic!r} is not persistent")
+        self._retry = (rsub, rc)
         self._retry_topic = short_topic(rcfg.name)
 
-    def _flow(self, sub: Subscription, c: AttachedConsumer, permits: int) -> None:
+    def _flow(
+        self, sub: Subscription | LiveSubscription, c: AttachedConsumer, permits: int
+    ) -> None:
         """Permits given back go to the retry subscription as far as it used them."""
         if self._retry is not None and self._outstanding and permits > 0:
             back = min(permits, self._outstanding)
@@ -280,14 +291,16 @@ class SubscribeSession(StreamSession[pb.SubscribeRequest, pb.SubscribeResponse])
         sub.flow(c.consumer_id, permits)
 
     def _routed(
-        self, sub: Subscription, ranges: Any
-    ) -> list[tuple[Subscription, list[tuple[int, int, int]]]]:
+        self, sub: Subscription | LiveSubscription, ranges: Any
+    ) -> list[tuple[Subscription | LiveSubscription, list[tuple[int, int, int]]]]:
         """Ranges by the subscription they belong to: this one, or its retry topic's."""
         if not ranges:
             raise BadRequestError("an acknowledgement needs at least one message")
         main = [(r.partition, r.start, r.end) for r in ranges if not r.topic]
         other = [r for r in ranges if r.topic]
-        out = [(sub, main)] if main else []
+        out: list[tuple[Subscription | LiveSubscription, list[tuple[int, int, int]]]] = (
+            [(sub, main)] if main else []
+        )
         if other:
             if self._retry is None or any(r.topic != self._retry_topic for r in other):
                 names = sorted({r.topic for r in other} - {self._retry_topic})
@@ -298,7 +311,7 @@ class SubscribeSession(StreamSession[pb.SubscribeRequest, pb.SubscribeResponse])
             out.append((self._retry[0], [(r.partition, r.start, r.end) for r in other]))
         return out
 
-    async def _ack(self, sub: Subscription, r: pb.AckRequest) -> None:
+    async def _ack(self, sub: Subscription | LiveSubscription, r: pb.AckRequest) -> None:
         routed = self._routed(sub, r.ranges)
         if r.cumulative:
             if len(routed) != 1 or len(routed[0][1]) != 1:
@@ -308,16 +321,21 @@ class SubscribeSession(StreamSession[pb.SubscribeRequest, pb.SubscribeResponse])
         else:
             await asyncio.gather(*(target.acknowledge(rs) for target, rs in routed))
 
-    async def _reconsume(self, sub: Subscription, r: pb.ReconsumeRequest) -> None:
-        if self._retry is None:
+    async def _reconsume(
+        self, sub: Subscription | LiveSubscription, r: pb.ReconsumeRequest
+    ) -> None:
+        if self._retry is None or not isinstance(sub, Subscription):
             raise BadRequestError(
                 "reconsume_later needs a consumer subscribed with retry enabled (retry_enable)"
             )
         letters = self.broker.retry_letters(sub, self._retry[0].topic)
         for target, rs in self._routed(sub, r.ranges):
+            assert isinstance(target, Subscription)  # this one, or its retry subscription
             await target.reconsume_later(rs, r.delay_ms, letters)
 
-    def _answer(self, request_id: int, sub: Subscription, r: pb.NackRequest) -> None:
+    def _answer(
+        self, request_id: int, sub: Subscription | LiveSubscription, r: pb.NackRequest
+    ) -> None:
         try:
             for target, rs in self._routed(sub, r.ranges):
                 target.negative_acknowledge(rs, r.delay_ms)
@@ -347,7 +365,7 @@ class SubscribeSession(StreamSession[pb.SubscribeRequest, pb.SubscribeResponse])
         self._tasks.add(t)
         t.add_done_callback(self._tasks.discard)
 
-    async def _unsubscribe(self, sub: Subscription, request_id: int) -> None:
+    async def _unsubscribe(self, sub: Subscription | LiveSubscription, request_id: int) -> None:
         """Delete the subscription; refused while other consumers are attached."""
         await self._drain()
         others = [c for c in sub.consumers.values() if c is not self._consumer]
