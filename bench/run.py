@@ -14,7 +14,9 @@ alike.  Workloads: produce/consume (P=1, P=4, C=1, C=2 for 100 B and 10 KB),
 latency (fixed rate, ack and end-to-end), ydb (the ydb SDK against weir's YDB
 front and against a null server), pulsar (pulsar-client against weir's Pulsar front
 and against a null server), partitions (weir: fsyncs/s as partitions
-grow), disk (append + fdatasync).  After the repetitions an unmeasured pass
+grow), subscriptions (weir: Shared consume with individual acks by 1 and 4
+consumer processes, and the cursor cost of scattered acks), disk (append + fdatasync).
+After the repetitions an unmeasured pass
 records the weir server with py-spy during its produce, consume, latency,
 many-partitions and ydb runs and writes the top functions.
 
@@ -51,6 +53,7 @@ if __package__ in (None, ""):  # run as a script: make `bench` importable
 from bench import kafka_workloads as kafka_wl
 from bench import plots, report, server_profile
 from bench import pulsar_workloads as pulsar_wl
+from bench import subscription_bench as sub_bench
 from bench import weir_workloads as weir_wl
 from bench import ydb_workloads as ydb_wl
 from bench.peers import disk, servers
@@ -71,7 +74,16 @@ ALL = [
     "kafka-null",
     "disk",
 ]
-WORKLOADS = ["produce", "latency", "ydb", "pulsar", "kafka", "partitions", "disk"]
+WORKLOADS = [
+    "produce",
+    "latency",
+    "ydb",
+    "pulsar",
+    "kafka",
+    "partitions",
+    "subscriptions",
+    "disk",
+]
 RESULTS = Path(__file__).resolve().parent / "results"
 PEER_RESULTS = Path(__file__).resolve().parent / "peers" / "results"
 
@@ -477,6 +489,36 @@ def run_partitions(lab: Lab, plan: Plan, rep: int, sink: Sink) -> None:
         )
 
 
+def run_subscriptions(lab: Lab, plan: Plan, rep: int, sink: Sink) -> None:
+    """Shared consume with individual acks (1 and 4 consumer processes) and the cursor
+    cost of scattered acks (bench/subscription_bench.py)."""
+    h = lab.weir
+    if h is None or "weir-native" not in lab.brokers:
+        return
+    n = min(plan.sizes[0][1], 200_000)
+    _measure(
+        sink,
+        "weir-native",
+        "subscription shared 100B",
+        rep,
+        h.version,
+        sub_bench.shared_rows,
+        f"{h.host}:{h.port}",
+        n,
+        [1, 4],
+        h.pid,
+    )
+    _measure(
+        sink,
+        "weir-native",
+        "subscription sparse acks",
+        rep,
+        h.version,
+        sub_bench.sparse_row,
+        20_000,
+    )
+
+
 def run_disk(lab: Lab, plan: Plan, rep: int, sink: Sink) -> None:
     _measure(
         sink,
@@ -498,6 +540,7 @@ RUNNERS: dict[str, Callable[[Lab, Plan, int, Sink], None]] = {
     "pulsar": run_pulsar,
     "kafka": run_kafka,
     "partitions": run_partitions,
+    "subscriptions": run_subscriptions,
     "disk": run_disk,
 }
 

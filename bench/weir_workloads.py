@@ -100,6 +100,7 @@ def start_server(data_dir: Path, env: dict[str, str] | None = None, timeout: flo
         WEIR_METRICS_ENABLED="true",
         WEIR_METRICS_LISTEN=f"{servers.LOOPBACK}:{mport}",
         WEIR_PULSAR_LISTEN=f"{servers.LOOPBACK}:{pport}",
+        WEIR_HTTP_LISTEN=f"{servers.LOOPBACK}:0",  # its default may be taken
         PYTHONPYCACHEPREFIX=str(Path(data_dir).parent / "pycache"),
         **(env or {}),
     )

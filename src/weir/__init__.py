@@ -41,6 +41,7 @@ _SDK = {
     "UserPassword",
     "WriteResult",
     "Writer",
+    "key_shared_slot",
 }
 
 

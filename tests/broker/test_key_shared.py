@@ -1,5 +1,6 @@
 """Key_Shared in the broker: per-key order holds while consumers join, leave and ack at
-random (a property test over schedules), and nothing is left behind."""
+random (a property test over schedules), with keys split automatically or by sticky
+ranges the consumers claim, and nothing is left behind; sticky claims are checked."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import random
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -19,6 +21,7 @@ from weir.storage.batch import encode_batch
 from weir.storage.incoming import validate_incoming
 
 KEYS = 5
+STICKY = [(i * 8192, i * 8192 + 8191) for i in range(8)]  # the slots, in 8 ranges
 
 
 class Model:
@@ -62,7 +65,7 @@ class Inbox:
         pass
 
 
-async def run(schedule: list[tuple[str, int]], seed: int) -> Model:
+async def run(schedule: list[tuple[str, int]], seed: int, sticky: bool = False) -> Model:
     rng = random.Random(seed)
     model = Model()
     with tempfile.TemporaryDirectory() as tmp:
@@ -83,9 +86,24 @@ async def run(schedule: list[tuple[str, int]], seed: int) -> Model:
                 await b.write("t", 0, validate_incoming([batch]))
                 written += n
 
-            async def join(name: str, permits: int) -> None:
+            claimed: dict[str, list[tuple[int, int]]] = {}
+
+            async def join(name: str, permits: int, ranges: list[tuple[int, int]] | None) -> None:
+                if sticky and ranges is None:  # a random share of what is not claimed yet
+                    taken = {r for rs in claimed.values() for r in rs}
+                    ranges = [r for r in STICKY if r not in taken and rng.random() < 0.5]
+                    if not ranges:
+                        return
+                if ranges:
+                    claimed[name] = ranges
                 _, c = await b.subscribe(
-                    "t", "s", "key_shared", "earliest", Inbox(name, model), consumer_name=name
+                    "t",
+                    "s",
+                    "key_shared",
+                    "earliest",
+                    Inbox(name, model),
+                    consumer_name=name,
+                    hash_ranges=ranges,
                 )
                 consumers[name] = c
                 model.attached.add(name)
@@ -105,10 +123,11 @@ async def run(schedule: list[tuple[str, int]], seed: int) -> Model:
                 if action == "write":
                     await write(1 + arg % 20)
                 elif action == "join":
-                    await join(f"c{n}", 1 + arg % 30)
+                    await join(f"c{n}", 1 + arg % 30, None)
                 elif action == "leave" and consumers:
                     name = sorted(consumers)[arg % len(consumers)]
                     sub.detach(consumers.pop(name).consumer_id)
+                    claimed.pop(name, None)
                     model.attached.discard(name)
                     for o in [o for o, who in model.held_by.items() if who == name]:
                         del model.held_by[o]  # unacked: the broker delivers it again
@@ -119,11 +138,12 @@ async def run(schedule: list[tuple[str, int]], seed: int) -> Model:
             with __import__("pytest").raises(BadRequestError, match="cumulative"):
                 await sub.acknowledge_cumulative(0, 0)
             # the end: one consumer with room for everything takes and acks what is left
-            await join("last", written + 1)
-            for name in [n for n in consumers if n != "last"]:
+            for name in list(consumers):
                 sub.detach(consumers.pop(name).consumer_id)
+                claimed.pop(name, None)
                 for o in [o for o, who in model.held_by.items() if who == name]:
                     del model.held_by[o]
+            await join("last", written + 1, [(0, 65535)] if sticky else None)
             async with asyncio.timeout(30):
                 while len(model.acked) < written:
                     model.event.clear()
@@ -152,3 +172,77 @@ def test_per_key_order_holds_while_consumers_join_leave_and_ack(
 ) -> None:
     model = asyncio.run(run([("write", 10), ("join", 5), *schedule], seed))
     assert not model.violations, model.violations[:5]
+
+
+@settings(max_examples=15, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["write", "write", "join", "join", "leave", "ack", "ack"]),
+            st.integers(0, 999),
+        ),
+        min_size=3,
+        max_size=40,
+    ),
+    st.integers(0, 2**31),
+)
+def test_per_key_order_holds_with_sticky_ranges(schedule: list[tuple[str, int]], seed: int) -> None:
+    model = asyncio.run(run([("write", 10), ("join", 5), *schedule], seed, sticky=True))
+    assert not model.violations, model.violations[:5]
+
+
+async def test_sticky_ranges_route_keys_refuse_overlaps_and_hold_unclaimed_keys(
+    tmp_path: Path,
+) -> None:
+    from tests.broker.test_subscriptions import Inbox as Box
+    from weir.broker.subscriptions.key_shared import key_hash, slot_of
+    from weir.client.routing import key_shared_slot
+    from weir.errors import ConsumerBusyError
+
+    b = await Broker.open(BrokerConfig(data_dir=tmp_path, retention_interval_s=3600))
+    await b.create_topic("t", partitions=1)
+    keys = [b"key-%d" % i for i in range(40)]
+    assert all(key_shared_slot(k) == slot_of(key_hash(k)) for k in keys)  # SDK and broker agree
+    await b.write("t", 0, validate_incoming([encode_batch([b"x"] * 40, keys=keys)]))
+    low = [o for o, k in enumerate(keys) if key_shared_slot(k) < 32768]
+    assert 0 < len(low) < 40
+
+    async def join(sub: str, name: str, ranges: object, type: str = "key_shared") -> Box:
+        box = Box()
+        s, c = await b.subscribe(
+            "t",
+            sub,
+            type,
+            "earliest",
+            box,
+            consumer_name=name,
+            hash_ranges=ranges,  # type: ignore[arg-type]
+        )
+        s.flow(c.consumer_id, 100)
+        return box
+
+    # only the low half is claimed: the rest waits until someone claims it
+    lo = await join("s", "low", [(0, 32767)])
+    assert sorted(o for _, o, _ in await lo.wait(len(low))) == low
+    with pytest.raises(
+        ConsumerBusyError, match=r"30000\.\.40000 overlaps 0\.\.32767 of consumer 'low'"
+    ):
+        await join("s", "greedy", [(30000, 40000)])
+    with pytest.raises(ConsumerBusyError, match="sticky hash ranges"):
+        await join("s", "auto", None)
+    for bad, match in (([(5, 2)], "START..END"), ([(0, 65536)], "0..65535"), ([], "at least")):
+        with pytest.raises(BadRequestError, match=match):
+            await join("s", "bad", bad)
+    with pytest.raises(BadRequestError, match="key_shared subscriptions, not shared"):
+        await join("other", "x", [(0, 10)], type="shared")
+    hi = await join("s", "high", [(32768, 65535)])
+    assert sorted(o for _, o, _ in await hi.wait(40 - len(low))) == sorted(
+        set(range(40)) - set(low)
+    )
+    info = b.describe_subscription("t", "s")
+    assert sorted(c.sticky_ranges for c in info.consumers) == [((0, 32767),), ((32768, 65535),)]
+    # an automatically split subscription refuses a sticky consumer
+    await join("auto", "a", None)
+    with pytest.raises(ConsumerBusyError, match="splits keys automatically"):
+        await join("auto", "b", [(0, 10)])
+    await b.close()

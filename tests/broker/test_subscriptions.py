@@ -52,10 +52,16 @@ class Inbox:
 
 
 async def attach(
-    b: Broker, sub: str, type: str, permits: int = 1000, name: str = "", **kw: object
+    b: Broker,
+    sub: str,
+    type: str,
+    permits: int = 1000,
+    name: str = "",
+    topic: str = "t",
+    **kw: object,
 ) -> tuple[Inbox, AttachedConsumer]:
     inbox = Inbox()
-    s, c = await b.subscribe("t", sub, type, "earliest", inbox, consumer_name=name, **kw)  # type: ignore[arg-type]
+    s, c = await b.subscribe(topic, sub, type, "earliest", inbox, consumer_name=name, **kw)  # type: ignore[arg-type]
     s.flow(c.consumer_id, permits)
     return inbox, c
 

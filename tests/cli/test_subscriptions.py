@@ -42,6 +42,9 @@ def test_create_list_describe_delete(weir: Weir, topic_name: str) -> None:
         assert "mark-delete" in described.text and c.consumer_name in described.text
         doc = weir("subscription", "describe", topic_name, "jobs", "--json").json()
         assert (doc["backlog"], doc["unacked"], len(doc["consumers"])) == (2, 2, 1)
+        # the rates of the last 10 s (their values: tests/broker/test_subscription_admin.py)
+        assert {"msg_rate_out", "msg_rate_redeliver", "ack_rate"} <= set(doc)
+        assert "msg/s acknowledged" in described.text
         busy = weir("subscription", "delete", topic_name, "jobs")
         assert busy.code == 1 and "attached" in one_line_error(busy)
         c.close()
@@ -86,3 +89,31 @@ def test_read_from_a_subscription_acknowledges_what_it_printed(weir: Weir, topic
     assert clash.code == 2 and "--subscription" in one_line_error(clash)
     at = weir("read", topic_name, "--subscription", "s", "--from", "5")
     assert at.code == 2 and "earliest or latest" in one_line_error(at)
+
+
+def test_skip_acknowledges_the_oldest_or_everything(weir: Weir, topic_name: str) -> None:
+    with Client(weir.endpoint) as client:
+        client.create_topic(topic_name, partitions=2)
+        for p, n in ((0, 3), (1, 2)):
+            with client.writer(topic_name, partition=p, producer_id=f"w{p}") as w:
+                for i in range(n):
+                    w.write(b"%d" % i)
+        client.create_subscription(topic_name, "s", initial_position="earliest")
+    two = weir("subscription", "skip", topic_name, "s", "--count", "2", "--json").json()
+    assert two["skipped"] == 4 and two["subscription"]["backlog"] == 1
+    assert [p["mark_delete"] for p in two["subscription"]["partitions"]] == [2, 2]
+    rest = weir("subscription", "skip", topic_name, "s", "--all", "--partition", "0")
+    assert rest.code == 0 and "skipped 1 message" in rest.text
+    with Client(weir.endpoint) as client:
+        assert client.describe_subscription(topic_name, "s").backlog == 0
+        with client.writer(topic_name, partition=1, producer_id="w1") as w:
+            w.write(b"new")
+        assert client.skip_subscription(topic_name, "s") == 1  # --all, every partition
+    neither = weir("subscription", "skip", topic_name, "s")
+    assert neither.code == 2 and "--count" in one_line_error(neither)
+    zero = weir("subscription", "skip", topic_name, "s", "--count", "0")
+    assert zero.code == 2
+    nowhere = weir("subscription", "skip", topic_name, "s", "--all", "--partition", "5")
+    assert nowhere.code == 1 and "partitions 0..1" in one_line_error(nowhere)
+    unknown = weir("subscription", "skip", topic_name, "nope", "--all")
+    assert unknown.code == 1 and "does not exist" in one_line_error(unknown)

@@ -45,6 +45,13 @@ def test_tenant_and_namespace_lifecycle(weir: Weir, topic_name: str) -> None:
     assert dedup["policies"]["deduplication"] is False
     ttl = weir("namespace", "set-policy", f"{tenant}/shop", "message_ttl_ms=1h", "--json").json()
     assert ttl["effective_policies"]["message_ttl_ms"] == 3_600_000
+    evict = weir(
+        "namespace",
+        "set-policy",
+        f"{tenant}/shop",
+        "backlog_quota_policy=Consumer_Backlog_Eviction",
+    )
+    assert evict.code == 0 and "consumer_backlog_eviction" in evict.text
     removed = weir("namespace", "remove-policy", f"{tenant}/shop", "message_ttl_ms", "--json")
     assert "message_ttl_ms" not in removed.json()["policies"]
     described = weir("namespace", "describe", f"{tenant}/shop")
@@ -80,6 +87,7 @@ def test_bad_input_is_one_line_and_changes_nothing(weir: Weir, topic_name: str) 
         (["namespace", "create", "x-" + topic_name[:40], "--policy", "novalue"], "KEY=VALUE"),
         (["namespace", "set-deduplication", "default", "maybe"], "on or off"),
         (["namespace", "set-policy", "default", "max_producers_per_topic=-3"], "negative"),
+        (["namespace", "set-policy", "default", "backlog_quota_policy=drop"], "is one of"),
         (["namespace", "set-retention", "default"], "nothing to change"),
         (["tenant", "create", "bad name"], "bad tenant name"),
         (

@@ -262,6 +262,42 @@ def test_key_shared_gives_each_key_to_one_consumer_in_order(
     assert client.describe_subscription(topic_name, "s").type == "key_shared"
 
 
+def test_key_shared_sticky_ranges_give_the_consumers_the_keys_they_claim(
+    client: weir.Client, topic_name: str
+) -> None:
+    client.create_topic(topic_name, partitions=1)
+    halves = {"low": [(0, 32767)], "high": [(32768, 65535)]}
+    consumers = {
+        n: client.subscribe(
+            topic_name,
+            "s",
+            type="key_shared",
+            initial_position="earliest",
+            consumer_name=n,
+            sticky_ranges=r,
+        ).wait_connected()
+        for n, r in halves.items()
+    }
+    with pytest.raises(ConsumerBusyError, match="overlaps"):
+        client.subscribe(
+            topic_name, "s", type="key_shared", sticky_ranges=[(100, 200)]
+        ).wait_connected()
+    with client.writer(topic_name, producer_id="w") as w:
+        for i in range(100):
+            w.write(b"%d" % i, key=b"key-%d" % (i % 10))
+    for name, c in consumers.items():
+        ((lo, hi),) = halves[name]
+        want = sum(1 for i in range(100) if lo <= weir.key_shared_slot(b"key-%d" % (i % 10)) <= hi)
+        msgs = take(c, want, timeout=20)
+        assert len(msgs) == want and all(lo <= weir.key_shared_slot(m.key) <= hi for m in msgs)
+        c.acknowledge(msgs)
+    info = client.describe_subscription(topic_name, "s")
+    assert sorted(c.sticky_ranges for c in info.consumers) == [[(0, 32767)], [(32768, 65535)]]
+    assert info.backlog == 0
+    for c in consumers.values():
+        c.close()
+
+
 def test_a_message_that_keeps_failing_lands_in_the_dead_letter_topic(
     client: weir.Client, topic_name: str
 ) -> None:
@@ -387,3 +423,133 @@ def test_shared_subscriptions_hold_delayed_messages_back(
         w2.write(b"x", deliver_at=0, deliver_after=1)
     c.close()
     e.close()
+
+
+def test_reconsume_later_goes_through_the_retry_topic_then_the_dead_letter_topic(
+    client: weir.Client, topic_name: str
+) -> None:
+    client.create_topic(topic_name, partitions=2)
+    with client.writer(topic_name, producer_id="w") as w:
+        w.write(b"job", key=b"K", headers={"trace": "t1"}, created_at=1_700_000_000_000)
+        w.write(b"other")
+    c = client.subscribe(
+        topic_name,
+        "s",
+        type="shared",
+        initial_position="earliest",
+        retry_enable=True,
+        dead_letter_policy=weir.DeadLetterPolicy(max_redeliver_count=2),
+    ).wait_connected()
+    assert c.retry_topic == f"{topic_name}-s-RETRY"
+    first = {m.data: m for m in take(c, 2)}
+    c.acknowledge(first[b"other"])
+    job = first[b"job"]
+    t0 = time.monotonic()
+    c.reconsume_later(job, 0.3)  # durable in the retry topic, acknowledged here
+    assert client.describe_subscription(topic_name, "s").backlog == 0
+    (back,) = take(c, 1)
+    assert time.monotonic() - t0 >= 0.3  # held back for the delay
+    assert (back.topic, back.data, back.key, back.created_at_ms) == (
+        c.retry_topic,
+        b"job",
+        b"K",
+        1_700_000_000_000,
+    )
+    assert back.reconsume_count == 1 and back.headers["trace"] == "t1"
+    assert back.headers["weir-origin-topic"] == topic_name
+    assert back.headers["weir-origin-offset"] == str(job.offset)
+    c.reconsume_later(back, dt.timedelta(0))  # from the retry topic, back to it
+    (again,) = take(c, 1)
+    assert again.reconsume_count == 2 and again.headers["weir-origin-topic"] == topic_name
+    c.reconsume_later(again, 0)  # a third time is past max_redeliver_count: the DLQ
+    assert take(c, 1, timeout=1) == []
+    with client.subscribe(
+        f"{topic_name}-s-DLQ", "audit", type="shared", initial_position="earliest"
+    ) as dlq:
+        (dead,) = take(dlq, 1)
+    assert (dead.data, dead.key, dead.headers["weir-origin-topic"]) == (b"job", b"K", topic_name)
+    assert client.describe_subscription(c.retry_topic, "s").backlog == 0
+    c.reconsume_later(first[b"job"], 0)  # acknowledged already: nothing to copy
+    with pytest.raises(BadRequestError, match="negative"):
+        c.reconsume_later(job, -1)
+    plain = client.subscribe(topic_name, "p", initial_position="earliest").wait_connected()
+    with pytest.raises(BadRequestError, match="retry_enable"):
+        plain.reconsume_later(take(plain, 1)[0], 1)
+    plain.close()
+    c.unsubscribe()
+    assert client.list_subscriptions(c.retry_topic) == []
+
+
+async def test_the_asyncio_consumer_reconsumes_later_too(
+    shared_server: ServerProcess, topic_name: str
+) -> None:
+    async with weir.aio.Client(shared_server.endpoint) as client:
+        await client.create_topic(topic_name)
+        w = client.writer(topic_name, producer_id="w")
+        await w.write(b"x")
+        await w.close()
+        c = await client.subscribe(
+            topic_name, "s", type="key_shared", initial_position="earliest", retry_enable=True
+        ).wait_connected()
+        m = await c.receive(timeout=20)
+        assert m is not None
+        await c.reconsume_later(m, 0)
+        back = await c.receive(timeout=20)
+        assert back is not None and (back.data, back.reconsume_count) == (b"x", 1)
+        await c.acknowledge(back)  # a retry letter is acknowledged on the retry topic
+        info = await client.describe_subscription(c.retry_topic, "s")
+        assert (info.type, info.backlog) == ("key_shared", 0)
+        await c.close()
+
+
+async def test_acks_made_while_others_are_in_flight_go_together(
+    shared_server: ServerProcess, topic_name: str
+) -> None:
+    async with weir.aio.Client(shared_server.endpoint) as client:
+        await client.create_topic(topic_name)
+        w = client.writer(topic_name, producer_id="w")
+        for i in range(300):
+            await w.write(b"%d" % i)
+        await w.close()
+        c = await client.subscribe(
+            topic_name, "s", type="shared", initial_position="earliest"
+        ).wait_connected()
+        got: list[weir.aio.ReceivedMessage] = []
+        while len(got) < 300:
+            got.extend(await c.receive_batch(300, timeout=20))
+        # one ack call per message, all at once, and one bad one among them
+        futures = [c.acknowledge_future(m) for m in got]
+        bad = c.acknowledge_future((0, 10_000))  # never delivered
+        await asyncio.gather(*futures)  # each one durable when it returns
+        with pytest.raises(BadRequestError, match="never delivered"):
+            await bad
+        assert c.ack_requests < 100  # grouped behind the ones in flight
+        info = await client.describe_subscription(topic_name, "s")
+        assert (info.backlog, info.unacked) == (0, 0)
+        await c.close()
+
+
+def test_a_readers_consumer_is_a_failover_subscription(
+    client: weir.Client, topic_name: str
+) -> None:
+    fill(client, topic_name, 6)
+    r = client.reader(topic_name, consumer="billing").wait_connected()
+    got: list[weir.Message] = []
+    while len(got) < 4:
+        batch = r.receive_batch(timeout=20)
+        assert batch is not None
+        got.extend(batch.messages)
+    r.commit_with_ack(got[3])  # committed: 4, the next to read
+    info = {s.name: s for s in client.list_subscriptions(topic_name)}["billing"]
+    assert (info.type, info.consumer, info.partitions[0].mark_delete) == ("failover", True, 4)
+    with pytest.raises(ConsumerBusyError, match="read session"):  # one kind of reader at a time
+        client.subscribe(topic_name, "billing", type="failover").wait_connected()
+    r.close()
+    c = client.subscribe(topic_name, "billing", type="failover").wait_connected()
+    with pytest.raises(ConsumerBusyError, match="subscription consumer"):  # and the reverse
+        client.reader(topic_name, consumer="billing").wait_connected()
+    rest = take(c, 2)
+    assert [int(m.data) for m in rest] == [4, 5]
+    c.acknowledge_cumulative(rest[-1])  # a commit
+    assert client.describe_consumer(topic_name, "billing").partitions[0].committed_offset == 6
+    c.close()

@@ -7,6 +7,7 @@ import threading
 import pulsar
 import pytest
 
+import weir
 from tests.conftest import ServerProcess
 from tests.pulsar.conftest import make_client
 
@@ -222,6 +223,52 @@ def test_key_shared_batches_of_several_keys_go_whole_by_their_first_key(
             sticky.setdefault(key, set()).add(name)
     assert all(len(o) == 1 for o in owner.values())  # a batch to one consumer
     assert all(len(o) == 1 for o in sticky.values())  # by its first key
+
+
+def test_key_shared_sticky_ranges_route_by_pulsars_slot(client: pulsar.Client, topic: str) -> None:
+    """A sticky Key_Shared consumer gets exactly the keys whose slot (Pulsar's murmur3 sticky
+    hash) is in its ranges; keys nobody claims wait for a consumer that claims them;
+    overlapping claims, and an automatic consumer among sticky ones, are refused."""
+    keys = [f"key-{i}" for i in range(16)]
+    low = [k for k in keys if weir.key_shared_slot(k.encode()) < 32768]
+    assert low and len(low) < len(keys)  # both halves have keys
+
+    def sticky(name: str, *ranges: tuple[int, int]) -> pulsar.Consumer:
+        return client.subscribe(
+            topic,
+            "sticky",
+            consumer_type=pulsar.ConsumerType.KeyShared,
+            consumer_name=name,
+            initial_position=pulsar.InitialPosition.Earliest,
+            key_shared_policy=pulsar.ConsumerKeySharedPolicy(
+                key_shared_mode=pulsar.KeySharedMode.Sticky, sticky_ranges=list(ranges)
+            ),
+        )
+
+    a = sticky("a", (0, 32767))
+    producer = client.create_producer(topic, batching_enabled=False)
+    for i in range(48):
+        producer.send_async(b"%d" % i, None, partition_key=keys[i % 16])
+    producer.flush()
+    mine = [i for i in range(48) if keys[i % 16] in low]
+    got = [a.receive(5000) for _ in mine]
+    assert sorted(int(m.data()) for m in got) == mine
+    for m in got:
+        a.acknowledge(m)
+    with pytest.raises(pulsar.Timeout):
+        a.receive(300)  # the other half's keys are held: nobody claims their slots
+    with pytest.raises(pulsar.ConsumerBusy):
+        sticky("overlap", (30000, 40000))
+    with pytest.raises(pulsar.ConsumerBusy):
+        client.subscribe(topic, "sticky", consumer_type=pulsar.ConsumerType.KeyShared)
+    b = sticky("b", (32768, 65535))
+    rest = [b.receive(5000) for _ in range(48 - len(mine))]
+    assert sorted(int(m.data()) for m in rest) == sorted(set(range(48)) - set(mine))
+    for m in rest:
+        b.acknowledge(m)
+    for c in (a, b):
+        c.close()
+    producer.close()
 
 
 def test_exclusive_subscription_refuses_a_second_consumer(

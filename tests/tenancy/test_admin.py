@@ -353,3 +353,25 @@ def test_backlog_quota_holds_writers_back_until_the_consumer_reads(
     with client.writer(topic, producer_id="p2") as w2:
         w2.write(b"after")
     assert client.describe_topic(topic).partition_info[0].end_offset == stored + 1
+
+
+def test_backlog_eviction_keeps_writers_going_and_moves_a_subscription(
+    client: weir.Client, topic_name: str
+) -> None:
+    ns = f"evict-{topic_name}"[:60]
+    client.create_namespace(
+        ns, {"backlog_quota_bytes": 20_000, "backlog_quota_policy": "consumer_backlog_eviction"}
+    )
+    assert client.describe_namespace(ns).policies["backlog_quota_policy"] == (
+        "consumer_backlog_eviction"
+    )
+    topic = f"{ns}/t"
+    client.create_topic(topic, 1)
+    client.create_subscription(topic, "slow", initial_position="earliest")
+    with client.writer(topic, producer_id="p", delivery_timeout=10) as w:
+        for i in range(500):  # 500 KB through a 20 KB quota: never refused
+            w.write(b"%05d" % i + b"x" * 1000)
+            if i % 10 == 9:
+                w.flush()
+    info = client.describe_subscription(topic, "slow")
+    assert info.partitions[0].mark_delete > 0 and info.backlog < 500

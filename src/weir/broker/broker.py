@@ -102,7 +102,11 @@ class Broker(
         self.access = ProducerAccess()
         self.producer_ids = ProducerIds(store.kv, store.committer, SERVER)
         self.subscriptions = Subscriptions(
-            store.kv, store.committer, lambda t, p: self._actors[(t, p)], self._write_dead_letters
+            store.kv,
+            store.committer,
+            lambda t, p: self._actors[(t, p)],
+            self._write_dead_letters,
+            self.offsets,
         )
         self._live = {}
         self.live_subscriptions = LiveSubscriptions(config.non_persistent_queue_bytes)

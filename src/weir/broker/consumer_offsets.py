@@ -11,7 +11,11 @@ from weir.broker.retention import Retention
 from weir.broker.tenancy.limits import Lease
 from weir.broker.topic_admin import TopicAdmin
 from weir.broker.topics import ConsumerConfig, check_consumer_name, short_topic
-from weir.errors import OffsetOutOfRangeError, UnknownConsumerError
+from weir.errors import (
+    ConsumerBusyError,
+    OffsetOutOfRangeError,
+    UnknownConsumerError,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,7 +147,15 @@ class ConsumerOffsets(TopicAdmin, Retention):
         return out
 
     def group(self, topic: str, consumer: str) -> ConsumerGroup:
+        """The consumer's group of read sessions; refused while subscription consumers
+        hold its committed offsets (one kind of reader at a time, as `subscribe` checks)."""
         cfg = self.topic(topic)
+        attached = self.subscriptions.consumer_subscribers(cfg, consumer)
+        if attached:
+            raise ConsumerBusyError(
+                f"consumer {consumer!r} of {short_topic(cfg.name)!r} has {attached} subscription "
+                "consumer(s) attached; its committed offsets serve one kind of reader at a time"
+            )
         key = (cfg.name, consumer)
         g = self._groups.get(key)
         if g is None:

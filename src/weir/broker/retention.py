@@ -66,22 +66,12 @@ class Retention(TenancyFacade):
         for cfg in list(self._topics.values()):
             if cfg.retention_ms is None and cfg.retention_bytes is None:
                 continue
-            important = [c.name for c in cfg.consumers.values() if c.important]
             for p in range(cfg.partitions):
                 actor = self._actors.get((cfg.name, p))
                 if actor is None:
                     continue
-                marks = [
-                    m
-                    for m in (
-                        self.offsets.min_committed(cfg.topic_id, p, important)
-                        if important
-                        else None,
-                        self.subscriptions.protect_from(cfg, p),
-                    )
-                    if m is not None
-                ]
-                protect = min(marks) if marks else None
+                # durable subscriptions and important consumers (subscriptions too)
+                protect = self.subscriptions.protect_from(cfg, p)
                 ttl = self.ttl_offset(cfg.name, p, now_ms) if protect is not None else None
                 if protect is not None and ttl is not None:
                     protect = max(protect, ttl)  # past its TTL, a message is nobody's to keep

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from weir.broker.access import ProducerAccess
 from weir.broker.compaction.job import CompactionJob
@@ -36,6 +37,9 @@ from weir.storage.compaction import CompactedView
 from weir.storage.kv import Op
 from weir.storage.store import Store
 
+if TYPE_CHECKING:
+    from weir.broker.backlog_quota import BacklogQuota
+
 
 def now_ms() -> int:
     return int(time.time() * 1000)
@@ -58,7 +62,7 @@ class BrokerState:
     subscriptions: Subscriptions
     schemas: SchemaRegistry
     _topics: dict[str, TopicConfig]
-    _backlog_quota: dict[str, int]  # topic -> backlog_quota_bytes, when set
+    _backlog_quota: dict[str, BacklogQuota]  # topic -> its quota, when it has one
     _actors: dict[tuple[str, int], PartitionActor]
     _groups: dict[tuple[str, str], ConsumerGroup]
     # compaction (`weir.broker.compaction`): the live view of each compacted partition,

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from weir.broker.backlog_quota import backlog_quota
 from weir.broker.non_persistent import LivePartition
 from weir.broker.partition_actor import PartitionActor
 from weir.broker.producer_admission import drop_epoch_op
@@ -289,7 +290,7 @@ class TopicAdmin(TenancyFacade):
         """Make ``cfg`` (resolved) the live config of its topic; its backlog quota with it,
         so that a write checks it with one lookup."""
         self._topics[cfg.name] = cfg
-        quota = self.topic_policies(cfg)["backlog_quota_bytes"]
+        quota = backlog_quota(self.topic_policies(cfg))
         if quota is None:
             self._backlog_quota.pop(cfg.name, None)
         else:

@@ -1,14 +1,14 @@
-"""The broker's write path (a mixin of `Broker`): codec and backlog-quota checks,
-then the partition actor's queue and group commit."""
+"""The broker's write path (a mixin of `Broker`): codec and backlog-quota checks
+(`weir.broker.backlog_quota`), then the partition actor's queue and group commit."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
 
-from weir.broker.retention import Retention
-from weir.broker.topics import PERSISTENT, TopicConfig, short_topic
-from weir.errors import BacklogQuotaExceededError, BadRequestError
+from weir.broker.backlog_quota import BacklogQuotas
+from weir.broker.topics import PERSISTENT, short_topic
+from weir.errors import BadRequestError
 from weir.storage.codecs import Codec, codec_name
 from weir.storage.incoming import IncomingBatch
 from weir.storage.partition import BatchResult
@@ -16,7 +16,7 @@ from weir.storage.tiered.manager import TierManager
 from weir.storage.tiered.payloads import cut_payloads
 
 
-class Writes(Retention):
+class Writes(BacklogQuotas):
     """Validated batches into a partition, refused while its backlog is over quota."""
 
     async def write(
@@ -76,21 +76,3 @@ class Writes(Retention):
         """Each record above ``threshold`` stored as its own object (written and verified
         before the batch is queued for commit), its data emptied in the batch."""
         return [cut_payloads(b, threshold, lambda d: tier.put_payload(log_id, d)) for b in batches]
-
-    def _check_backlog(self, cfg: TopicConfig, partition: int, quota: int) -> None:
-        """Refuse a write while the important consumers' backlog is over the quota."""
-        important = [c.name for c in cfg.consumers.values() if c.important]
-        if not important:
-            return  # nobody holds data back: retention bounds what is stored
-        actor = self._actors[(cfg.name, partition)]
-        committed = self.offsets.min_committed(cfg.topic_id, partition, important) or 0
-        ttl = self.ttl_offset(cfg.name, partition)
-        # what waits for commit counts too: a burst of requests must not slip past
-        backlog = actor.queued_bytes + actor.log.bytes_from(max(committed, ttl or 0), quota)
-        if backlog > quota:
-            self.observer.on_refused(cfg.name, partition, "backlog_quota")
-            raise BacklogQuotaExceededError(
-                f"partition {short_topic(cfg.name)}/{partition} has {backlog} or more bytes its "
-                f"important consumers have not read, over its backlog quota of {quota} bytes "
-                "(backlog_quota_bytes); writes resume as they catch up"
-            )

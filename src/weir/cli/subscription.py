@@ -1,4 +1,4 @@
-"""`weir subscription ...`: durable subscriptions (list, describe, create, seek, delete)."""
+"""`weir subscription ...`: durable subscriptions (list, describe, create, seek, skip, delete)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ from weir.cli.common import (
 from weir.client.admin import SubscriptionInfo
 
 subscription_app = typer.Typer(
-    help="Durable subscriptions: list, describe, create, seek, delete.", no_args_is_help=True
+    help="Durable subscriptions: list, describe, create, seek, skip, delete.",
+    no_args_is_help=True,
 )
 
 TopicName = Annotated[
@@ -36,7 +37,11 @@ def subscription_json(info: SubscriptionInfo) -> dict[str, Any]:
 def show_subscription(info: SubscriptionInfo) -> None:
     table = Table(
         title=f"subscription {info.name} of {info.topic} ({info.type}, "
-        f"started at {info.initial_position})",
+        + (
+            "the consumer's committed offsets)"
+            if info.consumer
+            else f"started at {info.initial_position})"
+        ),
         title_justify="left",
         show_footer=True,
     )
@@ -56,12 +61,23 @@ def show_subscription(info: SubscriptionInfo) -> None:
             p.active_consumer or "-",
         )
     output.stdout.print(table)
+    output.stdout.print(
+        f"last 10 s: {info.msg_rate_out:,.1f} msg/s out "
+        f"({info.msg_rate_redeliver:,.1f} msg/s delivered again), "
+        f"{info.ack_rate:,.1f} msg/s acknowledged"
+    )
     if info.consumers:
         consumers = Table(title="consumers", title_justify="left")
-        for name in ("id", "name", "permits", "unacked"):
-            consumers.add_column(name, justify="left" if name == "name" else "right")
+        sticky = any(c.sticky_ranges for c in info.consumers)
+        for name in ("id", "name", "permits", "unacked") + (("sticky ranges",) if sticky else ()):
+            consumers.add_column(
+                name, justify="right" if name in ("id", "permits", "unacked") else "left"
+            )
         for c in info.consumers:
-            consumers.add_row(str(c.consumer_id), c.name, str(c.permits), str(c.unacked))
+            row = [str(c.consumer_id), c.name, str(c.permits), str(c.unacked)]
+            if sticky:
+                row.append(", ".join(f"{a}..{b}" for a, b in c.sticky_ranges) or "-")
+            consumers.add_row(*row)
         output.stdout.print(consumers)
     else:
         output.stdout.print("no consumers attached")
@@ -81,10 +97,18 @@ def list_subscriptions(
         output.print_json([subscription_json(s) for s in subs])
         return
     table = Table(title=f"subscriptions of {topic}", title_justify="left")
-    for name in ("name", "type", "backlog", "unacked", "consumers"):
+    for name in ("name", "type", "backlog", "unacked", "consumers", "out msg/s", "acks msg/s"):
         table.add_column(name, justify="left" if name in ("name", "type") else "right")
     for s in subs:
-        table.add_row(s.name, s.type, str(s.backlog), str(s.unacked), str(len(s.consumers)))
+        table.add_row(
+            s.name,
+            s.type + (" (consumer)" if s.consumer else ""),
+            str(s.backlog),
+            str(s.unacked),
+            str(len(s.consumers)),
+            f"{s.msg_rate_out:,.1f}",
+            f"{s.ack_rate:,.1f}",
+        )
     output.stdout.print(table)
 
 
@@ -96,7 +120,8 @@ def describe(
     server: ServerOptions = SERVER_DEFAULTS,
     json_out: Json = False,
 ) -> None:
-    """Per partition: mark-delete position, acked ranges, backlog, unacked; the consumers."""
+    """Per partition: mark-delete position, acked ranges, backlog, unacked; the rates of
+    the last 10 s (delivered, delivered again, acknowledged); the consumers."""
     with server.connect() as client:
         info = client.describe_subscription(topic, subscription, timeout=server.timeout)
     if json_out:
@@ -178,6 +203,40 @@ def seek(
     if json_out:
         output.print_json(subscription_json(info))
     else:
+        show_subscription(info)
+
+
+@subscription_app.command("skip")
+@server_options
+def skip(
+    topic: TopicName,
+    subscription: SubscriptionName,
+    count: Annotated[
+        int | None,
+        typer.Option("--count", "-n", min=1, help="Skip this many messages of each partition."),
+    ] = None,
+    all_: Annotated[
+        bool, typer.Option("--all", help="Skip every unacknowledged message (clear the backlog).")
+    ] = False,
+    partition: Annotated[
+        int | None, typer.Option("--partition", "-p", min=0, help="Only this partition.")
+    ] = None,
+    server: ServerOptions = SERVER_DEFAULTS,
+    json_out: Json = False,
+) -> None:
+    """Acknowledge the oldest unacknowledged messages without delivering them (--count N
+    per partition, or --all); the consumers stay attached."""
+    if (count is None) == (not all_):
+        raise bad("--count/--all", "give --count N or --all, one of the two")
+    with server.connect() as client:
+        skipped = client.skip_subscription(
+            topic, subscription, count, partition=partition, timeout=server.timeout
+        )
+        info = client.describe_subscription(topic, subscription, timeout=server.timeout)
+    if json_out:
+        output.print_json({"skipped": skipped, "subscription": subscription_json(info)})
+    else:
+        output.stdout.print(f"skipped {skipped} message(s) of subscription {subscription}")
         show_subscription(info)
 
 

@@ -44,7 +44,8 @@ PolicyOption = Annotated[
     typer.Option(
         "--policy",
         help="A policy as KEY=VALUE (repeat): retention_ms=7d, retention_bytes=10GiB, "
-        "message_ttl_ms=1h, backlog_quota_bytes=1GiB, deduplication=off, max_message_bytes=1MiB, "
+        "message_ttl_ms=1h, backlog_quota_bytes=1GiB, "
+        "backlog_quota_policy=consumer_backlog_eviction, deduplication=off, max_message_bytes=1MiB, "
         "max_producers_per_topic=10, max_consumers_per_topic=10, default_partitions=4, "
         'auto_create_topics=off; "none" for no limit.',
     ),
@@ -52,6 +53,7 @@ PolicyOption = Annotated[
 _ON = {"on", "true", "yes", "1"}
 _OFF = {"off", "false", "no", "0"}
 _SWITCHES = {"deduplication", "auto_create_topics"}
+_CHOICES = {"backlog_quota_policy"}  # a name, checked by the server
 
 
 def policy_value(key: str, text: str, option: str = "--policy") -> Any:
@@ -64,6 +66,8 @@ def policy_value(key: str, text: str, option: str = "--policy") -> Any:
         if low in _OFF:
             return False
         raise bad(option, f"{key} is on or off, not {text!r}")
+    if key in _CHOICES:
+        return low
     if low == "none":
         return None
     try:

@@ -17,6 +17,7 @@ from weir.client.aio import RangeChunk
 from weir.client.credentials import Token, UserPassword
 from weir.client.messages import Batch, Message
 from weir.client.reader import PartitionSession, PartitionSessionClosedError, Start
+from weir.client.routing import key_shared_slot
 from weir.client.subscription import DeadLetterPolicy, ReceivedMessage
 from weir.client.subscription_sync import SubscriptionConsumer
 from weir.client.sync import Client, Reader, Writer
@@ -51,4 +52,5 @@ __all__ = [
     "UserPassword",
     "WriteResult",
     "Writer",
+    "key_shared_slot",
 ]

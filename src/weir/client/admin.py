@@ -286,6 +286,7 @@ class SubscriptionConsumerInfo:
     name: str
     permits: int
     unacked: int
+    sticky_ranges: list[tuple[int, int]] = field(default_factory=list)  # sticky Key_Shared
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,6 +302,14 @@ class SubscriptionInfo:
     consumers: list[SubscriptionConsumerInfo]
     max_redeliver_count: int = 0  # 0: no dead-letter topic
     dead_letter_topic: str = ""
+    # messages per second over the last ~10 s: delivered (first time or again), delivered
+    # again, acknowledged
+    msg_rate_out: float = 0.0
+    msg_rate_redeliver: float = 0.0
+    ack_rate: float = 0.0
+    # a consumer's committed offsets (readers' consumers, YDB and Kafka consumers): a
+    # failover subscription acknowledged in order or cumulatively
+    consumer: bool = False
 
 
 _TYPE_NAMES = {
@@ -330,9 +339,19 @@ def subscription_info(d: pb.SubscriptionDescription) -> SubscriptionInfo:
             for p in d.partitions
         ],
         consumers=[
-            SubscriptionConsumerInfo(c.consumer_id, c.name, c.permits, c.unacked)
+            SubscriptionConsumerInfo(
+                c.consumer_id,
+                c.name,
+                c.permits,
+                c.unacked,
+                [(r.start, r.end) for r in c.sticky_ranges],
+            )
             for c in d.consumers
         ],
         max_redeliver_count=d.max_redeliver_count,
         dead_letter_topic=d.dead_letter_topic,
+        msg_rate_out=d.msg_rate_out,
+        msg_rate_redeliver=d.msg_rate_redeliver,
+        ack_rate=d.ack_rate,
+        consumer=d.consumer,
     )

@@ -788,6 +788,26 @@ class Client(AsyncTenancyCalls, AsyncSecurityCalls, AsyncTierCalls):
             req.timestamp_ms = to_ms(timestamp, "timestamp") or 0
         return subscription_info(await self.conn.call("SeekSubscription", req, timeout))
 
+    async def skip_subscription(
+        self,
+        topic: str,
+        subscription: str,
+        count: int | None = None,
+        *,
+        partition: int | None = None,
+        timeout: float | None = 30.0,
+    ) -> int:
+        """Acknowledge the ``count`` oldest unacknowledged messages of each partition (or
+        of ``partition`` only); ``count=None`` skips them all (clears the backlog).
+        Returns how many messages were skipped; the consumers stay attached."""
+        req = pb.SkipSubscriptionRequest(topic=topic, subscription=subscription)
+        if count is not None:
+            req.count = count
+        if partition is not None:
+            req.partition = partition
+        resp = await self.conn.call("SkipSubscription", req, timeout)
+        return int(resp.skipped)
+
     def subscribe(
         self,
         topic: str,
@@ -802,6 +822,8 @@ class Client(AsyncTenancyCalls, AsyncSecurityCalls, AsyncTierCalls):
         dead_letter_policy: DeadLetterPolicy | None = None,
         listener: Callable[[SubscriptionConsumer, ReceivedMessage], Any] | None = None,
         on_reconnect: Callable[[WeirError], None] | None = None,
+        sticky_ranges: Sequence[tuple[int, int]] | None = None,
+        retry_enable: bool = False,
     ) -> SubscriptionConsumer:
         """A consumer of the durable ``subscription`` of ``topic`` (created on first use
         unless ``create=False``; call inside a running event loop).
@@ -815,7 +837,12 @@ class Client(AsyncTenancyCalls, AsyncSecurityCalls, AsyncTierCalls):
         sends ahead; ``ack_timeout`` (seconds) redelivers what stays unacknowledged longer;
         ``dead_letter_policy`` (`weir.DeadLetterPolicy`) parks what is redelivered too often;
         ``listener(consumer, message)`` (plain or ``async def``) is called for every
-        message instead of the application calling ``receive``.
+        message instead of the application calling ``receive``. ``sticky_ranges``
+        (key_shared only): the key-hash slots, inclusive ``(start, end)`` ranges within
+        0..65535, this consumer claims (`weir.key_shared_slot(key)` says a key's slot);
+        without it keys are split over the consumers automatically. ``retry_enable``:
+        the consumer also takes the subscription's retry letter topic, where
+        ``reconsume_later(message, delay)`` sends messages to come back after a delay.
         See docs/subscriptions.md.
         """
         consumer = SubscriptionConsumer(
@@ -830,6 +857,8 @@ class Client(AsyncTenancyCalls, AsyncSecurityCalls, AsyncTierCalls):
             create=create,
             dead_letter_policy=dead_letter_policy,
             on_reconnect=on_reconnect,
+            sticky_ranges=sticky_ranges,
+            retry_enable=retry_enable,
         ).start()
         if listener is not None:
             consumer.listen(listener)

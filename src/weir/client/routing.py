@@ -38,7 +38,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from weir.errors import BadRequestError
-from weir.hashing import KeyHash, pulsar_partition
+from weir.hashing import KeyHash, murmur3_32, pulsar_partition
 
 ROUND_ROBIN_RUN = 100  # keyless messages per partition before round robin moves on
 ROUTING_NAMES = ("single-partition", "key", "round-robin", "pinned")
@@ -49,6 +49,12 @@ CustomRouter = Callable[[bytes | None, int], int]
 def murmur3_partition(key: bytes, partitions: int) -> int:
     """The partition Pulsar's client picks for ``key``: murmur3_32 (seed 0) & 0x7fffffff."""
     return pulsar_partition(key, partitions)
+
+
+def key_shared_slot(key: bytes) -> int:
+    """The slot (0..65535) of ``key`` that sticky Key_Shared ranges claim, as Pulsar's
+    sticky hash: (murmur3_32(key) & 0x7fffffff) % 65536."""
+    return (murmur3_32(key) & 0x7FFFFFFF) % 65536
 
 
 class Router(Protocol):

@@ -22,8 +22,8 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from itertools import repeat
-from operator import itemgetter
+from itertools import groupby, repeat
+from operator import itemgetter, lshift, or_, sub
 from typing import Any, NamedTuple
 
 import grpc
@@ -43,6 +43,9 @@ TYPES = {
 }
 TYPE_NAMES = {v: k for k, v in TYPES.items()}
 POSITIONS = {"latest": pb.POSITION_LATEST, "earliest": pb.POSITION_EARLIEST}
+RECONSUME_COUNT = "weir-reconsume-count"  # header of a retry letter (see reconsume_later)
+MAX_ACKS_IN_FLIGHT = 2  # ack requests waiting for their answer; later acks group behind them
+MAX_GROUPED_RANGES = 10_000  # ranges in one grouped ack request
 POSITION_NAMES = {v: k for k, v in POSITIONS.items()}
 
 
@@ -84,6 +87,9 @@ class DeadLetterPolicy:
 
     max_redeliver_count: int
     dead_letter_topic: str = ""
+    # with subscribe(retry_enable=True): where reconsume_later sends messages; empty:
+    # <topic>-<subscription>-RETRY (a reconsume count past max_redeliver_count: the DLQ)
+    retry_letter_topic: str = ""
 
 
 class ReceivedMessage(NamedTuple):
@@ -105,6 +111,12 @@ class ReceivedMessage(NamedTuple):
     def message_id(self) -> tuple[int, int]:
         return (self.partition, self.offset)
 
+    @property
+    def reconsume_count(self) -> int:
+        """Times the message went through ``reconsume_later`` (0: never)."""
+        raw = self.headers.get(RECONSUME_COUNT, "")
+        return int(raw) if raw.isdigit() else 0
+
 
 MessageRef = ReceivedMessage | tuple[int, int]
 
@@ -113,8 +125,11 @@ _ID = itemgetter(1, 2)  # (partition, offset) of a ReceivedMessage
 _new = tuple.__new__
 
 
-def _ranges(items: MessageRef | Iterable[MessageRef]) -> list[pb.MessageRange]:
-    """Messages as ranges of consecutive offsets per partition (few, for batches)."""
+def _ranges(
+    items: MessageRef | Iterable[MessageRef], retry_topic: str = ""
+) -> list[pb.MessageRange]:
+    """Messages as ranges of consecutive offsets per partition (few, for batches); those
+    of the retry topic (retry enabled) as ranges of it."""
     refs: list[Any]
     if isinstance(items, ReceivedMessage) or (
         isinstance(items, tuple) and len(items) == 2 and all(isinstance(x, int) for x in items)
@@ -122,10 +137,18 @@ def _ranges(items: MessageRef | Iterable[MessageRef]) -> list[pb.MessageRange]:
         refs = [items]
     else:
         refs = list(items)
-    if all(type(m) is ReceivedMessage for m in refs):
-        ids = sorted(set(map(_ID, refs)))
-    else:
-        ids = sorted({_ID(m) if isinstance(m, ReceivedMessage) else tuple(m) for m in refs})
+    if retry_topic and any(type(m) is ReceivedMessage and m.topic == retry_topic for m in refs):
+        retries = [m for m in refs if type(m) is ReceivedMessage and m.topic == retry_topic]
+        both = _ranges(
+            [m for m in refs if not (type(m) is ReceivedMessage and m.topic == retry_topic)]
+        )
+        for r in _ranges(retries):
+            r.topic = retry_topic
+            both.append(r)
+        return both
+    if set(map(type, refs)) == {ReceivedMessage}:
+        return _message_ranges(refs)
+    ids = sorted({_ID(m) if isinstance(m, ReceivedMessage) else tuple(m) for m in refs})
     out: list[pb.MessageRange] = []
     part = start = end = -1
     for p, o in ids:
@@ -137,6 +160,32 @@ def _ranges(items: MessageRef | Iterable[MessageRef]) -> list[pb.MessageRange]:
         part, start, end = p, o, o + 1
     if part >= 0:
         out.append(pb.MessageRange(partition=part, start=start, end=end))
+    return out
+
+
+_PART = itemgetter(1)
+_OFFSET = itemgetter(2)
+_SHIFT = 48  # key = partition << 48 | offset: offsets stay far below 2**48
+_MASK = (1 << _SHIFT) - 1
+
+
+def _message_ranges(msgs: list[ReceivedMessage]) -> list[pb.MessageRange]:
+    """The `_ranges` of received messages, with no Python step per message: each becomes
+    one int (partition, offset), sorted; offset minus rank is constant along a run of
+    consecutive offsets, so the runs are the groups of equal differences."""
+    keys = sorted(set(map(or_, map(lshift, map(_PART, msgs), repeat(_SHIFT)), map(_OFFSET, msgs))))
+    if keys[-1] - keys[0] == len(keys) - 1:  # one run: the usual batch
+        k = keys[0]
+        return [
+            pb.MessageRange(partition=k >> _SHIFT, start=k & _MASK, end=(k & _MASK) + len(keys))
+        ]
+    out: list[pb.MessageRange] = []
+    i = 0
+    for _, run in groupby(map(sub, keys, range(len(keys)))):
+        k = keys[i]
+        n = len(list(run))
+        out.append(pb.MessageRange(partition=k >> _SHIFT, start=k & _MASK, end=(k & _MASK) + n))
+        i += n
     return out
 
 
@@ -204,6 +253,8 @@ class SubscriptionConsumer:
         create: bool = True,
         dead_letter_policy: DeadLetterPolicy | None = None,
         on_reconnect: Callable[[WeirError], None] | None = None,
+        sticky_ranges: Iterable[tuple[int, int]] | None = None,
+        retry_enable: bool = False,
     ) -> None:
         if receiver_queue_size < 1:
             raise BadRequestError(f"receiver_queue_size must be >= 1, got {receiver_queue_size}")
@@ -223,11 +274,19 @@ class SubscriptionConsumer:
         since = position_time_ms(initial_position)
         if since is not None:
             self._init.initial_timestamp_ms = since
+        if sticky_ranges is not None:
+            ranges = list(sticky_ranges)
+            if not ranges:
+                raise BadRequestError("sticky_ranges needs at least one (start, end) range")
+            for a, b in ranges:
+                self._init.sticky_ranges.add(start=a, end=b)
         if dead_letter_policy is not None:
             if dead_letter_policy.max_redeliver_count < 1:
                 raise BadRequestError("max_redeliver_count must be >= 1")
             self._init.max_redeliver_count = dead_letter_policy.max_redeliver_count
             self._init.dead_letter_topic = dead_letter_policy.dead_letter_topic
+            self._init.retry_letter_topic = dead_letter_policy.retry_letter_topic
+        self._init.retry_enable = retry_enable
         if self._init.ack_timeout_ms < 0:
             raise BadRequestError("ack_timeout must not be negative")
         self.receiver_queue_size = receiver_queue_size
@@ -236,6 +295,7 @@ class SubscriptionConsumer:
         self.reconnects = 0
         self.last_error: WeirError | None = None
         self.server_generation = 0  # of the server behind the current stream
+        self.retry_topic = ""  # with retry_enable: the retry topic, as its messages name it
         self._queue: deque[ReceivedMessage] = deque()
         self._queue_event = asyncio.Event()
         self._taken = 0
@@ -244,6 +304,10 @@ class SubscriptionConsumer:
         self._outbox: asyncio.Queue[tuple[int, pb.SubscribeRequest]] = asyncio.Queue()
         self._writer: asyncio.Task[None] | None = None
         self._waiting: dict[int, asyncio.Future[None]] = {}
+        self._ack_queue: deque[tuple[list[pb.MessageRange], asyncio.Future[None]]] = deque()
+        self._acks_in_flight = 0
+        self._ack_tasks: set[asyncio.Task[None]] = set()
+        self.ack_requests = 0  # ack requests sent (acks are grouped: see acknowledge)
         self._ids = itertools.count(1)
         self._connected = asyncio.Event()
         self._new_stream = asyncio.Event()  # set at each stream's init
@@ -346,12 +410,76 @@ class SubscriptionConsumer:
     # ------------------------------------------------------------------ acks
 
     async def acknowledge(self, messages: MessageRef | Iterable[MessageRef]) -> None:
-        """Acknowledge messages; returns once durable on the server."""
-        ranges = _ranges(messages)
-        if ranges:
-            await self._request(
-                lambda rid: pb.SubscribeRequest(ack=pb.AckRequest(request_id=rid, ranges=ranges))
-            )
+        """Acknowledge messages; returns once durable on the server.
+
+        Acks are grouped (Pulsar's ack grouping, with the durable answer kept): while
+        `MAX_ACKS_IN_FLIGHT` ack requests wait for their answer, the acks made meanwhile
+        queue and go together in the next request; each call returns when the request
+        that carried it is answered."""
+        ranges = _ranges(messages, self.retry_topic)
+        if not ranges:
+            return
+        self._check()
+        if self._call is None:
+            await self.wait_connected()
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._ack_queue.append((ranges, fut))
+        self._send_acks()
+        await fut
+
+    def _send_acks(self) -> None:
+        while self._ack_queue and self._acks_in_flight < MAX_ACKS_IN_FLIGHT:
+            group: list[tuple[list[pb.MessageRange], asyncio.Future[None]]] = []
+            n = 0
+            while self._ack_queue and n < MAX_GROUPED_RANGES:
+                item = self._ack_queue.popleft()
+                group.append(item)
+                n += len(item[0])
+            self._acks_in_flight += 1
+            task = asyncio.get_running_loop().create_task(self._ack_group(group))
+            self._ack_tasks.add(task)
+            task.add_done_callback(self._ack_tasks.discard)
+
+    async def _ack_group(
+        self, group: list[tuple[list[pb.MessageRange], asyncio.Future[None]]]
+    ) -> None:
+        try:
+            ranges = [r for rs, _ in group for r in rs]
+            self.ack_requests += 1
+            try:
+                await self._request(
+                    lambda rid: pb.SubscribeRequest(
+                        ack=pb.AckRequest(request_id=rid, ranges=ranges)
+                    )
+                )
+            except WeirError as err:
+                if len(group) == 1 or err.retryable:
+                    for _, fut in group:
+                        if not fut.done():
+                            fut.set_exception(err)
+                    return
+                # one call's bad ack refused the whole request: each on its own, so that
+                # the others are applied and only that one fails (acks are all or nothing)
+                for rs, fut in group:
+                    try:
+                        await self._request(
+                            lambda rid, rs=rs: pb.SubscribeRequest(  # type: ignore[misc]
+                                ack=pb.AckRequest(request_id=rid, ranges=rs)
+                            )
+                        )
+                    except WeirError as one:
+                        if not fut.done():
+                            fut.set_exception(one)
+                    else:
+                        if not fut.done():
+                            fut.set_result(None)
+                return
+            for _, fut in group:
+                if not fut.done():
+                    fut.set_result(None)
+        finally:
+            self._acks_in_flight -= 1
+            self._send_acks()
 
     def acknowledge_future(
         self, messages: MessageRef | Iterable[MessageRef]
@@ -363,7 +491,7 @@ class SubscriptionConsumer:
     async def acknowledge_cumulative(self, message: MessageRef) -> None:
         """Acknowledge every message of ``message``'s partition up to and including it
         (Exclusive and Failover subscriptions only)."""
-        ranges = _ranges(message)
+        ranges = _ranges(message, self.retry_topic)
         await self._request(
             lambda rid: pb.SubscribeRequest(
                 ack=pb.AckRequest(request_id=rid, ranges=ranges, cumulative=True)
@@ -374,11 +502,32 @@ class SubscriptionConsumer:
         self, messages: MessageRef | Iterable[MessageRef], delay: float | dt.timedelta = 0
     ) -> None:
         """Have messages delivered again after ``delay`` seconds, their redelivery count raised."""
-        ranges = _ranges(messages)
+        ranges = _ranges(messages, self.retry_topic)
         ms = _delay_ms(delay)
         await self._request(
             lambda rid: pb.SubscribeRequest(
                 nack=pb.NackRequest(request_id=rid, ranges=ranges, delay_ms=ms)
+            )
+        )
+
+    async def reconsume_later(
+        self, messages: MessageRef | Iterable[MessageRef], delay: float | dt.timedelta
+    ) -> None:
+        """Consume messages again after ``delay`` seconds, through the retry letter topic
+        (subscribe with ``retry_enable=True``): they are copied there with their key and
+        properties and a ``reconsume_count`` one higher, then acknowledged here; they come
+        back to this subscription's consumers after the delay. Past the dead-letter
+        policy's ``max_redeliver_count`` they go to the dead-letter topic instead.
+        Returns once durable."""
+        if not self._init.retry_enable:
+            raise BadRequestError("reconsume_later needs subscribe(..., retry_enable=True)")
+        ranges = _ranges(messages, self.retry_topic)
+        ms = _delay_ms(delay)
+        if ms < 0:
+            raise BadRequestError(f"a reconsume delay must not be negative, got {delay!r}")
+        await self._request(
+            lambda rid: pb.SubscribeRequest(
+                reconsume=pb.ReconsumeRequest(request_id=rid, ranges=ranges, delay_ms=ms)
             )
         )
 
@@ -478,6 +627,10 @@ class SubscriptionConsumer:
             if not fut.done():
                 fut.set_exception(lost)
         self._waiting.clear()
+        while self._ack_queue:  # grouped acks not sent yet: never applied, but say so alike
+            _, fut = self._ack_queue.popleft()
+            if not fut.done():
+                fut.set_exception(lost)
 
     async def _run(self) -> None:
         backoff = Backoff()
@@ -493,6 +646,7 @@ class SubscriptionConsumer:
                     raise error_from_code(resp.error.code, resp.error.message)
                 self.consumer_name = resp.init.consumer_name
                 self.server_generation = resp.init.generation
+                self.retry_topic = resp.init.retry_topic
                 self._generation += 1
                 self._call = call
                 self._writer = asyncio.get_running_loop().create_task(
@@ -568,6 +722,8 @@ class SubscriptionConsumer:
                 await asyncio.wait_for(self._task, timeout)
         self._end_stream(call, ClosedError("consumer is closed"))
         self._queue_event.set()
+        if self._ack_tasks:  # their requests failed with the stream: let them finish
+            await asyncio.gather(*self._ack_tasks, return_exceptions=True)
 
     async def __aenter__(self) -> SubscriptionConsumer:
         return self

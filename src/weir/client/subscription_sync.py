@@ -64,6 +64,16 @@ class SubscriptionConsumer:
         return self._inner.consumer_name
 
     @property
+    def ack_requests(self) -> int:
+        """Ack requests sent so far (acks made while others are in flight are grouped)."""
+        return self._inner.ack_requests
+
+    @property
+    def retry_topic(self) -> str:
+        """With ``retry_enable``: the retry topic, as its messages name it."""
+        return self._inner.retry_topic
+
+    @property
     def server_generation(self) -> int:
         """The generation of the server behind the current stream (one more per restart)."""
         return self._inner.server_generation
@@ -116,6 +126,12 @@ class SubscriptionConsumer:
         self, messages: MessageRef | Iterable[MessageRef], delay: float | dt.timedelta = 0
     ) -> None:
         self._loop.run(self._inner.negative_acknowledge(messages, delay))
+
+    def reconsume_later(
+        self, messages: MessageRef | Iterable[MessageRef], delay: float | dt.timedelta
+    ) -> None:
+        """See `weir.aio.SubscriptionConsumer.reconsume_later`."""
+        self._loop.run(self._inner.reconsume_later(messages, delay))
 
     def seek(
         self,

@@ -530,6 +530,22 @@ class Client(SyncTenancyCalls, SyncSecurityCalls, SyncTierCalls):
             )
         )
 
+    def skip_subscription(
+        self,
+        topic: str,
+        subscription: str,
+        count: int | None = None,
+        *,
+        partition: int | None = None,
+        timeout: float | None = 30.0,
+    ) -> int:
+        """See `weir.aio.Client.skip_subscription`."""
+        return self._run(  # type: ignore[no-any-return]
+            self._aio.skip_subscription(
+                topic, subscription, count, partition=partition, timeout=timeout
+            )
+        )
+
     def subscribe(
         self,
         topic: str,
@@ -544,6 +560,8 @@ class Client(SyncTenancyCalls, SyncSecurityCalls, SyncTierCalls):
         dead_letter_policy: DeadLetterPolicy | None = None,
         listener: Callable[[SubscriptionConsumer, ReceivedMessage], Any] | None = None,
         on_reconnect: Callable[[WeirError], None] | None = None,
+        sticky_ranges: Sequence[tuple[int, int]] | None = None,
+        retry_enable: bool = False,
     ) -> SubscriptionConsumer:
         """A consumer of a durable subscription; see `weir.aio.Client.subscribe`."""
 
@@ -559,6 +577,8 @@ class Client(SyncTenancyCalls, SyncSecurityCalls, SyncTierCalls):
                 create=create,
                 dead_letter_policy=dead_letter_policy,
                 on_reconnect=on_reconnect,
+                sticky_ranges=sticky_ranges,
+                retry_enable=retry_enable,
             )
 
         consumer = SubscriptionConsumer(self._run(make()), self._loop)

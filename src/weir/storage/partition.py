@@ -307,6 +307,18 @@ class PartitionLog(TieredLog):
                 break
         return total
 
+    def offset_keeping(self, max_bytes: int) -> int:
+        """The lowest blob boundary from which at most ``max_bytes`` are stored, counted as
+        `bytes_from` counts (the end offset when the last blob alone is larger)."""
+        total = 0
+        start = self.end_offset
+        for b in reversed(self._blobs):
+            if total + b.size > max_bytes:
+                break
+            total += b.size
+            start = b.first_offset
+        return start
+
     def last_seq_no(self, producer_id: str) -> int | None:
         st = self.producers.get(producer_id)
         return None if st is None else st.max_seq_no

@@ -17,16 +17,16 @@ import time
 
 from weir.broker.non_persistent.live_partition import LiveQueue
 from weir.broker.subscriptions.consumer import AttachedConsumer, ConsumerHandle, Delivery
+from weir.broker.subscriptions.info import (
+    SubscriptionConsumerInfo,
+    SubscriptionInfo,
+    SubscriptionPartitionInfo,
+)
 from weir.broker.subscriptions.settings import (
     InitialPosition,
     SubscriptionMeta,
     SubscriptionType,
     check_subscription_name,
-)
-from weir.broker.subscriptions.subscription import (
-    SubscriptionConsumerInfo,
-    SubscriptionInfo,
-    SubscriptionPartitionInfo,
 )
 from weir.errors import (
     ConsumerBusyError,

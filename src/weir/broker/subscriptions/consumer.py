@@ -55,6 +55,9 @@ class AttachedConsumer:
     # Deliveries hold whole stored batches (Pulsar clients acknowledge a batch as a whole):
     # a take that ends inside a batch is extended to its end, past the permits if need be
     whole_batches: bool = False
+    # Key_Shared sticky mode: the key-hash slots (inclusive ranges of 0..65535) this
+    # consumer claims; None: keys are split automatically
+    hash_ranges: tuple[tuple[int, int], ...] | None = None
 
     def takes(self, partition: int) -> bool:
         return self.partitions is None or partition in self.partitions

@@ -17,15 +17,29 @@ from typing import Protocol
 
 from weir.broker.subscriptions.ranges import RangeSet
 from weir.storage.committer import GroupCommitter
-from weir.storage.kv import Op, put
+from weir.storage.kv import Op, delete, put
 
 SUBSCRIPTIONS = "subscriptions"
 _MARK = struct.Struct("<Q")
 _CURSOR_KEY = struct.Struct(">cII")
+_COUNT = struct.Struct("<QI")
 
 
 def cursor_key(topic_id: int, partition: int, name: str) -> bytes:
     return _CURSOR_KEY.pack(b"c", topic_id, partition) + name.encode()
+
+
+def counts_key(cursor_key: bytes) -> bytes:
+    """Where a cursor's redelivery counts are kept (beside it; absent when none is > 0)."""
+    return b"r" + cursor_key[1:]
+
+
+def encode_counts(counts: dict[int, int], mark_delete: int) -> bytes:
+    return b"".join(_COUNT.pack(o, n) for o, n in sorted(counts.items()) if o >= mark_delete)
+
+
+def decode_counts(raw: bytes | memoryview) -> dict[int, int]:
+    return {o: n for o, n in _COUNT.iter_unpack(raw)}
 
 
 def parse_cursor_key(key: bytes) -> tuple[int, int, str]:
@@ -42,7 +56,16 @@ def decode_cursor(raw: bytes | memoryview) -> tuple[int, RangeSet]:
 
 
 class Cursor(Protocol):
-    """What a dispatcher sees of a cursor."""
+    """What a subscription sees of a cursor: `StoredCursor` (a subscription's own) or
+    `ConsumerCursor` (a consumer's committed offset)."""
+
+    @property
+    def acked(self) -> RangeSet: ...
+
+    def check_acks(self, ranges: list[tuple[int, int]]) -> None:
+        """Raise BadRequestError when these ``[start, end)`` acks cannot be kept."""
+
+    def drop_ops(self) -> list[Op]: ...
 
     @property
     def mark_delete(self) -> int: ...
@@ -65,6 +88,9 @@ class Cursor(Protocol):
 
     def persist(self) -> asyncio.Future[None]: ...
 
+    @property
+    def counts(self) -> dict[int, int]: ...
+
 
 class StoredCursor:
     """A `Cursor` written to the ``subscriptions`` table through the group committer."""
@@ -75,11 +101,16 @@ class StoredCursor:
         key: bytes,
         mark_delete: int,
         acked: RangeSet | None = None,
+        counts: dict[int, int] | None = None,
     ) -> None:
         self._committer = committer
         self.key = key
         self._mark = mark_delete
         self._acked = acked or RangeSet()
+        # offset -> times delivered again; kept (only counts > 0) so that dead-lettering
+        # after max_redeliver_count is not reset by a restart
+        self.counts: dict[int, int] = counts or {}
+        self._counts_stored = bool(self.counts)
         self._inflight = False
         self._next: asyncio.Future[None] | None = None
 
@@ -135,6 +166,29 @@ class StoredCursor:
     def snapshot_op(self) -> Op:
         return put(SUBSCRIPTIONS, self.key, encode_cursor(self._mark, self._acked))
 
+    def snapshot_ops(self) -> list[Op]:
+        """The cursor as it is now, and its redelivery counts (removed when none is left)."""
+        ops = [self.snapshot_op()]
+        counts = encode_counts(self.counts, self._mark) if self.counts else b""
+        if counts:
+            ops.append(put(SUBSCRIPTIONS, counts_key(self.key), counts))
+            self._counts_stored = True
+        elif self._counts_stored:
+            ops.append(delete(SUBSCRIPTIONS, counts_key(self.key)))
+            self._counts_stored = False
+        return ops
+
+    def check_acks(self, ranges: list[tuple[int, int]]) -> None:
+        return None  # any offsets: the range set keeps them
+
+    def load_counts(self, stored: dict[int, int]) -> None:
+        """Counts read back at start (the stored key is rewritten or removed at the next snapshot)."""
+        self.counts.update((o, n) for o, n in stored.items() if o >= self._mark)
+        self._counts_stored = True
+
+    def drop_ops(self) -> list[Op]:
+        return [delete(SUBSCRIPTIONS, self.key), delete(SUBSCRIPTIONS, counts_key(self.key))]
+
     def persist(self) -> asyncio.Future[None]:
         """A future that resolves once the cursor as it is now is durable."""
         fut = self._next
@@ -148,9 +202,11 @@ class StoredCursor:
         fut, self._next = self._next, None
         assert fut is not None
         self._inflight = True
-        op = self.snapshot_op()
+        ops = self.snapshot_ops()
         try:
-            done = asyncio.wrap_future(self._committer.submit([op], len(op.key) + 16))
+            done = asyncio.wrap_future(
+                self._committer.submit(ops, sum(len(op.key) + 16 for op in ops))
+            )
         except Exception as exc:
             self._inflight = False
             fut.set_exception(exc)

@@ -9,7 +9,7 @@ the message unacknowledged, so it may reach the dead-letter topic twice.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,13 +37,15 @@ class DeadLetterPolicy:
         return self.topic or f"{short_topic}-{subscription}-DLQ"
 
 
-def dead_letter_batches(
-    chunks: Iterable[Any], offsets: set[int], origin: dict[str, str]
+def copied_batches(
+    chunks: Iterable[Any],
+    offsets: Collection[int],
+    headers_for: Callable[[int, dict[str, str]], dict[str, str]],
 ) -> list[bytes]:
-    """New batches holding the messages at ``offsets`` of stored ``chunks``, one per
-    stored batch, each message's headers extended with ``origin`` and its offset."""
+    """New batches holding the messages at ``offsets`` of stored ``chunks`` (one per stored
+    batch), with their data, key and creation time; ``headers_for(offset, headers)``
+    gives each one's new headers."""
     out: list[bytes] = []
-    partition = origin[ORIGIN_PARTITION]
     for chunk in chunks:
         for pos, h in iter_batches(chunk, verify=False):
             picked = [i for i in range(h.record_count) if h.base_offset + i in offsets]
@@ -60,17 +62,25 @@ def dead_letter_batches(
                 encode_batch(
                     [data[i] for i in picked],
                     keys=[keys[i] for i in picked],
-                    headers=[
-                        {
-                            **headers[i],
-                            **origin,
-                            ORIGIN_PARTITION: partition,
-                            ORIGIN_OFFSET: str(h.base_offset + i),
-                        }
-                        for i in picked
-                    ],
+                    headers=[headers_for(h.base_offset + i, headers[i]) for i in picked],
                     created_at=[created[i] for i in picked],
                     data_codec=h.data_codec,
                 )
             )
     return out
+
+
+def with_origin(origin: dict[str, str], offset: int, headers: dict[str, str]) -> dict[str, str]:
+    """``headers`` plus where the message came from; a message that carries an origin
+    already (a retry letter) keeps its first one."""
+    if ORIGIN_TOPIC in headers:
+        return dict(headers)
+    return {**headers, **origin, ORIGIN_OFFSET: str(offset)}
+
+
+def dead_letter_batches(
+    chunks: Iterable[Any], offsets: Collection[int], origin: dict[str, str]
+) -> list[bytes]:
+    """New batches holding the messages at ``offsets`` of stored ``chunks``, one per
+    stored batch, each message's headers extended with ``origin`` and its offset."""
+    return copied_batches(chunks, offsets, lambda o, h: with_origin(origin, o, h))

@@ -4,6 +4,7 @@ the topics here; dead letters are written back through the broker's write path."
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterable, Sequence
 
 from weir.broker.non_persistent import LiveSubscription
 from weir.broker.subscriptions import (
@@ -15,10 +16,11 @@ from weir.broker.subscriptions import (
     SubscriptionInfo,
     SubscriptionType,
 )
+from weir.broker.subscriptions.retry import RetryLetters, retry_topic_for
 from weir.broker.topic_admin import TopicAdmin
 from weir.broker.topics import PERSISTENT, TopicConfig, canonical_topic, short_topic
 from weir.broker.writes import Writes
-from weir.errors import AlreadyExistsError, BadRequestError
+from weir.errors import AlreadyExistsError, BadRequestError, ConsumerBusyError
 from weir.storage.incoming import validate_incoming
 
 
@@ -62,16 +64,18 @@ class SubscriptionFacade(TopicAdmin, Writes):
         return self.subscriptions.get(cfg, name).describe(short_topic(cfg.name))
 
     def list_subscriptions(self, topic: str) -> list[SubscriptionInfo]:
+        """Every subscription of the topic, its consumers' committed offsets included."""
         cfg = self.topic(topic)
         if cfg.kind != PERSISTENT:
             subs: list[Subscription | LiveSubscription] = list(
                 self.live_subscriptions.of_topic(cfg.name)
             )
         else:
-            subs = list(self.subscriptions.of_topic(cfg))
+            subs = list(self.subscriptions.listed(cfg))
         return [s.describe(short_topic(cfg.name)) for s in subs]
 
     async def delete_subscription(self, topic: str, name: str, *, force: bool = False) -> None:
+        """Delete a subscription; for a consumer's (committed offsets), remove the consumer."""
         self._check_open()
         cfg = self.topic(topic)
         if cfg.kind != PERSISTENT:
@@ -80,6 +84,16 @@ class SubscriptionFacade(TopicAdmin, Writes):
                 live = self._live.get((cfg.name, p))
                 if live is not None and sub in live.sinks:
                     live.sinks.remove(sub)
+            return
+        if self.subscriptions.is_consumer(cfg, name):
+            held = self.subscriptions.get(cfg, name)
+            if held.consumers and not force:
+                raise ConsumerBusyError(
+                    f"subscription {name!r} has {len(held.consumers)} consumer(s) attached; "
+                    "close them first, or delete with force"
+                )
+            await self.alter_topic(cfg.name, drop_consumers=[name])
+            await self.subscriptions.forget_consumer(cfg, name)
             return
         await self.subscriptions.delete(cfg, name, force=force)
 
@@ -111,6 +125,35 @@ class SubscriptionFacade(TopicAdmin, Writes):
         await sub.seek(offsets)
         return sub.describe(short_topic(cfg.name))
 
+    async def skip_subscription(
+        self, topic: str, name: str, count: int | None = None, partition: int | None = None
+    ) -> int:
+        """Skip ``count`` messages (None: all, a clear-backlog) of every partition, or of
+        ``partition`` only: they count as acknowledged. Returns how many were skipped."""
+        self._check_open()
+        cfg = self.topic(topic)
+        self._durable_only(cfg)
+        if partition is not None:
+            self.actor(cfg.name, partition)  # range check
+        sub = self.subscriptions.get(cfg, name)
+        parts = range(cfg.partitions) if partition is None else [partition]
+        return await sub.skip(count, parts)
+
+    async def acknowledge_batch_indexes(
+        self,
+        topic: str,
+        name: str,
+        partition: int,
+        batch_offset: int,
+        indexes: Iterable[int],
+    ) -> None:
+        """Acknowledge messages of the stored batch at ``batch_offset`` by their index in
+        it (what a Pulsar ack set says); durable on return, the rest is delivered again."""
+        self._check_open()
+        await self.subscription(topic, name).acknowledge_batch_indexes(
+            partition, batch_offset, indexes
+        )
+
     async def subscribe(
         self,
         topic: str,
@@ -124,17 +167,24 @@ class SubscriptionFacade(TopicAdmin, Writes):
         create: bool = True,
         dead_letter: DeadLetterPolicy | None = None,
         initial_time_ms: int | None = None,
+        hash_ranges: Sequence[tuple[int, int]] | None = None,
         partitions: frozenset[int] | None = None,
         whole_batches: bool = False,
     ) -> tuple[Subscription | LiveSubscription, AttachedConsumer]:
         """Attach a consumer to a durable subscription (see `weir.broker.subscriptions`), or
         on a non-persistent topic to a live one (`weir.broker.non_persistent`: it gets the
-        messages written from now on, and keeps nothing)."""
+        messages written from now on, and keeps nothing). ``hash_ranges`` makes it a sticky
+        Key_Shared consumer of those key-hash slots (durable subscriptions only)."""
         self._check_open()
         if ack_timeout_ms < 0:
             raise BadRequestError(f"ack timeout must be >= 0 ms, got {ack_timeout_ms}")
         cfg = self.topic(topic)
         if cfg.kind != PERSISTENT:
+            if hash_ranges is not None:
+                raise BadRequestError(
+                    f"topic {short_topic(cfg.name)!r} is non-persistent: sticky hash ranges "
+                    "are for durable Key_Shared subscriptions"
+                )
             if partitions is not None or whole_batches:
                 # Per-partition, whole-batch consumers are the Pulsar front's; live
                 # subscriptions deliver single messages of every partition.
@@ -155,6 +205,13 @@ class SubscriptionFacade(TopicAdmin, Writes):
                 for p in range(cfg.partitions):
                     self._live[(cfg.name, p)].sinks.append(sub)
             return sub, c
+        if self.subscriptions.is_consumer(cfg, name):
+            group = self._groups.get((cfg.name, name))
+            if group is not None and group.members:
+                raise ConsumerBusyError(
+                    f"consumer {name!r} of {short_topic(cfg.name)!r} has {len(group.members)} "
+                    "read session(s); its committed offsets serve one kind of reader at a time"
+                )
         return await self.subscriptions.subscribe(
             cfg,
             name,
@@ -166,14 +223,35 @@ class SubscriptionFacade(TopicAdmin, Writes):
             create=create,
             dead_letter=dead_letter,
             initial_time_ms=initial_time_ms,
+            hash_ranges=hash_ranges,
             partitions=partitions,
             whole_batches=whole_batches,
         )
 
-    async def _write_dead_letters(self, topic: str, batches: list[bytes]) -> None:
-        """Store dead letters in ``topic`` (created with one partition when missing)."""
+    async def side_topic(self, topic: str) -> TopicConfig:
+        """A dead-letter or retry topic: created with one partition when missing."""
         if canonical_topic(topic) not in self._topics:
             with contextlib.suppress(AlreadyExistsError):
                 await self.create_topic(topic, partitions=1)
-        cfg = self.topic(topic)
+        return self.topic(topic)
+
+    def retry_letters(self, sub: Subscription, retry_topic: str = "") -> RetryLetters:
+        """Where ``reconsume_later`` sends ``sub``'s messages: its retry topic (default
+        ``<topic>-<subscription>-RETRY``) and, past its dead-letter policy's count, its
+        dead-letter topic."""
+        short = short_topic(sub.topic)
+        meta = sub.meta
+        return RetryLetters(
+            retry_topic or retry_topic_for(short, sub.name),
+            DeadLetterPolicy(meta.max_redeliver_count, meta.dead_letter_topic).topic_for(
+                short, sub.name
+            )
+            if meta.max_redeliver_count
+            else "",
+            meta.max_redeliver_count,
+        )
+
+    async def _write_dead_letters(self, topic: str, batches: list[bytes]) -> None:
+        """Store dead (or retry) letters in ``topic`` (created with one partition when missing)."""
+        cfg = await self.side_topic(topic)
         await self.write(cfg.name, 0, validate_incoming(batches))

@@ -5,6 +5,8 @@ not with the number of acked messages."""
 from __future__ import annotations
 
 import struct
+import sys
+from array import array
 from bisect import bisect_right
 from collections.abc import Iterator
 
@@ -78,12 +80,25 @@ class RangeSet:
             self._starts[0] = x
 
     def encode(self) -> bytes:
-        return b"".join(_PAIR.pack(a, b) for a, b in self)
+        """(start, end) pairs, u64 little-endian: built by array slice assignment, so
+        thousands of ranges cost microseconds, not a Python call each."""
+        n = len(self._starts)
+        out = array("Q", bytes(16 * n))
+        out[0::2] = array("Q", self._starts)
+        out[1::2] = array("Q", self._ends)
+        if sys.byteorder != "little":  # pragma: no cover - weir runs on little-endian hosts
+            out.byteswap()
+        return out.tobytes()
 
     @classmethod
     def decode(cls, raw: bytes | memoryview) -> RangeSet:
+        if len(raw) % _PAIR.size:
+            raise ValueError(f"a range set is 16-byte pairs, got {len(raw)} bytes")
+        pairs = array("Q")
+        pairs.frombytes(raw)
+        if sys.byteorder != "little":  # pragma: no cover
+            pairs.byteswap()
         rs = cls()
-        for a, b in _PAIR.iter_unpack(raw):
-            rs._starts.append(a)
-            rs._ends.append(b)
+        rs._starts = pairs[0::2].tolist()
+        rs._ends = pairs[1::2].tolist()
         return rs

@@ -16,7 +16,7 @@ class SharedDispatcher:
     allows_cumulative = False
     # rounds of at most this many messages (bounded by each consumer's permits), so that
     # messages spread over the consumers without a delivery per message
-    max_batch = 500
+    max_batch = 2000
 
     def __init__(self, subscription: str) -> None:
         self.subscription = subscription

@@ -7,7 +7,8 @@ are *pending* (with the consumer that holds them); a negative ack, an ack timeou
 the consumer leaving moves them to *redeliver*, which the pump serves first, each
 with its redelivery count raised. The cursor alone decides what is acknowledged;
 pending and redelivery state live in memory (after a restart every unacknowledged
-message is delivered again, as in Pulsar).
+message is delivered again, as in Pulsar), the redelivery counts beside the cursor.
+Acknowledgements are the `acks` mixin; the shared state is `state`.
 """
 
 from __future__ import annotations
@@ -15,27 +16,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import heapq
-import logging
-import time
-from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
 from itertools import repeat
 from typing import Any
 
 from weir.broker.partition_actor import PartitionActor
+from weir.broker.subscriptions.acks import Acknowledgements
 from weir.broker.subscriptions.consumer import AttachedConsumer, Delivery
-from weir.broker.subscriptions.cursor import StoredCursor
-from weir.broker.subscriptions.dead_letter import (
-    ORIGIN_PARTITION,
-    ORIGIN_SUBSCRIPTION,
-    ORIGIN_TOPIC,
-    DeadLetterPolicy,
-    dead_letter_batches,
-)
-from weir.broker.subscriptions.delayed import deliver_times
+from weir.broker.subscriptions.cursor import Cursor
+from weir.broker.subscriptions.dead_letter import DeadLetterPolicy
 from weir.broker.subscriptions.dispatcher import Dispatcher
+from weir.broker.subscriptions.info import (
+    SubscriptionConsumerInfo,
+    SubscriptionInfo,
+    SubscriptionPartitionInfo,
+)
 from weir.broker.subscriptions.key_shared import (
     HASH_MASK,
     MAX_HELD,
@@ -43,22 +38,25 @@ from weir.broker.subscriptions.key_shared import (
     batch_keys,
     message_keys,
 )
+from weir.broker.subscriptions.rates import RateMeter
 from weir.broker.subscriptions.settings import SubscriptionMeta, SubscriptionType
 from weir.broker.subscriptions.shared import SharedDispatcher
 from weir.broker.subscriptions.single_active import SingleActiveDispatcher
+from weir.broker.subscriptions.state import (
+    DeadLetterSink,
+    PartitionState,
+    all_durable,
+    ignore_failure,
+    log,
+)
 from weir.errors import (
     BadRequestError,
     ConsumerBusyError,
     UnavailableError,
-    UnknownPartitionError,
     WeirError,
 )
 
-log = logging.getLogger("weir.subscriptions")
-
 MAX_READ_BYTES = 1 << 20
-DeadLetterSink = Callable[[str, list[bytes]], Awaitable[None]]  # (topic, batches)
-MAX_DELAY_MS = 7 * 24 * 3600 * 1000
 
 
 def make_dispatcher(type: SubscriptionType, name: str) -> Dispatcher:
@@ -69,76 +67,16 @@ def make_dispatcher(type: SubscriptionType, name: str) -> Dispatcher:
     return SingleActiveDispatcher(type, name)
 
 
-@dataclass(eq=False, slots=True)
-class PartitionState:
-    cursor: StoredCursor
-    read_pos: int  # next offset never dispatched since the subscription was loaded
-    dispatched_high: int  # offsets below may have been delivered: they can be acked
-    pending: dict[int, tuple[int, int]] = field(
-        default_factory=dict
-    )  # offset -> (consumer, delivery)
-    redeliver: set[int] = field(default_factory=set)
-    counts: dict[int, int] = field(default_factory=dict)  # redelivery counts
-    # Key_Shared: key hashes of messages read and not acknowledged, and the ones read but
-    # held back (their key waits for another consumer, or its consumer has no permits)
-    keys: dict[int, int] = field(default_factory=dict)
-    held: set[int] = field(default_factory=set)
-    partition: int = -1
-    dead: set[int] = field(default_factory=set)  # on their way to the dead-letter topic
-    burying: asyncio.Task[None] | None = None
-    delayed: list[tuple[int, int]] = field(default_factory=list)  # heap of (deliver-at, offset)
-    delay_timer: asyncio.TimerHandle | None = None
-    wake: asyncio.Event = field(default_factory=asyncio.Event)
-    task: asyncio.Task[None] | None = None
+class Subscription(Acknowledgements):
+    """A subscription: its partitions, consumers, dispatch and admin (acks: `acks`)."""
 
-
-@dataclass(frozen=True, slots=True)
-class SubscriptionPartitionInfo:
-    partition: int
-    mark_delete: int  # every offset below is acknowledged
-    acked_ranges: int  # ranges acknowledged above mark_delete
-    backlog: int  # messages not acknowledged
-    unacked: int  # delivered and not acknowledged
-    active_consumer: str  # Exclusive / Failover: who gets this partition now
-
-
-@dataclass(frozen=True, slots=True)
-class SubscriptionConsumerInfo:
-    consumer_id: int
-    name: str
-    permits: int
-    unacked: int
-
-
-@dataclass(frozen=True, slots=True)
-class SubscriptionInfo:
-    topic: str
-    name: str
-    type: SubscriptionType
-    initial_position: str
-    created_at_ms: int
-    partitions: list[SubscriptionPartitionInfo]
-    consumers: list[SubscriptionConsumerInfo]
-    max_redeliver_count: int = 0
-    dead_letter_topic: str = ""
-
-    @property
-    def backlog(self) -> int:
-        return sum(p.backlog for p in self.partitions)
-
-    @property
-    def unacked(self) -> int:
-        return sum(p.unacked for p in self.partitions)
-
-
-class Subscription:
     def __init__(
         self,
         topic: str,
         topic_id: int,
         meta: SubscriptionMeta,
         actor_of: Callable[[int], PartitionActor],
-        new_cursor: Callable[[int, int], StoredCursor],
+        new_cursor: Callable[[int, int], Cursor],
         dead_letter_sink: DeadLetterSink | None = None,
     ) -> None:
         self.topic = topic
@@ -152,19 +90,19 @@ class Subscription:
         self.consumers: dict[int, AttachedConsumer] = {}
         self._delivery_seq = 0
         self._closed = False
-
-    @property
-    def name(self) -> str:
-        return self.meta.name
+        self.rate_out = RateMeter()
+        self.rate_redeliver = RateMeter()
+        self.rate_ack = RateMeter()
 
     # ----------------------------------------------------------------- partitions
 
-    def add_partition(self, partition: int, cursor: StoredCursor, fresh: bool) -> None:
+    def add_partition(self, partition: int, cursor: Cursor, fresh: bool) -> None:
         """Track ``partition``. A fresh cursor has delivered nothing; a loaded one may have
         delivered anything written before the restart, so acks of those are accepted."""
         actor = self._actor_of(partition)
         high = cursor.mark_delete if fresh else max(cursor.mark_delete, actor.end_offset)
         st = PartitionState(cursor, cursor.mark_delete, high, partition=partition)
+        st.delayed.on_due = lambda offsets: self._release_delayed(st, offsets)
         self.parts[partition] = st
         if self.consumers:
             self._start_pump(partition, st)
@@ -251,193 +189,6 @@ class Subscription:
             if holder is not None:
                 holder.unacked -= 1
             self._to_redeliver(st, o)
-
-    def _to_redeliver(self, st: PartitionState, offset: int) -> None:
-        n = st.counts[offset] = st.counts.get(offset, 0) + 1
-        limit = self.meta.max_redeliver_count
-        if limit and n > limit and self._dead_letter_sink is not None:
-            st.dead.add(offset)
-            if st.burying is None and not self._closed:
-                st.burying = asyncio.get_running_loop().create_task(self._bury(st))
-            return
-        st.redeliver.add(offset)
-        st.wake.set()
-
-    async def _bury(self, st: PartitionState) -> None:
-        """Copy dead letters to the dead-letter topic, then acknowledge them here."""
-        assert self._dead_letter_sink is not None
-        actor = self._actor_of(st.partition)
-        short = self.topic.rsplit("/", 1)[-1]
-        policy = DeadLetterPolicy(self.meta.max_redeliver_count, self.meta.dead_letter_topic)
-        origin = {
-            ORIGIN_TOPIC: short,
-            ORIGIN_PARTITION: str(st.partition),
-            ORIGIN_SUBSCRIPTION: self.name,
-        }
-        backoff = 0.05
-        try:
-            while st.dead and not self._closed:
-                offsets = sorted(st.dead)[:500]
-                res = await actor.read_async(offsets[0], 1 << 62, offsets[-1] + 1)
-                batches = dead_letter_batches(res.chunks, set(offsets), origin)
-                try:
-                    if batches:
-                        await self._dead_letter_sink(policy.topic_for(short, self.name), batches)
-                except WeirError as err:
-                    log.warning("dead-letter write failed, retrying: %s", err.message)
-                    await asyncio.sleep(backoff)
-                    backoff = min(5.0, backoff * 2)
-                    continue
-                st.dead.difference_update(offsets)
-                for o in offsets:
-                    st.cursor.ack_range(o, o + 1)
-                    self._settle(st, o)
-                await _all([st.cursor.persist()])
-        finally:
-            st.burying = None
-
-    def _wake_all(self) -> None:
-        for st in self.parts.values():
-            st.wake.set()
-
-    # ----------------------------------------------------------------- acks
-
-    def _state(self, partition: int) -> PartitionState:
-        st = self.parts.get(partition)
-        if st is None:
-            raise UnknownPartitionError(
-                f"subscription {self.name!r} has partitions 0..{len(self.parts) - 1}, not {partition}"
-            )
-        return st
-
-    def _check_delivered(self, ranges: Iterable[tuple[int, int, int]]) -> None:
-        for p, start, end in ranges:
-            st = self._state(p)
-            if start < 0 or end <= start:
-                raise BadRequestError(
-                    f"offsets {start}..{end - 1} of partition {p} are not a range of messages"
-                )
-            last = end - 1
-            if last >= st.dispatched_high and st.cursor.next_unacked(start) < end:
-                raise BadRequestError(
-                    f"offset {max(start, st.dispatched_high)} of partition {p} was never "
-                    f"delivered on subscription {self.name!r}: nothing acknowledged"
-                )
-
-    def _settle(self, st: PartitionState, o: int) -> None:
-        held = st.pending.pop(o, None)
-        if held is not None:
-            c = self.consumers.get(held[0])
-            if c is not None:
-                c.unacked -= 1
-        st.redeliver.discard(o)
-        st.counts.pop(o, None)
-        if st.dead:
-            st.dead.discard(o)
-        if st.keys:
-            st.keys.pop(o, None)
-            if st.held:
-                st.held.discard(o)
-                st.wake.set()  # held keys may go now
-
-    def _settle_range(self, st: PartitionState, start: int, end: int) -> None:
-        """Forget what is pending or due again in ``[start, end)``: it is acknowledged."""
-        offsets: Iterable[int]
-        if end - start <= len(st.pending) + len(st.redeliver):
-            offsets = range(start, end)
-        else:  # a wide range (a cumulative ack): walk what is held instead
-            offsets = [o for o in st.pending if start <= o < end]
-            offsets += [o for o in st.redeliver if start <= o < end]
-        if st.pending:
-            held = [h for h in map(st.pending.pop, offsets, repeat(None)) if h is not None]
-            for cid, n in Counter(h[0] for h in held).items():
-                c = self.consumers.get(cid)
-                if c is not None:
-                    c.unacked -= n
-        if st.redeliver:
-            st.redeliver.difference_update(offsets)
-        if st.counts:
-            for o in offsets:
-                st.counts.pop(o, None)
-        if st.keys:
-            for o in offsets:
-                st.keys.pop(o, None)
-            if st.held:
-                st.held.difference_update(offsets)
-                st.wake.set()  # held keys may go now
-
-    async def acknowledge(self, ranges: list[tuple[int, int, int]]) -> None:
-        """Acknowledge ``(partition, start, end)`` offset ranges; returns once durable.
-        All or nothing: one offset never delivered refuses the whole call."""
-        self._check_delivered(ranges)
-        touched: dict[int, PartitionState] = {}
-        for p, start, end in ranges:
-            st = touched[p] = self.parts[p]
-            st.cursor.ack_range(start, end)
-            self._settle_range(st, start, end)
-        await _all([st.cursor.persist() for st in touched.values()])
-
-    async def acknowledge_cumulative(self, partition: int, offset: int) -> None:
-        """Acknowledge every message of ``partition`` up to and including ``offset``."""
-        if not self.dispatcher.allows_cumulative:
-            raise BadRequestError(
-                f"subscription {self.name!r} is {self.meta.type.value}: cumulative acknowledgement "
-                "is not allowed there (messages interleave over consumers); acknowledge each message"
-            )
-        self._check_delivered([(partition, offset, offset + 1)])
-        st = self.parts[partition]
-        st.cursor.ack_cumulative(offset)
-        self._settle_range(st, 0, offset + 1)
-        await _all([st.cursor.persist()])
-
-    def negative_acknowledge(self, ranges: list[tuple[int, int, int]], delay_ms: int) -> None:
-        """Deliver the messages of these ``(partition, start, end)`` ranges again after
-        ``delay_ms`` (to any consumer that may have them)."""
-        if delay_ms < 0 or delay_ms > MAX_DELAY_MS:
-            raise BadRequestError(
-                f"a negative acknowledgement's delay is 0..{MAX_DELAY_MS} ms, got {delay_ms}"
-            )
-        self._check_delivered(ranges)
-        for p, start, end in ranges:
-            st = self.parts[p]
-            due = []
-            for o in range(start, end):
-                held = st.pending.pop(o, None)
-                if held is None:
-                    continue  # acked already, or already on its way again
-                c = self.consumers.get(held[0])
-                if c is not None:
-                    c.unacked -= 1
-                due.append(o)
-            if not due:
-                continue
-            if delay_ms == 0:
-                for o in due:
-                    self._to_redeliver(st, o)
-            else:
-                asyncio.get_running_loop().call_later(
-                    delay_ms / 1000, self._redeliver_later, st, due
-                )
-
-    def _redeliver_later(self, st: PartitionState, offsets: list[int]) -> None:
-        if self._closed:
-            return
-        for o in offsets:
-            if not st.cursor.is_acked(o) and o not in st.pending and o not in st.redeliver:
-                self._to_redeliver(st, o)
-
-    def _timed_out(
-        self, st: PartitionState, consumer_id: int, seq: int, offsets: list[int]
-    ) -> None:
-        if self._closed:
-            return
-        c = self.consumers.get(consumer_id)
-        for o in offsets:
-            if st.pending.get(o) == (consumer_id, seq):
-                del st.pending[o]
-                if c is not None:
-                    c.unacked -= 1
-                self._to_redeliver(st, o)
 
     # ----------------------------------------------------------------- dispatch
 
@@ -545,43 +296,17 @@ class Subscription:
         st.read_pos = take[-1] + 1
         st.dispatched_high = max(st.dispatched_high, st.read_pos)
         if self.dispatcher.type is SubscriptionType.SHARED:
-            take = self._hold_back_delayed(st, take, res.chunks)
+            take = st.delayed.hold_back(take, res.chunks)
             if not take:
                 return None
         return take, res.chunks
 
-    def _hold_back_delayed(self, st: PartitionState, take: list[int], chunks: Any) -> list[int]:
-        """``take`` without the messages whose delivery time is still to come (they wait
-        in ``st.delayed`` and come back through redelivery, their count unchanged)."""
-        times = deliver_times(chunks, take[0], take[-1] + 1)
-        if not times:
-            return take
-        now = _now_ms()
-        later = {o for o in take if times.get(o, 0) > now}
-        if not later:
-            return take
-        for o in later:
-            heapq.heappush(st.delayed, (times[o], o))
-        self._arm_delay(st)
-        return [o for o in take if o not in later]
-
-    def _arm_delay(self, st: PartitionState) -> None:
-        if st.delay_timer is not None:
-            st.delay_timer.cancel()
-            st.delay_timer = None
-        if st.delayed and not self._closed:
-            wait = max(0.0, (st.delayed[0][0] - _now_ms()) / 1000)
-            st.delay_timer = asyncio.get_running_loop().call_later(wait, self._release_delayed, st)
-
-    def _release_delayed(self, st: PartitionState) -> None:
-        st.delay_timer = None
-        now = _now_ms()
-        while st.delayed and st.delayed[0][0] <= now:
-            _, o = heapq.heappop(st.delayed)
+    def _release_delayed(self, st: PartitionState, offsets: list[int]) -> None:
+        """Held-back messages whose time came: delivered next (their count unchanged)."""
+        for o in offsets:
             if not st.cursor.is_acked(o) and o not in st.pending:
                 st.redeliver.add(o)
                 st.wake.set()
-        self._arm_delay(st)
 
     def _key_shared_round(
         self,
@@ -632,7 +357,7 @@ class Subscription:
                     st.keys.update(keys_of(res.chunks, fresh[0], fresh[-1] + 1))
                     st.read_pos = fresh[-1] + 1
                     st.dispatched_high = max(st.dispatched_high, st.read_pos)
-                    fresh = self._hold_back_delayed(st, fresh, res.chunks)
+                    fresh = st.delayed.hold_back(fresh, res.chunks)
         holder = {st.keys.get(o, 0) & HASH_MASK: cid for o, (cid, _) in st.pending.items()}
         blocked: set[int] = set()
         chosen: dict[int, list[int]] = {}
@@ -641,9 +366,11 @@ class Subscription:
             v = st.keys.get(o, 0)
             k = v & HASH_MASK
             target = ks.select(consumers, k)
-            cid = target.consumer_id
+            cid = -1 if target is None else target.consumer_id  # -1: a slot nobody claims
             # sticky: the rest of a batch follows its first message, past the permits
-            room = left[cid] > 0 or (sticky and batch_of.get(cid) == v >> 32)
+            room = left.get(cid, 0) > 0 or (
+                target is not None and sticky and batch_of.get(cid) == v >> 32
+            )
             if k in blocked or not room or holder.get(k, cid) != cid:
                 blocked.add(k)  # and so every later message of k waits too
                 if o not in st.redeliver:
@@ -673,7 +400,13 @@ class Subscription:
         st.pending.update(zip(offsets, repeat((c.consumer_id, seq))))
         c.permits -= len(offsets)
         c.unacked += len(offsets)
-        counts = [st.counts.get(o, 0) for o in offsets] if st.counts else [0] * len(offsets)
+        known = st.cursor.counts
+        counts = [known.get(o, 0) for o in offsets] if known else [0] * len(offsets)
+        self.rate_out.add(len(offsets))
+        if known:
+            again = len(offsets) - counts.count(0)
+            if again:
+                self.rate_redeliver.add(again)
         c.handle.deliver(Delivery(self.topic, partition, chunks, offsets, counts))
         if c.ack_timeout_ms > 0:
             asyncio.get_running_loop().call_later(
@@ -702,16 +435,65 @@ class Subscription:
             st.cursor.reset(target)
             st.pending.clear()
             st.redeliver.clear()
-            st.counts.clear()
+            st.cursor.counts.clear()
             st.keys.clear()
             st.held.clear()
             st.dead.clear()
             st.delayed.clear()
-            self._arm_delay(st)
             st.read_pos = target
             st.wake.set()
             waits.append(st.cursor.persist())
-        await _all(waits)
+        await all_durable(waits)
+
+    async def skip(self, count: int | None, partitions: Iterable[int]) -> int:
+        """Acknowledge, on each of ``partitions``, its ``count`` oldest unacknowledged
+        messages (None: all of them, Pulsar's clear-backlog), delivered or not; returns
+        how many were skipped once that is durable. Consumers stay attached: what they
+        hold of it is simply acknowledged already."""
+        if count is not None and count < 1:
+            raise BadRequestError(f"skip needs a count >= 1 (or all), got {count}")
+        states = [(p, self._state(p)) for p in partitions]
+        skipped = 0
+        for p, st in states:
+            actor = self._actor_of(p)
+            cursor = st.cursor
+            end = actor.end_offset
+            if cursor.mark_delete < actor.start_offset:
+                cursor.skip_to(actor.start_offset)
+            left = end if count is None else count
+            o = cursor.mark_delete
+            while left > 0:
+                o = cursor.next_unacked(o)
+                if o >= end:
+                    break
+                acked = cursor.next_acked(o)
+                stop = min(end, o + left, end if acked is None else acked)
+                cursor.ack_range(o, stop)
+                self._settle_range(st, o, stop)
+                skipped += stop - o
+                left -= stop - o
+                o = stop
+            st.wake.set()
+        await all_durable([st.cursor.persist() for _, st in states])
+        return skipped
+
+    def evict(self, partition: int, offset: int) -> int:
+        """Acknowledge everything of ``partition`` below ``offset`` (a backlog eviction);
+        1 if the cursor moved. Durable with the next group commit; nobody waits for it."""
+        st = self.parts.get(partition)
+        if st is None or st.cursor.mark_delete >= offset:
+            return 0
+        st.cursor.skip_to(offset)
+        self._settle_range(st, 0, offset)
+        st.read_pos = max(st.read_pos, offset)
+        st.wake.set()
+        if not self._closed:
+            st.cursor.persist().add_done_callback(ignore_failure)
+        log.info(
+            "backlog quota: subscription cursor moved forward",
+            extra={"subscription": self.name, "partition": partition, "offset": offset},
+        )
+        return 1
 
     # ----------------------------------------------------------------- admin
 
@@ -741,7 +523,9 @@ class Subscription:
             self.meta.created_at_ms,
             parts,
             [
-                SubscriptionConsumerInfo(c.consumer_id, c.name, c.permits, c.unacked)
+                SubscriptionConsumerInfo(
+                    c.consumer_id, c.name, c.permits, c.unacked, c.hash_ranges or ()
+                )
                 for c in consumers
             ],
             self.meta.max_redeliver_count,
@@ -750,14 +534,23 @@ class Subscription:
             )
             if self.meta.max_redeliver_count
             else "",
+            msg_rate_out=self.rate_out.rate(),
+            msg_rate_redeliver=self.rate_redeliver.rate(),
+            ack_rate=self.rate_ack.rate(),
+            consumer=self.consumer_backed,
         )
+
+    def close_soon(self, err: WeirError) -> None:
+        """`close` from code that cannot wait (in a task of its own)."""
+        self._closed = True
+        task = asyncio.get_running_loop().create_task(self.close(err))
+        task.add_done_callback(lambda t: None if t.cancelled() else t.exception())
 
     async def close(self, err: WeirError | None = None) -> None:
         """Stop dispatching; with ``err``, tell the attached consumers why they are dropped."""
         self._closed = True
         for st in self.parts.values():
-            if st.delay_timer is not None:
-                st.delay_timer.cancel()
+            st.delayed.close()
         tasks = [st.task for st in self.parts.values() if st.task is not None]
         tasks += [st.burying for st in self.parts.values() if st.burying is not None]
         for t in tasks:
@@ -777,11 +570,6 @@ def _tell(c: AttachedConsumer, partition: int, active: bool) -> None:
         hook(partition, active)
 
 
-async def _all(waits: list[asyncio.Future[None]]) -> None:
-    # shield: a caller that goes away must not cancel a snapshot others wait for too
-    await asyncio.gather(*(asyncio.shield(w) for w in waits))
-
-
 async def _first(*aws: Any) -> None:
     tasks = [asyncio.ensure_future(a) for a in aws]
     try:
@@ -791,7 +579,3 @@ async def _first(*aws: Any) -> None:
     finally:
         for t in tasks:
             t.cancel()
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)

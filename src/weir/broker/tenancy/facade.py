@@ -27,6 +27,7 @@ def server_policies(config: BrokerConfig) -> dict[str, Any]:
         "retention_bytes": config.default_retention_bytes,
         "message_ttl_ms": None,
         "backlog_quota_bytes": None,
+        "backlog_quota_policy": "producer_exception",
         "deduplication": True,
         "offload_threshold_bytes": None,
         "offload_threshold_ms": None,

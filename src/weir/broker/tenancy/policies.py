@@ -19,12 +19,20 @@ from weir.errors import BadRequestError
 MAX_PARTITIONS = 10_000
 
 
+BACKLOG_QUOTA_POLICIES = (
+    "producer_request_hold",
+    "producer_exception",
+    "consumer_backlog_eviction",
+)
+
+
 @dataclass(frozen=True)
 class PolicyKey:
     name: str
-    kind: str  # "limit": positive int or None; "bool"; "partitions"
+    kind: str  # "limit": positive int or None; "bool"; "partitions"; "choice": one of choices
     doc: str
     topic_level: bool = True  # a topic may override it
+    choices: tuple[str, ...] = ()
 
 
 KEYS: dict[str, PolicyKey] = {
@@ -43,8 +51,16 @@ KEYS: dict[str, PolicyKey] = {
         PolicyKey(
             "backlog_quota_bytes",
             "limit",
-            "writes are refused (retryable) while important consumers have more than this "
-            "many bytes per partition left to read (null: no quota)",
+            "what important consumers and durable subscriptions may leave unacknowledged per "
+            "partition, in bytes, before backlog_quota_policy applies (null: no quota)",
+        ),
+        PolicyKey(
+            "backlog_quota_policy",
+            "choice",
+            "past backlog_quota_bytes: producer_request_hold or producer_exception refuse "
+            "writes (retryable; weir's writers hold and retry), consumer_backlog_eviction "
+            "drops the oldest by moving the slowest cursors forward",
+            choices=BACKLOG_QUOTA_POLICIES,
         ),
         PolicyKey(
             "offload_threshold_bytes",
@@ -107,6 +123,12 @@ def _check(key: str, value: Any) -> Any:
     if spec.kind == "bool":
         if not isinstance(value, bool):
             raise BadRequestError(f"policy {key} must be true or false, got {value!r}")
+        return value
+    if spec.kind == "choice":
+        if value not in spec.choices:
+            raise BadRequestError(
+                f"policy {key} is one of {', '.join(spec.choices)}, not {value!r}"
+            )
         return value
     if value is None and spec.kind == "limit":
         return None

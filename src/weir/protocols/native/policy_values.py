@@ -1,6 +1,7 @@
 """Policy values on the wire: ``map<string, PolicyValue>`` to and from a plain dict.
 
-A number, a flag, or "unlimited" (None in Python: keep forever, no TTL, any number).
+A number, a flag, a named choice (a string), or "unlimited" (None in Python: keep
+forever, no TTL, any number).
 Shared by the server and the SDK, so both read the map the same way.
 """
 
@@ -23,9 +24,11 @@ def to_wire(values: Mapping[str, Any], into: Any) -> None:
             slot.flag = v
         elif isinstance(v, int):
             slot.number = v
+        elif isinstance(v, str):
+            slot.text = v
         else:
             raise BadRequestError(
-                f"policy {key} must be a number, true/false or None (no limit), got {v!r}"
+                f"policy {key} must be a number, true/false, a name or None (no limit), got {v!r}"
             )
 
 

@@ -115,9 +115,12 @@ class ReadSession(StreamSession[pb.ReadRequest, pb.ReadResponse | RawReadData]):
             topics = [(await self.broker.topic_for_use(t)).name for t in init.topics]
             for t in dict.fromkeys(topics):
                 self._leases.append(self.broker.count_consumer(t))
+            groups = {}
             if self.consumer:
                 for t in topics:
                     await self.broker.ensure_consumer(t, self.consumer)
+                # before the init answer: a consumer held by subscription consumers is refused
+                groups = {t: self.broker.group(t, self.consumer) for t in topics}
             self._out.put_nowait(
                 pb.ReadResponse(init=pb.ReadInitResult(session_id=self.session_id))
             )
@@ -131,7 +134,7 @@ class ReadSession(StreamSession[pb.ReadRequest, pb.ReadResponse | RawReadData]):
             )
             for t in topics:
                 if self.consumer:
-                    g = self.broker.group(t, self.consumer)
+                    g = groups[t]
                     self._groups.append(g)
                     g.join(self)
                 else:

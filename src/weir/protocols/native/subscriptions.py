@@ -10,6 +10,7 @@ its unacknowledged messages go to the others.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -28,11 +29,12 @@ from weir.broker.subscriptions import (
     SubscriptionType,
 )
 from weir.broker.topics import short_topic
-from weir.errors import BadRequestError, ConsumerBusyError, WeirError
+from weir.errors import BadRequestError, ConsumerBusyError, UnknownSubscriptionError, WeirError
 from weir.protocols.native import weir_pb2 as pb
 from weir.protocols.native.stream import StreamSession, error_proto
 from weir.protocols.native.unary import unary as unary_errors
 from weir.security.grants import Permission
+from weir.storage.batch_slices import trim_chunks
 
 log = logging.getLogger("weir.native")
 
@@ -74,6 +76,10 @@ def subscription_description(info: SubscriptionInfo) -> pb.SubscriptionDescripti
         created_at_ms=info.created_at_ms,
         max_redeliver_count=info.max_redeliver_count,
         dead_letter_topic=info.dead_letter_topic,
+        msg_rate_out=info.msg_rate_out,
+        msg_rate_redeliver=info.msg_rate_redeliver,
+        ack_rate=info.ack_rate,
+        consumer=info.consumer,
         backlog=info.backlog,
         unacked=info.unacked,
         partitions=[
@@ -89,17 +95,15 @@ def subscription_description(info: SubscriptionInfo) -> pb.SubscriptionDescripti
         ],
         consumers=[
             pb.SubscriptionConsumer(
-                consumer_id=c.consumer_id, name=c.name, permits=c.permits, unacked=c.unacked
+                consumer_id=c.consumer_id,
+                name=c.name,
+                permits=c.permits,
+                unacked=c.unacked,
+                sticky_ranges=[pb.HashRange(start=a, end=b) for a, b in c.sticky_ranges],
             )
             for c in info.consumers
         ],
     )
-
-
-def _ranges(ranges: Any) -> list[tuple[int, int, int]]:
-    if not ranges:
-        raise BadRequestError("an acknowledgement needs at least one message")
-    return [(r.partition, r.start, r.end) for r in ranges]
 
 
 class SubscribeSession(StreamSession[pb.SubscribeRequest, pb.SubscribeResponse]):
@@ -117,18 +121,25 @@ class SubscribeSession(StreamSession[pb.SubscribeRequest, pb.SubscribeResponse])
         self.allow = allow
         self._sub: Subscription | LiveSubscription | None = None
         self._consumer: AttachedConsumer | None = None
+        # with retry_enable: the same consumer on the retry topic's subscription
+        self._retry: tuple[Subscription, AttachedConsumer] | None = None
+        self._retry_topic = ""  # as its messages name it
+        self._outstanding = 0  # retry messages delivered and not given back as permits
         self._tasks: set[asyncio.Task[None]] = set()
         self._unsubscribing = False
 
     # ConsumerHandle ----------------------------------------------------------
 
     def deliver(self, d: Delivery) -> None:
+        if self._retry is not None and d.topic == self._retry[0].topic:
+            self._outstanding += len(d.offsets)
         self._out.put_nowait(
             pb.SubscribeResponse(
                 messages=pb.SubscriptionMessages(
                     topic=short_topic(d.topic),
                     partition=d.partition,
-                    chunks=[bytes(c) for c in d.chunks],
+                    # only what is delivered of each stored batch, not all of a big one
+                    chunks=[bytes(c) for c in trim_chunks(d.chunks, d.offsets)],
                     offsets=d.offsets,
                     redelivery_counts=d.redelivery_counts,
                 )
@@ -147,6 +158,8 @@ class SubscribeSession(StreamSession[pb.SubscribeRequest, pb.SubscribeResponse])
     def _release(self) -> None:
         if self._sub is not None and self._consumer is not None:
             self._sub.detach(self._consumer.consumer_id)
+        if self._retry is not None:
+            self._retry[0].detach(self._retry[1].consumer_id)
 
     async def _drain(self) -> None:
         if self._tasks:
@@ -179,8 +192,13 @@ class SubscribeSession(StreamSession[pb.SubscribeRequest, pb.SubscribeResponse])
                 initial_time_ms=init.initial_timestamp_ms
                 if init.HasField("initial_timestamp_ms")
                 else None,
+                hash_ranges=[(r.start, r.end) for r in init.sticky_ranges]
+                if init.sticky_ranges
+                else None,
             )
             self._sub, self._consumer = sub, c
+            if init.retry_enable:
+                await self._subscribe_retry(init, sub, c)
             self._out.put_nowait(
                 pb.SubscribeResponse(
                     init=pb.SubscribeInitResult(
@@ -190,18 +208,23 @@ class SubscribeSession(StreamSession[pb.SubscribeRequest, pb.SubscribeResponse])
                         type=TYPE_CODES[sub.meta.type],
                         consumer_name=c.name,
                         generation=self.broker.generation,
+                        retry_topic=self._retry_topic,
                     )
                 )
             )
             sub.flow(c.consumer_id, init.permits)
+            if self._retry is not None:
+                self._retry[0].flow(self._retry[1].consumer_id, init.permits)
             async for req in requests:
                 kind = req.WhichOneof("kind")
                 if kind == "flow":
-                    sub.flow(c.consumer_id, req.flow.permits)
+                    self._flow(sub, c, req.flow.permits)
                 elif kind == "ack":
                     self._spawn(req.ack.request_id, self._ack(sub, req.ack))
                 elif kind == "nack":
                     self._answer(req.nack.request_id, sub, req.nack)
+                elif kind == "reconsume":
+                    self._spawn(req.reconsume.request_id, self._reconsume(sub, req.reconsume))
                 elif kind == "unsubscribe":
                     await self._unsubscribe(sub, req.unsubscribe.request_id)
                     return
@@ -216,20 +239,106 @@ class SubscribeSession(StreamSession[pb.SubscribeRequest, pb.SubscribeResponse])
                 log.exception("subscribe session failed")
             self._fail(err)
 
+    async def _subscribe_retry(
+        self, init: pb.SubscribeInit, sub: Subscription | LiveSubscription, c: AttachedConsumer
+    ) -> None:
+        """Attach this consumer to the subscription of the same name on the retry topic too
+        (Shared, or Key_Shared: both deliver a retry letter after its delay)."""
+        if not isinstance(sub, Subscription):
+            raise BadRequestError(
+                f"topic {init.topic!r} is non-persistent: retry letters need a durable subscription"
+            )
+        if sub.consumer_backed:
+            raise BadRequestError(
+                f"subscription {sub.name!r} is the committed offsets of consumer {sub.name!r}: "
+                "it has no retry letter topic"
+            )
+        letters = self.broker.retry_letters(sub, init.retry_letter_topic)
+        self.allow(Permission.CONSUME, letters.topic, "subscribe to")
+        rcfg = await self.broker.side_topic(letters.topic)
+        rtype = (
+            SubscriptionType.KEY_SHARED
+            if sub.meta.type is SubscriptionType.KEY_SHARED
+            else SubscriptionType.SHARED
+        )
+        rsub, rc = await self.broker.subscribe(
+            rcfg.name,
+            sub.name,
+            rtype,
+            InitialPosition.EARLIEST,
+            self,
+            consumer_name=c.name,
+            ack_timeout_ms=init.ack_timeout_ms,
+            dead_letter=DeadLetterPolicy(letters.max_redeliver_count, letters.dead_letter_topic)
+            if letters.max_redeliver_count
+            else None,
+        )
+        if not isinstance(rsub, Subscription):  # a retry topic is persistent, as its topic
+            rsub.detach(rc.consumer_id)
+            raise BadRequestError(f"retry letter topic {letters.topic!r} is not persistent")
+        self._retry = (rsub, rc)
+        self._retry_topic = short_topic(rcfg.name)
+
+    def _flow(
+        self, sub: Subscription | LiveSubscription, c: AttachedConsumer, permits: int
+    ) -> None:
+        """Permits given back go to the retry subscription as far as it used them."""
+        if self._retry is not None and self._outstanding and permits > 0:
+            back = min(permits, self._outstanding)
+            self._outstanding -= back
+            self._retry[0].flow(self._retry[1].consumer_id, back)
+            permits -= back
+        sub.flow(c.consumer_id, permits)
+
+    def _routed(
+        self, sub: Subscription | LiveSubscription, ranges: Any
+    ) -> list[tuple[Subscription | LiveSubscription, list[tuple[int, int, int]]]]:
+        """Ranges by the subscription they belong to: this one, or its retry topic's."""
+        if not ranges:
+            raise BadRequestError("an acknowledgement needs at least one message")
+        main = [(r.partition, r.start, r.end) for r in ranges if not r.topic]
+        other = [r for r in ranges if r.topic]
+        out: list[tuple[Subscription | LiveSubscription, list[tuple[int, int, int]]]] = (
+            [(sub, main)] if main else []
+        )
+        if other:
+            if self._retry is None or any(r.topic != self._retry_topic for r in other):
+                names = sorted({r.topic for r in other} - {self._retry_topic})
+                raise BadRequestError(
+                    f"messages of {names or [self._retry_topic]} do not belong to this "
+                    "consumer (only its topic and, with retry enabled, its retry topic do)"
+                )
+            out.append((self._retry[0], [(r.partition, r.start, r.end) for r in other]))
+        return out
+
     async def _ack(self, sub: Subscription | LiveSubscription, r: pb.AckRequest) -> None:
-        ranges = _ranges(r.ranges)
+        routed = self._routed(sub, r.ranges)
         if r.cumulative:
-            if len(ranges) != 1:
+            if len(routed) != 1 or len(routed[0][1]) != 1:
                 raise BadRequestError("a cumulative acknowledgement names exactly one message")
-            await sub.acknowledge_cumulative(ranges[0][0], ranges[0][1])
+            target, ((p, o, _),) = routed[0]
+            await target.acknowledge_cumulative(p, o)
         else:
-            await sub.acknowledge(ranges)
+            await asyncio.gather(*(target.acknowledge(rs) for target, rs in routed))
+
+    async def _reconsume(
+        self, sub: Subscription | LiveSubscription, r: pb.ReconsumeRequest
+    ) -> None:
+        if self._retry is None or not isinstance(sub, Subscription):
+            raise BadRequestError(
+                "reconsume_later needs a consumer subscribed with retry enabled (retry_enable)"
+            )
+        letters = self.broker.retry_letters(sub, self._retry[0].topic)
+        for target, rs in self._routed(sub, r.ranges):
+            assert isinstance(target, Subscription)  # this one, or its retry subscription
+            await target.reconsume_later(rs, r.delay_ms, letters)
 
     def _answer(
         self, request_id: int, sub: Subscription | LiveSubscription, r: pb.NackRequest
     ) -> None:
         try:
-            sub.negative_acknowledge(_ranges(r.ranges), r.delay_ms)
+            for target, rs in self._routed(sub, r.ranges):
+                target.negative_acknowledge(rs, r.delay_ms)
         except WeirError as err:
             self._out.put_nowait(
                 pb.SubscribeResponse(
@@ -268,6 +377,11 @@ class SubscribeSession(StreamSession[pb.SubscribeRequest, pb.SubscribeResponse])
                 )
             self._unsubscribing = True
             await self.broker.delete_subscription(sub.topic, sub.name, force=True)
+            if self._retry is not None:
+                with contextlib.suppress(UnknownSubscriptionError):
+                    await self.broker.delete_subscription(
+                        self._retry[0].topic, sub.name, force=True
+                    )
         except WeirError as err:
             self._unsubscribing = False
             self._out.put_nowait(
@@ -344,6 +458,24 @@ class SubscriptionRpcs:
             request.timestamp_ms if request.HasField("timestamp_ms") else None,
         )
         return subscription_description(info)
+
+    @unary_errors
+    async def SkipSubscription(
+        self, request: pb.SkipSubscriptionRequest, context: grpc.aio.ServicerContext
+    ) -> pb.SkipSubscriptionResponse:
+        self._allow(Permission.CONSUME, request.topic, "skip messages of a subscription of")
+        skipped = await self.broker.skip_subscription(
+            request.topic,
+            request.subscription,
+            request.count if request.HasField("count") else None,
+            request.partition if request.HasField("partition") else None,
+        )
+        return pb.SkipSubscriptionResponse(
+            skipped=skipped,
+            subscription=subscription_description(
+                self.broker.describe_subscription(request.topic, request.subscription)
+            ),
+        )
 
     @unary_errors
     async def DeleteSubscription(

@@ -1817,22 +1817,26 @@ class PolicyValue(_message.Message):
     NUMBER_FIELD_NUMBER: _builtins.int
     FLAG_FIELD_NUMBER: _builtins.int
     UNLIMITED_FIELD_NUMBER: _builtins.int
+    TEXT_FIELD_NUMBER: _builtins.int
     number: _builtins.int
     flag: _builtins.bool
     unlimited: _builtins.bool
     """No limit (keep forever, no TTL, any number)."""
+    text: _builtins.str
+    """One of a policy's named choices (backlog_quota_policy)."""
     def __init__(
         self,
         *,
         number: _builtins.int = ...,
         flag: _builtins.bool = ...,
         unlimited: _builtins.bool = ...,
+        text: _builtins.str = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["flag", b"flag", "number", b"number", "unlimited", b"unlimited", "value", b"value"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["flag", b"flag", "number", b"number", "text", b"text", "unlimited", b"unlimited", "value", b"value"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["flag", b"flag", "number", b"number", "unlimited", b"unlimited", "value", b"value"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["flag", b"flag", "number", b"number", "text", b"text", "unlimited", b"unlimited", "value", b"value"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_value: _TypeAlias = _typing.Literal["number", "flag", "unlimited"]  # noqa: Y015
+    _WhichOneofReturnType_value: _TypeAlias = _typing.Literal["number", "flag", "unlimited", "text"]  # noqa: Y015
     _WhichOneofArgType_value: _TypeAlias = _typing.Literal["value", b"value"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_value) -> _WhichOneofReturnType_value | None: ...
 
@@ -2178,6 +2182,7 @@ class SubscribeRequest(_message.Message):
     ACK_FIELD_NUMBER: _builtins.int
     NACK_FIELD_NUMBER: _builtins.int
     UNSUBSCRIBE_FIELD_NUMBER: _builtins.int
+    RECONSUME_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def init(self) -> Global___SubscribeInit: ...
     @_builtins.property
@@ -2188,6 +2193,8 @@ class SubscribeRequest(_message.Message):
     def nack(self) -> Global___NackRequest: ...
     @_builtins.property
     def unsubscribe(self) -> Global___UnsubscribeRequest: ...
+    @_builtins.property
+    def reconsume(self) -> Global___ReconsumeRequest: ...
     def __init__(
         self,
         *,
@@ -2196,12 +2203,13 @@ class SubscribeRequest(_message.Message):
         ack: Global___AckRequest | None = ...,
         nack: Global___NackRequest | None = ...,
         unsubscribe: Global___UnsubscribeRequest | None = ...,
+        reconsume: Global___ReconsumeRequest | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "flow", b"flow", "init", b"init", "kind", b"kind", "nack", b"nack", "unsubscribe", b"unsubscribe"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "flow", b"flow", "init", b"init", "kind", b"kind", "nack", b"nack", "reconsume", b"reconsume", "unsubscribe", b"unsubscribe"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "flow", b"flow", "init", b"init", "kind", b"kind", "nack", b"nack", "unsubscribe", b"unsubscribe"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "flow", b"flow", "init", b"init", "kind", b"kind", "nack", b"nack", "reconsume", b"reconsume", "unsubscribe", b"unsubscribe"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["init", "flow", "ack", "nack", "unsubscribe"]  # noqa: Y015
+    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["init", "flow", "ack", "nack", "unsubscribe", "reconsume"]  # noqa: Y015
     _WhichOneofArgType_kind: _TypeAlias = _typing.Literal["kind", b"kind"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_kind) -> _WhichOneofReturnType_kind | None: ...
 
@@ -2222,6 +2230,9 @@ class SubscribeInit(_message.Message):
     MAX_REDELIVER_COUNT_FIELD_NUMBER: _builtins.int
     DEAD_LETTER_TOPIC_FIELD_NUMBER: _builtins.int
     INITIAL_TIMESTAMP_MS_FIELD_NUMBER: _builtins.int
+    STICKY_RANGES_FIELD_NUMBER: _builtins.int
+    RETRY_ENABLE_FIELD_NUMBER: _builtins.int
+    RETRY_LETTER_TOPIC_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     subscription: _builtins.str
     type: Global___SubscriptionType.ValueType
@@ -2243,6 +2254,17 @@ class SubscribeInit(_message.Message):
     """Empty: <topic>-<subscription>-DLQ."""
     initial_timestamp_ms: _builtins.int
     """Set: a new subscription starts at the first message written at or after this time."""
+    retry_enable: _builtins.bool
+    """Also consume the subscription's retry letter topic (reconsume_later sends messages
+    there); its name, empty: <topic>-<subscription>-RETRY.
+    """
+    retry_letter_topic: _builtins.str
+    @_builtins.property
+    def sticky_ranges(self) -> _containers.RepeatedCompositeFieldContainer[Global___HashRange]:
+        """Key_Shared only. Not empty: a sticky consumer of these key-hash slots (a key's slot is
+        (murmur3_32(key) & 0x7FFFFFFF) % 65536); they may not overlap another consumer's.
+        """
+
     def __init__(
         self,
         *,
@@ -2257,16 +2279,43 @@ class SubscribeInit(_message.Message):
         max_redeliver_count: _builtins.int = ...,
         dead_letter_topic: _builtins.str = ...,
         initial_timestamp_ms: _builtins.int | None = ...,
+        sticky_ranges: _abc.Iterable[Global___HashRange] | None = ...,
+        retry_enable: _builtins.bool = ...,
+        retry_letter_topic: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_initial_timestamp_ms", b"_initial_timestamp_ms", "initial_timestamp_ms", b"initial_timestamp_ms"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_initial_timestamp_ms", b"_initial_timestamp_ms", "ack_timeout_ms", b"ack_timeout_ms", "consumer_name", b"consumer_name", "dead_letter_topic", b"dead_letter_topic", "initial_position", b"initial_position", "initial_timestamp_ms", b"initial_timestamp_ms", "max_redeliver_count", b"max_redeliver_count", "no_create", b"no_create", "permits", b"permits", "subscription", b"subscription", "topic", b"topic", "type", b"type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_initial_timestamp_ms", b"_initial_timestamp_ms", "ack_timeout_ms", b"ack_timeout_ms", "consumer_name", b"consumer_name", "dead_letter_topic", b"dead_letter_topic", "initial_position", b"initial_position", "initial_timestamp_ms", b"initial_timestamp_ms", "max_redeliver_count", b"max_redeliver_count", "no_create", b"no_create", "permits", b"permits", "retry_enable", b"retry_enable", "retry_letter_topic", b"retry_letter_topic", "sticky_ranges", b"sticky_ranges", "subscription", b"subscription", "topic", b"topic", "type", b"type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__initial_timestamp_ms: _TypeAlias = _typing.Literal["initial_timestamp_ms"]  # noqa: Y015
     _WhichOneofArgType__initial_timestamp_ms: _TypeAlias = _typing.Literal["_initial_timestamp_ms", b"_initial_timestamp_ms"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType__initial_timestamp_ms) -> _WhichOneofReturnType__initial_timestamp_ms | None: ...
 
 Global___SubscribeInit: _TypeAlias = SubscribeInit  # noqa: Y015
+
+@_typing.final
+class HashRange(_message.Message):
+    """Key-hash slots start..end, both included, within 0..65535."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    START_FIELD_NUMBER: _builtins.int
+    END_FIELD_NUMBER: _builtins.int
+    start: _builtins.int
+    end: _builtins.int
+    def __init__(
+        self,
+        *,
+        start: _builtins.int = ...,
+        end: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["end", b"end", "start", b"start"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___HashRange: _TypeAlias = HashRange  # noqa: Y015
 
 @_typing.final
 class SubscribeFlow(_message.Message):
@@ -2296,19 +2345,23 @@ class MessageRange(_message.Message):
     PARTITION_FIELD_NUMBER: _builtins.int
     START_FIELD_NUMBER: _builtins.int
     END_FIELD_NUMBER: _builtins.int
+    TOPIC_FIELD_NUMBER: _builtins.int
     partition: _builtins.int
     start: _builtins.int
     end: _builtins.int
+    topic: _builtins.str
+    """Empty: of the subscription's topic; else the retry topic, as messages name it."""
     def __init__(
         self,
         *,
         partition: _builtins.int = ...,
         start: _builtins.int = ...,
         end: _builtins.int = ...,
+        topic: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["end", b"end", "partition", b"partition", "start", b"start"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["end", b"end", "partition", b"partition", "start", b"start", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2388,6 +2441,37 @@ class UnsubscribeRequest(_message.Message):
 Global___UnsubscribeRequest: _TypeAlias = UnsubscribeRequest  # noqa: Y015
 
 @_typing.final
+class ReconsumeRequest(_message.Message):
+    """Copy the messages to the retry letter topic, to come back after delay_ms (or to the
+    dead-letter topic past max_redeliver_count reconsumes), then acknowledge them; answered
+    with an AckResponse once both are durable.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
+    RANGES_FIELD_NUMBER: _builtins.int
+    DELAY_MS_FIELD_NUMBER: _builtins.int
+    request_id: _builtins.int
+    delay_ms: _builtins.int
+    @_builtins.property
+    def ranges(self) -> _containers.RepeatedCompositeFieldContainer[Global___MessageRange]: ...
+    def __init__(
+        self,
+        *,
+        request_id: _builtins.int = ...,
+        ranges: _abc.Iterable[Global___MessageRange] | None = ...,
+        delay_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["delay_ms", b"delay_ms", "ranges", b"ranges", "request_id", b"request_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReconsumeRequest: _TypeAlias = ReconsumeRequest  # noqa: Y015
+
+@_typing.final
 class SubscribeResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -2431,6 +2515,7 @@ class SubscribeInitResult(_message.Message):
     TYPE_FIELD_NUMBER: _builtins.int
     CONSUMER_NAME_FIELD_NUMBER: _builtins.int
     GENERATION_FIELD_NUMBER: _builtins.int
+    RETRY_TOPIC_FIELD_NUMBER: _builtins.int
     consumer_id: _builtins.int
     topic: _builtins.str
     partitions: _builtins.int
@@ -2438,6 +2523,8 @@ class SubscribeInitResult(_message.Message):
     consumer_name: _builtins.str
     generation: _builtins.int
     """The server's generation (one more at each start): tells server lifetimes apart."""
+    retry_topic: _builtins.str
+    """With retry_enable: the retry topic, as its messages name it."""
     def __init__(
         self,
         *,
@@ -2447,10 +2534,11 @@ class SubscribeInitResult(_message.Message):
         type: Global___SubscriptionType.ValueType = ...,
         consumer_name: _builtins.str = ...,
         generation: _builtins.int = ...,
+        retry_topic: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["consumer_id", b"consumer_id", "consumer_name", b"consumer_name", "generation", b"generation", "partitions", b"partitions", "topic", b"topic", "type", b"type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["consumer_id", b"consumer_id", "consumer_name", b"consumer_name", "generation", b"generation", "partitions", b"partitions", "retry_topic", b"retry_topic", "topic", b"topic", "type", b"type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2619,10 +2707,15 @@ class SubscriptionConsumer(_message.Message):
     NAME_FIELD_NUMBER: _builtins.int
     PERMITS_FIELD_NUMBER: _builtins.int
     UNACKED_FIELD_NUMBER: _builtins.int
+    STICKY_RANGES_FIELD_NUMBER: _builtins.int
     consumer_id: _builtins.int
     name: _builtins.str
     permits: _builtins.int
     unacked: _builtins.int
+    @_builtins.property
+    def sticky_ranges(self) -> _containers.RepeatedCompositeFieldContainer[Global___HashRange]:
+        """A sticky Key_Shared consumer's slots."""
+
     def __init__(
         self,
         *,
@@ -2630,10 +2723,11 @@ class SubscriptionConsumer(_message.Message):
         name: _builtins.str = ...,
         permits: _builtins.int = ...,
         unacked: _builtins.int = ...,
+        sticky_ranges: _abc.Iterable[Global___HashRange] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["consumer_id", b"consumer_id", "name", b"name", "permits", b"permits", "unacked", b"unacked"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["consumer_id", b"consumer_id", "name", b"name", "permits", b"permits", "sticky_ranges", b"sticky_ranges", "unacked", b"unacked"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2654,6 +2748,10 @@ class SubscriptionDescription(_message.Message):
     CONSUMERS_FIELD_NUMBER: _builtins.int
     MAX_REDELIVER_COUNT_FIELD_NUMBER: _builtins.int
     DEAD_LETTER_TOPIC_FIELD_NUMBER: _builtins.int
+    MSG_RATE_OUT_FIELD_NUMBER: _builtins.int
+    MSG_RATE_REDELIVER_FIELD_NUMBER: _builtins.int
+    ACK_RATE_FIELD_NUMBER: _builtins.int
+    CONSUMER_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     subscription: _builtins.str
     type: Global___SubscriptionType.ValueType
@@ -2663,6 +2761,16 @@ class SubscriptionDescription(_message.Message):
     unacked: _builtins.int
     max_redeliver_count: _builtins.int
     dead_letter_topic: _builtins.str
+    msg_rate_out: _builtins.float
+    """Messages per second over the last ~10 s: delivered (first time or again), delivered
+    again, acknowledged.
+    """
+    msg_rate_redeliver: _builtins.float
+    ack_rate: _builtins.float
+    consumer: _builtins.bool
+    """A consumer's committed offsets (readers' consumers, YDB and Kafka consumers): a
+    Failover subscription acknowledged in order or cumulatively.
+    """
     @_builtins.property
     def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___SubscriptionPartition]: ...
     @_builtins.property
@@ -2681,10 +2789,14 @@ class SubscriptionDescription(_message.Message):
         consumers: _abc.Iterable[Global___SubscriptionConsumer] | None = ...,
         max_redeliver_count: _builtins.int = ...,
         dead_letter_topic: _builtins.str = ...,
+        msg_rate_out: _builtins.float = ...,
+        msg_rate_redeliver: _builtins.float = ...,
+        ack_rate: _builtins.float = ...,
+        consumer: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["backlog", b"backlog", "consumers", b"consumers", "created_at_ms", b"created_at_ms", "dead_letter_topic", b"dead_letter_topic", "initial_position", b"initial_position", "max_redeliver_count", b"max_redeliver_count", "partitions", b"partitions", "subscription", b"subscription", "topic", b"topic", "type", b"type", "unacked", b"unacked"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack_rate", b"ack_rate", "backlog", b"backlog", "consumer", b"consumer", "consumers", b"consumers", "created_at_ms", b"created_at_ms", "dead_letter_topic", b"dead_letter_topic", "initial_position", b"initial_position", "max_redeliver_count", b"max_redeliver_count", "msg_rate_out", b"msg_rate_out", "msg_rate_redeliver", b"msg_rate_redeliver", "partitions", b"partitions", "subscription", b"subscription", "topic", b"topic", "type", b"type", "unacked", b"unacked"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2825,6 +2937,68 @@ class SeekSubscriptionRequest(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType__timestamp_ms) -> _WhichOneofReturnType__timestamp_ms | None: ...
 
 Global___SeekSubscriptionRequest: _TypeAlias = SeekSubscriptionRequest  # noqa: Y015
+
+@_typing.final
+class SkipSubscriptionRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    SUBSCRIPTION_FIELD_NUMBER: _builtins.int
+    COUNT_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    subscription: _builtins.str
+    count: _builtins.int
+    """Unset: every unacknowledged message (clear the backlog); else this many (>= 1), the
+    oldest first, on each partition.
+    """
+    partition: _builtins.int
+    """Unset: every partition."""
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        subscription: _builtins.str = ...,
+        count: _builtins.int | None = ...,
+        partition: _builtins.int | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_count", b"_count", "_partition", b"_partition", "count", b"count", "partition", b"partition"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_count", b"_count", "_partition", b"_partition", "count", b"count", "partition", b"partition", "subscription", b"subscription", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__count: _TypeAlias = _typing.Literal["count"]  # noqa: Y015
+    _WhichOneofArgType__count: _TypeAlias = _typing.Literal["_count", b"_count"]  # noqa: Y015
+    _WhichOneofReturnType__partition: _TypeAlias = _typing.Literal["partition"]  # noqa: Y015
+    _WhichOneofArgType__partition: _TypeAlias = _typing.Literal["_partition", b"_partition"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__count) -> _WhichOneofReturnType__count | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__partition) -> _WhichOneofReturnType__partition | None: ...
+
+Global___SkipSubscriptionRequest: _TypeAlias = SkipSubscriptionRequest  # noqa: Y015
+
+@_typing.final
+class SkipSubscriptionResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SKIPPED_FIELD_NUMBER: _builtins.int
+    SUBSCRIPTION_FIELD_NUMBER: _builtins.int
+    skipped: _builtins.int
+    @_builtins.property
+    def subscription(self) -> Global___SubscriptionDescription: ...
+    def __init__(
+        self,
+        *,
+        skipped: _builtins.int = ...,
+        subscription: Global___SubscriptionDescription | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["subscription", b"subscription"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["skipped", b"skipped", "subscription", b"subscription"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SkipSubscriptionResponse: _TypeAlias = SkipSubscriptionResponse  # noqa: Y015
 
 @_typing.final
 class WhoAmIRequest(_message.Message):

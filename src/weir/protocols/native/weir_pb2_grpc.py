@@ -194,6 +194,11 @@ class WeirStub:
                 request_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.SeekSubscriptionRequest.SerializeToString,
                 response_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.SubscriptionDescription.FromString,
                 _registered_method=True)
+        self.SkipSubscription = channel.unary_unary(
+                '/weir.v1.Weir/SkipSubscription',
+                request_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.SkipSubscriptionRequest.SerializeToString,
+                response_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.SkipSubscriptionResponse.FromString,
+                _registered_method=True)
         self.WhoAmI = channel.unary_unary(
                 '/weir.v1.Weir/WhoAmI',
                 request_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.WhoAmIRequest.SerializeToString,
@@ -448,6 +453,13 @@ class WeirServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SkipSubscription(self, request, context):
+        """Acknowledge the oldest unacknowledged messages of a subscription (or all of them).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def WhoAmI(self, request, context):
         """Security: who the caller is, users kept in the data directory, and grants. Managing
         users and grants needs a superuser (or anonymous access on a server without auth).
@@ -655,6 +667,11 @@ def add_WeirServicer_to_server(servicer, server):
                     servicer.SeekSubscription,
                     request_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.SeekSubscriptionRequest.FromString,
                     response_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.SubscriptionDescription.SerializeToString,
+            ),
+            'SkipSubscription': grpc.unary_unary_rpc_method_handler(
+                    servicer.SkipSubscription,
+                    request_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.SkipSubscriptionRequest.FromString,
+                    response_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.SkipSubscriptionResponse.SerializeToString,
             ),
             'WhoAmI': grpc.unary_unary_rpc_method_handler(
                     servicer.WhoAmI,
@@ -1539,6 +1556,33 @@ class Weir:
             '/weir.v1.Weir/SeekSubscription',
             weir_dot_protocols_dot_native_dot_weir__pb2.SeekSubscriptionRequest.SerializeToString,
             weir_dot_protocols_dot_native_dot_weir__pb2.SubscriptionDescription.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SkipSubscription(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/weir.v1.Weir/SkipSubscription',
+            weir_dot_protocols_dot_native_dot_weir__pb2.SkipSubscriptionRequest.SerializeToString,
+            weir_dot_protocols_dot_native_dot_weir__pb2.SkipSubscriptionResponse.FromString,
             options,
             channel_credentials,
             insecure,

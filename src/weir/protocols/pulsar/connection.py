@@ -736,6 +736,14 @@ class PulsarConnection:
             send_command=self.send,
         )
         c.on_dropped = self._consumer_dropped
+        sticky = None
+        if (
+            req.subType == pb.CommandSubscribe.Key_Shared
+            and req.HasField("keySharedMeta")
+            and req.keySharedMeta.keySharedMode == pb.STICKY
+        ):
+            # Pulsar's slots are weir's: (murmur3_32(key) & 0x7FFFFFFF) % 65536, inclusive
+            sticky = [(r.start, r.end) for r in req.keySharedMeta.hashRanges]
         self.consumers[req.consumer_id] = c
         try:
             sub, attached = await self.broker.subscribe(
@@ -746,6 +754,7 @@ class PulsarConnection:
                 c,
                 consumer_name=req.consumer_name,
                 partitions=frozenset({partition}),
+                hash_ranges=sticky,
                 # with ack sets a consumer can take part of an entry, and Key_Shared routes
                 # each message by its key; without, it takes whole entries only
                 whole_batches=not (

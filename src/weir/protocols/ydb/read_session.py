@@ -239,6 +239,10 @@ class ReadSession:
                 read_from = max(read_from, consumer.read_from_ms)
             self._topics[cfg.name] = _TopicSettings(s.path, parts, read_from)
             self._leases.append(self.broker.count_consumer(cfg.name))
+        for name, t in self._topics.items():
+            if self.consumer and not t.partitions:
+                # before the init answer: a consumer held by subscription consumers is refused
+                t.group = self.broker.group(name, self.consumer)
         await self.context.write(
             StreamRead.FromServer(
                 status=SUCCESS,
@@ -252,8 +256,7 @@ class ReadSession:
             self.consumer,
         )
         for name, t in self._topics.items():
-            if self.consumer and not t.partitions:
-                t.group = self.broker.group(name, self.consumer)
+            if t.group is not None:
                 t.group.join(self)
             else:
                 for p in t.partitions or range(self.broker.topic(name).partitions):
