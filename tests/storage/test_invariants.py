@@ -153,7 +153,8 @@ class PartitionMachine(RuleBasedStateMachine):
         new_start = log.trim(before, now_ms=self.now)
         assert new_start == log.start_offset == max(old, min(before, log.end_offset))
         assert not log.blobs or log.blobs[0].first_offset <= new_start < log.blobs[0].end_offset
-        self.forget_retained(new_start)
+        if new_start > old:  # a trim at or below the start changes nothing, producers included
+            self.forget_retained(new_start)
 
     @rule()
     def reopen(self) -> None:
