@@ -3,8 +3,9 @@
 Fronts call it. `Broker` is assembled from one mixin per concept, each in its own
 module: `topic_admin` (create / alter / drop), `producer_admission` (partitions,
 writers, access modes), `writes` (the write path, backlog quota), `consumer_offsets`
-(consumers, offsets, groups), `subscriptions.facade`, `retention` (and pin expiry,
-run in the background) and `tenancy.facade`; their shared state is `state.BrokerState`.
+(consumers, offsets, groups), `transactions.facade`, `subscriptions.facade`, `retention`
+(and pin expiry, run in the background) and `tenancy.facade`; their shared state is
+`state.BrokerState`.
 This module opens (recovers) and closes it.
 """
 
@@ -27,6 +28,9 @@ from weir.broker.subscriptions.facade import SubscriptionFacade
 from weir.broker.tenancy.limits import SessionCounter
 from weir.broker.tenancy.registry import NAMESPACES, Tenancy
 from weir.broker.topics import NEXT_ID_KEY, TOPICS, TopicConfig
+from weir.broker.transactions.coordinator import TxnCoordinator
+from weir.broker.transactions.facade import TransactionFacade
+from weir.broker.transactions.producers import TXN_PRODUCERS
 from weir.storage.kv import delete, put
 from weir.storage.store import Store
 
@@ -34,12 +38,21 @@ log = logging.getLogger("weir.broker")
 
 PINS = "pins"  # legacy: pins used to be stored; emptied at open (see producers.py)
 SERVER = "server"
-BROKER_TABLES = (TOPICS, OFFSETS, PINS, SERVER, NAMESPACES, PRODUCER_EPOCHS, SUBSCRIPTIONS)
+BROKER_TABLES = (
+    TOPICS,
+    OFFSETS,
+    PINS,
+    SERVER,
+    NAMESPACES,
+    PRODUCER_EPOCHS,
+    SUBSCRIPTIONS,
+    TXN_PRODUCERS,
+)
 _U64 = struct.Struct("<Q")
 _EPOCH_KEY = b"epoch"
 
 
-class Broker(SubscriptionFacade, ConsumerOffsets, ProducerAdmission):
+class Broker(TransactionFacade, SubscriptionFacade, ConsumerOffsets, ProducerAdmission):
     """Open with `Broker.open`; close with `await broker.close()`."""
 
     def __init__(
@@ -67,6 +80,7 @@ class Broker(SubscriptionFacade, ConsumerOffsets, ProducerAdmission):
         self.subscriptions = Subscriptions(
             store.kv, store.committer, lambda t, p: self._actors[(t, p)], self._write_dead_letters
         )
+        self.transactions = TxnCoordinator(self, store.kv, store.committer)
         self._retention_task: asyncio.Task[None] | None = None
         self._closed = False
         self._lock = asyncio.Lock()
@@ -91,6 +105,8 @@ class Broker(SubscriptionFacade, ConsumerOffsets, ProducerAdmission):
             store.committer.commit([put(SERVER, _EPOCH_KEY, _U64.pack(generation))])
             broker = cls(config, store, generation, observer=observer)
             await asyncio.to_thread(broker._load)
+            # a transaction open at the last stop ends now, before anyone reads
+            await broker.transactions.recover((t, p, a) for (t, p), a in broker._actors.items())
         except BaseException:
             store.close()
             raise
@@ -134,6 +150,7 @@ class Broker(SubscriptionFacade, ConsumerOffsets, ProducerAdmission):
             return
         self._closed = True
         self.access.wake_all()
+        await self.transactions.close()
         if self._retention_task is not None:
             self._retention_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

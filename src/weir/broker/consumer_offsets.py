@@ -4,6 +4,7 @@ starts, consumer groups and read-session counts."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from weir.broker.consumers import ConsumerGroup
@@ -12,6 +13,7 @@ from weir.broker.tenancy.limits import Lease
 from weir.broker.topic_admin import TopicAdmin
 from weir.broker.topics import ConsumerConfig, check_consumer_name, short_topic
 from weir.errors import BadRequestError, UnknownConsumerError
+from weir.storage.kv import Op
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +105,23 @@ class ConsumerOffsets(TopicAdmin, Retention):
         if changed:
             self.observer.on_consumer_commit(cfg.name, partition, consumer, offset)
         return changed
+
+    def prepare_offset_commit(
+        self, topic: str, partition: int, consumer: str, offset: int
+    ) -> tuple[list[Op], Callable[[], None]]:
+        """A commit of the consumer's next offset as KV ops to commit with others (a
+        transaction's commit), and what to call once they are durable. Forward only; the
+        caller checked the offset against the partition (see `commit_offset`)."""
+        cfg = self.topic(topic)
+        self.consumer(cfg.name, consumer)
+        ops, done = self.offsets.prepare(cfg.topic_id, partition, consumer, offset)
+
+        def committed() -> None:
+            done()
+            if ops:
+                self.observer.on_consumer_commit(cfg.name, partition, consumer, offset)
+
+        return ops, committed
 
     def describe_consumer(self, topic: str, consumer: str) -> list[ConsumerPartitionInfo]:
         cfg = self.topic(topic)

@@ -33,8 +33,11 @@ class Writes(Retention):
         partition: int,
         batches: Sequence[IncomingBatch],
         nbytes: int | None = None,
+        txn: int = 0,
     ) -> asyncio.Future[list[BatchResult]]:
-        """Queue a write now (calls are committed in call order); the future resolves when durable."""
+        """Queue a write now (calls are committed in call order); the future resolves when
+        durable. ``txn``: the open transaction it belongs to (admitted by the caller, see
+        `weir.broker.transactions.facade`)."""
         self._check_open()
         actor = self.actor(topic, partition)
         cfg = self._topics[actor.topic]
@@ -50,7 +53,7 @@ class Writes(Retention):
         if quota is not None:
             self._check_backlog(cfg, partition, quota)
         size = sum(len(b.buf) for b in batches) if nbytes is None else nbytes
-        return actor.submit(batches, size)
+        return actor.submit(batches, size, txn)
 
     def _check_backlog(self, cfg: TopicConfig, partition: int, quota: int) -> None:
         """Refuse a write while the important consumers' backlog is over the quota."""
