@@ -36,6 +36,7 @@ _SDK = {
     "TopicInfo",
     "Tls",
     "Token",
+    "Transaction",
     "UserPassword",
     "WriteResult",
     "Writer",

@@ -264,6 +264,13 @@ class TransactionEndedError(FatalError):
     code = "TRANSACTION_ENDED"
 
 
+class TransactionCommittedError(TransactionEndedError):
+    """The transaction was committed already (a client that retried its commit after a
+    lost answer learns here that the commit landed)."""
+
+    code = "TRANSACTION_COMMITTED"
+
+
 class TransactionBusyError(FatalError):
     """The transactional producer has a transaction open already: end it first."""
 

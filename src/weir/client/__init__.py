@@ -17,7 +17,7 @@ from weir.client.messages import Batch, Message
 from weir.client.reader import PartitionSession, PartitionSessionClosedError, Start
 from weir.client.subscription import DeadLetterPolicy, ReceivedMessage
 from weir.client.subscription_sync import SubscriptionConsumer
-from weir.client.sync import Client, Reader, Writer
+from weir.client.sync import Client, Reader, Transaction, Writer
 from weir.client.tls import Tls
 from weir.client.writer_settings import WriteResult
 
@@ -44,6 +44,7 @@ __all__ = [
     "Tls",
     "Token",
     "TopicInfo",
+    "Transaction",
     "UserPassword",
     "WriteResult",
     "Writer",

@@ -43,6 +43,7 @@ from weir.client.subscription import (
 )
 from weir.client.tenancy import AsyncTenancyCalls
 from weir.client.tls import TlsArg
+from weir.client.transaction import Transaction
 from weir.client.writer import WriterCore
 from weir.client.writer_settings import WriteResult, WriterSettings
 from weir.errors import AlreadyExistsError, BadRequestError, WeirError, WeirTimeoutError
@@ -313,8 +314,15 @@ class Reader:
             if msg is not None:
                 yield msg
 
-    def commit(self, item: Message | Batch) -> asyncio.Future[None]:
-        """Commit up to and including ``item``; returns at once (the future is the ack)."""
+    def commit(
+        self, item: Message | Batch, *, transaction: Transaction | None = None
+    ) -> asyncio.Future[None]:
+        """Commit up to and including ``item``; returns at once (the future is the ack).
+        With a ``transaction`` the offset moves when it commits (await the future: it
+        resolves once the transaction holds the offset)."""
+        if transaction is not None:
+            self._core.check_commit(item)
+            return asyncio.ensure_future(transaction.commit_offsets(item, self._core.consumer))
         fut = self._core.commit(item)
         fut.add_done_callback(_consume_exception)
         return fut
@@ -370,6 +378,7 @@ class Client(AsyncTenancyCalls, AsyncSecurityCalls):
         self.credentials = credentials
         self.tls = tls
         self._conn: Connection | None = None
+        self._epochs: dict[str, int] = {}  # transactional id -> this instance's epoch
 
     @property
     def conn(self) -> Connection:
@@ -552,11 +561,14 @@ class Client(AsyncTenancyCalls, AsyncSecurityCalls):
         *,
         max_bytes: int = 4 << 20,
         timeout: float | None = None,
+        read_committed: bool = False,
     ) -> AsyncIterator[RangeChunk]:
         """Stored batches of ``[from_offset, to_offset)`` of one partition, no consumer involved.
 
         ``timeout``: seconds to wait for each chunk before raising WeirTimeoutError
         (a server that stopped answering); None waits as long as the connection lives.
+        ``read_committed``: only messages of committed transactions (and of no
+        transaction), up to the last stable offset (what ``to_offset`` -1 means then).
         """
         req = pb.ReadRangeRequest(
             topic=topic,
@@ -564,6 +576,7 @@ class Client(AsyncTenancyCalls, AsyncSecurityCalls):
             from_offset=from_offset,
             to_offset=to_offset,
             max_bytes=max_bytes,
+            read_committed=read_committed,
         )
         conn = self.conn
         call = conn.read_range(req)
@@ -708,6 +721,34 @@ class Client(AsyncTenancyCalls, AsyncSecurityCalls):
             consumer.listen(listener)
         return consumer
 
+    # ------------------------------------------------------------------ transactions
+
+    def transaction(
+        self,
+        *,
+        transactional_id: str | None = None,
+        key: str | None = None,
+        timeout: float | dt.timedelta | None = None,
+    ) -> Transaction:
+        """A transaction (`weir.client.transaction`): ``async with client.transaction() as
+        tx:`` begins it, commits it at the end of the block, aborts it on an exception.
+        ``transactional_id`` makes this client an instance of that transactional producer
+        (one transaction open at a time; a newer instance fences this one); ``key`` joins
+        the producer's open transaction of the same key (several processes writing into
+        one). ``timeout`` (seconds): the server aborts it when it runs out (default: the
+        server's transactions.timeout_ms)."""
+        return Transaction(self, transactional_id=transactional_id, key=key, timeout=timeout)
+
+    async def _producer_epoch(self, transactional_id: str, timeout: float | None) -> int:
+        """This client's epoch as an instance of ``transactional_id`` (the first call starts
+        the instance on the server, fencing older ones)."""
+        epoch = self._epochs.get(transactional_id)
+        if epoch is None:
+            req = pb.InitTransactionsRequest(transactional_id=transactional_id)
+            epoch = (await self.conn.call("InitTransactions", req, timeout)).epoch
+            self._epochs[transactional_id] = epoch
+        return epoch
+
     # ------------------------------------------------------------------ streams
 
     def writer(
@@ -773,6 +814,7 @@ class Client(AsyncTenancyCalls, AsyncSecurityCalls):
         read_from: dt.datetime | int | None = None,
         buffer_bytes: int = 64 << 20,
         on_reconnect: Callable[[WeirError], None] | None = None,
+        read_committed: bool = False,
     ) -> Reader:
         """A reader of one or more topics (call inside a running event loop).
 
@@ -782,7 +824,9 @@ class Client(AsyncTenancyCalls, AsyncSecurityCalls):
         A lost stream is reconnected for as long as the reader lives; ``on_reconnect``
         (a callback taking the error, run in the event loop) hears of each attempt.
         Without a consumer, a reconnected reader starts again from ``start``: to read
-        exact offsets across reconnects, use `read_range`.
+        exact offsets across reconnects, use `read_range`. ``read_committed``: only messages
+        of committed transactions (and of no transaction), each partition up to its last
+        stable offset; off (the default), every stored message, as Kafka's read_uncommitted.
         """
         names = [topics] if isinstance(topics, str) else list(topics)
         core = ReaderCore(
@@ -795,6 +839,7 @@ class Client(AsyncTenancyCalls, AsyncSecurityCalls):
             read_from_ms=to_ms(read_from, "read_from") or 0,
             buffer_bytes=buffer_bytes,
             on_reconnect=on_reconnect,
+            read_committed=read_committed,
         )
         core.start_session()
         return Reader(core)

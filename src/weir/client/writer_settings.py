@@ -52,6 +52,7 @@ class WriterSettings:
     on_reconnect: Callable[[WeirError], None] | None = None
     access_mode: AccessMode = AccessMode.SHARED
     chunking: bool = False
+    transaction_id: int = 0  # set by `Transaction.writer`: the messages belong to it
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "access_mode", AccessMode.parse(self.access_mode))

@@ -32,7 +32,7 @@ import asyncio
 import itertools
 import logging
 from collections import OrderedDict
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Callable, Coroutine, Iterable, KeysView
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -45,6 +45,7 @@ from weir.errors import (
     CommitFailedError,
     ProducerFencedError,
     TransactionBusyError,
+    TransactionCommittedError,
     TransactionEndedError,
     UnavailableError,
     UnknownTransactionError,
@@ -105,6 +106,10 @@ class TxnCoordinator:
     def open_transactions(self) -> list[Transaction]:
         return list(self._open.values())
 
+    @property
+    def open_ids(self) -> KeysView[int]:
+        return self._open.keys()
+
     def get(self, txn_id: int, owner: str = "") -> Transaction:
         """The transaction ``txn_id`` (open or ending), checked against its owner and its
         producer's epoch; a clear error when it is unknown, over or fenced."""
@@ -114,6 +119,8 @@ class TxnCoordinator:
             if ended is not None and (txn is None):
                 if ended.fenced:
                     raise ProducerFencedError(f"transaction {txn_id:#x} {ended.reason}")
+                if ended.committed:
+                    raise TransactionCommittedError(f"transaction {txn_id:#x} was committed")
                 raise TransactionEndedError(f"transaction {txn_id:#x} has ended: {ended.reason}")
             raise UnknownTransactionError(
                 f"transaction {txn_id:#x} is unknown (never begun here, or open when the "

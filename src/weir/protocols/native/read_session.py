@@ -70,6 +70,7 @@ class ReadSession(StreamSession[pb.ReadRequest, pb.ReadResponse | RawReadData]):
         self.consumer = ""
         self.start = pb.START_COMMITTED
         self.read_from_ms = 0
+        self.committed = False  # read committed: stop at the last stable offset
         self._credit = 0
         self._credit_event = asyncio.Event()
         self._assignments: dict[int, _Assignment] = {}
@@ -106,6 +107,7 @@ class ReadSession(StreamSession[pb.ReadRequest, pb.ReadResponse | RawReadData]):
             self.consumer = init.consumer
             self.start = init.start
             self.read_from_ms = init.read_from_ms
+            self.committed = init.read_committed
             self._add_credit(init.credit_bytes or (16 << 20))
             for t in init.topics:
                 self.allow(Permission.CONSUME, t, "read")
@@ -256,12 +258,13 @@ class ReadSession(StreamSession[pb.ReadRequest, pb.ReadResponse | RawReadData]):
         actor = self.broker.actor(a.topic, a.partition)
         try:
             while True:
-                if actor.end_offset <= a.offset:
-                    await actor.wait_for_data(a.offset, None)
+                committed = self.committed
+                if (actor.stable_offset if committed else actor.end_offset) <= a.offset:
+                    await actor.wait_for_data(a.offset, None, committed=committed)
                 while self._credit <= 0:
                     self._credit_event.clear()
                     await self._credit_event.wait()
-                res = actor.read(a.offset, min(self._credit, MAX_CHUNK_BYTES))
+                res = actor.read(a.offset, min(self._credit, MAX_CHUNK_BYTES), committed=committed)
                 if not res.chunks:
                     if res.next_offset > a.offset:
                         a.offset = res.next_offset

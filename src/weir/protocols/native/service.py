@@ -30,6 +30,7 @@ from weir.protocols.native.security_methods import SecurityMethods
 from weir.protocols.native.status import CODE_KEY, grpc_status
 from weir.protocols.native.subscriptions import SubscriptionRpcs
 from weir.protocols.native.tenancy_service import TenancyCalls
+from weir.protocols.native.transactions import TransactionCalls
 from weir.protocols.native.unary import unary as _unary
 from weir.protocols.native.wire import (
     RawRangeResponse,
@@ -94,10 +95,13 @@ def describe(broker: Broker, cfg: TopicConfig) -> pb.TopicDescription:
     return d
 
 
-class NativeService(TenancyCalls, SubscriptionRpcs, SecurityMethods, pb_grpc.WeirServicer):
+class NativeService(
+    TransactionCalls, TenancyCalls, SubscriptionRpcs, SecurityMethods, pb_grpc.WeirServicer
+):
     """The gRPC servicer of weir.proto (subscriptions: `weir.protocols.native.subscriptions`,
     tenants and namespaces: `weir.protocols.native.tenancy_service`, security:
-    `weir.protocols.native.security_methods`)."""
+    `weir.protocols.native.security_methods`, transactions:
+    `weir.protocols.native.transactions`)."""
 
     def __init__(
         self,
@@ -255,17 +259,18 @@ class NativeService(TenancyCalls, SubscriptionRpcs, SecurityMethods, pb_grpc.Wei
             actor = self.broker.actor(request.topic, request.partition)
             if request.from_offset < 0:
                 raise BadRequestError(f"from_offset must be >= 0, got {request.from_offset}")
-            to = (
-                actor.end_offset
-                if request.to_offset < 0
-                else min(request.to_offset, actor.end_offset)
-            )
+            committed = request.read_committed
+            end = actor.stable_offset if committed else actor.end_offset
+            to = end if request.to_offset < 0 else min(request.to_offset, end)
             budget = max(1, min(request.max_bytes or MAX_CHUNK_BYTES, 64 << 20))
             pos = request.from_offset
             sent = False
             while pos < to:
-                res = actor.read(pos, budget, to)
+                res = actor.read(pos, budget, to, committed=committed)
                 if not res.chunks:
+                    if res.next_offset > pos:  # only transaction markers or aborted messages
+                        pos = res.next_offset
+                        continue
                     break
                 self.broker.observer.on_read(actor.topic, actor.partition, res.nbytes)
                 yield RawRangeResponse(

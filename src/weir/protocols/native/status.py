@@ -46,6 +46,7 @@ _GRPC: dict[str, grpc.StatusCode] = {
     "PRODUCER_BUSY": grpc.StatusCode.FAILED_PRECONDITION,
     "UNKNOWN_TRANSACTION": grpc.StatusCode.NOT_FOUND,
     "TRANSACTION_ENDED": grpc.StatusCode.FAILED_PRECONDITION,
+    "TRANSACTION_COMMITTED": grpc.StatusCode.FAILED_PRECONDITION,
     "TRANSACTION_BUSY": grpc.StatusCode.FAILED_PRECONDITION,
     "TIMEOUT": grpc.StatusCode.DEADLINE_EXCEEDED,
     "CORRUPT_DATA": grpc.StatusCode.DATA_LOSS,

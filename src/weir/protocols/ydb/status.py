@@ -58,7 +58,9 @@ STATUS_BY_CODE: dict[str, int] = {
     # also drops the session: a finished transaction says nothing about its session
     "UNKNOWN_TRANSACTION": StatusIds.NOT_FOUND,
     "TRANSACTION_ENDED": StatusIds.NOT_FOUND,
+    "TRANSACTION_COMMITTED": StatusIds.NOT_FOUND,
     "TRANSACTION_BUSY": StatusIds.PRECONDITION_FAILED,
+    "BAD_SESSION": StatusIds.BAD_SESSION,  # a query session that is over: the SDK makes another
     "UNSUPPORTED": StatusIds.UNSUPPORTED,
     "SCHEME_ERROR": StatusIds.SCHEME_ERROR,  # a path that cannot name a topic
     "PRECONDITION_FAILED": StatusIds.PRECONDITION_FAILED,
