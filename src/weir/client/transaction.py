@@ -147,8 +147,13 @@ class Transaction:
             )
         except TransactionCommittedError:
             pass  # a retry after a lost answer: the first attempt committed it
+        except WeirError as err:
+            # over on the server (aborted, timed out, fenced, forgotten), or still open (a
+            # commit that failed, or an answer that never came: the outcome is unknown)
+            self.state = "open" if err.retryable else "aborted"
+            raise
         except BaseException:
-            self.state = "open"  # e.g. a failed commit: the transaction is still open
+            self.state = "open"
             raise
         self.state = "committed"
 
