@@ -52,6 +52,7 @@ class PartitionInfo:
     size_bytes: int
     generation: int
     last_write_ms: int
+    stable_offset: int = 0  # where read-committed readers stop
 
 
 class TopicAdmin(TenancyFacade):
@@ -313,6 +314,7 @@ class TopicAdmin(TenancyFacade):
                     a.log.size_bytes,
                     a.generation,
                     blobs[-1].max_written if blobs else 0,
+                    a.stable_offset,
                 )
             )
         return out

@@ -24,6 +24,7 @@ class PartitionInfo:
     size_bytes: int
     generation: int
     last_write_ms: int
+    stable_offset: int = 0  # where read-committed readers stop (the last stable offset)
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +145,7 @@ def topic_info(d: pb.TopicDescription) -> TopicInfo:
                 p.size_bytes,
                 p.generation,
                 p.last_write_ms,
+                p.stable_offset if p.HasField("stable_offset") else p.end_offset,
             )
             for p in d.partition_status
         ],

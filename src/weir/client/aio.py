@@ -46,7 +46,13 @@ from weir.client.tls import TlsArg
 from weir.client.transaction import Transaction
 from weir.client.writer import WriterCore
 from weir.client.writer_settings import WriteResult, WriterSettings
-from weir.errors import AlreadyExistsError, BadRequestError, WeirError, WeirTimeoutError
+from weir.errors import (
+    AlreadyExistsError,
+    BadRequestError,
+    TransactionCommittedError,
+    WeirError,
+    WeirTimeoutError,
+)
 from weir.protocols.native import weir_pb2 as pb
 from weir.protocols.native.policy_values import to_wire
 from weir.storage.codecs import Codec
@@ -738,6 +744,21 @@ class Client(AsyncTenancyCalls, AsyncSecurityCalls):
         one). ``timeout`` (seconds): the server aborts it when it runs out (default: the
         server's transactions.timeout_ms)."""
         return Transaction(self, transactional_id=transactional_id, key=key, timeout=timeout)
+
+    async def commit_transaction(
+        self, transaction_id: int, *, timeout: float | None = 60.0
+    ) -> None:
+        """Commit a transaction by its id (one another process began, such as the joinable
+        transaction of a Spark micro-batch). "Committed already" counts as done: a commit
+        whose answer was lost can be sent again."""
+        req = pb.EndTransactionRequest(transaction_id=transaction_id)
+        with contextlib.suppress(TransactionCommittedError):
+            await self.conn.call("CommitTransaction", req, timeout)
+
+    async def abort_transaction(self, transaction_id: int, *, timeout: float | None = 30.0) -> None:
+        """Abort a transaction by its id."""
+        req = pb.EndTransactionRequest(transaction_id=transaction_id)
+        await self.conn.call("AbortTransaction", req, timeout)
 
     async def _producer_epoch(self, transactional_id: str, timeout: float | None) -> int:
         """This client's epoch as an instance of ``transactional_id`` (the first call starts

@@ -628,6 +628,14 @@ class Client(SyncTenancyCalls, SyncSecurityCalls):
         inner = self._aio.transaction(transactional_id=transactional_id, key=key, timeout=timeout)
         return Transaction(inner, self._loop)
 
+    def commit_transaction(self, transaction_id: int, *, timeout: float | None = 60.0) -> None:
+        """Commit a transaction by its id; see `weir.aio.Client.commit_transaction`."""
+        self._run(self._aio.commit_transaction(transaction_id, timeout=timeout))
+
+    def abort_transaction(self, transaction_id: int, *, timeout: float | None = 30.0) -> None:
+        """Abort a transaction by its id."""
+        self._run(self._aio.abort_transaction(transaction_id, timeout=timeout))
+
     # streams -------------------------------------------------------------
 
     def writer(

@@ -14,8 +14,13 @@ readers see nothing of it until it commits and nothing at all if it aborts
 a ``transactional_id`` the client is one *instance* of a transactional producer:
 its first transaction with that id starts a new instance on the server, which
 fences every older instance (their writes and commits fail with
-ProducerFencedError) and aborts what an older one left open. A transaction that
-is neither committed nor aborted within ``timeout`` is aborted by the server.
+ProducerFencedError) and aborts what an older one left open. With a ``key`` as
+well, the transaction is *joinable*: every process that begins one with the same
+id and key gets the same open transaction (there is no fencing then), and any of
+them, knowing its ``id``, may end it with `Client.commit_transaction` (the Spark
+sink: its tasks write into the micro-batch's transaction, its driver commits).
+A transaction that is neither committed nor aborted within ``timeout`` is
+aborted by the server.
 
 The commit is sent once; when its answer is lost and the call is retried, a
 "committed already" answer means it landed.
@@ -90,7 +95,7 @@ class Transaction:
         req = pb.BeginTransactionRequest(
             transactional_id=self.transactional_id or "", timeout_ms=self._timeout_ms
         )
-        if self.transactional_id:
+        if self.transactional_id and self.key is None:  # joinable ones are shared: no fencing
             req.epoch = await self._client._producer_epoch(self.transactional_id, call_timeout)
         if self.key is not None:
             req.key = self.key

@@ -57,7 +57,10 @@ class WeirBatchReader(DataSourceReader):
     def __init__(self, options: ReaderOptions) -> None:
         self.options = options
         self.settings = ScanSettings(
-            options.endpoint, options.fail_on_data_loss, options.max_bytes_per_fetch
+            options.endpoint,
+            options.fail_on_data_loss,
+            options.max_bytes_per_fetch,
+            options.read_committed,
         )
         self.partition_set: set[int] | None = None
         self.partition_excluded: set[int] = set()
@@ -71,7 +74,7 @@ class WeirBatchReader(DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         o = self.options
         with Client(o.endpoint) as client:
-            bounds = fetch_bounds(client, o.topics)
+            bounds = fetch_bounds(client, o.topics, o.read_committed)
             if o.starting_timestamp is not None:
                 starts = offsets_for_time(client, o.topics, o.starting_timestamp)
             else:

@@ -14,6 +14,9 @@ from weir.errors import BadRequestError
 from weir.spark.offsets import OffsetSpec, parse_spec
 
 DEFAULT_MAX_BYTES_PER_FETCH = 4 << 20
+# a micro-batch's transaction, begun by its first task, must outlive the batch (and a
+# driver restart, so that the replay joins it); the server caps it (max_timeout_ms)
+DEFAULT_TRANSACTION_TIMEOUT_MS = 10 * 60_000
 
 
 def _get(options: Mapping[str, str], name: str) -> str | None:
@@ -76,6 +79,7 @@ class ReaderOptions:
     consumer: str | None
     max_bytes_per_fetch: int
     push_filters: bool
+    read_committed: bool = False
 
     @classmethod
     def parse(cls, options: Mapping[str, str], streaming: bool) -> ReaderOptions:
@@ -117,6 +121,7 @@ class ReaderOptions:
             max_bytes_per_fetch=_int(options, "maxBytesPerFetch", 1024)
             or DEFAULT_MAX_BYTES_PER_FETCH,
             push_filters=_bool(options, "pushFilters", False),
+            read_committed=_bool(options, "readCommitted", False),
         )
 
 
@@ -127,6 +132,8 @@ class WriterOptions:
     endpoint: str
     topic: str
     write_id: str | None
+    transactional: bool = True  # streaming: each micro-batch is one transaction
+    transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> WriterOptions:
@@ -134,4 +141,11 @@ class WriterOptions:
         if len(topics) != 1:
             raise BadRequestError(f"a weir sink writes to one topic, got {topics}")
         write_id = (_get(options, "writeId") or "").strip() or None
-        return cls(endpoint=_endpoint(options), topic=topics[0], write_id=write_id)
+        return cls(
+            endpoint=_endpoint(options),
+            topic=topics[0],
+            write_id=write_id,
+            transactional=_bool(options, "transactional", True),
+            transaction_timeout_ms=_int(options, "transactionTimeoutMs", 1)
+            or DEFAULT_TRANSACTION_TIMEOUT_MS,
+        )

@@ -40,6 +40,7 @@ class ScanSettings:
     endpoint: str
     fail_on_data_loss: bool
     max_bytes_per_fetch: int
+    read_committed: bool = False
 
 
 def data_loss_message(topic: str, partition: int, lo: int, hi: int, why: str) -> str:
@@ -67,7 +68,12 @@ def read_range(settings: ScanSettings, r: TopicRange) -> Iterator[pa.RecordBatch
     end_offset = -1
     with Client(settings.endpoint) as client:
         for chunk in client.read_range(
-            r.topic, r.partition, r.start, r.end, max_bytes=settings.max_bytes_per_fetch
+            r.topic,
+            r.partition,
+            r.start,
+            r.end,
+            max_bytes=settings.max_bytes_per_fetch,
+            read_committed=settings.read_committed,
         ):
             first = chunk.first_offset if chunk.chunks else max(pos, chunk.start_offset)
             if first > pos:
@@ -79,6 +85,8 @@ def read_range(settings: ScanSettings, r: TopicRange) -> Iterator[pa.RecordBatch
                 batch = stored_to_arrow(r.topic, r.partition, chunk.chunks, pos, r.end)
                 if batch is not None:
                     yield batch
+                pos = max(pos, min(chunk.next_offset, r.end))
+            elif not chunk.chunks:  # offsets left out (transaction markers, aborted messages)
                 pos = max(pos, min(chunk.next_offset, r.end))
             end_offset = chunk.end_offset
             # no early exit: the server ends the stream after the range, and a stream read

@@ -54,7 +54,10 @@ class WeirStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: ReaderOptions) -> None:
         self.options = options
         self.settings = ScanSettings(
-            options.endpoint, options.fail_on_data_loss, options.max_bytes_per_fetch
+            options.endpoint,
+            options.fail_on_data_loss,
+            options.max_bytes_per_fetch,
+            options.read_committed,
         )
         self._target: dict[TopicPartition, int] | None = None
         self._latest: dict[TopicPartition, int] | None = None
@@ -69,7 +72,7 @@ class WeirStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _bounds(self) -> dict[TopicPartition, Bounds]:
         if self._client is None:
             self._client = Client(self.options.endpoint)
-        return fetch_bounds(self._client, self.options.topics)
+        return fetch_bounds(self._client, self.options.topics, self.options.read_committed)
 
     # ------------------------------------------------------------------ offsets (driver)
 

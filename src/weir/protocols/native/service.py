@@ -76,6 +76,7 @@ def describe(broker: Broker, cfg: TopicConfig) -> pb.TopicDescription:
                 size_bytes=p.size_bytes,
                 generation=p.generation,
                 last_write_ms=p.last_write_ms,
+                stable_offset=p.stable_offset,
             )
             for p in broker.partitions(cfg.name)
         ],
@@ -264,7 +265,7 @@ class NativeService(
             to = end if request.to_offset < 0 else min(request.to_offset, end)
             budget = max(1, min(request.max_bytes or MAX_CHUNK_BYTES, 64 << 20))
             pos = request.from_offset
-            sent = False
+            sent = -1  # next_offset of the last response sent
             while pos < to:
                 res = actor.read(pos, budget, to, committed=committed)
                 if not res.chunks:
@@ -276,9 +277,10 @@ class NativeService(
                 yield RawRangeResponse(
                     res.chunks, res.first_offset, res.next_offset, res.start_offset, res.end_offset
                 )
-                sent = True
-                pos = res.next_offset
-            if not sent:
+                sent = pos = res.next_offset
+            if sent < max(pos, actor.start_offset):
+                # nothing sent, or what came last was left out (transaction markers, aborted
+                # messages): an empty answer says where the range read up to
                 yield pb.ReadRangeResponse(
                     first_offset=max(pos, actor.start_offset),
                     next_offset=max(pos, actor.start_offset),

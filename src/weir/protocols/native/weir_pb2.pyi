@@ -1080,12 +1080,17 @@ class PartitionStatus(_message.Message):
     SIZE_BYTES_FIELD_NUMBER: _builtins.int
     GENERATION_FIELD_NUMBER: _builtins.int
     LAST_WRITE_MS_FIELD_NUMBER: _builtins.int
+    STABLE_OFFSET_FIELD_NUMBER: _builtins.int
     partition: _builtins.int
     start_offset: _builtins.int
     end_offset: _builtins.int
     size_bytes: _builtins.int
     generation: _builtins.int
     last_write_ms: _builtins.int
+    stable_offset: _builtins.int
+    """The last stable offset: read-committed readers stop before it (the first offset of the
+    oldest open transaction; else end_offset).
+    """
     def __init__(
         self,
         *,
@@ -1095,12 +1100,15 @@ class PartitionStatus(_message.Message):
         size_bytes: _builtins.int = ...,
         generation: _builtins.int = ...,
         last_write_ms: _builtins.int = ...,
+        stable_offset: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_stable_offset", b"_stable_offset", "stable_offset", b"stable_offset"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["end_offset", b"end_offset", "generation", b"generation", "last_write_ms", b"last_write_ms", "partition", b"partition", "size_bytes", b"size_bytes", "start_offset", b"start_offset"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_stable_offset", b"_stable_offset", "end_offset", b"end_offset", "generation", b"generation", "last_write_ms", b"last_write_ms", "partition", b"partition", "size_bytes", b"size_bytes", "stable_offset", b"stable_offset", "start_offset", b"start_offset"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__stable_offset: _TypeAlias = _typing.Literal["stable_offset"]  # noqa: Y015
+    _WhichOneofArgType__stable_offset: _TypeAlias = _typing.Literal["_stable_offset", b"_stable_offset"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__stable_offset) -> _WhichOneofReturnType__stable_offset | None: ...
 
 Global___PartitionStatus: _TypeAlias = PartitionStatus  # noqa: Y015
 
