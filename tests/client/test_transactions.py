@@ -224,3 +224,27 @@ async def test_asyncio_twin(shared_server: ServerProcess, topic_name: str) -> No
             async for c in client.read_range(topic_name, p, 0, read_committed=True):
                 got.extend(m.data for m in c.messages())
         assert sorted(got) == [b"a", b"b"]
+
+
+def test_a_subscription_takes_markers_as_acknowledged(client: weir.Client, topic_name: str) -> None:
+    """Subscriptions read uncommitted; the offsets transaction markers hold carry no message,
+    so they never wait for an ack: the backlog drains."""
+    client.create_topic(topic_name, partitions=1)
+    client.create_subscription(topic_name, "s", initial_position="earliest")
+    for outcome in ("commit", "abort", "commit"):
+        tx = client.transaction().begin()
+        w = tx.writer(topic_name, partition=0)
+        w.write(outcome.encode())
+        w.flush()  # stored, then committed or aborted
+        tx.commit() if outcome == "commit" else tx.abort()
+    consumer = client.subscribe(topic_name, "s", create=False)
+    got: list[bytes] = []
+    deadline = time.monotonic() + 20
+    while len(got) < 3 and time.monotonic() < deadline:
+        msgs = consumer.receive_batch(10, timeout=0.5)
+        got += [m.data for m in msgs]
+        if msgs:
+            consumer.acknowledge(msgs)
+    consumer.close()
+    assert sorted(got) == [b"abort", b"commit", b"commit"]
+    assert client.describe_subscription(topic_name, "s").backlog == 0

@@ -143,6 +143,11 @@ class PartitionTxns:
     def markers(self) -> Sequence[int]:
         return tuple(self._markers)
 
+    def markers_between(self, lo: int, hi: int) -> list[int]:
+        """Offsets of the markers in ``[lo, hi)`` (offsets that hold no message)."""
+        m = self._markers
+        return m[bisect.bisect_left(m, lo) : bisect.bisect_left(m, hi)]
+
     def aborted_between(self, lo: int, hi: int) -> list[TxnMarker]:
         """Aborted transactions with batches in ``[lo, hi)`` (what a Kafka Fetch returns)."""
         out = []
