@@ -91,6 +91,7 @@ soak: install-test system-packages
 
 proto: install-test
 	$(BIN)/python -m weir.protocols.native.codegen
+	$(BIN)/python -m weir.protocols.pulsar.codegen
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis .coverage .coverage.* htmlcov

@@ -14,6 +14,13 @@ from weir.listening_process import ListeningProcess
 
 ROOT = Path(__file__).resolve().parents[1]
 _LISTEN = re.compile(r"weir listening on (\S+):(\d+)")
+_PULSAR = re.compile(r"weir Pulsar protocol on (pulsar(?:\+ssl)?://\S+)")
+_ADMIN = re.compile(r"weir Pulsar admin REST on (\S+)/admin/v2")
+
+# Every server a test starts listens for Pulsar clients and HTTP on ports of its own
+# (by default they would share 6650 and 8080); a test that needs a fixed one says so.
+os.environ.setdefault("WEIR_PULSAR_LISTEN", "127.0.0.1:0")
+os.environ.setdefault("WEIR_HTTP_LISTEN", "127.0.0.1:0")
 
 
 class ServerProcess(ListeningProcess):
@@ -27,6 +34,23 @@ class ServerProcess(ListeningProcess):
     @property
     def endpoint(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    def _found(self, pattern: re.Pattern[str]) -> str:
+        for line in reversed(self.log):
+            m = pattern.search(line)
+            if m:
+                return m.group(1)
+        raise RuntimeError("the server did not announce it:\n" + "".join(self.log[-10:]))
+
+    @property
+    def pulsar_url(self) -> str:
+        """The Pulsar service URL of this run of the server."""
+        return self._found(_PULSAR)
+
+    @property
+    def http_url(self) -> str:
+        """The HTTP port's base URL (admin REST, /metrics) of this run of the server."""
+        return self._found(_ADMIN)
 
     def command(self) -> list[str]:
         listen = f"127.0.0.1:{self.port}"  # the same port again after a restart

@@ -30,6 +30,7 @@ CHAIN: list[tuple[str, str]] = [
     ("README.md", "tour"),
     ("README.md", "readme-sdk"),
     ("README.md", "readme-ydb"),
+    ("README.md", "readme-pulsar"),
     ("README.md", "readme-spark"),
     ("docs/cli.md", "cli-topics"),
     ("docs/sdk.md", "sdk-tour"),
@@ -61,6 +62,7 @@ ILLUSTRATIONS = {
     ),
 }
 
+_PULSAR_LOG = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+ [A-Z]+ ")
 SMALL_ORDERS = 300  # the README's producer writes 50,000; the same script, smaller
 SPARK_SCRIPTS = ["examples/orders_pipeline.py", "examples/orders_report.py"]
 
@@ -84,6 +86,7 @@ class Reader:
 
     def __init__(self, server: ServerProcess, work: Path) -> None:
         self.endpoint = server.endpoint
+        self.pulsar_url = server.pulsar_url
         self.weir = Weir(server.endpoint)
         self.work = work
 
@@ -97,7 +100,9 @@ class Reader:
         return done
 
     def python(self, b: Block) -> list[str]:
-        code = b.code.replace("127.0.0.1:2136", self.endpoint)
+        code = b.code.replace("127.0.0.1:2136", self.endpoint).replace(
+            "pulsar://127.0.0.1:6650", self.pulsar_url
+        )
         out = subprocess.run(
             [sys.executable, "-c", code],
             capture_output=True,
@@ -181,6 +186,13 @@ def test_every_page_runs_in_order_on_one_server_and_again(
 
             # README: the ydb SDK, its own topic; the consumer reads the new messages.
             assert reader.python(block("README.md", "readme-ydb")) == ["page=/home", "page=/cart"]
+
+            # README: a Pulsar client on the same topic; its subscription reads the new ones.
+            # (pulsar-client logs to stdout; two partitions: any order across them)
+            printed = reader.python(block("README.md", "readme-pulsar"))
+            printed = [x for x in printed if not _PULSAR_LOG.match(x)]
+            assert sorted(printed[:2]) == ["page=/cart", "page=/home"]
+            assert printed[2:] == ["cart=3 items {'source': 'pulsar'} user-7"]
 
             # README: the example producer. A rerun stores nothing twice.
             produced = reader.producer(block("README.md", "readme-spark"))

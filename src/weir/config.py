@@ -25,6 +25,7 @@ from weir.config_values import (
     DURATION_S,
     LEVEL,
     NAMES,
+    OPTIONAL_ADDRESS,
     OPTIONAL_DURATION_MS,
     OPTIONAL_PATH,
     OPTIONAL_SIZE,
@@ -44,6 +45,8 @@ ENV_PREFIX = "WEIR_"
 CONFIG_ENV = "WEIR_CONFIG"
 DEFAULT_LISTEN = "127.0.0.1:2136"
 DEFAULT_METRICS_LISTEN = "127.0.0.1:9464"
+DEFAULT_PULSAR_PORT = 6650
+DEFAULT_HTTP_PORT = 8080
 # Environment variables of the client commands that share a config section's prefix.
 CLIENT_ENV = frozenset({"WEIR_TLS_CA", "WEIR_TLS_CERT", "WEIR_TLS_KEY"})
 
@@ -361,11 +364,58 @@ KEYS: tuple[Key, ...] = (
         "PEM CA bundle that signs client certificates: set, clients present one (mTLS).",
     ),
     Key(
+        "pulsar",
+        "enabled",
+        BOOL,
+        True,
+        "Serve the Pulsar binary protocol (pulsar-client and every Pulsar client) on pulsar.listen.",
+    ),
+    Key(
+        "pulsar",
+        "listen",
+        OPTIONAL_ADDRESS,
+        "",
+        f'Address of the Pulsar port; "" is the host of server.listen, port {DEFAULT_PULSAR_PORT}. '
+        "TLS (pulsar+ssl://) when tls.cert_file is set.",
+    ),
+    Key(
+        "pulsar",
+        "max_message_size",
+        SIZE,
+        5 << 20,
+        "Largest message a Pulsar client may send in one piece (it chunks bigger ones when "
+        "chunking is on); capped at limits.max_message_bytes.",
+    ),
+    Key(
+        "http",
+        "enabled",
+        BOOL,
+        True,
+        "Serve HTTP on http.listen: the Pulsar-style admin REST (/admin/v2), /metrics, "
+        "/healthz, /readyz and the web console.",
+    ),
+    Key(
+        "http",
+        "listen",
+        OPTIONAL_ADDRESS,
+        "",
+        f'Address of the HTTP port; "" is the host of server.listen, port {DEFAULT_HTTP_PORT} '
+        "(metrics.enabled with metrics.listen moves it there).",
+    ),
+    Key(
+        "http",
+        "admin",
+        BOOL,
+        True,
+        "Serve the Pulsar-style admin REST API at /admin/v2 on the HTTP port.",
+    ),
+    Key(
         "metrics",
         "enabled",
         BOOL,
         False,
-        "Serve /metrics (Prometheus), /healthz and /readyz over HTTP.",
+        "Serve the HTTP port on metrics.listen instead of http.listen (the older spelling; "
+        "http.enabled serves it by default).",
     ),
     Key(
         "metrics",
@@ -413,6 +463,20 @@ class MetricsConfig:
 
 
 @dataclass(frozen=True)
+class PulsarConfig:
+    enabled: bool = True
+    listen: str = ""  # empty: the host of server.listen, DEFAULT_PULSAR_PORT
+    max_message_size: int = 5 << 20
+
+
+@dataclass(frozen=True)
+class HttpConfig:
+    enabled: bool = True
+    listen: str = ""  # empty: the host of server.listen, DEFAULT_HTTP_PORT
+    admin: bool = True
+
+
+@dataclass(frozen=True)
 class ConsoleConfig:
     enabled: bool = True
 
@@ -455,11 +519,33 @@ class Config:
     listen: str = DEFAULT_LISTEN
     shutdown_grace_s: float = 5.0
     metrics: MetricsConfig = dataclasses.field(default_factory=MetricsConfig)
+    pulsar: PulsarConfig = dataclasses.field(default_factory=PulsarConfig)
+    http: HttpConfig = dataclasses.field(default_factory=HttpConfig)
     console: ConsoleConfig = dataclasses.field(default_factory=ConsoleConfig)
     tls: TlsConfig = dataclasses.field(default_factory=TlsConfig)
     auth: AuthConfig = dataclasses.field(default_factory=AuthConfig)
     log: LogConfig = dataclasses.field(default_factory=LogConfig)
     sources: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+    @property
+    def listen_host(self) -> str:
+        return self.listen.rpartition(":")[0]
+
+    @property
+    def pulsar_listen(self) -> str | None:
+        """Where the Pulsar port listens (None: off)."""
+        if not self.pulsar.enabled:
+            return None
+        return self.pulsar.listen or f"{self.listen_host}:{DEFAULT_PULSAR_PORT}"
+
+    @property
+    def http_listen(self) -> str | None:
+        """Where the HTTP port listens (None: off)."""
+        if self.metrics.enabled:
+            return self.metrics.listen
+        if not self.http.enabled:
+            return None
+        return self.http.listen or f"{self.listen_host}:{DEFAULT_HTTP_PORT}"
 
     def values(self) -> dict[str, Any]:
         """The effective value of every key, by ``section.name``."""
@@ -475,6 +561,12 @@ class Config:
         out["auth.jwt_secret"] = self.auth.jwt_secret
         out["auth.jwt_public_key_file"] = self.auth.jwt_public_key_file
         out["auth.jwt_audience"] = self.auth.jwt_audience
+        out["pulsar.enabled"] = self.pulsar.enabled
+        out["pulsar.listen"] = self.pulsar.listen
+        out["pulsar.max_message_size"] = self.pulsar.max_message_size
+        out["http.enabled"] = self.http.enabled
+        out["http.listen"] = self.http.listen
+        out["http.admin"] = self.http.admin
         out["metrics.enabled"] = self.metrics.enabled
         out["metrics.listen"] = self.metrics.listen
         out["console.enabled"] = self.console.enabled
@@ -618,6 +710,10 @@ def _build(values: dict[str, Any], sources: dict[str, str]) -> Config:
         listen=values["server.listen"],
         shutdown_grace_s=values["server.shutdown_grace_s"],
         metrics=MetricsConfig(values["metrics.enabled"], values["metrics.listen"]),
+        pulsar=PulsarConfig(
+            values["pulsar.enabled"], values["pulsar.listen"], values["pulsar.max_message_size"]
+        ),
+        http=HttpConfig(values["http.enabled"], values["http.listen"], values["http.admin"]),
         console=ConsoleConfig(values["console.enabled"]),
         tls=tls,
         auth=AuthConfig(

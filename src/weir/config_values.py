@@ -101,6 +101,18 @@ def _address(value: object) -> str:
     return text
 
 
+def _optional_address(value: object) -> str:
+    text = _str(value).strip()
+    if not text:
+        return ""
+    try:
+        return _address(text)
+    except ValueError:
+        raise ValueError(
+            'expected "HOST:PORT" (port 0 picks a free one), or "" for the default'
+        ) from None
+
+
 def _bool(value: object) -> bool:
     if not isinstance(value, bool):
         raise ValueError("expected true or false")
@@ -255,6 +267,7 @@ STRING = Kind("string", _str)
 SECRET = Kind("secret", _str)  # weir config check replaces it
 NAMES = Kind("list of names", _names, render=_render_names)
 ADDRESS = Kind("host:port", _address)
+OPTIONAL_ADDRESS = Kind("host:port or empty", _optional_address)
 PATH = Kind("path", lambda v: Path(_str(v)), render=lambda p: show_value(str(p)))
 BOOL = Kind("bool", _bool, _bool_text)
 

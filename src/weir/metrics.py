@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import ssl
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -312,6 +312,7 @@ class MetricsEndpoint:
         alive: Callable[[], bool] = lambda: True,
         mount: Callable[[web.Application], None] | None = None,
         ssl_context: ssl.SSLContext | None = None,
+        pages: Sequence[str] | None = None,
     ) -> None:
         host, _, port = listen.rpartition(":")
         self.host = host.strip("[]")
@@ -320,6 +321,8 @@ class MetricsEndpoint:
         self.alive = alive
         self.mount = mount
         self.ssl_context = ssl_context  # set: HTTPS only
+        # what "/" lists besides the endpoint's own pages (None: /console when mounted)
+        self.pages = tuple(pages) if pages is not None else (("/console",) if mount else ())
         self._runner: web.AppRunner | None = None
 
     @property
@@ -371,10 +374,8 @@ class MetricsEndpoint:
                 return 200, text, b"ready\n"
             return 503, text, b"not ready: starting or shutting down\n"
         if path == "/":
-            pages = b"weir: /metrics /healthz /readyz"
-            if self.mount is not None:
-                pages += b" /console"
-            return 200, text, pages + b"\n"
+            pages = " ".join(("weir:", "/metrics", "/healthz", "/readyz", *self.pages))
+            return 200, text, pages.encode() + b"\n"
         return 404, text, b"not found: try /metrics, /healthz or /readyz\n"
 
     async def _handle(self, request: web.Request) -> web.Response:

@@ -20,6 +20,7 @@ from weir.config import AuthConfig
 from weir.errors import BadRequestError
 from weir.protocols.native.service import NativeService
 from weir.protocols.native.service import add_to_server as add_native
+from weir.protocols.pulsar.front import PulsarFront
 from weir.security import Security
 from weir.security.tls import ServerTls
 
@@ -104,8 +105,14 @@ class Server:
         observer: BrokerObserver | None = None,
         tls: ServerTls | None = None,
         auth: AuthConfig | None = None,
+        pulsar_listen: str | None = None,
+        pulsar_max_message_size: int = 5 << 20,
     ) -> None:
         self.config = config
+        # the Pulsar port (None: off); started with the broker, stopped before it
+        self.pulsar_listen = pulsar_listen
+        self.pulsar_max_message_size = pulsar_max_message_size
+        self.pulsar: PulsarFront | None = None
         self.tls = tls  # None: plain text
         self.auth = auth or AuthConfig()
         self.observer = observer
@@ -167,8 +174,22 @@ class Server:
             )
             for install in self.fronts:
                 install(server, self.broker, self)
+            if self.pulsar_listen is not None:
+                host, port = parse_listen(self.pulsar_listen)
+                self.pulsar = PulsarFront(
+                    self.broker,
+                    self._security,
+                    host,
+                    port,
+                    tls=self.tls,
+                    max_message_size=self.pulsar_max_message_size,
+                    stopping=self.stopping_event,
+                )
+                await self.pulsar.start()
             await server.start()
         except BaseException:
+            if self.pulsar is not None:
+                await self.pulsar.stop()
             await server.stop(None)
             if self.broker is not None:
                 await self.broker.close()
@@ -183,6 +204,8 @@ class Server:
         """Stop accepting calls, give streams `grace` seconds, finish commits, close LMDB."""
         self.stopping = True
         self.stopping_event.set()
+        if self.pulsar is not None:
+            await self.pulsar.stop()
         if self._grpc is not None:
             await self._grpc.stop(grace)
             self._grpc = None

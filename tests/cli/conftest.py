@@ -49,6 +49,8 @@ class Weir:
 
     def env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("WEIR_")}
+        # a server started here gets Pulsar and HTTP ports of its own, not 6650 / 8080
+        env["WEIR_PULSAR_LISTEN"] = env["WEIR_HTTP_LISTEN"] = "127.0.0.1:0"
         env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
         env["COLUMNS"] = "100"
         if env.pop("PYTHONDONTWRITEBYTECODE", None):

@@ -132,7 +132,7 @@ def test_the_console_can_be_turned_off(tmp_path: Path) -> None:
         assert request(base + "/console")[0] == 404
         assert request(base + "/metrics")[0] == 200
         assert not any("weir console on" in line for line in srv.log)
-        assert request(base + "/")[2] == "weir: /metrics /healthz /readyz\n"
+        assert request(base + "/")[2] == "weir: /metrics /healthz /readyz /admin/v2\n"
     finally:
         srv.stop()
 

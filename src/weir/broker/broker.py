@@ -23,6 +23,8 @@ from weir.broker.consumers import OFFSETS, OffsetStore
 from weir.broker.observer import NULL_OBSERVER, BrokerObserver
 from weir.broker.producer_admission import PRODUCER_EPOCHS, ProducerAdmission, stored_epochs
 from weir.broker.producers import ProducerPins
+from weir.broker.schema_admin import SchemaAdmin
+from weir.broker.schemas import SCHEMAS, SchemaRegistry
 from weir.broker.subscriptions import SUBSCRIPTIONS, Subscriptions
 from weir.broker.subscriptions.facade import SubscriptionFacade
 from weir.broker.tenancy.limits import SessionCounter
@@ -46,13 +48,16 @@ BROKER_TABLES = (
     NAMESPACES,
     PRODUCER_EPOCHS,
     SUBSCRIPTIONS,
+    SCHEMAS,
     TXN_PRODUCERS,
 )
 _U64 = struct.Struct("<Q")
 _EPOCH_KEY = b"epoch"
 
 
-class Broker(TransactionFacade, SubscriptionFacade, ConsumerOffsets, ProducerAdmission):
+class Broker(
+    TransactionFacade, SubscriptionFacade, SchemaAdmin, ConsumerOffsets, ProducerAdmission
+):
     """Open with `Broker.open`; close with `await broker.close()`."""
 
     def __init__(
@@ -80,6 +85,7 @@ class Broker(TransactionFacade, SubscriptionFacade, ConsumerOffsets, ProducerAdm
         self.subscriptions = Subscriptions(
             store.kv, store.committer, lambda t, p: self._actors[(t, p)], self._write_dead_letters
         )
+        self.schemas = SchemaRegistry(store.kv, self._commit)
         self.transactions = TxnCoordinator(self, store.kv, store.committer)
         self._retention_task: asyncio.Task[None] | None = None
         self._closed = False
@@ -137,6 +143,7 @@ class Broker(TransactionFacade, SubscriptionFacade, ConsumerOffsets, ProducerAdm
                 self._open_actor(cfg, p)
         self.access = ProducerAccess(stored_epochs(self.store.kv))
         self.subscriptions.load(self._topics.values())
+        self.schemas.load()
         # Pins are derived from the partitions' producer tables; rows an older
         # version stored are dropped (the producer's state says where it writes).
         legacy = [delete(PINS, bytes(k)) for k, _ in self.store.kv.scan(PINS)]

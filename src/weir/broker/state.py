@@ -18,6 +18,7 @@ from weir.broker.consumers import ConsumerGroup, OffsetStore
 from weir.broker.observer import BrokerObserver
 from weir.broker.partition_actor import PartitionActor
 from weir.broker.producers import ProducerPins, ProducerTables
+from weir.broker.schemas import SchemaRegistry
 from weir.broker.subscriptions import Subscriptions
 from weir.broker.tenancy.limits import SessionCounter
 from weir.broker.tenancy.registry import Tenancy
@@ -45,6 +46,7 @@ class BrokerState:
     consumer_sessions: SessionCounter
     access: ProducerAccess
     subscriptions: Subscriptions
+    schemas: SchemaRegistry
     _topics: dict[str, TopicConfig]
     _backlog_quota: dict[str, int]  # topic -> backlog_quota_bytes, when set
     _actors: dict[tuple[str, int], PartitionActor]

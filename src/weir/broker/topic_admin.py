@@ -289,7 +289,9 @@ class TopicAdmin(TenancyFacade):
             ops.extend(self.offsets.drop_ops(cfg.topic_id))
             ops.append(drop_epoch_op(cfg.topic_id))
             ops.extend(self.subscriptions.drop_topic_ops(cfg))
+            ops.extend(self.schemas.drop_ops(cfg.topic_id))
             await self._commit(ops)
+            self.schemas.forget(cfg.topic_id)
             await self.subscriptions.forget_topic(cfg)
             for p in range(cfg.partitions):
                 self.store.forget(cfg.log_id(p))

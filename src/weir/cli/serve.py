@@ -16,6 +16,7 @@ from typing import Annotated
 
 import lmdb
 import typer
+from aiohttp import web
 
 from weir import config as configuration
 from weir import logs
@@ -81,6 +82,8 @@ async def run(cfg: configuration.Config) -> None:
         observer=ObserverFanout(metrics.observer, logs.LogObserver()),
         tls=tls,
         auth=cfg.auth,
+        pulsar_listen=cfg.pulsar_listen,
+        pulsar_max_message_size=cfg.pulsar.max_message_size,
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -106,18 +109,35 @@ async def run(cfg: configuration.Config) -> None:
 
     endpoint = None
     console = None
-    if cfg.metrics.enabled:
+    admin = None
+    http_listen = cfg.http_listen
+    if http_listen is not None:
         if cfg.console.enabled:
             from weir.console import Console
 
-            console = Console(metrics, cfg.metrics.listen.rpartition(":")[0])
+            console = Console(metrics, http_listen.rpartition(":")[0])
+        if cfg.http.admin:
+            from weir.protocols.http.admin import PulsarAdmin
+
+            admin = PulsarAdmin(lambda: server.broker, lambda: server.security)
+
+        def mount(app: web.Application) -> None:
+            if admin is not None:
+                admin.mount(app)
+            if console is not None:
+                console.mount(app)
+
         # up before recovery, so /healthz answers and /readyz says "not yet" while it runs
         endpoint = MetricsEndpoint(
             metrics,
-            cfg.metrics.listen,
+            http_listen,
             alive,
-            mount=None if console is None else console.mount,
+            mount=mount,
             ssl_context=tls.ssl_context() if tls is not None else None,
+            pages=[
+                *(["/admin/v2"] if admin is not None else []),
+                *(["/console"] if console is not None else []),
+            ],
         )
         await endpoint.start()
     try:
@@ -156,6 +176,18 @@ async def run(cfg: configuration.Config) -> None:
                 "principal may do everything",
                 authorization=False,
             )
+        if server.pulsar is not None:
+            announce(
+                cfg,
+                f"weir Pulsar protocol on {server.pulsar.url}",
+                pulsar=server.pulsar.url,
+            )
+        if admin is not None and endpoint is not None:
+            announce(
+                cfg,
+                f"weir Pulsar admin REST on {endpoint.url}/admin/v2",
+                admin=f"{endpoint.url}/admin/v2",
+            )
         security = ""
         if tls is not None:
             security = ", TLS" + (" with client certificates" if tls.mutual else "")
@@ -192,9 +224,11 @@ def is_loopback(host: str) -> bool:
 
 
 def insecure_bind(cfg: configuration.Config) -> bool:
-    """An open server (no authentication) on an address other machines can reach."""
-    host = cfg.listen.rpartition(":")[0]
-    return cfg.broker.allow_anonymous and not is_loopback(host)
+    """An open server (no authentication) on an address other machines can reach (its
+    gRPC, Pulsar or HTTP port)."""
+    listens = [cfg.listen, cfg.pulsar_listen, cfg.http_listen]
+    hosts = {a.rpartition(":")[0] for a in listens if a is not None}
+    return cfg.broker.allow_anonymous and not all(is_loopback(h) for h in hosts)
 
 
 def server_tls(cfg: configuration.TlsConfig) -> ServerTls | None:

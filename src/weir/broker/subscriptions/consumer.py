@@ -33,6 +33,13 @@ class ConsumerHandle(Protocol):
         """The broker dropped this consumer (subscription deleted, topic dropped)."""
 
 
+class ActivityHandle(Protocol):
+    """What a handle may add: told when it becomes (or stops being) the one consumer a
+    partition's messages go to (Exclusive / Failover; Pulsar's ActiveConsumerChange)."""
+
+    def active_changed(self, partition: int, active: bool) -> None: ...
+
+
 @dataclass(eq=False, slots=True)
 class AttachedConsumer:
     consumer_id: int
@@ -42,3 +49,12 @@ class AttachedConsumer:
     permits: int = 0
     unacked: int = 0
     order: tuple[str, int] = field(default=("", 0))
+    # None: every partition of the topic; else only these (a Pulsar consumer of one
+    # partition of a partitioned topic)
+    partitions: frozenset[int] | None = None
+    # Deliveries hold whole stored batches (Pulsar clients acknowledge a batch as a whole):
+    # a take that ends inside a batch is extended to its end, past the permits if need be
+    whole_batches: bool = False
+
+    def takes(self, partition: int) -> bool:
+        return self.partitions is None or partition in self.partitions

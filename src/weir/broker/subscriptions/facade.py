@@ -98,6 +98,8 @@ class SubscriptionFacade(TopicAdmin, Writes):
         create: bool = True,
         dead_letter: DeadLetterPolicy | None = None,
         initial_time_ms: int | None = None,
+        partitions: frozenset[int] | None = None,
+        whole_batches: bool = False,
     ) -> tuple[Subscription, AttachedConsumer]:
         """Attach a consumer to a durable subscription (see `weir.broker.subscriptions`)."""
         self._check_open()
@@ -114,6 +116,8 @@ class SubscriptionFacade(TopicAdmin, Writes):
             create=create,
             dead_letter=dead_letter,
             initial_time_ms=initial_time_ms,
+            partitions=partitions,
+            whole_batches=whole_batches,
         )
 
     async def _write_dead_letters(self, topic: str, batches: list[bytes]) -> None:

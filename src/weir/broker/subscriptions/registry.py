@@ -170,8 +170,11 @@ class Subscriptions:
         create: bool = True,
         dead_letter: DeadLetterPolicy | None = None,
         initial_time_ms: int | None = None,
+        partitions: frozenset[int] | None = None,
+        whole_batches: bool = False,
     ) -> tuple[Subscription, AttachedConsumer]:
-        """Attach a consumer (creating the subscription when missing and ``create``)."""
+        """Attach a consumer (creating the subscription when missing and ``create``); with
+        ``partitions``, of those partitions only."""
         if create:
             sub = await self.create(
                 cfg, name, type, initial_position, exist_ok=True, initial_time_ms=initial_time_ms
@@ -183,6 +186,8 @@ class Subscriptions:
             cid, consumer_name or f"consumer-{cid}", handle, ack_timeout_ms, 0, 0, ("", cid)
         )
         c.order = (c.name, cid)
+        c.partitions = partitions
+        c.whole_batches = whole_batches
         changed = sub.attach(c, type)  # True: it had no consumers, the type follows
         if dead_letter is not None and (
             dead_letter.max_redeliver_count,

@@ -23,10 +23,11 @@ class SingleActiveDispatcher:
         self.subscription = subscription
 
     def check_join(self, consumers: list[AttachedConsumer], new: AttachedConsumer) -> None:
-        if self.type is SubscriptionType.EXCLUSIVE and consumers:
+        overlapping = [c for c in consumers if _overlap(c, new)]
+        if self.type is SubscriptionType.EXCLUSIVE and overlapping:
             raise ConsumerBusyError(
                 f"subscription {self.subscription!r} is exclusive and already has consumer "
-                f"{consumers[0].name!r}; use type 'failover' or 'shared' to have several"
+                f"{overlapping[0].name!r}; use type 'failover' or 'shared' to have several"
             )
 
     def owner(self, partition: int, consumers: list[AttachedConsumer]) -> AttachedConsumer | None:
@@ -38,3 +39,11 @@ class SingleActiveDispatcher:
     def pick(self, partition: int, consumers: list[AttachedConsumer]) -> AttachedConsumer | None:
         c = self.owner(partition, consumers)
         return c if c is not None and c.permits > 0 else None
+
+
+def _overlap(a: AttachedConsumer, b: AttachedConsumer) -> bool:
+    """Whether two consumers take a partition in common (consumers of different partitions
+    of one topic, as Pulsar's per-partition consumers are, never compete)."""
+    if a.partitions is None or b.partitions is None:
+        return True
+    return bool(a.partitions & b.partitions)

@@ -189,6 +189,10 @@ class Subscription:
         before = self._owners()
         self.consumers[c.consumer_id] = c
         self._handover(before)
+        if self.meta.type in (SubscriptionType.EXCLUSIVE, SubscriptionType.FAILOVER):
+            for p, owner in self._owners().items():
+                if c.takes(p) and owner is not c:
+                    _tell(c, p, False)  # a standby hears so at once, as in Pulsar
         for p, st in self.parts.items():
             self._start_pump(p, st)
         self._wake_all()
@@ -213,16 +217,26 @@ class Subscription:
             c.permits += permits
             self._wake_all()
 
+    def _consumers_of(self, partition: int) -> list[AttachedConsumer]:
+        """The consumers that take ``partition`` (all of them, unless some take only some)."""
+        return [c for c in self.consumers.values() if c.takes(partition)]
+
     def _owners(self) -> dict[int, AttachedConsumer | None]:
-        consumers = list(self.consumers.values())
-        return {p: self.dispatcher.owner(p, consumers) for p in self.parts}
+        return {p: self.dispatcher.owner(p, self._consumers_of(p)) for p in self.parts}
 
     def _handover(self, before: dict[int, AttachedConsumer | None]) -> None:
-        """A partition that changed hands: its old owner's unacked messages go to the new one."""
+        """A partition that changed hands: its old owner's unacked messages go to the new one;
+        both are told (a handle with ``active_changed``, see `ActivityHandle`)."""
         after = self._owners()
         for p, old in before.items():
-            if old is not None and after.get(p) is not old and old.consumer_id in self.consumers:
+            new = after.get(p)
+            if new is old:
+                continue
+            if old is not None and old.consumer_id in self.consumers:
                 self._take_back(self.parts[p], lambda cid, o=old.consumer_id: cid == o)  # type: ignore[misc]
+                _tell(old, p, False)
+            if new is not None:
+                _tell(new, p, True)
 
     def _take_back(self, st: PartitionState, whose: Callable[[int], bool]) -> None:
         for o in [o for o, (cid, _) in st.pending.items() if whose(cid)]:
@@ -439,10 +453,12 @@ class Subscription:
                     else:
                         await st.wake.wait()
                     continue
-                consumers = list(self.consumers.values())
+                consumers = self._consumers_of(partition)
                 c = self.dispatcher.pick(partition, consumers)
                 if c is not None:
-                    taken = self._take(st, actor, min(c.permits, self.dispatcher.max_batch))
+                    taken = self._take(
+                        st, actor, min(c.permits, self.dispatcher.max_batch), c.whole_batches
+                    )
                     if taken is not None:
                         self._deliver(partition, st, c, *taken)
                         await asyncio.sleep(0)
@@ -461,10 +477,11 @@ class Subscription:
             )
 
     def _take(
-        self, st: PartitionState, actor: PartitionActor, limit: int
+        self, st: PartitionState, actor: PartitionActor, limit: int, whole: bool = False
     ) -> tuple[list[int], list[Any]] | None:
         """The next offsets for a consumer with ``limit`` permits (redeliveries first) and
-        the stored batches holding them (only those: a read up to the last one)."""
+        the stored batches holding them (only those: a read up to the last one). ``whole``:
+        every offset due in those batches, so that no batch is cut (may pass ``limit``)."""
         start = actor.start_offset
         if st.cursor.mark_delete < start:  # removed by a size limit: nothing left to deliver
             st.cursor.skip_to(start)
@@ -479,7 +496,10 @@ class Subscription:
                 self._settle(st, o)
             if gone:
                 st.wake.set()  # look at the rest again
-            take = [o for o in take if res.first_offset <= o < res.next_offset]
+            if whole:
+                take = sorted(o for o in st.redeliver if res.first_offset <= o < res.next_offset)
+            else:
+                take = [o for o in take if res.first_offset <= o < res.next_offset]
             if not take or not res.chunks:
                 return None
             st.redeliver.difference_update(take)
@@ -517,6 +537,13 @@ class Subscription:
         if not take:
             st.read_pos = max(st.read_pos, res.next_offset)
             return None
+        if whole:  # the rest of the last batch: past read_pos, so pending nowhere
+            o = take[-1] + 1
+            while (o := cursor.next_unacked(o)) < res.next_offset:
+                acked = cursor.next_acked(o)
+                stop = res.next_offset if acked is None else min(acked, res.next_offset)
+                take.extend(range(o, stop))
+                o = stop
         st.read_pos = take[-1] + 1
         st.dispatched_high = max(st.dispatched_high, st.read_pos)
         if self.dispatcher.type is SubscriptionType.SHARED:
@@ -566,7 +593,7 @@ class Subscription:
         ks: KeySharedDispatcher,
     ) -> bool:
         """One dispatch round of a Key_Shared partition; False when nothing could be sent."""
-        consumers = list(self.consumers.values())
+        consumers = self._consumers_of(partition)
         left = {c.consumer_id: min(c.permits, ks.max_batch) for c in consumers}
         if not any(n > 0 for n in left.values()):
             return False
@@ -682,7 +709,7 @@ class Subscription:
             actor = self._actor_of(p)
             mark = max(st.cursor.mark_delete, actor.start_offset)
             backlog = max(0, actor.end_offset - mark - st.cursor.acked_above())
-            owner = self.dispatcher.owner(p, consumers)
+            owner = self.dispatcher.owner(p, self._consumers_of(p))
             parts.append(
                 SubscriptionPartitionInfo(
                     p,
@@ -729,6 +756,12 @@ class Subscription:
             for c in list(self.consumers.values()):
                 c.handle.close(err)
         self.consumers.clear()
+
+
+def _tell(c: AttachedConsumer, partition: int, active: bool) -> None:
+    hook = getattr(c.handle, "active_changed", None)
+    if hook is not None:
+        hook(partition, active)
 
 
 async def _all(waits: list[asyncio.Future[None]]) -> None:

@@ -1,0 +1,376 @@
+"""Pulsar consumers on a connection: durable ones attached to a broker subscription, and
+readers (non-durable subscriptions), which read a partition from a position of their own.
+
+A delivery is always made of whole stored batches, one Pulsar entry each: a Pulsar
+client acknowledges, negatively acknowledges and asks for redelivery by entry, so an
+entry must hold exactly what its acknowledgement covers. The broker hands a Pulsar
+consumer whole batches (``whole_batches``); where it could not (a Key_Shared batch
+whose keys go to several consumers, a subscription shared with consumers of other
+fronts) the whole batch is still sent, so a message may come twice, never not at all.
+An acknowledgement covers the messages of the entry that this consumer was given.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from weir.broker.broker import Broker
+from weir.broker.subscriptions import AttachedConsumer, Delivery, Subscription
+from weir.errors import BadRequestError, WeirError
+from weir.protocols.pulsar import pulsar_api_pb2 as pb
+from weir.protocols.pulsar.codec import encode_message_with, message_part
+from weir.protocols.pulsar.message_ids import (
+    EARLIEST,
+    LATEST,
+    LEDGER,
+    is_whole_entry,
+    offset_of,
+)
+from weir.protocols.pulsar.records import BATCHED, entry_of
+from weir.storage.batch import decode_payload, iter_batches, parse_header
+
+log = logging.getLogger("weir.pulsar")
+
+Write = Callable[[bytes], None]
+MAX_READ_BYTES = 1 << 20
+
+
+class EntryCache:
+    """Encoded entries (the message part of a Message frame), shared by every consumer of
+    the front: a batch delivered to several consumers or subscriptions is encoded once."""
+
+    def __init__(self, max_bytes: int = 32 << 20) -> None:
+        self.max_bytes = max_bytes
+        self._entries: OrderedDict[tuple[str, int, int, int], bytes] = OrderedDict()
+        self._bytes = 0
+
+    def part(self, topic: str, partition: int, buf: Any, pos: int) -> tuple[bytes, int, int]:
+        """(message part, base offset, record count) of the stored batch at ``pos``."""
+        h = parse_header(buf, pos)
+        key = (topic, partition, h.base_offset, h.written_at)
+        got = self._entries.get(key)
+        if got is None:
+            metadata, payload = entry_of(buf, pos, h)
+            got = message_part(metadata, payload)
+            if len(got) <= self.max_bytes // 4:
+                self._entries[key] = got
+                self._bytes += len(got)
+                while self._bytes > self.max_bytes:
+                    _, old = self._entries.popitem(last=False)
+                    self._bytes -= len(old)
+        else:
+            self._entries.move_to_end(key)
+        return got, h.base_offset, h.record_count
+
+
+def _ranges(offsets: Iterable[int]) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for o in sorted(offsets):
+        if out and out[-1][1] == o:
+            out[-1] = (out[-1][0], o + 1)
+        else:
+            out.append((o, o + 1))
+    return out
+
+
+def stored_batch(
+    broker: Broker, topic: str, partition: int, offset: int
+) -> tuple[int, int, bool] | None:
+    """(base offset, record count, delivered as a batch) of the stored batch holding
+    ``offset``; None when it is not stored (any more)."""
+    actor = broker.actor(topic, partition)
+    if not actor.start_offset <= offset < actor.end_offset:
+        return None
+    res = actor.read(offset, 1, offset + 1)
+    if not res.chunks:
+        return None
+    for pos, h in iter_batches(res.chunks[0], verify=False):
+        if h.base_offset <= offset < h.next_offset:
+            batched = (
+                h.record_count > 1
+                or BATCHED in decode_payload(res.chunks[0], pos, h).header_list()[0]
+            )
+            return h.base_offset, h.record_count, batched
+    return None
+
+
+@dataclass(eq=False)
+class ConsumerBase:
+    consumer_id: int  # the client's id on this connection
+    topic: str  # weir name
+    partition: int
+    id_partition: int  # partition as message ids say it (-1: non-partitioned topic)
+    broker: Broker
+    write: Write
+    cache: EntryCache
+    name: str = ""
+    # entry base offset -> (record count, offsets of it this consumer was given)
+    delivered: dict[int, tuple[int, list[int]]] = field(default_factory=dict)
+    closed: bool = False
+    on_dropped: Callable[[ConsumerBase], None] | None = None
+
+    def _frames(
+        self, chunks: Iterable[Any], wanted: set[int] | None, counts: dict[int, int]
+    ) -> int:
+        """Send the stored batches of ``chunks`` that hold a wanted offset (None: all of them),
+        each whole; returns how many messages went."""
+        sent = 0
+        out: list[bytes] = []
+        for chunk in chunks:
+            for pos, h in iter_batches(chunk, verify=False):
+                base, end = h.base_offset, h.next_offset
+                if wanted is None:
+                    mine = list(range(base, end))
+                else:
+                    mine = [o for o in range(base, end) if o in wanted]
+                    if not mine:
+                        continue
+                part, base, count = self.cache.part(self.topic, self.partition, chunk, pos)
+                self.delivered[base] = (count, mine)
+                cmd = pb.BaseCommand(
+                    type=pb.BaseCommand.MESSAGE,
+                    message=pb.CommandMessage(
+                        consumer_id=self.consumer_id,
+                        message_id=pb.MessageIdData(
+                            ledgerId=LEDGER, entryId=base, partition=self.id_partition
+                        ),
+                        redelivery_count=max((counts.get(o, 0) for o in mine), default=0),
+                    ),
+                )
+                out.append(encode_message_with(cmd.SerializeToString(), part))
+                sent += count
+        if out:
+            self.write(b"".join(out))
+        return sent
+
+    def entry_ranges(self, mid: pb.MessageIdData) -> list[tuple[int, int]]:
+        """The offsets an acknowledgement of ``mid`` covers (see `ack_ranges`)."""
+        return self.ack_ranges(mid)
+
+    def ack_ranges(self, mid: pb.MessageIdData) -> list[tuple[int, int]]:
+        """What an individual acknowledgement of ``mid`` acknowledges: a whole entry, the
+        messages of it this consumer was given; with an ack set (batch-index acks: bits
+        still set are not acknowledged), exactly the messages whose bits are clear."""
+        off = offset_of(mid)
+        if off < 0:
+            return []
+        base = mid.entryId
+        known = self.delivered.get(base)
+        if known is None:
+            found = stored_batch(self.broker, self.topic, self.partition, base)
+            if found is None:
+                return []
+            known = (found[1], list(range(found[0], found[0] + found[1])))
+            base = found[0]
+        count, mine = known
+        if is_whole_entry(mid):
+            self.delivered.pop(base, None)
+            return _ranges(mine)
+        if len(mid.ack_set):
+            words = list(mid.ack_set)
+            acked = [
+                o
+                for o in mine
+                if not (words[(o - base) // 64] >> ((o - base) % 64)) & 1
+                if (o - base) // 64 < len(words)
+            ]
+        else:  # one message of a batch, by its index
+            acked = [o for o in mine if o == off]
+        rest = [o for o in mine if o not in set(acked)]
+        if rest:
+            self.delivered[base] = (count, rest)
+        else:
+            self.delivered.pop(base, None)
+        return _ranges(acked)
+
+    def last_of(self, mid: pb.MessageIdData) -> int | None:
+        """The last offset a cumulative acknowledgement of ``mid`` covers."""
+        off = offset_of(mid)
+        if off < 0:
+            return None
+        if mid.batch_index >= 0:
+            return off
+        known = self.delivered.get(mid.entryId)
+        if known is not None:
+            return mid.entryId + known[0] - 1
+        found = stored_batch(self.broker, self.topic, self.partition, mid.entryId)
+        return None if found is None else found[0] + found[1] - 1
+
+    def forget_through(self, last: int) -> None:
+        for base in [b for b in self.delivered if b <= last]:
+            del self.delivered[base]
+
+
+@dataclass(eq=False)
+class PulsarConsumer(ConsumerBase):
+    """A durable subscription's consumer: the broker's `ConsumerHandle` for it."""
+
+    sub: Subscription | None = None
+    attached: AttachedConsumer | None = None
+    send_command: Callable[[pb.BaseCommand], None] | None = None
+
+    # ConsumerHandle ---------------------------------------------------------
+
+    def deliver(self, d: Delivery) -> None:
+        if self.closed:
+            return
+        counts = (
+            dict(zip(d.offsets, d.redelivery_counts, strict=True))
+            if any(d.redelivery_counts)
+            else {}
+        )
+        self._frames(d.chunks, set(d.offsets), counts)
+
+    def close(self, err: WeirError) -> None:
+        """The broker dropped this consumer (a seek, the subscription deleted): the client
+        hears CloseConsumer and subscribes again by itself."""
+        if self.closed:
+            return
+        self.closed = True
+        if self.send_command is not None:
+            self.send_command(
+                pb.BaseCommand(
+                    type=pb.BaseCommand.CLOSE_CONSUMER,
+                    close_consumer=pb.CommandCloseConsumer(
+                        consumer_id=self.consumer_id, request_id=0
+                    ),
+                )
+            )
+        if self.on_dropped is not None:
+            self.on_dropped(self)
+
+    def active_changed(self, partition: int, active: bool) -> None:
+        if self.send_command is not None and not self.closed:
+            self.send_command(
+                pb.BaseCommand(
+                    type=pb.BaseCommand.ACTIVE_CONSUMER_CHANGE,
+                    active_consumer_change=pb.CommandActiveConsumerChange(
+                        consumer_id=self.consumer_id, is_active=active
+                    ),
+                )
+            )
+
+    # requests ---------------------------------------------------------------
+
+    def flow(self, permits: int) -> None:
+        if self.sub is not None and self.attached is not None:
+            self.sub.flow(self.attached.consumer_id, permits)
+
+    async def acknowledge(self, ack: pb.CommandAck) -> None:
+        sub = self.sub
+        if sub is None:
+            raise BadRequestError("the consumer is not subscribed")
+        if ack.ack_type == pb.CommandAck.Cumulative:
+            for mid in ack.message_id:
+                last = self.last_of(mid)
+                if last is None:
+                    continue
+                await sub.acknowledge_cumulative(self.partition, last)
+                self.forget_through(last)
+            return
+        ranges = [(self.partition, a, b) for mid in ack.message_id for a, b in self.ack_ranges(mid)]
+        if not ranges:
+            return
+        try:
+            await sub.acknowledge(ranges)
+        except BadRequestError:
+            # an id this consumer was never given (from before a restart, a seek): ack what
+            # can be acknowledged one range at a time; the rest is delivered again
+            for r in ranges:
+                with contextlib.suppress(BadRequestError):
+                    await sub.acknowledge([r])
+
+    def redeliver(self, ids: Iterable[pb.MessageIdData]) -> None:
+        """Negative acknowledgements (by entry), or with no ids every message held here."""
+        sub = self.sub
+        if sub is None:
+            return
+        mids = list(ids)
+        bases = [m.entryId for m in mids] if mids else list(self.delivered)
+        ranges: list[tuple[int, int, int]] = []
+        for base in bases:
+            known = self.delivered.pop(base, None)
+            if known is not None:
+                ranges.extend((self.partition, a, b) for a, b in _ranges(known[1]))
+        for r in ranges:
+            with contextlib.suppress(BadRequestError):
+                sub.negative_acknowledge([r], 0)
+
+    def detach(self) -> None:
+        self.closed = True
+        if self.sub is not None and self.attached is not None:
+            self.sub.detach(self.attached.consumer_id)
+
+
+@dataclass(eq=False)
+class PulsarReader(ConsumerBase):
+    """A non-durable subscription (a Pulsar Reader): reads the partition from ``position``
+    within its permits; nothing of it is stored, acknowledgements change nothing."""
+
+    position: int = 0
+    permits: int = 0
+    task: asyncio.Task[None] | None = None
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    on_failed: Callable[[PulsarReader, BaseException], None] | None = None
+
+    def start(self) -> None:
+        self.task = asyncio.get_running_loop().create_task(self._pump())
+
+    def flow(self, permits: int) -> None:
+        self.permits += permits
+        self.wake.set()
+
+    async def _pump(self) -> None:
+        actor = self.broker.actor(self.topic, self.partition)
+        try:
+            while not self.closed:
+                if self.permits <= 0:
+                    self.wake.clear()
+                    await self.wake.wait()
+                    continue
+                if actor.end_offset <= self.position:
+                    await actor.wait_for_data(self.position, None)
+                    continue
+                self.position = max(self.position, actor.start_offset)
+                res = actor.read(self.position, MAX_READ_BYTES)
+                if not res.chunks:
+                    self.position = max(self.position, res.next_offset)
+                    await asyncio.sleep(0)
+                    continue
+                self.permits -= self._frames(res.chunks, None, {})
+                self.position = res.next_offset
+                await asyncio.sleep(0)
+        except asyncio.CancelledError:
+            raise
+        except Exception as err:
+            if self.on_failed is not None:
+                self.on_failed(self, err)
+
+    async def stop(self) -> None:
+        self.closed = True
+        if self.task is not None:
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self.task
+
+
+def start_offset(
+    broker: Broker, topic: str, partition: int, mid: pb.MessageIdData | None, earliest: bool
+) -> int:
+    """Where a reader starts: the message ``mid`` names (its whole entry: the client skips
+    what comes before it), else the partition's start or end."""
+    actor = broker.actor(topic, partition)
+    if mid is None:
+        return actor.start_offset if earliest else actor.end_offset
+    off = offset_of(mid)
+    if off == EARLIEST:
+        return actor.start_offset
+    if off == LATEST:
+        return actor.end_offset
+    return min(max(off, actor.start_offset), actor.end_offset)

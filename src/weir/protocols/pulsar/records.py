@@ -1,0 +1,326 @@
+"""Pulsar messages as weir records, and stored weir batches as Pulsar entries. Pure.
+
+One Send (a message, or a batch of them with a `SingleMessageMetadata` before each
+payload) becomes one weir batch, so that a stored batch is a Pulsar *entry*: its
+message ids are (ledger, base offset of the batch, partition, index in it), the ids the
+producer got back from its SendReceipt (see `weir.protocols.pulsar.message_ids`).
+
+What maps to what (the same for every front, so a message keeps its key, properties
+and time whichever way it travels):
+
+====================================  ====================================================
+Pulsar                                weir record
+====================================  ====================================================
+payload                               data
+partition_key (base64 when flagged)   key
+properties                            headers
+event_time, else publish_time         created_at (read back as event_time)
+sequence_id, producer_name            seq_no, producer_id (dedup)
+publish_time (on delivery)            the time the broker stored the batch
+deliver_at_time                       header ``weir-deliver-at`` (ms)
+ordering_key                          header ``pulsar.ordering_key`` (base64)
+null_value                            header ``pulsar.null_value`` ("true"), empty data
+chunk uuid / chunk_id / num_chunks    headers ``weir.chunk.uuid`` / ``.id`` / ``.count``
+total_chunk_msg_size                  header ``pulsar.chunk.total_size``
+====================================  ====================================================
+
+A chunk that is not the last of its message is stored without producer id (no dedup
+state: its sequence id is its message's, shared with the other chunks); the last chunk
+carries the producer's sequence id, as Pulsar's broker only counts a chunked message
+once its last chunk is stored.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import contextlib
+import struct
+import zlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import lz4.block
+import zstandard
+
+from weir.errors import BadRequestError
+from weir.protocols.pulsar import pulsar_api_pb2 as pb
+from weir.storage.batch import BatchHeader, decode_payload, encode_batch
+from weir.storage.codecs import Codec, decompress_message, is_opaque
+
+DELIVER_AT = "weir-deliver-at"  # the broker's delayed-delivery header (ms since the epoch)
+ORDERING_KEY = "pulsar.ordering_key"
+NULL_VALUE = "pulsar.null_value"
+CHUNK_UUID = "weir.chunk.uuid"  # weir's own chunk headers: the native SDK reassembles too
+CHUNK_ID = "weir.chunk.id"
+CHUNK_COUNT = "weir.chunk.count"
+CHUNK_TOTAL = "pulsar.chunk.total_size"
+# A batch of one message sent as a batch: delivered as one too, so that its id keeps the
+# batch index 0 its producer was given
+BATCHED = "pulsar.batched"
+# Headers that become metadata fields on delivery, not properties.
+RESERVED = frozenset({DELIVER_AT, ORDERING_KEY, NULL_VALUE, CHUNK_TOTAL, BATCHED})
+_CHUNK_HEADERS = frozenset({CHUNK_UUID, CHUNK_ID, CHUNK_COUNT, CHUNK_TOTAL})
+
+_U32 = struct.Struct(">I")
+_zstd = zstandard.ZstdDecompressor()
+MAX_BATCH_MESSAGES = 100_000  # more in one Send is refused (Pulsar batches hold 1000)
+
+
+@dataclass(slots=True)
+class Sent:
+    """What one Send carries, as a weir batch ready for the broker."""
+
+    batch: bytes
+    count: int  # messages in it
+    first_seq: int
+    last_seq: int
+
+
+def _decompress(metadata: pb.MessageMetadata, payload: memoryview, limit: int) -> bytes:
+    kind = metadata.compression
+    if kind == pb.NONE:
+        return bytes(payload)
+    size = metadata.uncompressed_size
+    if size > limit:
+        raise BadRequestError(f"compressed payload claims {size} bytes, over the limit {limit}")
+    try:
+        if kind == pb.LZ4:
+            out = lz4.block.decompress(bytes(payload), uncompressed_size=size)
+        elif kind == pb.ZLIB:
+            d = zlib.decompressobj()
+            out = d.decompress(payload, size + 1)
+        elif kind == pb.ZSTD:
+            out = _zstd.decompress(payload, max_output_size=size + 1)
+        else:
+            raise BadRequestError(
+                f"compression {pb.CompressionType.Name(kind)} is not served by weir: "
+                "use LZ4, ZLIB, ZSTD or none"
+            )
+    except BadRequestError:
+        raise
+    except Exception as exc:  # lz4 / zlib / zstd errors
+        raise BadRequestError(f"payload does not decompress: {exc}") from None
+    if len(out) != size:
+        raise BadRequestError(f"payload decompressed to {len(out)} bytes, metadata says {size}")
+    return bytes(out)
+
+
+def _key(partition_key: str, b64: bool) -> bytes:
+    if not b64:
+        return partition_key.encode()
+    try:
+        return base64.b64decode(partition_key, validate=True)
+    except (binascii.Error, ValueError):
+        raise BadRequestError("partition_key flagged base64 is not base64") from None
+
+
+def _headers(
+    properties: Sequence[pb.KeyValue],
+    ordering_key: bytes | None,
+    null_value: bool,
+    deliver_at: int | None,
+) -> dict[str, str]:
+    h = {kv.key: kv.value for kv in properties}
+    if ordering_key:
+        h[ORDERING_KEY] = base64.b64encode(ordering_key).decode()
+    if null_value:
+        h[NULL_VALUE] = "true"
+    if deliver_at is not None:
+        h[DELIVER_AT] = str(deliver_at)
+    return h
+
+
+def send_to_batch(
+    metadata: pb.MessageMetadata,
+    payload: memoryview,
+    producer_id: str,
+    *,
+    is_chunk: bool = False,
+    max_bytes: int = 64 << 20,
+) -> Sent:
+    """The weir batch for one Send; BadRequestError for what weir cannot store faithfully."""
+    if len(metadata.encryption_keys):
+        raise BadRequestError("encrypted messages are not served by weir")
+    if metadata.HasField("txnid_most_bits") or metadata.HasField("txnid_least_bits"):
+        raise BadRequestError("transactions are not served by weir")
+    raw = _decompress(metadata, payload, max_bytes)
+    deliver_at = metadata.deliver_at_time if metadata.HasField("deliver_at_time") else None
+    publish = metadata.publish_time
+    if not metadata.HasField("num_messages_in_batch"):
+        key = (
+            _key(metadata.partition_key, metadata.partition_key_b64_encoded)
+            if metadata.HasField("partition_key") and not metadata.null_partition_key
+            else b""
+        )
+        headers = _headers(
+            metadata.properties,
+            metadata.ordering_key if metadata.HasField("ordering_key") else None,
+            metadata.null_value,
+            deliver_at,
+        )
+        seq = metadata.sequence_id
+        pid = producer_id
+        if is_chunk or metadata.HasField("uuid"):
+            headers[CHUNK_UUID] = metadata.uuid
+            headers[CHUNK_ID] = str(metadata.chunk_id)
+            headers[CHUNK_COUNT] = str(metadata.num_chunks_from_msg)
+            headers[CHUNK_TOTAL] = str(metadata.total_chunk_msg_size)
+            if metadata.chunk_id != metadata.num_chunks_from_msg - 1:
+                pid = ""  # see the module docstring: only the last chunk counts for dedup
+        batch = encode_batch(
+            [b"" if metadata.null_value else raw],
+            producer_id=pid,
+            first_seq_no=seq,
+            created_at=metadata.event_time or publish,
+            keys=[key] if key else None,
+            headers=[headers] if headers else None,
+        )
+        return Sent(batch, 1, seq, seq)
+    n = metadata.num_messages_in_batch
+    if not 0 < n <= MAX_BATCH_MESSAGES:
+        raise BadRequestError(f"a batch of {n} messages: 1 to {MAX_BATCH_MESSAGES} are served")
+    data: list[bytes] = []
+    keys: list[bytes] = []
+    headers_list: list[dict[str, str]] = []
+    seqs: list[int] = []
+    created: list[int] = []
+    mv = memoryview(raw)
+    pos = 0
+    end = len(raw)
+    first = metadata.sequence_id
+    any_key = any_headers = False
+    smm = pb.SingleMessageMetadata()
+    for i in range(n):
+        if end - pos < 4:
+            raise BadRequestError(f"batch ends before message {i} of {n}")
+        (size,) = _U32.unpack_from(mv, pos)
+        pos += 4
+        if size > end - pos:
+            raise BadRequestError(f"message {i}'s metadata runs past the batch")
+        smm.Clear()
+        try:
+            smm.ParseFromString(mv[pos : pos + size])  # type: ignore[arg-type]
+        except Exception as exc:
+            raise BadRequestError(f"message {i}'s metadata is not valid: {exc}") from None
+        if not smm.HasField("payload_size"):
+            raise BadRequestError(f"message {i}'s metadata has no payload_size")
+        pos += size
+        psize = smm.payload_size
+        if psize < 0 or psize > end - pos:
+            raise BadRequestError(f"message {i}'s payload runs past the batch")
+        data.append(b"" if smm.null_value else bytes(mv[pos : pos + psize]))
+        pos += psize
+        if smm.HasField("partition_key") and not smm.null_partition_key:
+            keys.append(_key(smm.partition_key, smm.partition_key_b64_encoded))
+            any_key = True
+        else:
+            keys.append(b"")
+        h = _headers(
+            smm.properties,
+            smm.ordering_key if smm.HasField("ordering_key") else None,
+            smm.null_value,
+            deliver_at,
+        )
+        if h:
+            any_headers = True
+        headers_list.append(h)
+        seqs.append(smm.sequence_id if smm.HasField("sequence_id") else first + i)
+        created.append(smm.event_time or publish)
+    if pos != end:
+        raise BadRequestError(f"batch has {end - pos} bytes after its {n} messages")
+    if n == 1:
+        headers_list[0][BATCHED] = "1"
+        any_headers = True
+    batch = encode_batch(
+        data,
+        producer_id=producer_id,
+        seq_nos=seqs,
+        created_at=created,
+        keys=keys if any_key else None,
+        headers=headers_list if any_headers else None,
+    )
+    return Sent(batch, n, seqs[0], seqs[-1])
+
+
+# ---------------------------------------------------------------------------- delivery
+
+
+def _message_fields(
+    target: pb.MessageMetadata | pb.SingleMessageMetadata,
+    key: bytes,
+    headers: Mapping[str, str],
+    created_at: int,
+) -> None:
+    """Key, properties, event time and the reserved headers of one record onto metadata."""
+    if key:
+        try:
+            target.partition_key = key.decode()
+        except UnicodeDecodeError:
+            target.partition_key = base64.b64encode(key).decode()
+            target.partition_key_b64_encoded = True
+    if created_at > 0:
+        target.event_time = created_at
+    for k, v in headers.items():
+        if k in RESERVED:
+            if k == ORDERING_KEY:
+                with contextlib.suppress(binascii.Error, ValueError):
+                    target.ordering_key = base64.b64decode(v)
+            elif k == NULL_VALUE and v == "true":
+                target.null_value = True
+            continue
+        target.properties.add(key=k, value=v)
+
+
+def entry_of(buf: bytes | memoryview, pos: int, h: BatchHeader) -> tuple[bytes, bytes]:
+    """(serialized MessageMetadata, payload) delivering the stored batch at ``pos`` as one
+    Pulsar entry: a single message when the batch holds one record, else a batch."""
+    p = decode_payload(buf, pos, h)
+    c = p.columns()
+    data = c.data
+    codec = h.data_codec
+    if codec != Codec.RAW and not is_opaque(codec):
+        data = [decompress_message(codec, d) for d in data]
+    md = pb.MessageMetadata(
+        producer_name=h.producer_id,
+        sequence_id=h.first_seq,
+        publish_time=max(0, h.written_at),
+    )
+    if h.record_count == 1 and BATCHED not in c.headers[0]:
+        headers = c.headers[0]
+        _message_fields(md, c.keys[0], headers, c.created_at[0])
+        if CHUNK_TOTAL in headers and CHUNK_UUID in headers:
+            try:
+                md.uuid = headers[CHUNK_UUID]
+                md.chunk_id = int(headers[CHUNK_ID])
+                md.num_chunks_from_msg = int(headers[CHUNK_COUNT])
+                md.total_chunk_msg_size = int(headers[CHUNK_TOTAL])
+            except (KeyError, ValueError):
+                pass
+            else:
+                del md.properties[:]
+                for k, v in headers.items():
+                    if k not in RESERVED and k not in _CHUNK_HEADERS:
+                        md.properties.add(key=k, value=v)
+        payload = b"" if md.null_value else data[0]
+        return md.SerializeToString(), payload
+    md.num_messages_in_batch = h.record_count
+    md.highest_sequence_id = h.last_seq
+    parts: list[bytes] = []
+    smm = pb.SingleMessageMetadata()
+    pack = _U32.pack
+    for key, d, headers, created, seq in zip(
+        c.keys, data, c.headers, c.created_at, c.seq_nos, strict=True
+    ):
+        smm.Clear()
+        smm.sequence_id = seq
+        if key or headers or created > 0:
+            _message_fields(smm, key, headers, created)
+        if smm.null_value:
+            d = b""
+        smm.payload_size = len(d)
+        s = smm.SerializeToString()
+        parts.append(pack(len(s)))
+        parts.append(s)
+        parts.append(d)
+    return md.SerializeToString(), b"".join(parts)

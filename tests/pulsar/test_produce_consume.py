@@ -1,0 +1,312 @@
+"""The real pulsar-client (C++ underneath) producing and consuming through weir's Pulsar front."""
+
+from __future__ import annotations
+
+import threading
+
+import pulsar
+import pytest
+
+from tests.conftest import ServerProcess
+from tests.pulsar.conftest import make_client
+
+
+def _drain(consumer: pulsar.Consumer, n: int, timeout_ms: int = 5000) -> list[pulsar.Message]:
+    out = []
+    for _ in range(n):
+        m = consumer.receive(timeout_ms)
+        out.append(m)
+        consumer.acknowledge(m)
+    return out
+
+
+@pytest.mark.parametrize("batching", [False, True])
+def test_produce_then_consume_keeps_key_properties_and_time(
+    client: pulsar.Client, topic: str, batching: bool
+) -> None:
+    consumer = client.subscribe(topic, "s", initial_position=pulsar.InitialPosition.Earliest)
+    producer = client.create_producer(
+        topic, batching_enabled=batching, batching_max_publish_delay_ms=5
+    )
+    sent = [
+        producer.send(
+            f"m{i}".encode(),
+            properties={"i": str(i), "kind": "test"},
+            partition_key=f"k{i}",
+            event_timestamp=1_700_000_000_000 + i,
+        )
+        for i in range(10)
+    ]
+    got = _drain(consumer, 10)
+    assert [m.data() for m in got] == [f"m{i}".encode() for i in range(10)]
+    assert [m.properties() for m in got] == [{"i": str(i), "kind": "test"} for i in range(10)]
+    assert [m.partition_key() for m in got] == [f"k{i}" for i in range(10)]
+    assert [m.event_timestamp() for m in got] == [1_700_000_000_000 + i for i in range(10)]
+    assert [m.message_id() for m in got] == sent  # the ids the producer was given
+    assert all(m.publish_timestamp() > 0 for m in got)
+    with pytest.raises(pulsar.Timeout):
+        consumer.receive(200)  # every message once
+    consumer.close()
+    producer.close()
+
+
+def test_async_send_with_callbacks_and_batches(client: pulsar.Client, topic: str) -> None:
+    producer = client.create_producer(
+        topic, batching_enabled=True, batching_max_messages=50, batching_max_publish_delay_ms=20
+    )
+    done = threading.Event()
+    results: list[tuple[object, pulsar.MessageId]] = []
+    lock = threading.Lock()
+
+    def callback(res: object, mid: pulsar.MessageId) -> None:
+        with lock:
+            results.append((res, mid))
+            if len(results) == 200:
+                done.set()
+
+    for i in range(200):
+        producer.send_async(b"x%d" % i, callback)
+    producer.flush()
+    assert done.wait(10)
+    assert all(res == pulsar.Result.Ok for res, _ in results)
+    ids = sorted(mid for _, mid in results)
+    assert len(set(map(str, ids))) == 200
+    reader = client.create_reader(topic, pulsar.MessageId.earliest)
+    seen = []
+    while reader.has_message_available():
+        seen.append(reader.read_next(5000).data())
+    assert seen == [b"x%d" % i for i in range(200)]
+    reader.close()
+    producer.close()
+
+
+def test_readers_from_earliest_latest_and_an_id(client: pulsar.Client, topic: str) -> None:
+    producer = client.create_producer(topic, batching_enabled=True, batching_max_messages=4)
+    ids = [producer.send(b"%d" % i) for i in range(10)]
+    latest = client.create_reader(topic, pulsar.MessageId.latest)
+    assert not latest.has_message_available()
+    exclusive = client.create_reader(topic, ids[5])
+    assert [exclusive.read_next(5000).data() for _ in range(4)] == [b"6", b"7", b"8", b"9"]
+    assert not exclusive.has_message_available()
+    inclusive = client.create_reader(topic, ids[5], start_message_id_inclusive=True)
+    assert inclusive.read_next(5000).data() == b"5"
+    producer.send(b"10")
+    assert latest.read_next(5000).data() == b"10"
+    for r in (latest, exclusive, inclusive):
+        r.close()
+    producer.close()
+
+
+def test_seek_by_id_and_by_time(client: pulsar.Client, topic: str) -> None:
+    producer = client.create_producer(topic)
+    ids = [producer.send(b"%d" % i) for i in range(6)]
+    consumer = client.subscribe(topic, "s", initial_position=pulsar.InitialPosition.Earliest)
+    got = _drain(consumer, 6)
+    consumer.seek(ids[2])
+    again = consumer.receive(5000)
+    assert again.data() in (b"2", b"3")  # Pulsar delivers from the id (inclusive here)
+    consumer.seek(got[0].publish_timestamp())
+    assert consumer.receive(5000).data() == b"0"
+    consumer.close()
+    producer.close()
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [pulsar.ConsumerType.Shared, pulsar.ConsumerType.KeyShared, pulsar.ConsumerType.Failover],
+)
+def test_several_consumers_share_a_subscription(
+    client: pulsar.Client, topic: str, kind: pulsar.ConsumerType
+) -> None:
+    seen: dict[str, list[bytes]] = {}
+    lock = threading.Lock()
+    done = threading.Event()
+
+    def listener(consumer: pulsar.Consumer, msg: pulsar.Message) -> None:
+        consumer.acknowledge(msg)
+        with lock:
+            seen.setdefault(consumer.consumer_name(), []).append(msg.data())
+            if sum(map(len, seen.values())) >= 60:
+                done.set()
+
+    consumers = [
+        client.subscribe(
+            topic,
+            "workers",
+            consumer_type=kind,
+            consumer_name=f"c{i}",
+            initial_position=pulsar.InitialPosition.Earliest,
+            receiver_queue_size=10,
+            message_listener=listener,
+        )
+        for i in range(3)
+    ]
+    producer = client.create_producer(topic, batching_enabled=False)
+    for i in range(60):
+        producer.send_async(b"%d" % i, None, partition_key=f"key{i % 6}")
+    producer.flush()
+    assert done.wait(10)
+    everything = sorted(x for v in seen.values() for x in v)
+    assert everything == sorted(b"%d" % i for i in range(60))  # each once
+    if kind == pulsar.ConsumerType.Failover:
+        assert list(seen) == ["c0"]  # the one active consumer
+    else:
+        assert len(seen) >= 2
+    if kind == pulsar.ConsumerType.KeyShared:
+        owners = {}
+        for name, msgs in seen.items():
+            for m in msgs:
+                owners.setdefault(int(m) % 6, set()).add(name)
+        assert all(len(o) == 1 for o in owners.values())  # a key to one consumer
+    for c in consumers:
+        c.close()
+    producer.close()
+
+
+def test_exclusive_subscription_refuses_a_second_consumer(
+    client: pulsar.Client, topic: str
+) -> None:
+    first = client.subscribe(topic, "only")
+    with pytest.raises(pulsar.ConsumerBusy):
+        client.subscribe(topic, "only")
+    first.close()
+
+
+def test_negative_ack_and_ack_timeout_redeliver_with_a_count(
+    client: pulsar.Client, topic: str
+) -> None:
+    producer = client.create_producer(topic)
+    consumer = client.subscribe(
+        topic,
+        "s",
+        consumer_type=pulsar.ConsumerType.Shared,
+        initial_position=pulsar.InitialPosition.Earliest,
+        negative_ack_redelivery_delay_ms=100,
+        unacked_messages_timeout_ms=10_000,
+    )
+    producer.send(b"a")
+    m = consumer.receive(5000)
+    assert m.redelivery_count() == 0
+    consumer.negative_acknowledge(m)
+    m2 = consumer.receive(5000)
+    assert m2.data() == b"a" and m2.redelivery_count() == 1
+    consumer.acknowledge(m2)
+    with pytest.raises(pulsar.Timeout):
+        consumer.receive(300)
+    consumer.close()
+    producer.close()
+
+
+def test_cumulative_ack_and_a_restarted_consumer_resumes(client: pulsar.Client, topic: str) -> None:
+    producer = client.create_producer(topic, batching_enabled=True, batching_max_messages=3)
+    for i in range(9):
+        producer.send_async(b"%d" % i, None)
+    producer.flush()
+    consumer = client.subscribe(topic, "s", initial_position=pulsar.InitialPosition.Earliest)
+    got = [consumer.receive(5000) for _ in range(6)]
+    consumer.acknowledge_cumulative(got[-1])
+    consumer.close()
+    again = client.subscribe(topic, "s")
+    assert again.receive(5000).data() == b"6"
+    again.close()
+    producer.close()
+
+
+def test_dead_letter_policy(client: pulsar.Client, topic: str) -> None:
+    dlq = f"{topic}-dlq"
+    dead = client.subscribe(dlq, "d", initial_position=pulsar.InitialPosition.Earliest)
+    consumer = client.subscribe(
+        topic,
+        "s",
+        consumer_type=pulsar.ConsumerType.Shared,
+        initial_position=pulsar.InitialPosition.Earliest,
+        negative_ack_redelivery_delay_ms=50,
+        dead_letter_policy=pulsar.ConsumerDeadLetterPolicy(
+            max_redeliver_count=2, dead_letter_topic=dlq
+        ),
+    )
+    producer = client.create_producer(topic)
+    producer.send(b"poison", properties={"p": "1"})
+    for _ in range(3):
+        consumer.negative_acknowledge(consumer.receive(5000))
+    buried = dead.receive(10_000)
+    assert buried.data() == b"poison"
+    assert buried.properties().get("p") == "1"
+    for c in (consumer, dead):
+        c.close()
+    producer.close()
+
+
+def test_delayed_delivery(client: pulsar.Client, topic: str) -> None:
+    consumer = client.subscribe(
+        topic,
+        "s",
+        consumer_type=pulsar.ConsumerType.Shared,
+        initial_position=pulsar.InitialPosition.Earliest,
+    )
+    producer = client.create_producer(topic)
+    import datetime
+
+    producer.send(b"later", deliver_after=datetime.timedelta(milliseconds=800))
+    producer.send(b"now")
+    first = consumer.receive(5000)
+    assert first.data() == b"now"
+    consumer.acknowledge(first)
+    second = consumer.receive(5000)
+    assert second.data() == b"later"
+    assert second.publish_timestamp() + 700 <= int(__import__("time").time() * 1000)
+    consumer.acknowledge(second)
+    consumer.close()
+    producer.close()
+
+
+def test_dedup_across_producer_reconnects(pulsar_server: ServerProcess, topic: str) -> None:
+    c1 = make_client(pulsar_server.pulsar_url)
+    p1 = c1.create_producer(topic, producer_name="writer-1")
+    for i in range(5):
+        p1.send(b"%d" % i)
+    p1.close()
+    p2 = c1.create_producer(topic, producer_name="writer-1")
+    assert p2.last_sequence_id() == 4  # it learns where it was
+    assert p2.send(b"5", sequence_id=4) is not None  # a resend of 4: dropped
+    p2.send(b"5", sequence_id=5)
+    reader = c1.create_reader(topic, pulsar.MessageId.earliest)
+    seen = []
+    while reader.has_message_available():
+        seen.append(reader.read_next(5000).data())
+    assert seen == [b"0", b"1", b"2", b"3", b"4", b"5"]
+    c1.close()
+
+
+def test_chunked_big_message(client: pulsar.Client, topic: str) -> None:
+    big = bytes(range(256)) * (20 * 4096)  # 20 MiB
+    consumer = client.subscribe(topic, "s", initial_position=pulsar.InitialPosition.Earliest)
+    producer = client.create_producer(topic, chunking_enabled=True, batching_enabled=False)
+    producer.send(big)
+    m = consumer.receive(20_000)
+    assert m.data() == big
+    consumer.acknowledge(m)
+    consumer.close()
+    producer.close()
+
+
+def test_message_listener(client: pulsar.Client, topic: str) -> None:
+    got: list[bytes] = []
+    done = threading.Event()
+
+    def listener(consumer: pulsar.Consumer, msg: pulsar.Message) -> None:
+        got.append(msg.data())
+        consumer.acknowledge(msg)
+        if len(got) == 5:
+            done.set()
+
+    consumer = client.subscribe(
+        topic, "s", message_listener=listener, initial_position=pulsar.InitialPosition.Earliest
+    )
+    producer = client.create_producer(topic)
+    for i in range(5):
+        producer.send(b"%d" % i)
+    assert done.wait(10)
+    assert got == [b"%d" % i for i in range(5)]
+    consumer.close()
+    producer.close()

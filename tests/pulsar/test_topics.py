@@ -1,0 +1,157 @@
+"""Partitioned topics, multi-topic and regex consumers, schemas, access modes, asyncio API."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+
+import pulsar
+import pytest
+from pulsar.schema import AvroSchema, Integer, JsonSchema, Record, String, StringSchema
+
+from tests.conftest import ServerProcess
+
+
+def _all(consumer: pulsar.Consumer, n: int) -> list[pulsar.Message]:
+    out = []
+    for _ in range(n):
+        m = consumer.receive(5000)
+        consumer.acknowledge(m)
+        out.append(m)
+    return out
+
+
+@pytest.mark.parametrize(
+    "mode",
+    [
+        pulsar.PartitionsRoutingMode.RoundRobinDistribution,
+        pulsar.PartitionsRoutingMode.UseSinglePartition,
+        "key",
+    ],
+)
+def test_partitioned_topic_with_every_routing_mode(
+    pulsar_server: ServerProcess, client: pulsar.Client, topic: str, mode: object
+) -> None:
+    from tests.pulsar.test_admin_rest import call
+
+    call(pulsar_server.http_url, "PUT", f"/persistent/public/default/{topic}/partitions", 3)
+    consumer = client.subscribe(topic, "s", initial_position=pulsar.InitialPosition.Earliest)
+    if mode == "key":
+        producer = client.create_producer(topic)
+        ids = [producer.send(b"%d" % i, partition_key=f"k{i % 4}") for i in range(24)]
+        by_key: dict[str, set[int]] = {}
+        got = _all(consumer, 24)
+        for m in got:
+            by_key.setdefault(m.partition_key(), set()).add(
+                int(re.search(r"-partition-(\d+)", m.topic_name()).group(1))  # type: ignore[union-attr]
+            )
+        assert all(len(v) == 1 for v in by_key.values())  # a key stays in one partition
+    else:
+        producer = client.create_producer(topic, message_routing_mode=mode)
+        ids = [producer.send(b"%d" % i) for i in range(24)]
+        got = _all(consumer, 24)
+    partitions = {mid.partition() for mid in ids}
+    if mode == pulsar.PartitionsRoutingMode.UseSinglePartition:
+        assert len(partitions) == 1
+    elif mode == pulsar.PartitionsRoutingMode.RoundRobinDistribution:
+        assert partitions == {0, 1, 2}
+    assert sorted(m.data() for m in got) == sorted(b"%d" % i for i in range(24))
+    consumer.close()
+    producer.close()
+
+
+def test_multi_topic_and_regex_consumers(client: pulsar.Client, topic: str) -> None:
+    names = [f"{topic}-a", f"{topic}-b", f"{topic}-c"]
+    producers = [client.create_producer(n) for n in names]
+    multi = client.subscribe(names[:2], "m", initial_position=pulsar.InitialPosition.Earliest)
+    pattern = client.subscribe(
+        re.compile(f"persistent://public/default/{re.escape(topic)}-.*"),
+        "r",
+        initial_position=pulsar.InitialPosition.Earliest,
+    )
+    for p in producers:
+        p.send(p.topic().encode())
+    assert sorted(m.data() for m in _all(multi, 2)) == sorted(
+        f"persistent://public/default/{n}".encode() for n in names[:2]
+    )
+    assert len(_all(pattern, 3)) == 3
+    for c in (multi, pattern):
+        c.close()
+    for p in producers:
+        p.close()
+
+
+class Order(Record):
+    item = String()
+    count = Integer()
+
+
+class OrderV2(Record):
+    _avro_namespace = None
+    item = String()
+    count = Integer()
+
+
+def test_schemas_string_json_avro_and_an_incompatible_one(
+    client: pulsar.Client, topic: str
+) -> None:
+    s = client.create_producer(f"{topic}-s", schema=StringSchema())
+    sc = client.subscribe(
+        f"{topic}-s", "s", schema=StringSchema(), initial_position=pulsar.InitialPosition.Earliest
+    )
+    s.send("héllo")
+    assert sc.receive(5000).value() == "héllo"
+    for schema in (JsonSchema(Order), AvroSchema(Order)):
+        name = f"{topic}-{schema.schema_info().schema_type()}"
+        p = client.create_producer(name, schema=schema)
+        c = client.subscribe(
+            name, "s", schema=schema, initial_position=pulsar.InitialPosition.Earliest
+        )
+        p.send(Order(item="pen", count=3))
+        v = c.receive(5000).value()
+        assert (v.item, v.count) == ("pen", 3)
+        with pytest.raises(Exception, match=r"(?i)incompatible"):
+            client.create_producer(name, schema=StringSchema())
+        for x in (p, c):
+            x.close()
+    for x in (s, sc):
+        x.close()
+
+
+def test_exclusive_access_modes_and_fencing(client: pulsar.Client, topic: str) -> None:
+    first = client.create_producer(
+        topic, producer_name="a", access_mode=pulsar.ProducerAccessMode.Exclusive
+    )
+    with pytest.raises(pulsar.ProducerBusy):
+        client.create_producer(
+            topic, producer_name="b", access_mode=pulsar.ProducerAccessMode.Shared
+        )
+    fencer = client.create_producer(
+        topic, producer_name="c", access_mode=pulsar.ProducerAccessMode.ExclusiveWithFencing
+    )
+    fencer.send(b"mine")
+    with pytest.raises(Exception):  # noqa: B017 - fenced: the old one may not write again
+        first.send(b"late")
+    fencer.close()
+
+
+def test_asyncio_api(pulsar_server: ServerProcess, topic: str) -> None:
+    import pulsar.asyncio as apulsar
+
+    async def run() -> list[bytes]:
+        c = apulsar.Client(pulsar_server.pulsar_url, operation_timeout_seconds=5)
+        producer = await c.create_producer(topic)
+        consumer = await c.subscribe(topic, "s", initial_position=pulsar.InitialPosition.Earliest)
+        for i in range(3):
+            await producer.send(b"%d" % i)
+        out = []
+        for _ in range(3):
+            m = await consumer.receive()
+            await consumer.acknowledge(m)
+            out.append(m.data())
+        await consumer.close()
+        await producer.close()
+        await c.close()
+        return out
+
+    assert asyncio.run(run()) == [b"0", b"1", b"2"]
