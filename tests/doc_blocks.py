@@ -26,6 +26,7 @@ PAGES = [
     "docs/console.md",
     "docs/storage.md",
     "docs/ydb.md",
+    "docs/pulsar.md",
     "docs/spark.md",
     "docs/performance.md",
     "docs/reliability.md",

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from weir.broker.consumer_offsets import ConsumerOffsets
 from weir.broker.partition_actor import PartitionActor
-from weir.broker.topics import short_topic
+from weir.broker.topics import check_consumer_name, short_topic
 from weir.broker.transactions.coordinator import TxnCoordinator
 from weir.broker.transactions.producers import TxnProducer
 from weir.broker.transactions.transaction import Transaction
@@ -119,8 +119,7 @@ class TransactionFacade(ConsumerOffsets, Writes):
         for o in offsets:
             cfg = self.topic(o.topic)
             actor = self.actor(cfg.name, o.partition)
-            if o.consumer not in cfg.consumers:
-                await self.ensure_consumer(cfg.name, o.consumer)
+            check_consumer_name(o.consumer)
             if not 0 <= o.offset <= actor.end_offset:
                 raise BadRequestError(
                     f"cannot commit offset {o.offset} of consumer {o.consumer!r} on "
@@ -128,6 +127,9 @@ class TransactionFacade(ConsumerOffsets, Writes):
                     f"{actor.end_offset}"
                 )
             checked.append((cfg.name, o.partition, o.consumer, o.offset))
+        for topic, _, consumer, _ in checked:  # all good: register what is new
+            if consumer not in self.topic(topic).consumers:
+                await self.ensure_consumer(topic, consumer)
         self.transactions.stage_offsets(txn_id, owner, checked)
 
     def transaction_offset(
