@@ -8,7 +8,8 @@ its min-max, because the machine is shared and single runs lie.
 "Ratio to best peer" is always "higher is better for this row": throughput
 rows divide by the best real broker's median (NATS, Redis, RabbitMQ) for the
 same workload; latency rows divide the best broker's p99 by the row's; the
-ydb SDK rows divide by the same SDK against the null server.
+ydb SDK rows divide by the same SDK against the null server, and so do the
+pulsar-client rows.
 
     python -m bench.report bench/results/full-<stamp>.jsonl   # rebuild .md and charts
 """
@@ -28,8 +29,11 @@ PEERS = ("nats-js-fsync", "nats-js-default", "redis-aof-always", "rabbitmq-strea
 WEIR = "weir-native"
 WEIR_YDB = "weir-ydb"
 YDB_NULL = "ydb-null"
+WEIR_PULSAR = "weir-pulsar"
+PULSAR_NULL = "pulsar-null"
 DISK = "disk append+fdatasync"
-SYSTEM_ORDER = (WEIR, WEIR_YDB, YDB_NULL, *PEERS, DISK)
+SYSTEM_ORDER = (WEIR, WEIR_YDB, YDB_NULL, WEIR_PULSAR, PULSAR_NULL, *PEERS, DISK)
+NULL_OF = {"ydb": YDB_NULL, "pulsar": PULSAR_NULL}  # rows judged against a null server
 
 Rows = list[dict[str, Any]]
 
@@ -72,6 +76,8 @@ def workload_key(wl: str) -> tuple[Any, ...]:
         return (1, 0, 0 if "ack" in wl else 1, wl)
     if wl.startswith("ydb"):
         return (2, 0, 1 if "consume" in wl else 0, "[" in wl, wl)
+    if wl.startswith("pulsar"):
+        return (2, 1, size, 1 if "consume" in wl else 0, wl)
     if wl.startswith("partitions"):
         m = re.match(r"partitions=(\d+)", wl)
         return (3, int(m.group(1)) if m else 0, 0, wl)
@@ -145,11 +151,12 @@ def reference(
 ) -> tuple[float, str, bool] | None:
     """(ratio, the reference system, taken from the baseline run?) for one cell, or None."""
     wl = cell.workload
-    if wl.startswith("ydb"):
-        ref = all_cells.get((YDB_NULL, wl))
+    null = NULL_OF.get(wl.split(" ", 1)[0])
+    if null is not None:
+        ref = all_cells.get((null, wl))
         if ref is None or not ref.mps:
             return None
-        return cell.mps / ref.mps, YDB_NULL, False
+        return cell.mps / ref.mps, null, False
     if not (wl.startswith(("produce", "consume", "latency"))):
         return None
     for source, from_baseline in ((all_cells, False), (baseline, True)):
@@ -355,6 +362,27 @@ def goals(rows: Rows) -> list[Goal]:
                 f"YDB front, {wl.split('100B ', 1)[-1]}: weir / null server",
                 "≥ 0.80",
                 f"{ratio:.2f} ({_f(c.mps)} vs {_f(null.mps)} msgs/s{rng})",
+                ratio >= 0.8,
+                (wl,),
+            )
+        )
+    for (s, wl), c in cs.items():
+        if s != WEIR_PULSAR or not wl.startswith("pulsar "):
+            continue
+        null = cs.get((PULSAR_NULL, wl))
+        if null is None:
+            continue
+        paired = _paired_ratios(c.rows, null.rows)
+        ratio = c.mps / null.mps if null.mps else 0.0
+        rng = f", per repetition {min(paired):.2f}-{max(paired):.2f}" if paired else ""
+        cpu = c.extras("server_cpu_us_per_msg")
+        out.append(
+            Goal(
+                f"Pulsar front, {wl.split(' ', 1)[1]}: weir / null server",
+                "≥ 0.80",
+                f"{ratio:.2f} ({_f(c.mps)} vs {_f(null.mps)} msgs/s{rng}"
+                + (f"; weir server CPU {median(cpu):.1f} µs/msg" if cpu else "")
+                + ")",
                 ratio >= 0.8,
                 (wl,),
             )

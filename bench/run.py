@@ -4,6 +4,7 @@
     python -m bench.run --quick                  # 100k x 100 B, 10k x 10 KB (~10 min)
     python -m bench.run --systems weir-native --quick --reps 1     # iterate on weir (~1 min)
     python -m bench.run --workloads produce,latency --systems weir-native,redis-aof-always
+    python -m bench.run --workloads pulsar --systems weir-pulsar,pulsar-null --quick
 
 Every chosen server is started once (127.0.0.1 only, fresh data dirs, stopped
 by PID at the end), then each repetition walks the workloads and, inside each
@@ -11,7 +12,8 @@ workload, every system in turn, starting with a different system each
 repetition, so slow drifts of this shared machine's load hit every system
 alike.  Workloads: produce/consume (P=1, P=4, C=1, C=2 for 100 B and 10 KB),
 latency (fixed rate, ack and end-to-end), ydb (the ydb SDK against weir's YDB
-front and against a null server), partitions (weir: fsyncs/s as partitions
+front and against a null server), pulsar (pulsar-client against weir's Pulsar front
+and against a null server), partitions (weir: fsyncs/s as partitions
 grow), disk (append + fdatasync).  After the repetitions an unmeasured pass
 records the weir server with py-spy during its produce, consume, latency,
 many-partitions and ydb runs and writes the top functions.
@@ -46,6 +48,7 @@ if __package__ in (None, ""):  # run as a script: make `bench` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import plots, report, server_profile
+from bench import pulsar_workloads as pulsar_wl
 from bench import weir_workloads as weir_wl
 from bench import ydb_workloads as ydb_wl
 from bench.peers import disk, servers
@@ -55,8 +58,8 @@ from bench.peers.run import Sink
 from bench.peers.workloads import Result, Target
 
 PEERS = list(PEER_KINDS)
-ALL = [*PEERS, "weir-native", "weir-ydb", "ydb-null", "disk"]
-WORKLOADS = ["produce", "latency", "ydb", "partitions", "disk", "txn"]
+ALL = [*PEERS, "weir-native", "weir-ydb", "ydb-null", "weir-pulsar", "pulsar-null", "disk"]
+WORKLOADS = ["produce", "latency", "ydb", "pulsar", "partitions", "disk", "txn"]
 RESULTS = Path(__file__).resolve().parent / "results"
 PEER_RESULTS = Path(__file__).resolve().parent / "peers" / "results"
 
@@ -147,6 +150,8 @@ class Lab:
     brokers: dict[str, Broker] = field(default_factory=dict)
     handles: dict[str, Any] = field(default_factory=dict)
     ydb: dict[str, tuple[Target, int]] = field(default_factory=dict)
+    # Pulsar port targets: (target, server pid, weir's native target to drop topics or None)
+    pulsar: dict[str, tuple[Target, int, Target | None]] = field(default_factory=dict)
 
     def start(self, chosen: list[str]) -> None:
         for name in chosen:
@@ -159,7 +164,7 @@ class Lab:
                 )
                 self.brokers[name] = peer_broker(t)
                 _say(f"{name}: {h.version}, pid {h.pid}, ready in {time.monotonic() - t0:.1f}s")
-        if {"weir-native", "weir-ydb"} & set(chosen):
+        if {"weir-native", "weir-ydb", "weir-pulsar"} & set(chosen):
             h = weir_wl.start_server(self.data_root / "weir")
             self.handles["weir"] = h
             _say(f"weir: {h.version}, pid {h.pid}, ports {h.ports}")
@@ -169,11 +174,22 @@ class Lab:
                 )
             if "weir-ydb" in chosen:
                 self.ydb["weir-ydb"] = (ydb_wl.weir_target(h), h.pid)
+            if "weir-pulsar" in chosen:
+                self.pulsar["weir-pulsar"] = (
+                    pulsar_wl.weir_target(h),
+                    h.pid,
+                    weir_wl.target_of(h),
+                )
         if "ydb-null" in chosen:
             h = ydb_wl.start_null_server(self.data_root / "ydb-null")
             self.handles["ydb-null"] = h
             self.ydb["ydb-null"] = (ydb_wl.null_target(h), h.pid)
             _say(f"ydb-null: pid {h.pid}, port {h.port}")
+        if "pulsar-null" in chosen:
+            h = pulsar_wl.start_null_server(self.data_root / "pulsar-null")
+            self.handles["pulsar-null"] = h
+            self.pulsar["pulsar-null"] = (pulsar_wl.null_target(h), h.pid, None)
+            _say(f"pulsar-null: pid {h.pid}, port {h.port}")
 
     def stop(self) -> None:
         for name, h in self.handles.items():
@@ -341,6 +357,49 @@ def run_ydb(lab: Lab, plan: Plan, rep: int, sink: Sink) -> None:
                     ydb_wl.drop_topic(t, ref)
 
 
+def run_pulsar(lab: Lab, plan: Plan, rep: int, sink: Sink) -> None:
+    """Per size: the producer on weir and on the null server, then the consumer reading
+    back what was produced (the null server serves as many as asked for)."""
+    order = _rotate(sorted(lab.pulsar), rep)
+    for size, n in plan.sizes:
+        for name in order:
+            t, pid, native = lab.pulsar[name]
+            ref = pulsar_wl.prepare_topic(t, "p", size)
+            try:
+                r = _measure(
+                    sink,
+                    name,
+                    f"pulsar produce P=1 {pulsar_wl.size_label(size)} batched",
+                    rep,
+                    t.version,
+                    pulsar_wl.produce,
+                    t,
+                    ref,
+                    n,
+                    size,
+                    plan.max_seconds,
+                    pid,
+                )
+                if r is not None:
+                    _measure(
+                        sink,
+                        name,
+                        f"pulsar consume C=1 {pulsar_wl.size_label(size)}",
+                        rep,
+                        t.version,
+                        pulsar_wl.consume,
+                        t,
+                        ref,
+                        r.messages if native is not None else n,
+                        size,
+                        plan.max_seconds,
+                        pid,
+                    )
+            finally:
+                with contextlib.suppress(Exception):
+                    pulsar_wl.drop_topic(native, ref)
+
+
 def run_partitions(lab: Lab, plan: Plan, rep: int, sink: Sink) -> None:
     h = lab.weir
     b = lab.brokers.get("weir-native")
@@ -429,6 +488,7 @@ RUNNERS: dict[str, Callable[[Lab, Plan, int, Sink], None]] = {
     "produce": run_throughput,
     "latency": run_latency,
     "ydb": run_ydb,
+    "pulsar": run_pulsar,
     "partitions": run_partitions,
     "disk": run_disk,
 }
@@ -537,6 +597,26 @@ def profile_pass(lab: Lab, plan: Plan, out_txt: Path, raw_dir: Path) -> str:
 
         with _phase(lab, raw_dir, "ydb produce write([100 msgs])", sections) as note:
             note.append(_summary(_repeat(ydb_once, secs)))
+    if "weir-pulsar" in lab.pulsar:
+        pt, pid, native = lab.pulsar["weir-pulsar"]
+        for size, n in plan.sizes:
+            ref = pulsar_wl.prepare_topic(pt, "prof", size)
+            try:
+                with _phase(
+                    lab,
+                    raw_dir,
+                    f"pulsar produce P=1 {pulsar_wl.size_label(size)} batched",
+                    sections,
+                ) as note:
+                    r = pulsar_wl.produce(pt, ref, n, size, cap, pid)
+                    note.append(_summary([r]))
+                with _phase(
+                    lab, raw_dir, f"pulsar consume C=1 {pulsar_wl.size_label(size)}", sections
+                ) as note:
+                    note.append(_summary([pulsar_wl.consume(pt, ref, r.messages, size, cap, pid)]))
+            finally:
+                with contextlib.suppress(Exception):
+                    pulsar_wl.drop_topic(native, ref)
     text = "\n\n".join(sections)
     out_txt.write_text(
         "# weir server profile: py-spy record --nonblocking --threads on the server, "

@@ -91,7 +91,7 @@ def weir_version() -> str:
 def start_server(data_dir: Path, env: dict[str, str] | None = None, timeout: float = 60.0) -> Any:
     """``weir serve`` on free loopback ports (gRPC + metrics); ready once it says it listens."""
     data_dir.mkdir(parents=True, exist_ok=True)
-    port, mport = servers.free_ports(2)
+    port, mport, pport = servers.free_ports(3)
     log = data_dir / "weir.log"
     cmd = [sys.executable, "-m", "weir.cli", "serve", "--data-dir", str(data_dir / "data")]
     cmd += ["--listen", f"{servers.LOOPBACK}:{port}", "--log-level", "warning"]
@@ -99,6 +99,7 @@ def start_server(data_dir: Path, env: dict[str, str] | None = None, timeout: flo
         os.environ,
         WEIR_METRICS_ENABLED="true",
         WEIR_METRICS_LISTEN=f"{servers.LOOPBACK}:{mport}",
+        WEIR_PULSAR_LISTEN=f"{servers.LOOPBACK}:{pport}",
         PYTHONPYCACHEPREFIX=str(Path(data_dir).parent / "pycache"),
         **(env or {}),
     )
@@ -108,7 +109,7 @@ def start_server(data_dir: Path, env: dict[str, str] | None = None, timeout: flo
             system=SYSTEM,
             version=weir_version(),
             host=servers.LOOPBACK,
-            ports={"main": port, "metrics": mport},
+            ports={"main": port, "metrics": mport, "pulsar": pport},
             proc=proc,
             data_dir=data_dir,
             log_path=log,

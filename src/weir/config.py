@@ -387,6 +387,15 @@ KEYS: tuple[Key, ...] = (
         "chunking is on); capped at limits.max_message_bytes.",
     ),
     Key(
+        "pulsar",
+        "batch_index_ack",
+        BOOL,
+        False,
+        "Pulsar's acknowledgmentAtBatchIndexLevelEnabled: consumers are given parts of a "
+        "batch (ack sets), so Key_Shared routes every message by its own key and no acked "
+        "message of a batch comes back; the clients must set batch_index_ack_enabled too.",
+    ),
+    Key(
         "http",
         "enabled",
         BOOL,
@@ -467,6 +476,7 @@ class PulsarConfig:
     enabled: bool = True
     listen: str = ""  # empty: the host of server.listen, DEFAULT_PULSAR_PORT
     max_message_size: int = 5 << 20
+    batch_index_ack: bool = False
 
 
 @dataclass(frozen=True)
@@ -564,6 +574,7 @@ class Config:
         out["pulsar.enabled"] = self.pulsar.enabled
         out["pulsar.listen"] = self.pulsar.listen
         out["pulsar.max_message_size"] = self.pulsar.max_message_size
+        out["pulsar.batch_index_ack"] = self.pulsar.batch_index_ack
         out["http.enabled"] = self.http.enabled
         out["http.listen"] = self.http.listen
         out["http.admin"] = self.http.admin
@@ -711,7 +722,10 @@ def _build(values: dict[str, Any], sources: dict[str, str]) -> Config:
         shutdown_grace_s=values["server.shutdown_grace_s"],
         metrics=MetricsConfig(values["metrics.enabled"], values["metrics.listen"]),
         pulsar=PulsarConfig(
-            values["pulsar.enabled"], values["pulsar.listen"], values["pulsar.max_message_size"]
+            values["pulsar.enabled"],
+            values["pulsar.listen"],
+            values["pulsar.max_message_size"],
+            values["pulsar.batch_index_ack"],
         ),
         http=HttpConfig(values["http.enabled"], values["http.listen"], values["http.admin"]),
         console=ConsoleConfig(values["console.enabled"]),

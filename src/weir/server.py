@@ -107,11 +107,13 @@ class Server:
         auth: AuthConfig | None = None,
         pulsar_listen: str | None = None,
         pulsar_max_message_size: int = 5 << 20,
+        pulsar_batch_index_ack: bool = False,
     ) -> None:
         self.config = config
         # the Pulsar port (None: off); started with the broker, stopped before it
         self.pulsar_listen = pulsar_listen
         self.pulsar_max_message_size = pulsar_max_message_size
+        self.pulsar_batch_index_ack = pulsar_batch_index_ack
         self.pulsar: PulsarFront | None = None
         self.tls = tls  # None: plain text
         self.auth = auth or AuthConfig()
@@ -183,6 +185,7 @@ class Server:
                     port,
                     tls=self.tls,
                     max_message_size=self.pulsar_max_message_size,
+                    batch_index_ack=self.pulsar_batch_index_ack,
                     stopping=self.stopping_event,
                 )
                 await self.pulsar.start()

@@ -98,3 +98,41 @@ def test_topics_partitions_stats_and_subscriptions(pulsar_server: ServerProcess)
     assert call(base, "DELETE", t + "/partitions")[0] == 204
     assert call(base, "GET", t + "/partitions")[0] == 404
     assert call(base, "PUT", "/non-persistent/public/default/x/partitions", 1)[0] == 501
+
+
+def test_reset_cursor_by_time_by_id_and_skip(pulsar_server: ServerProcess) -> None:
+    base = pulsar_server.http_url
+    topic = "rest-reset"
+    t = f"/persistent/public/default/{topic}"
+    client = pulsar.Client(pulsar_server.pulsar_url, operation_timeout_seconds=5)
+    try:
+        producer = client.create_producer(topic, batching_enabled=False)
+        consumer = client.subscribe(topic, "s", initial_position=pulsar.InitialPosition.Earliest)
+        for i in range(6):
+            producer.send(b"%d" % i)
+        got = [consumer.receive(5000) for _ in range(6)]
+        for m in got:
+            consumer.acknowledge(m)
+        consumer.close()  # acks durable
+        stamps = [m.publish_timestamp() for m in got]
+        # by time: from the first message published at or after that time
+        assert call(base, "POST", f"{t}/subscription/s/resetcursor/{stamps[3]}")[0] == 204
+        first = next(i for i, s in enumerate(stamps) if s >= stamps[3])
+        assert call(base, "GET", t + "/stats")[1]["subscriptions"]["s"]["msgBacklog"] == 6 - first
+        consumer = client.subscribe(topic, "s")
+        assert consumer.receive(5000).data() == b"%d" % first
+        consumer.close()
+        # by message id
+        mid = got[1].message_id()
+        body = {"ledgerId": mid.ledger_id(), "entryId": mid.entry_id(), "batchIndex": -1}
+        assert call(base, "POST", f"{t}/subscription/s/resetcursor", body)[0] == 204
+        assert call(base, "GET", t + "/stats")[1]["subscriptions"]["s"]["msgBacklog"] == 5
+        # skip: the next two go
+        assert call(base, "POST", f"{t}/subscription/s/skip/2")[0] == 204
+        assert call(base, "GET", t + "/stats")[1]["subscriptions"]["s"]["msgBacklog"] == 3
+        consumer = client.subscribe(topic, "s")
+        assert consumer.receive(5000).data() == b"3"
+        consumer.close()
+        producer.close()
+    finally:
+        client.close()

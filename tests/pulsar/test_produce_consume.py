@@ -163,6 +163,67 @@ def test_several_consumers_share_a_subscription(
     producer.close()
 
 
+def test_key_shared_batches_of_several_keys_go_whole_by_their_first_key(
+    client: pulsar.Client, topic: str
+) -> None:
+    """Without batch-index acks (the default) a batch goes whole to one consumer: the one
+    of its first message's key, as in Pulsar. Every message comes once."""
+    got: list[tuple[str, bytes, int, int, str]] = []  # consumer, data, entry, index, key
+    lock = threading.Lock()
+    done = threading.Event()
+
+    def listener(consumer: pulsar.Consumer, msg: pulsar.Message) -> None:
+        mid = msg.message_id()
+        with lock:
+            got.append(
+                (
+                    consumer.consumer_name(),
+                    msg.data(),
+                    mid.entry_id(),
+                    mid.batch_index(),
+                    msg.partition_key(),
+                )
+            )
+            if len(got) >= 60:
+                done.set()
+        consumer.acknowledge(msg)
+
+    consumers = [
+        client.subscribe(
+            topic,
+            "ks",
+            consumer_type=pulsar.ConsumerType.KeyShared,
+            consumer_name=f"c{i}",
+            initial_position=pulsar.InitialPosition.Earliest,
+            receiver_queue_size=20,
+            message_listener=listener,
+        )
+        for i in range(3)
+    ]
+    producer = client.create_producer(
+        topic, batching_enabled=True, batching_max_messages=4, batching_max_publish_delay_ms=50
+    )
+    for i in range(60):
+        producer.send_async(b"%d" % i, None, partition_key=f"k{i % 6}")
+    producer.flush()
+    assert done.wait(10)
+    with lock:  # before any consumer closes: closing hands its unacked messages to the others
+        seen = list(got)
+    for c in consumers:
+        c.close()
+    producer.close()
+    data = sorted(int(d) for _, d, *_ in seen)
+    assert data == list(range(60))  # each message once
+    owner: dict[int, set[str]] = {}
+    sticky: dict[str, set[str]] = {}
+    for name, _, entry, index, key in seen:
+        owner.setdefault(entry, set()).add(name)
+        if index == 0:
+            sticky.setdefault(key, set()).add(name)
+    assert all(len(o) == 1 for o in owner.values())  # a batch to one consumer
+    assert all(len(o) == 1 for o in sticky.values())  # by its first key
+
+
 def test_exclusive_subscription_refuses_a_second_consumer(
     client: pulsar.Client, topic: str
 ) -> None:
@@ -175,24 +236,30 @@ def test_exclusive_subscription_refuses_a_second_consumer(
 def test_negative_ack_and_ack_timeout_redeliver_with_a_count(
     client: pulsar.Client, topic: str
 ) -> None:
-    producer = client.create_producer(topic)
+    producer = client.create_producer(topic, batching_enabled=False)
     consumer = client.subscribe(
         topic,
         "s",
         consumer_type=pulsar.ConsumerType.Shared,
         initial_position=pulsar.InitialPosition.Earliest,
         negative_ack_redelivery_delay_ms=100,
-        unacked_messages_timeout_ms=10_000,
+        unacked_messages_timeout_ms=10_000,  # the client's smallest
     )
-    producer.send(b"a")
-    m = consumer.receive(5000)
-    assert m.redelivery_count() == 0
-    consumer.negative_acknowledge(m)
-    m2 = consumer.receive(5000)
-    assert m2.data() == b"a" and m2.redelivery_count() == 1
-    consumer.acknowledge(m2)
+    for data in (b"nacked", b"forgotten", b"acked"):
+        producer.send(data)
+    first = {m.data(): m for m in (consumer.receive(5000) for _ in range(3))}
+    assert all(m.redelivery_count() == 0 for m in first.values())
+    consumer.acknowledge(first[b"acked"])
+    consumer.negative_acknowledge(first[b"nacked"])
+    again = consumer.receive(5000)
+    assert (again.data(), again.redelivery_count()) == (b"nacked", 1)
+    consumer.acknowledge(again)
+    # "forgotten" is neither acked nor nacked: the ack timeout sends it again
+    late = consumer.receive(20_000)
+    assert (late.data(), late.redelivery_count()) == (b"forgotten", 1)
+    consumer.acknowledge(late)
     with pytest.raises(pulsar.Timeout):
-        consumer.receive(300)
+        consumer.receive(300)  # nothing acknowledged comes back
     consumer.close()
     producer.close()
 
@@ -309,4 +376,52 @@ def test_message_listener(client: pulsar.Client, topic: str) -> None:
     assert done.wait(10)
     assert got == [b"%d" % i for i in range(5)]
     consumer.close()
+    producer.close()
+
+
+def test_has_message_available_on_every_path(client: pulsar.Client, topic: str) -> None:
+    """The client asks GetLastMessageId and compares with what it read: an empty topic, new
+    messages, the end of a batch, inclusive readers from an id and from the latest."""
+    reader = client.create_reader(topic, pulsar.MessageId.earliest)
+    assert not reader.has_message_available()  # an empty topic
+    producer = client.create_producer(
+        topic, batching_enabled=True, batching_max_messages=3, batching_max_publish_delay_ms=50
+    )
+    ids: list[pulsar.MessageId] = []
+    for i in range(5):
+        producer.send_async(b"%d" % i, lambda res, mid: ids.append(mid))
+    producer.flush()
+    assert reader.has_message_available()
+    assert [reader.read_next(5000).data() for _ in range(5)] == [b"%d" % i for i in range(5)]
+    assert not reader.has_message_available()  # read to the end of the last batch
+    last = max(ids)
+    at_last = client.create_reader(topic, last, start_message_id_inclusive=True)
+    assert at_last.has_message_available()
+    assert at_last.read_next(5000).data() == b"4"
+    assert not at_last.has_message_available()
+    latest = client.create_reader(topic, pulsar.MessageId.latest, start_message_id_inclusive=True)
+    assert latest.has_message_available()  # inclusive from the latest: the last message
+    assert latest.read_next(5000).data() == b"4"
+    for r in (reader, at_last, latest):
+        r.close()
+    producer.close()
+
+
+def test_replicated_subscription_flag_is_accepted(client: pulsar.Client, topic: str) -> None:
+    """One cluster: a replicated subscription is a durable subscription like any other."""
+    consumer = client.subscribe(
+        topic,
+        "replicated",
+        initial_position=pulsar.InitialPosition.Earliest,
+        replicate_subscription_state_enabled=True,
+    )
+    producer = client.create_producer(topic)
+    producer.send(b"once")
+    m = consumer.receive(5000)
+    consumer.acknowledge(m)
+    consumer.close()
+    again = client.subscribe(topic, "replicated")
+    with pytest.raises(pulsar.Timeout):
+        again.receive(300)  # the position was kept
+    again.close()
     producer.close()

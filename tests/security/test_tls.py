@@ -20,6 +20,7 @@ import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import pulsar
 import pytest
 import ydb
 
@@ -473,3 +474,78 @@ def test_serve_refuses_unusable_tls_settings(tmp_path: Path) -> None:
         assert r.code == 2, (expected, r.err)
         assert expected in one_line_error(r), r.err
     assert not (tmp_path / "data").exists()  # refused before the data was touched
+
+
+# ---------------------------------------------------------------------------- Pulsar port
+
+
+def _pulsar_client(url: str, **kwargs: object) -> pulsar.Client:
+    return pulsar.Client(
+        url,
+        operation_timeout_seconds=3,
+        logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
+        **kwargs,
+    )
+
+
+def test_pulsar_ssl_with_the_ca_and_refused_without_it(
+    tls_server: ServerProcess, pki: dict[str, object], topic_name: str
+) -> None:
+    url = tls_server.pulsar_url
+    assert url.startswith("pulsar+ssl://127.0.0.1:")
+    client = _pulsar_client(url, tls_trust_certs_file_path=str(ca_of(pki).path))
+    try:
+        consumer = client.subscribe(
+            topic_name, "s", initial_position=pulsar.InitialPosition.Earliest
+        )
+        client.create_producer(topic_name).send(b"over TLS")
+        assert consumer.receive(5000).data() == b"over TLS"
+    finally:
+        client.close()
+    # the wrong CA, and plain text to the TLS port: refused, not hung
+    for bad in (
+        _pulsar_client(url, tls_trust_certs_file_path=str(ca_of(pki, "other").path)),
+        _pulsar_client(url.replace("pulsar+ssl://", "pulsar://")),
+    ):
+        try:
+            with pytest.raises(pulsar.PulsarException):
+                bad.create_producer(topic_name)
+        finally:
+            bad.close()
+
+
+@pytest.mark.parametrize("how", ["AuthenticationTLS", "client certificate"])
+def test_pulsar_mtls_serves_a_client_certificate_of_the_ca(
+    mtls_server: ServerProcess, pki: dict[str, object], topic_name: str, how: str
+) -> None:
+    bob = issued(pki, "client")
+    kwargs: dict[str, object] = {"tls_trust_certs_file_path": str(ca_of(pki).path)}
+    if how == "AuthenticationTLS":
+        kwargs["authentication"] = pulsar.AuthenticationTLS(str(bob.cert), str(bob.key))
+    else:
+        kwargs["tls_certificate_file_path"] = str(bob.cert)
+        kwargs["tls_private_key_file_path"] = str(bob.key)
+    client = _pulsar_client(mtls_server.pulsar_url, **kwargs)
+    try:
+        producer = client.create_producer(topic_name)
+        reader = client.create_reader(topic_name, producer.send(b"mutual"))
+        reader.seek(pulsar.MessageId.earliest)
+        assert reader.read_next(5000).data() == b"mutual"
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize("client", ["none", "stranger"])
+def test_pulsar_mtls_refuses_a_client_without_a_certificate_of_the_ca(
+    mtls_server: ServerProcess, pki: dict[str, object], topic_name: str, client: str
+) -> None:
+    kwargs: dict[str, object] = {"tls_trust_certs_file_path": str(ca_of(pki).path)}
+    if client == "stranger":
+        mallory = issued(pki, "stranger")
+        kwargs["authentication"] = pulsar.AuthenticationTLS(str(mallory.cert), str(mallory.key))
+    c = _pulsar_client(mtls_server.pulsar_url, **kwargs)
+    try:
+        with pytest.raises(pulsar.PulsarException):
+            c.create_producer(topic_name)
+    finally:
+        c.close()

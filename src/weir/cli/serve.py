@@ -84,6 +84,7 @@ async def run(cfg: configuration.Config) -> None:
         auth=cfg.auth,
         pulsar_listen=cfg.pulsar_listen,
         pulsar_max_message_size=cfg.pulsar.max_message_size,
+        pulsar_batch_index_ack=cfg.pulsar.batch_index_ack,
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -246,7 +246,7 @@ def check_headers(p: Payload) -> None:
 
 
 def encode_batch(
-    data: Sequence[bytes],
+    data: Sequence[bytes | memoryview],
     *,
     producer_id: str = "",
     first_seq_no: int = 0,

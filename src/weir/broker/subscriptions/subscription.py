@@ -36,7 +36,13 @@ from weir.broker.subscriptions.dead_letter import (
 )
 from weir.broker.subscriptions.delayed import deliver_times
 from weir.broker.subscriptions.dispatcher import Dispatcher
-from weir.broker.subscriptions.key_shared import MAX_HELD, KeySharedDispatcher, message_keys
+from weir.broker.subscriptions.key_shared import (
+    HASH_MASK,
+    MAX_HELD,
+    KeySharedDispatcher,
+    batch_keys,
+    message_keys,
+)
 from weir.broker.subscriptions.settings import SubscriptionMeta, SubscriptionType
 from weir.broker.subscriptions.shared import SharedDispatcher
 from weir.broker.subscriptions.single_active import SingleActiveDispatcher
@@ -597,6 +603,8 @@ class Subscription:
         left = {c.consumer_id: min(c.permits, ks.max_batch) for c in consumers}
         if not any(n > 0 for n in left.values()):
             return False
+        # a consumer that takes whole batches only: batches go whole, by their sticky key
+        sticky = any(c.whole_batches for c in consumers)
         start = actor.start_offset
         cursor = st.cursor
         if cursor.mark_delete < start:
@@ -620,23 +628,36 @@ class Subscription:
             if fresh:
                 res = actor.read(fresh[0], MAX_READ_BYTES, fresh[-1] + 1)
                 fresh = [x for x in fresh if res.first_offset <= x < res.next_offset]
+                if fresh and sticky:  # the rest of the last batch: never cut one
+                    o = fresh[-1] + 1
+                    while (o := cursor.next_unacked(o)) < res.next_offset:
+                        acked = cursor.next_acked(o)
+                        stop = res.next_offset if acked is None else min(acked, res.next_offset)
+                        fresh.extend(range(o, stop))
+                        o = stop
                 if fresh:
-                    st.keys.update(message_keys(res.chunks, fresh[0], fresh[-1] + 1))
+                    keys_of = batch_keys if sticky else message_keys
+                    st.keys.update(keys_of(res.chunks, fresh[0], fresh[-1] + 1))
                     st.read_pos = fresh[-1] + 1
                     st.dispatched_high = max(st.dispatched_high, st.read_pos)
                     fresh = self._hold_back_delayed(st, fresh, res.chunks)
-        holder = {st.keys.get(o, 0): cid for o, (cid, _) in st.pending.items()}
+        holder = {st.keys.get(o, 0) & HASH_MASK: cid for o, (cid, _) in st.pending.items()}
         blocked: set[int] = set()
         chosen: dict[int, list[int]] = {}
+        batch_of: dict[int, int] = {}  # consumer -> base offset of the batch it was last given
         for o in waiting + fresh:  # waiting ones are all below read_pos: offset order
-            k = st.keys.get(o, 0)
+            v = st.keys.get(o, 0)
+            k = v & HASH_MASK
             target = ks.select(consumers, k)
             cid = target.consumer_id
-            if k in blocked or left[cid] <= 0 or holder.get(k, cid) != cid:
+            # sticky: the rest of a batch follows its first message, past the permits
+            room = left[cid] > 0 or (sticky and batch_of.get(cid) == v >> 32)
+            if k in blocked or not room or holder.get(k, cid) != cid:
                 blocked.add(k)  # and so every later message of k waits too
                 if o not in st.redeliver:
                     st.held.add(o)
                 continue
+            batch_of[cid] = v >> 32
             left[cid] -= 1
             holder[k] = cid
             chosen.setdefault(cid, []).append(o)

@@ -181,10 +181,23 @@ def encode_message(cmd: pb.BaseCommand, metadata: bytes, payload: bytes | memory
 
 def message_part(metadata: bytes, payload: bytes | memoryview) -> bytes:
     """magic + checksum + metadata size + metadata + payload (reusable across frames)."""
-    tail = _U32.pack(len(metadata)) + metadata + bytes(payload)
-    return _U16.pack(MAGIC_CRC32C) + _U32.pack(crc32c.crc32c(tail)) + tail
+    return message_prefix(metadata, payload) + payload
+
+
+def message_prefix(metadata: bytes, payload: bytes | memoryview) -> bytes:
+    """What comes before ``payload`` in a message part: magic, checksum (of the rest and
+    the payload), metadata size, metadata. Kept apart so that a frame copies the payload
+    once, when the frame is joined."""
+    head = _U32.pack(len(metadata)) + metadata
+    crc = crc32c.crc32c(payload, crc32c.crc32c(head))
+    return _U16.pack(MAGIC_CRC32C) + _U32.pack(crc) + head
+
+
+def frame_head(command: bytes, part_size: int) -> bytes:
+    """Sizes and command of a frame whose message part of ``part_size`` bytes follows."""
+    return _HEAD.pack(4 + len(command) + part_size, len(command)) + command
 
 
 def encode_message_with(command: bytes, part: bytes) -> bytes:
     """A frame of a serialized command and a ready message part (`message_part`)."""
-    return _HEAD.pack(4 + len(command) + len(part), len(command)) + command + part
+    return frame_head(command, len(part)) + part

@@ -86,6 +86,8 @@ class FrontSettings:
     broker_url: str  # pulsar://host:port or pulsar+ssl://host:port, as lookups answer it
     max_message_size: int
     tls: bool = False
+    # Pulsar's acknowledgmentAtBatchIndexLevelEnabled: frames carry ack sets (see consumers.py)
+    batch_index_ack: bool = False
 
 
 class FrontState:
@@ -121,7 +123,6 @@ class PulsarConnection:
         self.decoder = FrameDecoder(settings.max_message_size + 64 * 1024)
         self.principal: Principal | None = None
         self.credential: Credential | None = None
-        self.checks: list[tuple[object, str, str]] = []
         self.producers: dict[int, PulsarProducer] = {}
         self.consumers: dict[int, ConsumerBase] = {}
         self.tasks: set[asyncio.Task[Any]] = set()
@@ -176,7 +177,7 @@ class PulsarConnection:
         with contextlib.suppress(Exception):
             self.writer.close()
 
-    def _spawn(self, work: Awaitable[None], request_id: int | None = None) -> None:
+    def _spawn(self, work: Awaitable[None], request_id: int | None = None) -> asyncio.Task[None]:
         """Run a request's handler as a task; its failure becomes the request's Error."""
 
         async def run() -> None:
@@ -194,6 +195,7 @@ class PulsarConnection:
         t = asyncio.get_running_loop().create_task(run())
         self.tasks.add(t)
         t.add_done_callback(self.tasks.discard)
+        return t
 
     def error(self, request_id: int, err: WeirError) -> None:
         self.send(
@@ -223,7 +225,7 @@ class PulsarConnection:
         elif t == T.FLOW:
             self.handle_flow(cmd.flow)
         elif t == T.ACK:
-            self._spawn(self.handle_ack(cmd.ack))
+            self._ack(cmd.ack)
         elif t == T.PING:
             self.send(T(type=T.PONG, pong=pb.CommandPong()))
         elif t == T.PONG:
@@ -327,10 +329,14 @@ class PulsarConnection:
         )
 
     def _recheck(self) -> None:
-        """Users or grants changed: a connection whose caller lost what it uses ends now."""
+        """Users or grants changed. A caller whose credential is refused now loses the
+        connection; a producer or consumer whose grant went is closed by the server (the
+        client tries again and is refused); the others go on."""
         assert self.principal is not None
-        err = self.security.still_allowed(self.credential, self.principal, self.checks)
-        if err is not None and not self._closed:
+        if self._closed:
+            return
+        err = self.security.still_allowed(self.credential, self.principal, [])
+        if err is not None:
             log.info("pulsar connection ended: %s", err.message, extra={"peer": self.peer})
             for t in list(self.tasks):
                 t.cancel()
@@ -344,9 +350,38 @@ class PulsarConnection:
             self._closed = True
             with contextlib.suppress(Exception):
                 self.writer.transport.abort()
+            return
+        for p in list(self.producers.values()):
+            why = self._still_allowed(p.checks)
+            if why is not None:
+                log.info("pulsar producer ended: %s", why.message, extra={"peer": self.peer})
+                self._producer_closed_by_server(p)
+        for c in list(self.consumers.values()):
+            why = self._still_allowed(c.checks)
+            if why is not None:
+                log.info("pulsar consumer ended: %s", why.message, extra={"peer": self.peer})
+                self._consumer_closed_by_server(c)
 
-    def _allow(self, permission: Permission | None, topic: names.PulsarTopic, what: str) -> None:
-        token = current_checks.set(self.checks)
+    def _still_allowed(self, checks: list[tuple[object, str, str]]) -> WeirError | None:
+        assert self.principal is not None
+        try:
+            for permission, topic, operation in checks:
+                assert permission is None or isinstance(permission, Permission)
+                self.security.authorize(self.principal, permission, topic, operation, record=False)
+        except WeirError as err:
+            return err
+        return None
+
+    def _allow(
+        self,
+        permission: Permission | None,
+        topic: names.PulsarTopic,
+        what: str,
+        checks: list[tuple[object, str, str]] | None = None,
+    ) -> None:
+        """Ask `security` (never decided here); a stream's ``checks`` remember the question,
+        asked again when users or grants change."""
+        token = current_checks.set(checks if checks is not None else [])
         try:
             self.security.authorize(self.principal or ANONYMOUS, permission, topic.weir_name, what)
         finally:
@@ -513,7 +548,8 @@ class PulsarConnection:
         if req.encrypted:
             raise names.NotServedError("encrypted producers are not served by weir")
         t = self._topic_name(req.topic)
-        self._allow(Permission.PRODUCE, t, "write to")
+        checks: list[tuple[object, str, str]] = []
+        self._allow(Permission.PRODUCE, t, "write to", checks)
         cfg = await self._topic_for_use(t)
         partition, id_partition = self._partition(t, cfg)
         schema_version = await self._schema_version(
@@ -539,6 +575,7 @@ class PulsarConnection:
             self.send,
             self.broker.message_limit(cfg.name),
             schema_version=schema_version,
+            checks=checks,
         )
         self.producers[req.producer_id] = p
         try:
@@ -639,7 +676,8 @@ class PulsarConnection:
         if req.consumer_id in self.consumers:
             raise BadRequestError(f"consumer id {req.consumer_id} is in use on this connection")
         t = self._topic_name(req.topic)
-        self._allow(Permission.CONSUME, t, "subscribe to")
+        checks: list[tuple[object, str, str]] = []
+        self._allow(Permission.CONSUME, t, "subscribe to", checks)
         if req.read_compacted:
             raise names.NotServedError("read_compacted is not served by weir yet")
         cfg = await self._topic_for_use(t, create=req.force_topic_creation)
@@ -670,6 +708,8 @@ class PulsarConnection:
                 self.write,
                 self.state.cache,
                 name=req.subscription,
+                batch_index_ack=self.settings.batch_index_ack,
+                checks=checks,
                 position=pos,
             )
             r.on_failed = lambda reader, err: self._consumer_failed(reader, err)
@@ -686,6 +726,8 @@ class PulsarConnection:
             self.write,
             self.state.cache,
             name=req.subscription,
+            batch_index_ack=self.settings.batch_index_ack,
+            checks=checks,
             send_command=self.send,
         )
         c.on_dropped = self._consumer_dropped
@@ -699,7 +741,11 @@ class PulsarConnection:
                 c,
                 consumer_name=req.consumer_name,
                 partitions=frozenset({partition}),
-                whole_batches=True,
+                # with ack sets a consumer can take part of an entry, and Key_Shared routes
+                # each message by its key; without, it takes whole entries only
+                whole_batches=not (
+                    self.settings.batch_index_ack and req.subType == pb.CommandSubscribe.Key_Shared
+                ),
             )
         except BaseException:
             self.consumers.pop(req.consumer_id, None)
@@ -715,14 +761,25 @@ class PulsarConnection:
 
     def _consumer_failed(self, c: ConsumerBase, err: BaseException) -> None:
         log.info("pulsar reader stopped: %r", err, extra={"peer": self.peer})
-        if self.consumers.get(c.consumer_id) is c:
-            del self.consumers[c.consumer_id]
-            self.send(
-                T(
-                    type=T.CLOSE_CONSUMER,
-                    close_consumer=pb.CommandCloseConsumer(consumer_id=c.consumer_id, request_id=0),
-                )
+        self._consumer_closed_by_server(c)
+
+    def _consumer_closed_by_server(self, c: ConsumerBase) -> None:
+        """The client hears CloseConsumer (and subscribes again, or is refused)."""
+        if self.consumers.get(c.consumer_id) is not c:
+            return
+        del self.consumers[c.consumer_id]
+        if isinstance(c, PulsarConsumer):
+            c.detach()
+        else:
+            c.closed = True
+            if isinstance(c, PulsarReader) and c.task is not None:
+                c.task.cancel()
+        self.send(
+            T(
+                type=T.CLOSE_CONSUMER,
+                close_consumer=pb.CommandCloseConsumer(consumer_id=c.consumer_id, request_id=0),
             )
+        )
 
     async def _drop_consumer(self, c: ConsumerBase) -> None:
         if isinstance(c, PulsarConsumer):
@@ -737,6 +794,15 @@ class PulsarConnection:
         c = self.consumers.get(req.consumer_id)
         if c is not None and isinstance(c, PulsarConsumer | PulsarReader):
             c.flow(req.messagePermits)
+
+    def _ack(self, req: pb.CommandAck) -> None:
+        """An ack runs as a task of its own; the consumer remembers it until it is durable,
+        so that closing, unsubscribing or seeking answers only after it (`settled`)."""
+        task = self._spawn(self.handle_ack(req))
+        c = self.consumers.get(req.consumer_id)
+        if isinstance(c, PulsarConsumer):
+            c.acks.add(task)
+            task.add_done_callback(c.acks.discard)
 
     async def handle_ack(self, req: pb.CommandAck) -> None:
         c = self.consumers.get(req.consumer_id)
@@ -763,6 +829,7 @@ class PulsarConnection:
     async def handle_close_consumer(self, req: pb.CommandCloseConsumer) -> None:
         c = self.consumers.pop(req.consumer_id, None)
         if c is not None:
+            await c.settled()  # the acks sent before the close are durable when it answers
             await self._drop_consumer(c)
         self.success(req.request_id)
 
@@ -770,6 +837,7 @@ class PulsarConnection:
         c = self.consumers.get(req.consumer_id)
         if c is None:
             raise BadRequestError(f"no consumer {req.consumer_id} on this connection")
+        await c.settled()
         if isinstance(c, PulsarConsumer) and c.sub is not None:
             sub = c.sub
             others = [x for x in sub.consumers.values() if x is not c.attached]
@@ -796,6 +864,7 @@ class PulsarConnection:
             target = actor.start_offset if off == -1 else actor.end_offset if off == -2 else off
         else:
             raise BadRequestError("a seek needs a message id or a publish time")
+        await c.settled()
         if isinstance(c, PulsarConsumer) and c.sub is not None:
             # the broker disconnects every consumer of the subscription (CloseConsumer):
             # they subscribe again and get messages from the new position

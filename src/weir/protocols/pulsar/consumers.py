@@ -1,13 +1,21 @@
 """Pulsar consumers on a connection: durable ones attached to a broker subscription, and
 readers (non-durable subscriptions), which read a partition from a position of their own.
 
-A delivery is always made of whole stored batches, one Pulsar entry each: a Pulsar
-client acknowledges, negatively acknowledges and asks for redelivery by entry, so an
-entry must hold exactly what its acknowledgement covers. The broker hands a Pulsar
-consumer whole batches (``whole_batches``); where it could not (a Key_Shared batch
-whose keys go to several consumers, a subscription shared with consumers of other
-fronts) the whole batch is still sent, so a message may come twice, never not at all.
-An acknowledgement covers the messages of the entry that this consumer was given.
+Every Message frame carries a whole stored batch, one Pulsar entry. Which of its messages
+the consumer is to take depends on the front's ``batch_index_ack`` setting (Pulsar's
+``acknowledgmentAtBatchIndexLevelEnabled``), because a Pulsar client without batch-index
+acks only acknowledges an entry once it has acknowledged every message of it:
+
+* off (the default): the broker hands a Pulsar consumer whole batches (``whole_batches``;
+  Key_Shared routes a batch by its first message's key, as Pulsar does), and the frame
+  carries no ack set: the client takes every message of the entry;
+* on: the frame's ``ack_set`` marks the messages this consumer is given (the others are
+  someone else's, or acknowledged already); the client skips the rest. Clients must
+  enable batch-index acks too (``batch_index_ack_enabled=True``), as with Pulsar.
+
+An acknowledgement covers the messages of the entry that this consumer was given. A
+client hands back a permit for every message of a frame, skipped or not; the broker
+charged only the ones given, so the difference is kept back from the next Flow.
 """
 
 from __future__ import annotations
@@ -24,7 +32,7 @@ from weir.broker.broker import Broker
 from weir.broker.subscriptions import AttachedConsumer, Delivery, Subscription
 from weir.errors import BadRequestError, WeirError
 from weir.protocols.pulsar import pulsar_api_pb2 as pb
-from weir.protocols.pulsar.codec import encode_message_with, message_part
+from weir.protocols.pulsar.codec import frame_head, message_prefix
 from weir.protocols.pulsar.message_ids import (
     EARLIEST,
     LATEST,
@@ -42,31 +50,34 @@ MAX_READ_BYTES = 1 << 20
 
 
 class EntryCache:
-    """Encoded entries (the message part of a Message frame), shared by every consumer of
-    the front: a batch delivered to several consumers or subscriptions is encoded once."""
+    """Encoded entries (the message part of a Message frame, as its prefix and payload),
+    shared by every consumer of the front: a batch delivered to several consumers or
+    subscriptions is encoded once."""
 
     def __init__(self, max_bytes: int = 32 << 20) -> None:
         self.max_bytes = max_bytes
-        self._entries: OrderedDict[tuple[str, int, int, int], bytes] = OrderedDict()
+        self._entries: OrderedDict[tuple[str, int, int, int], tuple[bytes, bytes]] = OrderedDict()
         self._bytes = 0
 
-    def part(self, topic: str, partition: int, buf: Any, pos: int) -> tuple[bytes, int, int]:
-        """(message part, base offset, record count) of the stored batch at ``pos``."""
+    def part(self, topic: str, partition: int, buf: Any, pos: int) -> tuple[bytes, bytes, int, int]:
+        """(message prefix, payload, base offset, record count) of the stored batch at
+        ``pos``; the message part is prefix + payload (`codec.message_prefix`)."""
         h = parse_header(buf, pos)
         key = (topic, partition, h.base_offset, h.written_at)
         got = self._entries.get(key)
         if got is None:
             metadata, payload = entry_of(buf, pos, h)
-            got = message_part(metadata, payload)
-            if len(got) <= self.max_bytes // 4:
+            got = (message_prefix(metadata, payload), payload)
+            size = len(got[0]) + len(payload)
+            if size <= self.max_bytes // 4:
                 self._entries[key] = got
-                self._bytes += len(got)
+                self._bytes += size
                 while self._bytes > self.max_bytes:
-                    _, old = self._entries.popitem(last=False)
-                    self._bytes -= len(old)
+                    _, (a, b) = self._entries.popitem(last=False)
+                    self._bytes -= len(a) + len(b)
         else:
             self._entries.move_to_end(key)
-        return got, h.base_offset, h.record_count
+        return got[0], got[1], h.base_offset, h.record_count
 
 
 def _ranges(offsets: Iterable[int]) -> list[tuple[int, int]]:
@@ -114,6 +125,9 @@ class ConsumerBase:
     delivered: dict[int, tuple[int, list[int]]] = field(default_factory=dict)
     closed: bool = False
     on_dropped: Callable[[ConsumerBase], None] | None = None
+    batch_index_ack: bool = False  # frames say which messages of an entry are given
+    checks: list[tuple[object, str, str]] = field(default_factory=list)  # asked again on changes
+    debt: int = 0  # permits the client will hand back for messages it was not charged
 
     def _frames(
         self, chunks: Iterable[Any], wanted: set[int] | None, counts: dict[int, int]
@@ -121,7 +135,7 @@ class ConsumerBase:
         """Send the stored batches of ``chunks`` that hold a wanted offset (None: all of them),
         each whole; returns how many messages went."""
         sent = 0
-        out: list[bytes] = []
+        out: list[bytes] = []  # joined once: each payload is copied once into the frames
         for chunk in chunks:
             for pos, h in iter_batches(chunk, verify=False):
                 base, end = h.base_offset, h.next_offset
@@ -131,19 +145,27 @@ class ConsumerBase:
                     mine = [o for o in range(base, end) if o in wanted]
                     if not mine:
                         continue
-                part, base, count = self.cache.part(self.topic, self.partition, chunk, pos)
-                self.delivered[base] = (count, mine)
-                cmd = pb.BaseCommand(
-                    type=pb.BaseCommand.MESSAGE,
-                    message=pb.CommandMessage(
-                        consumer_id=self.consumer_id,
-                        message_id=pb.MessageIdData(
-                            ledgerId=LEDGER, entryId=base, partition=self.id_partition
-                        ),
-                        redelivery_count=max((counts.get(o, 0) for o in mine), default=0),
-                    ),
+                prefix, payload, base, count = self.cache.part(
+                    self.topic, self.partition, chunk, pos
                 )
-                out.append(encode_message_with(cmd.SerializeToString(), part))
+                known = self.delivered.get(base)
+                if known is not None:  # another part of the entry is held here already
+                    self.delivered[base] = (count, sorted(set(known[1]).union(mine)))
+                else:
+                    self.delivered[base] = (count, mine)
+                msg = pb.CommandMessage(
+                    consumer_id=self.consumer_id,
+                    message_id=pb.MessageIdData(
+                        ledgerId=LEDGER, entryId=base, partition=self.id_partition
+                    ),
+                    redelivery_count=max((counts.get(o, 0) for o in mine), default=0),
+                )
+                if len(mine) < count:
+                    self.debt += count - len(mine)
+                    if self.batch_index_ack:
+                        msg.ack_set.extend(ack_set(base, count, mine))
+                cmd = pb.BaseCommand(type=pb.BaseCommand.MESSAGE, message=msg).SerializeToString()
+                out += (frame_head(cmd, len(prefix) + len(payload)), prefix, payload)
                 sent += count
         if out:
             self.write(b"".join(out))
@@ -190,7 +212,8 @@ class ConsumerBase:
         return _ranges(acked)
 
     def last_of(self, mid: pb.MessageIdData) -> int | None:
-        """The last offset a cumulative acknowledgement of ``mid`` covers."""
+        """The last offset a cumulative acknowledgement of ``mid`` covers: a whole entry, or
+        with an ack set (batch-index acks) the messages before its first set bit."""
         off = offset_of(mid)
         if off < 0:
             return None
@@ -198,9 +221,20 @@ class ConsumerBase:
             return off
         known = self.delivered.get(mid.entryId)
         if known is not None:
-            return mid.entryId + known[0] - 1
-        found = stored_batch(self.broker, self.topic, self.partition, mid.entryId)
-        return None if found is None else found[0] + found[1] - 1
+            base, count = mid.entryId, known[0]
+        else:
+            found = stored_batch(self.broker, self.topic, self.partition, mid.entryId)
+            if found is None:
+                return None
+            base, count = found[0], found[1]
+        if len(mid.ack_set):
+            first = first_set_bit(mid.ack_set, count)
+            if first is not None:
+                return base + first - 1 if base + first > 0 else None
+        return base + count - 1
+
+    async def settled(self) -> None:
+        """Return once every acknowledgement received so far is durable."""
 
     def forget_through(self, last: int) -> None:
         for base in [b for b in self.delivered if b <= last]:
@@ -214,6 +248,11 @@ class PulsarConsumer(ConsumerBase):
     sub: Subscription | None = None
     attached: AttachedConsumer | None = None
     send_command: Callable[[pb.BaseCommand], None] | None = None
+    acks: set[asyncio.Task[None]] = field(default_factory=set)  # in flight, not yet durable
+
+    async def settled(self) -> None:
+        if self.acks:
+            await asyncio.gather(*list(self.acks), return_exceptions=True)
 
     # ConsumerHandle ---------------------------------------------------------
 
@@ -259,7 +298,10 @@ class PulsarConsumer(ConsumerBase):
     # requests ---------------------------------------------------------------
 
     def flow(self, permits: int) -> None:
-        if self.sub is not None and self.attached is not None:
+        paid = min(self.debt, permits)
+        self.debt -= paid
+        permits -= paid
+        if permits and self.sub is not None and self.attached is not None:
             self.sub.flow(self.attached.consumer_id, permits)
 
     async def acknowledge(self, ack: pb.CommandAck) -> None:
@@ -358,6 +400,27 @@ class PulsarReader(ConsumerBase):
             self.task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self.task
+
+
+def ack_set(base: int, count: int, given: Iterable[int]) -> list[int]:
+    """A Message frame's ack set: 64-bit words, bit i set when message i of the entry at
+    ``base`` (of ``count`` messages) is one the consumer is to take."""
+    words = [0] * ((count + 63) // 64)
+    for o in given:
+        i = o - base
+        words[i >> 6] |= 1 << (i & 63)
+    # protobuf int64: a word with its top bit set goes as a negative number
+    return [w - (1 << 64) if w >= 1 << 63 else w for w in words]
+
+
+def first_set_bit(words: Iterable[int], count: int) -> int | None:
+    """The first message (index < ``count``) an ack set leaves unacknowledged."""
+    for wi, word in enumerate(words):
+        word &= (1 << 64) - 1
+        if word:
+            i = wi * 64 + ((word & -word).bit_length() - 1)
+            return i if i < count else None
+    return None
 
 
 def start_offset(

@@ -49,6 +49,7 @@ class PulsarFront:
         *,
         tls: ServerTls | None = None,
         max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
+        batch_index_ack: bool = False,
         advertised_host: str = "",
         stopping: asyncio.Event | None = None,
     ) -> None:
@@ -59,6 +60,7 @@ class PulsarFront:
         self.tls = tls
         self.max_message_size = max(1024, min(max_message_size, broker.config.message_limit))
         self.advertised_host = advertised_host
+        self.batch_index_ack = batch_index_ack
         self.stopping = stopping or asyncio.Event()
         self.state = FrontState()
         self.connections: set[PulsarConnection] = set()
@@ -91,7 +93,9 @@ class PulsarFront:
                 f"{exc.strerror or exc}"
             ) from None
         self.port = self._server.sockets[0].getsockname()[1]
-        self._settings = FrontSettings(self.url, self.max_message_size, self.tls is not None)
+        self._settings = FrontSettings(
+            self.url, self.max_message_size, self.tls is not None, self.batch_index_ack
+        )
         log.debug("pulsar front started", extra={"endpoint": self.url})
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

@@ -57,6 +57,7 @@ class PulsarProducer:
     lease: Lease | None = None
     token: WriterToken | None = None
     schema_version: int | None = None
+    checks: list[tuple[object, str, str]] = field(default_factory=list)  # asked again on changes
     pending: deque[_Pending] = field(default_factory=deque)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task[None] | None = None
@@ -126,15 +127,15 @@ class PulsarProducer:
                     )
                     continue
                 assert result is not None
-                if result.written == 0:  # every message a duplicate: Pulsar answers (-1, -1)
+                if result.skipped:
+                    # Pulsar's duplicate id (-1, -1). Also when only the first messages of
+                    # the Send were stored before (a client that batched its resends
+                    # anew): the rest is stored, but the client names message i of the
+                    # Send entry + i, and where the earlier ones are is not known here
                     mid = pb.MessageIdData(ledgerId=(1 << 64) - 1, entryId=(1 << 64) - 1)
                 else:
-                    # ids are entry + index: an entry of a partly duplicate batch starts
-                    # before the stored batch, so that index i still names message i
                     mid = pb.MessageIdData(
-                        ledgerId=LEDGER,
-                        entryId=result.offset - result.skipped,
-                        partition=self.id_partition,
+                        ledgerId=LEDGER, entryId=result.offset, partition=self.id_partition
                     )
                 self.send(
                     pb.BaseCommand(

@@ -39,6 +39,7 @@ import struct
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 
 import lz4.block
 import zstandard
@@ -77,10 +78,12 @@ class Sent:
     last_seq: int
 
 
-def _decompress(metadata: pb.MessageMetadata, payload: memoryview, limit: int) -> bytes:
+def _decompress(
+    metadata: pb.MessageMetadata, payload: memoryview, limit: int
+) -> bytes | memoryview:
     kind = metadata.compression
     if kind == pb.NONE:
-        return bytes(payload)
+        return payload  # a view of the frame: the data is copied once, into the batch
     size = metadata.uncompressed_size
     if size > limit:
         raise BadRequestError(f"compressed payload claims {size} bytes, over the limit {limit}")
@@ -180,7 +183,7 @@ def send_to_batch(
     n = metadata.num_messages_in_batch
     if not 0 < n <= MAX_BATCH_MESSAGES:
         raise BadRequestError(f"a batch of {n} messages: 1 to {MAX_BATCH_MESSAGES} are served")
-    data: list[bytes] = []
+    data: list[bytes | memoryview] = []
     keys: list[bytes] = []
     headers_list: list[dict[str, str]] = []
     seqs: list[int] = []
@@ -209,21 +212,20 @@ def send_to_batch(
         psize = smm.payload_size
         if psize < 0 or psize > end - pos:
             raise BadRequestError(f"message {i}'s payload runs past the batch")
-        data.append(b"" if smm.null_value else bytes(mv[pos : pos + psize]))
+        data.append(b"" if smm.null_value else mv[pos : pos + psize])
         pos += psize
         if smm.HasField("partition_key") and not smm.null_partition_key:
             keys.append(_key(smm.partition_key, smm.partition_key_b64_encoded))
             any_key = True
         else:
             keys.append(b"")
-        h = _headers(
-            smm.properties,
-            smm.ordering_key if smm.HasField("ordering_key") else None,
-            smm.null_value,
-            deliver_at,
-        )
-        if h:
-            any_headers = True
+        props = smm.properties
+        ordering = smm.HasField("ordering_key")
+        if props or ordering or smm.null_value or deliver_at is not None:
+            h = _headers(props, smm.ordering_key if ordering else None, smm.null_value, deliver_at)
+            any_headers = any_headers or bool(h)
+        else:  # the common case, without a call and a dict comprehension per message
+            h = {}
         headers_list.append(h)
         seqs.append(smm.sequence_id if smm.HasField("sequence_id") else first + i)
         created.append(smm.event_time or publish)
@@ -276,19 +278,21 @@ def entry_of(buf: bytes | memoryview, pos: int, h: BatchHeader) -> tuple[bytes, 
     """(serialized MessageMetadata, payload) delivering the stored batch at ``pos`` as one
     Pulsar entry: a single message when the batch holds one record, else a batch."""
     p = decode_payload(buf, pos, h)
-    c = p.columns()
-    data = c.data
+    # the messages' data as views of the payload: copied once, into the entry
+    mv = memoryview(p.raw)
+    data: list[bytes | memoryview] = [mv[a:b] for a, b in pairwise(p.data_offsets())]
     codec = h.data_codec
     if codec != Codec.RAW and not is_opaque(codec):
-        data = [decompress_message(codec, d) for d in data]
+        data = [decompress_message(codec, bytes(d)) for d in data]
+    keys, all_headers, created_at = p.key_list(), p.header_list(), p.created_list()
     md = pb.MessageMetadata(
         producer_name=h.producer_id,
         sequence_id=h.first_seq,
         publish_time=max(0, h.written_at),
     )
-    if h.record_count == 1 and BATCHED not in c.headers[0]:
-        headers = c.headers[0]
-        _message_fields(md, c.keys[0], headers, c.created_at[0])
+    if h.record_count == 1 and BATCHED not in all_headers[0]:
+        headers = all_headers[0]
+        _message_fields(md, keys[0], headers, created_at[0])
         if CHUNK_TOTAL in headers and CHUNK_UUID in headers:
             try:
                 md.uuid = headers[CHUNK_UUID]
@@ -302,15 +306,15 @@ def entry_of(buf: bytes | memoryview, pos: int, h: BatchHeader) -> tuple[bytes, 
                 for k, v in headers.items():
                     if k not in RESERVED and k not in _CHUNK_HEADERS:
                         md.properties.add(key=k, value=v)
-        payload = b"" if md.null_value else data[0]
+        payload = b"" if md.null_value else bytes(data[0])
         return md.SerializeToString(), payload
     md.num_messages_in_batch = h.record_count
     md.highest_sequence_id = h.last_seq
-    parts: list[bytes] = []
+    parts: list[bytes | memoryview] = []
     smm = pb.SingleMessageMetadata()
     pack = _U32.pack
     for key, d, headers, created, seq in zip(
-        c.keys, data, c.headers, c.created_at, c.seq_nos, strict=True
+        keys, data, all_headers, created_at, p.seq_list(), strict=True
     ):
         smm.Clear()
         smm.sequence_id = seq
