@@ -28,7 +28,7 @@ $(BIN)/python:
 	$(BIN)/python -m pip install --quiet --upgrade pip || { rm -rf $(VENV); exit 1; }
 
 # A .venv left by an older Python (made before this check) is replaced, not trusted.
-$(VENV)/.installed: $(BIN)/python pyproject.toml
+$(VENV)/.installed: $(BIN)/python pyproject.toml $(wildcard setup.py src/weir/protocols/kafka/_records.c)
 	@$(BIN)/python -c '$(IS_311)' 2>/dev/null || { \
 	    echo "$(VENV) runs another Python than 3.11: making it again" >&2; \
 	    rm -rf $(VENV) && $(MAKE) --no-print-directory $(BIN)/python; }
@@ -60,8 +60,15 @@ lint: install-test
 typecheck: install-test
 	$(BIN)/mypy
 
+# The tests run in parallel, PYTEST_WORKERS processes (pytest-xdist): most of their time is
+# spent waiting on servers, fsyncs and sockets, so 3 keep 2 cores busy. tests/parallel.py
+# groups them (one SparkSession, one ZooKeeper, a module's servers) and starts the longest
+# groups first. PYTEST_WORKERS=0 runs them all in one process.
+PYTEST_WORKERS ?= 3
+PYTEST_PARALLEL = -n $(PYTEST_WORKERS) --dist loadscope
+
 pytest: install-test system-packages
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q $(PYTEST_PARALLEL)
 
 test: lint typecheck pytest
 
@@ -69,7 +76,7 @@ test: lint typecheck pytest
 # ([tool.coverage] in pyproject.toml); prints the per-module table (README, Development)
 coverage: install-test system-packages
 	rm -f .coverage .coverage.*
-	$(BIN)/python -m coverage run -m pytest -q; status=$$?; \
+	$(BIN)/python -m coverage run -m pytest -q $(PYTEST_PARALLEL); status=$$?; \
 	$(BIN)/python -m coverage combine -q && $(BIN)/python -m coverage report; \
 	exit $$status
 
@@ -86,7 +93,7 @@ bench: $(VENV)/.installed-bench
 SOAK_KILLS ?= 1000
 LEDGER_FAULTS ?= 300
 soak: install-test system-packages
-	WEIR_SOAK=1 WEIR_SOAK_KILLS=$(SOAK_KILLS) $(BIN)/python -m pytest -q -s tests/reliability -m slow
+	WEIR_SOAK=1 WEIR_SOAK_KILLS=$(SOAK_KILLS) $(BIN)/python -m pytest -q -s tests/reliability tests/spark/test_tier.py tests/spark/test_tier_soak.py -m slow
 	WEIR_LEDGER_FAULTS=$(LEDGER_FAULTS) $(BIN)/python -m pytest -q -s tests/replication/test_fault_schedule.py
 
 proto: install-test

@@ -31,9 +31,22 @@ WEIR_YDB = "weir-ydb"
 YDB_NULL = "ydb-null"
 WEIR_PULSAR = "weir-pulsar"
 PULSAR_NULL = "pulsar-null"
+WEIR_KAFKA = "weir-kafka"
+KAFKA_NULL = "kafka-null"
 DISK = "disk append+fdatasync"
-SYSTEM_ORDER = (WEIR, WEIR_YDB, YDB_NULL, WEIR_PULSAR, PULSAR_NULL, *PEERS, DISK)
-NULL_OF = {"ydb": YDB_NULL, "pulsar": PULSAR_NULL}  # rows judged against a null server
+SYSTEM_ORDER = (
+    WEIR,
+    WEIR_YDB,
+    YDB_NULL,
+    WEIR_PULSAR,
+    PULSAR_NULL,
+    WEIR_KAFKA,
+    KAFKA_NULL,
+    *PEERS,
+    DISK,
+)
+# rows judged against a null server
+NULL_OF = {"ydb": YDB_NULL, "pulsar": PULSAR_NULL, "kafka": KAFKA_NULL}
 
 Rows = list[dict[str, Any]]
 
@@ -249,7 +262,7 @@ def table(rows: Rows, baseline_rows: Rows | None = None) -> str:
         if ref is not None:
             val, name, from_base = ref
             ratio = f"{val:,.2f}x {name}{' †' if from_base else ''}"
-        fsync = "n/a" if system == YDB_NULL else ("yes" if c.fsync else "no")
+        fsync = "n/a" if system in NULL_OF.values() else ("yes" if c.fsync else "no")
         lines.append(
             f"| {wl} | {system} | {_f(c.mps)} | {_f(min(mps))}-{_f(max(mps))} ({spread:.0f}%) "
             f"| {_f(c.mbps, 1)} | {ge + _ms(median(p50)) if p50 else '-'} "
@@ -383,6 +396,34 @@ def goals(rows: Rows) -> list[Goal]:
                 f"{ratio:.2f} ({_f(c.mps)} vs {_f(null.mps)} msgs/s{rng}"
                 + (f"; weir server CPU {median(cpu):.1f} µs/msg" if cpu else "")
                 + ")",
+                ratio >= 0.8,
+                (wl,),
+            )
+        )
+    for (s, wl), c in cs.items():
+        if s != WEIR_KAFKA or not wl.startswith("kafka produce"):
+            continue
+        if wl == "kafka produce P=1 100B acks=all":
+            out.append(
+                Goal(
+                    "Kafka front: one confluent-kafka producer, 100 B, acks=all",
+                    "≥ 300,000 msgs/s",
+                    f"{_rng(c, 'msgs_per_s')}",
+                    c.mps >= 300_000,
+                    (wl,),
+                )
+            )
+        null = cs.get((KAFKA_NULL, wl))
+        if null is None:
+            continue
+        paired = _paired_ratios(c.rows, null.rows)
+        ratio = c.mps / null.mps if null.mps else 0.0
+        rng = f", per repetition {min(paired):.2f}-{max(paired):.2f}" if paired else ""
+        out.append(
+            Goal(
+                f"Kafka front, {wl.split('P=1 ', 1)[-1]}: weir / null server",
+                "≥ 0.80",
+                f"{ratio:.2f} ({_f(c.mps)} vs {_f(null.mps)} msgs/s{rng})",
                 ratio >= 0.8,
                 (wl,),
             )

@@ -47,6 +47,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: make `bench` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench import kafka_workloads as kafka_wl
 from bench import plots, report, server_profile
 from bench import pulsar_workloads as pulsar_wl
 from bench import weir_workloads as weir_wl
@@ -58,8 +59,18 @@ from bench.peers.run import Sink
 from bench.peers.workloads import Result, Target
 
 PEERS = list(PEER_KINDS)
-ALL = [*PEERS, "weir-native", "weir-ydb", "ydb-null", "weir-pulsar", "pulsar-null", "disk"]
-WORKLOADS = ["produce", "latency", "ydb", "pulsar", "partitions", "disk", "txn"]
+ALL = [
+    *PEERS,
+    "weir-native",
+    "weir-ydb",
+    "ydb-null",
+    "weir-pulsar",
+    "pulsar-null",
+    "weir-kafka",
+    "kafka-null",
+    "disk",
+]
+WORKLOADS = ["produce", "latency", "ydb", "pulsar", "kafka", "partitions", "disk", "txn"]
 RESULTS = Path(__file__).resolve().parent / "results"
 PEER_RESULTS = Path(__file__).resolve().parent / "peers" / "results"
 
@@ -152,6 +163,7 @@ class Lab:
     ydb: dict[str, tuple[Target, int]] = field(default_factory=dict)
     # Pulsar port targets: (target, server pid, weir's native target to drop topics or None)
     pulsar: dict[str, tuple[Target, int, Target | None]] = field(default_factory=dict)
+    kafka: dict[str, tuple[Target, int]] = field(default_factory=dict)
 
     def start(self, chosen: list[str]) -> None:
         for name in chosen:
@@ -164,8 +176,12 @@ class Lab:
                 )
                 self.brokers[name] = peer_broker(t)
                 _say(f"{name}: {h.version}, pid {h.pid}, ready in {time.monotonic() - t0:.1f}s")
-        if {"weir-native", "weir-ydb", "weir-pulsar"} & set(chosen):
-            h = weir_wl.start_server(self.data_root / "weir")
+        if {"weir-native", "weir-ydb", "weir-pulsar", "weir-kafka"} & set(chosen):
+            (kport,) = servers.free_ports(1)
+            h = weir_wl.start_server(
+                self.data_root / "weir", env={"WEIR_KAFKA_LISTEN": f"{servers.LOOPBACK}:{kport}"}
+            )
+            h.ports["kafka"] = kport
             self.handles["weir"] = h
             _say(f"weir: {h.version}, pid {h.pid}, ports {h.ports}")
             if "weir-native" in chosen:
@@ -180,6 +196,13 @@ class Lab:
                     h.pid,
                     weir_wl.target_of(h),
                 )
+            if "weir-kafka" in chosen:
+                self.kafka["weir-kafka"] = (kafka_wl.weir_target(h), h.pid)
+        if "kafka-null" in chosen:
+            h = kafka_wl.start_null_server(self.data_root / "kafka-null")
+            self.handles["kafka-null"] = h
+            self.kafka["kafka-null"] = (kafka_wl.null_target(h), h.pid)
+            _say(f"kafka-null: pid {h.pid}, port {h.port}")
         if "ydb-null" in chosen:
             h = ydb_wl.start_null_server(self.data_root / "ydb-null")
             self.handles["ydb-null"] = h
@@ -400,6 +423,35 @@ def run_pulsar(lab: Lab, plan: Plan, rep: int, sink: Sink) -> None:
                     pulsar_wl.drop_topic(native, ref)
 
 
+def run_kafka(lab: Lab, plan: Plan, rep: int, sink: Sink) -> None:
+    """confluent-kafka on weir's Kafka front and the null server: acks=all and idempotent
+    producers, then the consumer reading them back (weir)."""
+    order = _rotate(sorted(lab.kafka), rep)
+    for size, n in plan.sizes:
+        for idempotent in (False, True):
+            for name in order:
+                t, pid = lab.kafka[name]
+                wl = f"kafka produce P=1 {size}B {'idempotent' if idempotent else 'acks=all'}"
+                try:
+                    ref = kafka_wl.prepare_topic(t, "k")
+                except Exception:
+                    sink.error(name, wl, rep, traceback.format_exc())
+                    continue
+                try:
+                    r = _measure(
+                        sink, name, wl, rep, t.version, kafka_wl.produce,
+                        t, ref, n, size, idempotent, plan.max_seconds, pid,
+                    )  # fmt: skip
+                    if not idempotent and name == "weir-kafka" and r is not None:
+                        _measure(
+                            sink, name, f"kafka consume C=1 {size}B", rep, t.version,
+                            kafka_wl.consume, t, ref, r.messages, size, plan.max_seconds, pid,
+                        )  # fmt: skip
+                finally:
+                    with contextlib.suppress(Exception):
+                        kafka_wl.drop_topic(t, ref)
+
+
 def run_partitions(lab: Lab, plan: Plan, rep: int, sink: Sink) -> None:
     h = lab.weir
     b = lab.brokers.get("weir-native")
@@ -489,6 +541,7 @@ RUNNERS: dict[str, Callable[[Lab, Plan, int, Sink], None]] = {
     "latency": run_latency,
     "ydb": run_ydb,
     "pulsar": run_pulsar,
+    "kafka": run_kafka,
     "partitions": run_partitions,
     "disk": run_disk,
 }

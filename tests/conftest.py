@@ -3,24 +3,36 @@
 from __future__ import annotations
 
 import os
+import random
 import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from tests import parallel
 from weir.listening_process import ListeningProcess
 
 ROOT = Path(__file__).resolve().parents[1]
 _LISTEN = re.compile(r"weir listening on (\S+):(\d+)")
 _PULSAR = re.compile(r"weir Pulsar protocol on (pulsar(?:\+ssl)?://\S+)")
 _ADMIN = re.compile(r"weir Pulsar admin REST on (\S+)/admin/v2")
+_KAFKA = re.compile(r"weir kafka listening on (\S+:\d+)")
 
 # Every server a test starts listens for Pulsar clients and HTTP on ports of its own
 # (by default they would share 6650 and 8080); a test that needs a fixed one says so.
 os.environ.setdefault("WEIR_PULSAR_LISTEN", "127.0.0.1:0")
 os.environ.setdefault("WEIR_HTTP_LISTEN", "127.0.0.1:0")
+os.environ.setdefault("WEIR_KAFKA_LISTEN", "127.0.0.1:0")  # and for Kafka (9092)
+
+# One chaos seed for the whole run, drawn here (before xdist starts its workers, which
+# inherit it), printed at the end, replayed with WEIR_CHAOS_SEED=... (tests/reliability).
+CHAOS_SEED_ENV = "WEIR_CHAOS_SEED"
+os.environ[CHAOS_SEED_ENV] = os.environ.get(CHAOS_SEED_ENV) or str(
+    random.SystemRandom().randrange(1, 2**31)
+)
 
 
 class ServerProcess(ListeningProcess):
@@ -51,6 +63,15 @@ class ServerProcess(ListeningProcess):
     def http_url(self) -> str:
         """The HTTP port's base URL (admin REST, /metrics) of this run of the server."""
         return self._found(_ADMIN)
+
+    @property
+    def kafka(self) -> str:
+        """bootstrap.servers of this run of the server's Kafka listener."""
+        return self._found(_KAFKA)
+
+    @property
+    def kafka_port(self) -> int:
+        return int(self.kafka.rpartition(":")[2])
 
     def command(self) -> list[str]:
         listen = f"127.0.0.1:{self.port}"  # the same port again after a restart
@@ -99,3 +120,55 @@ _topic_counter = iter(range(1, 10**9))
 def topic_name(request: pytest.FixtureRequest) -> str:
     base = re.sub(r"[^A-Za-z0-9_]", "_", request.node.name)[:60]
     return f"{base}_{next(_topic_counter)}"
+
+
+# ------------------------------------------------------------------ parallel runs (xdist)
+# `make test` runs pytest-xdist workers; tests/parallel.py says which tests run together.
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked ``slow`` (soaks, GB-sized runs) run only with WEIR_SOAK=1 (`make soak`);
+    the Spark tests stay in one xdist group; the order is tests/parallel.py's."""
+    soak = os.environ.get("WEIR_SOAK") == "1"
+    skip = pytest.mark.skip(reason="long mode: run with `make soak` (WEIR_SOAK=1)")
+    for item in items:
+        if not soak and "slow" in item.keywords:
+            item.add_marker(skip)
+        if (
+            "spark" in getattr(item, "fixturenames", ())
+            and parallel.group_of(item.nodeid) != "spark"
+        ):
+            raise pytest.UsageError(
+                f"{item.nodeid} uses the SparkSession but is not in the spark group of "
+                "tests/parallel.py: two workers would start two sessions"
+            )
+    items.sort(key=lambda item: parallel.rank(item.nodeid))  # stable: file order otherwise
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    if config.getvalue("dist") not in ("loadscope", "loadgroup"):
+        return None  # another --dist asked for: xdist's own
+    return parallel.make_scheduler(config, log)
+
+
+# ------------------------------------------------------------------ the chaos summary
+_CHAOS: list[tuple[str, dict[str, str]]] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Chaos columns (tests/reliability/conftest.py record_chaos), from this process or
+    from an xdist worker."""
+    if report.when == "call":
+        _CHAOS.extend(value for name, value in report.user_properties if name == "chaos")
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if not _CHAOS:
+        return
+    from tests.reliability.chaos import summary_table
+
+    seed = os.environ[CHAOS_SEED_ENV]
+    terminalreporter.section("chaos")
+    terminalreporter.write_line(f"chaos seed {seed} (replay: {CHAOS_SEED_ENV}={seed})")
+    terminalreporter.write_line(summary_table(_CHAOS))

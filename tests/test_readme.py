@@ -20,6 +20,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.cli.conftest import Weir
 from tests.client.test_routing import pulsar_partition
 from tests.conftest import ROOT, ServerProcess
@@ -31,6 +33,7 @@ CHAIN: list[tuple[str, str]] = [
     ("README.md", "readme-sdk"),
     ("README.md", "readme-ydb"),
     ("README.md", "readme-pulsar"),
+    ("README.md", "readme-kafka"),
     ("README.md", "readme-spark"),
     ("docs/cli.md", "cli-topics"),
     ("docs/sdk.md", "sdk-tour"),
@@ -46,6 +49,8 @@ CHAIN: list[tuple[str, str]] = [
     ("docs/spark.md", "spark-write"),
     # needs ZooKeeper and bookies, not a weir server: tests/replication/test_docs.py runs it
     ("docs/replication.md", "replication-ledger"),
+    # tests/tiered/test_docs.py runs it (and checks the objects it leaves in the tier)
+    ("docs/tiered-storage.md", "tier-example"),
     # docs/security.md needs a server with TLS on: tests/security/test_docs.py runs them
     ("docs/security.md", "security-certs"),
     ("docs/security.md", "security-serve"),
@@ -87,6 +92,7 @@ class Reader:
     def __init__(self, server: ServerProcess, work: Path) -> None:
         self.endpoint = server.endpoint
         self.pulsar_url = server.pulsar_url
+        self.kafka = server.kafka
         self.weir = Weir(server.endpoint)
         self.work = work
 
@@ -100,8 +106,10 @@ class Reader:
         return done
 
     def python(self, b: Block) -> list[str]:
-        code = b.code.replace("127.0.0.1:2136", self.endpoint).replace(
-            "pulsar://127.0.0.1:6650", self.pulsar_url
+        code = (
+            b.code.replace("127.0.0.1:2136", self.endpoint)
+            .replace("pulsar://127.0.0.1:6650", self.pulsar_url)
+            .replace("127.0.0.1:9092", self.kafka)
         )
         out = subprocess.run(
             [sys.executable, "-c", code],
@@ -150,6 +158,7 @@ def _messages(client: Client, topic: str) -> list[int]:
     return [p.end_offset - p.start_offset for p in client.describe_topic(topic).partition_info]
 
 
+@pytest.mark.timeout(900)  # about 60 commands and programs, each allowed 120 s
 def test_every_page_runs_in_order_on_one_server_and_again(
     server: ServerProcess, tmp_path: Path
 ) -> None:
@@ -193,6 +202,13 @@ def test_every_page_runs_in_order_on_one_server_and_again(
             printed = [x for x in printed if not _PULSAR_LOG.match(x)]
             assert sorted(printed[:2]) == ["page=/cart", "page=/home"]
             assert printed[2:] == ["cart=3 items {'source': 'pulsar'} user-7"]
+
+            # README: a Kafka producer and consumer group on the Pulsar client's topic; the
+            # group's commit leaves the next run the two new messages.
+            assert reader.python(block("README.md", "readme-kafka")) == [
+                "cart=1 item user-9 {'source': 'kafka'}",
+                "cart=3 items user-7 {'source': 'pulsar'}",
+            ]
 
             # README: the example producer. A rerun stores nothing twice.
             produced = reader.producer(block("README.md", "readme-spark"))

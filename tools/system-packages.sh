@@ -2,7 +2,7 @@
 # The Debian packages the test suite runs for real, installed when missing (make test
 # calls this; so does .ci/run): fuse3 for the power-cut tests (tests/reliability/lazyfs.py),
 # chromium and chromium-driver for the console's browser tests, zookeeper for the
-# replication tests. Nothing is installed when everything is there already.
+# replication tests, kcat for the Kafka front's tests. Nothing is installed when everything is there already.
 set -euo pipefail
 
 missing=()
@@ -10,6 +10,7 @@ command -v fusermount3 >/dev/null 2>&1 || missing+=(fuse3)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
 [ -f /usr/share/java/zookeeper.jar ] || missing+=(zookeeper)
+command -v kcat >/dev/null 2>&1 || missing+=(kcat)
 
 if [ ${#missing[@]} -eq 0 ]; then
     exit 0

@@ -45,6 +45,7 @@ ENV_PREFIX = "WEIR_"
 CONFIG_ENV = "WEIR_CONFIG"
 DEFAULT_LISTEN = "127.0.0.1:2136"
 DEFAULT_METRICS_LISTEN = "127.0.0.1:9464"
+DEFAULT_KAFKA_PORT = 9092
 DEFAULT_PULSAR_PORT = 6650
 DEFAULT_HTTP_PORT = 8080
 # Environment variables of the client commands that share a config section's prefix.
@@ -166,6 +167,80 @@ KEYS: tuple[Key, ...] = (
         "Memory for the read cache all partitions share: a big blob is checked once, then "
         "served to every reader from memory. 0 turns it off.",
         "read_cache_bytes",
+    ),
+    Key(
+        "tier",
+        "backend",
+        STRING,
+        _B.tier_backend,
+        "Object store of tiered storage: 'local' (a directory, the embedded default) or 's3' "
+        "(any S3-compatible endpoint). Nothing is offloaded until a namespace or topic sets "
+        "an offload policy (docs/tiered-storage.md).",
+        "tier_backend",
+    ),
+    Key(
+        "tier",
+        "local_dir",
+        OPTIONAL_PATH,
+        None,
+        "Directory of the 'local' tier back end (default: <data_dir>/tier).",
+        "tier_local_dir",
+    ),
+    Key(
+        "tier",
+        "s3_endpoint",
+        STRING,
+        "",
+        "S3 endpoint URL ('' : AWS for the region).",
+        "tier_s3_endpoint",
+    ),
+    Key(
+        "tier", "s3_bucket", STRING, "", "S3 bucket of the tier (it must exist).", "tier_s3_bucket"
+    ),
+    Key(
+        "tier",
+        "s3_prefix",
+        STRING,
+        _B.tier_s3_prefix,
+        "Key prefix of weir's objects in the bucket.",
+        "tier_s3_prefix",
+    ),
+    Key("tier", "s3_region", STRING, _B.tier_s3_region, "S3 region.", "tier_s3_region"),
+    Key(
+        "tier",
+        "s3_access_key",
+        STRING,
+        "",
+        "S3 access key id ('' : the client's own chain: AWS_* variables, instance role).",
+        "tier_s3_access_key",
+    ),
+    Key("tier", "s3_secret_key", SECRET, "", "S3 secret access key.", "tier_s3_secret_key"),
+    Key(
+        "tier",
+        "cache_bytes",
+        SIZE_OR_ZERO,
+        _B.tier_cache_bytes,
+        "Memory for offloaded blobs read back from the store (checked once, then served "
+        "from memory); sequential readers also read the next one ahead. 0: no cache.",
+        "tier_cache_bytes",
+    ),
+    Key(
+        "tier",
+        "interval_s",
+        DURATION_S,
+        _B.tier_interval_s,
+        "How often offload, object expiry and the orphan sweeper run (backing off while "
+        "the store is unreachable).",
+        "tier_interval_s",
+    ),
+    Key(
+        "tier",
+        "payload_grace_s",
+        DURATION_S,
+        _B.tier_payload_grace_s,
+        "A large-payload object no log entry references is collected once older than this "
+        "(it may belong to a write in flight).",
+        "tier_payload_grace_s",
     ),
     Key(
         "limits",
@@ -419,6 +494,30 @@ KEYS: tuple[Key, ...] = (
         "Serve the Pulsar-style admin REST API at /admin/v2 on the HTTP port.",
     ),
     Key(
+        "kafka",
+        "enabled",
+        BOOL,
+        True,
+        "Serve the Kafka protocol (docs/kafka.md): unmodified Kafka clients produce, consume "
+        "and administer weir topics.",
+    ),
+    Key(
+        "kafka",
+        "listen",
+        OPTIONAL_ADDRESS,
+        "",
+        "Address of the Kafka listener. Empty: port 9092 of the server.listen host. TLS and "
+        "authentication follow the [tls] and [auth] sections, as on the gRPC port.",
+    ),
+    Key(
+        "kafka",
+        "advertised_listener",
+        OPTIONAL_ADDRESS,
+        "",
+        "HOST:PORT Kafka clients are told to connect to (Metadata, FindCoordinator), for "
+        "clients that reach the server through another name. Empty: the listen address.",
+    ),
+    Key(
         "metrics",
         "enabled",
         BOOL,
@@ -515,6 +614,15 @@ class TlsConfig:
 
 
 @dataclass(frozen=True)
+class KafkaConfig:
+    """The ``[kafka]`` section."""
+
+    enabled: bool = True
+    listen: str = ""
+    advertised_listener: str = ""
+
+
+@dataclass(frozen=True)
 class LogConfig:
     level: str = "info"
     json: bool = False
@@ -535,6 +643,7 @@ class Config:
     tls: TlsConfig = dataclasses.field(default_factory=TlsConfig)
     auth: AuthConfig = dataclasses.field(default_factory=AuthConfig)
     log: LogConfig = dataclasses.field(default_factory=LogConfig)
+    kafka: KafkaConfig = dataclasses.field(default_factory=KafkaConfig)
     sources: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     @property
@@ -547,6 +656,13 @@ class Config:
         if not self.pulsar.enabled:
             return None
         return self.pulsar.listen or f"{self.listen_host}:{DEFAULT_PULSAR_PORT}"
+
+    @property
+    def kafka_listen(self) -> str | None:
+        """Where the Kafka listener listens (None: off)."""
+        if not self.kafka.enabled:
+            return None
+        return self.kafka.listen or f"{self.listen_host}:{DEFAULT_KAFKA_PORT}"
 
     @property
     def http_listen(self) -> str | None:
@@ -578,6 +694,9 @@ class Config:
         out["http.enabled"] = self.http.enabled
         out["http.listen"] = self.http.listen
         out["http.admin"] = self.http.admin
+        out["kafka.enabled"] = self.kafka.enabled
+        out["kafka.listen"] = self.kafka.listen
+        out["kafka.advertised_listener"] = self.kafka.advertised_listener
         out["metrics.enabled"] = self.metrics.enabled
         out["metrics.listen"] = self.metrics.listen
         out["console.enabled"] = self.console.enabled
@@ -737,6 +856,9 @@ def _build(values: dict[str, Any], sources: dict[str, str]) -> Config:
             values["auth.jwt_audience"],
         ),
         log=LogConfig(values["log.level"], values["log.json"], values["log.audit_file"]),
+        kafka=KafkaConfig(
+            values["kafka.enabled"], values["kafka.listen"], values["kafka.advertised_listener"]
+        ),
         sources=sources,
     )
 

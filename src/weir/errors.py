@@ -109,6 +109,13 @@ class DeliveryTimeoutError(WeirTimeoutError):
         self.reason = reason
 
 
+class TierUnavailableError(RetryableError):
+    """The object store of the tiered storage cannot be reached or is failing: writes go
+    on locally, reads of offloaded offsets fail with this until it is back."""
+
+    code = "TIER_UNAVAILABLE"
+
+
 # --- fatal -----------------------------------------------------------------
 
 
@@ -281,6 +288,18 @@ class DataDirLockedError(FatalError):
     """Another weir process holds the data directory."""
 
     code = "DATA_DIR_LOCKED"
+
+
+class TierError(FatalError):
+    """The tier's object store refused a request for a reason retrying will not fix."""
+
+    code = "TIER_ERROR"
+
+
+class ObjectMissingError(TierError):
+    """An object the tier's metadata names is not in the object store."""
+
+    code = "TIER_OBJECT_MISSING"
 
 
 class InternalError(FatalError):

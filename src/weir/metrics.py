@@ -225,6 +225,7 @@ class BrokerCollector:
                 "weir_read_cache_capacity_bytes",
                 "Bound of the read cache (storage.read_cache_bytes).",
             ),
+            *_tier_families(tp),
             CounterMetricFamily(
                 "weir_transactions",
                 "Transactions ended, by outcome: committed, aborted (by the client, a timeout, a "
@@ -276,6 +277,8 @@ class BrokerCollector:
                 fams["weir_partition_size_bytes"].add_metric(labels, info.size_bytes)
                 fams["weir_partition_head_bytes"].add_metric(labels, actor.log.head_bytes)
                 fams["weir_partition_queued_bytes"].add_metric(labels, actor.queued_bytes)
+                fams["weir_partition_local_bytes"].add_metric(labels, actor.log.local_bytes)
+                fams["weir_partition_offloaded_bytes"].add_metric(labels, actor.log.remote_bytes)
             for consumer in cfg.consumers:
                 for c in broker.describe_consumer(cfg.name, consumer):
                     labels = [name, str(c.partition), consumer]
@@ -297,6 +300,62 @@ class BrokerCollector:
         fams["weir_transactions"].add_metric(["committed"], txns.committed)
         fams["weir_transactions"].add_metric(["aborted"], txns.aborted)
         fams["weir_transactions_open"].add_metric([], len(txns.open_ids))
+        tier = broker.store.tier
+        if tier is not None:
+            s = tier.stats
+            for name, value in (
+                ("offloaded_bytes", s.bytes_offloaded),
+                ("offloaded_objects", s.objects_offloaded),
+                ("deleted_objects", s.objects_deleted),
+                ("orphans_removed", s.orphans_removed),
+                ("store_errors", s.store_errors),
+                ("corrupt_objects", s.corrupt_objects),
+                ("cache_hits", s.cache_hits),
+                ("cache_misses", s.cache_misses),
+                ("fetches", s.fetches),
+                ("fetch_bytes", s.fetch_bytes),
+                ("fetch_seconds", s.fetch_seconds),
+                ("payload_objects", s.payload_objects_written),
+                ("payloads_collected", s.payloads_collected),
+            ):
+                fams[f"weir_tier_{name}"].add_metric([], value)
+            fams["weir_tier_cache_bytes"].add_metric([], tier.cache.stats.bytes)
+
+
+_TIER_COUNTERS = {
+    "offloaded_bytes": "Object bytes written to the tier's store and verified (offload).",
+    "offloaded_objects": "Segments offloaded (one object per sealed blob).",
+    "deleted_objects": "Segment objects deleted (retention, topic drop, abandoned copies).",
+    "orphans_removed": "Objects the sweeper removed because no record named them.",
+    "store_errors": "Requests to the object store that failed (unreachable, timeouts, 5xx).",
+    "corrupt_objects": "Objects read back with a wrong size or checksum (never served).",
+    "cache_hits": "Reads of offloaded blobs served from the tier's cache.",
+    "cache_misses": "Reads of offloaded blobs that had to fetch the object.",
+    "fetches": "Objects fetched from the store for reads (read-ahead included).",
+    "fetch_bytes": "Bytes fetched from the store for reads.",
+    "fetch_seconds": "Time spent fetching objects for reads (divide by fetches: latency).",
+    "payload_objects": "Large payloads stored as objects of their own.",
+    "payloads_collected": "Unreferenced payload objects collected.",
+}
+
+
+def _tier_families(tp: list[str]) -> list[GaugeMetricFamily | CounterMetricFamily]:
+    """Tiered storage: what went to the object store, what came back, what failed."""
+    fams: list[GaugeMetricFamily | CounterMetricFamily] = [
+        CounterMetricFamily(f"weir_tier_{name}", doc) for name, doc in _TIER_COUNTERS.items()
+    ]
+    fams += [
+        GaugeMetricFamily("weir_tier_cache_bytes", "Memory held by the tier's read cache."),
+        GaugeMetricFamily(
+            "weir_partition_local_bytes", "Bytes of the partition held locally.", labels=tp
+        ),
+        GaugeMetricFamily(
+            "weir_partition_offloaded_bytes",
+            "Bytes of the partition in the tier's object store.",
+            labels=tp,
+        ),
+    ]
+    return fams
 
 
 class ServerMetrics:

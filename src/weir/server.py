@@ -18,6 +18,8 @@ from weir.broker.config import BrokerConfig
 from weir.broker.observer import BrokerObserver
 from weir.config import AuthConfig
 from weir.errors import BadRequestError
+from weir.protocols.kafka.front import DEFAULT_PORT as KAFKA_PORT
+from weir.protocols.kafka.front import KafkaFront, KafkaFrontConfig
 from weir.protocols.native.service import NativeService
 from weir.protocols.native.service import add_to_server as add_native
 from weir.protocols.pulsar.front import PulsarFront
@@ -79,6 +81,13 @@ def check_port_free(host: str, port: int) -> None:
     raise OSError(f"cannot listen on {host}:{port}: {reason}")
 
 
+def kafka_address(config: KafkaFrontConfig, listen_host: str) -> tuple[str, int]:
+    """Where the Kafka listener binds: ``config.listen``, else port 9092 of the listen host."""
+    if config.listen:
+        return parse_listen(config.listen)
+    return listen_host, KAFKA_PORT
+
+
 def _install_native(server: grpc.aio.Server, broker: Broker, srv: Server) -> None:
     add_native(NativeService(broker, srv.stopping_event, srv.security), server)
 
@@ -108,6 +117,7 @@ class Server:
         pulsar_listen: str | None = None,
         pulsar_max_message_size: int = 5 << 20,
         pulsar_batch_index_ack: bool = False,
+        kafka: KafkaFrontConfig | None = None,
     ) -> None:
         self.config = config
         # the Pulsar port (None: off); started with the broker, stopped before it
@@ -115,6 +125,9 @@ class Server:
         self.pulsar_max_message_size = pulsar_max_message_size
         self.pulsar_batch_index_ack = pulsar_batch_index_ack
         self.pulsar: PulsarFront | None = None
+        # the Kafka listener (off unless configured); started with the broker, stopped before it
+        self.kafka_config = kafka or KafkaFrontConfig(enabled=False)
+        self.kafka: KafkaFront | None = None
         self.tls = tls  # None: plain text
         self.auth = auth or AuthConfig()
         self.observer = observer
@@ -176,6 +189,15 @@ class Server:
             )
             for install in self.fronts:
                 install(server, self.broker, self)
+            if self.kafka_config.enabled:
+                host, port = kafka_address(self.kafka_config, self.host)
+                self.kafka = KafkaFront(self.broker, self._security, self.kafka_config, self.tls)
+                try:
+                    await self.kafka.start(host, port)
+                except OSError as exc:
+                    raise OSError(
+                        f"cannot listen on {host}:{port} (Kafka): {exc.strerror or exc}"
+                    ) from None
             if self.pulsar_listen is not None:
                 host, port = parse_listen(self.pulsar_listen)
                 self.pulsar = PulsarFront(
@@ -194,6 +216,9 @@ class Server:
             if self.pulsar is not None:
                 await self.pulsar.stop()
             await server.stop(None)
+            if self.kafka is not None:
+                await self.kafka.stop()
+                self.kafka = None
             if self.broker is not None:
                 await self.broker.close()
             raise
@@ -207,6 +232,9 @@ class Server:
         """Stop accepting calls, give streams `grace` seconds, finish commits, close LMDB."""
         self.stopping = True
         self.stopping_event.set()
+        if self.kafka is not None:
+            await self.kafka.stop()
+            self.kafka = None
         if self.pulsar is not None:
             await self.pulsar.stop()
         if self._grpc is not None:

@@ -42,7 +42,11 @@ class Result:
 
 
 class Weir:
-    """The `weir` command aimed at one server (through WEIR_ENDPOINT, as a user would set it)."""
+    """The `weir` command aimed at one server (through WEIR_ENDPOINT, as a user would set it).
+
+    The timeouts only stop a command that hangs: on a loaded machine (several xdist workers,
+    `make coverage`) a command that starts in 1 s may take 30.
+    """
 
     def __init__(self, endpoint: str = "") -> None:
         self.endpoint = endpoint
@@ -51,6 +55,7 @@ class Weir:
         env = {k: v for k, v in os.environ.items() if not k.startswith("WEIR_")}
         # a server started here gets Pulsar and HTTP ports of its own, not 6650 / 8080
         env["WEIR_PULSAR_LISTEN"] = env["WEIR_HTTP_LISTEN"] = "127.0.0.1:0"
+        env["WEIR_KAFKA_LISTEN"] = "127.0.0.1:0"  # never the machine's shared 9092
         env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
         env["COLUMNS"] = "100"
         if env.pop("PYTHONDONTWRITEBYTECODE", None):
@@ -65,7 +70,7 @@ class Weir:
         *args: str,
         input: bytes | str | None = None,
         env: dict[str, str] | None = None,
-        timeout: float = 30,
+        timeout: float = 120,
     ) -> Result:
         data = input.encode() if isinstance(input, str) else input
         proc = subprocess.run(
@@ -78,7 +83,7 @@ class Weir:
         )
         return Result(proc.returncode, proc.stdout, proc.stderr.decode())
 
-    def many(self, *commands: list[str], timeout: float = 60) -> list[Result]:
+    def many(self, *commands: list[str], timeout: float = 180) -> list[Result]:
         """Several commands at once (independent ones: the test takes less time)."""
         procs = [
             subprocess.Popen(
@@ -97,7 +102,7 @@ class Weir:
             results.append(Result(proc.returncode, out, err.decode()))
         return results
 
-    def shell(self, command: str, timeout: float = 30) -> Result:
+    def shell(self, command: str, timeout: float = 120) -> Result:
         """A command line as typed at a bash prompt (pipes and quotes included)."""
         proc = subprocess.run(
             ["bash", "-c", command],

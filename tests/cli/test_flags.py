@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections import defaultdict
 from typing import Any
 
@@ -40,3 +42,19 @@ def test_version() -> None:
     result = Weir()("--version")
     assert result.code == 0, result.err
     assert result.text == f"weir {weir.__version__}\n"
+
+
+def test_client_commands_do_not_load_the_server() -> None:
+    """Every `weir` command imports the whole command line, `serve` included; the server's
+    web framework and the security service (JWTs, cryptography) load only when it serves,
+    or each client command would take twice as long to start."""
+    code = (
+        "import sys, weir.cli; "
+        "print(sorted({m.split('.')[0] if not m.startswith('weir.') else m "
+        "for m in sys.modules if m.startswith(('aiohttp', 'jwt', 'cryptography', "
+        "'weir.security', 'weir.server', 'weir.protocols.pulsar'))}))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert out.stdout.strip() == "[]", out.stdout

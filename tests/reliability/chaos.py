@@ -600,43 +600,48 @@ def run_chaos(
             mount.stop()
 
 
-def summary_table(results: list[tuple[str, ChaosResult]]) -> str:
-    """A markdown table, one column per run: faults by kind, acked, lost, duplicated, ..."""
-    kinds = sorted({k for _, r in results for k in r.faults})
-    rows: list[tuple[str, list[str]]] = [
-        ("seed", [str(r.seed) for _, r in results]),
-        ("server kills (kill -9 + power cut)", [str(r.kills) for _, r in results]),
-    ]
-    rows += [(f"faults: {k}", [str(r.faults.get(k, 0)) for _, r in results]) for k in kinds]
-    rows += [
-        ("unsynced pages dropped by power cuts", [str(r.dropped_pages) for _, r in results]),
-        ("messages attempted", [str(r.report.attempted) for _, r in results]),
-        ("acknowledged", [str(r.report.acknowledged) for _, r in results]),
-        ("delivered to consumers", [str(r.report.delivered) for _, r in results]),
-        ("stored at the end", [str(r.report.stored) for _, r in results]),
-        ("removed by retention", [str(r.report.retained) for _, r in results]),
-        ("commits acknowledged", [str(r.report.commits_acked) for _, r in results]),
-        ("committed positions checked", [str(r.report.commit_checks) for _, r in results]),
-        ("lost", [str(len(r.report.lost)) for _, r in results]),
-        ("duplicated", [str(len(r.report.duplicated)) for _, r in results]),
-        (
-            "other violations",
-            [
-                str(
-                    sum(
-                        len(v)
-                        for k, v in r.report.violations().items()
-                        if k not in ("lost", "duplicated")
-                    )
-                )
-                for _, r in results
-            ],
+def summary_column(result: ChaosResult) -> dict[str, str]:
+    """One run's column of the summary table (plain strings: an xdist worker sends it to
+    the process that prints the table)."""
+    r = result
+    column = {
+        "seed": str(r.seed),
+        "server kills (kill -9 + power cut)": str(r.kills),
+        **{f"faults: {k}": str(n) for k, n in sorted(r.faults.items())},
+        "unsynced pages dropped by power cuts": str(r.dropped_pages),
+        "messages attempted": str(r.report.attempted),
+        "acknowledged": str(r.report.acknowledged),
+        "delivered to consumers": str(r.report.delivered),
+        "stored at the end": str(r.report.stored),
+        "removed by retention": str(r.report.retained),
+        "commits acknowledged": str(r.report.commits_acked),
+        "committed positions checked": str(r.report.commit_checks),
+        "lost": str(len(r.report.lost)),
+        "duplicated": str(len(r.report.duplicated)),
+        "other violations": str(
+            sum(len(v) for k, v in r.report.violations().items() if k not in ("lost", "duplicated"))
         ),
-        ("unexpected client errors", [str(len(r.errors)) for _, r in results]),
-        ("max recovery time (s)", [f"{r.max_recovery_s:.2f}" for _, r in results]),
-        ("run time (s)", [f"{r.seconds:.0f}" for _, r in results]),
-    ]
-    head = ["", *(name for name, _ in results)]
+        "unexpected client errors": str(len(r.errors)),
+        "max recovery time (s)": f"{r.max_recovery_s:.2f}",
+        "run time (s)": f"{r.seconds:.0f}",
+    }
+    return column
+
+
+def summary_table(columns: list[tuple[str, dict[str, str]]]) -> str:
+    """A markdown table, one column per run (`summary_column`): faults by kind, acked, lost,
+    duplicated, ..."""
+    rows: list[str] = []
+    for _, column in columns:
+        rows += [k for k in column if k not in rows]
+    faults = sorted(k for k in rows if k.startswith("faults: "))
+    rest = [k for k in rows if not k.startswith("faults: ")]
+    rows = rest[:2] + faults + rest[2:]  # seed, kills, the faults by kind, then the rest
+    default = {k: "0" for k in faults}
+    head = ["", *(name for name, _ in columns)]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    lines += ["| " + " | ".join([k, *v]) + " |" for k, v in rows]
+    lines += [
+        "| " + " | ".join([k, *({**default, **c}.get(k, "") for _, c in columns)]) + " |"
+        for k in rows
+    ]
     return "\n".join(lines)

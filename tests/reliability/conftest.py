@@ -3,21 +3,21 @@ runs the slow tests too (WEIR_SOAK=1).
 
 Chaos runs draw everything random from one seed, printed at the end of the run
 (and in every failure message): replay a run with ``WEIR_CHAOS_SEED=<seed>``.
-Their summary tables are printed at the end too.
+The seed is drawn once per run (tests/conftest.py), so xdist workers share it. Their
+summary tables are printed at the end too (by tests/conftest.py, from each test's
+``chaos`` user property, which xdist hands back from the workers).
 """
 
 from __future__ import annotations
 
 import os
-import random
 
 import pytest
 
-from tests.reliability.chaos import ChaosResult, summary_table
+from tests.conftest import CHAOS_SEED_ENV
+from tests.reliability.chaos import ChaosResult, summary_column
 
-SEED_ENV = "WEIR_CHAOS_SEED"
-SEED = int(os.environ.get(SEED_ENV) or random.SystemRandom().randrange(1, 2**31))
-RESULTS: list[tuple[str, ChaosResult]] = []
+SEED = int(os.environ[CHAOS_SEED_ENV])
 
 
 @pytest.fixture
@@ -26,11 +26,11 @@ def chaos_seed() -> int:
 
 
 @pytest.fixture
-def record_chaos() -> object:
+def record_chaos(request: pytest.FixtureRequest) -> object:
     """Call with (name, result): the result goes into the summary table printed at the end."""
 
     def record(name: str, result: ChaosResult) -> None:
-        RESULTS.append((name, result))
+        request.node.user_properties.append(("chaos", (name, summary_column(result))))
 
     return record
 
@@ -42,11 +42,3 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip)
-
-
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    if not RESULTS:
-        return
-    terminalreporter.section("chaos")
-    terminalreporter.write_line(f"chaos seed {SEED} (replay: {SEED_ENV}={SEED})")
-    terminalreporter.write_line(summary_table(RESULTS))

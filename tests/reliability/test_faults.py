@@ -30,6 +30,8 @@ def assert_kept_every_promise(result: ChaosResult, kills: int) -> None:
     assert rep.commit_checks >= restarts, why
 
 
+# the run ends after its kills, not after a time (ChaosSettings.max_seconds = 600 bounds it)
+@pytest.mark.timeout(900)
 def test_mixed_load_under_faults_keeps_every_promise(
     tmp_path: Path, chaos_seed: int, record_chaos: Callable[[str, ChaosResult], None]
 ) -> None:
@@ -38,6 +40,7 @@ def test_mixed_load_under_faults_keeps_every_promise(
     assert_kept_every_promise(result, 10)
 
 
+@pytest.mark.timeout(900)
 def test_writer_given_a_partition_resends_without_duplicates(
     tmp_path: Path, chaos_seed: int, record_chaos: Callable[[str, ChaosResult], None]
 ) -> None:

@@ -15,6 +15,17 @@ from tests.spark.session import make_spark
 pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
+# The first Spark test starts the session (about 30 s on a quiet machine, minutes on a loaded
+# one) inside its own time limit: the Spark tests' hang guard is 600 s, not the suite's 300.
+SPARK_TIMEOUT_S = 600
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    here = Path(__file__).parent
+    for item in items:
+        if item.path.is_relative_to(here):
+            item.add_marker(pytest.mark.timeout(SPARK_TIMEOUT_S))  # after a test's own mark
+
 
 @pytest.fixture(scope="session")
 def spark_work() -> Iterator[Path]:

@@ -14,6 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import ROOT, ServerProcess
 
 EXAMPLES = ROOT / "examples"
@@ -51,6 +53,9 @@ def _table_after(out: str, title: str) -> list[tuple[str, int, float]]:
     return rows
 
 
+# three scripts, each allowed 300 s (two start a Spark of their own): the suite's 300 s
+# per test only guards against a hang, and a loaded machine takes longer than that
+@pytest.mark.timeout(900)
 def test_orders_pipeline_from_the_readme(server: ServerProcess, tmp_path: Path) -> None:
     # a server of its own: the examples use fixed topic names
     endpoint = ("--endpoint", server.endpoint)

@@ -203,6 +203,7 @@ def _rows_of_blocked_task(client: weir.Client, sink: str) -> list[str]:
     return out
 
 
+@pytest.mark.timeout(900)  # a Spark of its own (up to 180 s to block), then a 180 s query
 def test_query_killed_mid_batch_and_restarted_has_no_duplicate_and_no_gap(
     spark: Any,
     spark_work: Path,

@@ -22,6 +22,7 @@ from weir.broker.consumer_offsets import ConsumerOffsets
 from weir.broker.consumers import OFFSETS, OffsetStore
 from weir.broker.observer import NULL_OBSERVER, BrokerObserver
 from weir.broker.producer_admission import PRODUCER_EPOCHS, ProducerAdmission, stored_epochs
+from weir.broker.producer_ids import ProducerIds
 from weir.broker.producers import ProducerPins
 from weir.broker.schema_admin import SchemaAdmin
 from weir.broker.schemas import SCHEMAS, SchemaRegistry
@@ -29,12 +30,14 @@ from weir.broker.subscriptions import SUBSCRIPTIONS, Subscriptions
 from weir.broker.subscriptions.facade import SubscriptionFacade
 from weir.broker.tenancy.limits import SessionCounter
 from weir.broker.tenancy.registry import NAMESPACES, Tenancy
-from weir.broker.topics import NEXT_ID_KEY, TOPICS, TopicConfig
+from weir.broker.tiering import Tiering
+from weir.broker.topics import NEXT_ID_KEY, TOPICS, TopicConfig, short_topic
 from weir.broker.transactions.coordinator import TxnCoordinator
 from weir.broker.transactions.facade import TransactionFacade
 from weir.broker.transactions.producers import TXN_PRODUCERS
 from weir.storage.kv import delete, put
 from weir.storage.store import Store
+from weir.storage.tiered.remote_storage import RemoteStorage, S3Settings, open_storage
 
 log = logging.getLogger("weir.broker")
 
@@ -55,8 +58,29 @@ _U64 = struct.Struct("<Q")
 _EPOCH_KEY = b"epoch"
 
 
+def tier_storage(config: BrokerConfig) -> RemoteStorage:
+    """The object store the config names (a directory under the data dir by default)."""
+    return open_storage(
+        config.tier_backend,
+        local_dir=config.tier_local_dir or config.data_dir / "tier",
+        s3=S3Settings(
+            bucket=config.tier_s3_bucket,
+            endpoint=config.tier_s3_endpoint,
+            prefix=config.tier_s3_prefix,
+            region=config.tier_s3_region,
+            access_key=config.tier_s3_access_key,
+            secret_key=config.tier_s3_secret_key,
+        ),
+    )
+
+
 class Broker(
-    TransactionFacade, SubscriptionFacade, SchemaAdmin, ConsumerOffsets, ProducerAdmission
+    TransactionFacade,
+    Tiering,
+    SubscriptionFacade,
+    SchemaAdmin,
+    ConsumerOffsets,
+    ProducerAdmission,
 ):
     """Open with `Broker.open`; close with `await broker.close()`."""
 
@@ -82,12 +106,17 @@ class Broker(
         self.producer_sessions = SessionCounter("producers")
         self.consumer_sessions = SessionCounter("consumers")
         self.access = ProducerAccess()
+        self.producer_ids = ProducerIds(store.kv, store.committer, SERVER)
         self.subscriptions = Subscriptions(
             store.kv, store.committer, lambda t, p: self._actors[(t, p)], self._write_dead_letters
         )
         self.schemas = SchemaRegistry(store.kv, self._commit)
         self.transactions = TxnCoordinator(self, store.kv, store.committer)
         self._retention_task: asyncio.Task[None] | None = None
+        self._tier_task = None
+        self._offload_locks = {}
+        self._tier_backoff_s = 0.0
+        self._tier_last_error = ""
         self._closed = False
         self._lock = asyncio.Lock()
 
@@ -104,6 +133,9 @@ class Broker(
             min_disk_free=config.min_disk_free,
             observer=(observer or NULL_OBSERVER).on_commit,
             read_cache_bytes=config.read_cache_bytes,
+            tier_storage=tier_storage(config),
+            tier_cache_bytes=config.tier_cache_bytes,
+            tier_payload_grace_ms=int(config.tier_payload_grace_s * 1000),
         )
         try:
             raw = store.kv.get(SERVER, _EPOCH_KEY)
@@ -117,6 +149,7 @@ class Broker(
             store.close()
             raise
         broker._retention_task = asyncio.get_running_loop().create_task(broker._retention_loop())
+        broker._tier_task = asyncio.get_running_loop().create_task(broker._tier_loop())
         log.info(
             "broker open",
             extra={
@@ -142,6 +175,8 @@ class Broker(
             for p in range(cfg.partitions):
                 self._open_actor(cfg, p)
         self.access = ProducerAccess(stored_epochs(self.store.kv))
+        if self.store.tier is not None:
+            self.store.tier.set_names(self._tier_names)
         self.subscriptions.load(self._topics.values())
         self.schemas.load()
         # Pins are derived from the partitions' producer tables; rows an older
@@ -151,6 +186,14 @@ class Broker(
             self.store.committer.commit(legacy)
             log.info("dropped %d stored producer pins: pins follow producer state", len(legacy))
 
+    def _tier_names(self, log_id: int) -> tuple[str, int]:
+        """(topic, partition) of a storage log id, for the rows of offloaded segments."""
+        tid = log_id >> 32
+        for cfg in self._topics.values():
+            if cfg.topic_id == tid:
+                return short_topic(cfg.name), log_id & 0xFFFF_FFFF
+        return str(tid), log_id & 0xFFFF_FFFF
+
     async def close(self) -> None:
         """Stop accepting work, finish in-flight commits, close LMDB."""
         if self._closed:
@@ -158,10 +201,11 @@ class Broker(
         self._closed = True
         self.access.wake_all()
         await self.transactions.close()
-        if self._retention_task is not None:
-            self._retention_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._retention_task
+        for task in (self._retention_task, self._tier_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         for group in self._groups.values():
             group.close()
         await self.subscriptions.close()

@@ -26,6 +26,18 @@ class BrokerConfig:
     min_disk_free: int = 64 << 20
     verify_on_start: bool = False
     read_cache_bytes: int = DEFAULT_READ_CACHE_BYTES  # shared by all partitions; 0: off
+    # tiered storage (docs/tiered-storage.md): where offloaded segments go
+    tier_backend: str = "local"  # "local" (a directory) or "s3"
+    tier_local_dir: Path | None = None  # None: <data_dir>/tier
+    tier_s3_endpoint: str = ""
+    tier_s3_bucket: str = ""
+    tier_s3_prefix: str = "weir"
+    tier_s3_region: str = "us-east-1"
+    tier_s3_access_key: str = ""
+    tier_s3_secret_key: str = ""
+    tier_cache_bytes: int = 128 << 20  # offloaded blobs read back, checked, in memory
+    tier_interval_s: float = 10.0  # how often offload, expiry and the sweeper run
+    tier_payload_grace_s: float = 600.0  # an unreferenced payload object younger is kept
     # limits and backpressure
     max_batch_bytes: int = 64 << 20  # one incoming batch / request
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES  # one message: data plus key

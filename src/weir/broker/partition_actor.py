@@ -27,7 +27,7 @@ import enum
 import logging
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,7 +36,7 @@ from weir.broker.transactions.commit_group import CommitGroup
 from weir.errors import ClosedError, InternalError, OverloadedError, UnavailableError, WeirError
 from weir.storage.committer import GroupCommitter
 from weir.storage.incoming import IncomingBatch
-from weir.storage.partition import BatchResult, PartitionLog, ReadResult
+from weir.storage.partition import BatchResult, PartitionLog, PreparedChange, ReadResult
 
 log = logging.getLogger("weir.partition")
 
@@ -52,6 +52,8 @@ class _Write:
     nbytes: int
     future: asyncio.Future[list[BatchResult]]
     txn: int = 0  # the open transaction the batches belong to, 0 for none
+    # large payloads being stored as objects: the batches to commit once they are
+    ready: asyncio.Future[Sequence[IncomingBatch]] | None = None
 
 
 @dataclass(slots=True)
@@ -66,6 +68,15 @@ class _Retention:
     now_ms: int
     protect_from: int | None
     future: asyncio.Future[int]
+
+
+@dataclass(slots=True)
+class _Change:
+    """A change other than a write or a retention step (the tier's: a finished copy, a
+    freed local blob), prepared when its turn comes."""
+
+    prepare: Callable[[], PreparedChange | None]
+    future: asyncio.Future[bool]
 
 
 class PartitionActor:
@@ -91,7 +102,7 @@ class PartitionActor:
         self.max_queue_bytes = max_queue_bytes
         self.max_commit_bytes = max_commit_bytes
         self.state = ActorState.IDLE
-        self._queue: deque[_Write | _Retention | _TxnEnd] = deque()
+        self._queue: deque[_Write | _Retention | _Change | _TxnEnd] = deque()
         self._queued_bytes = 0
         self._task: asyncio.Task[None] | None = None
         self._moved = asyncio.Event()
@@ -127,11 +138,34 @@ class PartitionActor:
         committed: bool = False,
         control: bool = False,
     ) -> ReadResult:
-        """Stored batches (see `PartitionLog.read`): ``committed`` for a read-committed
-        reader, ``control`` to get transaction markers too (the Kafka front)."""
-        return self.log.read(
-            from_offset, max_bytes, to_offset, committed=committed, control=control
+        """Read now (see `PartitionLog.read`: ``committed`` for a read-committed reader,
+        ``control`` to get transaction markers too, for the Kafka front). An offloaded blob
+        not in the tier's cache is fetched, blocking; prefer `read_async` in the event loop."""
+        return self.log.fill_payloads(
+            self.log.read(from_offset, max_bytes, to_offset, committed=committed, control=control)
         )
+
+    async def read_async(
+        self,
+        from_offset: int,
+        max_bytes: int,
+        to_offset: int | None = None,
+        *,
+        committed: bool = False,
+        control: bool = False,
+    ) -> ReadResult:
+        """`read`, with an offloaded blob at ``from_offset`` fetched into the tier's cache
+        off the event loop first (one object request); the read itself is the same one
+        path. TierUnavailableError (retryable) while the object store is unreachable."""
+        rec = self.log.remote_at(from_offset)
+        if rec is not None:
+            await asyncio.wrap_future(
+                self.log.tier.prefetch(self.log.cache_owner, rec, self.log.label)
+            )
+        res = self.log.read(from_offset, max_bytes, to_offset, committed=committed, control=control)
+        if res.refs:  # large payloads: fetched back from their objects, off the event loop
+            res = await asyncio.to_thread(self.log.fill_payloads, res)
+        return res
 
     async def wait_for_data(
         self, offset: int, timeout: float | None, *, committed: bool = False
@@ -156,11 +190,17 @@ class PartitionActor:
         return await self.submit(batches, nbytes)
 
     def submit(
-        self, batches: Sequence[IncomingBatch], nbytes: int, txn: int = 0
+        self,
+        batches: Sequence[IncomingBatch],
+        nbytes: int,
+        ready: asyncio.Future[Sequence[IncomingBatch]] | None = None,
+        txn: int = 0,
     ) -> asyncio.Future[list[BatchResult]]:
         """Queue batches now (order of calls is commit order); the future resolves when durable.
 
-        Raises OverloadedError at once when the queue is over its byte bound.
+        With ``ready`` (large payloads being stored as objects), the batches committed are
+        what it resolves to; writes queued behind wait for it, so order holds. Raises
+        OverloadedError at once when the queue is over its byte bound.
         """
         if self._closed:
             raise UnavailableError(f"partition {self.topic}/{self.partition} is shutting down")
@@ -174,7 +214,7 @@ class PartitionActor:
                 f"for commit (limit {self.max_queue_bytes}); retry shortly"
             )
         fut: asyncio.Future[list[BatchResult]] = asyncio.get_running_loop().create_future()
-        self._queue.append(_Write(batches, nbytes, fut, txn))
+        self._queue.append(_Write(batches, nbytes, fut, txn, ready))
         self._queued_bytes += nbytes
         self._kick()
         return fut
@@ -197,6 +237,16 @@ class PartitionActor:
         self._kick()
         return await fut
 
+    async def run_change(self, prepare: Callable[[], PreparedChange | None]) -> bool:
+        """Prepare, commit and apply one change in its turn among the writes; False when
+        ``prepare`` found nothing to do (returned None)."""
+        if self._closed:
+            raise UnavailableError(f"partition {self.topic}/{self.partition} is shutting down")
+        fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._queue.append(_Change(prepare, fut))
+        self._kick()
+        return await fut
+
     def _kick(self) -> None:
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(
@@ -209,7 +259,7 @@ class PartitionActor:
         while self._queue and isinstance(self._queue[0], _Write):
             item = self._queue[0]
             assert isinstance(item, _Write)
-            if items and total + item.nbytes > self.max_commit_bytes:
+            if items and (item.ready is not None or total + item.nbytes > self.max_commit_bytes):
                 break
             self._queue.popleft()
             self._queued_bytes -= item.nbytes
@@ -231,6 +281,21 @@ class PartitionActor:
                     self._queue.popleft()
                     await self._end_txn(head)
                     continue
+                if isinstance(head, _Change):
+                    self._queue.popleft()
+                    await self._change(head)
+                    continue
+                if head.ready is not None:
+                    try:
+                        head.batches = await head.ready
+                    except Exception as exc:
+                        # the payload objects could not be stored: nothing was committed
+                        self._queue.popleft()
+                        self._queued_bytes -= head.nbytes
+                        _fail(head.future, exc)
+                        self._fail_queue(exc)
+                        continue
+                    head.ready = None
                 items = self._take_writes()
                 if items:
                     await self._write(items)
@@ -331,6 +396,24 @@ class PartitionActor:
         # (or aborts) this change with the others; nothing else of this partition may be
         # prepared meanwhile
         await item.group.finished()
+
+    async def _change(self, item: _Change) -> None:
+        try:
+            change = item.prepare()
+            if change is None:
+                if not item.future.done():
+                    item.future.set_result(False)
+                return
+            try:
+                await asyncio.wrap_future(self.committer.submit(change.ops, change.nbytes))
+            except BaseException:
+                self.log.abort(change)
+                raise
+            self.log.apply(change)
+            if not item.future.done():
+                item.future.set_result(True)
+        except Exception as exc:
+            _fail(item.future, exc)
 
     def _fail_queue(self, exc: BaseException) -> None:
         while self._queue:

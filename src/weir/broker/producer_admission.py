@@ -1,6 +1,7 @@
 """The broker's producer admission (a mixin of `Broker`): which partition a write
 session writes to, one live session per producer (`weir.broker.producers`), access
-modes and durable producer epochs (`weir.broker.access`), producer counts."""
+modes and durable producer epochs (`weir.broker.access`), producer counts, numeric
+producer ids (`weir.broker.producer_ids`) and the stored producer state fronts check."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from weir.broker.tenancy.limits import Lease
 from weir.broker.topics import short_topic
 from weir.errors import BadRequestError, StaleGenerationError
 from weir.storage.kv import KV, Op, delete, put
+from weir.storage.producers import ProducerState
 
 log = logging.getLogger("weir.broker")
 
@@ -151,6 +153,17 @@ class ProducerAdmission(TenancyFacade):
 
     def last_seq_no(self, topic: str, partition: int, producer_id: str) -> int | None:
         return self.actor(topic, partition).log.last_seq_no(producer_id)
+
+    def producer_state(self, topic: str, partition: int, producer_id: str) -> ProducerState | None:
+        """The stored state of a producer in a partition: max seq_no, offset of its last
+        message, last write (None: it has written nothing that is still kept)."""
+        return self.actor(topic, partition).log.producers.get(producer_id)
+
+    async def allocate_producer_id(self) -> int:
+        """A numeric producer id never handed out before, across restarts (Kafka's
+        InitProducerId; see `weir.broker.producer_ids`)."""
+        self._check_open()
+        return await self.producer_ids.allocate()
 
 
 def _no_fence(_: Exception) -> None:

@@ -17,6 +17,7 @@ from weir.broker.config import BrokerConfig
 from weir.broker.consumers import ConsumerGroup, OffsetStore
 from weir.broker.observer import BrokerObserver
 from weir.broker.partition_actor import PartitionActor
+from weir.broker.producer_ids import ProducerIds
 from weir.broker.producers import ProducerPins, ProducerTables
 from weir.broker.schemas import SchemaRegistry
 from weir.broker.subscriptions import Subscriptions
@@ -45,6 +46,7 @@ class BrokerState:
     producer_sessions: SessionCounter
     consumer_sessions: SessionCounter
     access: ProducerAccess
+    producer_ids: ProducerIds
     subscriptions: Subscriptions
     schemas: SchemaRegistry
     _topics: dict[str, TopicConfig]

@@ -12,6 +12,8 @@ from weir.errors import BacklogQuotaExceededError, BadRequestError
 from weir.storage.codecs import Codec, codec_name
 from weir.storage.incoming import IncomingBatch
 from weir.storage.partition import BatchResult
+from weir.storage.tiered.manager import TierManager
+from weir.storage.tiered.payloads import cut_payloads
 
 
 class Writes(Retention):
@@ -53,7 +55,26 @@ class Writes(Retention):
         if quota is not None:
             self._check_backlog(cfg, partition, quota)
         size = sum(len(b.buf) for b in batches) if nbytes is None else nbytes
-        return actor.submit(batches, size, txn)
+        threshold = self.topic_policies(cfg)["large_payload_threshold_bytes"]
+        tier = self.store.tier
+        if (
+            threshold is not None
+            and tier is not None
+            and any(len(b.buf) > threshold for b in batches)
+        ):
+            ready = asyncio.get_running_loop().create_task(
+                asyncio.to_thread(self._cut_payloads, tier, actor.log.log_id, batches, threshold)
+            )
+            return actor.submit(batches, size, ready, txn)
+        return actor.submit(batches, size, txn=txn)
+
+    @staticmethod
+    def _cut_payloads(
+        tier: TierManager, log_id: int, batches: Sequence[IncomingBatch], threshold: int
+    ) -> Sequence[IncomingBatch]:
+        """Each record above ``threshold`` stored as its own object (written and verified
+        before the batch is queued for commit), its data emptied in the batch."""
+        return [cut_payloads(b, threshold, lambda d: tier.put_payload(log_id, d)) for b in batches]
 
     def _check_backlog(self, cfg: TopicConfig, partition: int, quota: int) -> None:
         """Refuse a write while the important consumers' backlog is over the quota."""

@@ -31,6 +31,7 @@ from weir.cli.security import grant, grants, revoke, token_app, user_app, whoami
 from weir.cli.serve import serve
 from weir.cli.subscription import subscription_app
 from weir.cli.tenancy import namespace_app, tenant_app
+from weir.cli.tier import offload, offload_status  # noqa: F401 - registers `topic offload*`
 from weir.cli.write import write
 from weir.config import ConfigError
 from weir.errors import WeirError

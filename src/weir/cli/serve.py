@@ -12,19 +12,25 @@ import signal
 import socket
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import lmdb
 import typer
-from aiohttp import web
 
 from weir import config as configuration
 from weir import logs
 from weir.broker.observer import BrokerObserver
 from weir.cli.common import CliError
 from weir.errors import DataDirLockedError, WeirError
-from weir.security import audit
-from weir.security.tls import ServerTls, TlsConfigError, TlsFiles
+
+if TYPE_CHECKING:
+    from aiohttp import web
+
+    from weir.security.tls import ServerTls
+
+# aiohttp and weir.security (JWTs, cryptography) load in `serve` only: every other
+# command imports this module too (`weir --help` lists serve), and they would double
+# the start-up time of each of them.
 
 log = logging.getLogger("weir.serve")
 
@@ -71,6 +77,7 @@ async def run(cfg: configuration.Config) -> None:
     from prometheus_client import disable_created_metrics
 
     from weir.metrics import MetricsEndpoint, ServerMetrics
+    from weir.protocols.kafka.front import KafkaFrontConfig
     from weir.server import Server
 
     disable_created_metrics()  # type: ignore[no-untyped-call]  # no *_created: they double the output
@@ -85,6 +92,11 @@ async def run(cfg: configuration.Config) -> None:
         pulsar_listen=cfg.pulsar_listen,
         pulsar_max_message_size=cfg.pulsar.max_message_size,
         pulsar_batch_index_ack=cfg.pulsar.batch_index_ack,
+        kafka=KafkaFrontConfig(
+            enabled=cfg.kafka.enabled,
+            listen=cfg.kafka_listen or "",
+            advertised=cfg.kafka.advertised_listener,
+        ),
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -192,6 +204,9 @@ async def run(cfg: configuration.Config) -> None:
         security = ""
         if tls is not None:
             security = ", TLS" + (" with client certificates" if tls.mutual else "")
+        if server.kafka is not None:
+            kafka_at = f"{server.kafka.host}:{server.kafka.port}"
+            announce(cfg, f"weir kafka listening on {kafka_at}", kafka_endpoint=kafka_at)
         announce(
             cfg,
             f"weir listening on {server.endpoint}, data in {cfg.broker.data_dir}{security}",
@@ -226,8 +241,8 @@ def is_loopback(host: str) -> bool:
 
 def insecure_bind(cfg: configuration.Config) -> bool:
     """An open server (no authentication) on an address other machines can reach (its
-    gRPC, Pulsar or HTTP port)."""
-    listens = [cfg.listen, cfg.pulsar_listen, cfg.http_listen]
+    gRPC, Pulsar, Kafka or HTTP port)."""
+    listens = [cfg.listen, cfg.pulsar_listen, cfg.kafka_listen, cfg.http_listen]
     hosts = {a.rpartition(":")[0] for a in listens if a is not None}
     return cfg.broker.allow_anonymous and not all(is_loopback(h) for h in hosts)
 
@@ -236,6 +251,8 @@ def server_tls(cfg: configuration.TlsConfig) -> ServerTls | None:
     """The listeners' TLS from the ``[tls]`` section (None: plain text); CliError if unusable."""
     if cfg.cert_file is None or cfg.key_file is None:
         return None
+    from weir.security.tls import ServerTls, TlsConfigError, TlsFiles
+
     files = TlsFiles(cfg.cert_file, cfg.key_file, cfg.client_ca_file)
     try:
         return ServerTls(files)
@@ -312,6 +329,8 @@ def serve(
             2,
         )
     logs.configure(cfg.log.level, cfg.log.json)
+    from weir.security import audit
+
     try:
         audit.configure(cfg.log.audit_file)
     except OSError as err:

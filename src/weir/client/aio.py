@@ -42,6 +42,7 @@ from weir.client.subscription import (
     type_code,
 )
 from weir.client.tenancy import AsyncTenancyCalls
+from weir.client.tier_admin import AsyncTierCalls
 from weir.client.tls import TlsArg
 from weir.client.transaction import Transaction
 from weir.client.writer import WriterCore
@@ -361,7 +362,7 @@ def _consume_exception(fut: asyncio.Future[None]) -> None:
         fut.exception()
 
 
-class Client(AsyncTenancyCalls, AsyncSecurityCalls):
+class Client(AsyncTenancyCalls, AsyncSecurityCalls, AsyncTierCalls):
     """Asynchronous weir client: admin calls, writers and readers over one connection.
 
     >>> async with weir.aio.Client("127.0.0.1:2136") as client:

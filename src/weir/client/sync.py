@@ -29,6 +29,7 @@ from weir.client.security_admin import SyncSecurityCalls
 from weir.client.subscription import DeadLetterPolicy, ReceivedMessage
 from weir.client.subscription_sync import SubscriptionConsumer
 from weir.client.tenancy import SyncTenancyCalls
+from weir.client.tier_admin import SyncTierCalls
 from weir.client.tls import TlsArg
 from weir.client.transaction import Transaction as AioTransaction
 from weir.client.writer_settings import WriteResult
@@ -327,7 +328,7 @@ class Transaction:
         self._loop.run(self._inner.__aexit__(et, e, tb))
 
 
-class Client(SyncTenancyCalls, SyncSecurityCalls):
+class Client(SyncTenancyCalls, SyncSecurityCalls, SyncTierCalls):
     """Synchronous weir client.
 
     >>> client = weir.Client("127.0.0.1:2136")

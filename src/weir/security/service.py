@@ -20,6 +20,7 @@ from weir.security.authenticator import (
 from weir.security.grants import Grants, Permission
 from weir.security.jwt_tokens import JwtVerifier, looks_like_jwt
 from weir.security.principal import ANONYMOUS, Principal, current_checks
+from weir.security.scram import ScramCredential, ScramExchange
 from weir.security.static_users import StaticUsers
 from weir.security.throttle import LoginThrottle
 from weir.security.tokens import TOKEN_TTL_S, IssuedToken, TokenIssuer
@@ -62,6 +63,7 @@ class Security:
             secret or secrets.token_bytes(32), self.fingerprint, ttl_s=ttl_s
         )
         self.allow_anonymous = allow_anonymous
+        self._decoy_key = secrets.token_bytes(32)  # SCRAM's fake salts for unknown users
         self.throttle = LoginThrottle()
         self.authenticators: list[Authenticator] = list(authenticators)
         self.revision = 0  # one more for each change of users or grants
@@ -118,6 +120,11 @@ class Security:
     def login(self, user: str, password: str, peer: str = "") -> IssuedToken:
         """A token for a user and password; UnauthorizedError if they are wrong, or while
         failed attempts for the user (or from ``peer``) are being slowed down."""
+        return self.tokens.issue(self.check_password(user, password, peer))
+
+    def check_password(self, user: str, password: str, peer: str = "") -> Principal:
+        """The principal of a user and password (a login without a token: SASL PLAIN),
+        throttled and audited as `login`. Slow on purpose (scrypt): call it off the loop."""
         keys = [f"user:{user[:256]}"] + ([f"addr:{peer}"] if peer else [])
         try:
             self.throttle.check(keys)
@@ -131,7 +138,40 @@ class Security:
             audit.event("login_failed", user=user[:256], peer=peer)
             raise
         self.throttle.succeeded(keys)
-        return self.tokens.issue(principal)
+        return principal
+
+    def scram_exchange(self, mechanism: str) -> ScramExchange:
+        """A SCRAM login (SASL SCRAM-SHA-256/512) against static and stored users; finish it
+        with `scram_finish`, which throttles and audits as `login`."""
+
+        def lookup(user: str, mech: str) -> ScramCredential | None:
+            found = self.users.scram(user, mech)
+            if found is None and self.stored is not None and user not in self.users:
+                found = self.stored.scram(user, mech)
+            return found
+
+        return ScramExchange(mechanism, lookup, self._decoy_key)
+
+    def scram_finish(
+        self, exchange: ScramExchange, message: bytes, peer: str = ""
+    ) -> tuple[bytes, Principal]:
+        """The server's final SCRAM message and the principal it proved; UnauthorizedError
+        for a wrong proof (or while this user's or address's failures are slowed down)."""
+        user = exchange.user
+        keys = [f"user:{user[:256]}"] + ([f"addr:{peer}"] if peer else [])
+        try:
+            self.throttle.check(keys)
+        except UnauthorizedError:
+            audit.event("login_throttled", user=user[:256], peer=peer)
+            raise
+        try:
+            reply = exchange.final(message)
+        except UnauthorizedError:
+            self.throttle.failed(keys, "bad_password")
+            audit.event("login_failed", user=user[:256], peer=peer)
+            raise
+        self.throttle.succeeded(keys)
+        return reply, Principal(user, "password")
 
     def _password(self, credential: UserPassword) -> Principal:
         if credential.user in self.users:

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from weir.errors import UnauthorizedError
 from weir.security.authenticator import Credential, UserPassword
 from weir.security.principal import Principal
+from weir.security.scram import ScramCredential, derive
 
 
 class StaticUsers:
@@ -16,6 +17,17 @@ class StaticUsers:
 
     def __init__(self, users: Mapping[str, str]) -> None:
         self._users = dict(users)
+        self._scram: dict[tuple[str, str], ScramCredential] = {}
+
+    def scram(self, user: str, mechanism: str) -> ScramCredential | None:
+        """The user's SCRAM keys, derived from its password on first use."""
+        password = self._users.get(user)
+        if password is None:
+            return None
+        key = (user, mechanism)
+        if key not in self._scram:
+            self._scram[key] = derive(password, mechanism)
+        return self._scram[key]
 
     def __len__(self) -> int:
         return len(self._users)

@@ -13,12 +13,13 @@ import json
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from weir.errors import AlreadyExistsError, BadRequestError, NotFoundError, UnauthorizedError
 from weir.security.authenticator import Credential, UserPassword
 from weir.security.passwords import dummy_hash, hash_password, verify_password
 from weir.security.principal import Principal
+from weir.security.scram import ScramCredential, derive_all
 from weir.storage.kv import KV, Op, delete, put
 
 PREFIX = b"user/"
@@ -32,14 +33,21 @@ class UserRecord:
     name: str
     password_hash: str
     created_ms: int
+    # SCRAM keys by mechanism (Kafka's SASL SCRAM); users stored before they existed have
+    # none until their password is set again
+    scram: dict[str, ScramCredential] = field(default_factory=dict)
 
     def encode(self) -> bytes:
-        return json.dumps({"hash": self.password_hash, "created_ms": self.created_ms}).encode()
+        doc: dict[str, object] = {"hash": self.password_hash, "created_ms": self.created_ms}
+        if self.scram:
+            doc["scram"] = {m: c.to_json() for m, c in self.scram.items()}
+        return json.dumps(doc).encode()
 
     @classmethod
     def decode(cls, name: str, raw: bytes) -> UserRecord:
         doc = json.loads(raw)
-        return cls(name, str(doc["hash"]), int(doc["created_ms"]))
+        scram = {m: ScramCredential.from_json(c) for m, c in doc.get("scram", {}).items()}
+        return cls(name, str(doc["hash"]), int(doc["created_ms"]), scram)
 
 
 def check_name(name: str) -> str:
@@ -87,14 +95,18 @@ class StoredUsers:
         check_name(name)
         if name in self._users:
             raise AlreadyExistsError(f"user {name!r} already exists")
-        return self._store(UserRecord(name, hash_password(check_password(password)), _now_ms()))
+        check_password(password)
+        return self._store(
+            UserRecord(name, hash_password(password), _now_ms(), derive_all(password))
+        )
 
     def set_password(self, name: str, password: str) -> UserRecord:
         old = self._users.get(name)
         if old is None:
             raise NotFoundError(f"user {name!r} does not exist")
+        check_password(password)
         return self._store(
-            UserRecord(name, hash_password(check_password(password)), old.created_ms)
+            UserRecord(name, hash_password(password), old.created_ms, derive_all(password))
         )
 
     def delete(self, name: str) -> None:
@@ -124,6 +136,10 @@ class StoredUsers:
         if not verify_password(credential.password, record.password_hash):
             raise UnauthorizedError("Invalid user or password")
         return Principal(credential.user, "password")
+
+    def scram(self, user: str, mechanism: str) -> ScramCredential | None:
+        record = self._users.get(user)
+        return None if record is None else record.scram.get(mechanism)
 
     def fingerprint(self, user: str) -> bytes | None:
         record = self._users.get(user)

@@ -39,6 +39,7 @@ from weir.client import Client
 from weir.spark.offsets import fetch_bounds, offsets_for_time, resolve, split
 from weir.spark.options import ReaderOptions
 from weir.spark.scan import ScanSettings, TopicRange, read_range
+from weir.spark.tier_scan import TierRange, plan_tier, read_tier_range
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _BIG = 1 << 62
@@ -89,6 +90,17 @@ class WeirBatchReader(DataSourceReader):
             if self.written_hi_ms is not None:
                 hi = offsets_for_time(client, o.topics, self.written_hi_ms)
                 ends = {tp: min(e, hi[tp]) for tp, e in ends.items()}
+            ranges = self._ranges(bounds, starts, ends)
+            # offloaded offsets: read from the object store, the rest through the broker
+            tier, rest = plan_tier(client, ranges, o.tier)
+        return [
+            *tier,
+            *(TopicRange(t, p, s, e) for (t, p), s, e in split(rest, o.min_partitions)),
+        ]
+
+    def _ranges(
+        self, bounds: Iterable[tuple[str, int]], starts: dict[Any, int], ends: dict[Any, int]
+    ) -> list[tuple[tuple[str, int], int, int]]:
         ranges = []
         for tp in bounds:
             p = tp[1]
@@ -99,10 +111,12 @@ class WeirBatchReader(DataSourceReader):
             s = max(starts[tp], self.offset_lo)
             e = min(ends[tp], self.offset_hi)
             ranges.append((tp, s, e))
-        return [TopicRange(t, p, s, e) for (t, p), s, e in split(ranges, o.min_partitions)]
+        return ranges
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        if isinstance(partition, TopicRange):  # Spark reads one empty placeholder if none
+        if isinstance(partition, TierRange):
+            yield from read_tier_range(self.settings, self.options.tier, partition)
+        elif isinstance(partition, TopicRange):  # Spark reads one empty placeholder if none
             yield from read_range(self.settings, partition)
 
 

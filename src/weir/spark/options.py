@@ -7,7 +7,7 @@ every mistake is reported here, naming the option, before any task runs.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from weir.client.aio import DEFAULT_ENDPOINT
 from weir.errors import BadRequestError
@@ -64,6 +64,28 @@ def _topics(options: Mapping[str, str]) -> list[str]:
 
 
 @dataclass(frozen=True)
+class TierSettings:
+    """What an executor needs to reach the store (from the query's options)."""
+
+    enabled: bool = True  # option readFromTier
+    access_key: str = ""  # option tier.accessKey ('' : the executor's own AWS chain)
+    secret_key: str = ""  # option tier.secretKey
+    endpoint: str = ""  # option tier.endpoint: another address of the same store
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> TierSettings:
+        def get(name: str) -> str:
+            return (options.get(name.lower()) or "").strip()
+
+        flag = get("readFromTier").lower()
+        if flag not in ("", "true", "false"):
+            raise BadRequestError(f"option readFromTier: expected true or false, got {flag!r}")
+        return cls(
+            flag != "false", get("tier.accessKey"), get("tier.secretKey"), get("tier.endpoint")
+        )
+
+
+@dataclass(frozen=True)
 class ReaderOptions:
     """What `spark.read` / `spark.readStream` asked for."""
 
@@ -80,6 +102,7 @@ class ReaderOptions:
     max_bytes_per_fetch: int
     push_filters: bool
     read_committed: bool = False
+    tier: TierSettings = field(default_factory=TierSettings)
 
     @classmethod
     def parse(cls, options: Mapping[str, str], streaming: bool) -> ReaderOptions:
@@ -122,6 +145,7 @@ class ReaderOptions:
             or DEFAULT_MAX_BYTES_PER_FETCH,
             push_filters=_bool(options, "pushFilters", False),
             read_committed=_bool(options, "readCommitted", False),
+            tier=TierSettings.parse(options),
         )
 
 

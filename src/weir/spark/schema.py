@@ -7,7 +7,6 @@ here side by side and a test keeps them equal.
 
 from __future__ import annotations
 
-import pyarrow as pa
 from pyspark.sql.types import (
     BinaryType,
     IntegerType,
@@ -34,20 +33,7 @@ SCHEMA = StructType(
     ]
 )
 
-HEADERS_TYPE = pa.map_(pa.string(), pa.string())
-TIMESTAMP_TYPE = pa.timestamp("us", tz="UTC")
+# The Arrow form lives with the conversion (storage also writes it, as the tier's Parquet).
+from weir.storage.arrow_rows import ARROW_SCHEMA, HEADERS_TYPE, TIMESTAMP_TYPE  # noqa: E402
 
-ARROW_SCHEMA = pa.schema(
-    [
-        pa.field("topic", pa.string()),
-        pa.field("partition", pa.int32()),
-        pa.field("offset", pa.int64()),
-        pa.field("key", pa.binary()),
-        pa.field("value", pa.binary()),
-        pa.field("headers", HEADERS_TYPE),
-        pa.field("created_at", TIMESTAMP_TYPE),
-        pa.field("written_at", TIMESTAMP_TYPE),
-        pa.field("producer_id", pa.string()),
-        pa.field("seq_no", pa.int64()),
-    ]
-)
+__all__ = ["ARROW_SCHEMA", "HEADERS_TYPE", "SCHEMA", "TIMESTAMP_TYPE"]

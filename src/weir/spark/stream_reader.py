@@ -42,6 +42,7 @@ from weir.spark.offsets import (
 )
 from weir.spark.options import ReaderOptions
 from weir.spark.scan import ScanSettings, TopicRange, data_loss_message, read_range
+from weir.spark.tier_scan import TierRange, plan_tier, read_tier_range
 
 log = logging.getLogger("weir.spark")
 
@@ -146,8 +147,18 @@ class WeirStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """The ranges of one micro-batch: a function of (start, end) only, so replays match."""
         s, e = from_json(start), from_json(end)
         ranges = [(tp, s.get(tp, e[tp]), e[tp]) for tp in sorted(e)]
+        tier: list[TierRange] = []
+        if self.options.tier.enabled and any(b > a for _, a, b in ranges):
+            # far behind: what is offloaded is read from the object store (same records)
+            if self._client is None:
+                self._client = Client(self.options.endpoint)
+            tier, ranges = plan_tier(self._client, ranges, self.options.tier)
         return [
-            TopicRange(t, p, a, b) for (t, p), a, b in split(ranges, self.options.min_partitions)
+            *tier,
+            *(
+                TopicRange(t, p, a, b)
+                for (t, p), a, b in split(ranges, self.options.min_partitions)
+            ),
         ]
 
     def commit(self, end: JsonOffsets) -> None:
@@ -188,5 +199,7 @@ class WeirStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # ------------------------------------------------------------------ executors
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        if isinstance(partition, TopicRange):
+        if isinstance(partition, TierRange):
+            yield from read_tier_range(self.settings, self.options.tier, partition)
+        elif isinstance(partition, TopicRange):
             yield from read_range(self.settings, partition)

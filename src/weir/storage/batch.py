@@ -336,7 +336,88 @@ def encode_batch(
     else:
         payload_parts = [*cols, *blobs, data_blob]
 
-    raw = b"".join(payload_parts)
+    return _assemble(
+        b"".join(payload_parts),
+        flags,
+        count,
+        first_seq,
+        last_seq,
+        created_base,
+        producer_id,
+        codec,
+        data_codec,
+    )
+
+
+def encode_columns(
+    count: int,
+    *,
+    created_base: int,
+    created: bytes | None,
+    created64: bool,
+    key_lens: bytes | None,
+    data_lens: bytes,
+    header_lens: bytes | None,
+    keys: bytes,
+    data: bytes,
+    headers: bytes,
+    producer_id: str = "",
+    first_seq_no: int = 0,
+    codec: Codec = Codec.RAW,
+) -> bytes:
+    """A batch from payload columns already laid out (little-endian u32 lengths, created
+    deltas from ``created_base`` as i32, or i64 when ``created64``; None: no such column).
+
+    For fronts whose wire format is parsed straight into columns (the Kafka front's C
+    parser); the caller vouches for the columns' consistency, `validate_incoming` checks it.
+    """
+    flags = 0
+    parts: list[bytes] = []
+    if created is not None:
+        flags |= FLAG_CREATED | (FLAG_CREATED64 if created64 else 0)
+        parts.append(created)
+    if key_lens is not None:
+        flags |= FLAG_KEYS
+        parts.append(key_lens)
+    parts.append(data_lens)
+    if header_lens is not None:
+        flags |= FLAG_HEADERS
+        parts.append(header_lens)
+    if key_lens is not None:
+        parts.append(keys)
+    parts.append(data)
+    if header_lens is not None:
+        parts.append(headers)
+    last_seq = first_seq_no + count - 1
+    if count <= 0 or first_seq_no < 0 or last_seq > _U64:
+        raise BadRequestError("a batch needs records and seq_nos in 0..2**64-1")
+    if not _I64_MIN <= created_base <= _I64_MAX:
+        raise BadRequestError("created_at out of range")
+    return _assemble(
+        b"".join(parts),
+        flags,
+        count,
+        first_seq_no,
+        last_seq,
+        created_base,
+        producer_id,
+        codec,
+        Codec.RAW,
+    )
+
+
+def _assemble(
+    raw: bytes,
+    flags: int,
+    count: int,
+    first_seq: int,
+    last_seq: int,
+    created_base: int,
+    producer_id: str,
+    codec: Codec,
+    data_codec: int,
+) -> bytes:
+    """Header + (compressed) payload."""
     payload = raw if codec == Codec.RAW else compress(codec, raw)
     pid = producer_id.encode()
     if len(pid) > MAX_PRODUCER_ID:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from weir.errors import BatchFormatError
 from weir.storage.batch import (
@@ -16,6 +17,9 @@ from weir.storage.batch import (
     verify_body,
 )
 
+if TYPE_CHECKING:
+    from weir.storage.tiered.payloads import PayloadRef
+
 
 @dataclass(slots=True)
 class IncomingBatch:
@@ -23,6 +27,8 @@ class IncomingBatch:
 
     buf: bytes | memoryview
     header: BatchHeader
+    # records whose data the broker stored as objects of their own (large payloads)
+    refs: tuple[PayloadRef, ...] = ()
 
 
 def validate_incoming(buffers: Iterable[bytes | memoryview]) -> list[IncomingBatch]:

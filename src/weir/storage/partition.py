@@ -28,7 +28,7 @@ import bisect
 import dataclasses
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from weir.errors import (
     CorruptDataError,
@@ -43,15 +43,26 @@ from weir.storage.batch import (
 )
 from weir.storage.blob import BIG, BlobInfo, split_parts
 from weir.storage.blob_reads import fetch_blob, index_blob
+from weir.storage.change import BatchResult as BatchResult
+from weir.storage.change import NewBlob
+from weir.storage.change import PreparedChange as PreparedChange
+from weir.storage.change import ReadResult as ReadResult
 from weir.storage.committer import GroupCommitter
 from weir.storage.head import SEALABLE, Entry, HeadSegment, push
 from weir.storage.incoming import IncomingBatch
 from weir.storage.kv import KV, Op, delete, delete_range, put
 from weir.storage.meta import PartitionMeta
 from weir.storage.partition_reads import PartitionReads
-from weir.storage.partition_reads import ReadResult as ReadResult  # re-exported
 from weir.storage.producers import ProducerState
 from weir.storage.read_cache import ReadCache
+from weir.storage.tiered.partition_tier import NO_TIER, TierReads, is_remote
+from weir.storage.tiered.payloads import PayloadRefs
+from weir.storage.tiered.remote_metadata import (
+    RemoteSegment,
+    SegmentState,
+    load_records,
+    record_op,
+)
 from weir.storage.txn_state import PartitionTxns, TxnChange, TxnMarker, marker_batch
 
 
@@ -95,22 +106,6 @@ class PartitionConfig:
 
 
 @dataclass(slots=True)
-class BatchResult:
-    """What happened to one incoming batch: its first ``skipped`` records were duplicates,
-    the next ``written`` records are stored from ``offset`` on."""
-
-    offset: int
-    written: int
-    skipped: int
-
-    def offset_of(self, index: int) -> int | None:
-        """Offset of the record at ``index`` in the batch as sent (None if skipped)."""
-        if index < self.skipped:
-            return None
-        return self.offset + index - self.skipped
-
-
-@dataclass(slots=True)
 class _Unit:
     """A stamped batch about to be placed in a blob."""
 
@@ -119,32 +114,6 @@ class _Unit:
     size: int
     written: int
     pieces: tuple[bytes | memoryview, ...]
-
-
-@dataclass(slots=True)
-class _NewBlob:
-    """An entry the change appends to the in-memory blob list (with its bytes if head)."""
-
-    info: BlobInfo
-    segment: HeadSegment | None  # None: a big blob
-
-
-@dataclass(slots=True)
-class PreparedChange:
-    """KV ops of one write or retention step and the state they lead to."""
-
-    ops: list[Op]
-    nbytes: int
-    results: list[BatchResult] = field(default_factory=list)
-    drop_front: int = 0
-    drop_tail: int = 0
-    add: list[_NewBlob] = field(default_factory=list)
-    producers: dict[str, ProducerState] = field(default_factory=dict)
-    drop_producers: list[str] = field(default_factory=list)
-    start_offset: int = 0
-    end_offset: int = 0
-    last_written: int = 0
-    txn: TxnChange | None = None  # what it does to the transaction state, if anything
 
 
 SpaceCheck = Callable[[int], None]
@@ -163,6 +132,7 @@ class PartitionLog(PartitionReads):
         label: str = "",
         space_check: SpaceCheck | None = None,
         cache: ReadCache | None = None,
+        tier: TierReads | None = None,
     ) -> None:
         self.kv = kv
         self.committer = committer
@@ -172,6 +142,10 @@ class PartitionLog(PartitionReads):
         self._space_check = space_check
         self._cache = cache if cache is not None else ReadCache(0)
         self._cache_owner = self._cache.new_owner()
+        self.tier = tier if tier is not None else NO_TIER
+        # segment records (COPY_FINISHED) of offloaded blobs, by first offset
+        self.remote: dict[int, RemoteSegment] = {}
+        self.payloads = PayloadRefs(log_id)
         self.start_offset = 0
         self.end_offset = 0
         self.size_bytes = 0
@@ -199,6 +173,7 @@ class PartitionLog(PartitionReads):
         label: str = "",
         space_check: SpaceCheck | None = None,
         cache: ReadCache | None = None,
+        tier: TierReads | None = None,
         verify_all: bool = False,
         strict: bool = True,
     ) -> PartitionLog:
@@ -211,7 +186,16 @@ class PartitionLog(PartitionReads):
         on read, writes are refused, and the rest stays readable, so one bad
         partition does not keep a whole server from starting.
         """
-        log = cls(kv, committer, log_id, config, label=label, space_check=space_check, cache=cache)
+        log = cls(
+            kv,
+            committer,
+            log_id,
+            config,
+            label=label,
+            space_check=space_check,
+            cache=cache,
+            tier=tier,
+        )
         try:
             log._load(verify_all)
         except CorruptDataError as err:
@@ -258,10 +242,23 @@ class PartitionLog(PartitionReads):
             self._head_count = len(blobs) - head_start
             for k, v in view.scan(keys.PRODUCERS, prefix, stop):
                 self.producers[k[len(prefix) :].decode()] = ProducerState.unpack(v)
+            self.remote = {
+                r.first_offset: r
+                for r in load_records(view, self.log_id)
+                if r.state == SegmentState.COPY_FINISHED
+            }
+            self.payloads.load(view)
             cfg = self.config
             segments: list[Entry] = []
             for i, b in enumerate(blobs):
-                if i >= head_start or verify_all:
+                if is_remote(b):
+                    if b.first_offset not in self.remote:
+                        raise CorruptDataError(
+                            "blob is offloaded but has no finished segment record",
+                            partition=self.label,
+                            offset=b.first_offset,
+                        )
+                elif i >= head_start or verify_all:
                     data = fetch_blob(view, self.log_id, b, self.label)
                     index_blob(data, b, self.label)
                     if i >= head_start:
@@ -431,6 +428,13 @@ class PartitionLog(PartitionReads):
                     skip = bisect.bisect_right(seqs, st.max_seq_no)
                     buf = reencode_from(buf, h, skip)
                     h = parse_header(buf)
+            if b.refs:
+                refs = tuple(
+                    dataclasses.replace(r, index=r.index - skip) for r in b.refs if r.index >= skip
+                )
+                if refs:
+                    change.ops.append(self.payloads.put_op(offset, refs))
+                    change.payload_add.append((offset, refs))
             head = stamp_header(buf, h, offset, now)
             body = memoryview(buf)[h.payload_start : h.length]
             units.append(_Unit(offset, h.record_count, h.length, now, (head, body)))
@@ -469,7 +473,7 @@ class PartitionLog(PartitionReads):
             segments = [(b, self._head[b.first_offset]) for b in head]
             keep = push(segments, info, data, cfg.seal_size, cfg.head_merge_fanout)
             change.drop_tail = len(head) - keep
-            change.add = [_NewBlob(i, seg) for i, seg in segments[keep:]]
+            change.add = [NewBlob(i, seg) for i, seg in segments[keep:]]
             return
         # Compaction. A large piece is sealed where it lies (only its index entry changes),
         # so producers that send large batches pay no second write; the runs of small
@@ -496,7 +500,7 @@ class PartitionLog(PartitionReads):
         else:
             info, data = self._make_blob(run, (), BIG)
             self._put_blob(change, info, data)
-            change.add.append(_NewBlob(info, None))
+            change.add.append(NewBlob(info, None))
             deletes.extend(self._delete_range_ops(info.first_offset, info.end_offset))
         run.clear()
 
@@ -513,7 +517,7 @@ class PartitionLog(PartitionReads):
             info, data = self._make_blob((), units, 0)
             self._put_blob(change, info, data)
             push(segments, info, data, cfg.seal_size, cfg.head_merge_fanout)
-            change.add.extend(_NewBlob(i, seg) for i, seg in segments)
+            change.add.extend(NewBlob(i, seg) for i, seg in segments)
             return
         # The stored run is under the low watermark, so it fits whole in the first blob.
         chunks: list[tuple[list[Entry], list[_Unit]]] = [(run, [])]
@@ -530,20 +534,20 @@ class PartitionLog(PartitionReads):
                 self._put_blob(change, info, data)
                 rest: list[Entry] = []
                 push(rest, info, data, cfg.seal_size, cfg.head_merge_fanout)
-                change.add.extend(_NewBlob(i, seg) for i, seg in rest)
+                change.add.extend(NewBlob(i, seg) for i, seg in rest)
             elif not new:
                 self._pack_run(change, stored, deletes)
             else:
                 info, data = self._make_blob(stored, new, BIG)
                 self._put_blob(change, info, data)
-                change.add.append(_NewBlob(info, None))
+                change.add.append(NewBlob(info, None))
                 if stored:
                     end = stored[-1][0].end_offset
                     deletes.extend(self._delete_range_ops(info.first_offset, end))
 
     def _seal(self, change: PreparedChange, info: BlobInfo) -> None:
         change.ops.append(self._index_op(info))
-        change.add.append(_NewBlob(info, None))
+        change.add.append(NewBlob(info, None))
 
     def _put_blob(self, change: PreparedChange, info: BlobInfo, data: bytes) -> None:
         for part, piece in enumerate(split_parts(data, self.config.max_blob_size)):
@@ -645,6 +649,9 @@ class PartitionLog(PartitionReads):
         )
         for b in dropped:
             change.ops.extend(self._delete_blob_ops(b))
+            self._let_go_remote(change, b.first_offset, now)
+        if n and self.payloads.within(self.start_offset, new_start):
+            change.ops.extend(self.payloads.drop_ops(self.start_offset, new_start))
         for pid in stale:
             change.drop_producers.append(pid)
             change.ops.append(delete(keys.PRODUCERS, keys.producer_key(self.log_id, pid)))
@@ -692,6 +699,20 @@ class PartitionLog(PartitionReads):
             else:
                 # A big blob seals everything before it: the head is what follows it.
                 self._head_count = 0
+        for info in change.replace:
+            i = bisect.bisect_left(self._firsts, info.first_offset)
+            blobs[i] = info
+            self._cache.discard(self._cache_key(info))
+        for rec in change.remote_set:
+            self.remote[rec.first_offset] = rec
+        for off, refs in change.payload_add:
+            self.payloads.add(off, refs)
+        if change.start_offset > self.start_offset:
+            self.payloads.drop_below(change.start_offset)
+        for first in change.remote_drop:
+            gone = self.remote.pop(first, None)
+            if gone is not None:
+                self.tier.discard(self._cache_owner, gone)
         self.producers.update(change.producers)
         if change.txn is not None:
             self.txns.apply(change.txn)
@@ -726,6 +747,10 @@ class PartitionLog(PartitionReads):
         self._commit(change)
         return change.drop_front
 
+    def commit_change(self, change: PreparedChange) -> None:
+        """Commit a prepared change synchronously and apply it (abort on failure)."""
+        self._commit(change)
+
     def _commit(self, change: PreparedChange) -> None:
         try:
             self.committer.commit(change.ops, change.nbytes)
@@ -735,13 +760,19 @@ class PartitionLog(PartitionReads):
         self.apply(change)
 
     def drop_ops(self) -> list[Op]:
-        """KV ops deleting this partition entirely (its topic is being dropped)."""
+        """KV ops deleting this partition entirely (its topic is being dropped); its
+        offloaded segments move to DELETE_STARTED, for the tier to delete their objects."""
         ops: list[Op] = []
+        now = int(time.time() * 1000)
         for b in self._blobs:
             ops.extend(self._delete_blob_ops(b))
+            rec = self.remote.get(b.first_offset)
+            if rec is not None:
+                ops.append(record_op(rec.moved(SegmentState.DELETE_STARTED, now)))
         ops.extend(
             delete(keys.PRODUCERS, keys.producer_key(self.log_id, p)) for p in self.producers
         )
+        ops.extend(self.payloads.drop_ops(0, max(self.end_offset, 1)))
         ops.append(delete(keys.PARTITIONS, keys.log_prefix(self.log_id)))
         ops.extend(self.txns.drop_ops())
         return ops
@@ -749,6 +780,8 @@ class PartitionLog(PartitionReads):
     def drop_cached(self) -> None:
         """Forget this partition's blobs in the read cache (it was dropped)."""
         self._cache.drop_owner(self._cache_owner)
+        for rec in self.remote.values():
+            self.tier.discard(self._cache_owner, rec)
 
 
 def _newer(a: ProducerState | None, b: ProducerState | None) -> ProducerState | None:

@@ -5,53 +5,25 @@ served; what transactions hide from a reader (`weir.storage.txn_state`); time lo
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass
 
 from weir.errors import CorruptDataError
 from weir.storage.blob import BlobInfo
 from weir.storage.blob_reads import fetch_blob, index_blob, slice_blob, time_in_blob
+from weir.storage.change import ReadResult
 from weir.storage.head import HeadSegment
-from weir.storage.kv import KV, ReadView
-from weir.storage.read_cache import CachedBlob, ReadCache
+from weir.storage.kv import ReadView
+from weir.storage.read_cache import CachedBlob
+from weir.storage.tiered.partition_tier import is_remote
+from weir.storage.tiered.tiered_log import TieredLog
 from weir.storage.txn_state import PartitionTxns
 
 
-@dataclass(slots=True)
-class ReadResult:
-    """Whole stored batches, as contiguous chunks of concatenated batches.
+class PartitionReads(TieredLog):
+    """Reads of a `PartitionLog` (its state is declared here and in `TieredLog`, set up
+    there); an offloaded blob is read from the tier."""
 
-    ``first_offset`` is the base offset of the first batch returned; it can be
-    below the offset asked for (a batch is never cut) or above it (retention
-    removed the offsets in between: compare with the request to detect a gap).
-    """
-
-    chunks: list[bytes | memoryview]
-    first_offset: int
-    next_offset: int
-    start_offset: int
-    end_offset: int
-
-    @property
-    def nbytes(self) -> int:
-        return sum(len(c) for c in self.chunks)
-
-
-class PartitionReads:
-    """Reads of a `PartitionLog` (its state is declared here, set up there)."""
-
-    kv: KV
-    log_id: int
-    label: str
-    start_offset: int
-    end_offset: int
     txns: PartitionTxns
-    damage: CorruptDataError | None
-    _blobs: list[BlobInfo]
-    _firsts: list[int]
     _head: dict[int, HeadSegment]
-    _read_start: int
-    _cache: ReadCache
-    _cache_owner: int
 
     def read(
         self,
@@ -121,7 +93,12 @@ class PartitionReads:
                     break
                 budget = max_bytes - total
                 seg = self._head.get(b.first_offset) if b.is_head else None
-                cached = None if b.is_head else self._cached(view, b)
+                if is_remote(b):
+                    cached = self._remote_blob(b, i, block=not result.chunks)
+                    if cached is None:
+                        break  # not fetched yet: the next read (or read-ahead) brings it
+                else:
+                    cached = None if b.is_head else self._cached(view, b)
                 if seg is not None:
                     data: bytes | memoryview = memoryview(seg.data)
                     a, z, base, nxt = slice_blob(
@@ -154,6 +131,8 @@ class PartitionReads:
                 "no stored batch holds this offset", partition=self.label, offset=start
             )
         result.first_offset = first
+        if self.payloads.by_offset:
+            result.refs = self.payloads.within(first, result.next_offset)
         return result
 
     def _cache_key(self, b: BlobInfo) -> tuple[int, int, int]:
@@ -187,6 +166,10 @@ class PartitionReads:
         seg = self._head.get(b.first_offset) if b.is_head else None
         if seg is not None:
             return time_in_blob(seg.data, written_at_ms, b, self._read_start)
+        if is_remote(b):
+            rec = self.remote[b.first_offset]
+            data = self.tier.fetch(self._cache_owner, rec, self.label).data
+            return time_in_blob(data, written_at_ms, b, self._read_start)
         with self.kv.snapshot() as view:
             return time_in_blob(
                 fetch_blob(view, self.log_id, b, self.label), written_at_ms, b, self._read_start

@@ -122,6 +122,11 @@ class ReadCache:
             self._hits += 1
             return blob
 
+    def peek(self, key: CacheKey) -> CachedBlob | None:
+        """The entry if present, without counting a hit or a miss or refreshing it."""
+        with self._lock:
+            return self._entries.get(key)
+
     def put(self, key: CacheKey, blob: CachedBlob) -> None:
         size = blob.nbytes
         if size > self.capacity:

@@ -12,6 +12,10 @@ from weir.storage.committer import CommitObserver, GroupCommitter
 from weir.storage.kv import DEFAULT_MAP_SIZE, LmdbKV, Op
 from weir.storage.partition import PartitionConfig, PartitionLog
 from weir.storage.read_cache import DEFAULT_READ_CACHE_BYTES, ReadCache
+from weir.storage.tiered.manager import DEFAULT_TIER_CACHE_BYTES, TierManager
+from weir.storage.tiered.payloads import PAYLOAD_REFS
+from weir.storage.tiered.remote_metadata import REMOTE_SEGMENTS
+from weir.storage.tiered.remote_storage import RemoteStorage
 
 
 class Store:
@@ -20,7 +24,8 @@ class Store:
     ``extra_tables`` are key spaces for the layers above (topic registry,
     consumer offsets); they share the KV and the group committer, so an offset
     commit rides the same fsync as the writes around it. Its partitions share one
-    read cache of ``read_cache_bytes`` (0 turns it off).
+    read cache of ``read_cache_bytes`` (0 turns it off). With ``tier_storage`` (an
+    object store) sealed blobs can be offloaded to it (`tier`, a `TierManager`).
     """
 
     def __init__(
@@ -33,15 +38,30 @@ class Store:
         min_disk_free: int = 64 << 20,
         observer: CommitObserver | None = None,
         read_cache_bytes: int = DEFAULT_READ_CACHE_BYTES,
+        tier_storage: RemoteStorage | None = None,
+        tier_cache_bytes: int = DEFAULT_TIER_CACHE_BYTES,
+        tier_payload_grace_ms: int = 600_000,
     ) -> None:
         self.path = Path(path)
         self.kv = LmdbKV(
-            self.path / "kv", (*keys.STORAGE_TABLES, *extra_tables), map_size=map_size, sync=sync
+            self.path / "kv",
+            (*keys.STORAGE_TABLES, REMOTE_SEGMENTS, PAYLOAD_REFS, *extra_tables),
+            map_size=map_size,
+            sync=sync,
         )
         self.min_disk_free = min_disk_free
         self.committer = GroupCommitter(self.kv, observer=observer)
         self.partitions: dict[int, PartitionLog] = {}
         self.read_cache = ReadCache(read_cache_bytes)
+        self.tier: TierManager | None = None
+        if tier_storage is not None:
+            self.tier = TierManager(
+                tier_storage,
+                self.kv,
+                self.committer,
+                cache_bytes=tier_cache_bytes,
+                payload_grace_ms=tier_payload_grace_ms,
+            )
 
     def check_space(self, nbytes: int) -> None:
         """Refuse a write early when the disk is nearly full.
@@ -78,6 +98,7 @@ class Store:
                 label=label,
                 space_check=self.check_space,
                 cache=self.read_cache,
+                tier=self.tier,
                 verify_all=verify_all,
                 strict=strict,
             )
@@ -101,5 +122,7 @@ class Store:
 
     def close(self) -> None:
         """Finish pending commits, then close the KV."""
+        if self.tier is not None:
+            self.tier.close()
         self.committer.close()
         self.kv.close()

@@ -278,7 +278,7 @@ class Subscription:
         try:
             while st.dead and not self._closed:
                 offsets = sorted(st.dead)[:500]
-                res = actor.read(offsets[0], 1 << 62, offsets[-1] + 1)
+                res = await actor.read_async(offsets[0], 1 << 62, offsets[-1] + 1)
                 batches = dead_letter_batches(res.chunks, set(offsets), origin)
                 try:
                     if batches:

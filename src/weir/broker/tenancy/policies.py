@@ -46,6 +46,29 @@ KEYS: dict[str, PolicyKey] = {
             "writes are refused (retryable) while important consumers have more than this "
             "many bytes per partition left to read (null: no quota)",
         ),
+        PolicyKey(
+            "offload_threshold_bytes",
+            "limit",
+            "offload sealed blobs to the tier while a partition holds more than this many "
+            "bytes locally (null: not by size)",
+        ),
+        PolicyKey(
+            "offload_threshold_ms",
+            "limit",
+            "offload sealed blobs whose newest message is older than this (null: not by age)",
+        ),
+        PolicyKey(
+            "offload_deletion_lag_ms",
+            "limit",
+            "keep the local copy of an offloaded blob this long after the copy (null: free it "
+            "at once)",
+        ),
+        PolicyKey(
+            "large_payload_threshold_bytes",
+            "limit",
+            "store a message whose data is larger than this as its own object in the tier, "
+            "the log holding a reference (null: never)",
+        ),
         PolicyKey("deduplication", "bool", "drop a producer's resent seq_nos"),
         PolicyKey("max_message_bytes", "limit", "largest message (data plus key)"),
         PolicyKey("max_producers_per_topic", "limit", "live write sessions per topic (null: any)"),

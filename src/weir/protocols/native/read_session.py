@@ -264,7 +264,9 @@ class ReadSession(StreamSession[pb.ReadRequest, pb.ReadResponse | RawReadData]):
                 while self._credit <= 0:
                     self._credit_event.clear()
                     await self._credit_event.wait()
-                res = actor.read(a.offset, min(self._credit, MAX_CHUNK_BYTES), committed=committed)
+                res = await actor.read_async(
+                    a.offset, min(self._credit, MAX_CHUNK_BYTES), committed=committed
+                )
                 if not res.chunks:
                     if res.next_offset > a.offset:
                         a.offset = res.next_offset

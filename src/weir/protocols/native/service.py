@@ -250,6 +250,42 @@ class NativeService(
             ]
         )
 
+    @_unary
+    async def OffloadTopic(
+        self, request: pb.OffloadTopicRequest, context: grpc.aio.ServicerContext
+    ) -> pb.OffloadTopicResponse:
+        self._allow(Permission.ADMIN, request.topic, "offload")
+        copied = await self.broker.offload_topic(request.topic, force=request.force)
+        return pb.OffloadTopicResponse(copied=[copied[p] for p in sorted(copied)])
+
+    @_unary
+    async def TierStatus(
+        self, request: pb.TierStatusRequest, context: grpc.aio.ServicerContext
+    ) -> pb.TierStatusResponse:
+        self._allow(Permission.CONSUME, request.topic, "describe the tier of")
+        parts = [
+            pb.PartitionTier(
+                partition=st.partition,
+                start_offset=st.start_offset,
+                end_offset=st.end_offset,
+                local_bytes=st.local_bytes,
+                remote_bytes=st.remote_bytes,
+                first_local_offset=st.first_local_offset,
+                segments=[
+                    pb.TierSegment(
+                        first_offset=a, end_offset=z, object_key=k, object_size=n, object_crc=c
+                    )
+                    for a, z, k, n, c in st.segments
+                ],
+            )
+            for st in self.broker.tier_status(request.topic)
+        ]
+        return pb.TierStatusResponse(
+            partitions=parts,
+            store=self.broker.tier_description(),
+            last_error=self.broker.tier_last_error,
+        )
+
     # ------------------------------------------------------------------ range read
 
     async def ReadRange(
@@ -267,7 +303,7 @@ class NativeService(
             pos = request.from_offset
             sent = -1  # next_offset of the last response sent
             while pos < to:
-                res = actor.read(pos, budget, to, committed=committed)
+                res = await actor.read_async(pos, budget, to, committed=committed)
                 if not res.chunks:
                     if res.next_offset > pos:  # only transaction markers or aborted messages
                         pos = res.next_offset

@@ -1479,6 +1479,195 @@ class OffsetsForTimeResponse(_message.Message):
 Global___OffsetsForTimeResponse: _TypeAlias = OffsetsForTimeResponse  # noqa: Y015
 
 @_typing.final
+class OffloadTopicRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    FORCE_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    force: _builtins.bool
+    """true: every sealed blob below the last stable offset; false: by the topic's policy"""
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        force: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["force", b"force", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OffloadTopicRequest: _TypeAlias = OffloadTopicRequest  # noqa: Y015
+
+@_typing.final
+class OffloadTopicResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    COPIED_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def copied(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """per partition, blobs copied to the object store by this call"""
+
+    def __init__(
+        self,
+        *,
+        copied: _abc.Iterable[_builtins.int] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["copied", b"copied"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OffloadTopicResponse: _TypeAlias = OffloadTopicResponse  # noqa: Y015
+
+@_typing.final
+class TierStatusRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TierStatusRequest: _TypeAlias = TierStatusRequest  # noqa: Y015
+
+@_typing.final
+class TierSegment(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FIRST_OFFSET_FIELD_NUMBER: _builtins.int
+    END_OFFSET_FIELD_NUMBER: _builtins.int
+    OBJECT_KEY_FIELD_NUMBER: _builtins.int
+    OBJECT_SIZE_FIELD_NUMBER: _builtins.int
+    OBJECT_CRC_FIELD_NUMBER: _builtins.int
+    first_offset: _builtins.int
+    end_offset: _builtins.int
+    """exclusive"""
+    object_key: _builtins.str
+    """relative to the store's prefix"""
+    object_size: _builtins.int
+    object_crc: _builtins.int
+    """CRC32C of the whole object"""
+    def __init__(
+        self,
+        *,
+        first_offset: _builtins.int = ...,
+        end_offset: _builtins.int = ...,
+        object_key: _builtins.str = ...,
+        object_size: _builtins.int = ...,
+        object_crc: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["end_offset", b"end_offset", "first_offset", b"first_offset", "object_crc", b"object_crc", "object_key", b"object_key", "object_size", b"object_size"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TierSegment: _TypeAlias = TierSegment  # noqa: Y015
+
+@_typing.final
+class PartitionTier(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PARTITION_FIELD_NUMBER: _builtins.int
+    START_OFFSET_FIELD_NUMBER: _builtins.int
+    END_OFFSET_FIELD_NUMBER: _builtins.int
+    LOCAL_BYTES_FIELD_NUMBER: _builtins.int
+    REMOTE_BYTES_FIELD_NUMBER: _builtins.int
+    FIRST_LOCAL_OFFSET_FIELD_NUMBER: _builtins.int
+    SEGMENTS_FIELD_NUMBER: _builtins.int
+    partition: _builtins.int
+    start_offset: _builtins.int
+    end_offset: _builtins.int
+    local_bytes: _builtins.int
+    remote_bytes: _builtins.int
+    first_local_offset: _builtins.int
+    """offsets below it are only in the object store"""
+    @_builtins.property
+    def segments(self) -> _containers.RepeatedCompositeFieldContainer[Global___TierSegment]: ...
+    def __init__(
+        self,
+        *,
+        partition: _builtins.int = ...,
+        start_offset: _builtins.int = ...,
+        end_offset: _builtins.int = ...,
+        local_bytes: _builtins.int = ...,
+        remote_bytes: _builtins.int = ...,
+        first_local_offset: _builtins.int = ...,
+        segments: _abc.Iterable[Global___TierSegment] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["end_offset", b"end_offset", "first_local_offset", b"first_local_offset", "local_bytes", b"local_bytes", "partition", b"partition", "remote_bytes", b"remote_bytes", "segments", b"segments", "start_offset", b"start_offset"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PartitionTier: _TypeAlias = PartitionTier  # noqa: Y015
+
+@_typing.final
+class TierStatusResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class StoreEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    STORE_FIELD_NUMBER: _builtins.int
+    LAST_ERROR_FIELD_NUMBER: _builtins.int
+    last_error: _builtins.str
+    """the last error of the object store, if any"""
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___PartitionTier]: ...
+    @_builtins.property
+    def store(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """where the objects are (backend, endpoint, bucket, prefix, region, or path): never
+        credentials; empty when the server has no tier
+        """
+
+    def __init__(
+        self,
+        *,
+        partitions: _abc.Iterable[Global___PartitionTier] | None = ...,
+        store: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        last_error: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["last_error", b"last_error", "partitions", b"partitions", "store", b"store"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TierStatusResponse: _TypeAlias = TierStatusResponse  # noqa: Y015
+
+@_typing.final
 class PolicyValue(_message.Message):
     """---------------------------------------------------------------- tenants and namespaces
 

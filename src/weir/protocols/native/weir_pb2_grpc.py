@@ -99,6 +99,16 @@ class WeirStub:
                 request_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.OffsetsForTimeRequest.SerializeToString,
                 response_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.OffsetsForTimeResponse.FromString,
                 _registered_method=True)
+        self.OffloadTopic = channel.unary_unary(
+                '/weir.v1.Weir/OffloadTopic',
+                request_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.OffloadTopicRequest.SerializeToString,
+                response_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.OffloadTopicResponse.FromString,
+                _registered_method=True)
+        self.TierStatus = channel.unary_unary(
+                '/weir.v1.Weir/TierStatus',
+                request_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.TierStatusRequest.SerializeToString,
+                response_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.TierStatusResponse.FromString,
+                _registered_method=True)
         self.CreateTenant = channel.unary_unary(
                 '/weir.v1.Weir/CreateTenant',
                 request_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.TenantRequest.SerializeToString,
@@ -321,6 +331,20 @@ class WeirServicer:
         raise NotImplementedError('Method not implemented!')
 
     def OffsetsForTime(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def OffloadTopic(self, request, context):
+        """Tiered storage: offload a topic now, and where each partition's data is (local or in
+        the object store, with the objects: Spark reads those straight from the store).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def TierStatus(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -575,6 +599,16 @@ def add_WeirServicer_to_server(servicer, server):
                     servicer.OffsetsForTime,
                     request_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.OffsetsForTimeRequest.FromString,
                     response_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.OffsetsForTimeResponse.SerializeToString,
+            ),
+            'OffloadTopic': grpc.unary_unary_rpc_method_handler(
+                    servicer.OffloadTopic,
+                    request_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.OffloadTopicRequest.FromString,
+                    response_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.OffloadTopicResponse.SerializeToString,
+            ),
+            'TierStatus': grpc.unary_unary_rpc_method_handler(
+                    servicer.TierStatus,
+                    request_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.TierStatusRequest.FromString,
+                    response_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.TierStatusResponse.SerializeToString,
             ),
             'CreateTenant': grpc.unary_unary_rpc_method_handler(
                     servicer.CreateTenant,
@@ -1046,6 +1080,60 @@ class Weir:
             '/weir.v1.Weir/OffsetsForTime',
             weir_dot_protocols_dot_native_dot_weir__pb2.OffsetsForTimeRequest.SerializeToString,
             weir_dot_protocols_dot_native_dot_weir__pb2.OffsetsForTimeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def OffloadTopic(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/weir.v1.Weir/OffloadTopic',
+            weir_dot_protocols_dot_native_dot_weir__pb2.OffloadTopicRequest.SerializeToString,
+            weir_dot_protocols_dot_native_dot_weir__pb2.OffloadTopicResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def TierStatus(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/weir.v1.Weir/TierStatus',
+            weir_dot_protocols_dot_native_dot_weir__pb2.TierStatusRequest.SerializeToString,
+            weir_dot_protocols_dot_native_dot_weir__pb2.TierStatusResponse.FromString,
             options,
             channel_credentials,
             insecure,

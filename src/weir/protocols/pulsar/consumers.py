@@ -380,7 +380,7 @@ class PulsarReader(ConsumerBase):
                     await actor.wait_for_data(self.position, None)
                     continue
                 self.position = max(self.position, actor.start_offset)
-                res = actor.read(self.position, MAX_READ_BYTES)
+                res = await actor.read_async(self.position, MAX_READ_BYTES)
                 if not res.chunks:
                     self.position = max(self.position, res.next_offset)
                     await asyncio.sleep(0)

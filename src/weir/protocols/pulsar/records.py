@@ -285,9 +285,13 @@ def entry_of(buf: bytes | memoryview, pos: int, h: BatchHeader) -> tuple[bytes, 
     if codec != Codec.RAW and not is_opaque(codec):
         data = [decompress_message(codec, bytes(d)) for d in data]
     keys, all_headers, created_at = p.key_list(), p.header_list(), p.created_list()
+    # A batch without a producer id (a Kafka producer's that is not idempotent) has no
+    # seq_nos of its own: its offsets stand in, since pulsar-client drops a message whose
+    # (producer name, sequence id) it has seen before.
+    seq_nos = p.seq_list() if h.producer_id else list(range(h.base_offset, h.next_offset))
     md = pb.MessageMetadata(
         producer_name=h.producer_id,
-        sequence_id=h.first_seq,
+        sequence_id=seq_nos[0],
         publish_time=max(0, h.written_at),
     )
     if h.record_count == 1 and BATCHED not in all_headers[0]:
@@ -309,12 +313,12 @@ def entry_of(buf: bytes | memoryview, pos: int, h: BatchHeader) -> tuple[bytes, 
         payload = b"" if md.null_value else bytes(data[0])
         return md.SerializeToString(), payload
     md.num_messages_in_batch = h.record_count
-    md.highest_sequence_id = h.last_seq
+    md.highest_sequence_id = seq_nos[-1]
     parts: list[bytes | memoryview] = []
     smm = pb.SingleMessageMetadata()
     pack = _U32.pack
     for key, d, headers, created, seq in zip(
-        keys, data, all_headers, created_at, p.seq_list(), strict=True
+        keys, data, all_headers, created_at, seq_nos, strict=True
     ):
         smm.Clear()
         smm.sequence_id = seq

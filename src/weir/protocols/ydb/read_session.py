@@ -457,7 +457,7 @@ class ReadSession:
                     self._credit_event.clear()
                     await self._credit_event.wait()
                 budget = min(self._credit, MAX_RESPONSE_BYTES)
-                res = actor.read(ps.read_offset, budget, committed=True)
+                res = await actor.read_async(ps.read_offset, budget, committed=True)
                 if not res.chunks:
                     # retention removed what we were about to read: continue after the gap
                     ps.read_offset = max(ps.read_offset, res.start_offset, res.next_offset)

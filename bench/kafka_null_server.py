@@ -1,0 +1,142 @@
+#!/usr/bin/env python
+"""A "null" Kafka server: it acknowledges produce requests without storing anything.
+
+It speaks just enough of the Kafka protocol (weir's own codec) for confluent-kafka's
+producer: ApiVersions, Metadata (any topic: ``--partitions`` partitions, this server
+the leader), InitProducerId, CreateTopics, DeleteTopics, and Produce, answered at once
+with per-partition increasing offsets (only each batch's header is read, for its record
+count). Fetch returns no records. It is the benchmark baseline: confluent-kafka's
+producer against it is the ceiling for any server on this machine.
+
+Usage::
+
+    python bench/kafka_null_server.py --listen 127.0.0.1:0 [--partitions N]
+
+The first stdout line is ``LISTENING <host>:<port>``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import struct
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from weir.protocols.kafka import messages as m
+from weir.protocols.kafka.codec import KafkaCodecError, decode_request, encode_response
+
+_COUNT = struct.Struct(">i")  # record count at byte 57 of a batch
+_LEN = struct.Struct(">i")  # batch length at byte 8
+
+
+def _records_in(records: bytes | None) -> int:
+    n, pos = 0, 0
+    while records and pos + 61 <= len(records):
+        n += _COUNT.unpack_from(records, pos + 57)[0]
+        pos += 12 + _LEN.unpack_from(records, pos + 8)[0]
+    return n
+
+
+class NullServer:
+    def __init__(self, host: str, port: int, partitions: int) -> None:
+        self.host, self.port, self.partitions = host, port, partitions
+        self.offsets: dict[tuple[str, int], int] = defaultdict(int)
+        self.pids = itertools.count(1)
+
+    def answer(self, api: Any, version: int, body: dict[str, Any]) -> dict[str, Any] | None:
+        k = api.key
+        if k == m.API_VERSIONS.key:
+            return {
+                "api_keys": [
+                    {"api_key": a.key, "min_version": a.min_version, "max_version": a.max_version}
+                    for a in m.ALL
+                ]
+            }
+        if k == m.METADATA.key:
+            names = [t["name"] for t in body["topics"] or []]
+            return {
+                "brokers": [{"node_id": 0, "host": self.host, "port": self.port}],
+                "cluster_id": "null",
+                "controller_id": 0,
+                "topics": [
+                    {
+                        "name": n,
+                        "topic_id": bytes(16),
+                        "partitions": [
+                            {
+                                "partition_index": p,
+                                "leader_id": 0,
+                                "replica_nodes": [0],
+                                "isr_nodes": [0],
+                            }
+                            for p in range(self.partitions)
+                        ],
+                    }
+                    for n in names
+                ],
+            }
+        if k == m.INIT_PRODUCER_ID.key:
+            return {"producer_id": next(self.pids), "producer_epoch": 0}
+        if k == m.CREATE_TOPICS.key:
+            return {"topics": [{"name": t["name"]} for t in body["topics"]]}
+        if k == m.DELETE_TOPICS.key:
+            names = body["topic_names"] if version < 6 else [t["name"] for t in body["topics"]]
+            return {"responses": [{"name": n} for n in names]}
+        if k == m.PRODUCE.key:
+            out = []
+            for t in body["topic_data"]:
+                parts = []
+                for p in t["partition_data"]:
+                    key = (t["name"], p["index"])
+                    base = self.offsets[key]
+                    self.offsets[key] += _records_in(p["records"])
+                    parts.append(
+                        {"index": p["index"], "base_offset": base, "log_append_time_ms": -1}
+                    )
+                out.append({"name": t["name"], "partition_responses": parts})
+            return None if body["acks"] == 0 else {"responses": out}
+        if k == m.FETCH.key:
+            return {"responses": []}
+        raise KafkaCodecError(f"{api.name} is not served by the null server")
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                size = _LEN.unpack(await reader.readexactly(4))[0]
+                frame = await reader.readexactly(size)
+                header, api, body = decode_request(m.BY_KEY, frame)
+                reply = self.answer(api, header.api_version, body)
+                if reply is not None:
+                    writer.write(
+                        encode_response(api, header.api_version, header.correlation_id, reply)
+                    )
+                    await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError, KafkaCodecError):
+            pass
+        finally:
+            writer.close()
+
+
+async def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--listen", default="127.0.0.1:0")
+    ap.add_argument("--partitions", type=int, default=1)
+    args = ap.parse_args(argv)
+    host, _, port = args.listen.rpartition(":")
+    null = NullServer(host, int(port), args.partitions)
+    server = await asyncio.start_server(null.serve, host, int(port))
+    null.port = server.sockets[0].getsockname()[1]
+    print(f"LISTENING {host}:{null.port}", flush=True)
+    async with server:
+        await server.serve_forever()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,251 @@
+"""weir through its Kafka front: confluent-kafka (librdkafka) against weir and a null server.
+
+The null server (``bench/kafka_null_server.py``) acknowledges produce requests without
+storing anything, so the same producer against it is the ceiling any server gives
+confluent-kafka on this machine; ``weir-kafka / kafka-null`` is the share weir
+delivers (the goal: at least 80 %, and 300,000 msgs/s of 100 B with acks=all).
+
+Rows: ``kafka produce P=1 {size}B acks=all`` (librdkafka defaults but linger.ms=5 and
+1 MB batches), the same with ``enable.idempotence`` (librdkafka sends one request per
+partition at a time once a request holds more than 5 messages, so an idempotent
+producer is bound by the commit latency per partition), and ``kafka consume C=1``
+(weir only: an assigned consumer reading the produced messages back).
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.peers import servers
+from bench.peers.workloads import Gate, Result, Target, _merge_throughput, _now, _run_workers
+from bench.weir_workloads import ROOT, add_cpu, cpu_seconds
+
+SYSTEM_WEIR = "weir-kafka"
+SYSTEM_NULL = "kafka-null"
+_LISTENING = re.compile(r"LISTENING \S+:(\d+)")
+
+
+def client_version() -> str:
+    import confluent_kafka
+
+    return f"confluent-kafka {confluent_kafka.version()[0]} (librdkafka {confluent_kafka.libversion()[0]})"
+
+
+def start_null_server(data_dir: Path, timeout: float = 60.0) -> Any:
+    data_dir.mkdir(parents=True, exist_ok=True)
+    (port,) = servers.free_ports(1)
+    log = data_dir / "null.log"
+    cmd = [sys.executable, str(ROOT / "bench" / "kafka_null_server.py")]
+    cmd += ["--listen", f"{servers.LOOPBACK}:{port}"]
+    proc = servers._spawn(cmd, log, cwd=ROOT)
+    h = servers._register(
+        servers.ServerHandle(
+            system=SYSTEM_NULL,
+            version=f"kafka null server ({client_version()})",
+            host=servers.LOOPBACK,
+            ports={"main": port},
+            proc=proc,
+            data_dir=data_dir,
+            log_path=log,
+            fsync_before_ack=False,
+            notes="acks without storing: the ceiling of confluent-kafka",
+        )
+    )
+    try:
+        servers._wait_until(
+            lambda: bool(_LISTENING.search(log.read_text(errors="replace"))),
+            proc,
+            timeout,
+            "kafka null server",
+            log,
+        )
+    except BaseException:
+        h.stop()
+        raise
+    return h
+
+
+def weir_target(h: Any) -> Target:
+    return Target(SYSTEM_WEIR, "kafka", h.host, h.ports["kafka"], True, h.version)
+
+
+def null_target(h: Any) -> Target:
+    return Target(SYSTEM_NULL, "kafka", h.host, h.port, False, h.version)
+
+
+@dataclass
+class TopicRef:
+    name: str
+
+
+def prepare_topic(t: Target, tag: str) -> TopicRef:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    ref = TopicRef(f"kb{tag}{uuid.uuid4().hex[:8]}")
+    admin = AdminClient({"bootstrap.servers": f"{t.host}:{t.port}"})
+    for f in admin.create_topics([NewTopic(ref.name, 1)]).values():
+        f.result(30)
+    return ref
+
+
+def drop_topic(t: Target, ref: TopicRef) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": f"{t.host}:{t.port}"})
+    for f in admin.delete_topics([ref.name]).values():
+        f.result(30)
+
+
+def _produce_worker(t: Target, p: dict[str, Any], gate: Gate) -> dict[str, Any]:
+    import os
+    import time
+
+    from confluent_kafka import Producer
+
+    conf = {
+        "bootstrap.servers": f"{t.host}:{t.port}",
+        "acks": "all",
+        "linger.ms": 5,
+        "batch.size": 1_000_000,
+        "queue.buffering.max.messages": 1_000_000,
+        "queue.buffering.max.kbytes": 1_048_576,
+        "enable.idempotence": p["idempotent"],
+    }
+    producer = Producer(conf)
+    producer.list_topics(p["topic"], timeout=15)
+    payloads = [os.urandom(p["size"]) for _ in range(256)]
+    failed = [0]
+
+    def done(err: object, _msg: object) -> None:
+        if err is not None:
+            failed[0] += 1
+
+    n = p["n"]
+    gate.wait()
+    c0 = time.process_time()
+    t0 = _now()
+    deadline = t0 + int(p["max_seconds"] * 1e9)
+    sent = 0
+    capped = False
+    topic = p["topic"]
+    while sent < n:
+        if (sent & 0x3FFF) == 0 and _now() > deadline:
+            capped = True
+            break
+        try:
+            producer.produce(topic, payloads[sent & 255], on_delivery=done)
+        except BufferError:
+            producer.poll(0.001)
+            continue
+        sent += 1
+        if (sent & 0x1FFF) == 0:
+            producer.poll(0)
+    left = producer.flush(120)
+    t1 = _now()
+    acked = sent - failed[0] - left
+    return dict(
+        messages=acked,
+        bytes=acked * p["size"],
+        t_start=t0,
+        t_end=t1,
+        sent=sent,
+        failed=sent - acked,
+        capped=capped,
+        ack_timeout=left > 0,
+        cpu_s=time.process_time() - c0,
+    )
+
+
+def _consume_worker(t: Target, p: dict[str, Any], gate: Gate) -> dict[str, Any]:
+    import time
+
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer(
+        {
+            "bootstrap.servers": f"{t.host}:{t.port}",
+            "group.id": f"bench{uuid.uuid4().hex[:8]}",
+            "enable.auto.commit": False,
+            "fetch.max.bytes": 64 << 20,
+        }
+    )
+    c.assign([TopicPartition(p["topic"], 0, 0)])
+    gate.wait()
+    c0 = time.process_time()
+    t0 = _now()
+    deadline = t0 + int(p["max_seconds"] * 1e9)
+    got = nbytes = 0
+    capped = False
+    while got < p["n"]:
+        if _now() > deadline:
+            capped = True
+            break
+        for msg in c.consume(num_messages=10_000, timeout=1.0):
+            if msg.error() is None:
+                got += 1
+                nbytes += len(msg.value() or b"")
+    t1 = _now()
+    c.close()
+    return dict(
+        messages=got,
+        bytes=nbytes,
+        t_start=t0,
+        t_end=t1,
+        capped=capped,
+        cpu_s=time.process_time() - c0,
+    )
+
+
+def produce(
+    t: Target,
+    ref: TopicRef,
+    n: int,
+    size: int,
+    idempotent: bool,
+    max_seconds: float,
+    server_pid: int | None = None,
+) -> Result:
+    spec = dict(topic=ref.name, n=n, size=size, idempotent=idempotent, max_seconds=max_seconds)
+    cpu0 = cpu_seconds(server_pid) if server_pid else 0.0
+    parts = _run_workers(t, [(_produce_worker, spec)], timeout=max_seconds + 180)
+    label = "idempotent" if idempotent else "acks=all"
+    res = _merge_throughput(
+        t,
+        f"kafka produce P=1 {size}B {label}",
+        parts,
+        dict(
+            target_messages=n,
+            size=size,
+            how=f"confluent-kafka Producer, acks=all{', enable.idempotence' if idempotent else ''}, "
+            "linger.ms=5, 1 MB batches, flush() at the end",
+        ),
+    )
+    add_cpu(res, parts, server_pid, cpu0)
+    return res
+
+
+def consume(
+    t: Target,
+    ref: TopicRef,
+    available: int,
+    size: int,
+    max_seconds: float,
+    server_pid: int | None = None,
+) -> Result:
+    spec = dict(topic=ref.name, n=available, max_seconds=max_seconds)
+    cpu0 = cpu_seconds(server_pid) if server_pid else 0.0
+    parts = _run_workers(t, [(_consume_worker, spec)], timeout=max_seconds + 180)
+    res = _merge_throughput(
+        t,
+        f"kafka consume C=1 {size}B",
+        parts,
+        dict(available=available, size=size, how="confluent-kafka Consumer, assigned partition"),
+    )
+    res.extra["unread"] = available - res.messages
+    add_cpu(res, parts, server_pid, cpu0)
+    return res

@@ -1,0 +1,318 @@
+"""Tiered storage benchmark: the S3 clients, reads from the tier beside local reads,
+Spark over offloaded Parquet against the broker, and offload while producing.
+
+    python bench/tier_bench.py [--only clients,reads,spark,offload] [--mb 64] [--json out.json]
+
+- clients: boto3 and obstore putting and getting 4 MiB objects to the same S3
+  endpoint (moto's server on loopback: it bounds both, so the client's own CPU per MB
+  is the figure that tells them apart).
+- reads: one partition of ``--mb`` MB read whole through `PartitionLog.read`: local
+  (read cache warm), offloaded with an empty tier cache (cold: one GET per blob,
+  checked), and offloaded again with the blobs cached; for the local-directory and
+  the S3 back end.
+- spark: rows/s of ``spark.read.format("weir")`` over a fully offloaded topic, with
+  readFromTier on (Parquet straight from the store) and off (through the broker).
+- offload: an SDK producer's MB/s for a few seconds with no offload, then with an
+  offload policy that copies every sealed blob as it is made.
+
+Figures on the shared 2-core machine are noisy; the load average is printed with them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.conftest import ServerProcess  # noqa: E402
+from tests.tiered.conftest import CREDS, S3Server, make_bucket, s3_settings  # noqa: E402
+from weir.storage.batch import encode_batch  # noqa: E402
+from weir.storage.incoming import validate_incoming  # noqa: E402
+from weir.storage.partition import PartitionConfig  # noqa: E402
+from weir.storage.store import Store  # noqa: E402
+from weir.storage.tiered.manager import OffloadPolicy  # noqa: E402
+from weir.storage.tiered.remote_storage import LocalDirStorage, RemoteStorage, S3Storage  # noqa: E402
+
+
+def cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def loadavg() -> str:
+    return Path("/proc/loadavg").read_text().split(" ", 3)[:3].__str__()
+
+
+# ------------------------------------------------------------------ clients
+
+
+def bench_clients(s3: S3Server, n: int = 16, size: int = 4 << 20) -> list[dict[str, Any]]:
+    import boto3
+    import obstore
+    from obstore.store import S3Store
+
+    bucket = f"clients-{uuid.uuid4().hex[:8]}"
+    make_bucket(s3.endpoint, bucket)
+    data = os.urandom(size)
+    b3 = boto3.client(
+        "s3",
+        endpoint_url=s3.endpoint,
+        region_name="us-east-1",
+        aws_access_key_id=CREDS["access_key"],
+        aws_secret_access_key=CREDS["secret_key"],
+    )
+    ob = S3Store(
+        bucket,
+        endpoint=s3.endpoint,
+        region="us-east-1",
+        access_key_id=CREDS["access_key"],
+        secret_access_key=CREDS["secret_key"],
+        client_options={"allow_http": True},
+        virtual_hosted_style_request=False,
+    )
+    rows = []
+    for name, put, get in (
+        (
+            "boto3",
+            lambda k: b3.put_object(Bucket=bucket, Key=k, Body=data),
+            lambda k: b3.get_object(Bucket=bucket, Key=k)["Body"].read(),
+        ),
+        (
+            "obstore",
+            lambda k: obstore.put(ob, k, data),
+            lambda k: bytes(obstore.get(ob, k).bytes()),
+        ),
+    ):
+        for op, fn in (("put", put), ("get", get)):
+            t0, c0 = time.perf_counter(), cpu()
+            for i in range(n):
+                out = fn(f"{name}/{i}")
+                if op == "get":
+                    assert len(out) == size
+            dt, dc = time.perf_counter() - t0, cpu() - c0
+            mb = n * size / 1e6
+            rows.append(
+                {"client": name, "op": op, "MB/s": mb / dt, "client CPU ms/MB": 1000 * dc / mb}
+            )
+    return rows
+
+
+# ------------------------------------------------------------------ reads
+
+
+def fill(store: Store, mb: int) -> Any:
+    log = store.open_partition(1, PartitionConfig(), label="bench/0")
+    payload = [os.urandom(1000) for _ in range(1000)]  # one 1 MiB SDK-sized batch
+    seq = 1
+    for _ in range(mb):
+        [b] = validate_incoming([encode_batch(payload, producer_id="p", first_seq_no=seq)])
+        log.write([b])
+        seq += len(payload)
+    return log
+
+
+def read_all(log: Any) -> tuple[float, float, int]:
+    t0, c0 = time.perf_counter(), cpu()
+    pos, n = log.start_offset, 0
+    while pos < log.end_offset:
+        res = log.read(pos, 1 << 20)
+        n += sum(len(bytes(c)) for c in res.chunks)  # one copy, as a send to the wire makes
+        pos = res.next_offset
+    return time.perf_counter() - t0, cpu() - c0, n
+
+
+def bench_reads(s3: S3Server, mb: int) -> list[dict[str, Any]]:
+    rows = []
+    for backend in ("local", "s3"):
+        with tempfile.TemporaryDirectory(prefix="weir-tier-bench-") as d:
+            storage: RemoteStorage
+            if backend == "local":
+                storage = LocalDirStorage(Path(d) / "tier")
+            else:
+                bucket = f"reads-{uuid.uuid4().hex[:8]}"
+                make_bucket(s3.endpoint, bucket)
+                storage = S3Storage(s3_settings(s3, bucket))
+            store = Store(Path(d) / "data", sync=False, tier_storage=storage)
+            try:
+                log = fill(store, mb)
+                read_all(log)  # warm the local read cache
+                cases = [("local (read cache warm)", read_all(log))]
+                t0 = time.perf_counter()
+                assert store.tier is not None
+                store.tier.offload_sync(log, OffloadPolicy(threshold_bytes=0))
+                offload_s = time.perf_counter() - t0
+                store.tier.cache.__init__(store.tier.cache.capacity)  # type: ignore[misc]
+                cases.append(("tier, cold (one GET per blob)", read_all(log)))
+                cases.append(("tier, cached", read_all(log)))
+                for name, (dt, dc, n) in cases:
+                    rows.append(
+                        {
+                            "backend": backend,
+                            "read": name,
+                            "MB/s": n / 1e6 / dt,
+                            "CPU ms/MB": 1000 * dc / (n / 1e6),
+                        }
+                    )
+                rows.append(
+                    {
+                        "backend": backend,
+                        "read": "offload (copy + verify + free)",
+                        "MB/s": mb * 1.048 / offload_s,
+                        "CPU ms/MB": float("nan"),
+                    }
+                )
+            finally:
+                store.close()
+    return rows
+
+
+# ------------------------------------------------------------------ spark
+
+
+def bench_spark(mb: int) -> list[dict[str, Any]]:
+    import weir
+    from tests.spark.session import make_spark
+
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="weir-tier-spark-") as d:
+        srv = ServerProcess(Path(d) / "data").start()
+        spark = make_spark(Path(d) / "spark", "tier-bench")
+        try:
+            topic = "bench-tier"
+            with weir.Client(srv.endpoint) as client:
+                client.create_topic(topic, partitions=2)
+                with client.writer(topic, producer_id="bench") as w:
+                    body = b"." * 500
+                    for i in range(mb * 2000):
+                        w.write(b"%d" % i + body, key=b"k%d" % (i % 100))
+                client.offload_topic(topic, force=True)
+                st = client.tier_status(topic)
+                offloaded = sum(p.first_local_offset - p.start_offset for p in st.partitions)
+                total = sum(p.end_offset - p.start_offset for p in st.partitions)
+            objects = sorted((Path(d) / "data" / "tier").rglob("*.parquet"))
+            print(f"offloaded {offloaded} of {total} rows into {len(objects)} objects", flush=True)
+            for tier in ("true", "false", "true", "false"):
+                left = sorted((Path(d) / "data" / "tier").rglob("*.parquet"))
+                if left != objects:
+                    print("objects changed:", objects, left, "".join(srv.log[-40:]), flush=True)
+                df = (
+                    spark.read.format("weir")
+                    .option("endpoint", srv.endpoint)
+                    .option("topic", topic)
+                    .option("readFromTier", tier)
+                    .load()
+                )
+                t0 = time.perf_counter()
+                n = df.selectExpr("count(*) as n", "sum(length(value)) as b").collect()[0].n
+                dt = time.perf_counter() - t0
+                rows.append(
+                    {
+                        "read": "object store (Parquet)"
+                        if tier == "true"
+                        else "through the broker",
+                        "rows": n,
+                        "offloaded rows": offloaded,
+                        "total rows": total,
+                        "rows/s": n / dt,
+                    }
+                )
+        finally:
+            spark.stop()
+            srv.stop()
+    return rows
+
+
+# ------------------------------------------------------------------ offload while producing
+
+
+def bench_offload(seconds: float) -> list[dict[str, Any]]:
+    import weir
+
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="weir-tier-produce-") as d:
+        srv = ServerProcess(Path(d) / "data", env={"WEIR_TIER_INTERVAL_S": "0.2"}).start()
+        try:
+            with weir.Client(srv.endpoint) as client:
+                for label, policy in (("no offload", None), ("offloading", 1)):
+                    topic = f"produce-{uuid.uuid4().hex[:6]}"
+                    client.create_topic(topic, partitions=1)
+                    if policy is not None:
+                        client.alter_topic(topic, policies={"offload_threshold_bytes": policy})
+                    body = os.urandom(1000)
+                    n = 0
+                    t0 = time.perf_counter()
+                    with client.writer(topic, producer_id="p") as w:
+                        while time.perf_counter() - t0 < seconds:
+                            for _ in range(1000):
+                                w.write(body)
+                            n += 1000
+                    dt = time.perf_counter() - t0
+                    st = client.tier_status(topic).partitions[0]
+                    rows.append(
+                        {
+                            "case": label,
+                            "MB/s produced": n * 1000 / 1e6 / dt,
+                            "MB offloaded": st.remote_bytes / 1e6,
+                        }
+                    )
+        finally:
+            srv.stop()
+    base = rows[0]["MB/s produced"]
+    for r in rows:
+        r["drop %"] = 100 * (1 - r["MB/s produced"] / base)
+    return rows
+
+
+def table(title: str, rows: list[dict[str, Any]]) -> None:
+    print(f"\n{title}  (loadavg {loadavg()})")
+    if not rows:
+        return
+    cols = list(rows[0])
+    print(" | ".join(cols))
+    for r in rows:
+        print(" | ".join(f"{r[c]:.1f}" if isinstance(r[c], float) else str(r[c]) for c in cols))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--only", default="clients,reads,spark,offload")
+    ap.add_argument("--mb", type=int, default=64)
+    ap.add_argument("--spark-mb", type=int, default=32)
+    ap.add_argument("--seconds", type=float, default=8.0)
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    only = set(a.only.split(","))
+    out: dict[str, Any] = {}
+    s3 = S3Server().start() if only & {"clients", "reads"} else None
+    try:
+        if "clients" in only and s3 is not None:
+            out["clients"] = bench_clients(s3)
+            table("S3 clients, 4 MiB objects (moto server on loopback)", out["clients"])
+        if "reads" in only and s3 is not None:
+            out["reads"] = bench_reads(s3, a.mb)
+            table(f"reads of a {a.mb} MB partition (1 MiB blobs)", out["reads"])
+    finally:
+        if s3 is not None:
+            s3.stop()
+    if "spark" in only:
+        out["spark"] = bench_spark(a.spark_mb)
+        table("Spark over an offloaded topic", out["spark"])
+    if "offload" in only:
+        out["offload"] = bench_offload(a.seconds)
+        table("producing while offloading", out["offload"])
+    if a.json:
+        Path(a.json).write_text(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,401 @@
+"""Metadata and the admin APIs: topics, partitions and their configs.
+
+This server is the only broker (node 0) and the leader of every partition. Topic
+configs map onto weir's topic settings: ``retention.ms`` and ``retention.bytes``
+(-1: none) and ``max.message.bytes`` (the max_message_bytes policy); the others Kafka
+clients ask about are shown read-only with the value weir behaves as.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from weir.errors import AlreadyExistsError, BadRequestError, UnknownTopicError, WeirError
+from weir.protocols.kafka.codec import Message, RequestHeader
+from weir.protocols.kafka.errors import ErrorCode, KafkaError, error_code
+from weir.protocols.kafka.names import kafka_name, topic_uuid, weir_topic
+from weir.security.grants import Permission
+
+if TYPE_CHECKING:
+    from weir.broker.topics import TopicConfig
+    from weir.protocols.kafka.connection import KafkaConnection
+
+TOPIC_RESOURCE = 2
+BROKER_RESOURCE = 4
+NODE_ID = 0
+SOURCE_TOPIC = 1  # DYNAMIC_TOPIC_CONFIG
+SOURCE_DEFAULT = 5  # DEFAULT_CONFIG
+SET, DELETE = 0, 1  # IncrementalAlterConfigs operations (APPEND/SUBTRACT are for lists)
+WRITABLE = ("retention.ms", "retention.bytes", "max.message.bytes")
+
+
+class AdminHandlers:
+    def __init__(self, conn: KafkaConnection) -> None:
+        self.conn = conn
+        self.broker = conn.broker
+
+    def _broker_entry(self) -> Message:
+        host, port = self.conn.front.advertised
+        return {"node_id": NODE_ID, "broker_id": NODE_ID, "host": host, "port": port, "rack": None}
+
+    # ------------------------------------------------------------------ metadata
+
+    async def handle_metadata(self, header: RequestHeader, body: Message) -> Message:
+        me = self.conn.require_principal()
+        requested = body["topics"]
+        if requested is None or (header.api_version == 0 and not requested):
+            names = [
+                kafka_name(c.name)
+                for c in self.broker.list_topics()
+                if self.conn.security.can_see(me, c.name)
+            ]
+        else:
+            names = [t["name"] for t in requested if t["name"] is not None]
+        auto = body["allow_auto_topic_creation"] if header.api_version >= 4 else True
+        topics = [await self._topic_metadata(name, auto) for name in names]
+        return {
+            "brokers": [self._broker_entry()],
+            "cluster_id": self.conn.front.cluster_id,
+            "controller_id": NODE_ID,
+            "topics": topics,
+        }
+
+    async def _topic_metadata(self, name: str, auto: bool) -> Message:
+        try:
+            topic = weir_topic(name)
+            self.conn.allow(None, topic, "describe")
+            try:
+                cfg = self.broker.topic(topic)
+            except UnknownTopicError:
+                if not auto:
+                    raise
+                cfg = await self.broker.topic_for_use(topic)
+        except (WeirError, KafkaError) as exc:
+            code = error_code(exc)
+            if isinstance(exc, BadRequestError):
+                code = ErrorCode.INVALID_TOPIC_EXCEPTION
+            return {"error_code": code, "name": name, "partitions": []}
+        return {
+            "error_code": 0,
+            "name": name,
+            "topic_id": topic_uuid(cfg),
+            "is_internal": False,
+            "partitions": [
+                {
+                    "error_code": 0,
+                    "partition_index": p,
+                    "leader_id": NODE_ID,
+                    "leader_epoch": 0,
+                    "replica_nodes": [NODE_ID],
+                    "isr_nodes": [NODE_ID],
+                    "offline_replicas": [],
+                }
+                for p in range(cfg.partitions)
+            ],
+        }
+
+    async def handle_describe_cluster(self, header: RequestHeader, body: Message) -> Message:
+        self.conn.require_principal()
+        return {
+            "error_code": 0,
+            "cluster_id": self.conn.front.cluster_id,
+            "controller_id": NODE_ID,
+            "brokers": [self._broker_entry()],
+        }
+
+    # ------------------------------------------------------------------ topics
+
+    async def handle_create_topics(self, header: RequestHeader, body: Message) -> Message:
+        out = []
+        for t in body["topics"]:
+            entry: Message = {"name": t["name"], "error_code": 0, "error_message": None}
+            try:
+                topic = weir_topic(t["name"])
+                self.conn.allow(Permission.ADMIN, topic, "create")
+                if t["assignments"]:
+                    raise KafkaError(
+                        ErrorCode.INVALID_REPLICA_ASSIGNMENT, "weir places partitions itself"
+                    )
+                if t["replication_factor"] not in (-1, 1):
+                    raise KafkaError(
+                        ErrorCode.INVALID_REPLICATION_FACTOR,
+                        "this server is the only broker: replication factor 1 (or -1)",
+                    )
+                n = t["num_partitions"]
+                if n == 0 or n < -1:
+                    raise KafkaError(ErrorCode.INVALID_PARTITIONS, f"{n} partitions")
+                settings = _settings({c["name"]: c["value"] for c in t["configs"]})
+                if body.get("validate_only"):
+                    if topic in {c.name for c in self.broker.list_topics()}:
+                        raise AlreadyExistsError(f"topic {t['name']!r} already exists")
+                    entry["num_partitions"] = n
+                else:
+                    cfg = await self.broker.create_topic(
+                        topic, partitions=None if n == -1 else n, **settings
+                    )
+                    entry.update(
+                        topic_id=topic_uuid(cfg),
+                        num_partitions=cfg.partitions,
+                        replication_factor=1,
+                        configs=self._configs(cfg, None),
+                    )
+            except (WeirError, KafkaError) as exc:
+                entry["error_code"] = error_code(exc)
+                entry["error_message"] = getattr(exc, "message", str(exc))
+                if isinstance(exc, BadRequestError) and not isinstance(exc, AlreadyExistsError):
+                    entry["error_code"] = (
+                        ErrorCode.INVALID_CONFIG
+                        if "config" in exc.message
+                        else ErrorCode.INVALID_TOPIC_EXCEPTION
+                    )
+            out.append(entry)
+        return {"topics": out}
+
+    async def handle_delete_topics(self, header: RequestHeader, body: Message) -> Message:
+        names = (
+            body["topic_names"] if header.api_version < 6 else [t["name"] for t in body["topics"]]
+        )
+        out = []
+        for name in names:
+            entry: Message = {"name": name, "error_code": 0}
+            try:
+                if name is None:
+                    raise KafkaError(
+                        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "topic ids are not served"
+                    )
+                topic = weir_topic(name)
+                self.conn.allow(Permission.ADMIN, topic, "drop")
+                entry["topic_id"] = topic_uuid(self.broker.topic(topic))
+                await self.broker.drop_topic(topic)
+            except (WeirError, KafkaError) as exc:
+                entry["error_code"] = error_code(exc)
+                entry["error_message"] = getattr(exc, "message", str(exc))
+            out.append(entry)
+        return {"responses": out}
+
+    async def handle_create_partitions(self, header: RequestHeader, body: Message) -> Message:
+        out = []
+        for t in body["topics"]:
+            entry: Message = {"name": t["name"], "error_code": 0, "error_message": None}
+            try:
+                topic = weir_topic(t["name"])
+                self.conn.allow(Permission.ADMIN, topic, "alter")
+                cfg = self.broker.topic(topic)
+                if t["count"] <= cfg.partitions:
+                    raise KafkaError(
+                        ErrorCode.INVALID_PARTITIONS,
+                        f"topic has {cfg.partitions} partitions; partitions can only be added",
+                    )
+                if not body["validate_only"]:
+                    await self.broker.alter_topic(topic, partitions=t["count"])
+            except (WeirError, KafkaError) as exc:
+                entry["error_code"] = error_code(exc)
+                entry["error_message"] = getattr(exc, "message", str(exc))
+            out.append(entry)
+        return {"results": out}
+
+    async def handle_delete_records(self, header: RequestHeader, body: Message) -> Message:
+        """Not served: weir removes data by retention only (whole blobs, from the front)."""
+        return {
+            "topics": [
+                {
+                    "name": t["name"],
+                    "partitions": [
+                        {
+                            "partition_index": p["partition_index"],
+                            "low_watermark": -1,
+                            "error_code": ErrorCode.POLICY_VIOLATION,
+                        }
+                        for p in t["partitions"]
+                    ],
+                }
+                for t in body["topics"]
+            ]
+        }
+
+    # ------------------------------------------------------------------ configs
+
+    def _configs(self, cfg: TopicConfig, keys: list[str] | None) -> list[Message]:
+        own = cfg.policies
+        entries: list[tuple[str, str | None, bool, bool]] = [
+            (
+                "retention.ms",
+                str(-1 if cfg.retention_ms is None else cfg.retention_ms),
+                False,
+                "retention_ms" in own,
+            ),
+            (
+                "retention.bytes",
+                str(-1 if cfg.retention_bytes is None else cfg.retention_bytes),
+                False,
+                "retention_bytes" in own,
+            ),
+            (
+                "max.message.bytes",
+                str(self.broker.message_limit(cfg.name)),
+                False,
+                "max_message_bytes" in own,
+            ),
+            ("cleanup.policy", "delete", True, False),
+            ("min.insync.replicas", "1", True, False),
+            ("message.timestamp.type", "CreateTime", True, False),
+            ("compression.type", "producer", True, False),
+        ]
+        return [
+            {
+                "name": name,
+                "value": value,
+                "read_only": ro,
+                "is_default": not set_here,
+                "config_source": SOURCE_TOPIC if set_here else SOURCE_DEFAULT,
+                "is_sensitive": False,
+                "synonyms": [],
+                "documentation": None,
+            }
+            for name, value, ro, set_here in entries
+            if keys is None or name in keys
+        ]
+
+    async def handle_describe_configs(self, header: RequestHeader, body: Message) -> Message:
+        out = []
+        for r in body["resources"]:
+            entry: Message = {
+                "resource_type": r["resource_type"],
+                "resource_name": r["resource_name"],
+                "error_code": 0,
+                "error_message": None,
+                "configs": [],
+            }
+            try:
+                keys = r["configuration_keys"]
+                if r["resource_type"] == TOPIC_RESOURCE:
+                    topic = weir_topic(r["resource_name"])
+                    self.conn.allow(None, topic, "describe")
+                    entry["configs"] = self._configs(self.broker.topic(topic), keys)
+                elif r["resource_type"] == BROKER_RESOURCE:
+                    self.conn.require_principal()
+                    entry["configs"] = [
+                        {
+                            "name": "auto.create.topics.enable",
+                            "value": str(self.broker.config.auto_create_topics).lower(),
+                            "read_only": True,
+                            "is_default": True,
+                            "config_source": SOURCE_DEFAULT,
+                        },
+                        {
+                            "name": "message.max.bytes",
+                            "value": str(self.broker.config.max_message_bytes),
+                            "read_only": True,
+                            "is_default": True,
+                            "config_source": SOURCE_DEFAULT,
+                        },
+                    ]
+                    if keys is not None:
+                        entry["configs"] = [c for c in entry["configs"] if c["name"] in keys]
+                else:
+                    raise KafkaError(ErrorCode.INVALID_REQUEST, "only topic and broker configs")
+            except (WeirError, KafkaError) as exc:
+                entry["error_code"] = error_code(exc)
+                entry["error_message"] = getattr(exc, "message", str(exc))
+            out.append(entry)
+        return {"results": out}
+
+    async def _alter(self, r: Message, changes: dict[str, str | None], validate: bool) -> Message:
+        entry: Message = {
+            "resource_type": r["resource_type"],
+            "resource_name": r["resource_name"],
+            "error_code": 0,
+            "error_message": None,
+        }
+        try:
+            if r["resource_type"] != TOPIC_RESOURCE:
+                raise KafkaError(ErrorCode.INVALID_REQUEST, "only topic configs can be altered")
+            topic = weir_topic(r["resource_name"])
+            self.conn.allow(Permission.ADMIN, topic, "alter")
+            self.broker.topic(topic)
+            settings = _settings(changes)
+            inherit = [
+                k
+                for k, v in (
+                    ("retention_ms", "retention.ms"),
+                    ("retention_bytes", "retention.bytes"),
+                    ("max_message_bytes", "max.message.bytes"),
+                )
+                if v in changes and changes[v] is None
+            ]
+            if not validate:
+                await self.broker.alter_topic(topic, inherit=inherit, **settings)
+        except (WeirError, KafkaError) as exc:
+            entry["error_code"] = error_code(exc)
+            entry["error_message"] = getattr(exc, "message", str(exc))
+            if isinstance(exc, BadRequestError):
+                entry["error_code"] = ErrorCode.INVALID_CONFIG
+        return entry
+
+    async def handle_alter_configs(self, header: RequestHeader, body: Message) -> Message:
+        return {
+            "responses": [
+                await self._alter(
+                    r, {c["name"]: c["value"] for c in r["configs"]}, body["validate_only"]
+                )
+                for r in body["resources"]
+            ]
+        }
+
+    async def handle_incremental_alter_configs(
+        self, header: RequestHeader, body: Message
+    ) -> Message:
+        out = []
+        for r in body["resources"]:
+            changes: dict[str, str | None] = {}
+            bad = None
+            for c in r["configs"]:
+                if c["config_operation"] == SET:
+                    changes[c["name"]] = c["value"]
+                elif c["config_operation"] == DELETE:
+                    changes[c["name"]] = None
+                else:
+                    bad = c["name"]
+            if bad is not None:
+                out.append(
+                    {
+                        "resource_type": r["resource_type"],
+                        "resource_name": r["resource_name"],
+                        "error_code": ErrorCode.INVALID_CONFIG,
+                        "error_message": f"{bad}: only SET and DELETE",
+                    }
+                )
+                continue
+            out.append(await self._alter(r, changes, body["validate_only"]))
+        return {"responses": out}
+
+
+def _settings(configs: dict[str, str | None]) -> dict[str, Any]:
+    """create_topic / alter_topic keyword arguments for Kafka topic configs."""
+    out: dict[str, Any] = {}
+    policies: dict[str, Any] = {}
+    for name, value in configs.items():
+        if name not in WRITABLE:
+            raise BadRequestError(
+                f"config {name!r} is not served (weir serves {', '.join(WRITABLE)})"
+            )
+        if value is None:
+            continue
+        try:
+            n = int(value)
+        except ValueError:
+            raise BadRequestError(f"config {name!r} must be an integer, got {value!r}") from None
+        if name == "retention.ms":
+            out["retention_ms"] = None if n < 0 else n
+        elif name == "retention.bytes":
+            out["retention_bytes"] = None if n < 0 else n
+        else:
+            if n <= 0:
+                raise BadRequestError(f"config {name!r} must be positive")
+            policies["max_message_bytes"] = n
+    if policies:
+        out["policies"] = policies
+    return out
+
+
+__all__ = ["AdminHandlers"]

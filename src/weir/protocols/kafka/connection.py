@@ -1,0 +1,260 @@
+"""One Kafka client connection: framing, ordered answers, authentication state, dispatch.
+
+Requests are read as they come and each is handled in its own task, started in
+arrival order (so a Produce is queued for storage in the order it arrived, before
+the next request starts), while answers go out strictly in request order, as Kafka
+clients expect. At most ``MAX_IN_FLIGHT`` requests of a connection are handled at
+once; past that the connection stops reading (backpressure).
+
+Before a client authenticates (when the server asks for credentials), only
+ApiVersions, SaslHandshake and SaslAuthenticate are served; anything else closes
+the connection, as Kafka does. Undecodable bytes and unknown APIs close it too;
+ApiVersions of an unknown version is answered with UNSUPPORTED_VERSION and the
+versions served (the client retries with one of them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import struct
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from weir.errors import UnauthorizedError, WeirError
+from weir.protocols.kafka import messages as m
+from weir.protocols.kafka.admin import AdminHandlers
+from weir.protocols.kafka.codec import (
+    Api,
+    KafkaCodecError,
+    Message,
+    RequestHeader,
+    UnsupportedVersionError,
+    decode_request,
+    encode_response,
+)
+from weir.protocols.kafka.errors import ErrorCode, error_code
+from weir.protocols.kafka.fetch import FetchHandlers
+from weir.protocols.kafka.group_api import GroupHandlers
+from weir.protocols.kafka.produce import ProduceHandlers
+from weir.protocols.kafka.sasl import SaslExchange
+from weir.security.principal import ANONYMOUS, Principal
+
+if TYPE_CHECKING:
+    from weir.protocols.kafka.front import KafkaFront
+
+log = logging.getLogger("weir.kafka")
+
+MAX_IN_FLIGHT = 32
+_SIZE = struct.Struct(">i")
+UNAUTHENTICATED_APIS = frozenset(
+    {m.API_VERSIONS.key, m.SASL_HANDSHAKE.key, m.SASL_AUTHENTICATE.key}
+)
+
+Handler = Callable[[RequestHeader, Message], Awaitable[Message | None]]
+
+
+class KafkaConnection:
+    """Serves one client connection until it closes; see the module docstring."""
+
+    def __init__(
+        self,
+        front: KafkaFront,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+    ) -> None:
+        self.front = front
+        self.broker = front.broker
+        self.security = front.security
+        self.reader = reader
+        self.writer = writer
+        peer = writer.get_extra_info("peername")
+        self.peer_host = str(peer[0]) if isinstance(peer, tuple) and peer else ""
+        self.principal: Principal | None = None
+        cert_principal = front.certificate_principal(writer)
+        if cert_principal is not None:
+            self.principal = cert_principal
+        elif self.security.allow_anonymous:
+            self.principal = ANONYMOUS
+        self.sasl: SaslExchange | None = None
+        self._answers: deque[tuple[Api, RequestHeader, asyncio.Task[Message | None]]] = deque()
+        self._more = asyncio.Event()
+        self._room = asyncio.Event()
+        self._room.set()
+        self._closing = False
+        produce = ProduceHandlers(self)
+        fetch = FetchHandlers(self)
+        groups = GroupHandlers(self)
+        admin = AdminHandlers(self)
+        self.handlers: dict[int, Handler] = {
+            m.API_VERSIONS.key: self.handle_api_versions,
+            m.SASL_HANDSHAKE.key: self.handle_sasl_handshake,
+            m.SASL_AUTHENTICATE.key: self.handle_sasl_authenticate,
+            m.METADATA.key: admin.handle_metadata,
+            m.PRODUCE.key: produce.handle_produce,
+            m.INIT_PRODUCER_ID.key: produce.handle_init_producer_id,
+            m.FETCH.key: fetch.handle_fetch,
+            m.LIST_OFFSETS.key: fetch.handle_list_offsets,
+            m.FIND_COORDINATOR.key: groups.handle_find_coordinator,
+            m.JOIN_GROUP.key: groups.handle_join_group,
+            m.SYNC_GROUP.key: groups.handle_sync_group,
+            m.HEARTBEAT.key: groups.handle_heartbeat,
+            m.LEAVE_GROUP.key: groups.handle_leave_group,
+            m.OFFSET_COMMIT.key: groups.handle_offset_commit,
+            m.OFFSET_FETCH.key: groups.handle_offset_fetch,
+            m.DESCRIBE_GROUPS.key: groups.handle_describe_groups,
+            m.LIST_GROUPS.key: groups.handle_list_groups,
+            m.DELETE_GROUPS.key: groups.handle_delete_groups,
+            m.OFFSET_DELETE.key: groups.handle_offset_delete,
+            m.CREATE_TOPICS.key: admin.handle_create_topics,
+            m.DELETE_TOPICS.key: admin.handle_delete_topics,
+            m.CREATE_PARTITIONS.key: admin.handle_create_partitions,
+            m.DESCRIBE_CONFIGS.key: admin.handle_describe_configs,
+            m.ALTER_CONFIGS.key: admin.handle_alter_configs,
+            m.INCREMENTAL_ALTER_CONFIGS.key: admin.handle_incremental_alter_configs,
+            m.DELETE_RECORDS.key: admin.handle_delete_records,
+            m.DESCRIBE_CLUSTER.key: admin.handle_describe_cluster,
+        }
+
+    # ------------------------------------------------------------------ I/O
+
+    async def run(self) -> None:
+        sender = asyncio.get_running_loop().create_task(self._send_loop())
+        try:
+            await self._read_loop()
+        except (asyncio.IncompleteReadError, ConnectionError, OSError):
+            pass
+        except _Close as why:
+            log.info("closing Kafka connection", extra={"peer": self.peer_host, "reason": str(why)})
+        finally:
+            self._closing = True
+            self._more.set()
+            with contextlib.suppress(BaseException):
+                await asyncio.wait_for(sender, 30)
+            for _, _, task in self._answers:
+                task.cancel()
+            self.writer.close()
+            with contextlib.suppress(Exception):
+                await self.writer.wait_closed()
+
+    async def _read_loop(self) -> None:
+        limit = self.front.config.max_request_bytes
+        while not self.front.stopping:
+            size = _SIZE.unpack(await self.reader.readexactly(4))[0]
+            if size < 0 or size > limit:
+                raise _Close(f"request of {size} bytes (limit {limit})")
+            frame = await self.reader.readexactly(size)
+            self._dispatch(frame)
+            while len(self._answers) >= MAX_IN_FLIGHT:
+                self._room.clear()
+                await self._room.wait()
+
+    def _dispatch(self, frame: bytes) -> None:
+        try:
+            header, api, body = decode_request(m.BY_KEY, frame)
+        except UnsupportedVersionError as exc:
+            if exc.api_key != m.API_VERSIONS.key:
+                raise _Close(str(exc)) from None
+            header = RequestHeader(exc.api_key, 0, exc.correlation_id, None)
+            self._queue(m.API_VERSIONS, header, self._unsupported_api_versions())
+            return
+        except KafkaCodecError as exc:
+            log.debug("undecodable Kafka request", extra={"frame": frame[:256].hex()})
+            raise _Close(f"undecodable request: {exc}") from None
+        if self.principal is None and api.key not in UNAUTHENTICATED_APIS:
+            raise _Close(f"{api.name} before authentication")
+        self._queue(api, header, self.handlers[api.key](header, body))
+
+    def _queue(self, api: Api, header: RequestHeader, coro: Awaitable[Message | None]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._answers.append((api, header, task))
+        self._more.set()
+
+    async def _send_loop(self) -> None:
+        while True:
+            if not self._answers:
+                if self._closing:
+                    return
+                self._more.clear()
+                await self._more.wait()
+                continue
+            api, header, task = self._answers[0]
+            try:
+                body = await task
+            except _Close:
+                self.writer.close()
+                return
+            except Exception:
+                log.exception("Kafka request failed", extra={"api": api.name})
+                self.writer.close()
+                return
+            finally:
+                self._answers.popleft()
+                self._room.set()
+            if body is None:  # acks=0 produce: no answer
+                continue
+            self.writer.write(encode_response(api, header.api_version, header.correlation_id, body))
+            if self.writer.transport.get_write_buffer_size() > (1 << 20) or not self._answers:
+                await self.writer.drain()
+
+    # ------------------------------------------------------------------ helpers for handlers
+
+    def require_principal(self) -> Principal:
+        if self.principal is None:
+            raise _Close("not authenticated")
+        return self.principal
+
+    def allow(self, permission: Any, topic: str, operation: str) -> None:
+        """Raise PermissionDeniedError unless the caller may (``topic``: weir's full name)."""
+        self.security.authorize(self.require_principal(), permission, topic, operation)
+
+    # ------------------------------------------------------------------ ApiVersions, SASL
+
+    def api_keys(self) -> list[Message]:
+        return [
+            {"api_key": a.key, "min_version": a.min_version, "max_version": a.max_version}
+            for a in m.ALL
+        ]
+
+    async def _unsupported_api_versions(self) -> Message:
+        return {"error_code": ErrorCode.UNSUPPORTED_VERSION, "api_keys": self.api_keys()}
+
+    async def handle_api_versions(self, header: RequestHeader, body: Message) -> Message:
+        return {"error_code": 0, "api_keys": self.api_keys()}
+
+    async def handle_sasl_handshake(self, header: RequestHeader, body: Message) -> Message:
+        mechanisms = self.front.sasl_mechanisms()
+        mech = body["mechanism"]
+        if mech not in mechanisms:
+            return {"error_code": ErrorCode.UNSUPPORTED_SASL_MECHANISM, "mechanisms": mechanisms}
+        self.sasl = SaslExchange(mech, self.security, self.peer_host)
+        return {"error_code": 0, "mechanisms": mechanisms}
+
+    async def handle_sasl_authenticate(self, header: RequestHeader, body: Message) -> Message:
+        if self.sasl is None:
+            return {
+                "error_code": ErrorCode.ILLEGAL_SASL_STATE,
+                "error_message": "SaslAuthenticate before SaslHandshake",
+            }
+        try:
+            reply, principal = await self.sasl.step(body["auth_bytes"])
+        except (UnauthorizedError, WeirError) as err:
+            self.sasl = None
+            # answer, then close: a failed authentication ends the connection (as in Kafka)
+            self._closing = True
+            return {
+                "error_code": error_code(err)
+                if not isinstance(err, UnauthorizedError)
+                else ErrorCode.SASL_AUTHENTICATION_FAILED,
+                "error_message": err.message,
+            }
+        if principal is not None:
+            self.principal = principal
+            self.sasl = None
+        return {"error_code": 0, "auth_bytes": reply, "session_lifetime_ms": 0}
+
+
+class _Close(Exception):
+    """End the connection (a protocol violation, not an error to answer)."""

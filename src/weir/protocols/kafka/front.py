@@ -1,0 +1,134 @@
+"""The Kafka front: an asyncio TCP listener whose connections speak Kafka's protocol.
+
+One `KafkaFront` per server: the listener, the consumer group `Coordinator` and the
+idempotent producers' `Sequences` are shared by every connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import ssl
+from dataclasses import dataclass
+
+from weir.broker.broker import Broker
+from weir.protocols.kafka.groups import Coordinator
+from weir.protocols.kafka.idempotence import Sequences
+from weir.protocols.kafka.sasl import MECHANISMS
+from weir.security import Security
+from weir.security.principal import Principal
+from weir.security.tls import ServerTls
+
+log = logging.getLogger("weir.kafka")
+
+DEFAULT_PORT = 9092
+
+
+@dataclass(frozen=True)
+class KafkaFrontConfig:
+    """The ``[kafka]`` section."""
+
+    enabled: bool = True
+    listen: str = ""  # empty: the host of server.listen, port 9092
+    advertised: str = ""  # empty: the address listened on
+    max_request_bytes: int = 100 << 20
+    initial_rebalance_delay_ms: int = 300
+
+
+class KafkaFront:
+    """Start with `await front.start(host, port)`; stop with `await front.stop()`."""
+
+    def __init__(
+        self,
+        broker: Broker,
+        security: Security,
+        config: KafkaFrontConfig | None = None,
+        tls: ServerTls | None = None,
+    ) -> None:
+        self.broker = broker
+        self.security = security
+        self.config = config or KafkaFrontConfig()
+        self.tls = tls
+        self.coordinator = Coordinator(
+            initial_rebalance_delay_ms=self.config.initial_rebalance_delay_ms
+        )
+        self.sequences = Sequences()
+        self.stopping = False
+        self.host = ""
+        self.port = 0
+        self._server: asyncio.Server | None = None
+        self._connections: set[asyncio.Task[None]] = set()
+        digest = hashlib.sha256(str(broker.config.data_dir.resolve()).encode()).hexdigest()
+        self.cluster_id = f"weir-{digest[:16]}"
+
+    @property
+    def advertised(self) -> tuple[str, int]:
+        """The (host, port) clients are told to connect to (Metadata, FindCoordinator)."""
+        if self.config.advertised:
+            host, _, port = self.config.advertised.rpartition(":")
+            return host.strip("[]"), int(port)
+        host = self.host
+        if host in ("", "0.0.0.0", "::"):
+            host = "127.0.0.1"
+        return host, self.port
+
+    def sasl_mechanisms(self) -> list[str]:
+        return list(MECHANISMS)
+
+    def certificate_principal(self, writer: asyncio.StreamWriter) -> Principal | None:
+        """The principal of a verified client certificate (mTLS), else None."""
+        obj = writer.get_extra_info("ssl_object")
+        if obj is None:
+            return None
+        cert = obj.getpeercert()
+        if not cert:
+            return None
+        for rdn in cert.get("subject", ()):
+            for key, value in rdn:
+                if key == "commonName":
+                    return Principal(str(value), "mtls")
+        return None
+
+    def _ssl_context(self) -> ssl.SSLContext | None:
+        return None if self.tls is None else self.tls.ssl_context()
+
+    async def start(self, host: str, port: int) -> None:
+        self.coordinator.start()
+        self._server = await asyncio.start_server(
+            self._serve, host, port, ssl=self._ssl_context(), reuse_address=True, limit=1 << 20
+        )
+        sock = self._server.sockets[0].getsockname()
+        self.host, self.port = host, int(sock[1])
+        log.info("kafka listener started", extra={"endpoint": f"{host}:{self.port}"})
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        from weir.protocols.kafka.connection import KafkaConnection
+
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections.add(task)
+        try:
+            await KafkaConnection(self, reader, writer).run()
+        except asyncio.CancelledError:
+            # stop() ends the connection; ending quietly keeps asyncio's stream callback
+            # (which reads the task's exception) from logging the cancellation as an error
+            return
+        finally:
+            self._connections.discard(task)
+
+    async def stop(self) -> None:
+        self.stopping = True
+        if self._server is not None:
+            self._server.close()
+        for task in list(self._connections):
+            task.cancel()
+        for task in list(self._connections):
+            with contextlib.suppress(BaseException):
+                await task
+        if self._server is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), 5)
+            self._server = None
+        await self.coordinator.close()

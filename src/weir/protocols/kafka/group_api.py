@@ -1,0 +1,370 @@
+"""Consumer group APIs: membership through the `Coordinator`, offsets as weir consumer offsets.
+
+A Kafka group ``G`` committing on topic ``T`` is weir consumer ``G`` of ``T`` (registered
+on first commit when consumers.auto_create is on), so ``weir consumer describe T G``
+shows the group's lag, and a YDB or native reader named ``G`` continues where it left.
+Group ids must be valid weir consumer names (letters, digits, '.', '_', '-').
+Committed metadata strings are not stored (read back empty).
+
+Authorization: joining, committing and fetching offsets need the consume permission on
+the topics involved (Kafka's group ACL has no weir counterpart: a refused topic answers
+TOPIC_AUTHORIZATION_FAILED, a group operation refused answers GROUP_AUTHORIZATION_FAILED).
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import TYPE_CHECKING
+
+from weir.broker.topics import check_consumer_name
+from weir.errors import BadRequestError, WeirError
+from weir.protocols.kafka.codec import Message, RequestHeader
+from weir.protocols.kafka.errors import ErrorCode, KafkaError, error_code
+from weir.protocols.kafka.names import kafka_name, weir_topic
+from weir.security.grants import Permission
+
+if TYPE_CHECKING:
+    from weir.protocols.kafka.connection import KafkaConnection
+
+NO_OFFSET = -1
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+
+
+def subscribed_topics(protocol_type: str, metadata: bytes) -> list[str]:
+    """The topics of a consumer-protocol subscription (version, [topic], user data...);
+    empty for other protocol types or bytes that do not parse."""
+    if protocol_type != "consumer" or len(metadata) < 6:
+        return []
+    try:
+        pos = 2
+        (n,) = _I32.unpack_from(metadata, pos)
+        pos += 4
+        topics = []
+        for _ in range(min(n, len(metadata))):
+            (ln,) = _I16.unpack_from(metadata, pos)
+            pos += 2
+            topics.append(metadata[pos : pos + ln].decode())
+            pos += ln
+        return topics
+    except (struct.error, UnicodeDecodeError):
+        return []
+
+
+def _check_group(group_id: str) -> None:
+    try:
+        check_consumer_name(group_id)
+    except BadRequestError as exc:
+        raise KafkaError(ErrorCode.INVALID_GROUP_ID, exc.message) from None
+
+
+class GroupHandlers:
+    def __init__(self, conn: KafkaConnection) -> None:
+        self.conn = conn
+        self.broker = conn.broker
+        self.coordinator = conn.front.coordinator
+
+    def _me(self) -> Message:
+        host, port = self.conn.front.advertised
+        return {"node_id": 0, "host": host, "port": port}
+
+    async def handle_find_coordinator(self, header: RequestHeader, body: Message) -> Message:
+        self.conn.require_principal()
+        me = self._me()
+        if header.api_version >= 4:
+            return {
+                "coordinators": [
+                    {"key": k, **me, "error_code": 0, "error_message": None}
+                    for k in body["coordinator_keys"]
+                ]
+            }
+        if body.get("key_type", 0) != 0:  # transaction coordinators: issue 19
+            return {
+                "error_code": ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                "error_message": "transactions are not served yet",
+                "node_id": -1,
+                "host": "",
+                "port": -1,
+            }
+        return {"error_code": 0, "error_message": None, **me}
+
+    async def handle_join_group(self, header: RequestHeader, body: Message) -> Message:
+        self.conn.require_principal()
+        try:
+            _check_group(body["group_id"])
+            self._allow_subscription(body["protocol_type"], body["protocols"])
+            res = await self.coordinator.join(
+                body["group_id"],
+                body["member_id"],
+                group_instance_id=body.get("group_instance_id"),
+                client_id=header.client_id or "",
+                client_host=self.conn.peer_host,
+                session_timeout_ms=body["session_timeout_ms"],
+                rebalance_timeout_ms=body["rebalance_timeout_ms"],
+                protocol_type=body["protocol_type"],
+                protocols=[(p["name"], p["metadata"]) for p in body["protocols"]],
+                require_known_member_id=header.api_version >= 4,
+            )
+        except KafkaError as exc:
+            return {"error_code": exc.code, "member_id": body["member_id"], "protocol_name": ""}
+        return {
+            "error_code": res.error,
+            "generation_id": res.generation,
+            "protocol_type": res.protocol_type,
+            "protocol_name": res.protocol_name if res.protocol_name is not None else "",
+            "leader": res.leader,
+            "member_id": res.member_id,
+            "members": [
+                {"member_id": mid, "group_instance_id": iid, "metadata": meta}
+                for mid, iid, meta in res.members
+            ],
+        }
+
+    def _allow_subscription(self, protocol_type: str, protocols: list[Message]) -> None:
+        """A member may join when it may consume every topic it subscribes to (weir has no
+        grants on groups: a group is a consumer of the topics it reads)."""
+        topics = {t for p in protocols for t in subscribed_topics(protocol_type, p["metadata"])}
+        try:
+            for t in sorted(topics):
+                self.conn.allow(Permission.CONSUME, weir_topic(t), "join a group reading")
+        except WeirError as exc:
+            raise KafkaError(error_code(exc, group=True), exc.message) from None
+
+    async def handle_sync_group(self, header: RequestHeader, body: Message) -> Message:
+        self.conn.require_principal()
+        try:
+            assignment = await self.coordinator.sync(
+                body["group_id"],
+                body["generation_id"],
+                body["member_id"],
+                {a["member_id"]: a["assignment"] for a in body["assignments"]},
+            )
+        except KafkaError as exc:
+            return {"error_code": exc.code, "assignment": b""}
+        g = self.coordinator.groups.get(body["group_id"])
+        return {
+            "error_code": 0,
+            "protocol_type": g.protocol_type if g else None,
+            "protocol_name": g.protocol_name if g else None,
+            "assignment": assignment,
+        }
+
+    async def handle_heartbeat(self, header: RequestHeader, body: Message) -> Message:
+        self.conn.require_principal()
+        try:
+            self.coordinator.heartbeat(body["group_id"], body["generation_id"], body["member_id"])
+        except KafkaError as exc:
+            return {"error_code": exc.code}
+        return {"error_code": 0}
+
+    async def handle_leave_group(self, header: RequestHeader, body: Message) -> Message:
+        self.conn.require_principal()
+        if header.api_version < 3:
+            res = self.coordinator.leave(body["group_id"], [body["member_id"]])
+            return {"error_code": res[body["member_id"]]}
+        ids = [mm["member_id"] for mm in body["members"]]
+        res = self.coordinator.leave(body["group_id"], ids)
+        return {
+            "error_code": 0,
+            "members": [
+                {
+                    "member_id": mm["member_id"],
+                    "group_instance_id": mm.get("group_instance_id"),
+                    "error_code": res[mm["member_id"]],
+                }
+                for mm in body["members"]
+            ],
+        }
+
+    async def handle_offset_commit(self, header: RequestHeader, body: Message) -> Message:
+        group = body["group_id"]
+        top_error: ErrorCode | None = None
+        try:
+            self.conn.require_principal()
+            _check_group(group)
+            self.coordinator.check_commit(
+                group, body.get("generation_id", -1), body.get("member_id", "")
+            )
+        except KafkaError as exc:
+            top_error = exc.code
+        out = []
+        for t in body["topics"]:
+            parts = []
+            for p in t["partitions"]:
+                code = top_error
+                if code is None:
+                    code = await self._commit(
+                        group, t["name"], p["partition_index"], p["committed_offset"]
+                    )
+                parts.append({"partition_index": p["partition_index"], "error_code": code})
+            out.append({"name": t["name"], "partitions": parts})
+        return {"topics": out}
+
+    async def _commit(self, group: str, name: str, partition: int, offset: int) -> ErrorCode:
+        try:
+            topic = weir_topic(name)
+            self.conn.allow(Permission.CONSUME, topic, "commit an offset of")
+            if offset < 0:
+                return ErrorCode.NONE  # Kafka ignores "no offset" commits
+            await self.broker.commit_offset(topic, partition, group, offset, allow_backwards=True)
+        except BadRequestError as exc:
+            if "end offset" in exc.message:
+                return ErrorCode.OFFSET_OUT_OF_RANGE
+            return error_code(exc)
+        except (WeirError, KafkaError) as exc:
+            return error_code(exc)
+        return ErrorCode.NONE
+
+    def _fetch_offsets(
+        self, group: str, topics: list[Message] | None
+    ) -> tuple[list[Message], ErrorCode]:
+        try:
+            self.conn.require_principal()
+            _check_group(group)
+        except KafkaError as exc:
+            return [], exc.code
+        if topics is None:  # every topic the group has offsets on
+            topics = [
+                {"name": kafka_name(cfg.name), "partition_indexes": list(range(cfg.partitions))}
+                for cfg in self.broker.list_topics()
+                if group in cfg.consumers
+            ]
+        out = []
+        for t in topics:
+            parts = []
+            for idx in t["partition_indexes"]:
+                entry: Message = {
+                    "partition_index": idx,
+                    "committed_offset": NO_OFFSET,
+                    "metadata": "",
+                }
+                try:
+                    topic = weir_topic(t["name"])
+                    self.conn.allow(Permission.CONSUME, topic, "read the offsets of")
+                    self.broker.actor(topic, idx)
+                    off = self.broker.committed_offset(topic, idx, group)
+                    if off is not None:
+                        entry["committed_offset"] = off
+                except (WeirError, KafkaError) as exc:
+                    entry["error_code"] = error_code(exc)
+                parts.append(entry)
+            out.append({"name": t["name"], "partitions": parts})
+        return out, ErrorCode.NONE
+
+    async def handle_offset_fetch(self, header: RequestHeader, body: Message) -> Message:
+        if header.api_version >= 8:
+            groups = []
+            for g in body["groups"]:
+                topics, err = self._fetch_offsets(g["group_id"], g["topics"])
+                groups.append({"group_id": g["group_id"], "topics": topics, "error_code": err})
+            return {"groups": groups}
+        topics, err = self._fetch_offsets(body["group_id"], body["topics"])
+        return {"topics": topics, "error_code": err}
+
+    # ------------------------------------------------------------------ admin of groups
+
+    def _known_groups(self) -> dict[str, str]:
+        """group id -> state, for groups with members or with offsets on any topic."""
+        out = {}
+        for cfg in self.broker.list_topics():
+            if self.conn.security.can_see(self.conn.require_principal(), cfg.name):
+                for c in cfg.consumers:
+                    out[c] = "Empty"
+        for gid, g in self.coordinator.groups.items():
+            if g.members or gid in out:
+                out[gid] = g.describe_state()
+        return out
+
+    async def handle_list_groups(self, header: RequestHeader, body: Message) -> Message:
+        states = set(body.get("states_filter") or [])
+        groups = [
+            {"group_id": gid, "protocol_type": "consumer", "group_state": st}
+            for gid, st in sorted(self._known_groups().items())
+            if not states or st in states
+        ]
+        return {"error_code": 0, "groups": groups}
+
+    async def handle_describe_groups(self, header: RequestHeader, body: Message) -> Message:
+        self.conn.require_principal()
+        known = self._known_groups()
+        out = []
+        for gid in body["groups"]:
+            g = self.coordinator.groups.get(gid)
+            if g is None or not g.members:
+                out.append(
+                    {
+                        "error_code": 0,
+                        "group_id": gid,
+                        "group_state": "Empty" if gid in known else "Dead",
+                        "protocol_type": "consumer" if gid in known else "",
+                        "protocol_data": "",
+                        "members": [],
+                    }
+                )
+                continue
+            out.append(
+                {
+                    "error_code": 0,
+                    "group_id": gid,
+                    "group_state": g.describe_state(),
+                    "protocol_type": g.protocol_type or "",
+                    "protocol_data": g.protocol_name or "",
+                    "members": [
+                        {
+                            "member_id": mm.member_id,
+                            "group_instance_id": mm.group_instance_id,
+                            "client_id": mm.client_id,
+                            "client_host": mm.client_host,
+                            "member_metadata": mm.metadata(g.protocol_name or ""),
+                            "member_assignment": mm.assignment,
+                        }
+                        for mm in g.members.values()
+                    ],
+                }
+            )
+        return {"groups": out}
+
+    async def handle_delete_groups(self, header: RequestHeader, body: Message) -> Message:
+        results = []
+        for gid in body["groups_names"]:
+            try:
+                self.coordinator.delete(gid)  # NON_EMPTY_GROUP while it has members
+                await self._drop_group(gid, None)
+                code = ErrorCode.NONE
+            except (KafkaError, WeirError) as exc:
+                code = error_code(exc, group=True)
+            results.append({"group_id": gid, "error_code": code})
+        return {"results": results}
+
+    async def _drop_group(self, group: str, topics: set[str] | None) -> None:
+        found = False
+        for cfg in self.broker.list_topics():
+            if group in cfg.consumers and (topics is None or cfg.name in topics):
+                self.conn.allow(Permission.CONSUME, cfg.name, "delete the offsets of")
+                await self.broker.alter_topic(cfg.name, drop_consumers=[group])
+                found = True
+        if not found and topics is None and group not in self.coordinator.groups:
+            raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND)
+
+    async def handle_offset_delete(self, header: RequestHeader, body: Message) -> Message:
+        """Offsets go per topic (weir keeps a consumer's offsets together)."""
+        group = body["group_id"]
+        if self.coordinator.is_active(group):
+            return {"error_code": ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC, "topics": []}
+        out = []
+        for t in body["topics"]:
+            try:
+                await self._drop_group(group, {weir_topic(t["name"])})
+                code = ErrorCode.NONE
+            except (KafkaError, WeirError) as exc:
+                code = error_code(exc)
+            out.append(
+                {
+                    "name": t["name"],
+                    "partitions": [
+                        {"partition_index": p["partition_index"], "error_code": code}
+                        for p in t["partitions"]
+                    ],
+                }
+            )
+        return {"error_code": 0, "topics": out}

@@ -1,0 +1,174 @@
+"""confluent-kafka 2.16 (librdkafka) and Debian's kcat against a real weir server."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+
+import pytest
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, NewTopic
+
+
+def _admin(bootstrap: str) -> AdminClient:
+    return AdminClient({"bootstrap.servers": bootstrap})
+
+
+def _create(bootstrap: str, name: str, partitions: int) -> None:
+    admin = _admin(bootstrap)  # kept alive until its futures are done
+    for f in admin.create_topics([NewTopic(name, partitions)]).values():
+        f.result(10)
+
+
+def _produce(bootstrap: str, topic: str, n: int, **conf: object) -> list:
+    p = Producer(
+        {"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 2, **conf}
+    )
+    acked: list = []
+    errors: list = []
+
+    def done(err: object, msg: object) -> None:
+        (errors if err else acked).append(err or msg)
+
+    for i in range(n):
+        p.produce(
+            topic,
+            key=b"k%d" % (i % 5),
+            value=b"v%d" % i,
+            headers={"n": b"%d" % i},
+            on_delivery=done,
+        )
+        p.poll(0)
+    assert p.flush(30) == 0
+    assert errors == []
+    return acked
+
+
+def _poll(c: Consumer, n: int, timeout: float = 30) -> list:
+    out: list = []
+    deadline = time.monotonic() + timeout
+    while len(out) < n and time.monotonic() < deadline:
+        for m in c.consume(num_messages=500, timeout=0.5):
+            assert m.error() is None, m.error()
+            out.append(m)
+    return out
+
+
+def test_idempotent_producer_and_group_consumer(bootstrap: str) -> None:
+    _create(bootstrap, "cf", 3)
+    acked = _produce(bootstrap, "cf", 3000, acks="all")
+    # the offsets acked are exactly the stored ones: per partition 0..n-1, no gap, no repeat
+    by_part: dict[int, list[int]] = {}
+    for m in acked:
+        by_part.setdefault(m.partition(), []).append(m.offset())
+    assert all(sorted(v) == list(range(len(v))) for v in by_part.values())
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "cfg",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    c.subscribe(["cf"])
+    got = _poll(c, 3000)
+    assert sorted(m.value() for m in got) == sorted(b"v%d" % i for i in range(3000))
+    assert all(m.headers() == [("n", m.value()[1:])] for m in got)
+    c.commit(asynchronous=False)
+    committed = c.committed([TopicPartition("cf", p) for p in range(3)], timeout=10)
+    assert sum(tp.offset for tp in committed) == 3000
+    c.close()
+
+
+def test_auto_commit_seek_and_offsets_for_times(bootstrap: str) -> None:
+    _create(bootstrap, "cft", 1)
+    before = int(time.time() * 1000)
+    _produce(bootstrap, "cft", 10)
+    time.sleep(0.02)  # noqa: two writes at distinct write times, not a synchronisation
+    middle = int(time.time() * 1000)
+    _produce(bootstrap, "cft", 10)
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "cft-g",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": True,
+            "auto.commit.interval.ms": 100,
+        }
+    )
+    c.assign([TopicPartition("cft", 0, 0)])
+    assert len(_poll(c, 20)) == 20
+    # offsets_for_times: by write time, as weir records it
+    (tp,) = c.offsets_for_times([TopicPartition("cft", 0, middle)], timeout=10)
+    assert tp.offset == 10
+    (tp,) = c.offsets_for_times([TopicPartition("cft", 0, before)], timeout=10)
+    assert tp.offset == 0
+    c.seek(TopicPartition("cft", 0, 15))
+    again = _poll(c, 5)
+    assert [m.offset() for m in again] == [15, 16, 17, 18, 19]
+    low, high = c.get_watermark_offsets(TopicPartition("cft", 0), timeout=10)
+    assert (low, high) == (0, 20)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:  # the auto commit reaches the server
+        (tp,) = c.committed([TopicPartition("cft", 0)], timeout=10)
+        if tp.offset == 20:
+            break
+    assert tp.offset == 20
+    c.close()
+
+
+def test_admin_client(bootstrap: str) -> None:
+    admin = _admin(bootstrap)
+    _create(bootstrap, "cfa", 1)
+    with pytest.raises(KafkaException):
+        admin.create_topics([NewTopic("cfa", 1)])["cfa"].result(10)
+    admin.create_partitions([NewPartitions("cfa", 4)])["cfa"].result(10)
+    md = admin.list_topics(timeout=10)
+    assert len(md.topics["cfa"].partitions) == 4
+    res = ConfigResource("topic", "cfa", set_config={"retention.ms": "60000"})
+    admin.alter_configs([res])[res].result(10)
+    desc = admin.describe_configs([ConfigResource("topic", "cfa")])
+    (configs,) = [f.result(10) for f in desc.values()]
+    assert configs["retention.ms"].value == "60000"
+    _produce(bootstrap, "cfa", 4)
+    c = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "cfa-g", "auto.offset.reset": "earliest"}
+    )
+    c.subscribe(["cfa"])
+    _poll(c, 4)
+    c.commit(asynchronous=False)
+    groups = admin.list_consumer_groups().result(10)
+    assert "cfa-g" in {g.group_id for g in groups.valid}
+    (described,) = admin.describe_consumer_groups(["cfa-g"]).values()
+    assert len(described.result(10).members) == 1
+    c.close()
+    admin.delete_consumer_groups(["cfa-g"])["cfa-g"].result(10)
+    admin.delete_topics(["cfa"])["cfa"].result(10)
+    assert "cfa" not in admin.list_topics(timeout=10).topics
+
+
+@pytest.mark.skipif(
+    shutil.which("kcat") is None, reason="kcat is installed by tools/system-packages.sh"
+)
+def test_kcat_list_produce_consume_with_keys_and_headers(bootstrap: str) -> None:
+    _create(bootstrap, "kc", 1)
+    listing = subprocess.run(
+        ["kcat", "-b", bootstrap, "-L"], capture_output=True, text=True, check=True
+    )
+    assert 'topic "kc" with 1 partitions' in listing.stdout
+    subprocess.run(
+        ["kcat", "-b", bootstrap, "-P", "-t", "kc", "-K:", "-H", "src=kcat"],
+        input="k1:hello\nk2:world\n",
+        text=True,
+        check=True,
+        timeout=30,
+    )
+    out = subprocess.run(
+        ["kcat", "-b", bootstrap, "-C", "-t", "kc", "-o", "beginning", "-e", "-f", "%k|%s|%h|%o\n"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+    ).stdout
+    assert out.splitlines() == ["k1|hello|src=kcat|0", "k2|world|src=kcat|1"]

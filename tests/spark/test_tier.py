@@ -1,0 +1,136 @@
+"""Spark over a half-offloaded topic (both tier back ends): the plan reads offloaded
+offsets straight from the object store (TierRange tasks) and only the live tail through
+the broker; the DataFrame has every offset exactly once, equal to what the SDK reads;
+a TierRange task reads with the broker stopped; the stream source far behind plans the
+same cut."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import weir
+from tests.conftest import ServerProcess
+from tests.spark.topics import Rec, produce, read_topic
+from tests.tiered.conftest import CREDS, S3Server, make_bucket, s3_server  # noqa: F401
+from weir.spark.batch_reader import WeirBatchReader
+from weir.spark.offsets import to_json
+from weir.spark.options import ReaderOptions
+from weir.spark.scan import TopicRange
+from weir.spark.stream_reader import WeirStreamReader
+from weir.spark.tier_scan import TierRange
+
+SMALL_BLOBS = {"WEIR_STORAGE_LOW_WATERMARK": "48KiB", "WEIR_STORAGE_MAX_BLOB_SIZE": "64KiB"}
+
+
+# Spark over S3 reads through the same S3Storage the tier's own S3 tests cover; it costs a
+# Spark stage over HTTP more, so it runs with the soak (make soak), local in the default run
+@pytest.fixture(scope="module", params=["local", pytest.param("s3", marks=pytest.mark.slow)])
+def tier_server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[ServerProcess, dict[str, str]]]:
+    env = dict(SMALL_BLOBS)
+    opts: dict[str, str] = {}
+    if request.param == "s3":
+        s3: S3Server = request.getfixturevalue("s3_server")
+        bucket = f"spark-{uuid.uuid4().hex[:10]}"
+        make_bucket(s3.endpoint, bucket)
+        env.update(
+            WEIR_TIER_BACKEND="s3",
+            WEIR_TIER_S3_ENDPOINT=s3.endpoint,
+            WEIR_TIER_S3_BUCKET=bucket,
+            WEIR_TIER_S3_ACCESS_KEY=CREDS["access_key"],
+            WEIR_TIER_S3_SECRET_KEY=CREDS["secret_key"],
+        )
+        opts = {"tier.accessKey": CREDS["access_key"], "tier.secretKey": CREDS["secret_key"]}
+    srv = ServerProcess(tmp_path_factory.mktemp(f"spark-tier-{request.param}"), env=env)
+    srv.start()
+    yield srv, opts
+    srv.stop()
+
+
+def _records(p: int, n: int, base: int = 0) -> list[Rec]:
+    return [
+        Rec(
+            value=b"v%d-%d:" % (p, base + i) + b"x" * 700,
+            key=b"k%d" % (i % 5) if i % 4 else None,
+            headers={"i": str(base + i)} if i % 3 == 0 else {},
+            created_at_ms=1_700_000_000_000 + base + i,
+        )
+        for i in range(n)
+    ]
+
+
+def half_offloaded(client: weir.Client, topic: str) -> None:
+    """Two partitions: 600 records each written and offloaded, then 150 more (live)."""
+    client.create_topic(topic, partitions=2)
+    for round_ in range(6):
+        produce(client, topic, {p: _records(p, 100, 100 * round_) for p in range(2)})
+    assert sum(client.offload_topic(topic, force=True)) >= 4
+    produce(client, topic, {p: _records(p, 150, 600) for p in range(2)})
+
+
+def test_half_offloaded_topic_every_offset_once_and_plan_reads_the_store(
+    spark: Any, tier_server: tuple[ServerProcess, dict[str, str]]
+) -> None:
+    srv, opts = tier_server
+    topic = f"half-{uuid.uuid4().hex[:6]}"
+    with weir.Client(srv.endpoint) as client:
+        half_offloaded(client, topic)
+        expected = {
+            (p, m.offset): (m.data, bytes(m.key or b""), dict(m.headers))
+            for p, msgs in read_topic(client, topic).items()
+            for m in msgs
+        }
+        st = client.tier_status(topic)
+    assert len(expected) == 1500
+    # the plan: offloaded offsets from the store, only the rest through the broker
+    options = {"endpoint": srv.endpoint, "topic": topic, **{k.lower(): v for k, v in opts.items()}}
+    reader = WeirBatchReader(ReaderOptions.parse(options, streaming=False))
+    plan = reader.partitions()
+    tier = [r for r in plan if isinstance(r, TierRange)]
+    broker = [r for r in plan if isinstance(r, TopicRange)]
+    assert tier and broker
+    for p in st.partitions:
+        offloaded = sum(r.end - r.start for r in tier if r.partition == p.partition)
+        assert offloaded == p.first_local_offset - p.start_offset > 0
+        assert all(r.start >= p.first_local_offset for r in broker if r.partition == p.partition)
+    assert "object store" in repr(tier[0])
+    # the stream source, far behind (a micro-batch from 0 to the end), plans the same cut
+    stream = WeirStreamReader(ReaderOptions.parse(options, streaming=True))
+    try:
+        ends = {(topic, p.partition): p.end_offset for p in st.partitions}
+        micro = stream.partitions(to_json({tp: 0 for tp in ends}), to_json(ends))
+    finally:
+        stream.stop()
+    assert sorted(
+        (r.partition, r.start, r.end) for r in micro if isinstance(r, TierRange)
+    ) == sorted((r.partition, r.start, r.end) for r in tier)
+    # the DataFrame: every offset exactly once, as the SDK reads it
+    r = spark.read.format("weir").option("endpoint", srv.endpoint).option("topic", topic)
+    for k, v in opts.items():
+        r = r.option(k, v)
+    rows = r.load().collect()
+    keys = [(row.partition, row.offset) for row in rows]
+    assert len(keys) == len(set(keys)) == 1500
+    got = {
+        (row.partition, row.offset): (
+            bytes(row.value),
+            bytes(row.key) if row.key is not None else b"",
+            dict(row.headers or {}),
+        )
+        for row in rows
+    }
+    assert got == {k: (d, key, h) for k, (d, key, h) in expected.items()}
+    assert {row.topic for row in rows} == {topic}
+    # a TierRange task needs no broker: read one with the server stopped
+    srv.stop()
+    try:
+        batches = list(reader.read(tier[0]))
+        assert sum(b.num_rows for b in batches) == tier[0].end - tier[0].start
+        assert batches[0].column("offset")[0].as_py() == tier[0].start
+    finally:
+        srv.start()

