@@ -118,7 +118,7 @@ def test_kafka_and_pulsar_clients_on_one_topic(kafka_server: ServerProcess) -> N
             topic,
             key=b"key-%d" % i,
             value=b"kafka %d" % i,
-            headers=[("trace", b"t-%d" % i)],
+            headers=[("trace", b"t-%d" % i), ("raw", b"r\xff%d" % i)],  # not UTF-8
             timestamp=T0 + i,
         )
     p.produce(topic, key=b"tomb", value=None, timestamp=T0 + 5)
@@ -132,6 +132,8 @@ def test_kafka_and_pulsar_clients_on_one_topic(kafka_server: ServerProcess) -> N
         assert [m.data() for m in got[:5]] == [b"kafka %d" % i for i in range(5)]
         assert got[2].partition_key() == "key-2"
         assert got[2].properties()["trace"] == "t-2"
+        # Pulsar properties are strings: bytes that are not UTF-8 arrive as U+FFFD
+        assert got[2].properties()["raw"] == "r\ufffd2"
         assert got[2].event_timestamp() == T0 + 2
         assert got[5].data() in (b"", None) and got[5].partition_key() == "tomb"
         consumer.close()

@@ -271,7 +271,14 @@ def _message_fields(
             elif k == NULL_VALUE and v == "true":
                 target.null_value = True
             continue
-        target.properties.add(key=k, value=v)
+        try:
+            target.properties.add(key=k, value=v)
+        except (UnicodeEncodeError, ValueError):
+            # A header another front stored as raw bytes (a Kafka or YDB producer's):
+            # Pulsar properties are strings, so the bytes that are not UTF-8 become
+            # U+FFFD, as Kafka-on-Pulsar does (Java's new String(bytes, UTF_8)).
+            raw = v.encode("utf-8", "surrogateescape")
+            target.properties.add(key=k, value=raw.decode("utf-8", "replace"))
 
 
 def entry_of(buf: bytes | memoryview, pos: int, h: BatchHeader) -> tuple[bytes, bytes]:
