@@ -44,8 +44,9 @@ class PartitionTierStatus:
     remote_bytes: int
     remote_segments: int
     first_local_offset: int  # offsets below it are only in the tier
-    # (first offset, end offset, object key, object size, object CRC32C)
-    segments: tuple[tuple[int, int, str, int, int], ...]
+    # (first offset, end offset, object key, object size, object CRC32C, transactional:
+    # it holds transaction markers or aborted messages, so only the broker reads it right)
+    segments: tuple[tuple[int, int, str, int, int, bool], ...]
 
 
 class Tiering(TenancyFacade):
@@ -140,7 +141,14 @@ class Tiering(TenancyFacade):
                     first_local = b.first_offset
                     break
             segs = tuple(
-                (r.first_offset, r.end_offset, r.object_key, r.object_size, r.object_crc)
+                (
+                    r.first_offset,
+                    r.end_offset,
+                    r.object_key,
+                    r.object_size,
+                    r.object_crc,
+                    plog.txns.hides(r.first_offset, r.end_offset),
+                )
                 for _, r in sorted(plog.remote.items())
             )
             out.append(

@@ -75,12 +75,13 @@ def read_range(settings: ScanSettings, r: TopicRange) -> Iterator[pa.RecordBatch
             max_bytes=settings.max_bytes_per_fetch,
             read_committed=settings.read_committed,
         ):
-            first = chunk.first_offset if chunk.chunks else max(pos, chunk.start_offset)
-            if first > pos:
-                hi = min(first, r.end)
+            if chunk.start_offset > pos:  # below the start: retention removed them
+                hi = min(chunk.start_offset, r.end)
                 why = f"retention moved the partition's start to {chunk.start_offset}"
                 lost(settings, r.topic, r.partition, pos, hi, why)
                 pos = hi
+            # (a first batch above pos otherwise: transaction markers or aborted messages
+            # were left out before it, nothing is lost)
             if chunk.chunks and pos < r.end:
                 batch = stored_to_arrow(r.topic, r.partition, chunk.chunks, pos, r.end)
                 if batch is not None:

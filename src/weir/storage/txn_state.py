@@ -156,6 +156,16 @@ class PartitionTxns:
                 out.append(m)
         return out
 
+    def hides(self, lo: int, hi: int) -> bool:
+        """Whether ``[lo, hi)`` holds something readers are not sent as stored: a marker,
+        or a batch of an aborted transaction (a reader that bypasses the broker, like
+        Spark on offloaded segments, must read such a range through it)."""
+        m = self._markers
+        if bisect.bisect_left(m, lo) < bisect.bisect_left(m, hi):
+            return True
+        k = bisect.bisect_right(self._ab_first, hi - 1)  # ranges starting below hi
+        return any(self._ab_end[i] > lo for i in range(k))
+
     def is_aborted(self, offset: int) -> bool:
         k = bisect.bisect_right(self._ab_first, offset) - 1
         return k >= 0 and offset < self._ab_end[k]

@@ -273,9 +273,14 @@ class NativeService(
                 first_local_offset=st.first_local_offset,
                 segments=[
                     pb.TierSegment(
-                        first_offset=a, end_offset=z, object_key=k, object_size=n, object_crc=c
+                        first_offset=a,
+                        end_offset=z,
+                        object_key=k,
+                        object_size=n,
+                        object_crc=c,
+                        transactional=t,
                     )
-                    for a, z, k, n, c in st.segments
+                    for a, z, k, n, c, t in st.segments
                 ],
             )
             for st in self.broker.tier_status(request.topic)

@@ -1551,6 +1551,7 @@ class TierSegment(_message.Message):
     OBJECT_KEY_FIELD_NUMBER: _builtins.int
     OBJECT_SIZE_FIELD_NUMBER: _builtins.int
     OBJECT_CRC_FIELD_NUMBER: _builtins.int
+    TRANSACTIONAL_FIELD_NUMBER: _builtins.int
     first_offset: _builtins.int
     end_offset: _builtins.int
     """exclusive"""
@@ -1559,6 +1560,10 @@ class TierSegment(_message.Message):
     object_size: _builtins.int
     object_crc: _builtins.int
     """CRC32C of the whole object"""
+    transactional: _builtins.bool
+    """It holds transaction markers or messages of aborted transactions: read it through the
+    broker (ReadRange), which leaves them out; its rows as stored would show them.
+    """
     def __init__(
         self,
         *,
@@ -1567,10 +1572,11 @@ class TierSegment(_message.Message):
         object_key: _builtins.str = ...,
         object_size: _builtins.int = ...,
         object_crc: _builtins.int = ...,
+        transactional: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["end_offset", b"end_offset", "first_offset", b"first_offset", "object_crc", b"object_crc", "object_key", b"object_key", "object_size", b"object_size"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["end_offset", b"end_offset", "first_offset", b"first_offset", "object_crc", b"object_crc", "object_key", b"object_key", "object_size", b"object_size", "transactional", b"transactional"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
