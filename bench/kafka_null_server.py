@@ -5,7 +5,8 @@ It speaks just enough of the Kafka protocol (weir's own codec) for confluent-kaf
 producer: ApiVersions, Metadata (any topic: ``--partitions`` partitions, this server
 the leader), InitProducerId, CreateTopics, DeleteTopics, and Produce, answered at once
 with per-partition increasing offsets (only each batch's header is read, for its record
-count). Fetch returns no records. It is the benchmark baseline: confluent-kafka's
+count). Fetch returns no records. Requests are read as the Kafka front reads them
+(`weir.protocols.kafka.framing`: straight into a buffer of their own). It is the benchmark baseline: confluent-kafka's
 producer against it is the ceiling for any server on this machine.
 
 Usage::
@@ -31,12 +32,13 @@ if __package__ in (None, ""):
 
 from weir.protocols.kafka import messages as m
 from weir.protocols.kafka.codec import KafkaCodecError, decode_request, encode_response
+from weir.protocols.kafka.framing import FrameReader, FrameSizeError
 
 _COUNT = struct.Struct(">i")  # record count at byte 57 of a batch
 _LEN = struct.Struct(">i")  # batch length at byte 8
 
 
-def _records_in(records: bytes | None) -> int:
+def _records_in(records: bytes | memoryview | None) -> int:
     n, pos = 0, 0
     while records and pos + 61 <= len(records):
         n += _COUNT.unpack_from(records, pos + 57)[0]
@@ -106,22 +108,37 @@ class NullServer:
             return {"responses": []}
         raise KafkaCodecError(f"{api.name} is not served by the null server")
 
-    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+
+class NullConnection(asyncio.BufferedProtocol):
+    """One client: requests are read with weir's `FrameReader` (straight into their own
+    buffers, as the Kafka front reads them), so the ceiling is not lowered by reading."""
+
+    def __init__(self, null: NullServer) -> None:
+        self.null = null
+        self.frames = FrameReader(100 << 20, self.frame)
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.frames.get_buffer(sizehint)
+
+    def buffer_updated(self, nbytes: int) -> None:
         try:
-            while True:
-                size = _LEN.unpack(await reader.readexactly(4))[0]
-                frame = await reader.readexactly(size)
-                header, api, body = decode_request(m.BY_KEY, frame)
-                reply = self.answer(api, header.api_version, body)
-                if reply is not None:
-                    writer.write(
-                        encode_response(api, header.api_version, header.correlation_id, reply)
-                    )
-                    await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError, KafkaCodecError):
-            pass
-        finally:
-            writer.close()
+            self.frames.buffer_updated(nbytes)
+        except (FrameSizeError, KafkaCodecError):
+            assert self.transport is not None
+            self.transport.close()
+
+    def frame(self, frame: memoryview) -> None:
+        header, api, body = decode_request(m.BY_KEY, frame)
+        reply = self.null.answer(api, header.api_version, body)
+        if reply is not None and self.transport is not None:
+            self.transport.write(
+                encode_response(api, header.api_version, header.correlation_id, reply)
+            )
 
 
 async def main(argv: list[str] | None = None) -> None:
@@ -131,7 +148,9 @@ async def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     host, _, port = args.listen.rpartition(":")
     null = NullServer(host, int(port), args.partitions)
-    server = await asyncio.start_server(null.serve, host, int(port))
+    server = await asyncio.get_running_loop().create_server(
+        lambda: NullConnection(null), host, int(port)
+    )
     null.port = server.sockets[0].getsockname()[1]
     print(f"LISTENING {host}:{null.port}", flush=True)
     async with server:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import os
 import platform
@@ -670,6 +671,23 @@ def profile_pass(lab: Lab, plan: Plan, out_txt: Path, raw_dir: Path) -> str:
             finally:
                 with contextlib.suppress(Exception):
                     pulsar_wl.drop_topic(native, ref)
+    if "weir-kafka" in lab.kafka:
+        kt, pid = lab.kafka["weir-kafka"]
+        for size, n in plan.sizes:
+            ref = kafka_wl.prepare_topic(kt, "prof")
+            try:
+                with _phase(lab, raw_dir, f"kafka produce P=1 {size}B acks=all", sections) as note:
+                    r = kafka_wl.produce(kt, ref, n, size, False, cap, pid)
+                    note.append(_summary([r]))
+                with _phase(lab, raw_dir, f"kafka consume C=1 {size}B", sections) as note:
+                    rs = _repeat(
+                        functools.partial(kafka_wl.consume, kt, ref, r.messages, size, cap, pid),
+                        secs,
+                    )
+                    note.append(_summary(rs))
+            finally:
+                with contextlib.suppress(Exception):
+                    kafka_wl.drop_topic(kt, ref)
     text = "\n\n".join(sections)
     out_txt.write_text(
         "# weir server profile: py-spy record --nonblocking --threads on the server, "

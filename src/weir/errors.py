@@ -137,6 +137,10 @@ class MessageTooLargeError(BadRequestError):
     code = "MESSAGE_TOO_LARGE"
 
 
+class OffsetOutOfRangeError(BadRequestError):
+    """An offset past the partition's end (on the wire it is a BAD_REQUEST)."""
+
+
 class NotFoundError(FatalError):
     """A named object does not exist."""
 

@@ -16,6 +16,7 @@ from weir.broker.topics import ConsumerConfig, canonical_topic
 from weir.errors import (
     AlreadyExistsError,
     BadRequestError,
+    OffsetOutOfRangeError,
     OverloadedError,
     StaleGenerationError,
     StorageFullError,
@@ -191,6 +192,46 @@ async def test_retention_keeps_what_an_important_consumer_has_not_read(tmp_path:
     assert await b.run_retention(now) > 0
     start = b.actor("t", 0).start_offset
     assert 0 < start <= 120
+    await b.close()
+
+
+async def test_delete_records_moves_the_start_offset(tmp_path: Path) -> None:
+    """delete_records (Kafka's DeleteRecords, for any front): never past the end, never
+    backwards, kept across a restart; a consumer committed below the new start reads
+    from it."""
+    b = await open_broker(tmp_path)
+    await b.create_topic("t", partitions=1)
+    await b.write("t", 0, make_batch(10, producer="p"))
+    await b.commit_offset("t", 0, "c", 2)
+    await b.write("t", 0, make_batch(10, producer="p", first_seq=11))
+    assert await b.delete_records("t", 0, 15) == 15
+    assert await b.delete_records("t", 0, 5) == 15
+    with pytest.raises(OffsetOutOfRangeError):
+        await b.delete_records("t", 0, 21)
+    assert b.read_start("t", 0, "c") == 15
+    await b.close()
+    b = await open_broker(tmp_path)
+    a = b.actor("t", 0)
+    assert (a.start_offset, a.end_offset) == (15, 20)
+    assert await b.delete_records("t", 0, -1) == 20  # -1: everything
+    await b.close()
+
+
+async def test_delete_offset_per_partition(tmp_path: Path) -> None:
+    b = await open_broker(tmp_path)
+    await b.create_topic("t", partitions=2)
+    await b.write("t", 0, make_batch(10, producer="p"))
+    await b.commit_offset("t", 0, "c", 4)
+    await b.commit_offset("t", 1, "c", 0)
+    assert await b.delete_offset("t", 0, "c")
+    assert not await b.delete_offset("t", 0, "c")
+    assert b.committed_offset("t", 0, "c") is None and b.committed_partitions("t", "c") == [1]
+    assert "c" in b.topic("t").consumers
+    assert await b.delete_offset("t", 1, "c")  # its last offset on t: the consumer goes
+    assert "c" not in b.topic("t").consumers
+    await b.close()
+    b = await open_broker(tmp_path)
+    assert b.committed_offset("t", 1, "c") is None
     await b.close()
 
 

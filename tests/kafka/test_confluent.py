@@ -148,6 +148,39 @@ def test_admin_client(bootstrap: str) -> None:
     assert "cfa" not in admin.list_topics(timeout=10).topics
 
 
+def test_admin_delete_records(bootstrap: str) -> None:
+    """AdminClient.delete_records moves the low watermark; a consumer below it is reset
+    to it (auto.offset.reset), one with auto.offset.reset=error is told."""
+    admin = _admin(bootstrap)
+    _create(bootstrap, "cfdr", 1)
+    _produce(bootstrap, "cfdr", 20)
+    (fut,) = admin.delete_records([TopicPartition("cfdr", 0, 13)]).values()
+    assert fut.result(10).low_watermark == 13
+    (fut,) = admin.delete_records([TopicPartition("cfdr", 0, 25)]).values()
+    with pytest.raises(KafkaException, match="OFFSET_OUT_OF_RANGE"):
+        fut.result(10)
+    c = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "cfdr-g", "auto.offset.reset": "earliest"}
+    )
+    assert c.get_watermark_offsets(TopicPartition("cfdr", 0), timeout=10) == (13, 20)
+    c.assign([TopicPartition("cfdr", 0, 2)])
+    assert [m.offset() for m in _poll(c, 7)] == list(range(13, 20))
+    c.close()
+    strict = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "cfdr-s", "auto.offset.reset": "error"}
+    )
+    strict.assign([TopicPartition("cfdr", 0, 2)])
+    deadline = time.monotonic() + 20
+    err = None
+    while err is None and time.monotonic() < deadline:
+        for m in strict.consume(num_messages=10, timeout=0.5):
+            err = m.error()
+    strict.close()
+    assert err is not None and "out of range" in str(err).lower(), err
+    (fut,) = admin.delete_records([TopicPartition("cfdr", 0, -1)]).values()
+    assert fut.result(10).low_watermark == 20
+
+
 @pytest.mark.skipif(
     shutil.which("kcat") is None, reason="kcat is installed by tools/system-packages.sh"
 )

@@ -14,7 +14,15 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin import NewTopic as AioNewTopic
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
-from kafka.errors import TopicAlreadyExistsError, UnknownTopicOrPartitionError
+from kafka.errors import (
+    GroupIdNotFoundError,
+    GroupSubscribedToTopicError,
+    NoError,
+    OffsetOutOfRangeError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+)
+from kafka.structs import OffsetAndMetadata
 
 from tests.conftest import ServerProcess
 
@@ -101,6 +109,56 @@ def test_group_commits_are_weir_consumer_offsets(
     )
     offsets = admin.list_group_offsets({"kpgroup": None})["kpgroup"]
     assert offsets[TopicPartition("kpg", 1)].offset == 10
+    admin.close()
+
+
+def test_delete_records_and_offsets(bootstrap: str) -> None:
+    """DeleteRecords moves the low watermark (readers below it are out of range and a
+    reset lands on it); OffsetDelete goes per partition and keeps the offsets of topics
+    the group's live members subscribe to."""
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000)
+    admin.create_topics([NewTopic("kdr", 2, 1), NewTopic("kdr2", 1, 1)])
+    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
+    for i in range(20):
+        producer.send("kdr", value=b"%d" % i, partition=i % 2)
+        producer.send("kdr2", value=b"%d" % i)
+    producer.flush()
+    producer.close()
+    tp0, tp1, other = TopicPartition("kdr", 0), TopicPartition("kdr", 1), TopicPartition("kdr2", 0)
+    res = admin.delete_records({tp0: 4, tp1: 0})
+    assert (res[tp0]["low_watermark"], res[tp1]["low_watermark"]) == (4, 0)
+    with pytest.raises(OffsetOutOfRangeError):
+        admin.delete_records({tp1: 11})
+    assert admin.delete_records({other: -1})[other]["low_watermark"] == 20
+    # a reader below the low watermark is reset to it (auto_offset_reset=earliest)
+    reader = KafkaConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest")
+    reader.assign([tp0])
+    reader.seek(tp0, 1)
+    assert [r.offset for r in _consume(reader, 6)] == [4, 5, 6, 7, 8, 9]
+    assert reader.beginning_offsets([tp0])[tp0] == 4
+    reader.close()
+
+    group = KafkaConsumer(
+        "kdr",
+        bootstrap_servers=bootstrap,
+        group_id="kdrg",
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+    )
+    assert len(_consume(group, 16)) == 16  # 6 of partition 0 (from 4), 10 of 1
+    group.commit({tp0: OffsetAndMetadata(5, "", -1), tp1: OffsetAndMetadata(3, "", -1)})
+    group.commit({other: OffsetAndMetadata(20, "", -1)})
+    # while a member subscribes to kdr, its offsets stay; kdr2's may go
+    assert admin.delete_group_offsets("kdrg", [tp0, other]) == {
+        tp0: GroupSubscribedToTopicError,
+        other: NoError,
+    }
+    group.close()
+    assert admin.delete_group_offsets("kdrg", [tp0]) == {tp0: NoError}
+    offsets = admin.list_group_offsets({"kdrg": None})["kdrg"]
+    assert {tp: o.offset for tp, o in offsets.items()} == {tp1: 3}
+    with pytest.raises(GroupIdNotFoundError):
+        admin.delete_group_offsets("nobody", [tp0])
     admin.close()
 
 

@@ -3,8 +3,9 @@
 - offsets are dense and increasing;
 - what was acknowledged is readable byte for byte;
 - a duplicate seq_no is never stored twice;
-- compaction, retention and recovery never change what a reader sees for
-  offsets still retained;
+- compaction, retention, trims (deleting records up to an offset, which may fall
+  inside a batch) and recovery never change what a reader sees for offsets still
+  retained;
 - a byte is committed to the KV at most twice (once as a head piece, at most
   once more when compaction packs it into a big blob).
 """
@@ -143,6 +144,17 @@ class PartitionMachine(RuleBasedStateMachine):
         self.log.config = CFG
         self.forget_retained(self.log.start_offset)
 
+    @rule(data=st.data())
+    def trim(self, data: st.DataObject) -> None:
+        """Delete records below an offset (Kafka's DeleteRecords), anywhere in the log."""
+        log = self.log
+        old = log.start_offset
+        before = data.draw(st.integers(max(0, old - 5), log.end_offset + 5))
+        new_start = log.trim(before, now_ms=self.now)
+        assert new_start == log.start_offset == max(old, min(before, log.end_offset))
+        assert not log.blobs or log.blobs[0].first_offset <= new_start < log.blobs[0].end_offset
+        self.forget_retained(new_start)
+
     @rule()
     def reopen(self) -> None:
         self.committed_before += self.store.committer.stats.bytes
@@ -162,7 +174,7 @@ class PartitionMachine(RuleBasedStateMachine):
             for pos, _ in iter_batches(chunk):
                 for r in decode_records(chunk, pos):
                     assert r.offset == expect
-                    assert r.data == self.model[r.offset]
+                    assert r.data == self.model[r.offset]  # never a deleted record
                     expect += 1
         assert expect == res.next_offset
 

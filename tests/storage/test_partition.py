@@ -361,3 +361,46 @@ def test_head_keeps_one_piece_per_write_and_few_segments_in_memory(tmp_path: Pat
     log2 = s2.open_partition(1, cfg)
     assert read_all(log2) == before and len(log2.blobs) == len(log.blobs)
     s2.close()
+
+
+def test_trim_moves_the_start_inside_a_blob_and_drops_blobs_below(tmp_path: Path) -> None:
+    """Deleting records up to an offset (Kafka's DeleteRecords): the start moves there at
+    once, even inside a batch; blobs wholly below go in the same commit; the rest reads
+    back, and all of it holds across a restart."""
+    store = Store(tmp_path)
+    log = store.open_partition(1, SMALL)
+    for i in range(100):
+        log.write(make_batch(10, producer="p", first_seq=i * 10 + 1))
+    blobs = log.blobs
+    assert len(blobs) > 2
+    cut = blobs[1].first_offset + 3  # inside the second blob, inside a batch
+    assert log.trim(cut) == cut
+    assert log.start_offset == cut and log.blobs[0] == blobs[1]
+    assert [o for o, _ in read_all(log, 0)] == list(range(cut, 1000))
+    res = log.read(0)
+    assert res.start_offset == res.first_offset == cut  # the batch holding it, cut there
+    assert log.offset_for_time(0) == cut
+    assert log.trim(cut - 1) == cut  # never backwards
+    assert log.trim(10**6) == 1000 and log.blobs == ()  # clamped to the end
+    (r,) = log.write(make_batch(5, producer="p", first_seq=1001))
+    assert r.offset == 1000
+    store.close()
+    store = Store(tmp_path)
+    log = store.open_partition(1, SMALL, verify_all=True)
+    assert (log.start_offset, log.end_offset) == (1000, 1005)
+    store.close()
+
+
+def test_trim_inside_the_first_blob_survives_recovery(tmp_path: Path) -> None:
+    store = Store(tmp_path)
+    log = store.open_partition(1, SMALL)
+    for i in range(60):
+        log.write(make_batch(10, producer="p", first_seq=i * 10 + 1))
+    first = log.blobs[0]
+    log.trim(first.first_offset + 7)
+    store.close()
+    store = Store(tmp_path)
+    log = store.open_partition(1, SMALL, verify_all=True)
+    assert log.start_offset == first.first_offset + 7 and log.blobs[0] == first
+    assert [o for o, _ in read_all(log, 0)] == list(range(first.first_offset + 7, 600))
+    store.close()

@@ -119,3 +119,43 @@ def test_server_readers_receive_payloads_and_drop_collects(tier_server: ServerPr
             break
         time.sleep(0.3)
     assert not [p for p in root.rglob("*") if p.is_file()], "payload objects outlived their topic"
+
+
+def test_trim_inside_a_batch_with_large_payloads(tmp_path: Path) -> None:
+    """Kafka's DeleteRecords can leave the start offset inside a batch whose large
+    payloads are stored by reference: the records after it still get their payloads
+    (references renumbered with the cut batch), also after a restart; once a trim passes
+    the blob, its references go and the sweeper collects the objects."""
+    from weir.storage.tiered.remote_storage import LocalDirStorage
+
+    storage = LocalDirStorage(tmp_path / "tier")
+
+    def open_store() -> Store:
+        return Store(tmp_path / "d", sync=False, tier_storage=storage, tier_payload_grace_ms=0)
+
+    store = open_store()
+    tier = store.tier
+    assert tier is not None
+    log = store.open_partition(1, CFG, label="t/0")
+    datas = [big(0, 50_000), b"small", big(2, 120_000), b"tiny"]
+    [inc] = validate_incoming([encode_batch(datas, producer_id="p", created_at=5)])
+    log.write([cut_payloads(inc, 10_000, lambda d: tier.put_payload(1, d))])
+    assert log.trim(2) == 2
+
+    def served() -> list[bytes]:
+        res = log.fill_payloads(log.read(0, 1 << 20))
+        assert res.first_offset == 2
+        return [r.data for r in decode_records(bytes(res.chunks[0]))]
+
+    assert served() == datas[2:]
+    store.close()
+    store = open_store()
+    tier = store.tier
+    assert tier is not None
+    log = store.open_partition(1, CFG, label="t/0")
+    assert served() == datas[2:]
+    log.write(make_batch(5, producer="q", size=100))
+    assert log.trim(4) == 4
+    assert not log.payloads.by_offset
+    assert tier.collect_payloads(now_ms=int(time.time() * 1000) + 1000) == 2
+    store.close()

@@ -12,7 +12,7 @@ from weir.broker.retention import Retention
 from weir.broker.tenancy.limits import Lease
 from weir.broker.topic_admin import TopicAdmin
 from weir.broker.topics import ConsumerConfig, check_consumer_name, short_topic
-from weir.errors import BadRequestError, UnknownConsumerError
+from weir.errors import OffsetOutOfRangeError, UnknownConsumerError
 from weir.storage.kv import Op
 
 
@@ -95,7 +95,7 @@ class ConsumerOffsets(TopicAdmin, Retention):
         if consumer not in cfg.consumers:
             await self.ensure_consumer(topic, consumer)
         if offset > actor.end_offset:
-            raise BadRequestError(
+            raise OffsetOutOfRangeError(
                 f"cannot commit offset {offset} on {short_topic(cfg.name)}/{partition}: end offset is "
                 f"{actor.end_offset}"
             )
@@ -122,6 +122,27 @@ class ConsumerOffsets(TopicAdmin, Retention):
                 self.observer.on_consumer_commit(cfg.name, partition, consumer, offset)
 
         return ops, committed
+
+    async def delete_offset(self, topic: str, partition: int, consumer: str) -> bool:
+        """Forget the consumer's committed offset of one partition (it reads from where a
+        new consumer would). When it was the consumer's last offset on the topic, the
+        consumer is dropped from the topic too, as Kafka forgets a group's interest in a
+        topic with its offsets. False when there was no offset to delete."""
+        cfg = self.topic(topic)
+        self.actor(topic, partition)
+        if consumer not in cfg.consumers:
+            return False
+        deleted = await self.offsets.delete(cfg.topic_id, partition, consumer)
+        if deleted and not self.offsets.partitions_of(cfg.topic_id, consumer):
+            cfg = self.topic(topic)
+            if consumer in cfg.consumers:
+                await self.alter_topic(cfg.name, drop_consumers=[consumer])
+        return deleted
+
+    def committed_partitions(self, topic: str, consumer: str) -> list[int]:
+        """The partitions of ``topic`` the consumer has committed an offset on."""
+        cfg = self.topic(topic)
+        return self.offsets.partitions_of(cfg.topic_id, consumer)
 
     def describe_consumer(self, topic: str, consumer: str) -> list[ConsumerPartitionInfo]:
         cfg = self.topic(topic)

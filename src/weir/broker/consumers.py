@@ -92,6 +92,20 @@ class OffsetStore:
 
         return [op], done
 
+    async def delete(self, topic_id: int, partition: int, consumer: str) -> bool:
+        """Durably forget the consumer's offset of one partition; False if it had none."""
+        key = (topic_id, partition, consumer)
+        if key not in self._offsets:
+            return False
+        op = delete(OFFSETS, offset_key(topic_id, partition, consumer))
+        await asyncio.wrap_future(self._committer.submit([op], 16))
+        self._offsets.pop(key, None)
+        return True
+
+    def partitions_of(self, topic_id: int, consumer: str) -> list[int]:
+        """The partitions of a topic the consumer has a committed offset on."""
+        return sorted(p for (t, p, c) in self._offsets if t == topic_id and c == consumer)
+
     def min_committed(self, topic_id: int, partition: int, consumers: Iterable[str]) -> int | None:
         """Lowest committed offset among ``consumers`` (0 for one that never committed)."""
         values = [self._offsets.get((topic_id, partition, c), 0) for c in consumers]

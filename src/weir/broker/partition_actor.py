@@ -72,8 +72,8 @@ class _Retention:
 
 @dataclass(slots=True)
 class _Change:
-    """A change other than a write or a retention step (the tier's: a finished copy, a
-    freed local blob), prepared when its turn comes."""
+    """A change other than a write or a retention step (a trim; the tier's: a finished
+    copy, a freed local blob), prepared when its turn comes."""
 
     prepare: Callable[[], PreparedChange | None]
     future: asyncio.Future[bool]

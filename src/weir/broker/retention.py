@@ -11,6 +11,7 @@ import logging
 from weir.broker.state import now_ms as _now_ms
 from weir.broker.tenancy.facade import TenancyFacade
 from weir.broker.topics import short_topic
+from weir.errors import OffsetOutOfRangeError
 
 log = logging.getLogger("weir.broker")
 
@@ -26,6 +27,33 @@ class Retention(TenancyFacade):
             return None
         now = _now_ms() if now_ms is None else now_ms
         return self.actor(topic, partition).log.offset_for_time(now - ttl)
+
+    async def delete_records(self, topic: str, partition: int, before: int) -> int:
+        """Delete a partition's records below offset ``before`` (Kafka's DeleteRecords; -1:
+        all of them, up to EndOffset). The start offset moves there at once, so readers
+        below it are out of range; blobs wholly below it are removed in the same commit,
+        the one it falls inside when retention passes its end. Consumers are not asked:
+        this is an operator's explicit deletion. Returns the start offset after it (at
+        least ``before``: a start already past it stays)."""
+        actor = self.actor(topic, partition)
+        end = actor.end_offset
+        if before == -1:
+            before = end
+        if not 0 <= before <= end:
+            raise OffsetOutOfRangeError(
+                f"cannot delete records before offset {before} of {short_topic(actor.topic)}/"
+                f"{partition}: its offsets are {actor.start_offset}..{end}"
+            )
+        if await actor.run_change(lambda: actor.log.prepare_trim(before)):
+            log.info(
+                "records deleted",
+                extra={
+                    "topic": short_topic(actor.topic),
+                    "partition": partition,
+                    "start_offset": actor.start_offset,
+                },
+            )
+        return actor.start_offset
 
     async def run_retention(self, now_ms: int | None = None) -> int:
         """One retention pass over every partition, then pin expiry; returns blobs removed."""

@@ -349,52 +349,31 @@ def encode_batch(
     )
 
 
-def encode_columns(
+def encode_payload(
+    raw: bytes | bytearray | memoryview,
     count: int,
     *,
+    flags: int,
     created_base: int,
-    created: bytes | None,
-    created64: bool,
-    key_lens: bytes | None,
-    data_lens: bytes,
-    header_lens: bytes | None,
-    keys: bytes,
-    data: bytes,
-    headers: bytes,
     producer_id: str = "",
     first_seq_no: int = 0,
     codec: Codec = Codec.RAW,
 ) -> bytes:
-    """A batch from payload columns already laid out (little-endian u32 lengths, created
-    deltas from ``created_base`` as i32, or i64 when ``created64``; None: no such column).
+    """A batch from a payload already laid out (columns as the module docstring shows:
+    little-endian u32 lengths, created deltas from ``created_base``; ``flags`` says
+    which columns there are), compressed with ``codec``.
 
-    For fronts whose wire format is parsed straight into columns (the Kafka front's C
-    parser); the caller vouches for the columns' consistency, `validate_incoming` checks it.
+    For fronts whose wire format is parsed straight into a payload (the Kafka front's C
+    parser); the caller vouches for the columns' consistency, `validate_incoming`
+    checks it. `header_into` is the copy-free twin for uncompressed payloads.
     """
-    flags = 0
-    parts: list[bytes] = []
-    if created is not None:
-        flags |= FLAG_CREATED | (FLAG_CREATED64 if created64 else 0)
-        parts.append(created)
-    if key_lens is not None:
-        flags |= FLAG_KEYS
-        parts.append(key_lens)
-    parts.append(data_lens)
-    if header_lens is not None:
-        flags |= FLAG_HEADERS
-        parts.append(header_lens)
-    if key_lens is not None:
-        parts.append(keys)
-    parts.append(data)
-    if header_lens is not None:
-        parts.append(headers)
     last_seq = first_seq_no + count - 1
     if count <= 0 or first_seq_no < 0 or last_seq > _U64:
         raise BadRequestError("a batch needs records and seq_nos in 0..2**64-1")
     if not _I64_MIN <= created_base <= _I64_MAX:
         raise BadRequestError("created_at out of range")
     return _assemble(
-        b"".join(parts),
+        bytes(raw),
         flags,
         count,
         first_seq_no,
@@ -404,6 +383,60 @@ def encode_columns(
         codec,
         Codec.RAW,
     )
+
+
+def header_into(
+    buf: bytearray,
+    payload_start: int,
+    count: int,
+    *,
+    flags: int,
+    created_base: int,
+    producer_id: str = "",
+    first_seq_no: int = 0,
+) -> memoryview:
+    """Write the header of an uncompressed batch right before its payload, which the
+    caller laid out in ``buf`` from ``payload_start`` to the end (columns as in
+    `encode_columns`), and return the batch: a view of ``buf`` from its header on. A
+    front that builds payloads in place (the Kafka front's C parser) so copies the
+    records once; the caller vouches for the columns, `validate_incoming` checks them.
+    """
+    pid = producer_id.encode()
+    start = payload_start - HEADER_SIZE - len(pid)
+    last_seq = first_seq_no + count - 1
+    if start < 0:
+        raise BadRequestError("no room for the batch header before the payload")
+    if count <= 0 or first_seq_no < 0 or last_seq > _U64 or len(pid) > MAX_PRODUCER_ID:
+        raise BadRequestError("a batch needs records, seq_nos in 0..2**64-1 and a short id")
+    if not _I64_MIN <= created_base <= _I64_MAX:
+        raise BadRequestError("created_at out of range")
+    raw_len = len(buf) - payload_start
+    if HEADER_SIZE + len(pid) + raw_len > MAX_BATCH_BYTES:
+        raise BadRequestError("batch larger than 4 GiB")
+    view = memoryview(buf)
+    HEADER.pack_into(
+        buf,
+        start,
+        MAGIC,
+        VERSION,
+        int(Codec.RAW),
+        flags,
+        HEADER_SIZE + len(pid) + raw_len,
+        0,
+        0,
+        0,
+        crc32c(view[payload_start:]),
+        count,
+        first_seq_no,
+        last_seq,
+        created_base,
+        int(Codec.RAW),
+        len(pid),
+        raw_len,
+    )
+    buf[start + HEADER_SIZE : payload_start] = pid
+    struct.pack_into("<I", buf, start + _OFF_CRC, _header_crc(buf, start, payload_start))
+    return view[start:]
 
 
 def _assemble(

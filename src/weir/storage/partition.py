@@ -217,6 +217,9 @@ class PartitionLog(PartitionReads):
                 _, first, count = keys.parse_index_key(k)
                 blobs.append(BlobInfo.unpack(first, count, v))
             expected = meta.start_offset
+            if blobs and blobs[0].first_offset < expected < blobs[0].end_offset:
+                # records were deleted up to an offset inside the first blob (a trim)
+                expected = blobs[0].first_offset
             for b in blobs:
                 if b.first_offset != expected:
                     raise CorruptDataError(
@@ -615,7 +618,6 @@ class PartitionLog(PartitionReads):
             lso = self.stable_offset
             protect_from = lso if protect_from is None else min(protect_from, lso)
         now = int(time.time() * 1000) if now_ms is None else now_ms
-        ttl = cfg.producer_ttl_ms
         n = 0
         remaining = self.size_bytes
         for b in self._blobs:
@@ -628,13 +630,7 @@ class PartitionLog(PartitionReads):
             n += 1
             remaining -= b.size
         new_start = self._blobs[n - 1].end_offset if n else self.start_offset
-        # producers whose messages are all gone (or going) and who have been idle past
-        # the ttl: their dedup state can go (a resend that late is a new message)
-        stale = [
-            pid
-            for pid, st in self.producers.items()
-            if st.offset < new_start and ttl is not None and st.last_write_ms < now - ttl
-        ]
+        stale = self._stale_producers(new_start, now)
         if n == 0 and not stale:
             return None
         self._begin()
@@ -650,8 +646,7 @@ class PartitionLog(PartitionReads):
         for b in dropped:
             change.ops.extend(self._delete_blob_ops(b))
             self._let_go_remote(change, b.first_offset, now)
-        if n and self.payloads.within(self.start_offset, new_start):
-            change.ops.extend(self.payloads.drop_ops(self.start_offset, new_start))
+        self._drop_refs_of(change, dropped)
         for pid in stale:
             change.drop_producers.append(pid)
             change.ops.append(delete(keys.PRODUCERS, keys.producer_key(self.log_id, pid)))
@@ -662,6 +657,77 @@ class PartitionLog(PartitionReads):
             change.txn = TxnChange(prune_below=new_start)
         self._read_start = new_start
         return change
+
+    def _drop_refs_of(self, change: PreparedChange, dropped: Sequence[BlobInfo]) -> None:
+        """Delete the payload references of the batches in ``dropped`` (the front blobs;
+        from the first blob's first offset: a trim can leave the start inside it)."""
+        if not dropped:
+            return
+        first, end = dropped[0].first_offset, dropped[-1].end_offset
+        if self.payloads.within(first, end):
+            change.ops.extend(self.payloads.drop_ops(first, end))
+
+    def _stale_producers(self, new_start: int, now: int) -> list[str]:
+        """Producers whose messages are all gone (or going) and who have been idle past the
+        ttl: their dedup state can go (a resend that late is a new message)."""
+        ttl = self.config.producer_ttl_ms
+        if ttl is None:
+            return []
+        return [
+            pid
+            for pid, st in self.producers.items()
+            if st.offset < new_start and st.last_write_ms < now - ttl
+        ]
+
+    def prepare_trim(self, before: int, now_ms: int | None = None) -> PreparedChange | None:
+        """Move the start offset up to ``before`` (Kafka's DeleteRecords: the log start
+        offset, a low watermark): offsets below it are gone for readers at once; blobs
+        wholly below it are deleted in the same change, and a blob it falls inside stays
+        until retention (or a later trim) passes its end. ``before`` is clamped to
+        EndOffset; returns None when the start is already there."""
+        if self.damage is not None:
+            raise CorruptDataError(
+                f"trim refused: {self.damage.message}; the partition needs repair",
+                partition=self.label,
+                offset=self.damage.offset,
+            )
+        new_start = min(before, self.end_offset)
+        if new_start <= self.start_offset:
+            return None
+        self._begin()
+        n = 0
+        while n < len(self._blobs) and self._blobs[n].end_offset <= new_start:
+            n += 1
+        change = PreparedChange(
+            ops=[],
+            nbytes=0,
+            drop_front=n,
+            start_offset=new_start,
+            end_offset=self.end_offset,
+            last_written=self._last_written,
+        )
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        for b in self._blobs[:n]:
+            change.ops.extend(self._delete_blob_ops(b))
+            self._let_go_remote(change, b.first_offset, now)
+        self._drop_refs_of(change, self._blobs[:n])
+        for pid in self._stale_producers(new_start, now):
+            change.drop_producers.append(pid)
+            change.ops.append(delete(keys.PRODUCERS, keys.producer_key(self.log_id, pid)))
+        prune = self.txns.prune_ops(new_start)  # markers below the start: no reader needs them
+        if prune:
+            change.ops.extend(prune)
+            change.txn = TxnChange(prune_below=new_start)
+        change.ops.append(self._meta_op(new_start, self.end_offset))
+        self._read_start = new_start
+        return change
+
+    def trim(self, before: int, now_ms: int | None = None) -> int:
+        """Run one trim synchronously (tests, tools); returns the start offset after it."""
+        change = self.prepare_trim(before, now_ms)
+        if change is not None:
+            self._commit(change)
+        return self.start_offset
 
     # ------------------------------------------------------------------ commit protocol
 
@@ -708,7 +774,11 @@ class PartitionLog(PartitionReads):
         for off, refs in change.payload_add:
             self.payloads.add(off, refs)
         if change.start_offset > self.start_offset:
-            self.payloads.drop_below(change.start_offset)
+            # the references of the blobs gone; a trimmed blob keeps its own (a batch
+            # straddling the start offset is still served, see `_cut_first`)
+            self.payloads.drop_below(
+                min(change.start_offset, blobs[0].first_offset) if blobs else change.start_offset
+            )
         for first in change.remote_drop:
             gone = self.remote.pop(first, None)
             if gone is not None:

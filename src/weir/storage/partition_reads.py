@@ -5,8 +5,10 @@ served; what transactions hide from a reader (`weir.storage.txn_state`); time lo
 from __future__ import annotations
 
 import bisect
+import dataclasses
 
 from weir.errors import CorruptDataError
+from weir.storage.batch import parse_header, reencode_from, stamp_header
 from weir.storage.blob import BlobInfo
 from weir.storage.blob_reads import fetch_blob, index_blob, slice_blob, time_in_blob
 from weir.storage.change import ReadResult
@@ -130,10 +132,30 @@ class PartitionReads(TieredLog):
             raise CorruptDataError(
                 "no stored batch holds this offset", partition=self.label, offset=start
             )
-        result.first_offset = first
         if self.payloads.by_offset:
             result.refs = self.payloads.within(first, result.next_offset)
+        if first < self._read_start:
+            first = self._cut_first(result)
+        result.first_offset = first
         return result
+
+    def _cut_first(self, result: ReadResult) -> int:
+        """The first batch returned straddles the start offset (records were deleted up to
+        an offset inside it, see `prepare_trim`): serve it without the deleted records, so
+        no reader ever sees them. Re-encoded on each such read: a cold path."""
+        chunk = result.chunks[0]
+        h = parse_header(chunk)
+        skip = self._read_start - h.base_offset
+        body = reencode_from(memoryview(chunk)[: h.length], h, skip)
+        bh = parse_header(body)
+        batch = stamp_header(body, bh, self._read_start, h.written_at) + body[bh.payload_start :]
+        rest = memoryview(chunk)[h.length :]
+        result.chunks[:1] = [batch, rest] if len(rest) else [batch]
+        refs = result.refs.pop(h.base_offset, ())
+        moved = tuple(dataclasses.replace(r, index=r.index - skip) for r in refs if r.index >= skip)
+        if moved:  # the batch's large payloads, renumbered as the records they belong to
+            result.refs[self._read_start] = moved
+        return self._read_start
 
     def _cache_key(self, b: BlobInfo) -> tuple[int, int, int]:
         return (self._cache_owner, b.first_offset, b.count)

@@ -195,23 +195,29 @@ class AdminHandlers:
         return {"results": out}
 
     async def handle_delete_records(self, header: RequestHeader, body: Message) -> Message:
-        """Not served: weir removes data by retention only (whole blobs, from the front)."""
-        return {
-            "topics": [
-                {
-                    "name": t["name"],
-                    "partitions": [
-                        {
-                            "partition_index": p["partition_index"],
-                            "low_watermark": -1,
-                            "error_code": ErrorCode.POLICY_VIOLATION,
-                        }
-                        for p in t["partitions"]
-                    ],
+        """Move each partition's start offset (low watermark) up to the offset asked
+        (-1: the high watermark), through the broker's delete_records. Needs the admin
+        permission on the topic (Kafka's DELETE)."""
+        out = []
+        for t in body["topics"]:
+            parts = []
+            for p in t["partitions"]:
+                entry: Message = {
+                    "partition_index": p["partition_index"],
+                    "low_watermark": -1,
+                    "error_code": 0,
                 }
-                for t in body["topics"]
-            ]
-        }
+                try:
+                    topic = weir_topic(t["name"])
+                    self.conn.allow(Permission.ADMIN, topic, "delete records of")
+                    entry["low_watermark"] = await self.broker.delete_records(
+                        topic, p["partition_index"], p["offset"]
+                    )
+                except (WeirError, KafkaError) as exc:
+                    entry["error_code"] = error_code(exc)
+                parts.append(entry)
+            out.append({"name": t["name"], "partitions": parts})
+        return {"topics": out}
 
     # ------------------------------------------------------------------ configs
 

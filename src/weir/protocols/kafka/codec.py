@@ -75,6 +75,14 @@ class Reader:
         self.pos += n
         return out
 
+    def view(self, n: int) -> memoryview:
+        """The next ``n`` bytes as a view of the message's buffer (no copy)."""
+        if n < 0 or self.pos + n > self.end:
+            raise KafkaCodecError(f"{n} bytes wanted at {self.pos}, message has {self.end}")
+        out = memoryview(self.buf)[self.pos : self.pos + n]
+        self.pos += n
+        return out
+
     def fixed(self, s: struct.Struct) -> Any:
         if self.pos + s.size > self.end:
             raise KafkaCodecError(f"message ends at {self.end}, a field runs past it")
@@ -240,14 +248,17 @@ def _scalar_decoder(kind: str, flexible: bool, nullable: bool) -> Decoder:
 
         return read_string
     if kind in ("bytes", "records"):
+        # records (a produce request's record batches, up to megabytes) are a view of
+        # the request's buffer, not a copy
+        take = Reader.view if kind == "records" else Reader.take
 
-        def read_bytes(r: Reader) -> bytes | None:
+        def read_bytes(r: Reader) -> bytes | memoryview | None:
             n = r.length(flexible, True)
             if n < 0:
                 if nullable:
                     return None
                 raise KafkaCodecError("null bytes in a non-nullable field")
-            return r.take(n)
+            return take(r, n)
 
         return read_bytes
     raise KeyError(kind)  # pragma: no cover - schemas are checked at import
@@ -340,12 +351,17 @@ def _scalar_encoder(kind: str, flexible: bool, nullable: bool, name: str) -> Enc
 
         return write_uuid
     wide = kind != "string"
+    pieces = kind == "records"  # records may be given as a list of batches: not joined here
 
     def write_var(v: Any, out: list[bytes]) -> None:
         if v is None:
             if not nullable:
                 raise KafkaCodecError(f"{name} may not be null in this version")
             out.append(b"\x00" if flexible else (_I32 if wide else _I16).pack(-1))
+            return
+        if pieces and isinstance(v, list):
+            out.append(_len_prefix(sum(map(len, v)), flexible, wide))
+            out.extend(v)
             return
         b = v.encode() if isinstance(v, str) else v
         out.append(_len_prefix(len(b), flexible, wide))

@@ -1,10 +1,11 @@
 """One Kafka client connection: framing, ordered answers, authentication state, dispatch.
 
-Requests are read as they come and each is handled in its own task, started in
+Requests are received straight into buffers of their own (`framing.FrameReader`
+behind an asyncio BufferedProtocol) and each is handled in its own task, started in
 arrival order (so a Produce is queued for storage in the order it arrived, before
 the next request starts), while answers go out strictly in request order, as Kafka
-clients expect. At most ``MAX_IN_FLIGHT`` requests of a connection are handled at
-once; past that the connection stops reading (backpressure).
+clients expect. Past ``MAX_IN_FLIGHT`` requests in hand the connection stops reading
+(backpressure) until answers go out.
 
 Before a client authenticates (when the server asks for credentials), only
 ApiVersions, SaslHandshake and SaslAuthenticate are served; anything else closes
@@ -16,9 +17,7 @@ versions served (the client retries with one of them).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import struct
 from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -37,6 +36,7 @@ from weir.protocols.kafka.codec import (
 )
 from weir.protocols.kafka.errors import ErrorCode, error_code
 from weir.protocols.kafka.fetch import FetchHandlers
+from weir.protocols.kafka.framing import FrameReader, FrameSizeError
 from weir.protocols.kafka.group_api import GroupHandlers
 from weir.protocols.kafka.produce import ProduceHandlers
 from weir.protocols.kafka.sasl import SaslExchange
@@ -48,7 +48,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("weir.kafka")
 
 MAX_IN_FLIGHT = 32
-_SIZE = struct.Struct(">i")
 UNAUTHENTICATED_APIS = frozenset(
     {m.API_VERSIONS.key, m.SASL_HANDSHAKE.key, m.SASL_AUTHENTICATE.key}
 )
@@ -56,34 +55,31 @@ UNAUTHENTICATED_APIS = frozenset(
 Handler = Callable[[RequestHeader, Message], Awaitable[Message | None]]
 
 
-class KafkaConnection:
-    """Serves one client connection until it closes; see the module docstring."""
+class KafkaConnection(asyncio.BufferedProtocol):
+    """Serves one client connection until it closes; see the module docstring.
 
-    def __init__(
-        self,
-        front: KafkaFront,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-    ) -> None:
+    An asyncio ``BufferedProtocol``: requests are received straight into their own
+    buffers (`weir.protocols.kafka.framing`) and dispatched as they complete; a task
+    writes the answers in request order.
+    """
+
+    def __init__(self, front: KafkaFront) -> None:
         self.front = front
         self.broker = front.broker
         self.security = front.security
-        self.reader = reader
-        self.writer = writer
-        peer = writer.get_extra_info("peername")
-        self.peer_host = str(peer[0]) if isinstance(peer, tuple) and peer else ""
+        self.transport: asyncio.Transport | None = None
+        self.peer_host = ""
         self.principal: Principal | None = None
-        cert_principal = front.certificate_principal(writer)
-        if cert_principal is not None:
-            self.principal = cert_principal
-        elif self.security.allow_anonymous:
-            self.principal = ANONYMOUS
         self.sasl: SaslExchange | None = None
+        self._frames = FrameReader(front.config.max_request_bytes, self._dispatch)
         self._answers: deque[tuple[Api, RequestHeader, asyncio.Task[Message | None]]] = deque()
         self._more = asyncio.Event()
-        self._room = asyncio.Event()
-        self._room.set()
+        self._writable = asyncio.Event()
+        self._writable.set()
+        self._reading_paused = False
         self._closing = False
+        self.closed = asyncio.get_running_loop().create_future()
+        self._sender: asyncio.Task[None] | None = None
         produce = ProduceHandlers(self)
         fetch = FetchHandlers(self)
         groups = GroupHandlers(self)
@@ -118,40 +114,67 @@ class KafkaConnection:
             m.DESCRIBE_CLUSTER.key: admin.handle_describe_cluster,
         }
 
-    # ------------------------------------------------------------------ I/O
+    # ------------------------------------------------------------------ asyncio protocol
 
-    async def run(self) -> None:
-        sender = asyncio.get_running_loop().create_task(self._send_loop())
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        peer = transport.get_extra_info("peername")
+        self.peer_host = str(peer[0]) if isinstance(peer, tuple) and peer else ""
+        cert_principal = self.front.certificate_principal(transport)
+        if cert_principal is not None:
+            self.principal = cert_principal
+        elif self.security.allow_anonymous:
+            self.principal = ANONYMOUS
+        self.front.connection_opened(self)
+        self._sender = asyncio.get_running_loop().create_task(self._send_loop())
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._frames.get_buffer(sizehint)
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self._closing:
+            return
         try:
-            await self._read_loop()
-        except (asyncio.IncompleteReadError, ConnectionError, OSError):
-            pass
-        except _Close as why:
+            self._frames.buffer_updated(nbytes)
+        except (_Close, FrameSizeError) as why:
             log.info("closing Kafka connection", extra={"peer": self.peer_host, "reason": str(why)})
-        finally:
-            self._closing = True
-            self._more.set()
-            with contextlib.suppress(BaseException):
-                await asyncio.wait_for(sender, 30)
-            for _, _, task in self._answers:
-                task.cancel()
-            self.writer.close()
-            with contextlib.suppress(Exception):
-                await self.writer.wait_closed()
+            self.close()
+            return
+        if len(self._answers) >= MAX_IN_FLIGHT and not self._reading_paused:
+            self._reading_paused = True  # backpressure: resumed as answers go out
+            assert self.transport is not None
+            self.transport.pause_reading()
 
-    async def _read_loop(self) -> None:
-        limit = self.front.config.max_request_bytes
-        while not self.front.stopping:
-            size = _SIZE.unpack(await self.reader.readexactly(4))[0]
-            if size < 0 or size > limit:
-                raise _Close(f"request of {size} bytes (limit {limit})")
-            frame = await self.reader.readexactly(size)
-            self._dispatch(frame)
-            while len(self._answers) >= MAX_IN_FLIGHT:
-                self._room.clear()
-                await self._room.wait()
+    def eof_received(self) -> bool | None:
+        return None  # close the transport
 
-    def _dispatch(self, frame: bytes) -> None:
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closing = True
+        self._more.set()
+        self._writable.set()
+        for _, _, task in self._answers:
+            task.cancel()
+        self.front.connection_closed(self)
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+    def pause_writing(self) -> None:
+        self._writable.clear()
+
+    def resume_writing(self) -> None:
+        self._writable.set()
+
+    def close(self) -> None:
+        """Stop serving: in-flight requests are cancelled, the transport closes."""
+        self._closing = True
+        self._more.set()
+        if self.transport is not None:
+            self.transport.close()
+
+    # ------------------------------------------------------------------ requests, answers
+
+    def _dispatch(self, frame: memoryview) -> None:
         try:
             header, api, body = decode_request(m.BY_KEY, frame)
         except UnsupportedVersionError as exc:
@@ -161,7 +184,7 @@ class KafkaConnection:
             self._queue(m.API_VERSIONS, header, self._unsupported_api_versions())
             return
         except KafkaCodecError as exc:
-            log.debug("undecodable Kafka request", extra={"frame": frame[:256].hex()})
+            log.debug("undecodable Kafka request", extra={"frame": bytes(frame[:256]).hex()})
             raise _Close(f"undecodable request: {exc}") from None
         if self.principal is None and api.key not in UNAUTHENTICATED_APIS:
             raise _Close(f"{api.name} before authentication")
@@ -173,31 +196,43 @@ class KafkaConnection:
         self._more.set()
 
     async def _send_loop(self) -> None:
-        while True:
-            if not self._answers:
-                if self._closing:
+        transport = self.transport
+        assert transport is not None
+        try:
+            while True:
+                if not self._answers:
+                    if self._closing:
+                        return
+                    self._more.clear()
+                    await self._more.wait()
+                    continue
+                api, header, task = self._answers[0]
+                try:
+                    body = await task
+                except (_Close, asyncio.CancelledError):
                     return
-                self._more.clear()
-                await self._more.wait()
-                continue
-            api, header, task = self._answers[0]
-            try:
-                body = await task
-            except _Close:
-                self.writer.close()
-                return
-            except Exception:
-                log.exception("Kafka request failed", extra={"api": api.name})
-                self.writer.close()
-                return
-            finally:
-                self._answers.popleft()
-                self._room.set()
-            if body is None:  # acks=0 produce: no answer
-                continue
-            self.writer.write(encode_response(api, header.api_version, header.correlation_id, body))
-            if self.writer.transport.get_write_buffer_size() > (1 << 20) or not self._answers:
-                await self.writer.drain()
+                except Exception:
+                    log.exception("Kafka request failed", extra={"api": api.name})
+                    return
+                finally:
+                    if self._answers and self._answers[0][2] is task:
+                        self._answers.popleft()
+                    if self._reading_paused and len(self._answers) < MAX_IN_FLIGHT:
+                        self._reading_paused = False
+                        if not self._closing:
+                            transport.resume_reading()
+                if self._closing and transport.is_closing():
+                    return
+                if body is not None:  # None: an acks=0 produce gets no answer
+                    transport.write(
+                        encode_response(api, header.api_version, header.correlation_id, body)
+                    )
+                if not self._writable.is_set():
+                    await self._writable.wait()
+                if self._closing and not self._answers:
+                    return  # answered what was asked before a close (a failed SASL login)
+        finally:
+            transport.close()
 
     # ------------------------------------------------------------------ helpers for handlers
 

@@ -11,10 +11,12 @@ from weir.errors import (
     CommitFailedError,
     MessageTooLargeError,
     NotEmptyError,
+    OffsetOutOfRangeError,
     OverloadedError,
     PartitionOverflowError,
     PermissionDeniedError,
     StorageFullError,
+    TierUnavailableError,
     UnauthorizedError,
     UnavailableError,
     UnknownConsumerError,
@@ -107,6 +109,8 @@ def error_code(exc: BaseException, *, group: bool = False) -> ErrorCode:
         return ErrorCode.TOPIC_ALREADY_EXISTS
     if isinstance(exc, MessageTooLargeError):
         return ErrorCode.MESSAGE_TOO_LARGE
+    if isinstance(exc, OffsetOutOfRangeError):
+        return ErrorCode.OFFSET_OUT_OF_RANGE
     if isinstance(exc, BatchFormatError):
         return ErrorCode.CORRUPT_MESSAGE
     if isinstance(exc, NotEmptyError):
@@ -114,7 +118,7 @@ def error_code(exc: BaseException, *, group: bool = False) -> ErrorCode:
     if isinstance(exc, OverloadedError | PartitionOverflowError):
         # retryable on every client; Kafka's own answer to a full log is a storage error
         return ErrorCode.NOT_ENOUGH_REPLICAS
-    if isinstance(exc, StorageFullError | CommitFailedError):
+    if isinstance(exc, StorageFullError | CommitFailedError | TierUnavailableError):
         return ErrorCode.KAFKA_STORAGE_ERROR
     if isinstance(exc, WeirTimeoutError):
         return ErrorCode.REQUEST_TIMED_OUT

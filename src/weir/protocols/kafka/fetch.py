@@ -42,7 +42,7 @@ class _Read:
     max_bytes: int
     actor: PartitionActor | None = None
     error: ErrorCode = ErrorCode.NONE
-    records: list[bytes] = field(default_factory=list)
+    records: list[bytearray] = field(default_factory=list)
 
     @property
     def nbytes(self) -> int:
@@ -89,7 +89,7 @@ class FetchHandlers:
                     "last_stable_offset": hw,
                     "log_start_offset": a.start_offset if a is not None else -1,
                     "aborted_transactions": [],
-                    "records": b"".join(r.records),
+                    "records": r.records,  # the batches, joined once with the answer
                 }
             )
         return {
@@ -120,7 +120,11 @@ class FetchHandlers:
             budget = min(r.max_bytes, max_bytes - total)
             if budget <= 0 and total > 0:
                 break
-            res = await a.read_async(r.offset, max(1, budget))
+            try:
+                res = await a.read_async(r.offset, max(1, budget))
+            except WeirError as exc:  # e.g. the tier's object store is unreachable
+                r.error = error_code(exc)
+                continue
             if not res.chunks:
                 continue
             self.broker.observer.on_read(a.topic, a.partition, res.nbytes)

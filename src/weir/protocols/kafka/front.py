@@ -12,6 +12,7 @@ import hashlib
 import logging
 import ssl
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from weir.broker.broker import Broker
 from weir.protocols.kafka.groups import Coordinator
@@ -20,6 +21,9 @@ from weir.protocols.kafka.sasl import MECHANISMS
 from weir.security import Security
 from weir.security.principal import Principal
 from weir.security.tls import ServerTls
+
+if TYPE_CHECKING:
+    from weir.protocols.kafka.connection import KafkaConnection
 
 log = logging.getLogger("weir.kafka")
 
@@ -59,7 +63,7 @@ class KafkaFront:
         self.host = ""
         self.port = 0
         self._server: asyncio.Server | None = None
-        self._connections: set[asyncio.Task[None]] = set()
+        self._connections: set[KafkaConnection] = set()
         digest = hashlib.sha256(str(broker.config.data_dir.resolve()).encode()).hexdigest()
         self.cluster_id = f"weir-{digest[:16]}"
 
@@ -77,9 +81,9 @@ class KafkaFront:
     def sasl_mechanisms(self) -> list[str]:
         return list(MECHANISMS)
 
-    def certificate_principal(self, writer: asyncio.StreamWriter) -> Principal | None:
+    def certificate_principal(self, transport: asyncio.BaseTransport) -> Principal | None:
         """The principal of a verified client certificate (mTLS), else None."""
-        obj = writer.get_extra_info("ssl_object")
+        obj = transport.get_extra_info("ssl_object")
         if obj is None:
             return None
         cert = obj.getpeercert()
@@ -95,38 +99,35 @@ class KafkaFront:
         return None if self.tls is None else self.tls.ssl_context()
 
     async def start(self, host: str, port: int) -> None:
+        from weir.protocols.kafka.connection import KafkaConnection
+
         self.coordinator.start()
-        self._server = await asyncio.start_server(
-            self._serve, host, port, ssl=self._ssl_context(), reuse_address=True, limit=1 << 20
+        self._server = await asyncio.get_running_loop().create_server(
+            lambda: KafkaConnection(self),
+            host,
+            port,
+            ssl=self._ssl_context(),
+            reuse_address=True,
         )
         sock = self._server.sockets[0].getsockname()
         self.host, self.port = host, int(sock[1])
         log.info("kafka listener started", extra={"endpoint": f"{host}:{self.port}"})
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        from weir.protocols.kafka.connection import KafkaConnection
+    def connection_opened(self, conn: KafkaConnection) -> None:
+        self._connections.add(conn)
 
-        task = asyncio.current_task()
-        assert task is not None
-        self._connections.add(task)
-        try:
-            await KafkaConnection(self, reader, writer).run()
-        except asyncio.CancelledError:
-            # stop() ends the connection; ending quietly keeps asyncio's stream callback
-            # (which reads the task's exception) from logging the cancellation as an error
-            return
-        finally:
-            self._connections.discard(task)
+    def connection_closed(self, conn: KafkaConnection) -> None:
+        self._connections.discard(conn)
 
     async def stop(self) -> None:
         self.stopping = True
         if self._server is not None:
             self._server.close()
-        for task in list(self._connections):
-            task.cancel()
-        for task in list(self._connections):
-            with contextlib.suppress(BaseException):
-                await task
+        conns = list(self._connections)
+        for conn in conns:
+            conn.close()
+        if conns:
+            await asyncio.wait([c.closed for c in conns], timeout=5)
         if self._server is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 5)

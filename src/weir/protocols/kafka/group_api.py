@@ -207,10 +207,6 @@ class GroupHandlers:
             if offset < 0:
                 return ErrorCode.NONE  # Kafka ignores "no offset" commits
             await self.broker.commit_offset(topic, partition, group, offset, allow_backwards=True)
-        except BadRequestError as exc:
-            if "end offset" in exc.message:
-                return ErrorCode.OFFSET_OUT_OF_RANGE
-            return error_code(exc)
         except (WeirError, KafkaError) as exc:
             return error_code(exc)
         return ErrorCode.NONE
@@ -223,11 +219,13 @@ class GroupHandlers:
             _check_group(group)
         except KafkaError as exc:
             return [], exc.code
-        if topics is None:  # every topic the group has offsets on
+        if topics is None:  # every partition the group has an offset on
             topics = [
-                {"name": kafka_name(cfg.name), "partition_indexes": list(range(cfg.partitions))}
+                {"name": kafka_name(cfg.name), "partition_indexes": committed}
                 for cfg in self.broker.list_topics()
                 if group in cfg.consumers
+                and self.conn.security.can_see(self.conn.require_principal(), cfg.name)
+                and (committed := self.broker.committed_partitions(cfg.name, group))
             ]
         out = []
         for t in topics:
@@ -329,42 +327,67 @@ class GroupHandlers:
         for gid in body["groups_names"]:
             try:
                 self.coordinator.delete(gid)  # NON_EMPTY_GROUP while it has members
-                await self._drop_group(gid, None)
+                await self._drop_group(gid)
                 code = ErrorCode.NONE
             except (KafkaError, WeirError) as exc:
                 code = error_code(exc, group=True)
             results.append({"group_id": gid, "error_code": code})
         return {"results": results}
 
-    async def _drop_group(self, group: str, topics: set[str] | None) -> None:
+    async def _drop_group(self, group: str) -> None:
         found = False
         for cfg in self.broker.list_topics():
-            if group in cfg.consumers and (topics is None or cfg.name in topics):
+            if group in cfg.consumers:
                 self.conn.allow(Permission.CONSUME, cfg.name, "delete the offsets of")
                 await self.broker.alter_topic(cfg.name, drop_consumers=[group])
                 found = True
-        if not found and topics is None and group not in self.coordinator.groups:
+        if not found and group not in self.coordinator.groups:
             raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND)
 
     async def handle_offset_delete(self, header: RequestHeader, body: Message) -> Message:
-        """Offsets go per topic (weir keeps a consumer's offsets together)."""
+        """Kafka's rules: an empty group's offsets go; a group with members keeps those of
+        the topics its members subscribe to (GROUP_SUBSCRIBED_TO_TOPIC) and loses the
+        others, unless it is not a consumer-protocol group (NON_EMPTY_GROUP)."""
         group = body["group_id"]
-        if self.coordinator.is_active(group):
-            return {"error_code": ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC, "topics": []}
+        try:
+            self.conn.require_principal()
+            _check_group(group)
+            subscribed = self._subscribed(group)
+            if subscribed is None and group not in self._known_groups():
+                raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND, f"group {group!r} is not known")
+        except KafkaError as exc:
+            return {"error_code": exc.code, "topics": []}
         out = []
         for t in body["topics"]:
-            try:
-                await self._drop_group(group, {weir_topic(t["name"])})
-                code = ErrorCode.NONE
-            except (KafkaError, WeirError) as exc:
-                code = error_code(exc)
-            out.append(
-                {
-                    "name": t["name"],
-                    "partitions": [
-                        {"partition_index": p["partition_index"], "error_code": code}
-                        for p in t["partitions"]
-                    ],
-                }
-            )
+            parts = []
+            for p in t["partitions"]:
+                idx = p["partition_index"]
+                try:
+                    topic = weir_topic(t["name"])
+                    self.conn.allow(Permission.CONSUME, topic, "delete the offsets of")
+                    self.broker.actor(topic, idx)
+                    if subscribed is not None and t["name"] in subscribed:
+                        raise KafkaError(ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC)
+                    await self.broker.delete_offset(topic, idx, group)
+                    code = ErrorCode.NONE
+                except (KafkaError, WeirError) as exc:
+                    code = error_code(exc)
+                parts.append({"partition_index": idx, "error_code": code})
+            out.append({"name": t["name"], "partitions": parts})
         return {"error_code": 0, "topics": out}
+
+    def _subscribed(self, group: str) -> set[str] | None:
+        """The topics the group's members subscribe to (None: it has no members); raises
+        NON_EMPTY_GROUP for a group with members that is not a consumer-protocol group
+        (its subscriptions cannot be read)."""
+        g = self.coordinator.groups.get(group)
+        if g is None or not g.members:
+            return None
+        if g.protocol_type != "consumer":
+            raise KafkaError(ErrorCode.NON_EMPTY_GROUP, f"group {group!r} has members")
+        return {
+            topic
+            for m in g.members.values()
+            for _, meta in m.protocols
+            for topic in subscribed_topics(m.protocol_type, meta)
+        }

@@ -381,10 +381,6 @@ class Coordinator:
             raise KafkaError(ErrorCode.NON_EMPTY_GROUP, f"group {group_id!r} has members")
         self.groups.pop(group_id, None)
 
-    def is_active(self, group_id: str) -> bool:
-        g = self.groups.get(group_id)
-        return g is not None and bool(g.members)
-
     # ------------------------------------------------------------------ internals
 
     def _member_group(self, group_id: str, member_id: str, generation: int) -> Group:

@@ -16,15 +16,32 @@ weir has no null key and no null data, so:
   into a null value and hides; the native and YDB fronts see empty data and that header;
 * header values are bytes in Kafka and str in weir: they cross as utf-8 with
   surrogate escapes (any bytes round-trip); a null header value reads back empty;
-  a record's headers are a map in weir, so a repeated key keeps its last value.
+  a record's headers are stored as sent: Kafka readers get a repeated key repeated,
+  the other fronts see a map (a repeated key keeps its last value).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from weir.protocols.kafka.records import NONE, NULL_VALUE_HEADER, Header, KafkaBatch, build_batch
-from weir.storage.batch import decode_payload, encode_columns, iter_batches
+from weir.protocols.kafka.compiled import build_records
+from weir.protocols.kafka.records import (
+    NULL_KEY,
+    NULL_VALUE_HEADER,
+    PAYLOAD_ROOM,
+    KafkaBatch,
+    frame_into,
+)
+from weir.storage.batch import (
+    HEADER_SIZE,
+    BatchHeader,
+    decode_payload,
+    encode_batch,
+    encode_payload,
+    header_into,
+    iter_batches,
+    parse_header,
+)
 from weir.storage.codecs import Codec, decompress_message, is_opaque
 
 __all__ = ["NULL_VALUE_HEADER", "to_kafka", "to_weir"]
@@ -35,57 +52,65 @@ __all__ = ["NULL_VALUE_HEADER", "to_kafka", "to_weir"]
 _STORE_CODEC = {0: Codec.RAW, 1: Codec.GZIP, 2: Codec.LZ4, 3: Codec.LZ4, 4: Codec.ZSTD}
 
 
-def to_weir(batch: KafkaBatch, producer_id: str = "", first_seq: int = 0) -> bytes:
+def to_weir(batch: KafkaBatch, producer_id: str = "", first_seq: int = 0) -> bytes | memoryview:
     """One weir batch holding the records of ``batch`` (seq_nos first_seq.. when a
-    producer id is given, for dedup)."""
-    c = batch.columns
-    return encode_columns(
+    producer id is given, for dedup). Uncompressed, it is written around the payload
+    the parser laid out (a view of it: the records are not copied again); a batch
+    the producer compressed is stored compressed with weir's nearest codec."""
+    codec = _STORE_CODEC.get(batch.compression, Codec.RAW)
+    if codec == Codec.RAW and len(producer_id.encode()) <= PAYLOAD_ROOM - HEADER_SIZE:
+        return header_into(
+            batch.payload,
+            PAYLOAD_ROOM,
+            batch.count,
+            flags=batch.flags,
+            created_base=batch.created_base,
+            producer_id=producer_id,
+            first_seq_no=first_seq,
+        )
+    return encode_payload(
+        memoryview(batch.payload)[PAYLOAD_ROOM:],
         batch.count,
-        created_base=c.created_base,
-        created=c.created,
-        created64=c.created64,
-        key_lens=c.key_lens,
-        data_lens=c.data_lens,
-        header_lens=c.header_lens,
-        keys=c.keys,
-        data=c.data,
-        headers=c.headers,
+        flags=batch.flags,
+        created_base=batch.created_base,
         producer_id=producer_id,
         first_seq_no=first_seq,
-        codec=_STORE_CODEC.get(batch.compression, Codec.RAW),
+        codec=codec,
     )
 
 
-def to_kafka(chunks: Sequence[bytes | memoryview], compression: int = NONE) -> list[bytes]:
-    """Kafka record batches for stored weir batches (one for one, same offsets)."""
+def to_kafka(chunks: Sequence[bytes | memoryview]) -> list[bytearray]:
+    """Kafka record batches (uncompressed) for stored weir batches, one for one, same
+    offsets. The records are built by `_records.build_records` from the weir payload."""
     out = []
     for chunk in chunks:
         for pos, h in iter_batches(chunk, verify=False):
-            p = decode_payload(chunk, pos, h)
-            c = p.columns()
-            values: list[bytes | None] = list(c.data)
+            flags = h.flags
+            raw: bytes | memoryview
             if h.data_codec != Codec.RAW and not is_opaque(h.data_codec):
-                # each message compressed on its own (the YDB front): Kafka readers get it plain
-                values = [decompress_message(h.data_codec, d) for d in c.data]
-            headers: list[list[Header]] | None = None
-            if p.header_lens is not None:
-                headers = []
-                for i, hd in enumerate(c.headers):
-                    if NULL_VALUE_HEADER in hd and not values[i]:
-                        values[i] = None
-                    headers.append(
-                        [
-                            (k, v.encode("utf-8", "surrogateescape"))
-                            for k, v in hd.items()
-                            if k != NULL_VALUE_HEADER
-                        ]
-                    )
-            keys: list[bytes | None] = (
-                [k or None for k in c.keys] if p.key_lens is not None else [None] * len(values)
+                raw, flags = _plain_payload(chunk, pos, h)
+            elif h.codec == Codec.RAW:
+                raw = memoryview(chunk)[pos + h.payload_start : pos + h.length]
+            else:
+                raw = decode_payload(chunk, pos, h).raw
+            batch, base_ts, max_ts = build_records(
+                raw, flags, h.record_count, h.created_base, NULL_KEY
             )
-            out.append(
-                build_batch(
-                    h.base_offset, c.created_at, keys, values, headers, compression=compression
-                )
-            )
+            frame_into(batch, h.base_offset, h.record_count, base_ts, max_ts)
+            out.append(batch)
     return out
+
+
+def _plain_payload(chunk: bytes | memoryview, pos: int, h: BatchHeader) -> tuple[bytes, int]:
+    """The payload of a batch whose messages were compressed one by one (the YDB front),
+    with each message decompressed for Kafka readers (the cold path)."""
+    c = decode_payload(chunk, pos, h).columns()
+    plain = encode_batch(
+        [decompress_message(h.data_codec, d) for d in c.data],
+        seq_nos=c.seq_nos,
+        created_at=c.created_at,
+        keys=c.keys,
+        headers=c.headers,
+    )
+    ph = parse_header(plain)
+    return plain[ph.payload_start :], ph.flags

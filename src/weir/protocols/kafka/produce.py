@@ -128,7 +128,7 @@ class ProduceHandlers:
                 )
             if b.count == 0:
                 raise KafkaError(ErrorCode.INVALID_RECORD, "a record batch without records")
-            if b.columns.max_record > msg_limit:
+            if b.max_record > msg_limit:
                 raise KafkaError(
                     ErrorCode.MESSAGE_TOO_LARGE,
                     f"a record is over the limit of {msg_limit} bytes",

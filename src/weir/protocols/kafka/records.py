@@ -18,14 +18,14 @@ import struct
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any
 
 import cramjam
 import crc32c as _crc32c
 import lz4.frame
 import zstandard
 
-from weir.protocols.kafka._records import parse_records
+from weir.protocols.kafka.compiled import parse_records
 
 MAGIC = 2
 HEADER = struct.Struct(">qiibIhiqqqhii")
@@ -53,33 +53,24 @@ Header = tuple[str, bytes | None]
 # weir data cannot be null: a null Kafka value is stored empty with this header set to
 # "true", the mark the Pulsar front uses too, so tombstones cross between the two
 NULL_VALUE_HEADER = "pulsar.null_value"
-_NULL_KEY = NULL_VALUE_HEADER.encode()
+NULL_KEY = NULL_VALUE_HEADER.encode()
 
 
 class RecordsError(ValueError):
     """The bytes are not a valid record batch (Kafka: CORRUPT_MESSAGE / INVALID_RECORD)."""
 
 
-class Columns(NamedTuple):
-    """A batch's records as weir batch payload columns (what `_records.parse_records`
-    returns; see weir.storage.batch for the layout)."""
-
-    created_base: int
-    created: bytes | None  # int32 (or int64: created64) deltas; None: all created_base
-    created64: bool
-    key_lens: bytes | None  # u32 each; None: no record has a key
-    data_lens: bytes
-    header_lens: bytes | None  # None: no record has headers
-    keys: bytes
-    data: bytes
-    headers: bytes  # weir's header encoding; a null value adds NULL_VALUE_HEADER
-    max_record: int  # the largest key + value of one record
-    last_offset_delta: int
+# Bytes parse_batch leaves free before a batch's weir payload, for the weir batch
+# header (72 bytes) and a producer id ("kafka-" and up to 19 digits): the header is
+# written in place (`weir.storage.batch.header_into`), so records are copied once.
+PAYLOAD_ROOM = 72 + 64
 
 
 @dataclass(slots=True)
 class KafkaBatch:
-    """One parsed record batch: its header, and its records as weir columns."""
+    """One parsed record batch: its header, and its records as a weir batch payload
+    (``payload[PAYLOAD_ROOM:]``, with ``flags`` and ``created_base``: see
+    weir.storage.batch for the layout)."""
 
     base_offset: int
     attributes: int
@@ -90,7 +81,10 @@ class KafkaBatch:
     producer_epoch: int
     base_sequence: int
     count: int
-    columns: Columns
+    payload: bytearray
+    flags: int
+    created_base: int
+    max_record: int  # the largest key + value of one record
     size: int  # bytes of the batch in the message set
 
     @property
@@ -105,45 +99,37 @@ class KafkaBatch:
     def control(self) -> bool:
         return bool(self.attributes & ATTR_CONTROL)
 
-    # the records one by one (tests and tools; the produce path uses the columns as they are)
+    # the records one by one (tests and tools; the produce path uses the payload as it is)
 
-    def _lens(self, raw: bytes | None) -> list[int]:
-        return [0] * self.count if raw is None else list(struct.unpack(f"<{self.count}I", raw))
+    def _records(self) -> list[Any]:
+        from weir.storage.batch import decode_records, header_into
 
-    def _split(self, blob: bytes, lens: list[int]) -> list[bytes]:
-        out, pos = [], 0
-        for n in lens:
-            out.append(blob[pos : pos + n])
-            pos += n
-        return out
+        batch = header_into(
+            bytearray(self.payload),
+            PAYLOAD_ROOM,
+            self.count,
+            flags=self.flags,
+            created_base=self.created_base,
+        )
+        return decode_records(bytes(batch))
 
     @property
     def timestamps(self) -> list[int]:
-        c = self.columns
-        if c.created is None:
-            return [c.created_base] * self.count
-        fmt = f"<{self.count}{'q' if c.created64 else 'i'}"
-        return [c.created_base + d for d in struct.unpack(fmt, c.created)]
+        return [r.created_at for r in self._records()]
 
     @property
     def keys(self) -> list[bytes | None]:
-        return [
-            k or None for k in self._split(self.columns.keys, self._lens(self.columns.key_lens))
-        ]
+        return [r.key or None for r in self._records()]
 
     @property
     def headers(self) -> list[dict[str, str]]:
-        from weir.storage.batch import decode_headers
-
-        blobs = self._split(self.columns.headers, self._lens(self.columns.header_lens))
-        return [decode_headers(b) for b in blobs]
+        return [r.headers for r in self._records()]
 
     @property
     def values(self) -> list[bytes | None]:
-        data = self._split(self.columns.data, self._lens(self.columns.data_lens))
         return [
-            None if NULL_VALUE_HEADER in h and not d else d
-            for d, h in zip(data, self.headers, strict=True)
+            None if NULL_VALUE_HEADER in r.headers and not r.data else r.data
+            for r in self._records()
         ]
 
 
@@ -209,7 +195,7 @@ def compress(codec: int, data: bytes) -> bytes:
 
 def parse_batches(buf: bytes | memoryview, max_bytes: int = 1 << 30) -> list[KafkaBatch]:
     """Every batch of a produce request's records field; each fully checked."""
-    data = bytes(buf)
+    data = memoryview(buf)
     out = []
     pos = 0
     n = len(data)
@@ -222,7 +208,7 @@ def parse_batches(buf: bytes | memoryview, max_bytes: int = 1 << 30) -> list[Kaf
     return out
 
 
-def parse_batch(data: bytes, pos: int = 0, max_bytes: int = 1 << 30) -> KafkaBatch:
+def parse_batch(data: bytes | memoryview, pos: int = 0, max_bytes: int = 1 << 30) -> KafkaBatch:
     if len(data) - pos < HEADER_SIZE:
         raise RecordsError(f"record batch of {len(data) - pos} bytes, its header needs 61")
     (
@@ -246,7 +232,8 @@ def parse_batch(data: bytes, pos: int = 0, max_bytes: int = 1 << 30) -> KafkaBat
     if length < HEADER_SIZE - _LENGTH_SKEW or pos + size > len(data):
         raise RecordsError(f"record batch length {length} does not fit the {len(data) - pos} bytes")
     end = pos + size
-    if crc32c(memoryview(data)[pos + _CRC_START : end]) != (crc & 0xFFFFFFFF):
+    view = memoryview(data)
+    if crc32c(view[pos + _CRC_START : end]) != (crc & 0xFFFFFFFF):
         raise RecordsError("record batch CRC mismatch")
     if count < 0 or count > MAX_RECORDS:
         raise RecordsError(f"record batch claims {count} records")
@@ -256,16 +243,17 @@ def parse_batch(data: bytes, pos: int = 0, max_bytes: int = 1 << 30) -> KafkaBat
     if codec == NONE:
         body, bpos, bend = data, start, end
     else:
-        body = decompress(codec, memoryview(data)[start:end], max_bytes)
+        body = decompress(codec, view[start:end], max_bytes)
         bpos, bend = 0, len(body)
     try:
-        columns = Columns(*parse_records(body, bpos, bend, count, base_ts, _NULL_KEY))
+        payload, created_base, flags, max_record, last_delta = parse_records(
+            body, bpos, bend, count, base_ts, NULL_KEY, PAYLOAD_ROOM
+        )
     except ValueError as exc:
         raise RecordsError(str(exc)) from None
-    if count and columns.last_offset_delta != last_offset_delta:
+    if count and last_delta != last_offset_delta:
         raise RecordsError(
-            f"last offset delta {last_offset_delta} disagrees with the records "
-            f"({columns.last_offset_delta})"
+            f"last offset delta {last_offset_delta} disagrees with the records ({last_delta})"
         )
     return KafkaBatch(
         base_offset,
@@ -277,7 +265,10 @@ def parse_batch(data: bytes, pos: int = 0, max_bytes: int = 1 << 30) -> KafkaBat
         producer_epoch,
         base_sequence,
         count,
-        columns,
+        payload,
+        flags,
+        created_base,
+        max_record,
         size,
     )
 
@@ -365,6 +356,30 @@ def build_batch(
         count,
         records,
     )
+
+
+def frame_into(batch: bytearray, base_offset: int, count: int, base_ts: int, max_ts: int) -> None:
+    """Write the header of an uncompressed record batch of ``count`` records (no producer)
+    into the first 61 bytes of ``batch``, whose records follow (`_records.build_records`
+    leaves that room)."""
+    HEADER.pack_into(
+        batch,
+        0,
+        base_offset,
+        len(batch) - _LENGTH_SKEW,
+        0,
+        MAGIC,
+        0,
+        0,
+        count - 1,
+        base_ts,
+        max_ts,
+        NO_PRODUCER_ID,
+        -1,
+        NO_SEQUENCE,
+        count,
+    )
+    struct.pack_into(">I", batch, 17, crc32c(memoryview(batch)[_CRC_START:]))
 
 
 def _frame(
