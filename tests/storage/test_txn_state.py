@@ -157,3 +157,31 @@ def test_marker_record_round_trip() -> None:
     buf = marker_batch(12345, False, 1)
     (r,) = decode_records(buf)
     assert parse_marker_record(r.data) == (12345, False)
+
+
+def test_a_trim_inside_a_transaction_cuts_it_and_forgets_the_markers_below(
+    tmp_path: Path,
+) -> None:
+    """DeleteRecords (a trim) into an aborted transaction's batch (past a committed one's marker): readers of either
+    isolation get only what is left of it, as before; the markers below the new start
+    are forgotten, also after a restart."""
+    s = Store(tmp_path / "d")
+    log = s.open_partition(1, SMALL)
+    log.write(make_batch(2, producer="t"), txn_ids=[1])  # t:1 t:2 at 0..1
+    log._commit(log.prepare_marker(1, True))  # marker at 2  # type: ignore[arg-type]
+    log.write(make_batch(3, producer="u"), txn_ids=[2])  # u:1..3 at 3..5
+    log.write(make_batch(1, producer="a"))  # a:1 at 6
+    log._commit(log.prepare_marker(2, False))  # marker at 7  # type: ignore[arg-type]
+    log.write(make_batch(1, producer="a", first_seq=2))  # a:2 at 8
+    assert list(log.txns.markers) == [2, 7]
+    assert log.trim(4) == 4  # inside u's batch
+    assert list(log.txns.markers) == [7]
+    assert seen(log, committed=True) == [b"a:1", b"a:2"]
+    assert seen(log, committed=False) == [b"u:2", b"u:3", b"a:1", b"a:2"]
+    s.close()
+    s = Store(tmp_path / "d")
+    again = s.open_partition(1, SMALL)
+    assert list(again.txns.markers) == [7]
+    assert seen(again, committed=False) == [b"u:2", b"u:3", b"a:1", b"a:2"]
+    assert seen(again, committed=True) == [b"a:1", b"a:2"]
+    s.close()

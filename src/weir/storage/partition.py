@@ -217,8 +217,10 @@ class PartitionLog(PartitionReads):
                 _, first, count = keys.parse_index_key(k)
                 blobs.append(BlobInfo.unpack(first, count, v))
             expected = meta.start_offset
-            if blobs and blobs[0].first_offset < expected < blobs[0].end_offset:
-                # records were deleted up to an offset inside the first blob (a trim)
+            if blobs and blobs[0].first_offset < expected:
+                # records were deleted up to an offset inside the first blob (a trim), or
+                # inside a head segment of several pieces: the pieces it coalesced stay
+                # until retention passes the segment's end, so the index starts below
                 expected = blobs[0].first_offset
             for b in blobs:
                 if b.first_offset != expected:
