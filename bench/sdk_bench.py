@@ -1,6 +1,7 @@
 """Produce / consume through the weir SDK against a real server on loopback.
 
     python bench/sdk_bench.py [--messages 1000000] [--size 100] [--big 100000] [--profile DIR]
+                              [--live 200000] [--compaction 500000] [--keys 10000]
                               [--readers 1,4,10] [--shared-messages 100000]
 
 Starts `weir serve` in a child process on an ephemeral port with a fresh data
@@ -8,6 +9,13 @@ directory (acks after fsync, as always), then measures from a single producer:
 N messages of S bytes, M messages of 10 KB, and one consumer reading the N
 messages back. With --profile, py-spy records the server during the run and
 writes flame graphs (SVG) into DIR.
+
+Then, beside those persistent rows: a live produce/consume row for a persistent and a
+non-persistent topic (one reader connected before one producer writes --live
+messages of S bytes; the non-persistent row reports what its bounded queue dropped),
+and compaction throughput: --compaction messages over --keys keys written, then one
+run, messages compacted per second (the run's own duration and the wall time of
+`compact(wait=True)`).
 
 With --readers, it then starts a server with the read cache off and one with it
 on (storage.read_cache_bytes), writes --shared-messages of 1 KB to one
@@ -78,7 +86,13 @@ class Server:
             stdout=subprocess.DEVNULL,
             text=True,
             cwd=ROOT,
-            env={**os.environ, **(self.env or {})},
+            # the Pulsar and HTTP ports on ephemeral ports too: 6650 / 8080 may be taken
+            env={
+                **os.environ,
+                "WEIR_PULSAR_LISTEN": "127.0.0.1:0",
+                "WEIR_HTTP_LISTEN": "127.0.0.1:0",
+                **(self.env or {}),
+            },
         )
         assert self.proc.stderr is not None
         deadline = time.monotonic() + 60
@@ -168,6 +182,75 @@ def shared_readers(client: weir.Client, topic: str, n: int, readers: int) -> Row
     return Row(f"{who} of one partition", total, total * 1000, dt)
 
 
+def live(client: weir.Client, topic: str, n: int, size: int) -> Row:
+    """One reader connected first, then one producer writes n messages; the row ends when
+    the reader has them all (persistent) or nothing more comes (non-persistent: drops)."""
+    kind = client.describe_topic(topic).kind
+    r = client.reader(topic, start="latest").wait_connected()
+    got = [0]
+    done = threading.Event()
+
+    def read() -> None:
+        quiet = 0
+        while got[0] < n and quiet < 3:
+            b = r.receive_batch(timeout=1)
+            if b is None:
+                quiet += 1
+                continue
+            quiet = 0
+            got[0] += len(b.values)
+        done.set()
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    payload = os.urandom(size)
+    w = client.writer(topic, producer_id=f"bench-live-{topic}").wait_init()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        w.write(payload)
+    w.flush()
+    produced = time.perf_counter() - t0
+    done.wait(300)
+    dt = time.perf_counter() - t0
+    reader.join()
+    w.close()
+    r.close()
+    dropped = client.describe_topic(topic).dropped_messages
+    extra = f", {dropped:,} dropped" if kind != "persistent" else ""
+    row = Row(
+        f"live {n:,} x {size} B, {kind}: produce {n / produced:,.0f} msg/s, "
+        f"{got[0]:,} consumed{extra}",
+        got[0],
+        got[0] * size,
+        dt,
+    )
+    return row
+
+
+def compaction(client: weir.Client, n: int, keys: int, size: int) -> Row:
+    """n messages over ``keys`` keys, then one compaction run: messages compacted per s."""
+    topic = "compacted"
+    client.create_topic(topic, partitions=1)
+    payload = os.urandom(size)
+    with client.writer(topic, producer_id="bench-compaction") as w:
+        step = 10_000
+        for i in range(0, n, step):
+            m = min(step, n - i)
+            w.write_many([payload] * m, keys=[b"key-%d" % ((i + j) % keys) for j in range(m)])
+    t0 = time.perf_counter()
+    info = client.compact(topic, wait=True, timeout=600)
+    wall = time.perf_counter() - t0
+    p = info.partitions[0]
+    run_s = max(p.duration_ms, 1) / 1000
+    return Row(
+        f"compaction of {p.messages_before:,} messages over {keys:,} keys -> {p.messages_after:,} "
+        f"(run {p.messages_before / run_s:,.0f} msg/s; wall {wall:.2f} s)",
+        p.messages_before,
+        p.bytes_before,
+        wall,
+    )
+
+
 def cpu_seconds(pid: int) -> float:
     """utime + stime of a process, from /proc."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -192,6 +275,9 @@ def main() -> None:
     ap.add_argument("--big", type=int, default=100_000, help="number of 10 KB messages")
     ap.add_argument("--profile", default=None, help="write py-spy flame graphs of the server here")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--live", type=int, default=200_000, help="live produce/consume rows (0: none)")
+    ap.add_argument("--compaction", type=int, default=500_000, help="messages compacted (0: none)")
+    ap.add_argument("--keys", type=int, default=10_000, help="keys of the compacted messages")
     ap.add_argument("--readers", default="", help="e.g. 1,4,10: shared-partition reader rows")
     ap.add_argument("--shared-messages", type=int, default=100_000, help="1 KB messages read")
     args = ap.parse_args()
@@ -240,6 +326,15 @@ def main() -> None:
         rows.append(
             measured(server, lambda: consume(client, "small", args.messages, args.size, "b", True))
         )
+        if args.live:
+            client.create_topic("live-p", partitions=1)
+            client.create_topic("live-np", partitions=1, kind="non-persistent")
+            for t in ("live-p", "live-np"):
+                rows.append(measured(server, lambda t=t: live(client, t, args.live, args.size)))
+        if args.compaction:
+            rows.append(
+                measured(server, lambda: compaction(client, args.compaction, args.keys, args.size))
+            )
         client.close()
     finally:
         if spy is not None:

@@ -43,6 +43,8 @@ CHAIN: list[tuple[str, str]] = [
     ("docs/ydb.md", "ydb-sdk"),
     ("docs/topics.md", "topics-cli"),
     ("docs/topics.md", "topics-sdk"),
+    ("docs/topics.md", "topics-non-persistent"),
+    ("docs/topics.md", "topics-compaction"),
     ("docs/spark.md", "spark-setup"),
     ("docs/spark.md", "spark-topics"),
     ("docs/spark.md", "spark-read"),
@@ -269,6 +271,14 @@ def test_every_page_runs_in_order_on_one_server_and_again(
                 "86400000",
                 "['acme/sensors', 'acme/shop']",
                 "True",
+            ]
+            assert reader.python(block("docs/topics.md", "topics-non-persistent")) == [
+                "b'tick 1'",
+                "non-persistent 0",
+            ]
+            assert reader.python(block("docs/topics.md", "topics-compaction")) == [
+                "2 1",
+                "[('AAPL', '191'), ('GOOG', '140'), ('MSFT', '')]",
             ]
 
             # docs/spark.md: the topics its snippets name, then the snippets' needs.

@@ -9,10 +9,12 @@ async with weir.aio.Client("127.0.0.1:2136") as client:
 
 from weir.access_mode import AccessMode
 from weir.client.admin import (
+    CompactionInfo,
     Consumer,
     ConsumerInfo,
     ConsumerLag,
     NamespaceInfo,
+    PartitionCompactionInfo,
     PartitionInfo,
     SubscriptionInfo,
     TenantInfo,
@@ -31,12 +33,14 @@ __all__ = [
     "AccessMode",
     "Batch",
     "Client",
+    "CompactionInfo",
     "Consumer",
     "ConsumerInfo",
     "ConsumerLag",
     "DeadLetterPolicy",
     "Message",
     "NamespaceInfo",
+    "PartitionCompactionInfo",
     "PartitionInfo",
     "PartitionSession",
     "PartitionSessionClosedError",

@@ -335,6 +335,49 @@ KEYS: tuple[Key, ...] = (
         "producer_idle_timeout_ms",
     ),
     Key(
+        "topics",
+        "non_persistent_queue_bytes",
+        SIZE,
+        _B.non_persistent_queue_bytes,
+        "Non-persistent topics: bytes waiting for one consumer; past it its messages are "
+        "dropped (and counted), never queued without bound.",
+        "non_persistent_queue_bytes",
+    ),
+    Key(
+        "compaction",
+        "interval_s",
+        DURATION_S,
+        _B.compaction_interval_s,
+        "How often topics are checked against their compaction_threshold_bytes policy.",
+        "compaction_interval_s",
+    ),
+    Key(
+        "compaction",
+        "delete_retention_ms",
+        OPTIONAL_DURATION_MS,
+        _B.compaction_delete_retention_ms,
+        "How long a tombstone (a key with empty data) stays in a compacted view, where the "
+        'compaction_delete_retention_ms policy does not say ("none": for ever).',
+        "compaction_delete_retention_ms",
+    ),
+    Key(
+        "compaction",
+        "retain_keyless",
+        BOOL,
+        _B.compaction_retain_keyless,
+        "Keep keyless messages in compacted views (Pulsar before 3.2) instead of leaving "
+        "them out (Pulsar 3.2 on, Kafka).",
+        "compaction_retain_keyless",
+    ),
+    Key(
+        "compaction",
+        "blob_bytes",
+        SIZE,
+        _B.compaction_blob_bytes,
+        "Size of the blobs a compacted view is written in.",
+        "compaction_blob_bytes",
+    ),
+    Key(
         "consumers",
         "auto_create",
         BOOL,

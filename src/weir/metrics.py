@@ -101,6 +101,24 @@ class PrometheusObserver(BrokerObserver):
             (*_TP, "consumer"),
             registry=r,
         )
+        self.compacted_messages = Counter(
+            "weir_compacted_messages",
+            "Messages compaction runs read (old view and log) to publish a partition's view.",
+            _TP,
+            registry=r,
+        )
+        self.non_persistent_delivered = Counter(
+            "weir_non_persistent_delivered_messages",
+            "Non-persistent topics: messages handed to a consumer's queue.",
+            _TP,
+            registry=r,
+        )
+        self.non_persistent_dropped = Counter(
+            "weir_non_persistent_dropped_messages",
+            "Non-persistent topics: messages dropped because a consumer's queue was full.",
+            _TP,
+            registry=r,
+        )
         self.commit_seconds = Histogram(
             "weir_group_commit_seconds",
             "Duration of one group commit (one transaction and fsync).",
@@ -150,6 +168,16 @@ class PrometheusObserver(BrokerObserver):
 
     def on_consumer_commit(self, topic: str, partition: int, consumer: str, offset: int) -> None:
         self.consumer_commits.labels(short_topic(topic), str(partition), consumer).inc()
+
+    def on_compaction(self, topic: str, partition: int, scanned: int, kept: int) -> None:
+        self.compacted_messages.labels(short_topic(topic), str(partition)).inc(scanned)
+
+    def on_non_persistent(
+        self, topic: str, partition: int, delivered: int, dropped: int, nbytes: int
+    ) -> None:
+        labels = (short_topic(topic), str(partition))
+        self.non_persistent_delivered.labels(*labels).inc(delivered)
+        self.non_persistent_dropped.labels(*labels).inc(dropped)  # 0 still makes the series
 
 
 class BrokerCollector:
@@ -270,11 +298,13 @@ class BrokerCollector:
             name = short_topic(cfg.name)
             for info in broker.partitions(cfg.name):
                 labels = [name, str(info.partition)]
-                actor = broker.actor(cfg.name, info.partition)
                 fams["weir_partition_start_offset"].add_metric(labels, info.start_offset)
                 fams["weir_partition_end_offset"].add_metric(labels, info.end_offset)
                 fams["weir_partition_stable_offset"].add_metric(labels, info.stable_offset)
                 fams["weir_partition_size_bytes"].add_metric(labels, info.size_bytes)
+                if cfg.kind != "persistent":
+                    continue  # nothing stored, nothing queued for commit
+                actor = broker.actor(cfg.name, info.partition)
                 fams["weir_partition_head_bytes"].add_metric(labels, actor.log.head_bytes)
                 fams["weir_partition_queued_bytes"].add_metric(labels, actor.queued_bytes)
                 fams["weir_partition_local_bytes"].add_metric(labels, actor.log.local_bytes)

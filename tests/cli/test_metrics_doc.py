@@ -49,6 +49,12 @@ def test_every_documented_series_is_served_with_samples(metrics_server: ServerPr
                 w.write(b"one", seq_no=1)
         assert weir("read", "doc-series", "--consumer", "doc-reader").code == 0  # commits
         client.create_topic("doc-full", 1, max_partition_messages=1)
+        with client.writer("doc-series", producer_id="doc-k") as w:
+            w.write(b"v", key=b"k")
+        client.compact("doc-series", wait=True)  # weir_compacted_messages
+        client.create_topic("doc-live", 1, kind="non-persistent")
+        with client.writer("doc-live") as w:  # delivered and dropped series, both 0
+            w.write(b"nobody listens")
     # a write past the partition's message limit is refused (overflow), again and again
     writer = subprocess.Popen(
         [sys.executable, "-m", "weir.cli", "write", "doc-full", "--partition", "0"],

@@ -74,6 +74,42 @@ def test_many_small_chunks_and_bad_uses(shared_server: ServerProcess, topic_name
         assert stored_count(c, topic_name) == 2 + -(-len(payload) // (100_000 - 3))
 
 
+def test_range_reads_put_chunked_messages_together_once_across_any_split(
+    shared_server: ServerProcess, topic_name: str
+) -> None:
+    """read_range(assemble_chunks=True): a chunked message whole at its last chunk's
+    offset, returned by the range holding that chunk (reading back for the others): two
+    consecutive ranges split anywhere return every message exactly once."""
+    big1, big2 = big(5000, seed=2), big(3500, seed=3)
+    with weir.Client(shared_server.endpoint) as c:
+        c.create_topic(topic_name)
+        with c.writer(topic_name, chunking=True, max_message_bytes=1000) as w:
+            w.write_many([b"p0", big1, b"p1", big2, b"p2"], keys=[None, "k1", None, "k2", None])
+        end = c.describe_topic(topic_name).partition_info[0].end_offset
+
+        def read(lo: int, hi: int) -> list[tuple[int, bytes, bytes, dict[str, str]]]:
+            return [
+                (m.offset, m.key, m.data, dict(m.headers))
+                for ch in c.read_range(topic_name, 0, lo, hi, max_bytes=1500, assemble_chunks=True)
+                for m in ch.messages()
+            ]
+
+        whole = read(0, end)
+        assert [(k, d) for _, k, d, _ in whole] == [
+            (b"", b"p0"),
+            (b"k1", big1),
+            (b"", b"p1"),
+            (b"k2", big2),
+            (b"", b"p2"),
+        ]
+        assert all(h == {} for *_, h in whole)  # the chunk headers are gone
+        assert [o for o, *_ in whole][1] == end - 3 - -(-len(big2) // 997)  # big1's last chunk
+        for split in range(end + 1):
+            assert read(0, split) + read(split, end) == whole, f"split at {split}"
+        raw = [m for ch in c.read_range(topic_name, 0, 0, end) for m in ch.messages()]
+        assert len(raw) == end and sum(CHUNK_UUID in m.headers for m in raw) == end - 3
+
+
 def test_a_chunked_send_cut_by_kill_9_is_stored_once(
     server: ServerProcess, topic_name: str
 ) -> None:

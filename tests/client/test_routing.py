@@ -4,7 +4,9 @@ router, the pinned mode; dedup per (producer, partition) across reopen and kill 
 from __future__ import annotations
 
 import threading
+import time
 from concurrent.futures import Future
+from pathlib import Path
 
 import crc32c
 import pytest
@@ -13,7 +15,8 @@ import weir
 from tests.conftest import ServerProcess
 from tests.reliability.history import History, Stored, check, make_data, message_id
 from weir.client.routing import ROUND_ROBIN_RUN, murmur3_partition
-from weir.errors import BadRequestError
+from weir.errors import BadRequestError, UnknownPartitionError
+from weir.hashing import kafka_partition, murmur2
 
 
 def murmur3_32(data: bytes, seed: int = 0) -> int:
@@ -170,6 +173,71 @@ def test_bad_routing_is_refused_and_stores_nothing(
         assert sum(len(ms) for ms in read_topic(c, topic_name).values()) == 0
 
 
+def _home_of(partitions: int, prefix: str) -> str:
+    """A producer id whose home partition (where the broker places it) is 0."""
+    return next(
+        f"{prefix}{i}"
+        for i in range(1000)
+        if crc32c.crc32c(f"{prefix}{i}".encode()) % partitions == 0
+    )
+
+
+def test_a_routing_writer_spreads_keys_over_partitions_added_while_it_runs(
+    shared_server: ServerProcess, topic_name: str
+) -> None:
+    keys = [f"user-{i}" for i in range(40)]
+    with weir.Client(shared_server.endpoint) as c:
+        c.create_topic(topic_name, partitions=2)
+        with (
+            c.writer(topic_name, partitions_refresh_interval=0.2) as w,
+            c.writer(topic_name, partitions_refresh_interval=None) as fixed,
+        ):
+            assert {w.write_with_result(b"a", key=k).partition for k in keys} == {0, 1}
+            fixed.write_with_result(b"f", key=keys[0])
+            c.alter_topic(topic_name, partitions=4)
+            # a key of partition 3 goes there once the writer has looked again
+            k3 = next(k for k in keys if pulsar_partition(k, 4) == 3)
+            deadline = time.monotonic() + 60
+            while w.write_with_result(b"probe", key=k3).partition != 3:
+                assert time.monotonic() < deadline, "the writer never saw the new partitions"
+                time.sleep(0.1)
+            after = [w.write_with_result(b"b", key=k).partition for k in keys]
+            # a writer told never to look again keeps the count it connected with
+            kept = {fixed.write_with_result(b"f", key=k).partition for k in keys}
+        assert after == [pulsar_partition(k, 4) for k in keys]
+        assert kept == {0, 1}
+
+
+def test_a_routing_writer_routes_by_the_count_of_a_topic_made_again_smaller(
+    server: ServerProcess, topic_name: str, tmp_path: Path
+) -> None:
+    """The server comes back on a fresh data directory, where the writer's own reconnect
+    auto-creates the topic with one partition: the sessions of partitions 1..3 are
+    answered "unknown partition", the writer looks at the count again, and later keys
+    all go to partition 0."""
+    keys = [f"user-{i}" for i in range(40)]
+    with weir.Client(server.endpoint) as c:
+        c.create_topic(topic_name, partitions=4)
+        pid = _home_of(4, "shrink")
+        with c.writer(topic_name, producer_id=pid, partitions_refresh_interval=None) as w:
+            assert {w.write_with_result(b"a", key=k).partition for k in keys} == {0, 1, 2, 3}
+            server.stop()
+            server.data_dir = tmp_path / "fresh"
+            server.start()
+            k3 = next(k for k in keys if pulsar_partition(k, 4) == 3)
+            deadline = time.monotonic() + 60
+            while True:  # a message routed to a lost partition fails, and says why
+                try:
+                    if w.write_with_result(b"probe", key=k3).partition == 0:
+                        break
+                except UnknownPartitionError:
+                    pass
+                assert time.monotonic() < deadline, "the writer never routed by the new count"
+                time.sleep(0.1)
+            assert {w.write_with_result(b"b", key=k).partition for k in keys} == {0}
+        assert c.describe_topic(topic_name).partitions == 1
+
+
 def test_keyed_writer_across_4_partitions_survives_kill_9(
     server: ServerProcess, topic_name: str
 ) -> None:
@@ -235,3 +303,33 @@ async def test_the_asyncio_twin_routes_the_same(
                 (await w.write_with_result(b"x")).partition for _ in range(4 * ROUND_ROBIN_RUN)
             ]
         assert sorted(set(parts)) == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize(
+    ("key", "signed"),
+    # Kafka's own vectors for Utils.murmur2 (its UtilsTest), as Java's signed ints
+    [
+        (b"21", -973932308),
+        (b"foobar", -790332482),
+        (b"a-little-bit-long-string", -985981536),
+        (b"a-little-bit-longer-string", -1486304829),
+        (b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8", -58897971),
+        (b"abc", 479470107),
+    ],
+)
+def test_murmur2_is_kafkas(key: bytes, signed: int) -> None:
+    assert murmur2(key) == signed & 0xFFFFFFFF
+    assert kafka_partition(key, 7) == (signed & 0x7FFFFFFF) % 7
+
+
+def test_an_unknown_key_hash_is_refused(shared_server: ServerProcess) -> None:
+    with weir.Client(shared_server.endpoint) as c, pytest.raises(BadRequestError, match="murmur2"):
+        c.writer("hash-choice", key_hash="md5")
+
+
+def test_a_writer_with_murmur2_puts_keys_where_kafka_does(shared_server: ServerProcess) -> None:
+    with weir.Client(shared_server.endpoint) as c:
+        c.create_topic("kafka-keys", partitions=5, exist_ok=True)
+        with c.writer("kafka-keys", routing="key", key_hash="murmur2") as w:
+            got = {k: w.write_with_result(b"v", key=k).partition for k in ("a", "b", "user-7")}
+        assert got == {k: kafka_partition(k.encode(), 5) for k in got}

@@ -10,6 +10,9 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, NewTopic
 
+import weir
+from tests.conftest import ServerProcess
+
 
 def _admin(bootstrap: str) -> AdminClient:
     return AdminClient({"bootstrap.servers": bootstrap})
@@ -205,3 +208,50 @@ def test_kcat_list_produce_consume_with_keys_and_headers(bootstrap: str) -> None
         timeout=30,
     ).stdout
     assert out.splitlines() == ["k1|hello|src=kcat|0", "k2|world|src=kcat|1"]
+
+
+def test_cleanup_policy_compact_is_weir_compaction(
+    kafka_server: ServerProcess, bootstrap: str
+) -> None:
+    """A topic created with cleanup.policy=compact is compacted by weir (its threshold
+    policy, or a run asked for) and fetched as Kafka serves a compacted log: the latest
+    value of each key at its own offset, then the tail. Back to delete: the whole log."""
+    admin = _admin(bootstrap)
+    conf = {"cleanup.policy": "compact", "delete.retention.ms": "0"}
+    for f in admin.create_topics([NewTopic("cfc", 1, config=conf)]).values():
+        f.result(10)
+    (configs,) = [
+        f.result(10) for f in admin.describe_configs([ConfigResource("topic", "cfc")]).values()
+    ]
+    assert (configs["cleanup.policy"].value, configs["delete.retention.ms"].value) == (
+        "compact",
+        "1",  # weir's limits are positive: 0 is 1 ms
+    )
+    _produce(bootstrap, "cfc", 20)  # keys k0..k4 four times over: v15..v19 are the latest
+    with weir.Client(kafka_server.endpoint) as native:
+        native.compact("cfc", wait=True)
+
+    def consume(group: str, n: int) -> tuple[Consumer, list[tuple[bytes, bytes, int]]]:
+        c = Consumer(
+            {"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest"}
+        )
+        c.subscribe(["cfc"])
+        return c, [(m.key(), m.value(), m.offset()) for m in _poll(c, n)]
+
+    c, got = consume("cfc-g", 5)
+    assert got == [(b"k%d" % (i % 5), b"v%d" % i, i) for i in range(15, 20)]
+    _produce(bootstrap, "cfc", 1)  # the tail: k0 = v0 at offset 20
+    assert [(m.key(), m.value(), m.offset()) for m in _poll(c, 1)] == [(b"k0", b"v0", 20)]
+    c.close()
+    res = ConfigResource("topic", "cfc", set_config={"cleanup.policy": "delete"})
+    admin.alter_configs([res])[res].result(10)
+    (configs,) = [
+        f.result(10) for f in admin.describe_configs([ConfigResource("topic", "cfc")]).values()
+    ]
+    assert configs["cleanup.policy"].value == "delete"
+    c, got = consume("cfc-whole", 21)
+    assert [o for _, _, o in got] == list(range(21))
+    c.close()
+    bad = ConfigResource("topic", "cfc", set_config={"cleanup.policy": "shred"})
+    with pytest.raises(KafkaException):
+        admin.alter_configs([bad])[bad].result(10)

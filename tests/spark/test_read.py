@@ -212,6 +212,65 @@ def test_a_range_retention_removed_fails_the_read_unless_told_to_skip(
     assert [r.offset for r in df.select("offset").collect()] == list(range(start, 50))
 
 
+def test_assemble_chunks_gives_one_row_per_chunked_message(
+    spark: Any, weir_server: ServerProcess, client: weir.Client, topic_name: str
+) -> None:
+    """assembleChunks: a message the writer chunked is one row, whole, at its last chunk's
+    offset, in the task range holding that chunk (ranges split anywhere give it once);
+    without the option the chunks are rows of their own."""
+    from weir.spark.scan import ScanSettings, TopicRange, read_range
+
+    payload = bytes(range(256)) * 20  # 5120 bytes: 6 chunks of up to 997
+    client.create_topic(topic_name, partitions=1)
+    with client.writer(topic_name, chunking=True, max_message_bytes=1000) as w:
+        w.write_many([b"before", payload, b"after"], keys=[None, "blob", None])
+    end = client.describe_topic(topic_name).partition_info[0].end_offset
+    df = _load(spark, weir_server, topic_name, assembleChunks="true")
+    rows = [(r.offset, r.value, dict(r.headers or {})) for r in df.orderBy("offset").collect()]
+    assert rows == [(0, b"before", {}), (end - 2, payload, {}), (end - 1, b"after", {})]
+    assert _load(spark, weir_server, topic_name).count() == end
+    settings = ScanSettings(weir_server.endpoint, True, 1500, assemble_chunks=True)
+    for split in range(end + 1):
+        values = [
+            v
+            for lo, hi in ((0, split), (split, end))
+            for b in read_range(settings, TopicRange(topic_name, 0, lo, hi))
+            for v in b.column("value").to_pylist()
+        ]
+        assert values == [b"before", payload, b"after"], f"split at {split}"
+
+
+def test_read_compacted_gives_the_latest_of_each_key_then_the_tail(
+    spark: Any, weir_server: ServerProcess, client: weir.Client, topic_name: str
+) -> None:
+    """readCompacted: below each partition's compacted view the latest row of each key at
+    its own offset (the offsets it skipped are no data loss), then every later row."""
+    client.create_topic(topic_name, partitions=2)
+    produce(
+        client,
+        topic_name,
+        {
+            p: [Rec(b"v%d-%d" % (r, k), key=b"k%d" % k) for r in range(3) for k in range(5)]
+            for p in range(2)
+        },
+    )
+    produce(client, topic_name, {0: [Rec(b"", key=b"k0")]})  # a tombstone of k0
+    assert client.compact(topic_name, wait=True).keys == 9
+    produce(client, topic_name, {1: [Rec(b"tail", key=b"k1")]})
+    df = _load(spark, weir_server, topic_name, readCompacted="true")
+    rows = sorted(
+        (r.partition, r.offset, r.key, r.value)
+        for r in df.select("partition", "offset", "key", "value").collect()
+    )
+    latest = [(p, 10 + k, b"k%d" % k, b"v2-%d" % k) for p in range(2) for k in range(5)]
+    expected = sorted(
+        [row for row in latest if row[:3] != (0, 10, b"k0")]
+        + [(0, 15, b"k0", b""), (1, 15, b"k1", b"tail")]
+    )
+    assert rows == expected
+    assert _load(spark, weir_server, topic_name).count() == 32  # the whole log without it
+
+
 @pytest.mark.parametrize(
     ("options", "message"),
     [

@@ -6,7 +6,6 @@ import datetime as dt
 import re
 from typing import Any
 
-import crc32c
 import pytest
 from pyspark.errors import PySparkException
 from pyspark.sql import functions as F
@@ -14,6 +13,7 @@ from pyspark.sql import functions as F
 import weir
 from tests.conftest import ROOT, ServerProcess
 from tests.spark.topics import read_topic
+from weir.hashing import pulsar_partition
 
 
 def _write(df: Any, server: ServerProcess, topic: str, **options: str) -> None:
@@ -42,9 +42,12 @@ def test_rows_go_to_the_partition_of_their_key_or_column_with_headers_and_times(
     stored = read_topic(client, topic_name)
     where = {m.data.decode(): (p, m) for p, msgs in stored.items() for m in msgs}
     assert len(where) == len(rows) == sum(len(v) for v in stored.values())
+    # a key lands where weir's SDK writer puts it (murmur3, as Pulsar's client)
+    with client.writer(topic_name, producer_id="sdk-probe") as w:
+        sdk = {i: w.write_with_result(b"probe", key=f"k{i}").partition for i in range(20)}
     for i in range(20):
         p, m = where[f"keyed-{i}"]
-        assert p == crc32c.crc32c(f"k{i}".encode()) % 4  # same key, same partition
+        assert p == sdk[i] == pulsar_partition(f"k{i}".encode(), 4)  # same key, same partition
         assert m.key == f"k{i}".encode() and dict(m.headers) == {"n": str(i)}
         assert m.created_at_ms == int(created.timestamp() * 1000)
     for i in range(8):

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import ydb
 
+import weir
 from tests.conftest import ServerProcess
 from tests.ydb.conftest import config_file, connect, path, receive
 
@@ -88,6 +89,30 @@ def small_server(tmp_path: Path) -> Iterator[ServerProcess]:
     srv.start()
     yield srv
     srv.kill()
+
+
+def test_a_non_persistent_topic_is_refused_clearly(
+    driver: ydb.Driver, shared_server: ServerProcess, topic_name: str
+) -> None:
+    """The YDB topic API has no non-persistent topics: its writers and readers of one
+    (made through the native API) get BAD_REQUEST saying so, and nothing is stored."""
+    tc = driver.topic_client
+    with weir.Client(shared_server.endpoint) as c:
+        c.create_topic(topic_name, partitions=2, kind="non-persistent")
+        writer = tc.writer(path(topic_name), producer_id="p")
+        with pytest.raises(ydb.BadRequest, match="non-persistent"):
+            writer.wait_init(timeout=10)
+        with pytest.raises(ydb.BadRequest):
+            writer.close(flush=False)
+        reader = tc.reader(path(topic_name), consumer="c")
+        try:
+            with pytest.raises(ydb.BadRequest, match="non-persistent"):
+                reader.receive_message(timeout=10)
+        finally:
+            reader.close(flush=False)
+        info = c.describe_topic(topic_name)
+        assert info.kind == "non-persistent"
+        assert sum(p.delivered_messages for p in info.partition_info) == 0
 
 
 def test_oversized_message_is_refused_and_nothing_is_lost(

@@ -3,9 +3,9 @@
 Fronts call it. `Broker` is assembled from one mixin per concept, each in its own
 module: `topic_admin` (create / alter / drop), `producer_admission` (partitions,
 writers, access modes), `writes` (the write path, backlog quota), `consumer_offsets`
-(consumers, offsets, groups), `transactions.facade`, `subscriptions.facade`, `retention`
-(and pin expiry, run in the background) and `tenancy.facade`; their shared state is
-`state.BrokerState`.
+(consumers, offsets, groups), `transactions.facade`, `subscriptions.facade`, `retention` (and pin expiry,
+run in the background), `compaction.facade` (runs, compacted reads, the threshold
+trigger) and `tenancy.facade`; their shared state is `state.BrokerState`.
 This module opens (recovers) and closes it.
 """
 
@@ -17,9 +17,11 @@ import logging
 import struct
 
 from weir.broker.access import ProducerAccess
+from weir.broker.compaction.facade import Compaction
 from weir.broker.config import BrokerConfig
 from weir.broker.consumer_offsets import ConsumerOffsets
 from weir.broker.consumers import OFFSETS, OffsetStore
+from weir.broker.non_persistent import LiveSubscriptions
 from weir.broker.observer import NULL_OBSERVER, BrokerObserver
 from weir.broker.producer_admission import PRODUCER_EPOCHS, ProducerAdmission, stored_epochs
 from weir.broker.producer_ids import ProducerIds
@@ -35,6 +37,7 @@ from weir.broker.topics import NEXT_ID_KEY, TOPICS, TopicConfig, short_topic
 from weir.broker.transactions.coordinator import TxnCoordinator
 from weir.broker.transactions.facade import TransactionFacade
 from weir.broker.transactions.producers import TXN_PRODUCERS
+from weir.errors import UnavailableError
 from weir.storage.kv import delete, put
 from weir.storage.store import Store
 from weir.storage.tiered.remote_storage import RemoteStorage, S3Settings, open_storage
@@ -76,6 +79,7 @@ def tier_storage(config: BrokerConfig) -> RemoteStorage:
 
 class Broker(
     TransactionFacade,
+    Compaction,
     Tiering,
     SubscriptionFacade,
     SchemaAdmin,
@@ -110,9 +114,16 @@ class Broker(
         self.subscriptions = Subscriptions(
             store.kv, store.committer, lambda t, p: self._actors[(t, p)], self._write_dead_letters
         )
+        self._live = {}
+        self.live_subscriptions = LiveSubscriptions(config.non_persistent_queue_bytes)
+        self._views = {}
+        self._compactions = {}
+        self.compaction_hook = None
+        self._compaction_test_hook = None
         self.schemas = SchemaRegistry(store.kv, self._commit)
         self.transactions = TxnCoordinator(self, store.kv, store.committer)
         self._retention_task: asyncio.Task[None] | None = None
+        self._compaction_task: asyncio.Task[None] | None = None
         self._tier_task = None
         self._offload_locks = {}
         self._tier_backoff_s = 0.0
@@ -148,8 +159,10 @@ class Broker(
         except BaseException:
             store.close()
             raise
-        broker._retention_task = asyncio.get_running_loop().create_task(broker._retention_loop())
-        broker._tier_task = asyncio.get_running_loop().create_task(broker._tier_loop())
+        loop = asyncio.get_running_loop()
+        broker._retention_task = loop.create_task(broker._retention_loop())
+        broker._compaction_task = loop.create_task(broker._compaction_loop())
+        broker._tier_task = loop.create_task(broker._tier_loop())
         log.info(
             "broker open",
             extra={
@@ -173,7 +186,7 @@ class Broker(
             cfg = self.resolved(cfg)
             self._remember(cfg)
             for p in range(cfg.partitions):
-                self._open_actor(cfg, p)
+                self._open_partition(cfg, p)
         self.access = ProducerAccess(stored_epochs(self.store.kv))
         if self.store.tier is not None:
             self.store.tier.set_names(self._tier_names)
@@ -181,6 +194,9 @@ class Broker(
         self.schemas.load()
         # Pins are derived from the partitions' producer tables; rows an older
         # version stored are dropped (the producer's state says where it writes).
+        cleanup = self._load_views()
+        if cleanup:  # blobs of compaction runs a crash cut short
+            self.store.committer.commit(cleanup)
         legacy = [delete(PINS, bytes(k)) for k, _ in self.store.kv.scan(PINS)]
         if legacy:
             self.store.committer.commit(legacy)
@@ -201,14 +217,17 @@ class Broker(
         self._closed = True
         self.access.wake_all()
         await self.transactions.close()
-        for task in (self._retention_task, self._tier_task):
+        for task in (self._retention_task, self._compaction_task, self._tier_task):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+        await self._close_compaction()
         for group in self._groups.values():
             group.close()
         await self.subscriptions.close()
         await asyncio.gather(*(a.close() for a in self._actors.values()))
+        for live in self._live.values():
+            live.close(UnavailableError("server is shutting down"))
         await asyncio.to_thread(self.store.close)
         log.info("broker closed")

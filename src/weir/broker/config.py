@@ -55,6 +55,15 @@ class BrokerConfig:
     # a producer or consumer of an unknown topic creates it (namespace policy
     # auto_create_topics overrides); off: UnknownTopicError as before
     auto_create_topics: bool = True
+    # compaction (docs/topics.md): how often topics over their compaction threshold are
+    # looked for; how long a tombstone stays in a view (the policy's default); whether
+    # keyless messages stay in a view (Pulsar < 3.2) or are left out (>= 3.2)
+    compaction_interval_s: float = 60.0
+    compaction_delete_retention_ms: int | None = DAY_MS
+    compaction_retain_keyless: bool = False
+    compaction_blob_bytes: int = 1 << 20
+    # non-persistent topics: bytes queued for one consumer before its messages are dropped
+    non_persistent_queue_bytes: int = 4 << 20
     # read sessions
     rebalance_timeout_s: float = 10.0
     # transactions: aborted when neither committed nor aborted within their timeout

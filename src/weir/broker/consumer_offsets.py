@@ -149,7 +149,7 @@ class ConsumerOffsets(TopicAdmin, Retention):
         self.consumer(topic, consumer)
         out = []
         for p in range(cfg.partitions):
-            a = self._actors[(cfg.name, p)]
+            a = self.actor(cfg.name, p)
             committed = self.offsets.get(cfg.topic_id, p, consumer)
             out.append(
                 ConsumerPartitionInfo(

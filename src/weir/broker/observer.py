@@ -26,5 +26,15 @@ class BrokerObserver:
     def on_consumer_commit(self, topic: str, partition: int, consumer: str, offset: int) -> None:
         """A consumer's committed offset moved."""
 
+    def on_compaction(self, topic: str, partition: int, scanned: int, kept: int) -> None:
+        """A compaction run published a partition's view: it read ``scanned`` messages
+        (old view and log), the view holds ``kept``."""
+
+    def on_non_persistent(
+        self, topic: str, partition: int, delivered: int, dropped: int, nbytes: int
+    ) -> None:
+        """A non-persistent partition took a write: ``delivered`` messages reached consumer
+        queues, ``dropped`` did not (a consumer's queue was full)."""
+
 
 NULL_OBSERVER = BrokerObserver()

@@ -14,7 +14,7 @@ from weir.broker.access import Claim, Fence
 from weir.broker.producers import WriterToken, routed_home
 from weir.broker.tenancy.facade import TenancyFacade
 from weir.broker.tenancy.limits import Lease
-from weir.broker.topics import short_topic
+from weir.broker.topics import PERSISTENT, short_topic
 from weir.errors import BadRequestError, StaleGenerationError
 from weir.storage.kv import KV, Op, delete, put
 from weir.storage.producers import ProducerState
@@ -60,7 +60,7 @@ class ProducerAdmission(TenancyFacade):
         """
         cfg = self.topic(topic, database)
         if partition is not None:
-            self.actor(cfg.name, partition)  # range check
+            self._check_partition(cfg, partition)
             if generation is not None and generation != self.generation:
                 raise StaleGenerationError(
                     f"partition {short_topic(cfg.name)}/{partition} has generation {self.generation}, "
@@ -152,6 +152,8 @@ class ProducerAdmission(TenancyFacade):
         return self.producer_sessions.acquire(cfg.name, limit, producer_id, short_topic(cfg.name))
 
     def last_seq_no(self, topic: str, partition: int, producer_id: str) -> int | None:
+        if self.topic(topic).kind != PERSISTENT:
+            return None  # a non-persistent topic keeps no producer state (no dedup)
         return self.actor(topic, partition).log.last_seq_no(producer_id)
 
     def producer_state(self, topic: str, partition: int, producer_id: str) -> ProducerState | None:

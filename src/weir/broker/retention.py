@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+from typing import TYPE_CHECKING
 
 from weir.broker.state import now_ms as _now_ms
 from weir.broker.tenancy.facade import TenancyFacade
@@ -18,6 +19,10 @@ log = logging.getLogger("weir.broker")
 
 class Retention(TenancyFacade):
     """Retention passes and message-TTL offsets."""
+
+    if TYPE_CHECKING:  # provided by `weir.broker.compaction.facade.Compaction`
+
+        def compaction_hold(self, topic: str, partition: int) -> int | None: ...
 
     def ttl_offset(self, topic: str, partition: int, now_ms: int | None = None) -> int | None:
         """The first offset younger than the topic's message TTL (None: no TTL): a
@@ -80,6 +85,9 @@ class Retention(TenancyFacade):
                 ttl = self.ttl_offset(cfg.name, p, now_ms) if protect is not None else None
                 if protect is not None and ttl is not None:
                     protect = max(protect, ttl)  # past its TTL, a message is nobody's to keep
+                hold = self.compaction_hold(cfg.name, p)
+                if hold is not None:  # a compaction run is reading from there (twice)
+                    protect = hold if protect is None else min(protect, hold)
                 try:
                     removed += await actor.run_retention(now_ms, protect)
                 except Exception:  # one partition's trouble must not stop the pass

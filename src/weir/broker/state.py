@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from weir.broker.access import ProducerAccess
+from weir.broker.compaction.job import CompactionJob
 from weir.broker.config import BrokerConfig
 from weir.broker.consumers import ConsumerGroup, OffsetStore
+from weir.broker.non_persistent import LivePartition, LiveSubscriptions
 from weir.broker.observer import BrokerObserver
 from weir.broker.partition_actor import PartitionActor
 from weir.broker.producer_ids import ProducerIds
@@ -23,8 +25,14 @@ from weir.broker.schemas import SchemaRegistry
 from weir.broker.subscriptions import Subscriptions
 from weir.broker.tenancy.limits import SessionCounter
 from weir.broker.tenancy.registry import Tenancy
-from weir.broker.topics import TopicConfig, canonical_topic, short_topic
-from weir.errors import UnavailableError, UnknownPartitionError, UnknownTopicError
+from weir.broker.topics import PERSISTENT, TopicConfig, canonical_topic, short_topic
+from weir.errors import (
+    BadRequestError,
+    UnavailableError,
+    UnknownPartitionError,
+    UnknownTopicError,
+)
+from weir.storage.compaction import CompactedView
 from weir.storage.kv import Op
 from weir.storage.store import Store
 
@@ -53,6 +61,15 @@ class BrokerState:
     _backlog_quota: dict[str, int]  # topic -> backlog_quota_bytes, when set
     _actors: dict[tuple[str, int], PartitionActor]
     _groups: dict[tuple[str, str], ConsumerGroup]
+    # compaction (`weir.broker.compaction`): the live view of each compacted partition,
+    # the last or current run of each topic, hooks called at each step of a run
+    _views: dict[tuple[str, int], CompactedView]
+    _compactions: dict[str, CompactionJob]
+    compaction_hook: Callable[[str], None] | None
+    _compaction_test_hook: Callable[[str], None] | None
+    # non-persistent topics (`weir.broker.non_persistent`): their partitions, in memory
+    _live: dict[tuple[str, int], LivePartition]
+    live_subscriptions: LiveSubscriptions
     _closed: bool
     _lock: asyncio.Lock  # serializes registry changes
 
@@ -74,13 +91,33 @@ class BrokerState:
             raise UnknownTopicError(f"topic {short_topic(cname)!r} does not exist")
         return cfg
 
-    def actor(self, topic: str, partition: int, database: str = "") -> PartitionActor:
-        cfg = self.topic(topic, database)
+    def _check_partition(self, cfg: TopicConfig, partition: int) -> None:
         if not isinstance(partition, int) or not 0 <= partition < cfg.partitions:
             raise UnknownPartitionError(
                 f"topic {short_topic(cfg.name)!r} has partitions 0..{cfg.partitions - 1}, not {partition!r}"
             )
+
+    def actor(self, topic: str, partition: int, database: str = "") -> PartitionActor:
+        """The stored partition (a non-persistent topic has none: BadRequestError)."""
+        cfg = self.topic(topic, database)
+        self._check_partition(cfg, partition)
+        if cfg.kind != PERSISTENT:
+            raise BadRequestError(
+                f"topic {short_topic(cfg.name)!r} is non-persistent: it keeps no messages to "
+                "read by offset or consumer position; read it with a reader or a subscription "
+                "connected while it is written"
+            )
         return self._actors[(cfg.name, partition)]
 
+    def live_partition(self, topic: str, partition: int) -> LivePartition:
+        """A partition of a non-persistent topic."""
+        cfg = self.topic(topic)
+        self._check_partition(cfg, partition)
+        if cfg.kind == PERSISTENT:
+            raise BadRequestError(f"topic {short_topic(cfg.name)!r} is persistent")
+        return self._live[(cfg.name, partition)]
+
     def _producer_tables(self, cfg: TopicConfig) -> ProducerTables:
+        if cfg.kind != PERSISTENT:
+            return [{} for _ in range(cfg.partitions)]  # no producer state is kept
         return [self._actors[(cfg.name, p)].log.producers for p in range(cfg.partitions)]

@@ -23,8 +23,8 @@ from typing import Any
 from weir.broker.partition_actor import PartitionActor
 from weir.broker.state import now_ms as _now_ms
 from weir.broker.tenancy.facade import TenancyFacade
-from weir.broker.topics import TopicConfig, short_topic
-from weir.errors import TierUnavailableError, UnavailableError
+from weir.broker.topics import PERSISTENT, TopicConfig, short_topic
+from weir.errors import BadRequestError, TierUnavailableError, UnavailableError
 from weir.storage.tiered.manager import OffloadPolicy, TierManager
 from weir.storage.tiered.partition_tier import is_remote
 
@@ -121,6 +121,10 @@ class Tiering(TenancyFacade):
         cfg = self.topic(name)
         if self.tier is None:
             raise UnavailableError("no tier is configured on this server ([tier] backend)")
+        if cfg.kind != PERSISTENT:
+            raise BadRequestError(
+                f"topic {short_topic(cfg.name)!r} is non-persistent: it stores nothing to offload"
+            )
         policy = self.offload_policy(cfg)
         if force or not policy.enabled:
             policy = OffloadPolicy(0, policy.threshold_ms, policy.deletion_lag_ms)
@@ -134,7 +138,7 @@ class Tiering(TenancyFacade):
         cfg = self.topic(name)
         out = []
         for p in range(cfg.partitions):
-            plog = self._actors[(cfg.name, p)].log
+            plog = self.actor(cfg.name, p).log  # a non-persistent topic: BAD_REQUEST
             first_local = plog.end_offset
             for b in plog.blobs:
                 if not is_remote(b):
@@ -185,6 +189,8 @@ class Tiering(TenancyFacade):
             return {}
         copied = 0
         for cfg in list(self._topics.values()):
+            if cfg.kind != PERSISTENT:
+                continue  # nothing stored, nothing to offload
             policy = self.offload_policy(cfg)
             if not policy.enabled and not any(
                 self._actors[(cfg.name, p)].log.remote for p in range(cfg.partitions)

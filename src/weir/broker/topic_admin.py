@@ -4,6 +4,7 @@ growth, consumers, policies) and drop, and the partition actors they open."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import struct
@@ -11,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from weir.broker.non_persistent import LivePartition
 from weir.broker.partition_actor import PartitionActor
 from weir.broker.producer_admission import drop_epoch_op
 from weir.broker.state import now_ms as _now_ms
@@ -19,6 +21,7 @@ from weir.broker.tenancy.names import parse_topic
 from weir.broker.tenancy.policies import Policies
 from weir.broker.topics import (
     NEXT_ID_KEY,
+    PERSISTENT,
     TOPICS,
     ConsumerConfig,
     ScalingConfig,
@@ -27,7 +30,12 @@ from weir.broker.topics import (
     short_topic,
     topic_key,
 )
-from weir.errors import AlreadyExistsError, BadRequestError, UnknownConsumerError
+from weir.errors import (
+    AlreadyExistsError,
+    BadRequestError,
+    UnknownConsumerError,
+    UnknownTopicError,
+)
 from weir.storage.codecs import codec_id
 from weir.storage.kv import Op, delete, put
 from weir.storage.partition import PartitionConfig
@@ -53,6 +61,8 @@ class PartitionInfo:
     generation: int
     last_write_ms: int
     stable_offset: int = 0  # where read-committed readers stop
+    delivered_messages: int = 0  # non-persistent partitions
+    dropped_messages: int = 0
 
 
 class TopicAdmin(TenancyFacade):
@@ -70,6 +80,21 @@ class TopicAdmin(TenancyFacade):
             producer_ttl_ms=c.producer_idle_timeout_ms,
             deduplicate=self.topic_policies(cfg)["deduplication"],
         )
+
+    def _open_partition(self, cfg: TopicConfig, partition: int) -> None:
+        """Open a partition of ``cfg``: stored, or in memory for a non-persistent topic."""
+        if cfg.kind == PERSISTENT:
+            self._open_actor(cfg, partition)
+            return
+        live = LivePartition(
+            cfg.name,
+            partition,
+            generation=self.generation,
+            queue_bytes=self.config.non_persistent_queue_bytes,
+            observer=self.observer,
+        )
+        live.sinks.extend(self.live_subscriptions.of_topic(cfg.name))
+        self._live[(cfg.name, partition)] = live
 
     def _open_actor(self, cfg: TopicConfig, partition: int) -> PartitionActor:
         plog = self.store.open_partition(
@@ -122,9 +147,11 @@ class TopicAdmin(TenancyFacade):
         consumers: Iterable[ConsumerConfig] = (),
         scaling: ScalingConfig | None = None,
         policies: Mapping[str, Any] | None = None,
+        kind: str = PERSISTENT,
         database: str = "",
     ) -> TopicConfig:
-        """Create a topic in an existing namespace. Retention left UNSET (and every
+        """Create a topic in an existing namespace (``kind``: "persistent", or
+        "non-persistent": its messages go only to consumers connected now). Retention left UNSET (and every
         policy not in ``policies``) follows the namespace, now and when it changes."""
         self._check_open()
         full = parse_topic(name, database)
@@ -156,6 +183,7 @@ class TopicAdmin(TenancyFacade):
                 created_at_ms=now,
                 scaling=scaling or ScalingConfig(),
                 policies=own_policies,
+                kind=kind,
             )
             cfg = self.resolved(cfg)
             await self._commit(
@@ -166,7 +194,7 @@ class TopicAdmin(TenancyFacade):
             )
             self._remember(cfg)
             for p in range(cfg.partitions):
-                self._open_actor(cfg, p)
+                self._open_partition(cfg, p)
         log.info("topic created", extra={"topic": short_topic(cname), "partitions": cfg.partitions})
         return cfg
 
@@ -244,7 +272,9 @@ class TopicAdmin(TenancyFacade):
                 self.offsets.forget(cfg.topic_id, cname)
             self._apply_topic_config(new)
             for p in range(cfg.partitions, new.partitions):
-                self._open_actor(new, p)
+                self._open_partition(new, p)
+            for sub in self.live_subscriptions.of_topic(new.name):
+                sub.partitions = new.partitions
             if new.partitions != cfg.partitions:
                 self.subscriptions.on_partitions(new)
                 for (tname, _), group in self._groups.items():
@@ -279,8 +309,20 @@ class TopicAdmin(TenancyFacade):
         self._check_open()
         async with self._lock:
             cfg = self.topic(name, database)
-            actors = [self._actors.pop((cfg.name, p)) for p in range(cfg.partitions)]
+            job = self._compactions.pop(cfg.name, None)
+            if job is not None and job.running:  # its blobs must not outlive the topic
+                job.cancel()
+                with contextlib.suppress(Exception):
+                    await job.wait()
+            actors = [
+                a for p in range(cfg.partitions) if (a := self._actors.pop((cfg.name, p), None))
+            ]
             await asyncio.gather(*(a.close() for a in actors))
+            for p in range(cfg.partitions):
+                live = self._live.pop((cfg.name, p), None)
+                if live is not None:
+                    live.close(UnknownTopicError(f"topic {short_topic(cfg.name)!r} was dropped"))
+            self.live_subscriptions.forget_topic(cfg.name)
             for key in [k for k in self._groups if k[0] == cfg.name]:
                 self._groups.pop(key).close()
             ops: list[Op] = [delete(TOPICS, topic_key(cfg.name))]
@@ -295,6 +337,7 @@ class TopicAdmin(TenancyFacade):
             await self.subscriptions.forget_topic(cfg)
             for p in range(cfg.partitions):
                 self.store.forget(cfg.log_id(p))
+                self._views.pop((cfg.name, p), None)
             self.offsets.forget(cfg.topic_id)
             self.pins.forget_topic(cfg.topic_id)
             self.access.forget_topic(cfg.topic_id)
@@ -306,6 +349,22 @@ class TopicAdmin(TenancyFacade):
         cfg = self.topic(topic, database)
         out = []
         for p in range(cfg.partitions):
+            live = self._live.get((cfg.name, p))
+            if live is not None:
+                out.append(
+                    PartitionInfo(
+                        p,
+                        live.start_offset,
+                        live.end_offset,
+                        0,
+                        live.generation,
+                        live.last_write_ms,
+                        stable_offset=live.end_offset,
+                        delivered_messages=live.delivered,
+                        dropped_messages=live.dropped,
+                    )
+                )
+                continue
             a = self._actors[(cfg.name, p)]
             blobs = a.log.blobs
             out.append(
@@ -316,7 +375,7 @@ class TopicAdmin(TenancyFacade):
                     a.log.size_bytes,
                     a.generation,
                     blobs[-1].max_written if blobs else 0,
-                    a.stable_offset,
+                    stable_offset=a.stable_offset,
                 )
             )
         return out

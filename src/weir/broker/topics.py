@@ -23,6 +23,9 @@ from weir.storage.codecs import codec_id
 
 TOPICS = "topics"
 NEXT_ID_KEY = b"\x00next_topic_id"
+PERSISTENT = "persistent"
+NON_PERSISTENT = "non-persistent"
+TOPIC_KINDS = (PERSISTENT, NON_PERSISTENT)
 
 
 def canonical_topic(path: str, database: str = "") -> str:
@@ -133,8 +136,15 @@ class TopicConfig:
     # The topic's own policies (absent keys follow its namespace). retention_ms and
     # retention_bytes above are the effective values the broker resolved.
     policies: Policies = field(default_factory=Policies)
+    # "persistent" (stored, fsync'd) or "non-persistent" (only to consumers connected
+    # now, never stored): chosen at creation, never changed
+    kind: str = PERSISTENT
 
     def __post_init__(self) -> None:
+        if self.kind not in TOPIC_KINDS:
+            raise BadRequestError(
+                f"unknown topic kind {self.kind!r}; expected one of {', '.join(TOPIC_KINDS)}"
+            )
         if not isinstance(self.partitions, int) or not 1 <= self.partitions <= MAX_PARTITIONS:
             raise BadRequestError(
                 f"partitions must be between 1 and {MAX_PARTITIONS}, got {self.partitions!r}"

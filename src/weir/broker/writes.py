@@ -7,7 +7,7 @@ import asyncio
 from collections.abc import Sequence
 
 from weir.broker.retention import Retention
-from weir.broker.topics import TopicConfig, short_topic
+from weir.broker.topics import PERSISTENT, TopicConfig, short_topic
 from weir.errors import BacklogQuotaExceededError, BadRequestError
 from weir.storage.codecs import Codec, codec_name
 from weir.storage.incoming import IncomingBatch
@@ -41,8 +41,12 @@ class Writes(Retention):
         durable. ``txn``: the open transaction it belongs to (admitted by the caller, see
         `weir.broker.transactions.facade`)."""
         self._check_open()
+        cfg = self.topic(topic)
+        if cfg.kind != PERSISTENT:  # handed to the consumers connected now, acknowledged
+            fut: asyncio.Future[list[BatchResult]] = asyncio.get_running_loop().create_future()
+            fut.set_result(self.live_partition(cfg.name, partition).publish(batches))
+            return fut
         actor = self.actor(topic, partition)
-        cfg = self._topics[actor.topic]
         if cfg.codecs:
             for b in batches:
                 codec = b.header.data_codec if b.header.data_codec != Codec.RAW else b.header.codec

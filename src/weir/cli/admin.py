@@ -99,6 +99,14 @@ def create(
         ),
     ] = None,
     policy: PolicyOption = None,
+    kind: Annotated[
+        str,
+        typer.Option(
+            "--kind",
+            help="persistent (stored) or non-persistent (only to the readers and subscribers "
+            "connected now, never stored; a slow one's messages are dropped and counted).",
+        ),
+    ] = "persistent",
     if_not_exists: Annotated[
         bool,
         typer.Option(
@@ -111,7 +119,10 @@ def create(
     json_out: Json = False,
 ) -> None:
     """Create a topic."""
+    if kind not in ("persistent", "non-persistent"):
+        raise bad("--kind", f"unknown kind {kind!r}: use persistent or non-persistent")
     kwargs: dict[str, Any] = {
+        "kind": kind,
         "retention_bytes": optional_size(retention_bytes, "--retention-bytes"),
         "max_partition_bytes": optional_size(max_partition_bytes, "--max-partition-bytes"),
         "max_partition_messages": optional_count(
@@ -142,7 +153,11 @@ def create(
             f"{'created topic' if created else 'topic'} {info.name} "
             f"{'with' if created else 'already exists with'} {info.partitions} "
             f"partition{'s' if info.partitions != 1 else ''}, "
-            f"retention {output.human_duration_ms(info.retention_ms)}"
+            + (
+                "non-persistent"
+                if info.kind == "non-persistent"
+                else f"retention {output.human_duration_ms(info.retention_ms)}"
+            )
         )
 
 
@@ -240,6 +255,48 @@ def drop(
         output.print_json({"dropped": topic})
     else:
         output.stdout.print(f"dropped topic {topic}")
+
+
+@topic_app.command("compact")
+@server_options
+def compact(
+    topic: TopicName,
+    wait: Annotated[
+        bool,
+        typer.Option(
+            "--wait", help="Return when the run has ended (its error if it failed), not at once."
+        ),
+    ] = False,
+    server: ServerOptions = SERVER_DEFAULTS,
+    json_out: Json = False,
+) -> None:
+    """Compact a topic: keep the latest message of each key (readers ask for it with
+    --compacted); writers are never held up."""
+    with server.connect() as client:
+        info = client.compact(topic, wait=wait, timeout=None if wait else server.timeout)
+    if json_out:
+        output.print_json(output.compaction_json(info))
+    elif wait:
+        output.show_compaction(info)
+    else:
+        output.stdout.print(f"compaction of {info.topic} started")
+
+
+@topic_app.command("compaction-status")
+@server_options
+def compaction_status(
+    topic: TopicName,
+    server: ServerOptions = SERVER_DEFAULTS,
+    json_out: Json = False,
+) -> None:
+    """A topic's compacted views (per partition: position, keys, bytes before and after)
+    and the run going on, or why the last one failed."""
+    with server.connect() as client:
+        info = client.describe_compaction(topic, timeout=server.timeout)
+    if json_out:
+        output.print_json(output.compaction_json(info))
+    else:
+        output.show_compaction(info)
 
 
 @topic_app.command("list")

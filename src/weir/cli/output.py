@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 if TYPE_CHECKING:
-    from weir.client.admin import ConsumerInfo, TopicInfo
+    from weir.client.admin import CompactionInfo, ConsumerInfo, TopicInfo
 
 stdout = Console(highlight=False, soft_wrap=True)
 stderr = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -78,6 +78,8 @@ def show_topic(info: TopicInfo) -> None:
     settings.add_column()
     settings.add_row("topic", info.name)
     settings.add_row("partitions", str(info.partitions))
+    if info.kind != "persistent":
+        settings.add_row("kind", f"{info.kind} ({info.dropped_messages} dropped)")
     settings.add_row("messages", f"{info.messages} ({human_bytes(size)})")
     settings.add_row("retention", human_duration_ms(info.retention_ms))
     settings.add_row("retention bytes", _limit(info.retention_bytes, human_bytes))
@@ -120,6 +122,34 @@ def show_topic(info: TopicInfo) -> None:
 
 def _limit(value: int | None, render: Any) -> str:
     return "none" if value is None else str(render(value))
+
+
+def compaction_json(info: CompactionInfo) -> dict[str, Any]:
+    doc = dataclasses.asdict(info)
+    doc["keys"] = info.keys
+    return doc
+
+
+def show_compaction(info: CompactionInfo) -> None:
+    state = "running" if info.running else "idle"
+    if info.last_error:
+        state += f"; the last run failed: {info.last_error}"
+    stdout.print(f"compaction of {info.topic}: {state}")
+    table = Table()
+    for col in ("partition", "position", "keys", "tombstones", "before", "after"):
+        table.add_column(col, justify="right")
+    table.add_column("finished")
+    for p in info.partitions:
+        table.add_row(
+            str(p.partition),
+            str(p.position),
+            str(p.keys),
+            str(p.tombstones),
+            f"{p.messages_before} ({human_bytes(p.bytes_before)})",
+            f"{p.messages_after} ({human_bytes(p.bytes_after)})",
+            p.phase or (human_time_ms(p.finished_ms) if p.finished_ms else "never"),
+        )
+    stdout.print(table)
 
 
 def show_topic_list(topics: list[TopicInfo]) -> None:

@@ -12,6 +12,10 @@ Two ways to read, chosen by the options:
   ``--follow`` it stops at the end offsets the topic had when the command started, or
   IDLE_STOP_S after its own partitions are done while other readers hold the rest.
 
+With ``--compacted`` each partition is read as compacted (offset ranges): the latest
+message of each key below the compacted view's position, at their own offsets, then
+every later message.
+
 A read that cannot reach the end offsets it set out to (the server lost or silent
 for ``--timeout``) says so on stderr and exits 1.
 """
@@ -346,6 +350,7 @@ def read_ranges(
     bar: Progress,
     timeout: float,
     endpoint: str,
+    compacted: bool = False,
 ) -> int:
     """Read exact offset ranges partition by partition; with --follow, poll for more.
 
@@ -373,7 +378,9 @@ def read_ranges(
                     pending.discard(p)
                     continue
                 wait = max(_POLL_S, timeout - (time.monotonic() - answered))
-                for chunk in client.read_range(topic, p, positions[p], end, timeout=wait):
+                for chunk in client.read_range(
+                    topic, p, positions[p], end, timeout=wait, compacted=compacted
+                ):
                     answered = time.monotonic()
                     msgs = chunk.messages(positions[p])
                     if count is not None:
@@ -430,6 +437,7 @@ def _positions(
     since_ms: int | None,
     consumer: str,
     timeout: float,
+    compacted: bool = False,
 ) -> dict[int, int]:
     parts = {p.partition: p for p in info.partition_info}
     if offset is not None:
@@ -448,6 +456,10 @@ def _positions(
         return {p: committed[p] for p in partitions}
     if start == "latest":
         return {p: parts[p].end_offset for p in partitions}
+    if compacted:  # a compacted view keeps the latest of keys from offset 0 on
+        views = client.describe_compaction(info.name, timeout=timeout).partitions
+        viewed = {v.partition for v in views if v.position > 0}
+        return {p: 0 if p in viewed else parts[p].start_offset for p in partitions}
     return {p: parts[p].start_offset for p in partitions}
 
 
@@ -496,6 +508,14 @@ def read(
     follow: Annotated[
         bool, typer.Option("--follow", "-F", help="Keep waiting for new messages (Ctrl-C stops).")
     ] = False,
+    compacted: Annotated[
+        bool,
+        typer.Option(
+            "--compacted",
+            help="Read each partition as compacted: the latest message of each key below its "
+            "compacted view's position (weir topic compact), then every later message.",
+        ),
+    ] = False,
     fmt: Annotated[
         str,
         typer.Option(
@@ -537,6 +557,7 @@ def read(
                     ("--consumer", consumer),
                     ("--since", since),
                     ("--partition", partition),
+                    ("--compacted", True if compacted else None),
                 )
                 if given is not None
             ],
@@ -577,7 +598,13 @@ def read(
         chosen = [partition] if partition is not None else sorted(targets)
         # Exact offset ranges unless reading as a consumer from its own position: they
         # resume exactly where they stopped when the connection is lost.
-        by_range = not consumer or offset is not None or back is not None or partition is not None
+        by_range = (
+            not consumer
+            or compacted  # offsets a view skipped: ranges, not a read session's targets
+            or offset is not None
+            or back is not None
+            or partition is not None
+        )
         positions = None
         if by_range or show:  # a read session finds its own; the bar wants a total
             positions = _positions(
@@ -590,6 +617,7 @@ def read(
                 since_ms=since_ms,
                 consumer=consumer or "",
                 timeout=timeout,
+                compacted=compacted,
             )
         if by_range and positions is not None:
             beyond = {p: targets[p] for p, pos in positions.items() if pos > targets[p]}
@@ -602,7 +630,7 @@ def read(
                     markup=False,
                 )
         total = None
-        if positions is not None and not follow:
+        if positions is not None and not follow and not compacted:  # a view: fewer
             total = sum(max(0, targets[p] - pos) for p, pos in positions.items())
             total = total if count is None else min(total, count)
         common: dict[str, Any] = {
@@ -617,7 +645,9 @@ def read(
             try:
                 if by_range:
                     assert positions is not None
-                    n = read_ranges(client, topic, positions, targets, bar=bar, **common)
+                    n = read_ranges(
+                        client, topic, positions, targets, bar=bar, compacted=compacted, **common
+                    )
                 else:
                     parts = {p.partition: p for p in info.partition_info}
                     n = read_session(

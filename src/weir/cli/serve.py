@@ -61,6 +61,16 @@ class ObserverFanout(BrokerObserver):
         for o in self.observers:
             o.on_consumer_commit(topic, partition, consumer, offset)
 
+    def on_compaction(self, topic: str, partition: int, scanned: int, kept: int) -> None:
+        for o in self.observers:
+            o.on_compaction(topic, partition, scanned, kept)
+
+    def on_non_persistent(
+        self, topic: str, partition: int, delivered: int, dropped: int, nbytes: int
+    ) -> None:
+        for o in self.observers:
+            o.on_non_persistent(topic, partition, delivered, dropped, nbytes)
+
 
 def announce(cfg: configuration.Config, text: str, **fields: object) -> None:
     """A line for the person (and the test) watching stderr; in JSON mode a log event,

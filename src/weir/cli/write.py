@@ -42,6 +42,7 @@ from weir.cli.common import (
 from weir.cli.progress import Progress
 from weir.client.routing import ROUTING_NAMES
 from weir.errors import BadRequestError, DeliveryTimeoutError, MessageTooLargeError, WeirError
+from weir.hashing import KeyHash
 from weir.storage.codecs import Codec
 
 if TYPE_CHECKING:
@@ -212,9 +213,18 @@ def write(
             "--routing",
             help="Partition choice: single-partition (a message with a key by its hash, "
             "murmur3 as Pulsar; the others to the producer's home partition), round-robin "
-            "(the others spread), or pinned (every message to the producer's partition).",
+            "(the others spread), or pinned (every message to the producer's partition); "
+            "key is single-partition by another name.",
         ),
     ] = "single-partition",
+    key_hash: Annotated[
+        str,
+        typer.Option(
+            "--key-hash",
+            help="Hash that places keyed messages: murmur3 (Pulsar's client) or murmur2 "
+            "(Kafka's default partitioner).",
+        ),
+    ] = "murmur3",
     producer_id: Annotated[
         str | None,
         typer.Option(
@@ -281,6 +291,10 @@ def write(
         raise bad("--access-mode", err.message) from None
     if routing not in ROUTING_NAMES:
         raise bad("--routing", f"unknown routing {routing!r}: use {', '.join(ROUTING_NAMES)}")
+    try:
+        hash_choice = KeyHash.parse(key_hash)
+    except BadRequestError as err:
+        raise bad("--key-hash", err.message) from None
     if partition is not None and routing != "single-partition":
         raise bad("--routing", "--partition writes every message to that partition")
     # messages that may spread over partitions each carry a future: the summary is per partition
@@ -305,6 +319,7 @@ def write(
             producer_id=producer_id,
             partition=partition,
             routing=None if partition is not None else routing,
+            key_hash=hash_choice,
             codec=codec,
             access_mode=mode,
             chunking=chunking,

@@ -2,10 +2,12 @@
 
 from weir.access_mode import AccessMode
 from weir.client.admin import (
+    CompactionInfo,
     Consumer,
     ConsumerInfo,
     ConsumerLag,
     NamespaceInfo,
+    PartitionCompactionInfo,
     PartitionInfo,
     SubscriptionInfo,
     TenantInfo,
@@ -25,12 +27,14 @@ __all__ = [
     "AccessMode",
     "Batch",
     "Client",
+    "CompactionInfo",
     "Consumer",
     "ConsumerInfo",
     "ConsumerLag",
     "DeadLetterPolicy",
     "Message",
     "NamespaceInfo",
+    "PartitionCompactionInfo",
     "PartitionInfo",
     "PartitionSession",
     "PartitionSessionClosedError",

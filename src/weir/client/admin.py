@@ -24,6 +24,9 @@ class PartitionInfo:
     size_bytes: int
     generation: int
     last_write_ms: int
+    # non-persistent topics: messages handed to consumers / dropped (a queue was full)
+    delivered_messages: int = 0
+    dropped_messages: int = 0
     stable_offset: int = 0  # where read-committed readers stop (the last stable offset)
 
 
@@ -42,6 +45,12 @@ class TopicInfo:
     # the topic's own policies, and what holds for it (server < namespace < topic)
     policies: dict[str, Any] = field(default_factory=dict)
     effective_policies: dict[str, Any] = field(default_factory=dict)
+    kind: str = "persistent"  # or "non-persistent"
+
+    @property
+    def dropped_messages(self) -> int:
+        """Non-persistent topics: messages dropped because a consumer's queue was full."""
+        return sum(p.dropped_messages for p in self.partition_info)
 
     @property
     def messages(self) -> int:
@@ -145,6 +154,8 @@ def topic_info(d: pb.TopicDescription) -> TopicInfo:
                 p.size_bytes,
                 p.generation,
                 p.last_write_ms,
+                p.delivered_messages,
+                p.dropped_messages,
                 p.stable_offset if p.HasField("stable_offset") else p.end_offset,
             )
             for p in d.partition_status
@@ -152,6 +163,68 @@ def topic_info(d: pb.TopicDescription) -> TopicInfo:
         created_at_ms=d.created_at_ms,
         policies=from_wire(d.policies),
         effective_policies=from_wire(d.effective_policies),
+        kind=d.kind or "persistent",
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionCompactionInfo:
+    """One partition's compacted view (position 0: none yet) and the run on it, if any."""
+
+    partition: int
+    position: int  # the view holds the latest message of each key below this offset
+    keys: int
+    tombstones: int
+    keyless: int
+    messages_before: int  # of the last run: read (old view and log) ...
+    bytes_before: int
+    messages_after: int  # ... and kept
+    bytes_after: int
+    finished_ms: int
+    duration_ms: int
+    phase: str  # of a run now: waiting, scanning, writing, publishing ("" when none)
+    messages_scanned: int
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionInfo:
+    """A topic's compaction (`Client.compact`, `Client.describe_compaction`)."""
+
+    topic: str
+    running: bool
+    started_ms: int
+    last_error: str
+    partitions: list[PartitionCompactionInfo]
+
+    @property
+    def keys(self) -> int:
+        return sum(p.keys for p in self.partitions)
+
+
+def compaction_info(d: pb.CompactionDescription) -> CompactionInfo:
+    return CompactionInfo(
+        d.topic,
+        d.running,
+        d.started_ms,
+        d.last_error,
+        [
+            PartitionCompactionInfo(
+                p.partition,
+                p.position,
+                p.keys,
+                p.tombstones,
+                p.keyless,
+                p.messages_before,
+                p.bytes_before,
+                p.messages_after,
+                p.bytes_after,
+                p.finished_ms,
+                p.duration_ms,
+                p.phase,
+                p.messages_scanned,
+            )
+            for p in d.partitions
+        ],
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import datetime as dt
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -15,16 +16,19 @@ import grpc
 
 from weir.access_mode import AccessMode
 from weir.client.admin import (
+    CompactionInfo,
     Consumer,
     ConsumerInfo,
     SubscriptionInfo,
     TopicInfo,
+    compaction_info,
     consumer_info,
     consumer_settings,
     subscription_info,
     topic_differences,
     topic_info,
 )
+from weir.client.chunks import CHUNK_ID, CHUNK_UUID, DEFAULT_CHUNK_EXPIRY, RangeAssembler
 from weir.client.connection import Connection, error_from_rpc
 from weir.client.credentials import CredentialsArg
 from weir.client.deliver_at import with_deliver_at
@@ -54,6 +58,7 @@ from weir.errors import (
     WeirError,
     WeirTimeoutError,
 )
+from weir.hashing import KeyHash
 from weir.protocols.native import weir_pb2 as pb
 from weir.protocols.native.policy_values import to_wire
 from weir.storage.codecs import Codec
@@ -95,12 +100,16 @@ class RangeChunk:
     end_offset: int
     from_offset: int = 0
     to_offset: int = -1
+    # read_range(assemble_chunks=True): the messages, chunked ones whole (``chunks`` raw)
+    assembled: list[Message] | None = None
 
     def messages(self, from_offset: int | None = None) -> list[Message]:
         """The messages of this chunk in the range read, from ``from_offset`` on if given."""
         from weir.client.messages import decode_chunks
 
         lo = self.from_offset if from_offset is None else max(self.from_offset, from_offset)
+        if self.assembled is not None:
+            return [m for m in self.assembled if m.offset >= lo]
         return decode_chunks(
             self.topic,
             self.partition,
@@ -419,10 +428,13 @@ class Client(AsyncTenancyCalls, AsyncSecurityCalls, AsyncTierCalls):
         codecs: Iterable[str] = (),
         consumers: Iterable[Consumer | str] = (),
         policies: Mapping[str, Any] | None = None,
+        kind: str = "persistent",
         exist_ok: bool = False,
         timeout: float | None = 30.0,
     ) -> TopicInfo:
-        """Create a topic. ``partitions`` 0 takes the namespace's default_partitions (else
+        """Create a topic. ``kind="non-persistent"`` makes one whose messages go only to
+        the readers and subscribers connected now, never to disk (docs/topics.md).
+        ``partitions`` 0 takes the namespace's default_partitions (else
         the server's, 1). ``retention`` (timedelta or ms) left out follows the namespace
         (else the server's, 7 days), as does every policy not in ``policies`` (the topic's
         own: see docs/topics.md).
@@ -440,6 +452,7 @@ class Client(AsyncTenancyCalls, AsyncSecurityCalls, AsyncTierCalls):
             partitions=partitions,
             codecs=codec_list,
             consumers=[consumer_settings(c) for c in consumer_list],
+            kind=kind,
         )
         to_wire(policies or {}, req.policies)
         retention_ms: int | object | None = _KEEP
@@ -468,6 +481,8 @@ class Client(AsyncTenancyCalls, AsyncSecurityCalls, AsyncTierCalls):
             codecs=[Codec.parse(c).name.lower() for c in codec_list],
             consumers=consumer_list,
         )
+        if existing.kind != kind:
+            diffs.append(f"kind {existing.kind}, not {kind}")
         if diffs:
             raise AlreadyExistsError(
                 f"topic {existing.name!r} already exists with {'; '.join(diffs)}"
@@ -559,7 +574,7 @@ class Client(AsyncTenancyCalls, AsyncSecurityCalls, AsyncTierCalls):
         req = pb.OffsetsForTimeRequest(topic=topic, timestamp_ms=to_ms(timestamp, "timestamp") or 0)
         return list((await self.conn.call("OffsetsForTime", req, timeout)).offsets)
 
-    async def read_range(
+    def read_range(
         self,
         topic: str,
         partition: int,
@@ -569,20 +584,137 @@ class Client(AsyncTenancyCalls, AsyncSecurityCalls, AsyncTierCalls):
         max_bytes: int = 4 << 20,
         timeout: float | None = None,
         read_committed: bool = False,
+        compacted: bool = False,
+        assemble_chunks: bool = False,
     ) -> AsyncIterator[RangeChunk]:
         """Stored batches of ``[from_offset, to_offset)`` of one partition, no consumer involved.
+
+        ``compacted``: the range as compacted (the latest message of each key below the
+        compacted view's position, at their own offsets, then every later message).
+
+        ``assemble_chunks``: each chunk's `RangeChunk.messages` has the chunked messages
+        whole, at their last chunk's offset; a message is returned by the range holding
+        its last chunk (reading back before ``from_offset`` for its first ones), so
+        consecutive ranges return each once (`weir.client.chunks.RangeAssembler`).
 
         ``timeout``: seconds to wait for each chunk before raising WeirTimeoutError
         (a server that stopped answering); None waits as long as the connection lives.
         ``read_committed``: only messages of committed transactions (and of no
         transaction), up to the last stable offset (what ``to_offset`` -1 means then).
         """
+        if assemble_chunks:
+            return self._assembled_range(
+                topic,
+                partition,
+                from_offset,
+                to_offset,
+                max_bytes,
+                timeout,
+                compacted,
+                read_committed,
+            )
+        return self._raw_range(
+            topic,
+            partition,
+            from_offset,
+            to_offset,
+            max_bytes,
+            timeout,
+            compacted,
+            read_committed,
+        )
+
+    async def _assembled_range(
+        self,
+        topic: str,
+        partition: int,
+        from_offset: int,
+        to_offset: int,
+        max_bytes: int,
+        timeout: float | None,
+        compacted: bool,
+        read_committed: bool = False,
+    ) -> AsyncIterator[RangeChunk]:
+        asm = RangeAssembler()
+        raw = self._raw_range(
+            topic,
+            partition,
+            from_offset,
+            to_offset,
+            max_bytes,
+            timeout,
+            compacted,
+            read_committed,
+        )
+        async for rc in raw:
+            msgs = rc.messages()
+            wanted = asm.orphans(msgs)
+            if wanted:
+                await self._read_back(
+                    topic,
+                    partition,
+                    from_offset,
+                    rc.start_offset,
+                    wanted,
+                    asm,
+                    max_bytes,
+                    timeout,
+                    compacted,
+                    read_committed,
+                )
+            yield dataclasses.replace(rc, assembled=asm.feed(msgs))
+
+    async def _read_back(
+        self,
+        topic: str,
+        partition: int,
+        hi: int,
+        start: int,
+        wanted: dict[str, int],
+        asm: RangeAssembler,
+        max_bytes: int,
+        timeout: float | None,
+        compacted: bool,
+        read_committed: bool = False,
+    ) -> None:
+        """Read back from ``hi`` in growing windows until the first chunk of every
+        ``wanted`` message is found (or the partition's start is reached)."""
+        missing = dict(wanted)
+        window = 64
+        while missing and hi > start:
+            lo = max(start, hi - window)
+            found: list[Message] = []
+            async for rc in self._raw_range(
+                topic, partition, lo, hi, max_bytes, timeout, compacted, read_committed
+            ):
+                found.extend(rc.messages())
+            asm.add_earlier(found, missing)
+            for m in found:
+                h = m.headers
+                if h and h.get(CHUNK_ID) == "0":
+                    missing.pop(h.get(CHUNK_UUID, ""), None)
+            hi, window = lo, window * 4
+        if missing:
+            asm.give_up(set(missing))
+
+    async def _raw_range(
+        self,
+        topic: str,
+        partition: int,
+        from_offset: int,
+        to_offset: int,
+        max_bytes: int,
+        timeout: float | None,
+        compacted: bool,
+        read_committed: bool = False,
+    ) -> AsyncIterator[RangeChunk]:
         req = pb.ReadRangeRequest(
             topic=topic,
             partition=partition,
             from_offset=from_offset,
             to_offset=to_offset,
             max_bytes=max_bytes,
+            compacted=compacted,
             read_committed=read_committed,
         )
         conn = self.conn
@@ -615,6 +747,25 @@ class Client(AsyncTenancyCalls, AsyncSecurityCalls, AsyncTierCalls):
             raise (conn.unreachable(err) or err) from None
         finally:
             call.cancel()  # the caller may stop early: do not leave the call pending
+
+    # ------------------------------------------------------------------ compaction
+
+    async def compact(
+        self, topic: str, *, wait: bool = False, timeout: float | None = 30.0
+    ) -> CompactionInfo:
+        """Start compacting every partition of ``topic`` (a run going on is not started
+        twice). With ``wait``, return when the run has ended, raising its error if it
+        failed (``timeout`` then bounds the wait). Writers are never held up by it."""
+        req = pb.CompactTopicRequest(topic=topic, wait=wait)
+        return compaction_info(await self.conn.call("CompactTopic", req, timeout))
+
+    async def describe_compaction(
+        self, topic: str, *, timeout: float | None = 30.0
+    ) -> CompactionInfo:
+        """The topic's compacted views (per partition: position, keys, bytes before and
+        after) and the run going on, if any, or why the last one failed."""
+        req = pb.DescribeCompactionRequest(topic=topic)
+        return compaction_info(await self.conn.call("DescribeCompaction", req, timeout))
 
     # ------------------------------------------------------------------ subscriptions
 
@@ -782,6 +933,7 @@ class Client(AsyncTenancyCalls, AsyncSecurityCalls, AsyncTierCalls):
         codec: str | Codec = Codec.RAW,
         access_mode: str | AccessMode = AccessMode.SHARED,
         routing: str | CustomRouter | None = None,
+        key_hash: str | KeyHash = KeyHash.MURMUR3,
         **settings: Any,
     ) -> Writer:
         """A writer to ``topic`` (call inside a running event loop).
@@ -802,6 +954,9 @@ class Client(AsyncTenancyCalls, AsyncSecurityCalls, AsyncTierCalls):
         partition``, or ``"pinned"`` (every message to the producer's pinned partition,
         as YDB's producer_id writers; what ``partition=N`` does too). Dedup holds per
         (producer, partition), so resends after a reconnect stay safe in every mode.
+        ``key_hash``: ``"murmur3"`` (Pulsar's client's, the default) or ``"murmur2"``
+        (Kafka's default partitioner) places keyed messages (`weir.hashing`);
+        ``routing="key"`` is another name of the default.
 
         ``access_mode`` (Pulsar's): ``"shared"`` (default), ``"exclusive"`` (the
         writer fails with ProducerBusyError when another producer writes to the
@@ -817,7 +972,7 @@ class Client(AsyncTenancyCalls, AsyncSecurityCalls, AsyncTierCalls):
             access_mode=AccessMode.parse(access_mode),
             **settings,
         )
-        router = parse_routing(routing, partition)
+        router = parse_routing(routing, partition, key_hash)
         loop = asyncio.get_running_loop()
         core: WriterCore | RoutedWriterCore = (
             WriterCore(self.conn, topic, s, loop)
@@ -837,8 +992,16 @@ class Client(AsyncTenancyCalls, AsyncSecurityCalls, AsyncTierCalls):
         buffer_bytes: int = 64 << 20,
         on_reconnect: Callable[[WeirError], None] | None = None,
         read_committed: bool = False,
+        compacted: bool = False,
+        chunk_expiry: float = DEFAULT_CHUNK_EXPIRY,
     ) -> Reader:
         """A reader of one or more topics (call inside a running event loop).
+
+        ``compacted``: read each partition as compacted (Pulsar's readCompacted): the
+        latest message of each key below its compacted view's position, at their own
+        offsets (a key with empty data is a delete), then the live tail.
+        ``chunk_expiry``: seconds a chunked message may stay incomplete before the reader
+        drops it (its writer died mid-way; Pulsar's expireTimeOfIncompleteChunkedMessage).
 
         With a ``consumer``, partitions are shared with the consumer's other
         readers and start at its committed offsets; without one, every
@@ -862,6 +1025,8 @@ class Client(AsyncTenancyCalls, AsyncSecurityCalls, AsyncTierCalls):
             buffer_bytes=buffer_bytes,
             on_reconnect=on_reconnect,
             read_committed=read_committed,
+            compacted=compacted,
+            chunk_expiry=chunk_expiry,
         )
         core.start_session()
         return Reader(core)

@@ -14,7 +14,15 @@ joined and the chunk headers removed. Its commits never pass the first chunk of 
 message still incomplete, so a reader that restarts reads it whole again. A chunked
 message still incomplete `expiry` seconds after its first chunk arrived (its writer
 died mid-way and never resent it) is dropped and counted (`expired`); commits then
-move past it. Range reads return the stored chunks as they are.
+move past it.
+
+Range reads return the stored chunks as they are, unless asked to put them together
+(`RangeAssembler`: ``read_range(..., assemble_chunks=True)``, the Spark source's
+``assembleChunks``): a chunked message is then returned whole, at its last chunk's
+offset as a reader delivers it, by the range that holds its last chunk. That range
+reads back before its start for the chunks it lacks, and leaves out the chunks of a
+message that ends past its end (the next range returns it), so consecutive ranges
+return each chunked message exactly once.
 """
 
 from __future__ import annotations
@@ -24,11 +32,11 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from weir.client.messages import _Part
+from weir.chunk_headers import CHUNK_COUNT, CHUNK_ID, CHUNK_UUID
+from weir.client.messages import Message, _Part
 
-CHUNK_UUID = "weir.chunk.uuid"
-CHUNK_ID = "weir.chunk.id"
-CHUNK_COUNT = "weir.chunk.count"
+__all__ = ["CHUNK_COUNT", "CHUNK_ID", "CHUNK_UUID", "ChunkAssembler", "RangeAssembler", "split"]
+
 DEFAULT_CHUNK_EXPIRY = 60.0  # seconds, as Pulsar's expireTimeOfIncompleteChunkedMessage
 
 
@@ -150,3 +158,77 @@ def _sub(p: _Part, idx: list[int]) -> _Part:
         p.data[a:b],
         p.headers[a:b] if p.headers is not None else None,
     )
+
+
+def _chunk_of(m: Message) -> tuple[str, int, int] | None:
+    """(uuid, id, count) of a chunk; None for a plain message (or bad chunk headers)."""
+    h = m.headers
+    u = h.get(CHUNK_UUID) if h else None
+    if u is None:
+        return None
+    try:
+        return u, int(h[CHUNK_ID]), int(h[CHUNK_COUNT])
+    except (KeyError, ValueError):
+        return None
+
+
+class RangeAssembler:
+    """Puts the chunked messages of one partition's offset range back together (see the
+    module docstring): `orphans` names the messages whose first chunks lie before the
+    range, `add_earlier` takes those chunks from a read back, `feed` returns the range's
+    messages with each completed chunked message whole."""
+
+    def __init__(self) -> None:
+        self._pending: dict[str, dict[int, bytes]] = {}
+        self._known: set[str] = set()  # uuids seen (pending, completed, or given up)
+
+    def orphans(self, msgs: list[Message]) -> dict[str, int]:
+        """Messages of ``msgs`` begun before them: uuid -> the lowest chunk id seen."""
+        out: dict[str, int] = {}
+        for m in msgs:
+            c = _chunk_of(m)
+            if c is None or c[0] in self._known:
+                continue
+            u, cid, _ = c
+            if u not in out:
+                if cid == 0:
+                    self._known.add(u)  # begins here
+                else:
+                    out[u] = cid
+        return out
+
+    def add_earlier(self, msgs: list[Message], wanted: dict[str, int]) -> None:
+        """Chunks of ``wanted`` messages read back from before the range."""
+        for m in msgs:
+            c = _chunk_of(m)
+            if c is not None and c[0] in wanted and c[1] < wanted[c[0]]:
+                self._pending.setdefault(c[0], {})[c[1]] = m.data
+
+    def give_up(self, uuids: set[str]) -> None:
+        """Messages whose first chunks are not there (retention removed them): their
+        remaining chunks are left out."""
+        self._known |= uuids
+
+    def feed(self, msgs: list[Message]) -> list[Message]:
+        out: list[Message] = []
+        for m in msgs:
+            c = _chunk_of(m)
+            if c is None:
+                out.append(m)
+                continue
+            u, cid, count = c
+            self._known.add(u)
+            pieces = self._pending.setdefault(u, {})
+            pieces[cid] = m.data
+            if len(pieces) < count:
+                continue
+            del self._pending[u]
+            if any(j not in pieces for j in range(count)):
+                continue  # bad ids: not a message of ours, and never whole
+            data = b"".join(pieces[j] for j in range(count))
+            headers = {k: v for k, v in m.headers.items() if k not in _CHUNK_HEADERS}
+            out.append(m._replace(data=data, headers=headers))
+        return out
+
+
+_CHUNK_HEADERS = (CHUNK_UUID, CHUNK_ID, CHUNK_COUNT)

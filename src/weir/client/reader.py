@@ -32,7 +32,7 @@ from typing import Any
 
 import grpc
 
-from weir.client.chunks import ChunkAssembler
+from weir.client.chunks import DEFAULT_CHUNK_EXPIRY, ChunkAssembler
 from weir.client.connection import Backoff, Connection, error_from_rpc
 from weir.client.messages import Batch, Message, decode_parts
 from weir.errors import (
@@ -113,9 +113,15 @@ class ReaderCore:
         buffer_bytes: int = 64 << 20,
         on_reconnect: Callable[[WeirError], None] | None = None,
         read_committed: bool = False,
+        compacted: bool = False,
+        chunk_expiry: float = DEFAULT_CHUNK_EXPIRY,
     ) -> None:
         if not topics:
             raise BadRequestError("a reader needs at least one topic")
+        if not isinstance(chunk_expiry, int | float) or not chunk_expiry > 0:
+            raise BadRequestError(f"chunk_expiry must be > 0 seconds, got {chunk_expiry!r}")
+        self.compacted = compacted
+        self.chunk_expiry = float(chunk_expiry)
         self.conn = conn
         self.topics = topics
         self.consumer = consumer
@@ -316,6 +322,7 @@ class ReaderCore:
                     read_from_ms=self.read_from_ms,
                     credit_bytes=self.buffer_bytes,
                     read_committed=self.read_committed,
+                    compacted=self.compacted,
                 )
                 await call.write(pb.ReadRequest(init=init))
                 self._generation += 1
@@ -424,6 +431,7 @@ class ReaderCore:
             a.committed_offset,
             a.end_offset,
             self._generation,
+            chunks=ChunkAssembler(self.chunk_expiry),
         )
         self._sessions[a.assignment_id] = ps
 

@@ -9,6 +9,12 @@ state are per (producer, partition): each core resends what its partition has
 not acknowledged, and the broker drops what that partition already has. See
 `weir.client.routing` for the routers and the hash.
 
+The partition count is looked at again every ``partitions_refresh_interval`` (as
+Pulsar's client does) and when the broker answers that a partition the writer
+routed to is unknown (the topic was dropped and made again, smaller): keys then
+spread over the partitions the topic has now. A key's partition changes when the
+count does, as in Pulsar and Kafka.
+
 It offers what `WriterCore` offers, so `weir.Writer` and `weir.aio.Writer`
 wrap either. Its keyless fast path is the home core's own.
 """
@@ -16,7 +22,9 @@ wrap either. Its keyless fast path is the home core's own.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
+import logging
 import threading
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -27,7 +35,16 @@ from weir.client.routing import Custom, RoundRobin, SinglePartition
 from weir.client.write_buffer import AnyFuture, as_bytes
 from weir.client.writer import WriterCore
 from weir.client.writer_settings import WriterSettings
-from weir.errors import BadRequestError, ClosedError, WeirError, WeirTimeoutError
+from weir.errors import (
+    BadRequestError,
+    ClosedError,
+    UnknownPartitionError,
+    WeirError,
+    WeirTimeoutError,
+)
+from weir.protocols.native import weir_pb2 as pb
+
+log = logging.getLogger("weir.client")
 
 
 class RoutedWriterCore:
@@ -49,6 +66,8 @@ class RoutedWriterCore:
         self.home = WriterCore(conn, topic, settings, loop, routed=True)
         self.producer_id = self.home.producer_id
         self._cores: dict[int, WriterCore] = {}  # by partition, the home's included
+        self._retired: list[WriterCore] = []  # cores of partitions the topic lost (closed last)
+        self._refreshes: set[asyncio.Task[None]] = set()
         self._shape: tuple[int, int] | None = None  # (partitions, home partition)
         self._lock = threading.Lock()
         self._closed = False
@@ -87,7 +106,8 @@ class RoutedWriterCore:
 
     def _all(self) -> list[WriterCore]:
         with self._lock:
-            return [self.home, *(c for c in self._cores.values() if c is not self.home)]
+            cores = (c for c in self._cores.values() if c is not self.home)
+            return [self.home, *cores, *self._retired]
 
     @property
     def last_error(self) -> WeirError | None:
@@ -193,6 +213,10 @@ class RoutedWriterCore:
                     if not items:
                         self._shape = shape
                         self._shaped.set()
+                        if self.settings.partitions_refresh_interval is not None:
+                            self._spawn(
+                                self._refresh_loop(self.settings.partitions_refresh_interval)
+                            )
                         return
                 for many, args, fut in items:
                     try:
@@ -226,6 +250,48 @@ class RoutedWriterCore:
             if fut is not None and not fut.done():
                 fut.set_exception(err)
 
+    # ------------------------------------------------------------------ the partition count
+
+    def _spawn(self, coro: Any) -> None:
+        task = self.loop.create_task(coro, name=f"weir-partitions-{self.topic}")
+        self._refreshes.add(task)
+        task.add_done_callback(self._refreshes.discard)
+
+    async def _refresh_loop(self, interval: float) -> None:
+        while not self._closed:
+            await asyncio.sleep(interval)
+            with contextlib.suppress(WeirError):  # the write sessions report real trouble
+                await self.refresh_partitions()
+
+    async def refresh_partitions(self, timeout: float | None = 30.0) -> int:
+        """Ask the broker for the topic's partition count and route by it from now on
+        (also done every ``partitions_refresh_interval``); returns the count."""
+        d = await self.conn.call(
+            "DescribeTopic", pb.DescribeTopicRequest(topic=self.topic), timeout
+        )
+        n = int(d.partitions)
+        shape = self._shape
+        if shape is not None and n > 0 and n != shape[0] and not self._closed:
+            log.info("writer to %s: %d partitions, was %d", self.topic, n, shape[0])
+            self._shape = (n, shape[1])  # one assignment: writers read it without the lock
+        return n
+
+    def _core_failed(self, partition: int, core: WriterCore, err: WeirError) -> None:
+        """A partition's core failed: when the broker does not know the partition any
+        more, later messages route by the count it has now."""
+        if not isinstance(err, UnknownPartitionError) or core is self.home:
+            return
+        with self._lock:
+            if self._cores.get(partition) is core:
+                del self._cores[partition]
+                self._retired.append(core)
+        if not self._closed:
+            self._spawn(self._refresh_once())
+
+    async def _refresh_once(self) -> None:
+        with contextlib.suppress(WeirError):
+            await self.refresh_partitions()
+
     def _not_connected(self, wait: float | None) -> WeirError:
         return WeirTimeoutError(
             f"routing writer to {self.topic!r} at {self.conn.endpoint} not connected after "
@@ -244,6 +310,7 @@ class RoutedWriterCore:
                 self.settings, producer_id=self.producer_id, partition=partition
             )
             core = WriterCore(self.conn, self.topic, settings, self.loop, routed=True)
+            core.on_failed = lambda err: self._core_failed(partition, core, err)
             self._cores[partition] = core
         if _in_loop(self.loop):
             core.start()
@@ -390,6 +457,8 @@ class RoutedWriterCore:
                 self._closed = True
             assert self._drain is not None
             self._drain.cancel()
+            for t in list(self._refreshes):
+                t.cancel()
         await _all_or_first_error([c.close(timeout) for c in self._all()])
         if routed_err is not None and (isinstance(routed_err, WeirTimeoutError) or unseen):
             raise routed_err

@@ -17,16 +17,19 @@ Pulsar's message routing modes, with Pulsar's key hash:
   partition the broker pins the producer_id to, whatever its key (also what
   ``partition=N`` does). The producer's seq_nos and dedup then span the topic.
 
-The key hash is Pulsar's (its Java client's ``Murmur3_32Hash``): MurmurHash3
-x86_32 of the key bytes with seed 0, the sign bit cleared, modulo the partition
-count. So a key lands in the partition a Pulsar client would choose for the same
-key (UTF-8 string keys; Pulsar hashes a bytes key's base64 text instead).
+The key hash is Pulsar's by default (its Java client's ``Murmur3_32Hash``):
+MurmurHash3 x86_32 of the key bytes with seed 0, the sign bit cleared, modulo the
+partition count. So a key lands in the partition a Pulsar client would choose for
+the same key (UTF-8 string keys; Pulsar hashes a bytes key's base64 text instead).
+``key_hash="murmur2"`` takes Kafka's default partitioner instead (`weir.hashing`).
 
 A routing writer holds one write session per partition it writes to; the
 producer's seq_nos and dedup state are per (producer, partition), so a resend
 after a reconnect is deduplicated in the partition it was first sent to. The
-partition count is the one the writer saw when it connected: partitions added
-later get messages from writers opened afterwards.
+writer looks at the partition count again every ``partitions_refresh_interval``
+seconds (60 by default, as Pulsar's client) and when the broker answers that a
+partition is unknown: partitions added while it runs then get their keys (a
+key's partition changes with the count, as in Pulsar and Kafka).
 """
 
 from __future__ import annotations
@@ -34,19 +37,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
-import mmh3
-
 from weir.errors import BadRequestError
+from weir.hashing import KeyHash, pulsar_partition
 
 ROUND_ROBIN_RUN = 100  # keyless messages per partition before round robin moves on
-ROUTING_NAMES = ("single-partition", "round-robin", "pinned")
+ROUTING_NAMES = ("single-partition", "key", "round-robin", "pinned")
 
 CustomRouter = Callable[[bytes | None, int], int]
 
 
 def murmur3_partition(key: bytes, partitions: int) -> int:
     """The partition Pulsar's client picks for ``key``: murmur3_32 (seed 0) & 0x7fffffff."""
-    return (mmh3.hash(key, 0, signed=False) & 0x7FFFFFFF) % partitions
+    return pulsar_partition(key, partitions)
 
 
 class Router(Protocol):
@@ -58,8 +60,11 @@ class SinglePartition:
 
     keyless_home = True
 
+    def __init__(self, key_hash: KeyHash = KeyHash.MURMUR3) -> None:
+        self.key_hash = key_hash
+
     def partition(self, key: bytes | None, partitions: int, home: int) -> int:
-        return murmur3_partition(key, partitions) if key else home
+        return self.key_hash.partition(key, partitions) if key else home
 
 
 class RoundRobin:
@@ -67,13 +72,14 @@ class RoundRobin:
 
     keyless_home = False
 
-    def __init__(self, run: int = ROUND_ROBIN_RUN) -> None:
+    def __init__(self, run: int = ROUND_ROBIN_RUN, key_hash: KeyHash = KeyHash.MURMUR3) -> None:
         self.run = run
+        self.key_hash = key_hash
         self._count = 0
 
     def partition(self, key: bytes | None, partitions: int, home: int) -> int:
         if key:
-            return murmur3_partition(key, partitions)
+            return self.key_hash.partition(key, partitions)
         i = self._count
         self._count += 1
         return (home + i // self.run) % partitions
@@ -97,9 +103,15 @@ class Custom:
 
 
 def parse_routing(
-    routing: str | CustomRouter | None, partition: int | None
+    routing: str | CustomRouter | None,
+    partition: int | None,
+    key_hash: str | KeyHash = KeyHash.MURMUR3,
 ) -> SinglePartition | RoundRobin | Custom | None:
-    """The router for ``routing``; None for the pinned mode (one session, the broker's pin)."""
+    """The router for ``routing``; None for the pinned mode (one session, the broker's pin).
+
+    ``key_hash`` (``"murmur3"``, Pulsar's, or ``"murmur2"``, Kafka's) places keyed messages
+    in the hash-based modes; ``routing="key"`` is ``"single-partition"`` by another name."""
+    hash_ = KeyHash.parse(key_hash)
     if partition is not None:
         if routing not in (None, "pinned"):
             raise BadRequestError(
@@ -107,10 +119,10 @@ def parse_routing(
                 f"routing={routing!r} cannot apply"
             )
         return None
-    if routing is None or routing == "single-partition":
-        return SinglePartition()
+    if routing is None or routing in ("single-partition", "key"):
+        return SinglePartition(hash_)
     if routing == "round-robin":
-        return RoundRobin()
+        return RoundRobin(key_hash=hash_)
     if routing == "pinned":
         return None
     if callable(routing):

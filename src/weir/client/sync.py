@@ -17,8 +17,9 @@ from typing import Any
 from weir.access_mode import AccessMode
 from weir.client import aio
 from weir.client import subscription as aio_subscription
-from weir.client.admin import Consumer, ConsumerInfo, SubscriptionInfo, TopicInfo
+from weir.client.admin import CompactionInfo, Consumer, ConsumerInfo, SubscriptionInfo, TopicInfo
 from weir.client.aio import _KEEP, DEFAULT_ENDPOINT, RangeChunk
+from weir.client.chunks import DEFAULT_CHUNK_EXPIRY
 from weir.client.credentials import CredentialsArg
 from weir.client.deliver_at import with_deliver_at
 from weir.client.loop import LoopThread
@@ -34,6 +35,7 @@ from weir.client.tls import TlsArg
 from weir.client.transaction import Transaction as AioTransaction
 from weir.client.writer_settings import WriteResult
 from weir.errors import ClosedError, WeirError
+from weir.hashing import KeyHash
 from weir.storage.codecs import Codec
 
 
@@ -393,6 +395,7 @@ class Client(SyncTenancyCalls, SyncSecurityCalls, SyncTierCalls):
         codecs: Iterable[str] = (),
         consumers: Iterable[Consumer | str] = (),
         policies: Mapping[str, Any] | None = None,
+        kind: str = "persistent",
         exist_ok: bool = False,
         timeout: float | None = 30.0,
     ) -> TopicInfo:
@@ -412,6 +415,7 @@ class Client(SyncTenancyCalls, SyncSecurityCalls, SyncTierCalls):
                 codecs=codecs,
                 consumers=consumers,
                 policies=policies,
+                kind=kind,
                 exist_ok=exist_ok,
                 timeout=timeout,
             )
@@ -496,9 +500,13 @@ class Client(SyncTenancyCalls, SyncSecurityCalls, SyncTierCalls):
         max_bytes: int = 4 << 20,
         timeout: float | None = None,
         read_committed: bool = False,
+        compacted: bool = False,
+        assemble_chunks: bool = False,
     ) -> Iterator[RangeChunk]:
         """Stored batches of ``[from_offset, to_offset)`` of one partition, no consumer involved;
-        ``timeout`` bounds the wait for each chunk (see `weir.aio.Client.read_range`)."""
+        ``timeout`` bounds the wait for each chunk, ``compacted`` reads the range as
+        compacted, ``assemble_chunks`` returns chunked messages whole (see
+        `weir.aio.Client.read_range`)."""
         it = self._aio.read_range(
             topic,
             partition,
@@ -507,6 +515,8 @@ class Client(SyncTenancyCalls, SyncSecurityCalls, SyncTierCalls):
             max_bytes=max_bytes,
             timeout=timeout,
             read_committed=read_committed,
+            compacted=compacted,
+            assemble_chunks=assemble_chunks,
         )
 
         async def step() -> RangeChunk | None:
@@ -524,6 +534,18 @@ class Client(SyncTenancyCalls, SyncSecurityCalls, SyncTierCalls):
         finally:
             if not self._closed:
                 self._run(it.aclose())  # type: ignore[attr-defined]
+
+    # compaction ----------------------------------------------------------
+
+    def compact(
+        self, topic: str, *, wait: bool = False, timeout: float | None = 30.0
+    ) -> CompactionInfo:
+        """Start compacting ``topic`` (``wait``: until the run ends); see `weir.aio.Client.compact`."""
+        return self._run(self._aio.compact(topic, wait=wait, timeout=timeout))  # type: ignore[no-any-return]
+
+    def describe_compaction(self, topic: str, *, timeout: float | None = 30.0) -> CompactionInfo:
+        """The topic's compacted views and run; see `weir.aio.Client.describe_compaction`."""
+        return self._run(self._aio.describe_compaction(topic, timeout=timeout))  # type: ignore[no-any-return]
 
     # subscriptions -------------------------------------------------------
 
@@ -648,6 +670,7 @@ class Client(SyncTenancyCalls, SyncSecurityCalls, SyncTierCalls):
         codec: str | Codec = Codec.RAW,
         access_mode: str | AccessMode = AccessMode.SHARED,
         routing: str | CustomRouter | None = None,
+        key_hash: str | KeyHash = KeyHash.MURMUR3,
         **settings: Any,
     ) -> Writer:
         """A writer to ``topic``; see `weir.aio.Client.writer`."""
@@ -660,6 +683,7 @@ class Client(SyncTenancyCalls, SyncSecurityCalls, SyncTierCalls):
                 codec=codec,
                 access_mode=access_mode,
                 routing=routing,
+                key_hash=key_hash,
                 **settings,
             )
 
@@ -675,6 +699,8 @@ class Client(SyncTenancyCalls, SyncSecurityCalls, SyncTierCalls):
         buffer_bytes: int = 64 << 20,
         on_reconnect: Callable[[WeirError], None] | None = None,
         read_committed: bool = False,
+        compacted: bool = False,
+        chunk_expiry: float = DEFAULT_CHUNK_EXPIRY,
     ) -> Reader:
         """A reader; see `weir.aio.Client.reader`."""
 
@@ -687,6 +713,8 @@ class Client(SyncTenancyCalls, SyncSecurityCalls, SyncTierCalls):
                 buffer_bytes=buffer_bytes,
                 on_reconnect=on_reconnect,
                 read_committed=read_committed,
+                compacted=compacted,
+                chunk_expiry=chunk_expiry,
             )
 
         return Reader(self._run(make()), self._loop)

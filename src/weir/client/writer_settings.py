@@ -34,7 +34,10 @@ class WriterSettings:
     ``access_mode``: how the producer shares the topic (`weir.access_mode.AccessMode`;
     a name such as ``"exclusive"`` is accepted). ``chunking``: a message over the message
     size limit is split into chunks that readers put back together (`weir.client.chunks`),
-    instead of being refused.
+    instead of being refused. ``partitions_refresh_interval``: seconds between a routing
+    writer's looks at the topic's partition count (Pulsar's autoUpdatePartitionsInterval,
+    60 s too), so keys spread over partitions added while it runs; None: never (it still
+    looks again when the broker answers that a partition it routed to is unknown).
     """
 
     producer_id: str | None = None
@@ -53,6 +56,7 @@ class WriterSettings:
     access_mode: AccessMode = AccessMode.SHARED
     chunking: bool = False
     transaction_id: int = 0  # set by `Transaction.writer`: the messages belong to it
+    partitions_refresh_interval: float | None = 60.0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "access_mode", AccessMode.parse(self.access_mode))
@@ -72,6 +76,11 @@ class WriterSettings:
         m = self.max_message_bytes
         if m is not None and (not isinstance(m, int) or isinstance(m, bool) or m <= 0):
             raise BadRequestError(f"max_message_bytes must be a positive integer, got {m!r}")
+        r = self.partitions_refresh_interval
+        if r is not None and (isinstance(r, bool) or not isinstance(r, int | float) or not r > 0):
+            raise BadRequestError(
+                f"partitions_refresh_interval must be > 0 seconds or None, got {r!r}"
+            )
         if self.delivery_timeout is not None and not self.delivery_timeout > 0:
             raise BadRequestError(
                 f"delivery_timeout must be > 0 seconds or None, got {self.delivery_timeout!r}"

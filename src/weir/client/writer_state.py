@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 from uuid import uuid4
 
@@ -79,6 +80,9 @@ class WriterState:
         self._backoff = Backoff()
         self.limit = MessageLimit(settings.max_message_bytes)
         self._inited = threading.Event()  # the first init, or the writer failed
+        # called (in the loop) with the error the core failed with: a routing writer
+        # re-learns the partition count when a partition it wrote to is unknown
+        self.on_failed: Callable[[WeirError], None] | None = None
 
     def _why(self) -> str:
         """The last error behind a wait, for messages: "; last error: ..." or nothing."""
@@ -112,7 +116,8 @@ class WriterState:
         return self._unacked
 
     def _fail(self, err: WeirError) -> None:
-        if self._error is None:
+        first = self._error is None
+        if first:
             self._error = err
         self._ready.clear()
         self._fail_pending(err)
@@ -122,6 +127,8 @@ class WriterState:
         self._acked_event.set()
         self._init_done.set()
         self._inited.set()
+        if first and self.on_failed is not None:
+            self.on_failed(err)
 
     def _fail_pending(self, err: WeirError) -> None:
         futures: list[AnyFuture | None] = []

@@ -171,7 +171,11 @@ def topic_detail(
     rows, producers = [], []
     total = 0
     for info in broker.partitions(cfg.name):
-        table = broker.actor(cfg.name, info.partition).log.producers
+        table = (
+            broker.actor(cfg.name, info.partition).log.producers
+            if cfg.kind == "persistent"
+            else {}  # a non-persistent topic keeps no producer state
+        )
         total += len(table)
         rows.append(
             PartitionRow(

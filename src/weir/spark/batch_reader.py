@@ -62,6 +62,8 @@ class WeirBatchReader(DataSourceReader):
             options.fail_on_data_loss,
             options.max_bytes_per_fetch,
             options.read_committed,
+            options.compacted,
+            options.assemble_chunks,
         )
         self.partition_set: set[int] | None = None
         self.partition_excluded: set[int] = set()

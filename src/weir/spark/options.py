@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from weir.client.aio import DEFAULT_ENDPOINT
 from weir.errors import BadRequestError
+from weir.hashing import KeyHash
 from weir.spark.offsets import OffsetSpec, parse_spec
 
 DEFAULT_MAX_BYTES_PER_FETCH = 4 << 20
@@ -102,6 +103,8 @@ class ReaderOptions:
     max_bytes_per_fetch: int
     push_filters: bool
     read_committed: bool = False
+    compacted: bool = False
+    assemble_chunks: bool = False
     tier: TierSettings = field(default_factory=TierSettings)
 
     @classmethod
@@ -145,6 +148,8 @@ class ReaderOptions:
             or DEFAULT_MAX_BYTES_PER_FETCH,
             push_filters=_bool(options, "pushFilters", False),
             read_committed=_bool(options, "readCommitted", False),
+            compacted=_bool(options, "readCompacted", False),
+            assemble_chunks=_bool(options, "assembleChunks", False),
             tier=TierSettings.parse(options),
         )
 
@@ -158,6 +163,7 @@ class WriterOptions:
     write_id: str | None
     transactional: bool = True  # streaming: each micro-batch is one transaction
     transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS
+    key_hash: KeyHash = KeyHash.MURMUR3  # where a keyed row goes: the SDK writer's hash
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> WriterOptions:
@@ -165,6 +171,7 @@ class WriterOptions:
         if len(topics) != 1:
             raise BadRequestError(f"a weir sink writes to one topic, got {topics}")
         write_id = (_get(options, "writeId") or "").strip() or None
+        key_hash = KeyHash.parse(_get(options, "keyHash") or "murmur3")
         return cls(
             endpoint=_endpoint(options),
             topic=topics[0],
@@ -172,4 +179,5 @@ class WriterOptions:
             transactional=_bool(options, "transactional", True),
             transaction_timeout_ms=_int(options, "transactionTimeoutMs", 1)
             or DEFAULT_TRANSACTION_TIMEOUT_MS,
+            key_hash=key_hash,
         )

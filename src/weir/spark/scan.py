@@ -5,6 +5,9 @@ range comes from Spark (its checkpoint, for a stream), so a replayed task
 reads exactly the same records again. A range the broker no longer has in
 full (retention removed its front) is data loss: by default the task fails
 with a message that says so; with failOnDataLoss=false it logs and skips.
+With assembleChunks each chunked message is one row, at its last chunk's offset, in
+the range holding that chunk (`weir.client.chunks.RangeAssembler`); the rows are
+then built from decoded messages, not straight from the stored batches.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from pyspark.sql.datasource import InputPartition
 
 from weir.client import Client
 from weir.errors import DataLossError
-from weir.spark.arrow import stored_to_arrow
+from weir.spark.arrow import messages_to_arrow, stored_to_arrow
 
 log = logging.getLogger("weir.spark")
 
@@ -41,6 +44,8 @@ class ScanSettings:
     fail_on_data_loss: bool
     max_bytes_per_fetch: int
     read_committed: bool = False
+    compacted: bool = False  # readCompacted: offsets a compacted view skipped are no loss
+    assemble_chunks: bool = False  # assembleChunks: chunked messages whole (not raw chunks)
 
 
 def data_loss_message(topic: str, partition: int, lo: int, hi: int, why: str) -> str:
@@ -74,8 +79,12 @@ def read_range(settings: ScanSettings, r: TopicRange) -> Iterator[pa.RecordBatch
             r.end,
             max_bytes=settings.max_bytes_per_fetch,
             read_committed=settings.read_committed,
+            compacted=settings.compacted,
+            assemble_chunks=settings.assemble_chunks,
         ):
-            if chunk.start_offset > pos:  # below the start: retention removed them
+            # below the start: retention removed them (a compacted view skips offsets, and
+            # transaction markers or aborted messages may be left out: no loss)
+            if chunk.start_offset > pos and not settings.compacted:
                 hi = min(chunk.start_offset, r.end)
                 why = f"retention moved the partition's start to {chunk.start_offset}"
                 lost(settings, r.topic, r.partition, pos, hi, why)
@@ -83,7 +92,11 @@ def read_range(settings: ScanSettings, r: TopicRange) -> Iterator[pa.RecordBatch
             # (a first batch above pos otherwise: transaction markers or aborted messages
             # were left out before it, nothing is lost)
             if chunk.chunks and pos < r.end:
-                batch = stored_to_arrow(r.topic, r.partition, chunk.chunks, pos, r.end)
+                batch = (
+                    messages_to_arrow(r.topic, r.partition, chunk.messages(pos))
+                    if settings.assemble_chunks
+                    else stored_to_arrow(r.topic, r.partition, chunk.chunks, pos, r.end)
+                )
                 if batch is not None:
                     yield batch
                 pos = max(pos, min(chunk.next_offset, r.end))
@@ -92,6 +105,6 @@ def read_range(settings: ScanSettings, r: TopicRange) -> Iterator[pa.RecordBatch
             end_offset = chunk.end_offset
             # no early exit: the server ends the stream after the range, and a stream read
             # to its end closes cleanly (an abandoned one leaves gRPC callbacks behind)
-    if pos < r.end:
+    if pos < r.end and not settings.compacted:
         why = f"the partition now ends at offset {end_offset}: was the topic dropped and created again?"
         lost(settings, r.topic, r.partition, pos, r.end, why)

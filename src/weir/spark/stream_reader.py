@@ -59,6 +59,8 @@ class WeirStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             options.fail_on_data_loss,
             options.max_bytes_per_fetch,
             options.read_committed,
+            options.compacted,
+            options.assemble_chunks,
         )
         self._target: dict[TopicPartition, int] | None = None
         self._latest: dict[TopicPartition, int] | None = None

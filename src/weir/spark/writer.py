@@ -37,7 +37,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import crc32c
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark import TaskContext
@@ -60,6 +59,7 @@ from pyspark.sql.types import (
 
 from weir.client import Client, Transaction, Writer
 from weir.errors import BadRequestError, WeirError
+from weir.hashing import KeyHash
 from weir.spark.options import WriterOptions
 
 log = logging.getLogger("weir.spark")
@@ -130,7 +130,9 @@ class TaskWriter:
         producer_base: str,
         batch_id: int,
         transaction: Transaction | None = None,
+        key_hash: KeyHash = KeyHash.MURMUR3,
     ) -> None:
+        self.key_hash = key_hash
         self.client = client
         self.transaction = transaction
         self.topic = topic
@@ -174,7 +176,7 @@ class TaskWriter:
             k = keys[i] if keys is not None else None
             if k:
                 kb = k.encode() if isinstance(k, str) else k
-                out.append(crc32c.crc32c(kb) % count)
+                out.append(self.key_hash.partition(kb, count))
             else:
                 out.append(None)
         return out
@@ -268,6 +270,7 @@ def write_task(
             f"spark-{stable_id}-{spark_partition}",
             batch_id,
             tx,
+            options.key_hash,
         )
         try:
             for b in batches:

@@ -7,8 +7,9 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from weir.errors import StorageFullError
-from weir.storage import keys
+from weir.storage import compaction, keys
 from weir.storage.committer import CommitObserver, GroupCommitter
+from weir.storage.compaction import COMPACTION_TABLES
 from weir.storage.kv import DEFAULT_MAP_SIZE, LmdbKV, Op
 from weir.storage.partition import PartitionConfig, PartitionLog
 from weir.storage.read_cache import DEFAULT_READ_CACHE_BYTES, ReadCache
@@ -45,7 +46,13 @@ class Store:
         self.path = Path(path)
         self.kv = LmdbKV(
             self.path / "kv",
-            (*keys.STORAGE_TABLES, REMOTE_SEGMENTS, PAYLOAD_REFS, *extra_tables),
+            (
+                *keys.STORAGE_TABLES,
+                REMOTE_SEGMENTS,
+                PAYLOAD_REFS,
+                *COMPACTION_TABLES,
+                *extra_tables,
+            ),
             map_size=map_size,
             sync=sync,
         )
@@ -112,7 +119,7 @@ class Store:
     def drop_partition_ops(self, log_id: int) -> list[Op]:
         """KV ops that remove a partition entirely; forget it once they are committed."""
         log = self.open_partition(log_id)
-        return log.drop_ops()
+        return [*log.drop_ops(), *compaction.drop_ops(log_id)]
 
     def forget(self, log_id: int) -> None:
         """Forget a dropped partition, and its blobs in the read cache."""

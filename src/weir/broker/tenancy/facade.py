@@ -35,6 +35,8 @@ def server_policies(config: BrokerConfig) -> dict[str, Any]:
         "max_message_bytes": config.max_message_bytes,
         "max_producers_per_topic": None,
         "max_consumers_per_topic": None,
+        "compaction_threshold_bytes": None,
+        "compaction_delete_retention_ms": config.compaction_delete_retention_ms,
         "default_partitions": config.default_partitions,
         "auto_create_topics": config.auto_create_topics,
     }

@@ -74,6 +74,17 @@ KEYS: dict[str, PolicyKey] = {
         PolicyKey("max_producers_per_topic", "limit", "live write sessions per topic (null: any)"),
         PolicyKey("max_consumers_per_topic", "limit", "live read sessions per topic (null: any)"),
         PolicyKey(
+            "compaction_threshold_bytes",
+            "limit",
+            "compact a topic when a partition has this many bytes past its compacted view "
+            "(null: only when asked)",
+        ),
+        PolicyKey(
+            "compaction_delete_retention_ms",
+            "limit",
+            "how long a tombstone stays in a compacted view (null: for ever)",
+        ),
+        PolicyKey(
             "default_partitions",
             "partitions",
             "partitions of a topic created without a count",

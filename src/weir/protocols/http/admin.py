@@ -5,7 +5,8 @@ Pulsar's paths, JSON bodies and status codes, each a broker facade call: tenants
 namespaces and their policies (deduplication, retention, messageTTL, backlogQuota),
 persistent topics (create, partitioned or not, grow partitions, delete, list, stats,
 internalStats), subscriptions (list, create, delete, reset cursor, skip) and schemas.
-What weir does not serve (non-persistent topics, compaction) answers 501 with a reason.
+Compaction (trigger and status) maps onto weir's compaction. What weir does not serve
+(non-persistent topics) answers 501 with a reason.
 
 Authentication is the server's: ``Authorization: Bearer <token>`` (weir tokens and
 JWTs) or ``Basic`` (a weir user); tenants and namespaces need a superuser, topic
@@ -134,7 +135,7 @@ class PulsarAdmin:
             ("POST", t + "/subscription/{sub}/resetcursor", self.reset_to_id),
             ("POST", t + "/subscription/{sub}/skip/{count}", self.skip),
             ("POST", t + "/subscription/{sub}/skip_all", self.skip_all),
-            ("PUT", t + "/compaction", self.not_served("compaction")),
+            ("PUT", t + "/compaction", self.trigger_compaction),
             ("GET", t + "/compaction", self.compaction_status),
             ("GET", PREFIX + "/schemas/{tenant}/{namespace}/{topic}/schema", self.get_schema),
             ("DELETE", PREFIX + "/schemas/{tenant}/{namespace}/{topic}/schema", self.delete_schema),
@@ -491,9 +492,25 @@ class PulsarAdmin:
             }
         )
 
+    async def trigger_compaction(self, request: web.Request) -> web.Response:
+        """Start a compaction run (Pulsar's triggerCompaction): the whole topic, every
+        partition of it, whichever partition the path names."""
+        cfg = self._topic(request, Permission.ADMIN, "compact")
+        await self.broker.compact(cfg.name)
+        return _no_content()
+
     async def compaction_status(self, request: web.Request) -> web.Response:
-        self._topic(request, None, "describe")
-        return _json({"status": "NOT_RUN", "lastError": "compaction is not served by weir yet"})
+        """Pulsar's LongRunningProcessStatus of the topic's last run: NOT_RUN (none since
+        the server started), RUNNING, SUCCESS or ERROR with its lastError."""
+        cfg = self._topic(request, None, "describe")
+        st = self.broker.compaction_status(cfg.name)
+        if st.running:
+            status = "RUNNING"
+        elif st.started_ms == 0:
+            status = "NOT_RUN"
+        else:
+            status = "ERROR" if st.last_error else "SUCCESS"
+        return _json({"status": status, "lastError": st.last_error})
 
     # ------------------------------------------------------------------ subscriptions
 

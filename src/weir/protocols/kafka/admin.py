@@ -2,8 +2,11 @@
 
 This server is the only broker (node 0) and the leader of every partition. Topic
 configs map onto weir's topic settings: ``retention.ms`` and ``retention.bytes``
-(-1: none) and ``max.message.bytes`` (the max_message_bytes policy); the others Kafka
-clients ask about are shown read-only with the value weir behaves as.
+(-1: none), ``max.message.bytes`` (the max_message_bytes policy), ``cleanup.policy``
+(``compact``: weir compaction, by the compaction_threshold_bytes policy; Kafka clients
+then fetch the compacted view and the tail, see `weir.protocols.kafka.fetch`) and
+``delete.retention.ms`` (compaction_delete_retention_ms); the others Kafka clients ask
+about are shown read-only with the value weir behaves as.
 """
 
 from __future__ import annotations
@@ -26,7 +29,23 @@ NODE_ID = 0
 SOURCE_TOPIC = 1  # DYNAMIC_TOPIC_CONFIG
 SOURCE_DEFAULT = 5  # DEFAULT_CONFIG
 SET, DELETE = 0, 1  # IncrementalAlterConfigs operations (APPEND/SUBTRACT are for lists)
-WRITABLE = ("retention.ms", "retention.bytes", "max.message.bytes")
+WRITABLE = (
+    "retention.ms",
+    "retention.bytes",
+    "max.message.bytes",
+    "cleanup.policy",
+    "delete.retention.ms",
+)
+# cleanup.policy=compact sets this compaction threshold (bytes a partition has past its
+# compacted view before a run starts): Kafka's cleaner starts on a dirty ratio instead
+COMPACT_THRESHOLD_BYTES = 4 << 20
+_INHERIT = "inherit"  # key of `_settings`' answer: policies to take from the namespace
+
+
+def is_compacted(policies: dict[str, Any]) -> bool:
+    """Whether a topic is ``cleanup.policy=compact`` for Kafka: compaction runs on it (its
+    compaction_threshold_bytes policy is set), so its consumers fetch it compacted."""
+    return policies.get("compaction_threshold_bytes") is not None
 
 
 class AdminHandlers:
@@ -125,6 +144,7 @@ class AdminHandlers:
                 if n == 0 or n < -1:
                     raise KafkaError(ErrorCode.INVALID_PARTITIONS, f"{n} partitions")
                 settings = _settings({c["name"]: c["value"] for c in t["configs"]})
+                settings.pop(_INHERIT, None)  # a new topic inherits what it does not set
                 if body.get("validate_only"):
                     if topic in {c.name for c in self.broker.list_topics()}:
                         raise AlreadyExistsError(f"topic {t['name']!r} already exists")
@@ -223,6 +243,8 @@ class AdminHandlers:
 
     def _configs(self, cfg: TopicConfig, keys: list[str] | None) -> list[Message]:
         own = cfg.policies
+        eff = self.broker.topic_policies(cfg)
+        dead = eff["compaction_delete_retention_ms"]
         entries: list[tuple[str, str | None, bool, bool]] = [
             (
                 "retention.ms",
@@ -242,7 +264,18 @@ class AdminHandlers:
                 False,
                 "max_message_bytes" in own,
             ),
-            ("cleanup.policy", "delete", True, False),
+            (
+                "cleanup.policy",
+                "compact" if is_compacted(eff) else "delete",
+                False,
+                "compaction_threshold_bytes" in own,
+            ),
+            (
+                "delete.retention.ms",
+                str(-1 if dead is None else dead),
+                False,
+                "compaction_delete_retention_ms" in own,
+            ),
             ("min.insync.replicas", "1", True, False),
             ("message.timestamp.type", "CreateTime", True, False),
             ("compression.type", "producer", True, False),
@@ -326,9 +359,12 @@ class AdminHandlers:
                     ("retention_ms", "retention.ms"),
                     ("retention_bytes", "retention.bytes"),
                     ("max_message_bytes", "max.message.bytes"),
+                    ("compaction_threshold_bytes", "cleanup.policy"),
+                    ("compaction_delete_retention_ms", "delete.retention.ms"),
                 )
                 if v in changes and changes[v] is None
             ]
+            inherit += settings.pop(_INHERIT, [])
             if not validate:
                 await self.broker.alter_topic(topic, inherit=inherit, **settings)
         except (WeirError, KafkaError) as exc:
@@ -387,6 +423,17 @@ def _settings(configs: dict[str, str | None]) -> dict[str, Any]:
             )
         if value is None:
             continue
+        if name == "cleanup.policy":
+            kinds = {k.strip() for k in value.split(",")}
+            if not kinds or not kinds <= {"compact", "delete"}:
+                raise BadRequestError(
+                    f"config 'cleanup.policy' is compact, delete or both, not {value!r}"
+                )
+            if "compact" in kinds:  # with delete too: the log keeps its retention anyway
+                policies["compaction_threshold_bytes"] = COMPACT_THRESHOLD_BYTES
+            else:
+                out.setdefault(_INHERIT, []).append("compaction_threshold_bytes")
+            continue
         try:
             n = int(value)
         except ValueError:
@@ -395,6 +442,9 @@ def _settings(configs: dict[str, str | None]) -> dict[str, Any]:
             out["retention_ms"] = None if n < 0 else n
         elif name == "retention.bytes":
             out["retention_bytes"] = None if n < 0 else n
+        elif name == "delete.retention.ms":
+            # 0 (tombstones go at the next run) is 1 ms for weir, whose limits are positive
+            policies["compaction_delete_retention_ms"] = None if n < 0 else max(1, n)
         else:
             if n <= 0:
                 raise BadRequestError(f"config {name!r} must be positive")

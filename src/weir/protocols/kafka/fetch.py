@@ -8,6 +8,10 @@ not kept: every answer carries session id 0, which tells clients to send full fe
 ``isolation_level`` is read; until transactions exist every committed message is
 stable, so read_committed reads the same as read_uncommitted (last stable offset =
 high watermark, no aborted transactions).
+
+A topic with ``cleanup.policy=compact`` (`admin.is_compacted`) is fetched as Kafka serves
+a compacted log: below its compacted view's position the latest message of each key at
+its own offset (offsets skipped), then the tail; its log start is the view's start.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from weir.errors import WeirError
+from weir.protocols.kafka.admin import is_compacted
 from weir.protocols.kafka.codec import Message, RequestHeader
 from weir.protocols.kafka.errors import ErrorCode, KafkaError, error_code
 from weir.protocols.kafka.mapping import to_kafka
@@ -41,6 +46,7 @@ class _Read:
     offset: int
     max_bytes: int
     actor: PartitionActor | None = None
+    compacted: bool = False
     error: ErrorCode = ErrorCode.NONE
     records: list[bytearray] = field(default_factory=list)
 
@@ -87,7 +93,7 @@ class FetchHandlers:
                     "error_code": r.error,
                     "high_watermark": hw,
                     "last_stable_offset": hw,
-                    "log_start_offset": a.start_offset if a is not None else -1,
+                    "log_start_offset": self._log_start(a, r.compacted) if a is not None else -1,
                     "aborted_transactions": [],
                     "records": r.records,  # the batches, joined once with the answer
                 }
@@ -103,8 +109,13 @@ class FetchHandlers:
             topic = weir_topic(r.topic)
             self.conn.allow(Permission.CONSUME, topic, "read")
             r.actor = self.broker.actor(topic, r.partition)
+            r.compacted = is_compacted(self.broker.policies_of(topic))
         except (WeirError, KafkaError) as exc:
             r.error = error_code(exc)
+
+    def _log_start(self, a: PartitionActor, compacted: bool) -> int:
+        """The first offset a fetch may ask for: a compacted topic's view's start."""
+        return self.broker.compacted_start(a.topic, a.partition) if compacted else a.start_offset
 
     async def _read_all(self, reads: list[_Read], max_bytes: int) -> int:
         total = sum(r.nbytes for r in reads)
@@ -112,7 +123,7 @@ class FetchHandlers:
             a = r.actor
             if a is None or r.error or r.records:
                 continue
-            if r.offset < a.start_offset or r.offset > a.end_offset:
+            if r.offset < self._log_start(a, r.compacted) or r.offset > a.end_offset:
                 r.error = ErrorCode.OFFSET_OUT_OF_RANGE
                 continue
             if r.offset == a.end_offset:
@@ -121,7 +132,11 @@ class FetchHandlers:
             if budget <= 0 and total > 0:
                 break
             try:
-                res = await a.read_async(r.offset, max(1, budget))
+                res = await (
+                    self.broker.read_compacted(a.topic, a.partition, r.offset, max(1, budget))
+                    if r.compacted
+                    else a.read_async(r.offset, max(1, budget))
+                )
             except WeirError as exc:  # e.g. the tier's object store is unreachable
                 r.error = error_code(exc)
                 continue
@@ -147,7 +162,9 @@ class FetchHandlers:
                     if ts == LATEST:
                         entry["offset"] = a.end_offset
                     elif ts == EARLIEST:
-                        entry["offset"] = a.start_offset
+                        entry["offset"] = self._log_start(
+                            a, is_compacted(self.broker.policies_of(topic))
+                        )
                     elif ts == MAX_TIMESTAMP:
                         entry["offset"] = max(a.start_offset, a.end_offset - 1)
                     else:

@@ -18,8 +18,9 @@ import grpc
 
 from weir.broker.broker import Broker
 from weir.broker.consumers import ConsumerGroup
+from weir.broker.non_persistent import LivePartition, LiveQueue
 from weir.broker.tenancy.limits import Lease
-from weir.broker.topics import short_topic
+from weir.broker.topics import PERSISTENT, short_topic
 from weir.errors import (
     BadRequestError,
     WeirError,
@@ -71,6 +72,7 @@ class ReadSession(StreamSession[pb.ReadRequest, pb.ReadResponse | RawReadData]):
         self.start = pb.START_COMMITTED
         self.read_from_ms = 0
         self.committed = False  # read committed: stop at the last stable offset
+        self.compacted = False
         self._credit = 0
         self._credit_event = asyncio.Event()
         self._assignments: dict[int, _Assignment] = {}
@@ -108,6 +110,7 @@ class ReadSession(StreamSession[pb.ReadRequest, pb.ReadResponse | RawReadData]):
             self.start = init.start
             self.read_from_ms = init.read_from_ms
             self.committed = init.read_committed
+            self.compacted = init.compacted
             self._add_credit(init.credit_bytes or (16 << 20))
             for t in init.topics:
                 self.allow(Permission.CONSUME, t, "read")
@@ -168,6 +171,9 @@ class ReadSession(StreamSession[pb.ReadRequest, pb.ReadResponse | RawReadData]):
     # GroupMember -------------------------------------------------------------
 
     def assign(self, topic: str, partition: int) -> None:
+        if self.broker.topic(topic).kind != PERSISTENT:
+            self._assign_live(topic, partition)
+            return
         actor = self.broker.actor(topic, partition)
         committed = (
             self.broker.committed_offset(topic, partition, self.consumer) if self.consumer else None
@@ -178,6 +184,10 @@ class ReadSession(StreamSession[pb.ReadRequest, pb.ReadResponse | RawReadData]):
             offset = actor.start_offset
             if self.read_from_ms:
                 offset = actor.log.offset_for_time(self.read_from_ms)
+            elif self.compacted:
+                offset = self.broker.compacted_start(topic, partition)
+        elif self.compacted and committed is not None:
+            offset = min(committed, actor.end_offset)  # the view may hold it after retention
         else:
             consumer = self.broker.consumer(topic, self.consumer)
             offset = self.broker.read_start(
@@ -201,6 +211,51 @@ class ReadSession(StreamSession[pb.ReadRequest, pb.ReadResponse | RawReadData]):
             )
         )
         a.task = asyncio.get_running_loop().create_task(self._pump(a))
+
+    def _assign_live(self, topic: str, partition: int) -> None:
+        """A partition of a non-persistent topic: what is written from now on, through a
+        bounded queue of this session's (a slow reader's messages are dropped, counted)."""
+        live = self.broker.live_partition(topic, partition)
+        a = _Assignment(next(_assignment_ids), topic, partition, live.end_offset)
+        a.group = next((g for g in self._groups if g.topic == topic), None)
+        self._assignments[a.id] = a
+        self._by_tp[(topic, partition)] = a
+        queue = live.open_queue()  # before the answer: nothing written after it is missed
+        self._out.put_nowait(
+            pb.ReadResponse(
+                assigned=pb.PartitionAssigned(
+                    assignment_id=a.id,
+                    topic=short_topic(topic),
+                    partition=partition,
+                    read_offset=a.offset,
+                    committed_offset=a.offset,
+                    start_offset=a.offset,
+                    end_offset=a.offset,
+                )
+            )
+        )
+        a.task = asyncio.get_running_loop().create_task(self._pump_live(a, live, queue))
+
+    async def _pump_live(self, a: _Assignment, live: LivePartition, queue: LiveQueue) -> None:
+        try:
+            while True:
+                await queue.wait()
+                while self._credit <= 0:
+                    self._credit_event.clear()
+                    await self._credit_event.wait()
+                items = queue.take(min(self._credit, MAX_CHUNK_BYTES))
+                chunks: list[bytes | memoryview] = [batch for _, batch, _ in items]
+                n = sum(len(c) for c in chunks)
+                self._credit -= n
+                a.offset = items[-1][2][-1] + 1
+                self.broker.observer.on_read(a.topic, a.partition, n)
+                self._out.put_nowait(RawReadData(a.id, chunks, a.offset, live.end_offset, n))
+        except asyncio.CancelledError:
+            raise
+        except Exception as err:
+            self._fail(err)
+        finally:
+            live.close_queue(queue)
 
     def revoke(self, topic: str, partition: int, graceful: bool) -> None:
         a = self._by_tp.get((topic, partition))
@@ -264,8 +319,13 @@ class ReadSession(StreamSession[pb.ReadRequest, pb.ReadResponse | RawReadData]):
                 while self._credit <= 0:
                     self._credit_event.clear()
                     await self._credit_event.wait()
-                res = await actor.read_async(
-                    a.offset, min(self._credit, MAX_CHUNK_BYTES), committed=committed
+                budget = min(self._credit, MAX_CHUNK_BYTES)
+                res = await (
+                    self.broker.read_compacted(
+                        a.topic, a.partition, a.offset, budget, committed=committed
+                    )
+                    if self.compacted
+                    else actor.read_async(a.offset, budget, committed=committed)
                 )
                 if not res.chunks:
                     if res.next_offset > a.offset:

@@ -16,7 +16,7 @@ import grpc
 
 from weir.broker.broker import Broker
 from weir.broker.topic_admin import UNSET
-from weir.broker.topics import ConsumerConfig, TopicConfig, canonical_topic, short_topic
+from weir.broker.topics import PERSISTENT, ConsumerConfig, TopicConfig, canonical_topic, short_topic
 from weir.errors import (
     BadRequestError,
     WeirError,
@@ -24,6 +24,7 @@ from weir.errors import (
 from weir.protocols.native import weir_pb2 as pb
 from weir.protocols.native import weir_pb2_grpc as pb_grpc
 from weir.protocols.native.auth import PUBLIC_METHODS, guard
+from weir.protocols.native.compaction_service import CompactionCalls
 from weir.protocols.native.policy_values import from_wire, to_wire
 from weir.protocols.native.read_session import MAX_CHUNK_BYTES, ReadSession
 from weir.protocols.native.security_methods import SecurityMethods
@@ -77,10 +78,13 @@ def describe(broker: Broker, cfg: TopicConfig) -> pb.TopicDescription:
                 generation=p.generation,
                 last_write_ms=p.last_write_ms,
                 stable_offset=p.stable_offset,
+                delivered_messages=p.delivered_messages,
+                dropped_messages=p.dropped_messages,
             )
             for p in broker.partitions(cfg.name)
         ],
         created_at_ms=cfg.created_at_ms,
+        kind=cfg.kind,
     )
     to_wire(cfg.policies, d.policies)
     to_wire(broker.topic_policies(cfg), d.effective_policies)
@@ -97,7 +101,12 @@ def describe(broker: Broker, cfg: TopicConfig) -> pb.TopicDescription:
 
 
 class NativeService(
-    TransactionCalls, TenancyCalls, SubscriptionRpcs, SecurityMethods, pb_grpc.WeirServicer
+    TransactionCalls,
+    CompactionCalls,
+    TenancyCalls,
+    SubscriptionRpcs,
+    SecurityMethods,
+    pb_grpc.WeirServicer,
 ):
     """The gRPC servicer of weir.proto (subscriptions: `weir.protocols.native.subscriptions`,
     tenants and namespaces: `weir.protocols.native.tenancy_service`, security:
@@ -149,6 +158,7 @@ class NativeService(
                 ConsumerConfig(c.name, c.important, c.read_from_ms) for c in request.consumers
             ],
             policies=from_wire(request.policies),
+            kind=request.kind or PERSISTENT,
         )
         return describe(self.broker, cfg)
 
@@ -299,6 +309,7 @@ class NativeService(
         try:
             self._allow(Permission.CONSUME, request.topic, "read")
             actor = self.broker.actor(request.topic, request.partition)
+            compacted = request.compacted
             if request.from_offset < 0:
                 raise BadRequestError(f"from_offset must be >= 0, got {request.from_offset}")
             committed = request.read_committed
@@ -308,7 +319,13 @@ class NativeService(
             pos = request.from_offset
             sent = -1  # next_offset of the last response sent
             while pos < to:
-                res = await actor.read_async(pos, budget, to, committed=committed)
+                res = await (
+                    self.broker.read_compacted(
+                        actor.topic, actor.partition, pos, budget, to, committed=committed
+                    )
+                    if compacted
+                    else actor.read_async(pos, budget, to, committed=committed)
+                )
                 if not res.chunks:
                     if res.next_offset > pos:  # only transaction markers or aborted messages
                         pos = res.next_offset

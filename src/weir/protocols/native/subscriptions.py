@@ -17,6 +17,7 @@ from typing import Any
 import grpc
 
 from weir.broker.broker import Broker
+from weir.broker.non_persistent import LiveSubscription
 from weir.broker.subscriptions import (
     AttachedConsumer,
     DeadLetterPolicy,
@@ -114,7 +115,7 @@ class SubscribeSession(StreamSession[pb.SubscribeRequest, pb.SubscribeResponse])
         super().__init__(context, stopping)
         self.broker = broker
         self.allow = allow
-        self._sub: Subscription | None = None
+        self._sub: Subscription | LiveSubscription | None = None
         self._consumer: AttachedConsumer | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._unsubscribing = False
@@ -215,7 +216,7 @@ class SubscribeSession(StreamSession[pb.SubscribeRequest, pb.SubscribeResponse])
                 log.exception("subscribe session failed")
             self._fail(err)
 
-    async def _ack(self, sub: Subscription, r: pb.AckRequest) -> None:
+    async def _ack(self, sub: Subscription | LiveSubscription, r: pb.AckRequest) -> None:
         ranges = _ranges(r.ranges)
         if r.cumulative:
             if len(ranges) != 1:
@@ -224,7 +225,9 @@ class SubscribeSession(StreamSession[pb.SubscribeRequest, pb.SubscribeResponse])
         else:
             await sub.acknowledge(ranges)
 
-    def _answer(self, request_id: int, sub: Subscription, r: pb.NackRequest) -> None:
+    def _answer(
+        self, request_id: int, sub: Subscription | LiveSubscription, r: pb.NackRequest
+    ) -> None:
         try:
             sub.negative_acknowledge(_ranges(r.ranges), r.delay_ms)
         except WeirError as err:
@@ -253,7 +256,7 @@ class SubscribeSession(StreamSession[pb.SubscribeRequest, pb.SubscribeResponse])
         self._tasks.add(t)
         t.add_done_callback(self._tasks.discard)
 
-    async def _unsubscribe(self, sub: Subscription, request_id: int) -> None:
+    async def _unsubscribe(self, sub: Subscription | LiveSubscription, request_id: int) -> None:
         """Delete the subscription; refused while other consumers are attached."""
         await self._drain()
         others = [c for c in sub.consumers.values() if c is not self._consumer]

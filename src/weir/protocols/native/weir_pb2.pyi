@@ -500,6 +500,7 @@ class ReadInit(_message.Message):
     READ_FROM_MS_FIELD_NUMBER: _builtins.int
     CREDIT_BYTES_FIELD_NUMBER: _builtins.int
     READ_COMMITTED_FIELD_NUMBER: _builtins.int
+    COMPACTED_FIELD_NUMBER: _builtins.int
     consumer: _builtins.str
     """Empty: read without a consumer (every partition, no commits)."""
     start: Global___StartFrom.ValueType
@@ -510,6 +511,10 @@ class ReadInit(_message.Message):
     read_committed: _builtins.bool
     """Read committed: stop at each partition's last stable offset (before the oldest open
     transaction) and skip the messages of aborted transactions. Off: every stored message.
+    """
+    compacted: _builtins.bool
+    """Read each partition as compacted: the latest message of each key below the
+    compacted view's position (at their own offsets), then the live tail.
     """
     @_builtins.property
     def topics(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
@@ -522,10 +527,11 @@ class ReadInit(_message.Message):
         read_from_ms: _builtins.int = ...,
         credit_bytes: _builtins.int = ...,
         read_committed: _builtins.bool = ...,
+        compacted: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["consumer", b"consumer", "credit_bytes", b"credit_bytes", "read_committed", b"read_committed", "read_from_ms", b"read_from_ms", "start", b"start", "topics", b"topics"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["compacted", b"compacted", "consumer", b"consumer", "credit_bytes", b"credit_bytes", "read_committed", b"read_committed", "read_from_ms", b"read_from_ms", "start", b"start", "topics", b"topics"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -780,6 +786,7 @@ class ReadRangeRequest(_message.Message):
     TO_OFFSET_FIELD_NUMBER: _builtins.int
     MAX_BYTES_FIELD_NUMBER: _builtins.int
     READ_COMMITTED_FIELD_NUMBER: _builtins.int
+    COMPACTED_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     partition: _builtins.int
     from_offset: _builtins.int
@@ -789,6 +796,8 @@ class ReadRangeRequest(_message.Message):
     """Bytes per response message (soft: at least one batch)."""
     read_committed: _builtins.bool
     """As ReadInit.read_committed; to_offset -1 is then the last stable offset."""
+    compacted: _builtins.bool
+    """Read the range as compacted (see ReadInit.compacted)."""
     def __init__(
         self,
         *,
@@ -798,10 +807,11 @@ class ReadRangeRequest(_message.Message):
         to_offset: _builtins.int = ...,
         max_bytes: _builtins.int = ...,
         read_committed: _builtins.bool = ...,
+        compacted: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["from_offset", b"from_offset", "max_bytes", b"max_bytes", "partition", b"partition", "read_committed", b"read_committed", "to_offset", b"to_offset", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["compacted", b"compacted", "from_offset", b"from_offset", "max_bytes", b"max_bytes", "partition", b"partition", "read_committed", b"read_committed", "to_offset", b"to_offset", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -901,12 +911,17 @@ class CreateTopicRequest(_message.Message):
     CODECS_FIELD_NUMBER: _builtins.int
     CONSUMERS_FIELD_NUMBER: _builtins.int
     POLICIES_FIELD_NUMBER: _builtins.int
+    KIND_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     partitions: _builtins.int
     retention_ms: _builtins.int
     retention_bytes: _builtins.int
     max_partition_bytes: _builtins.int
     max_partition_messages: _builtins.int
+    kind: _builtins.str
+    """"persistent" (the default when empty) or "non-persistent": messages go only to the
+    readers and subscribers connected now, never to disk.
+    """
     @_builtins.property
     def codecs(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     @_builtins.property
@@ -927,10 +942,11 @@ class CreateTopicRequest(_message.Message):
         codecs: _abc.Iterable[_builtins.str] | None = ...,
         consumers: _abc.Iterable[Global___ConsumerSettings] | None = ...,
         policies: _abc.Mapping[_builtins.str, Global___PolicyValue] | None = ...,
+        kind: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_max_partition_bytes", b"_max_partition_bytes", "_max_partition_messages", b"_max_partition_messages", "_retention_bytes", b"_retention_bytes", "_retention_ms", b"_retention_ms", "max_partition_bytes", b"max_partition_bytes", "max_partition_messages", b"max_partition_messages", "retention_bytes", b"retention_bytes", "retention_ms", b"retention_ms"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_partition_bytes", b"_max_partition_bytes", "_max_partition_messages", b"_max_partition_messages", "_retention_bytes", b"_retention_bytes", "_retention_ms", b"_retention_ms", "codecs", b"codecs", "consumers", b"consumers", "max_partition_bytes", b"max_partition_bytes", "max_partition_messages", b"max_partition_messages", "partitions", b"partitions", "policies", b"policies", "retention_bytes", b"retention_bytes", "retention_ms", b"retention_ms", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_partition_bytes", b"_max_partition_bytes", "_max_partition_messages", b"_max_partition_messages", "_retention_bytes", b"_retention_bytes", "_retention_ms", b"_retention_ms", "codecs", b"codecs", "consumers", b"consumers", "kind", b"kind", "max_partition_bytes", b"max_partition_bytes", "max_partition_messages", b"max_partition_messages", "partitions", b"partitions", "policies", b"policies", "retention_bytes", b"retention_bytes", "retention_ms", b"retention_ms", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__max_partition_bytes: _TypeAlias = _typing.Literal["max_partition_bytes"]  # noqa: Y015
     _WhichOneofArgType__max_partition_bytes: _TypeAlias = _typing.Literal["_max_partition_bytes", b"_max_partition_bytes"]  # noqa: Y015
@@ -1080,6 +1096,8 @@ class PartitionStatus(_message.Message):
     SIZE_BYTES_FIELD_NUMBER: _builtins.int
     GENERATION_FIELD_NUMBER: _builtins.int
     LAST_WRITE_MS_FIELD_NUMBER: _builtins.int
+    DELIVERED_MESSAGES_FIELD_NUMBER: _builtins.int
+    DROPPED_MESSAGES_FIELD_NUMBER: _builtins.int
     STABLE_OFFSET_FIELD_NUMBER: _builtins.int
     partition: _builtins.int
     start_offset: _builtins.int
@@ -1087,6 +1105,11 @@ class PartitionStatus(_message.Message):
     size_bytes: _builtins.int
     generation: _builtins.int
     last_write_ms: _builtins.int
+    delivered_messages: _builtins.int
+    """Non-persistent topics: messages handed to consumers, and dropped because a
+    consumer's queue was full, since the server started.
+    """
+    dropped_messages: _builtins.int
     stable_offset: _builtins.int
     """The last stable offset: read-committed readers stop before it (the first offset of the
     oldest open transaction; else end_offset).
@@ -1100,11 +1123,13 @@ class PartitionStatus(_message.Message):
         size_bytes: _builtins.int = ...,
         generation: _builtins.int = ...,
         last_write_ms: _builtins.int = ...,
+        delivered_messages: _builtins.int = ...,
+        dropped_messages: _builtins.int = ...,
         stable_offset: _builtins.int | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_stable_offset", b"_stable_offset", "stable_offset", b"stable_offset"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_stable_offset", b"_stable_offset", "end_offset", b"end_offset", "generation", b"generation", "last_write_ms", b"last_write_ms", "partition", b"partition", "size_bytes", b"size_bytes", "stable_offset", b"stable_offset", "start_offset", b"start_offset"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_stable_offset", b"_stable_offset", "delivered_messages", b"delivered_messages", "dropped_messages", b"dropped_messages", "end_offset", b"end_offset", "generation", b"generation", "last_write_ms", b"last_write_ms", "partition", b"partition", "size_bytes", b"size_bytes", "stable_offset", b"stable_offset", "start_offset", b"start_offset"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__stable_offset: _TypeAlias = _typing.Literal["stable_offset"]  # noqa: Y015
     _WhichOneofArgType__stable_offset: _TypeAlias = _typing.Literal["_stable_offset", b"_stable_offset"]  # noqa: Y015
@@ -1170,6 +1195,7 @@ class TopicDescription(_message.Message):
     CREATED_AT_MS_FIELD_NUMBER: _builtins.int
     POLICIES_FIELD_NUMBER: _builtins.int
     EFFECTIVE_POLICIES_FIELD_NUMBER: _builtins.int
+    KIND_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     partitions: _builtins.int
     retention_ms: _builtins.int
@@ -1177,6 +1203,7 @@ class TopicDescription(_message.Message):
     max_partition_bytes: _builtins.int
     max_partition_messages: _builtins.int
     created_at_ms: _builtins.int
+    kind: _builtins.str
     @_builtins.property
     def codecs(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     @_builtins.property
@@ -1206,10 +1233,11 @@ class TopicDescription(_message.Message):
         created_at_ms: _builtins.int = ...,
         policies: _abc.Mapping[_builtins.str, Global___PolicyValue] | None = ...,
         effective_policies: _abc.Mapping[_builtins.str, Global___PolicyValue] | None = ...,
+        kind: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_max_partition_bytes", b"_max_partition_bytes", "_max_partition_messages", b"_max_partition_messages", "_retention_bytes", b"_retention_bytes", "_retention_ms", b"_retention_ms", "max_partition_bytes", b"max_partition_bytes", "max_partition_messages", b"max_partition_messages", "retention_bytes", b"retention_bytes", "retention_ms", b"retention_ms"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_partition_bytes", b"_max_partition_bytes", "_max_partition_messages", b"_max_partition_messages", "_retention_bytes", b"_retention_bytes", "_retention_ms", b"_retention_ms", "codecs", b"codecs", "consumers", b"consumers", "created_at_ms", b"created_at_ms", "effective_policies", b"effective_policies", "max_partition_bytes", b"max_partition_bytes", "max_partition_messages", b"max_partition_messages", "partition_status", b"partition_status", "partitions", b"partitions", "policies", b"policies", "retention_bytes", b"retention_bytes", "retention_ms", b"retention_ms", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_partition_bytes", b"_max_partition_bytes", "_max_partition_messages", b"_max_partition_messages", "_retention_bytes", b"_retention_bytes", "_retention_ms", b"_retention_ms", "codecs", b"codecs", "consumers", b"consumers", "created_at_ms", b"created_at_ms", "effective_policies", b"effective_policies", "kind", b"kind", "max_partition_bytes", b"max_partition_bytes", "max_partition_messages", b"max_partition_messages", "partition_status", b"partition_status", "partitions", b"partitions", "policies", b"policies", "retention_bytes", b"retention_bytes", "retention_ms", b"retention_ms", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__max_partition_bytes: _TypeAlias = _typing.Literal["max_partition_bytes"]  # noqa: Y015
     _WhichOneofArgType__max_partition_bytes: _TypeAlias = _typing.Literal["_max_partition_bytes", b"_max_partition_bytes"]  # noqa: Y015
@@ -1477,6 +1505,139 @@ class OffsetsForTimeResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___OffsetsForTimeResponse: _TypeAlias = OffsetsForTimeResponse  # noqa: Y015
+
+@_typing.final
+class CompactTopicRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    WAIT_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    wait: _builtins.bool
+    """Answer once the run has ended (its error, if it failed), not when it starts."""
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        wait: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["topic", b"topic", "wait", b"wait"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CompactTopicRequest: _TypeAlias = CompactTopicRequest  # noqa: Y015
+
+@_typing.final
+class DescribeCompactionRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribeCompactionRequest: _TypeAlias = DescribeCompactionRequest  # noqa: Y015
+
+@_typing.final
+class PartitionCompaction(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PARTITION_FIELD_NUMBER: _builtins.int
+    POSITION_FIELD_NUMBER: _builtins.int
+    KEYS_FIELD_NUMBER: _builtins.int
+    TOMBSTONES_FIELD_NUMBER: _builtins.int
+    KEYLESS_FIELD_NUMBER: _builtins.int
+    MESSAGES_BEFORE_FIELD_NUMBER: _builtins.int
+    BYTES_BEFORE_FIELD_NUMBER: _builtins.int
+    MESSAGES_AFTER_FIELD_NUMBER: _builtins.int
+    BYTES_AFTER_FIELD_NUMBER: _builtins.int
+    FINISHED_MS_FIELD_NUMBER: _builtins.int
+    DURATION_MS_FIELD_NUMBER: _builtins.int
+    PHASE_FIELD_NUMBER: _builtins.int
+    MESSAGES_SCANNED_FIELD_NUMBER: _builtins.int
+    partition: _builtins.int
+    position: _builtins.int
+    """The view holds the latest message of each key below this offset (0: no view)."""
+    keys: _builtins.int
+    tombstones: _builtins.int
+    keyless: _builtins.int
+    messages_before: _builtins.int
+    """Of the last run: messages and stored bytes it read (old view and log), and kept."""
+    bytes_before: _builtins.int
+    messages_after: _builtins.int
+    bytes_after: _builtins.int
+    finished_ms: _builtins.int
+    duration_ms: _builtins.int
+    phase: _builtins.str
+    """Of the run going on: waiting, scanning, writing, publishing ("" when none)."""
+    messages_scanned: _builtins.int
+    def __init__(
+        self,
+        *,
+        partition: _builtins.int = ...,
+        position: _builtins.int = ...,
+        keys: _builtins.int = ...,
+        tombstones: _builtins.int = ...,
+        keyless: _builtins.int = ...,
+        messages_before: _builtins.int = ...,
+        bytes_before: _builtins.int = ...,
+        messages_after: _builtins.int = ...,
+        bytes_after: _builtins.int = ...,
+        finished_ms: _builtins.int = ...,
+        duration_ms: _builtins.int = ...,
+        phase: _builtins.str = ...,
+        messages_scanned: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes_after", b"bytes_after", "bytes_before", b"bytes_before", "duration_ms", b"duration_ms", "finished_ms", b"finished_ms", "keyless", b"keyless", "keys", b"keys", "messages_after", b"messages_after", "messages_before", b"messages_before", "messages_scanned", b"messages_scanned", "partition", b"partition", "phase", b"phase", "position", b"position", "tombstones", b"tombstones"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PartitionCompaction: _TypeAlias = PartitionCompaction  # noqa: Y015
+
+@_typing.final
+class CompactionDescription(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    RUNNING_FIELD_NUMBER: _builtins.int
+    STARTED_MS_FIELD_NUMBER: _builtins.int
+    LAST_ERROR_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    running: _builtins.bool
+    started_ms: _builtins.int
+    last_error: _builtins.str
+    """Why the last run failed ("" when it did not)."""
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___PartitionCompaction]: ...
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        running: _builtins.bool = ...,
+        started_ms: _builtins.int = ...,
+        last_error: _builtins.str = ...,
+        partitions: _abc.Iterable[Global___PartitionCompaction] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["last_error", b"last_error", "partitions", b"partitions", "running", b"running", "started_ms", b"started_ms", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CompactionDescription: _TypeAlias = CompactionDescription  # noqa: Y015
 
 @_typing.final
 class OffloadTopicRequest(_message.Message):

@@ -99,6 +99,16 @@ class WeirStub:
                 request_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.OffsetsForTimeRequest.SerializeToString,
                 response_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.OffsetsForTimeResponse.FromString,
                 _registered_method=True)
+        self.CompactTopic = channel.unary_unary(
+                '/weir.v1.Weir/CompactTopic',
+                request_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.CompactTopicRequest.SerializeToString,
+                response_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.CompactionDescription.FromString,
+                _registered_method=True)
+        self.DescribeCompaction = channel.unary_unary(
+                '/weir.v1.Weir/DescribeCompaction',
+                request_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.DescribeCompactionRequest.SerializeToString,
+                response_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.CompactionDescription.FromString,
+                _registered_method=True)
         self.OffloadTopic = channel.unary_unary(
                 '/weir.v1.Weir/OffloadTopic',
                 request_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.OffloadTopicRequest.SerializeToString,
@@ -331,6 +341,20 @@ class WeirServicer:
         raise NotImplementedError('Method not implemented!')
 
     def OffsetsForTime(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CompactTopic(self, request, context):
+        """Compaction (docs/topics.md): start a run over every partition of a topic (with
+        `wait`, answer once it has ended), and a topic's compacted views and run.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeCompaction(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -599,6 +623,16 @@ def add_WeirServicer_to_server(servicer, server):
                     servicer.OffsetsForTime,
                     request_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.OffsetsForTimeRequest.FromString,
                     response_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.OffsetsForTimeResponse.SerializeToString,
+            ),
+            'CompactTopic': grpc.unary_unary_rpc_method_handler(
+                    servicer.CompactTopic,
+                    request_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.CompactTopicRequest.FromString,
+                    response_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.CompactionDescription.SerializeToString,
+            ),
+            'DescribeCompaction': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeCompaction,
+                    request_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.DescribeCompactionRequest.FromString,
+                    response_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.CompactionDescription.SerializeToString,
             ),
             'OffloadTopic': grpc.unary_unary_rpc_method_handler(
                     servicer.OffloadTopic,
@@ -1080,6 +1114,60 @@ class Weir:
             '/weir.v1.Weir/OffsetsForTime',
             weir_dot_protocols_dot_native_dot_weir__pb2.OffsetsForTimeRequest.SerializeToString,
             weir_dot_protocols_dot_native_dot_weir__pb2.OffsetsForTimeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CompactTopic(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/weir.v1.Weir/CompactTopic',
+            weir_dot_protocols_dot_native_dot_weir__pb2.CompactTopicRequest.SerializeToString,
+            weir_dot_protocols_dot_native_dot_weir__pb2.CompactionDescription.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeCompaction(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/weir.v1.Weir/DescribeCompaction',
+            weir_dot_protocols_dot_native_dot_weir__pb2.DescribeCompactionRequest.SerializeToString,
+            weir_dot_protocols_dot_native_dot_weir__pb2.CompactionDescription.FromString,
             options,
             channel_credentials,
             insecure,

@@ -23,7 +23,7 @@ from weir import __version__
 from weir.access_mode import AccessMode
 from weir.broker.broker import Broker
 from weir.broker.schemas import SchemaInfo
-from weir.broker.subscriptions import InitialPosition, SubscriptionType
+from weir.broker.subscriptions import InitialPosition, Subscription, SubscriptionType
 from weir.broker.topics import TopicConfig
 from weir.errors import (
     BadRequestError,
@@ -678,8 +678,11 @@ class PulsarConnection:
         t = self._topic_name(req.topic)
         checks: list[tuple[object, str, str]] = []
         self._allow(Permission.CONSUME, t, "subscribe to", checks)
-        if req.read_compacted:
-            raise names.NotServedError("read_compacted is not served by weir yet")
+        if req.read_compacted and req.durable:
+            raise names.NotServedError(
+                "read_compacted is served for readers (non-durable subscriptions), "
+                "not for durable subscriptions yet"
+            )
         cfg = await self._topic_for_use(t, create=req.force_topic_creation)
         partition, id_partition = self._partition(t, cfg)
         if req.HasField("schema"):
@@ -697,6 +700,7 @@ class PulsarConnection:
                     partition,
                     req.start_message_id if req.HasField("start_message_id") else None,
                     earliest,
+                    compacted=req.read_compacted,
                 )
             )
             r = PulsarReader(
@@ -711,6 +715,7 @@ class PulsarConnection:
                 batch_index_ack=self.settings.batch_index_ack,
                 checks=checks,
                 position=pos,
+                compacted=req.read_compacted,
             )
             r.on_failed = lambda reader, err: self._consumer_failed(reader, err)
             self.consumers[req.consumer_id] = r
@@ -750,6 +755,9 @@ class PulsarConnection:
         except BaseException:
             self.consumers.pop(req.consumer_id, None)
             raise
+        # Whole-batch consumers attach to durable subscriptions only (the broker refuses
+        # them on a non-persistent topic).
+        assert isinstance(sub, Subscription)
         c.sub, c.attached = sub, attached
         if c.closed:  # dropped while subscribing
             return

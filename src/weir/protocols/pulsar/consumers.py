@@ -56,14 +56,18 @@ class EntryCache:
 
     def __init__(self, max_bytes: int = 32 << 20) -> None:
         self.max_bytes = max_bytes
-        self._entries: OrderedDict[tuple[str, int, int, int], tuple[bytes, bytes]] = OrderedDict()
+        self._entries: OrderedDict[tuple[str, int, int, int, int], tuple[bytes, bytes]] = (
+            OrderedDict()
+        )
         self._bytes = 0
 
     def part(self, topic: str, partition: int, buf: Any, pos: int) -> tuple[bytes, bytes, int, int]:
         """(message prefix, payload, base offset, record count) of the stored batch at
         ``pos``; the message part is prefix + payload (`codec.message_prefix`)."""
         h = parse_header(buf, pos)
-        key = (topic, partition, h.base_offset, h.written_at)
+        # the count too: a compacted view's batch may start where a stored one does, with
+        # fewer of its records (and its write time)
+        key = (topic, partition, h.base_offset, h.written_at, h.record_count)
         got = self._entries.get(key)
         if got is None:
             metadata, payload = entry_of(buf, pos, h)
@@ -353,13 +357,15 @@ class PulsarConsumer(ConsumerBase):
 @dataclass(eq=False)
 class PulsarReader(ConsumerBase):
     """A non-durable subscription (a Pulsar Reader): reads the partition from ``position``
-    within its permits; nothing of it is stored, acknowledgements change nothing."""
+    within its permits; nothing of it is stored, acknowledgements change nothing. With
+    ``compacted`` (readCompacted) it reads the partition's compacted view, then the tail."""
 
     position: int = 0
     permits: int = 0
     task: asyncio.Task[None] | None = None
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     on_failed: Callable[[PulsarReader, BaseException], None] | None = None
+    compacted: bool = False
 
     def start(self) -> None:
         self.task = asyncio.get_running_loop().create_task(self._pump())
@@ -379,8 +385,15 @@ class PulsarReader(ConsumerBase):
                 if actor.end_offset <= self.position:
                     await actor.wait_for_data(self.position, None)
                     continue
-                self.position = max(self.position, actor.start_offset)
-                res = await actor.read_async(self.position, MAX_READ_BYTES)
+                if self.compacted:
+                    first = self.broker.compacted_start(self.topic, self.partition)
+                    self.position = max(self.position, first)
+                    res = await self.broker.read_compacted(
+                        self.topic, self.partition, self.position, MAX_READ_BYTES
+                    )
+                else:
+                    self.position = max(self.position, actor.start_offset)
+                    res = await actor.read_async(self.position, MAX_READ_BYTES)
                 if not res.chunks:
                     self.position = max(self.position, res.next_offset)
                     await asyncio.sleep(0)
@@ -424,16 +437,23 @@ def first_set_bit(words: Iterable[int], count: int) -> int | None:
 
 
 def start_offset(
-    broker: Broker, topic: str, partition: int, mid: pb.MessageIdData | None, earliest: bool
+    broker: Broker,
+    topic: str,
+    partition: int,
+    mid: pb.MessageIdData | None,
+    earliest: bool,
+    compacted: bool = False,
 ) -> int:
     """Where a reader starts: the message ``mid`` names (its whole entry: the client skips
-    what comes before it), else the partition's start or end."""
+    what comes before it), else the partition's start (of its compacted view when
+    ``compacted``: offsets retention removed may still be in the view) or end."""
     actor = broker.actor(topic, partition)
+    first = broker.compacted_start(topic, partition) if compacted else actor.start_offset
     if mid is None:
-        return actor.start_offset if earliest else actor.end_offset
+        return first if earliest else actor.end_offset
     off = offset_of(mid)
     if off == EARLIEST:
-        return actor.start_offset
+        return first
     if off == LATEST:
         return actor.end_offset
-    return min(max(off, actor.start_offset), actor.end_offset)
+    return min(max(off, first), actor.end_offset)

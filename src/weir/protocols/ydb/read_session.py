@@ -50,6 +50,7 @@ from weir.protocols.ydb.protos import StreamRead, ydb_topic_pb2
 from weir.protocols.ydb.read_batches import add_messages
 from weir.protocols.ydb.shutdown import Shutdown
 from weir.protocols.ydb.status import SUCCESS, UnsupportedError, end_stream
+from weir.protocols.ydb.topic_settings import persistent_only
 from weir.security.grants import Permission
 
 log = logging.getLogger("weir.ydb.read")
@@ -228,7 +229,7 @@ class ReadSession:
         now_ms = int(time.time() * 1000)
         for s in init.topics_read_settings:
             self.auth.allow(Permission.CONSUME, s.path, self.database, "read")
-            cfg = self.broker.topic(s.path, self.database)
+            cfg = persistent_only(self.broker.topic(s.path, self.database), "read")
             if cfg.name in self._topics:
                 raise BadRequestError(f"topic {s.path!r} is named twice")
             parts = list(s.partition_ids)

@@ -14,7 +14,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from weir.broker.topics import ConsumerConfig, ScalingConfig, TopicConfig
+from weir.broker.topics import PERSISTENT, ConsumerConfig, ScalingConfig, TopicConfig, short_topic
 from weir.errors import BadRequestError
 from weir.protocols.ydb.conversions import (
     MIB,
@@ -28,6 +28,20 @@ from weir.protocols.ydb.protos import ydb_topic_pb2
 from weir.protocols.ydb.status import PreconditionFailedError, UnsupportedError
 
 _Strategy = ydb_topic_pb2.AutoPartitioningStrategy
+
+
+def persistent_only(cfg: TopicConfig, what: str) -> TopicConfig:
+    """``cfg``, or BAD_REQUEST when it is non-persistent: the YDB Topic API has offsets,
+    commits and read-from-time for stored messages only, so its sessions serve none of
+    a non-persistent topic (describe still does)."""
+    if cfg.kind != PERSISTENT:
+        raise BadRequestError(
+            f"topic {short_topic(cfg.name)!r} is non-persistent: the YDB topic API cannot "
+            f"{what} it (use weir's native API or a Pulsar client)"
+        )
+    return cfg
+
+
 STRATEGY_NAMES: dict[int, str] = {
     _Strategy.AUTO_PARTITIONING_STRATEGY_UNSPECIFIED: "disabled",
     _Strategy.AUTO_PARTITIONING_STRATEGY_DISABLED: "disabled",

@@ -56,6 +56,7 @@ from weir.protocols.ydb.protos import StreamWrite, ydb_topic_pb2
 from weir.protocols.ydb.query_service import txn_id_of
 from weir.protocols.ydb.shutdown import Shutdown
 from weir.protocols.ydb.status import SUCCESS, UnsupportedError, end_stream
+from weir.protocols.ydb.topic_settings import persistent_only
 from weir.security.grants import Permission
 from weir.storage.batch import encode_batch, parse_header
 from weir.storage.codecs import Codec
@@ -170,7 +171,7 @@ class WriteSession:
     async def _init(self, init: Any) -> WriterToken | None:
         self.auth.allow(Permission.PRODUCE, init.path, self.database, "write to")
         # no auto-creation here: a YDB client expects SCHEME_ERROR for a missing topic
-        cfg = self.broker.topic(init.path, self.database)
+        cfg = persistent_only(self.broker.topic(init.path, self.database), "write to")
         self.topic = cfg.name
         self.producer_id = init.producer_id
         self.message_limit = self.broker.message_limit(cfg.name)
