@@ -14,6 +14,7 @@ import pytest
 
 from tests import parallel
 from weir.listening_process import ListeningProcess
+from weir.replication.zkserver import ZooKeeperServer
 
 ROOT = Path(__file__).resolve().parents[1]
 _LISTEN = re.compile(r"weir listening on (\S+):(\d+)")
@@ -122,13 +123,23 @@ def topic_name(request: pytest.FixtureRequest) -> str:
     return f"{base}_{next(_topic_counter)}"
 
 
+@pytest.fixture(scope="session")
+def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
+    """A standalone ZooKeeper on an ephemeral loopback port, shared by the session's tests
+    (replication and cluster tests use roots of their own)."""
+    server = ZooKeeperServer(tmp_path_factory.mktemp("zookeeper"))
+    server.start()
+    yield server
+    server.stop()
+
+
 # ------------------------------------------------------------------ parallel runs (xdist)
 # `make test` runs pytest-xdist workers; tests/parallel.py says which tests run together.
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests marked ``slow`` (soaks, GB-sized runs) run only with WEIR_SOAK=1 (`make soak`);
-    the Spark tests stay in one xdist group; the order is tests/parallel.py's."""
+    the Spark tests stay in one xdist group, so do the ZooKeeper ones; the order is tests/parallel.py's."""
     soak = os.environ.get("WEIR_SOAK") == "1"
     skip = pytest.mark.skip(reason="long mode: run with `make soak` (WEIR_SOAK=1)")
     for item in items:
@@ -141,6 +152,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             raise pytest.UsageError(
                 f"{item.nodeid} uses the SparkSession but is not in the spark group of "
                 "tests/parallel.py: two workers would start two sessions"
+            )
+        if (
+            "zookeeper" in getattr(item, "fixturenames", ())
+            and parallel.group_of(item.nodeid) != "replication"
+        ):
+            raise pytest.UsageError(
+                f"{item.nodeid} uses the session's ZooKeeper but is not in the replication "
+                "group of tests/parallel.py: two workers would start two ZooKeepers"
             )
     items.sort(key=lambda item: parallel.rank(item.nodeid))  # stable: file order otherwise
 

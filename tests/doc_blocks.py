@@ -33,6 +33,7 @@ PAGES = [
     "docs/performance.md",
     "docs/reliability.md",
     "docs/replication.md",
+    "docs/cluster.md",
     "docs/security.md",
     "examples/README.md",
 ]

@@ -5,7 +5,8 @@ A group runs whole on one worker:
 - "spark": the tests of tests/spark, which share the one SparkSession (and the weir
   server it reads); tests/spark/test_examples.py starts Spark applications of its own,
   as a user runs them, so it is a group of its own;
-- "replication": the tests that share one ZooKeeper (a JVM), not one per worker;
+- "replication": the tests that share one ZooKeeper (a JVM), not one per worker
+  (tests/replication and tests/cluster);
 - any other test: its module, so that a module-scoped server starts once.
 
 The groups start in the order of FIRST (the longest first), then in file order, so
@@ -40,7 +41,7 @@ def group_of(nodeid: str) -> str:
     path = nodeid.split("::", 1)[0]
     if path.startswith("tests/spark/") and path != SPARK_EXAMPLES:
         return "spark"
-    if path.startswith("tests/replication/"):
+    if path.startswith(("tests/replication/", "tests/cluster/")):
         return "replication"
     return path
 

@@ -1,26 +1,18 @@
-"""Fixtures for replication: one real ZooKeeper per test session, a fresh root per test."""
+"""Fixtures for replication: a fresh ZooKeeper root per test (the session's ZooKeeper is
+`zookeeper`, in tests/conftest.py), bookie processes, ledger clients."""
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 from kazoo.client import KazooClient
 
+from weir.replication.ledger import LedgerClient
 from weir.replication.local_cluster import BookieProcess
 from weir.replication.zkserver import ZooKeeperServer
-
-
-@pytest.fixture(scope="session")
-def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
-    """A standalone ZooKeeper on an ephemeral loopback port, shared by the session's tests."""
-    server = ZooKeeperServer(tmp_path_factory.mktemp("zookeeper"))
-    server.start()
-    yield server
-    server.stop()
-
 
 _roots = itertools.count(1)
 
@@ -72,3 +64,38 @@ def bookies(
     finally:
         for b in procs:
             b.stop()
+
+
+@pytest.fixture(scope="module")
+def shared_root(request: pytest.FixtureRequest) -> str:
+    """A ZooKeeper root for one test module's `shared_bookies`."""
+    return f"/module-{request.module.__name__.rsplit('.', 1)[-1]}"
+
+
+@pytest.fixture(scope="module")
+def shared_bookies(
+    zookeeper: ZooKeeperServer, shared_root: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[list[BookieProcess]]:
+    """Three bookies serving a whole test module (its tests use ledgers and logs of their
+    own); a test that stops one starts it again, or `client` does before the next test."""
+    base = tmp_path_factory.mktemp("shared-bookies")
+    procs = [BookieProcess(base / f"b{i}", zookeeper.hosts, shared_root) for i in range(3)]
+    try:
+        for b in procs:
+            b.start()
+        yield procs
+    finally:
+        for b in procs:
+            b.stop()
+
+
+@pytest.fixture
+async def shared_client(
+    zookeeper: ZooKeeperServer, shared_root: str, shared_bookies: list[BookieProcess]
+) -> AsyncIterator[LedgerClient]:
+    """A ledger client of the module's `shared_bookies` (restarting any a test left stopped)."""
+    for b in shared_bookies:
+        if b.proc is None:
+            b.start()
+    async with LedgerClient(zookeeper.hosts, root=shared_root, request_timeout=5.0) as c:
+        yield c

@@ -71,3 +71,26 @@ class MetadataConflictError(RetryableError):
     """Someone else changed the ledger's metadata in ZooKeeper first (version mismatch)."""
 
     code = "METADATA_CONFLICT"
+
+
+class ManagedLogFencedError(FatalError):
+    """Another owner opened the managed log (it fenced this one's ledger or changed the
+    metadata first): this owner must stop serving it; nothing it appends is acknowledged."""
+
+    code = "MANAGED_LOG_FENCED"
+
+
+class StaleClaimError(ManagedLogFencedError):
+    """The managed log was opened under a newer ownership claim (a higher claim generation)
+    than this opener's: another broker owns the partition now, so this one must not open
+    it (opening would fence the newer owner)."""
+
+    code = "STALE_CLAIM"
+
+
+class ManagedLogFailedError(RetryableError):
+    """The managed log lost track of its state (ZooKeeper unreachable while switching
+    ledgers): every append in flight failed and the log must be opened again, which
+    recovers the last ledger and finds out what was written."""
+
+    code = "MANAGED_LOG_FAILED"
