@@ -130,6 +130,8 @@ def _legend(fig: Any, axes: Any) -> None:
         for h, label in zip(*ax.get_legend_handles_labels(), strict=True):
             if not label.startswith("goal"):
                 seen.setdefault(label, h)
+    if not seen:  # no panel had data (a run of other workloads)
+        return
     fig.legend(
         list(seen.values()), list(seen), loc="lower center", ncol=min(4, len(seen)), fontsize=9
     )

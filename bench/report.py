@@ -313,7 +313,10 @@ def goals(rows: Rows) -> list[Goal]:
         found = [
             c
             for (s, wl), c in cs.items()
-            if s == WEIR and wl.startswith(prefix) and wl.endswith(" " + size)
+            if s == WEIR
+            and wl.startswith(prefix)
+            and wl.endswith(" " + size)
+            and "txn" not in wl  # the transactional rows and their plain baselines
         ]
         if not found:
             return [], None, "not measured"

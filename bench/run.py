@@ -83,6 +83,7 @@ WORKLOADS = [
     "partitions",
     "subscriptions",
     "disk",
+    "txn",
 ]
 RESULTS = Path(__file__).resolve().parent / "results"
 PEER_RESULTS = Path(__file__).resolve().parent / "peers" / "results"
@@ -533,7 +534,53 @@ def run_disk(lab: Lab, plan: Plan, rep: int, sink: Sink) -> None:
     )
 
 
+def run_transactions(lab: Lab, plan: Plan, rep: int, sink: Sink) -> None:
+    """weir: 100 B messages in transactions of 1, 100 and 10,000 messages, each row beside
+    a plain produce of the same messages (P=1, same topic shape) measured just before it;
+    the transactional row carries the overhead per transaction against that plain one."""
+    b = lab.brokers.get("weir-native")
+    if b is None:
+        return
+    pid = lab.weir.pid
+    n_all = plan.sizes[0][1]
+    # 1-message transactions cost a begin, a writer stream and a commit each: fewer of them
+    for txn, n in ((1, min(n_all, 2_000)), (100, min(n_all, 50_000)), (10_000, n_all)):
+        ref = b.prepare(f"plain{txn}")
+        plain: Result | None = None
+        try:
+            plain = b.produce(ref, n, 100, 1, plan.max_seconds)
+            plain.workload = f"produce plain, beside txn={txn} 100B"
+            sink.add(plain, rep, b.target.version)
+        except Exception:
+            sink.error(b.name, f"produce plain, beside txn={txn} 100B", rep, traceback.format_exc())
+        finally:
+            with contextlib.suppress(Exception):
+                b.drop(ref)
+        ref = b.prepare(f"txn{txn}")
+        try:
+            r = weir_wl.produce_transactions(b.target, ref, n, 100, txn, plan.max_seconds, pid)
+        except Exception:
+            sink.error(b.name, f"produce txn={txn} 100B", rep, traceback.format_exc())
+            continue
+        finally:
+            with contextlib.suppress(Exception):
+                b.drop(ref)
+        txns = r.extra.get("transactions") or 1
+        if plain is not None and plain.messages:
+            per_msg_plain = plain.seconds / plain.messages
+            extra_s = r.seconds - per_msg_plain * r.messages
+            r.extra["plain_msgs_per_s"] = plain.msgs_per_s
+            r.extra["overhead_ms_per_txn"] = round(extra_s / txns * 1000, 3)
+        sink.add(r, rep, b.target.version)
+        _say(
+            f"txn={txn}: {r.msgs_per_s:,.0f} msgs/s in {txns} transactions "
+            f"(plain {plain.msgs_per_s if plain else 0:,.0f}); overhead "
+            f"{r.extra.get('overhead_ms_per_txn')} ms per transaction"
+        )
+
+
 RUNNERS: dict[str, Callable[[Lab, Plan, int, Sink], None]] = {
+    "txn": run_transactions,
     "produce": run_throughput,
     "latency": run_latency,
     "ydb": run_ydb,

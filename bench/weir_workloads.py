@@ -328,6 +328,101 @@ def _produce_worker(t: Target, p: dict[str, Any], gate: Gate) -> dict[str, Any]:
     )
 
 
+def _produce_txn_worker(t: Target, p: dict[str, Any], gate: Gate) -> dict[str, Any]:
+    """Transactions of ``txn`` messages: each begins, writes runs alternating over the
+    partitions through writers of its own, and commits (flushes, then one commit)."""
+    client = _client(t)
+    tag = uuid.uuid4().hex[:8]
+    parts = p["partitions"]
+    payload = os.urandom(p["size"])
+    n, run, size = p["n"], p["run"], p["txn"]
+    gate.wait()
+    c0 = time.process_time()
+    t0 = _now()
+    deadline = t0 + int(p["max_seconds"] * 1e9)
+    sent = txns = 0
+    capped = False
+    i = 0
+    while sent < n:
+        if _now() > deadline:
+            capped = True
+            break
+        with client.transaction() as tx:
+            writers: dict[int, Any] = {}
+            left = min(size, n - sent)
+            while left:
+                part = parts[i % len(parts)]
+                w = writers.get(part)
+                if w is None:
+                    w = writers[part] = tx.writer(
+                        p["topic"], producer_id=f"bench-{tag}-{part}", partition=part
+                    )
+                m = min(run, left)
+                write = w.write
+                for _ in range(m):
+                    write(payload)
+                left -= m
+                sent += m
+                i += 1
+        txns += 1
+    t1 = _now()
+    cpu = time.process_time() - c0
+    client.close()
+    return dict(
+        messages=sent,
+        bytes=sent * p["size"],
+        t_start=t0,
+        t_end=t1,
+        sent=sent,
+        capped=capped,
+        cpu_s=cpu,
+        txns=txns,
+    )
+
+
+def produce_transactions(
+    t: Target,
+    ref: TopicRef,
+    n: int,
+    size: int,
+    txn: int,
+    max_seconds: float,
+    server_pid: int | None = None,
+) -> Result:
+    """N messages of ``size`` bytes from one process, in transactions of ``txn`` messages
+    (the same shape as the P=1 produce row: runs alternating over the partitions)."""
+    run = max(1, min(1000, (1 << 20) // size, txn))
+    spec = dict(
+        topic=ref.name,
+        partitions=list(range(ref.partitions)),
+        n=n,
+        size=size,
+        run=run,
+        txn=txn,
+        max_seconds=max_seconds,
+    )
+    cpu0 = cpu_seconds(server_pid) if server_pid else 0.0
+    parts = _run_workers(t, [(_produce_txn_worker, spec)], timeout=max_seconds + 180)
+    res = _merge_throughput(
+        t,
+        f"produce txn={txn} {_size_label(size)}",
+        parts,
+        dict(
+            target_messages=n,
+            size=size,
+            producers=1,
+            mode="processes",
+            partitions=ref.partitions,
+            txn_messages=txn,
+            transactions=parts[0]["txns"],
+            how=f"with client.transaction(): tx.writer() per partition, write() per message; "
+            f"{txn} messages per transaction over {ref.partitions} partitions",
+        ),
+    )
+    add_cpu(res, parts, server_pid, cpu0)
+    return res
+
+
 def _consume_worker(t: Target, p: dict[str, Any], gate: Gate) -> dict[str, Any]:
     """A reader of the group ``consumer``; commits each batch; stops when the group is done."""
     client = _client(t)

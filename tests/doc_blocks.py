@@ -20,6 +20,7 @@ PAGES = [
     "docs/topics.md",
     "docs/producers.md",
     "docs/subscriptions.md",
+    "docs/transactions.md",
     "docs/configuration.md",
     "docs/observability.md",
     "docs/console.md",

@@ -39,6 +39,7 @@ CHAIN: list[tuple[str, str]] = [
     ("docs/sdk.md", "sdk-tour"),
     ("docs/producers.md", "producers-tour"),
     ("docs/subscriptions.md", "subscriptions-tour"),
+    ("docs/transactions.md", "transactions-ctp"),
     ("docs/ydb.md", "ydb-sdk"),
     ("docs/topics.md", "topics-cli"),
     ("docs/topics.md", "topics-sdk"),
@@ -237,6 +238,12 @@ def test_every_page_runs_in_order_on_one_server_and_again(
             tour = reader.python(block("docs/subscriptions.md", "subscriptions-tour"))
             assert tour == ["[b'job 3']", "0"], tour
             assert sum(_messages(client, "jobs")) == 10 * run
+
+            # docs/transactions.md: consume-transform-produce; each run shouts its three words
+            # once (the job's offsets moved with its transactions), never the aborted one.
+            shouted = reader.python(block("docs/transactions.md", "transactions-ctp"))
+            assert shouted == ["[b'ALPHA', b'BETA', b'GAMMA']"], shouted
+            assert client.describe_consumer("words", "shouter").lag == 0
 
             # docs/ydb.md: its own topic too.
             assert reader.python(block("docs/ydb.md", "ydb-sdk")) == []

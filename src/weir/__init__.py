@@ -38,6 +38,7 @@ _SDK = {
     "TopicInfo",
     "Tls",
     "Token",
+    "Transaction",
     "UserPassword",
     "WriteResult",
     "Writer",

@@ -26,6 +26,7 @@ from weir.client.messages import Batch, Message
 from weir.client.reader import PartitionSession, PartitionSessionClosedError, Start
 from weir.client.subscription import DeadLetterPolicy, ReceivedMessage, SubscriptionConsumer
 from weir.client.tls import Tls
+from weir.client.transaction import Transaction
 from weir.client.writer_settings import WriteResult
 
 __all__ = [
@@ -53,6 +54,7 @@ __all__ = [
     "Tls",
     "Token",
     "TopicInfo",
+    "Transaction",
     "UserPassword",
     "WriteResult",
     "Writer",

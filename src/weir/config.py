@@ -21,6 +21,7 @@ from weir.broker.config import BrokerConfig
 from weir.config_values import (
     ADDRESS,
     BOOL,
+    DURATION_MS,
     DURATION_S,
     LEVEL,
     NAMES,
@@ -391,6 +392,24 @@ KEYS: tuple[Key, ...] = (
         _B.rebalance_timeout_s,
         "How long a reader gets to release a partition given to another reader.",
         "rebalance_timeout_s",
+    ),
+    Key(
+        "transactions",
+        "timeout_ms",
+        DURATION_MS,
+        _B.transaction_timeout_ms,
+        "A transaction neither committed nor aborted this long after it began is aborted "
+        "(when its client asks for no timeout of its own).",
+        "transaction_timeout_ms",
+    ),
+    Key(
+        "transactions",
+        "max_timeout_ms",
+        DURATION_MS,
+        _B.max_transaction_timeout_ms,
+        "The longest timeout a client may ask for: an open transaction holds back "
+        "read-committed readers and retention of its partitions.",
+        "max_transaction_timeout_ms",
     ),
     Key(
         "auth",

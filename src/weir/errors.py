@@ -260,6 +260,34 @@ class ProducerBusyError(FatalError):
     code = "PRODUCER_BUSY"
 
 
+class UnknownTransactionError(NotFoundError):
+    """No such transaction: never begun here, or forgotten (ended long ago, or open when
+    the server restarted: a restart aborts every open transaction)."""
+
+    code = "UNKNOWN_TRANSACTION"
+
+
+class TransactionEndedError(FatalError):
+    """The transaction has ended already (committed, or aborted: by the client, by its
+    timeout, because a newer instance of its producer fenced it, or because one of its
+    writes failed); the message says which. Begin a new one."""
+
+    code = "TRANSACTION_ENDED"
+
+
+class TransactionCommittedError(TransactionEndedError):
+    """The transaction was committed already (a client that retried its commit after a
+    lost answer learns here that the commit landed)."""
+
+    code = "TRANSACTION_COMMITTED"
+
+
+class TransactionBusyError(FatalError):
+    """The transactional producer has a transaction open already: end it first."""
+
+    code = "TRANSACTION_BUSY"
+
+
 class DataDirLockedError(FatalError):
     """Another weir process holds the data directory."""
 

@@ -255,6 +255,19 @@ class BrokerCollector:
             ),
             *_tier_families(tp),
             CounterMetricFamily(
+                "weir_transactions",
+                "Transactions ended, by outcome: committed, aborted (by the client, a timeout, a "
+                "fence or a restart).",
+                labels=["outcome"],
+            ),
+            GaugeMetricFamily("weir_transactions_open", "Transactions open now."),
+            GaugeMetricFamily(
+                "weir_partition_stable_offset",
+                "Last stable offset: where read-committed readers stop (the first offset of "
+                "the oldest open transaction, else the end offset).",
+                labels=tp,
+            ),
+            CounterMetricFamily(
                 "weir_auth_failures",
                 "Refused authentications by reason: bad_password, bad_token, no_credentials, "
                 "throttled (a login refused unchecked while failures are being slowed down).",
@@ -287,6 +300,7 @@ class BrokerCollector:
                 labels = [name, str(info.partition)]
                 fams["weir_partition_start_offset"].add_metric(labels, info.start_offset)
                 fams["weir_partition_end_offset"].add_metric(labels, info.end_offset)
+                fams["weir_partition_stable_offset"].add_metric(labels, info.stable_offset)
                 fams["weir_partition_size_bytes"].add_metric(labels, info.size_bytes)
                 if cfg.kind != "persistent":
                     continue  # nothing stored, nothing queued for commit
@@ -312,6 +326,10 @@ class BrokerCollector:
         fams["weir_read_cache_bytes"].add_metric([], cache.bytes)
         fams["weir_read_cache_blobs"].add_metric([], cache.blobs)
         fams["weir_read_cache_capacity_bytes"].add_metric([], cache.capacity)
+        txns = broker.transactions
+        fams["weir_transactions"].add_metric(["committed"], txns.committed)
+        fams["weir_transactions"].add_metric(["aborted"], txns.aborted)
+        fams["weir_transactions_open"].add_metric([], len(txns.open_ids))
         tier = broker.store.tier
         if tier is not None:
             s = tier.stats

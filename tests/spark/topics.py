@@ -29,13 +29,19 @@ def produce(client: weir.Client, topic: str, per_partition: Mapping[int, Sequenc
                 )
 
 
-def read_topic(client: weir.Client, topic: str) -> dict[int, list[Message]]:
-    """Every stored message of every partition, in offset order."""
+def read_topic(
+    client: weir.Client, topic: str, *, read_committed: bool = False
+) -> dict[int, list[Message]]:
+    """Every stored message of every partition, in offset order (``read_committed``: only
+    what transactions committed, up to each partition's last stable offset)."""
     info = client.describe_topic(topic)
     out: dict[int, list[Message]] = {}
     for pi in info.partition_info:
         msgs: list[Message] = []
-        for chunk in client.read_range(topic, pi.partition, pi.start_offset, pi.end_offset):
+        end = pi.stable_offset if read_committed else pi.end_offset
+        for chunk in client.read_range(
+            topic, pi.partition, pi.start_offset, end, read_committed=read_committed
+        ):
             msgs.extend(m for m in chunk.messages() if m.offset >= pi.start_offset)
         out[pi.partition] = msgs
     return out

@@ -404,3 +404,21 @@ def test_trim_inside_the_first_blob_survives_recovery(tmp_path: Path) -> None:
     assert log.start_offset == first.first_offset + 7 and log.blobs[0] == first
     assert [o for o, _ in read_all(log, 0)] == list(range(first.first_offset + 7, 600))
     store.close()
+
+
+def test_trim_inside_a_head_segment_of_several_pieces_survives_recovery(tmp_path: Path) -> None:
+    """A head segment coalesces several KV pieces; a trim inside it leaves the pieces
+    wholly below the new start stored (they go with the segment): the partition reopens
+    with the same start and reads, instead of refusing its index as having a gap."""
+    store = Store(tmp_path)
+    log = store.open_partition(1, SMALL)
+    for i in range(5):
+        log.write(make_batch(2, producer="p", first_seq=i * 2 + 1))
+    assert log.blobs[0].count > 2  # pieces coalesced into one head segment
+    assert log.trim(5) == 5  # past the first two pieces
+    store.close()
+    store = Store(tmp_path)
+    log = store.open_partition(1, SMALL, verify_all=True)
+    assert log.start_offset == 5
+    assert [o for o, _ in read_all(log, 0)] == list(range(5, 10))
+    store.close()

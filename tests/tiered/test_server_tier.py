@@ -237,3 +237,85 @@ def test_cli_offload_and_status(tier_server: ServerProcess) -> None:
     st = json.loads(cli("topic", "offload-status", topic, "--json"))
     assert st["partitions"][0]["segments"]
     _ = Path
+
+
+def _messages(client: weir.Client, topic: str, *, committed: bool) -> dict[int, bytes]:
+    return {
+        m.offset: m.data
+        for chunk in client.read_range(topic, 0, 0, read_committed=committed)
+        for m in chunk.messages()
+    }
+
+
+def _spark_rows(
+    endpoint: str, topic: str, backend: str, *, committed: bool
+) -> list[tuple[int, bytes]]:
+    """What the Spark source reads (its plan and its tasks, no SparkSession needed)."""
+    from tests.tiered.conftest import CREDS
+    from weir.spark.batch_reader import WeirBatchReader
+    from weir.spark.options import ReaderOptions
+    from weir.spark.tier_scan import TierRange
+
+    opts = {"endpoint": endpoint, "topic": topic, "readcommitted": str(committed).lower()}
+    if backend == "s3":
+        opts.update({"tier.accesskey": CREDS["access_key"], "tier.secretkey": CREDS["secret_key"]})
+    reader = WeirBatchReader(ReaderOptions.parse(opts, streaming=False))
+    plan = list(reader.partitions())
+    assert any(isinstance(r, TierRange) for r in plan), "nothing read from the store"
+    rows = []
+    for part in plan:
+        for b in reader.read(part):  # type: ignore[arg-type]
+            offsets, values = b.column("offset").to_pylist(), b.column("value").to_pylist()
+            rows.extend(zip(offsets, values, strict=True))
+    return rows
+
+
+def test_offloaded_transactions_read_as_before_and_spark_reads_markers_through_the_broker(
+    tier_server: ServerProcess,
+) -> None:
+    """Offloaded segments holding transaction markers or aborted messages: the broker
+    reads them as before (committed and not), tier status marks them ``transactional``,
+    and Spark reads those through the broker, so its rows never show a marker or, read
+    committed, an aborted message; the segments without any still come from the store."""
+    topic = f"txn-tier-{uuid.uuid4().hex[:6]}"
+    body = b"x" * 900
+    with weir.Client(tier_server.endpoint) as client:
+        client.create_topic(topic, partitions=1)
+
+        def plain(tag: str, n: int) -> None:
+            with client.writer(topic, partition=0) as w:
+                for i in range(n):
+                    w.write(b"%s-%d:" % (tag.encode(), i) + body)
+
+        def in_txn(tag: str, n: int, commit: bool) -> None:
+            tx = client.transaction().begin()
+            w = tx.writer(topic, partition=0)
+            for i in range(n):
+                w.write(b"%s-%d:" % (tag.encode(), i) + body)
+            w.flush()  # stored (uncommitted) before the end
+            tx.commit() if commit else tx.abort()
+
+        plain("a", 200)
+        in_txn("kept", 100, True)
+        in_txn("dropped", 100, False)
+        plain("b", 300)
+        committed = _messages(client, topic, committed=True)
+        everything = _messages(client, topic, committed=False)
+        assert len(committed) == 600 and len(everything) == 700  # (two markers: no message)
+        assert not any(d.startswith(b"dropped") for d in committed.values())
+        assert sum(client.offload_topic(topic, force=True)) >= 4
+        st = client.tier_status(topic)
+        segs = st.partitions[0].segments
+        assert _messages(client, topic, committed=True) == committed
+        assert _messages(client, topic, committed=False) == everything
+    # transactional: a marker (an offset no reader gets) or an aborted message inside it
+    for s in segs:
+        hidden = any(o not in committed for o in range(s.first_offset, s.end_offset))
+        assert s.transactional == hidden, s
+    assert any(s.transactional for s in segs) and any(not s.transactional for s in segs)
+    for want, read_committed in ((committed, True), (everything, False)):
+        rows = _spark_rows(
+            tier_server.endpoint, topic, st.store["backend"], committed=read_committed
+        )
+        assert sorted(o for o, _ in rows) == sorted(want)  # each once, no marker row
+        assert dict(rows) == want

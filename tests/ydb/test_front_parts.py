@@ -51,9 +51,19 @@ def test_every_weir_error_maps_to_a_status_the_sdk_handles_sensibly() -> None:
     def all_errors(cls: type[errors.WeirError]) -> list[type[errors.WeirError]]:
         return [cls, *(c for sub in cls.__subclasses__() for c in all_errors(sub))]
 
+    over = (
+        errors.UnknownTransactionError,
+        errors.TransactionEndedError,
+        errors.TransactionCommittedError,
+    )
     for cls in all_errors(errors.WeirError):
         status = status_of(cls.__new__(cls))
-        # the SDK reconnects in a hot loop on NOT_FOUND: never used
+        if cls in over:
+            # as YDB answers a transaction that is over: retry_tx_* begins a new one, and a
+            # stream only meets it as a transaction writer's, which the SDK never reconnects
+            assert status == StatusIds.NOT_FOUND, cls
+            continue
+        # the SDK reconnects in a hot loop on NOT_FOUND: never used otherwise
         assert status != StatusIds.NOT_FOUND, cls
         if not cls.retryable:
             assert status != StatusIds.UNAVAILABLE or cls is errors.ClosedError, cls

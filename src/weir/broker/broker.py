@@ -3,7 +3,7 @@
 Fronts call it. `Broker` is assembled from one mixin per concept, each in its own
 module: `topic_admin` (create / alter / drop), `producer_admission` (partitions,
 writers, access modes), `writes` (the write path, backlog quota), `consumer_offsets`
-(consumers, offsets, groups), `subscriptions.facade`, `retention` (and pin expiry,
+(consumers, offsets, groups), `transactions.facade`, `subscriptions.facade`, `retention` (and pin expiry,
 run in the background), `compaction.facade` (runs, compacted reads, the threshold
 trigger) and `tenancy.facade`; their shared state is `state.BrokerState`.
 This module opens (recovers) and closes it.
@@ -34,6 +34,9 @@ from weir.broker.tenancy.limits import SessionCounter
 from weir.broker.tenancy.registry import NAMESPACES, Tenancy
 from weir.broker.tiering import Tiering
 from weir.broker.topics import NEXT_ID_KEY, TOPICS, TopicConfig, short_topic
+from weir.broker.transactions.coordinator import TxnCoordinator
+from weir.broker.transactions.facade import TransactionFacade
+from weir.broker.transactions.producers import TXN_PRODUCERS
 from weir.errors import UnavailableError
 from weir.storage.kv import delete, put
 from weir.storage.store import Store
@@ -52,6 +55,7 @@ BROKER_TABLES = (
     PRODUCER_EPOCHS,
     SUBSCRIPTIONS,
     SCHEMAS,
+    TXN_PRODUCERS,
 )
 _U64 = struct.Struct("<Q")
 _EPOCH_KEY = b"epoch"
@@ -74,7 +78,13 @@ def tier_storage(config: BrokerConfig) -> RemoteStorage:
 
 
 class Broker(
-    Compaction, Tiering, SubscriptionFacade, SchemaAdmin, ConsumerOffsets, ProducerAdmission
+    TransactionFacade,
+    Compaction,
+    Tiering,
+    SubscriptionFacade,
+    SchemaAdmin,
+    ConsumerOffsets,
+    ProducerAdmission,
 ):
     """Open with `Broker.open`; close with `await broker.close()`."""
 
@@ -115,6 +125,7 @@ class Broker(
         self.compaction_hook = None
         self._compaction_test_hook = None
         self.schemas = SchemaRegistry(store.kv, self._commit)
+        self.transactions = TxnCoordinator(self, store.kv, store.committer)
         self._retention_task: asyncio.Task[None] | None = None
         self._compaction_task: asyncio.Task[None] | None = None
         self._tier_task = None
@@ -147,6 +158,8 @@ class Broker(
             store.committer.commit([put(SERVER, _EPOCH_KEY, _U64.pack(generation))])
             broker = cls(config, store, generation, observer=observer)
             await asyncio.to_thread(broker._load)
+            # a transaction open at the last stop ends now, before anyone reads
+            await broker.transactions.recover((t, p, a) for (t, p), a in broker._actors.items())
         except BaseException:
             store.close()
             raise
@@ -207,6 +220,7 @@ class Broker(
             return
         self._closed = True
         self.access.wake_all()
+        await self.transactions.close()
         for task in (self._retention_task, self._compaction_task, self._tier_task):
             if task is not None:
                 task.cancel()

@@ -66,6 +66,9 @@ class BrokerConfig:
     non_persistent_queue_bytes: int = 4 << 20
     # read sessions
     rebalance_timeout_s: float = 10.0
+    # transactions: aborted when neither committed nor aborted within their timeout
+    transaction_timeout_ms: int = 60_000  # when the client asks for none
+    max_transaction_timeout_ms: int = 15 * 60_000
     # auth: user -> password; empty means no static users
     users: dict[str, str] = field(default_factory=dict)
     allow_anonymous: bool = True

@@ -4,6 +4,7 @@ starts, consumer groups and read-session counts."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from weir.broker.consumers import ConsumerGroup
@@ -16,6 +17,7 @@ from weir.errors import (
     OffsetOutOfRangeError,
     UnknownConsumerError,
 )
+from weir.storage.kv import Op
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +109,23 @@ class ConsumerOffsets(TopicAdmin, Retention):
         if changed:
             self.observer.on_consumer_commit(cfg.name, partition, consumer, offset)
         return changed
+
+    def prepare_offset_commit(
+        self, topic: str, partition: int, consumer: str, offset: int
+    ) -> tuple[list[Op], Callable[[], None]]:
+        """A commit of the consumer's next offset as KV ops to commit with others (a
+        transaction's commit), and what to call once they are durable. Forward only; the
+        caller checked the offset against the partition (see `commit_offset`)."""
+        cfg = self.topic(topic)
+        self.consumer(cfg.name, consumer)
+        ops, done = self.offsets.prepare(cfg.topic_id, partition, consumer, offset)
+
+        def committed() -> None:
+            done()
+            if ops:
+                self.observer.on_consumer_commit(cfg.name, partition, consumer, offset)
+
+        return ops, committed
 
     async def delete_offset(self, topic: str, partition: int, consumer: str) -> bool:
         """Forget the consumer's committed offset of one partition (it reads from where a

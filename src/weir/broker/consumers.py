@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import struct
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Protocol
 
 from weir.errors import BadRequestError
@@ -72,6 +72,26 @@ class OffsetStore:
             self._offsets[key] = offset
         return True
 
+    def prepare(
+        self, topic_id: int, partition: int, consumer: str, offset: int
+    ) -> tuple[list[Op], Callable[[], None]]:
+        """The ops that store ``offset`` inside a bigger KV transaction (none when it would
+        not move forward), and what to call once they are durable."""
+        if offset < 0:
+            raise BadRequestError(f"offset must be >= 0, got {offset}")
+        key = (topic_id, partition, consumer)
+        current = self._offsets.get(key)
+        if current is not None and offset <= current:
+            return [], _nothing
+        op = put(OFFSETS, offset_key(topic_id, partition, consumer), _VAL.pack(offset))
+
+        def done() -> None:
+            latest = self._offsets.get(key)
+            if latest is None or offset > latest:
+                self._offsets[key] = offset
+
+        return [op], done
+
     async def delete(self, topic_id: int, partition: int, consumer: str) -> bool:
         """Durably forget the consumer's offset of one partition; False if it had none."""
         key = (topic_id, partition, consumer)
@@ -103,6 +123,10 @@ class OffsetStore:
             k for k in self._offsets if k[0] == topic_id and (consumer is None or k[2] == consumer)
         ]:
             del self._offsets[key]
+
+
+def _nothing() -> None:
+    pass
 
 
 class GroupMember(Protocol):

@@ -9,6 +9,14 @@ and fails the whole queue: a later write of the same producer must never
 overtake a failed one, or the failed one could never be written (dedup would
 skip it). One commit is in flight per partition; work arriving meanwhile rides
 the next one.
+
+A transaction's end is a queue item too: the actor prepares its marker (see
+`weir.storage.txn_state`) and hands the change to the transaction's
+`CommitGroup`, which commits the markers of every partition of the
+transaction in one KV transaction and applies them all at once; the actor waits
+for that before it takes its next item. Markers of different transactions are
+queued on all their partitions in one step, so every actor meets them in the
+same order and no two ends can wait for each other.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from weir.broker.observer import NULL_OBSERVER, BrokerObserver
+from weir.broker.transactions.commit_group import CommitGroup
 from weir.errors import ClosedError, InternalError, OverloadedError, UnavailableError, WeirError
 from weir.storage.committer import GroupCommitter
 from weir.storage.incoming import IncomingBatch
@@ -42,8 +51,16 @@ class _Write:
     batches: Sequence[IncomingBatch]
     nbytes: int
     future: asyncio.Future[list[BatchResult]]
+    txn: int = 0  # the open transaction the batches belong to, 0 for none
     # large payloads being stored as objects: the batches to commit once they are
     ready: asyncio.Future[Sequence[IncomingBatch]] | None = None
+
+
+@dataclass(slots=True)
+class _TxnEnd:
+    txn_id: int
+    committed: bool
+    group: CommitGroup
 
 
 @dataclass(slots=True)
@@ -85,7 +102,7 @@ class PartitionActor:
         self.max_queue_bytes = max_queue_bytes
         self.max_commit_bytes = max_commit_bytes
         self.state = ActorState.IDLE
-        self._queue: deque[_Write | _Retention | _Change] = deque()
+        self._queue: deque[_Write | _Retention | _Change | _TxnEnd] = deque()
         self._queued_bytes = 0
         self._task: asyncio.Task[None] | None = None
         self._moved = asyncio.Event()
@@ -107,13 +124,35 @@ class PartitionActor:
     def queued_bytes(self) -> int:
         return self._queued_bytes
 
-    def read(self, from_offset: int, max_bytes: int, to_offset: int | None = None) -> ReadResult:
-        """Read now (an offloaded blob not in the tier's cache is fetched, blocking; prefer
-        `read_async` in the event loop)."""
-        return self.log.fill_payloads(self.log.read(from_offset, max_bytes, to_offset))
+    @property
+    def stable_offset(self) -> int:
+        """The last stable offset: where read-committed readers stop."""
+        return self.log.stable_offset
+
+    def read(
+        self,
+        from_offset: int,
+        max_bytes: int,
+        to_offset: int | None = None,
+        *,
+        committed: bool = False,
+        control: bool = False,
+    ) -> ReadResult:
+        """Read now (see `PartitionLog.read`: ``committed`` for a read-committed reader,
+        ``control`` to get transaction markers too, for the Kafka front). An offloaded blob
+        not in the tier's cache is fetched, blocking; prefer `read_async` in the event loop."""
+        return self.log.fill_payloads(
+            self.log.read(from_offset, max_bytes, to_offset, committed=committed, control=control)
+        )
 
     async def read_async(
-        self, from_offset: int, max_bytes: int, to_offset: int | None = None
+        self,
+        from_offset: int,
+        max_bytes: int,
+        to_offset: int | None = None,
+        *,
+        committed: bool = False,
+        control: bool = False,
     ) -> ReadResult:
         """`read`, with an offloaded blob at ``from_offset`` fetched into the tier's cache
         off the event loop first (one object request); the read itself is the same one
@@ -123,21 +162,25 @@ class PartitionActor:
             await asyncio.wrap_future(
                 self.log.tier.prefetch(self.log.cache_owner, rec, self.log.label)
             )
-        res = self.log.read(from_offset, max_bytes, to_offset)
+        res = self.log.read(from_offset, max_bytes, to_offset, committed=committed, control=control)
         if res.refs:  # large payloads: fetched back from their objects, off the event loop
             res = await asyncio.to_thread(self.log.fill_payloads, res)
         return res
 
-    async def wait_for_data(self, offset: int, timeout: float | None) -> bool:
-        """Wait until EndOffset passes ``offset`` (True) or the timeout ends (False)."""
-        while self.log.end_offset <= offset:
+    async def wait_for_data(
+        self, offset: int, timeout: float | None, *, committed: bool = False
+    ) -> bool:
+        """Wait until EndOffset (``committed``: the last stable offset) passes ``offset``
+        (True) or the timeout ends (False)."""
+        log = self.log
+        while (log.stable_offset if committed else log.end_offset) <= offset:
             if self._closed:
                 raise UnavailableError(f"partition {self.topic}/{self.partition} is closed")
             ev = self._moved
             try:
                 await asyncio.wait_for(ev.wait(), timeout)
             except TimeoutError:
-                return self.log.end_offset > offset
+                return (log.stable_offset if committed else log.end_offset) > offset
         return True
 
     # ----------------------------------------------------------------- writes
@@ -151,6 +194,7 @@ class PartitionActor:
         batches: Sequence[IncomingBatch],
         nbytes: int,
         ready: asyncio.Future[Sequence[IncomingBatch]] | None = None,
+        txn: int = 0,
     ) -> asyncio.Future[list[BatchResult]]:
         """Queue batches now (order of calls is commit order); the future resolves when durable.
 
@@ -170,10 +214,18 @@ class PartitionActor:
                 f"for commit (limit {self.max_queue_bytes}); retry shortly"
             )
         fut: asyncio.Future[list[BatchResult]] = asyncio.get_running_loop().create_future()
-        self._queue.append(_Write(batches, nbytes, fut, ready))
+        self._queue.append(_Write(batches, nbytes, fut, txn, ready))
         self._queued_bytes += nbytes
         self._kick()
         return fut
+
+    def end_txn(self, txn_id: int, committed: bool, group: CommitGroup) -> None:
+        """Queue the end of transaction ``txn_id`` here (see the module docstring)."""
+        if self._closed:
+            group.failed(UnavailableError(f"partition {self.topic}/{self.partition} is closed"))
+            return
+        self._queue.append(_TxnEnd(txn_id, committed, group))
+        self._kick()
 
     async def run_retention(self, now_ms: int | None, protect_from: int | None) -> int:
         """One retention step, ordered with the writes; returns blobs removed."""
@@ -225,6 +277,10 @@ class PartitionActor:
                     self._queue.popleft()
                     await self._retain(head)
                     continue
+                if isinstance(head, _TxnEnd):
+                    self._queue.popleft()
+                    await self._end_txn(head)
+                    continue
                 if isinstance(head, _Change):
                     self._queue.popleft()
                     await self._change(head)
@@ -251,8 +307,13 @@ class PartitionActor:
 
     async def _write(self, items: list[_Write]) -> None:
         batches = [b for it in items for b in it.batches]
+        txn_ids = None
+        for it in items:
+            if it.txn:
+                txn_ids = [i.txn for i in items for _ in i.batches]
+                break
         try:
-            change = self.log.prepare_write(batches)
+            change = self.log.prepare_write(batches, None, txn_ids)
         except WeirError as exc:
             reason = {"PARTITION_OVERFLOW": "overflow", "STORAGE_FULL": "storage_full"}.get(
                 exc.code
@@ -321,6 +382,21 @@ class PartitionActor:
         except Exception as exc:
             _fail(item.future, exc)
 
+    async def _end_txn(self, item: _TxnEnd) -> None:
+        try:
+            change = self.log.prepare_marker(item.txn_id, item.committed)
+        except Exception as exc:
+            item.group.failed(exc)
+            return
+        if change is None:  # the transaction wrote nothing here
+            item.group.prepared(self, None)
+            return
+        item.group.prepared(self, change)
+        # the group commits every partition's marker in one KV transaction and applies
+        # (or aborts) this change with the others; nothing else of this partition may be
+        # prepared meanwhile
+        await item.group.finished()
+
     async def _change(self, item: _Change) -> None:
         try:
             change = item.prepare()
@@ -342,9 +418,16 @@ class PartitionActor:
     def _fail_queue(self, exc: BaseException) -> None:
         while self._queue:
             item = self._queue.popleft()
+            if isinstance(item, _TxnEnd):
+                item.group.failed(exc)
+                continue
             if isinstance(item, _Write):
                 self._queued_bytes -= item.nbytes
             _fail(item.future, exc)
+
+    def notify_readers(self) -> None:
+        """Wake readers waiting for data: the transaction coordinator applied a change."""
+        self._notify()
 
     def _notify(self) -> None:
         ev = self._moved
@@ -361,7 +444,10 @@ class PartitionActor:
             self._queue.clear()
             self._queued_bytes = 0
             for item in pending:
-                _fail(item.future, UnavailableError("server is shutting down"))
+                if isinstance(item, _TxnEnd):
+                    item.group.failed(UnavailableError("server is shutting down"))
+                else:
+                    _fail(item.future, UnavailableError("server is shutting down"))
             with contextlib.suppress(TimeoutError, asyncio.CancelledError):
                 await asyncio.wait_for(asyncio.shield(task), 30)
         self._fail_queue(ClosedError("partition closed"))

@@ -5,7 +5,8 @@ status each partition's tier is in.
 The storage side (copy, verify, records, reads, sweeper) is `weir.storage.tiered`;
 here the copy runs in a worker thread and its COPY_FINISHED change goes through the
 partition actor, in its turn among the writes. A copy covers only blobs that end at
-or below the partition's last stable offset (`stable_offset`), and the object store
+or below the partition's last stable offset (`offload_limit`: no open transaction is
+ever offloaded), and the object store
 being unreachable only delays offload: the pass backs off and tries again.
 """
 
@@ -43,8 +44,9 @@ class PartitionTierStatus:
     remote_bytes: int
     remote_segments: int
     first_local_offset: int  # offsets below it are only in the tier
-    # (first offset, end offset, object key, object size, object CRC32C)
-    segments: tuple[tuple[int, int, str, int, int], ...]
+    # (first offset, end offset, object key, object size, object CRC32C, transactional:
+    # it holds transaction markers or aborted messages, so only the broker reads it right)
+    segments: tuple[tuple[int, int, str, int, int, bool], ...]
 
 
 class Tiering(TenancyFacade):
@@ -67,11 +69,10 @@ class Tiering(TenancyFacade):
             p["offload_deletion_lag_ms"] or 0,
         )
 
-    def stable_offset(self, actor: PartitionActor) -> int:
-        """The offset below which data may be offloaded: the last stable offset when
-        transactions hold some back, else EndOffset."""
-        lso = getattr(actor, "last_stable_offset", None)
-        return actor.end_offset if lso is None else int(lso)
+    def offload_limit(self, actor: PartitionActor) -> int:
+        """The offset below which data may be offloaded: the last stable offset (EndOffset
+        when no transaction is open there)."""
+        return actor.stable_offset
 
     async def offload_partition(
         self, cfg: TopicConfig, partition: int, policy: OffloadPolicy | None = None
@@ -94,7 +95,7 @@ class Tiering(TenancyFacade):
         plog = actor.log
         now = _now_ms()
         copied = 0
-        for b in tier.candidates(plog, policy, now, self.stable_offset(actor)):
+        for b in tier.candidates(plog, policy, now, self.offload_limit(actor)):
             if self._closed:
                 break
             rec = await asyncio.to_thread(tier.copy_blob, plog, b, now)
@@ -144,7 +145,14 @@ class Tiering(TenancyFacade):
                     first_local = b.first_offset
                     break
             segs = tuple(
-                (r.first_offset, r.end_offset, r.object_key, r.object_size, r.object_crc)
+                (
+                    r.first_offset,
+                    r.end_offset,
+                    r.object_key,
+                    r.object_size,
+                    r.object_crc,
+                    plog.txns.hides(r.first_offset, r.end_offset),
+                )
                 for _, r in sorted(plog.remote.items())
             )
             out.append(

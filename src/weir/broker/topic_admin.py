@@ -61,6 +61,7 @@ class PartitionInfo:
     size_bytes: int
     generation: int
     last_write_ms: int
+    stable_offset: int = 0  # where read-committed readers stop
     delivered_messages: int = 0  # non-persistent partitions
     dropped_messages: int = 0
 
@@ -359,8 +360,9 @@ class TopicAdmin(TenancyFacade):
                         0,
                         live.generation,
                         live.last_write_ms,
-                        live.delivered,
-                        live.dropped,
+                        stable_offset=live.end_offset,
+                        delivered_messages=live.delivered,
+                        dropped_messages=live.dropped,
                     )
                 )
                 continue
@@ -374,6 +376,7 @@ class TopicAdmin(TenancyFacade):
                     a.log.size_bytes,
                     a.generation,
                     blobs[-1].max_written if blobs else 0,
+                    stable_offset=a.stable_offset,
                 )
             )
         return out

@@ -35,8 +35,11 @@ class Writes(BacklogQuotas):
         partition: int,
         batches: Sequence[IncomingBatch],
         nbytes: int | None = None,
+        txn: int = 0,
     ) -> asyncio.Future[list[BatchResult]]:
-        """Queue a write now (calls are committed in call order); the future resolves when durable."""
+        """Queue a write now (calls are committed in call order); the future resolves when
+        durable. ``txn``: the open transaction it belongs to (admitted by the caller, see
+        `weir.broker.transactions.facade`)."""
         self._check_open()
         cfg = self.topic(topic)
         if cfg.kind != PERSISTENT:  # handed to the consumers connected now, acknowledged
@@ -66,8 +69,8 @@ class Writes(BacklogQuotas):
             ready = asyncio.get_running_loop().create_task(
                 asyncio.to_thread(self._cut_payloads, tier, actor.log.log_id, batches, threshold)
             )
-            return actor.submit(batches, size, ready)
-        return actor.submit(batches, size)
+            return actor.submit(batches, size, ready, txn)
+        return actor.submit(batches, size, txn=txn)
 
     @staticmethod
     def _cut_payloads(

@@ -20,7 +20,7 @@ from weir.client.reader import PartitionSession, PartitionSessionClosedError, St
 from weir.client.routing import key_shared_slot
 from weir.client.subscription import DeadLetterPolicy, ReceivedMessage
 from weir.client.subscription_sync import SubscriptionConsumer
-from weir.client.sync import Client, Reader, Writer
+from weir.client.sync import Client, Reader, Transaction, Writer
 from weir.client.tls import Tls
 from weir.client.writer_settings import WriteResult
 
@@ -49,6 +49,7 @@ __all__ = [
     "Tls",
     "Token",
     "TopicInfo",
+    "Transaction",
     "UserPassword",
     "WriteResult",
     "Writer",

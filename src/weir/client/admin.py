@@ -27,6 +27,7 @@ class PartitionInfo:
     # non-persistent topics: messages handed to consumers / dropped (a queue was full)
     delivered_messages: int = 0
     dropped_messages: int = 0
+    stable_offset: int = 0  # where read-committed readers stop (the last stable offset)
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +156,7 @@ def topic_info(d: pb.TopicDescription) -> TopicInfo:
                 p.last_write_ms,
                 p.delivered_messages,
                 p.dropped_messages,
+                p.stable_offset if p.HasField("stable_offset") else p.end_offset,
             )
             for p in d.partition_status
         ],

@@ -48,9 +48,16 @@ from weir.client.subscription import (
 from weir.client.tenancy import AsyncTenancyCalls
 from weir.client.tier_admin import AsyncTierCalls
 from weir.client.tls import TlsArg
+from weir.client.transaction import Transaction
 from weir.client.writer import WriterCore
 from weir.client.writer_settings import WriteResult, WriterSettings
-from weir.errors import AlreadyExistsError, BadRequestError, WeirError, WeirTimeoutError
+from weir.errors import (
+    AlreadyExistsError,
+    BadRequestError,
+    TransactionCommittedError,
+    WeirError,
+    WeirTimeoutError,
+)
 from weir.hashing import KeyHash
 from weir.protocols.native import weir_pb2 as pb
 from weir.protocols.native.policy_values import to_wire
@@ -323,8 +330,15 @@ class Reader:
             if msg is not None:
                 yield msg
 
-    def commit(self, item: Message | Batch) -> asyncio.Future[None]:
-        """Commit up to and including ``item``; returns at once (the future is the ack)."""
+    def commit(
+        self, item: Message | Batch, *, transaction: Transaction | None = None
+    ) -> asyncio.Future[None]:
+        """Commit up to and including ``item``; returns at once (the future is the ack).
+        With a ``transaction`` the offset moves when it commits (await the future: it
+        resolves once the transaction holds the offset)."""
+        if transaction is not None:
+            self._core.check_commit(item)
+            return asyncio.ensure_future(transaction.commit_offsets(item, self._core.consumer))
         fut = self._core.commit(item)
         fut.add_done_callback(_consume_exception)
         return fut
@@ -380,6 +394,7 @@ class Client(AsyncTenancyCalls, AsyncSecurityCalls, AsyncTierCalls):
         self.credentials = credentials
         self.tls = tls
         self._conn: Connection | None = None
+        self._epochs: dict[str, int] = {}  # transactional id -> this instance's epoch
 
     @property
     def conn(self) -> Connection:
@@ -568,6 +583,7 @@ class Client(AsyncTenancyCalls, AsyncSecurityCalls, AsyncTierCalls):
         *,
         max_bytes: int = 4 << 20,
         timeout: float | None = None,
+        read_committed: bool = False,
         compacted: bool = False,
         assemble_chunks: bool = False,
     ) -> AsyncIterator[RangeChunk]:
@@ -583,13 +599,29 @@ class Client(AsyncTenancyCalls, AsyncSecurityCalls, AsyncTierCalls):
 
         ``timeout``: seconds to wait for each chunk before raising WeirTimeoutError
         (a server that stopped answering); None waits as long as the connection lives.
+        ``read_committed``: only messages of committed transactions (and of no
+        transaction), up to the last stable offset (what ``to_offset`` -1 means then).
         """
         if assemble_chunks:
             return self._assembled_range(
-                topic, partition, from_offset, to_offset, max_bytes, timeout, compacted
+                topic,
+                partition,
+                from_offset,
+                to_offset,
+                max_bytes,
+                timeout,
+                compacted,
+                read_committed,
             )
         return self._raw_range(
-            topic, partition, from_offset, to_offset, max_bytes, timeout, compacted
+            topic,
+            partition,
+            from_offset,
+            to_offset,
+            max_bytes,
+            timeout,
+            compacted,
+            read_committed,
         )
 
     async def _assembled_range(
@@ -601,10 +633,18 @@ class Client(AsyncTenancyCalls, AsyncSecurityCalls, AsyncTierCalls):
         max_bytes: int,
         timeout: float | None,
         compacted: bool,
+        read_committed: bool = False,
     ) -> AsyncIterator[RangeChunk]:
         asm = RangeAssembler()
         raw = self._raw_range(
-            topic, partition, from_offset, to_offset, max_bytes, timeout, compacted
+            topic,
+            partition,
+            from_offset,
+            to_offset,
+            max_bytes,
+            timeout,
+            compacted,
+            read_committed,
         )
         async for rc in raw:
             msgs = rc.messages()
@@ -620,6 +660,7 @@ class Client(AsyncTenancyCalls, AsyncSecurityCalls, AsyncTierCalls):
                     max_bytes,
                     timeout,
                     compacted,
+                    read_committed,
                 )
             yield dataclasses.replace(rc, assembled=asm.feed(msgs))
 
@@ -634,6 +675,7 @@ class Client(AsyncTenancyCalls, AsyncSecurityCalls, AsyncTierCalls):
         max_bytes: int,
         timeout: float | None,
         compacted: bool,
+        read_committed: bool = False,
     ) -> None:
         """Read back from ``hi`` in growing windows until the first chunk of every
         ``wanted`` message is found (or the partition's start is reached)."""
@@ -643,7 +685,7 @@ class Client(AsyncTenancyCalls, AsyncSecurityCalls, AsyncTierCalls):
             lo = max(start, hi - window)
             found: list[Message] = []
             async for rc in self._raw_range(
-                topic, partition, lo, hi, max_bytes, timeout, compacted
+                topic, partition, lo, hi, max_bytes, timeout, compacted, read_committed
             ):
                 found.extend(rc.messages())
             asm.add_earlier(found, missing)
@@ -664,6 +706,7 @@ class Client(AsyncTenancyCalls, AsyncSecurityCalls, AsyncTierCalls):
         max_bytes: int,
         timeout: float | None,
         compacted: bool,
+        read_committed: bool = False,
     ) -> AsyncIterator[RangeChunk]:
         req = pb.ReadRangeRequest(
             topic=topic,
@@ -672,6 +715,7 @@ class Client(AsyncTenancyCalls, AsyncSecurityCalls, AsyncTierCalls):
             to_offset=to_offset,
             max_bytes=max_bytes,
             compacted=compacted,
+            read_committed=read_committed,
         )
         conn = self.conn
         call = conn.read_range(req)
@@ -864,6 +908,49 @@ class Client(AsyncTenancyCalls, AsyncSecurityCalls, AsyncTierCalls):
             consumer.listen(listener)
         return consumer
 
+    # ------------------------------------------------------------------ transactions
+
+    def transaction(
+        self,
+        *,
+        transactional_id: str | None = None,
+        key: str | None = None,
+        timeout: float | dt.timedelta | None = None,
+    ) -> Transaction:
+        """A transaction (`weir.client.transaction`): ``async with client.transaction() as
+        tx:`` begins it, commits it at the end of the block, aborts it on an exception.
+        ``transactional_id`` makes this client an instance of that transactional producer
+        (one transaction open at a time; a newer instance fences this one); ``key`` joins
+        the producer's open transaction of the same key (several processes writing into
+        one). ``timeout`` (seconds): the server aborts it when it runs out (default: the
+        server's transactions.timeout_ms)."""
+        return Transaction(self, transactional_id=transactional_id, key=key, timeout=timeout)
+
+    async def commit_transaction(
+        self, transaction_id: int, *, timeout: float | None = 60.0
+    ) -> None:
+        """Commit a transaction by its id (one another process began, such as the joinable
+        transaction of a Spark micro-batch). "Committed already" counts as done: a commit
+        whose answer was lost can be sent again."""
+        req = pb.EndTransactionRequest(transaction_id=transaction_id)
+        with contextlib.suppress(TransactionCommittedError):
+            await self.conn.call("CommitTransaction", req, timeout)
+
+    async def abort_transaction(self, transaction_id: int, *, timeout: float | None = 30.0) -> None:
+        """Abort a transaction by its id."""
+        req = pb.EndTransactionRequest(transaction_id=transaction_id)
+        await self.conn.call("AbortTransaction", req, timeout)
+
+    async def _producer_epoch(self, transactional_id: str, timeout: float | None) -> int:
+        """This client's epoch as an instance of ``transactional_id`` (the first call starts
+        the instance on the server, fencing older ones)."""
+        epoch = self._epochs.get(transactional_id)
+        if epoch is None:
+            req = pb.InitTransactionsRequest(transactional_id=transactional_id)
+            epoch = (await self.conn.call("InitTransactions", req, timeout)).epoch
+            self._epochs[transactional_id] = epoch
+        return epoch
+
     # ------------------------------------------------------------------ streams
 
     def writer(
@@ -933,6 +1020,7 @@ class Client(AsyncTenancyCalls, AsyncSecurityCalls, AsyncTierCalls):
         read_from: dt.datetime | int | None = None,
         buffer_bytes: int = 64 << 20,
         on_reconnect: Callable[[WeirError], None] | None = None,
+        read_committed: bool = False,
         compacted: bool = False,
         chunk_expiry: float = DEFAULT_CHUNK_EXPIRY,
     ) -> Reader:
@@ -950,7 +1038,9 @@ class Client(AsyncTenancyCalls, AsyncSecurityCalls, AsyncTierCalls):
         A lost stream is reconnected for as long as the reader lives; ``on_reconnect``
         (a callback taking the error, run in the event loop) hears of each attempt.
         Without a consumer, a reconnected reader starts again from ``start``: to read
-        exact offsets across reconnects, use `read_range`.
+        exact offsets across reconnects, use `read_range`. ``read_committed``: only messages
+        of committed transactions (and of no transaction), each partition up to its last
+        stable offset; off (the default), every stored message, as Kafka's read_uncommitted.
         """
         names = [topics] if isinstance(topics, str) else list(topics)
         core = ReaderCore(
@@ -963,6 +1053,7 @@ class Client(AsyncTenancyCalls, AsyncSecurityCalls, AsyncTierCalls):
             read_from_ms=to_ms(read_from, "read_from") or 0,
             buffer_bytes=buffer_bytes,
             on_reconnect=on_reconnect,
+            read_committed=read_committed,
             compacted=compacted,
             chunk_expiry=chunk_expiry,
         )

@@ -112,6 +112,7 @@ class ReaderCore:
         read_from_ms: int = 0,
         buffer_bytes: int = 64 << 20,
         on_reconnect: Callable[[WeirError], None] | None = None,
+        read_committed: bool = False,
         compacted: bool = False,
         chunk_expiry: float = DEFAULT_CHUNK_EXPIRY,
     ) -> None:
@@ -126,6 +127,7 @@ class ReaderCore:
         self.consumer = consumer
         self.start = start
         self.read_from_ms = read_from_ms
+        self.read_committed = read_committed
         self.buffer_bytes = buffer_bytes
         self.session_id = ""
         self._queue: deque[_Entry] = deque()
@@ -319,6 +321,7 @@ class ReaderCore:
                     start=self.start.value,
                     read_from_ms=self.read_from_ms,
                     credit_bytes=self.buffer_bytes,
+                    read_committed=self.read_committed,
                     compacted=self.compacted,
                 )
                 await call.write(pb.ReadRequest(init=init))

@@ -32,6 +32,7 @@ from weir.client.subscription_sync import SubscriptionConsumer
 from weir.client.tenancy import SyncTenancyCalls
 from weir.client.tier_admin import SyncTierCalls
 from weir.client.tls import TlsArg
+from weir.client.transaction import Transaction as AioTransaction
 from weir.client.writer_settings import WriteResult
 from weir.errors import ClosedError, WeirError
 from weir.hashing import KeyHash
@@ -242,9 +243,14 @@ class Reader:
             if msg is not None:
                 yield msg
 
-    def commit(self, item: Message | Batch) -> None:
-        """Commit up to and including ``item``; returns at once (`close()` waits for the ack)."""
+    def commit(self, item: Message | Batch, *, transaction: Transaction | None = None) -> None:
+        """Commit up to and including ``item``; returns at once (`close()` waits for the ack).
+        With a ``transaction`` the offset moves when it commits (this waits until the
+        transaction holds it)."""
         self._inner._core.check_commit(item)
+        if transaction is not None:
+            transaction.commit_offsets(item, self._inner._core.consumer)
+            return
         self._loop.loop.call_soon_threadsafe(self._inner.commit, item)
 
     def commit_with_ack(self, item: Message | Batch, timeout: float | None = 30.0) -> None:
@@ -260,6 +266,68 @@ class Reader:
         self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+
+class Transaction:
+    """A transaction (`weir.Client.transaction`): ``with client.transaction() as tx:``
+    begins it and commits it at the end of the block (aborts it on an exception). See
+    `weir.client.transaction`; the asyncio twin is `weir.aio.Client.transaction`."""
+
+    def __init__(self, inner: AioTransaction, loop: LoopThread) -> None:
+        self._inner = inner
+        self._loop = loop
+
+    @property
+    def id(self) -> int | None:
+        return self._inner.id
+
+    @property
+    def state(self) -> str:
+        """new, open, ending, committed or aborted."""
+        return self._inner.state
+
+    @property
+    def timeout_ms(self) -> int | None:
+        return self._inner.timeout_ms
+
+    def begin(self, *, call_timeout: float | None = 30.0) -> Transaction:
+        self._loop.run(self._inner.begin(call_timeout=call_timeout))
+        return self
+
+    def writer(self, topic: str, **kwargs: Any) -> Writer:
+        """A writer (same arguments as `Client.writer`) whose messages belong to the
+        transaction; the commit flushes and closes it."""
+
+        async def make() -> aio.Writer:
+            return self._inner.writer(topic, **kwargs)
+
+        return Writer(self._loop.run(make()), self._loop)
+
+    def commit_offsets(
+        self,
+        items: Message | Batch | Iterable[Message | Batch],
+        consumer: str,
+        *,
+        call_timeout: float | None = 30.0,
+    ) -> None:
+        """Commit ``consumer``'s offsets past ``items`` when the transaction commits."""
+        self._loop.run(self._inner.commit_offsets(items, consumer, call_timeout=call_timeout))
+
+    def commit(self, *, call_timeout: float | None = 60.0) -> None:
+        self._loop.run(self._inner.commit(call_timeout=call_timeout))
+
+    def abort(self, *, call_timeout: float | None = 30.0) -> None:
+        self._loop.run(self._inner.abort(call_timeout=call_timeout))
+
+    def __enter__(self) -> Transaction:
+        if self.state == "new":
+            self.begin()
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._loop.run(self._inner.__aexit__(et, e, tb))
 
 
 class Client(SyncTenancyCalls, SyncSecurityCalls, SyncTierCalls):
@@ -431,6 +499,7 @@ class Client(SyncTenancyCalls, SyncSecurityCalls, SyncTierCalls):
         *,
         max_bytes: int = 4 << 20,
         timeout: float | None = None,
+        read_committed: bool = False,
         compacted: bool = False,
         assemble_chunks: bool = False,
     ) -> Iterator[RangeChunk]:
@@ -445,6 +514,7 @@ class Client(SyncTenancyCalls, SyncSecurityCalls, SyncTierCalls):
             to_offset,
             max_bytes=max_bytes,
             timeout=timeout,
+            read_committed=read_committed,
             compacted=compacted,
             assemble_chunks=assemble_chunks,
         )
@@ -586,6 +656,29 @@ class Client(SyncTenancyCalls, SyncSecurityCalls, SyncTierCalls):
             consumer.listen(listener)
         return consumer
 
+    # transactions --------------------------------------------------------
+
+    def transaction(
+        self,
+        *,
+        transactional_id: str | None = None,
+        key: str | None = None,
+        timeout: float | dt.timedelta | None = None,
+    ) -> Transaction:
+        """A transaction; see `weir.aio.Client.transaction`."""
+        if self._closed:
+            raise ClosedError("client is closed")
+        inner = self._aio.transaction(transactional_id=transactional_id, key=key, timeout=timeout)
+        return Transaction(inner, self._loop)
+
+    def commit_transaction(self, transaction_id: int, *, timeout: float | None = 60.0) -> None:
+        """Commit a transaction by its id; see `weir.aio.Client.commit_transaction`."""
+        self._run(self._aio.commit_transaction(transaction_id, timeout=timeout))
+
+    def abort_transaction(self, transaction_id: int, *, timeout: float | None = 30.0) -> None:
+        """Abort a transaction by its id."""
+        self._run(self._aio.abort_transaction(transaction_id, timeout=timeout))
+
     # streams -------------------------------------------------------------
 
     def writer(
@@ -625,6 +718,7 @@ class Client(SyncTenancyCalls, SyncSecurityCalls, SyncTierCalls):
         read_from: dt.datetime | int | None = None,
         buffer_bytes: int = 64 << 20,
         on_reconnect: Callable[[WeirError], None] | None = None,
+        read_committed: bool = False,
         compacted: bool = False,
         chunk_expiry: float = DEFAULT_CHUNK_EXPIRY,
     ) -> Reader:
@@ -638,6 +732,7 @@ class Client(SyncTenancyCalls, SyncSecurityCalls, SyncTierCalls):
                 read_from=read_from,
                 buffer_bytes=buffer_bytes,
                 on_reconnect=on_reconnect,
+                read_committed=read_committed,
                 compacted=compacted,
                 chunk_expiry=chunk_expiry,
             )

@@ -23,6 +23,8 @@ class TierSegment:
     object_key: str
     object_size: int
     object_crc: int  # CRC32C of the whole object
+    # holds transaction markers or aborted messages: read it through the broker
+    transactional: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +57,12 @@ def tier_status(r: pb.TierStatusResponse) -> TierStatus:
                 p.first_local_offset,
                 [
                     TierSegment(
-                        s.first_offset, s.end_offset, s.object_key, s.object_size, s.object_crc
+                        s.first_offset,
+                        s.end_offset,
+                        s.object_key,
+                        s.object_size,
+                        s.object_crc,
+                        s.transactional,
                     )
                     for s in p.segments
                 ],

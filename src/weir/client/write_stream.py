@@ -46,6 +46,7 @@ class WriteStream(WriterState):
                 elif self.routed and self.partition is not None:
                     init.partition = self.partition  # reconnect: the home stays where it was
                 init.routed = self.routed
+                init.transaction_id = self.settings.transaction_id
                 init.access_mode = int(self.settings.access_mode)  # type: ignore[assignment]
                 if self.producer_epoch is not None and self.settings.access_mode.exclusive:
                     init.producer_epoch = self.producer_epoch  # fenced if it grew since

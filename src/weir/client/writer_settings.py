@@ -55,6 +55,7 @@ class WriterSettings:
     on_reconnect: Callable[[WeirError], None] | None = None
     access_mode: AccessMode = AccessMode.SHARED
     chunking: bool = False
+    transaction_id: int = 0  # set by `Transaction.writer`: the messages belong to it
     partitions_refresh_interval: float | None = 60.0
 
     def __post_init__(self) -> None:

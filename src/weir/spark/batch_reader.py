@@ -61,6 +61,7 @@ class WeirBatchReader(DataSourceReader):
             options.endpoint,
             options.fail_on_data_loss,
             options.max_bytes_per_fetch,
+            options.read_committed,
             options.compacted,
             options.assemble_chunks,
         )
@@ -76,7 +77,7 @@ class WeirBatchReader(DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         o = self.options
         with Client(o.endpoint) as client:
-            bounds = fetch_bounds(client, o.topics)
+            bounds = fetch_bounds(client, o.topics, o.read_committed)
             if o.starting_timestamp is not None:
                 starts = offsets_for_time(client, o.topics, o.starting_timestamp)
             else:

@@ -76,13 +76,17 @@ class Bounds:
     end: int
 
 
-def fetch_bounds(client: Client, topics: Iterable[str]) -> dict[TopicPartition, Bounds]:
-    """Every partition of ``topics`` and its offsets now, in topic then partition order."""
+def fetch_bounds(
+    client: Client, topics: Iterable[str], read_committed: bool = False
+) -> dict[TopicPartition, Bounds]:
+    """Every partition of ``topics`` and its offsets now, in topic then partition order (its
+    end: the last stable offset for a read-committed reader)."""
     out: dict[TopicPartition, Bounds] = {}
     for topic in topics:
         info = client.describe_topic(topic)
         for p in sorted(info.partition_info, key=lambda p: p.partition):
-            out[(topic, p.partition)] = Bounds(p.start_offset, p.end_offset)
+            end = p.stable_offset if read_committed else p.end_offset
+            out[(topic, p.partition)] = Bounds(p.start_offset, end)
     return out
 
 

@@ -15,6 +15,9 @@ from weir.hashing import KeyHash
 from weir.spark.offsets import OffsetSpec, parse_spec
 
 DEFAULT_MAX_BYTES_PER_FETCH = 4 << 20
+# a micro-batch's transaction, begun by its first task, must outlive the batch (and a
+# driver restart, so that the replay joins it); the server caps it (max_timeout_ms)
+DEFAULT_TRANSACTION_TIMEOUT_MS = 10 * 60_000
 
 
 def _get(options: Mapping[str, str], name: str) -> str | None:
@@ -99,6 +102,7 @@ class ReaderOptions:
     consumer: str | None
     max_bytes_per_fetch: int
     push_filters: bool
+    read_committed: bool = False
     compacted: bool = False
     assemble_chunks: bool = False
     tier: TierSettings = field(default_factory=TierSettings)
@@ -143,6 +147,7 @@ class ReaderOptions:
             max_bytes_per_fetch=_int(options, "maxBytesPerFetch", 1024)
             or DEFAULT_MAX_BYTES_PER_FETCH,
             push_filters=_bool(options, "pushFilters", False),
+            read_committed=_bool(options, "readCommitted", False),
             compacted=_bool(options, "readCompacted", False),
             assemble_chunks=_bool(options, "assembleChunks", False),
             tier=TierSettings.parse(options),
@@ -156,6 +161,8 @@ class WriterOptions:
     endpoint: str
     topic: str
     write_id: str | None
+    transactional: bool = True  # streaming: each micro-batch is one transaction
+    transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS
     key_hash: KeyHash = KeyHash.MURMUR3  # where a keyed row goes: the SDK writer's hash
 
     @classmethod
@@ -166,5 +173,11 @@ class WriterOptions:
         write_id = (_get(options, "writeId") or "").strip() or None
         key_hash = KeyHash.parse(_get(options, "keyHash") or "murmur3")
         return cls(
-            endpoint=_endpoint(options), topic=topics[0], write_id=write_id, key_hash=key_hash
+            endpoint=_endpoint(options),
+            topic=topics[0],
+            write_id=write_id,
+            transactional=_bool(options, "transactional", True),
+            transaction_timeout_ms=_int(options, "transactionTimeoutMs", 1)
+            or DEFAULT_TRANSACTION_TIMEOUT_MS,
+            key_hash=key_hash,
         )

@@ -43,6 +43,7 @@ class ScanSettings:
     endpoint: str
     fail_on_data_loss: bool
     max_bytes_per_fetch: int
+    read_committed: bool = False
     compacted: bool = False  # readCompacted: offsets a compacted view skipped are no loss
     assemble_chunks: bool = False  # assembleChunks: chunked messages whole (not raw chunks)
 
@@ -77,19 +78,19 @@ def read_range(settings: ScanSettings, r: TopicRange) -> Iterator[pa.RecordBatch
             r.start,
             r.end,
             max_bytes=settings.max_bytes_per_fetch,
+            read_committed=settings.read_committed,
             compacted=settings.compacted,
             assemble_chunks=settings.assemble_chunks,
         ):
-            first = chunk.first_offset if chunk.chunks else max(pos, chunk.start_offset)
-            if settings.compacted:
-                first = min(first, pos)  # a view skips offsets: not a loss
-                if not chunk.chunks:
-                    pos = max(pos, min(chunk.next_offset, r.end))
-            if first > pos:
-                hi = min(first, r.end)
+            # below the start: retention removed them (a compacted view skips offsets, and
+            # transaction markers or aborted messages may be left out: no loss)
+            if chunk.start_offset > pos and not settings.compacted:
+                hi = min(chunk.start_offset, r.end)
                 why = f"retention moved the partition's start to {chunk.start_offset}"
                 lost(settings, r.topic, r.partition, pos, hi, why)
                 pos = hi
+            # (a first batch above pos otherwise: transaction markers or aborted messages
+            # were left out before it, nothing is lost)
             if chunk.chunks and pos < r.end:
                 batch = (
                     messages_to_arrow(r.topic, r.partition, chunk.messages(pos))
@@ -98,6 +99,8 @@ def read_range(settings: ScanSettings, r: TopicRange) -> Iterator[pa.RecordBatch
                 )
                 if batch is not None:
                     yield batch
+                pos = max(pos, min(chunk.next_offset, r.end))
+            elif not chunk.chunks:  # offsets left out (transaction markers, aborted messages)
                 pos = max(pos, min(chunk.next_offset, r.end))
             end_offset = chunk.end_offset
             # no early exit: the server ends the stream after the range, and a stream read

@@ -58,6 +58,7 @@ class WeirStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             options.endpoint,
             options.fail_on_data_loss,
             options.max_bytes_per_fetch,
+            options.read_committed,
             options.compacted,
             options.assemble_chunks,
         )
@@ -74,7 +75,7 @@ class WeirStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _bounds(self) -> dict[TopicPartition, Bounds]:
         if self._client is None:
             self._client = Client(self.options.endpoint)
-        return fetch_bounds(self._client, self.options.topics)
+        return fetch_bounds(self._client, self.options.topics, self.options.read_committed)
 
     # ------------------------------------------------------------------ offsets (driver)
 

@@ -5,6 +5,8 @@ is (`tier_status`): the offsets of a query's range that lie in offloaded segment
 become `TierRange` tasks, one per segment object, and only the rest (the live tail,
 or anything not offloaded) stays a `TopicRange` read through the broker. Together
 they cover each range exactly once: segments are disjoint and the cut is by offset.
+A segment that holds transaction markers or messages of aborted transactions
+(``transactional``) is read through the broker too, which leaves them out.
 
 In an executor, a `TierRange` fetches its object in one request from the store the
 broker named (a local directory, or S3 with credentials from the query's options or
@@ -86,8 +88,8 @@ def plan_tier(
             continue
         pos = s
         for seg in parts.get(tp[1], []) if store else []:
-            if seg.end_offset <= pos or seg.first_offset >= e:
-                continue
+            if seg.end_offset <= pos or seg.first_offset >= e or seg.transactional:
+                continue  # (transaction markers or aborted messages: the broker filters them)
             if seg.first_offset > pos:
                 rest.append((tp, pos, seg.first_offset))
             lo, hi = max(pos, seg.first_offset), min(e, seg.end_offset)

@@ -16,6 +16,16 @@ The broker skips a record whose seq_no is not above the last one its
 producer stored, so a retried task, or a micro-batch Spark replays after a
 crash, writes nothing twice. This holds when Spark hands the replay the same
 rows in the same order: see docs/spark.md for the conditions.
+
+A stream (``transactional``, the default) also writes each micro-batch as **one
+transaction** across every partition it writes: every task joins the batch's
+transaction (transactional id ``spark-{query id}``, key = the batch id, see
+`weir.client.transaction`), and the driver's commit commits it by id, so
+read-committed readers see a micro-batch whole or not at all, even when the
+driver dies mid-batch or mid-commit; the driver's abort discards it. A replay
+after a crash joins the batch's transaction if it is still open (the dedup
+inside it drops what the first attempt wrote), else starts a new one (dedup
+against what committed drops a batch that did commit).
 """
 
 from __future__ import annotations
@@ -47,8 +57,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from weir.client import Client, Writer
-from weir.errors import BadRequestError
+from weir.client import Client, Transaction, Writer
+from weir.errors import BadRequestError, WeirError
 from weir.hashing import KeyHash
 from weir.spark.options import WriterOptions
 
@@ -65,6 +75,7 @@ class WrittenMessage(WriterCommitMessage):
     spark_partition: int
     rows: int
     producers: int
+    transaction_id: int = 0  # the micro-batch's transaction the rows went into (0: none)
 
 
 @dataclass(frozen=True)
@@ -118,10 +129,12 @@ class TaskWriter:
         layout: Layout,
         producer_base: str,
         batch_id: int,
+        transaction: Transaction | None = None,
         key_hash: KeyHash = KeyHash.MURMUR3,
     ) -> None:
         self.key_hash = key_hash
         self.client = client
+        self.transaction = transaction
         self.topic = topic
         self.partitions = partitions
         self.layout = layout
@@ -135,7 +148,8 @@ class TaskWriter:
         if w is None:
             pid = self.producer_base if target is None else f"{self.producer_base}-p{target}"
             # the connector chooses partitions itself: each producer writes to one (pinned)
-            w = self.client.writer(
+            make = self.client.writer if self.transaction is None else self.transaction.writer
+            w = make(
                 self.topic,
                 producer_id=pid,
                 partition=target,
@@ -236,10 +250,18 @@ def write_task(
     stable_id: str,
     batch_id: int,
     batches: Iterator[pa.RecordBatch],
+    transactional: bool = False,
 ) -> WrittenMessage:
     tc = TaskContext.get()
     spark_partition = tc.partitionId() if tc is not None else 0
     with Client(options.endpoint) as client:
+        tx = None
+        if transactional:  # join the micro-batch's transaction (the first task begins it)
+            tx = client.transaction(
+                transactional_id=f"spark-{stable_id}",
+                key=str(batch_id),
+                timeout=options.transaction_timeout_ms / 1000,
+            ).begin()
         tw = TaskWriter(
             client,
             options.topic,
@@ -247,6 +269,7 @@ def write_task(
             layout,
             f"spark-{stable_id}-{spark_partition}",
             batch_id,
+            tx,
             options.key_hash,
         )
         try:
@@ -256,7 +279,8 @@ def write_task(
         except BaseException:
             tw.abandon()
             raise
-    return WrittenMessage(spark_partition, tw.rows, len(tw.writers))
+    txn_id = (tx.id or 0) if tx is not None else 0
+    return WrittenMessage(spark_partition, tw.rows, len(tw.writers), txn_id)
 
 
 class WeirBatchWriter(DataSourceArrowWriter):
@@ -303,15 +327,39 @@ class WeirStreamWriter(DataSourceStreamArrowWriter):
         if not query_id or batch_id is None:
             raise BadRequestError("weir stream writer: Spark gave the task no query or batch id")
         return write_task(
-            self.options, self.layout, self.partitions, query_id, int(batch_id), iterator
+            self.options,
+            self.layout,
+            self.partitions,
+            query_id,
+            int(batch_id),
+            iterator,
+            self.options.transactional,
         )
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        """Nothing to do: the rows are durable once write() returned (idempotent by design)."""
-        rows = sum(m.rows for m in messages if isinstance(m, WrittenMessage))
+        """Commit the micro-batch's transaction: its rows become visible to read-committed
+        readers, all at once (without transactions the rows are durable already)."""
+        done = [m for m in messages if isinstance(m, WrittenMessage)]
+        txns = sorted({m.transaction_id for m in done if m.transaction_id})
+        if txns:
+            # normally one; tasks of a batch whose transaction ended meanwhile began another:
+            # committing the ended one fails, and Spark runs the batch again
+            with Client(self.options.endpoint) as client:
+                for txn in txns:
+                    client.commit_transaction(txn)
+        rows = sum(m.rows for m in done)
         log.debug("weir: batch %d wrote %d rows to %s", batchId, rows, self.options.topic)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Discard the micro-batch's transaction (Spark replays the batch)."""
+        txns = sorted({m.transaction_id for m in messages if isinstance(m, WrittenMessage)} - {0})
+        if txns:
+            with Client(self.options.endpoint) as client:
+                for txn in txns:
+                    try:
+                        client.abort_transaction(txn)
+                    except WeirError as err:  # ended already (timed out): nothing to discard
+                        log.info("weir: abort of batch %d's transaction: %s", batchId, err)
         log.warning(
             "weir: batch %d to %s aborted; Spark replays it and the broker skips what it has",
             batchId,

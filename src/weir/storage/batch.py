@@ -69,7 +69,11 @@ FLAG_KEYS = 0x04
 FLAG_HEADERS = 0x08
 FLAG_SEQ64 = 0x10
 FLAG_CREATED64 = 0x20
-_KNOWN_FLAGS = 0x3F
+# A transaction marker written by the broker (weir.storage.txn_state): one record that
+# says a transaction committed or aborted. Readers are never sent one, except the Kafka
+# front (a control batch); clients may not write one.
+FLAG_CONTROL = 0x40
+_KNOWN_FLAGS = 0x7F
 
 MAX_BATCH_BYTES = 0xFFFF_FFFF
 MAX_PRODUCER_ID = 0xFFFF
@@ -477,6 +481,17 @@ def _assemble(
     head += pid
     struct.pack_into("<I", head, _OFF_CRC, _header_crc(head, 0, len(head)))
     return bytes(head) + payload
+
+
+def with_flags(buf: bytes, flags: int) -> bytes:
+    """``buf`` (one batch, not yet stamped) with ``flags`` added to its header."""
+    head = bytearray(buf[:HEADER_SIZE])
+    (old,) = struct.unpack_from("<H", head, 6)
+    struct.pack_into("<H", head, 6, old | flags)
+    pid_len = struct.unpack_from("<H", head, 66)[0]
+    head += buf[HEADER_SIZE : HEADER_SIZE + pid_len]
+    struct.pack_into("<I", head, _OFF_CRC, _header_crc(head, 0, len(head)))
+    return bytes(head) + buf[HEADER_SIZE + pid_len :]
 
 
 def _header_crc(buf: bytes | bytearray | memoryview, pos: int, end: int) -> int:

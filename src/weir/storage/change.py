@@ -11,6 +11,7 @@ from weir.storage.kv import Op
 from weir.storage.producers import ProducerState
 from weir.storage.tiered.payloads import PayloadRef
 from weir.storage.tiered.remote_metadata import RemoteSegment
+from weir.storage.txn_state import TxnChange
 
 
 @dataclass(slots=True)
@@ -79,3 +80,4 @@ class PreparedChange:
     remote_set: list[RemoteSegment] = field(default_factory=list)
     remote_drop: list[int] = field(default_factory=list)
     payload_add: list[tuple[int, tuple[PayloadRef, ...]]] = field(default_factory=list)
+    txn: TxnChange | None = None  # what it does to the transaction state, if anything

@@ -280,6 +280,9 @@ def _log_batches(read: LogRead, lo: int, hi: int, read_bytes: int, label: str) -
     while pos < hi:
         res = read(pos, read_bytes, hi)
         if not res.chunks:
+            if res.next_offset > pos:  # only transaction markers or aborted messages
+                pos = res.next_offset
+                continue
             return
         for chunk in res.chunks:
             data = memoryview(chunk)

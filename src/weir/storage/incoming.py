@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from weir.errors import BatchFormatError
 from weir.storage.batch import (
+    FLAG_CONTROL,
     BatchHeader,
     check_data_codec,
     check_headers,
@@ -37,6 +38,8 @@ def validate_incoming(buffers: Iterable[bytes | memoryview]) -> list[IncomingBat
         h = parse_header(buf)
         if h.length != len(buf):
             raise BatchFormatError(f"batch is {len(buf)} bytes, header says {h.length}")
+        if h.flags & FLAG_CONTROL:
+            raise BatchFormatError("a client may not write a control batch (a transaction marker)")
         verify_body(buf, 0, h)
         payload = decode_payload(buf, 0, h)
         check_headers(payload)  # what is stored, every reader must decode

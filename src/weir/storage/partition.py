@@ -42,7 +42,7 @@ from weir.storage.batch import (
     stamp_header,
 )
 from weir.storage.blob import BIG, BlobInfo, split_parts
-from weir.storage.blob_reads import fetch_blob, index_blob, slice_blob, time_in_blob
+from weir.storage.blob_reads import fetch_blob, index_blob
 from weir.storage.change import BatchResult as BatchResult
 from weir.storage.change import NewBlob
 from weir.storage.change import PreparedChange as PreparedChange
@@ -50,10 +50,11 @@ from weir.storage.change import ReadResult as ReadResult
 from weir.storage.committer import GroupCommitter
 from weir.storage.head import SEALABLE, Entry, HeadSegment, push
 from weir.storage.incoming import IncomingBatch
-from weir.storage.kv import KV, Op, ReadView, delete, delete_range, put
+from weir.storage.kv import KV, Op, delete, delete_range, put
 from weir.storage.meta import PartitionMeta
+from weir.storage.partition_reads import PartitionReads
 from weir.storage.producers import ProducerState
-from weir.storage.read_cache import CachedBlob, ReadCache
+from weir.storage.read_cache import ReadCache
 from weir.storage.tiered.partition_tier import NO_TIER, TierReads, is_remote
 from weir.storage.tiered.payloads import PayloadRefs
 from weir.storage.tiered.remote_metadata import (
@@ -62,7 +63,7 @@ from weir.storage.tiered.remote_metadata import (
     load_records,
     record_op,
 )
-from weir.storage.tiered.tiered_log import TieredLog
+from weir.storage.txn_state import PartitionTxns, TxnChange, TxnMarker, marker_batch
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,7 +119,7 @@ class _Unit:
 SpaceCheck = Callable[[int], None]
 
 
-class PartitionLog(TieredLog):
+class PartitionLog(PartitionReads):
     """A partition's blobs, head, offsets and producers; see the module docstring."""
 
     def __init__(
@@ -149,6 +150,7 @@ class PartitionLog(TieredLog):
         self.end_offset = 0
         self.size_bytes = 0
         self.producers: dict[str, ProducerState] = {}
+        self.txns = PartitionTxns(log_id)
         self._blobs: list[BlobInfo] = []
         self._firsts: list[int] = []
         self._head: dict[int, HeadSegment] = {}  # head segments by first offset
@@ -215,8 +217,10 @@ class PartitionLog(TieredLog):
                 _, first, count = keys.parse_index_key(k)
                 blobs.append(BlobInfo.unpack(first, count, v))
             expected = meta.start_offset
-            if blobs and blobs[0].first_offset < expected < blobs[0].end_offset:
-                # records were deleted up to an offset inside the first blob (a trim)
+            if blobs and blobs[0].first_offset < expected:
+                # records were deleted up to an offset inside the first blob (a trim), or
+                # inside a head segment of several pieces: the pieces it coalesced stay
+                # until retention passes the segment's end, so the index starts below
                 expected = blobs[0].first_offset
             for b in blobs:
                 if b.first_offset != expected:
@@ -280,6 +284,7 @@ class PartitionLog(TieredLog):
             self._firsts = [b.first_offset for b in blobs]
             self._head_count = len(segments)
             self._head = {info.first_offset: seg for info, seg in segments}
+            self.txns.load(view, self.label, self.start_offset, self.end_offset)
 
     # ------------------------------------------------------------------ queries
 
@@ -319,25 +324,73 @@ class PartitionLog(TieredLog):
             start = b.first_offset
         return start
 
-    def last_seq_no(self, producer_id: str) -> int | None:
+    def last_seq_no(self, producer_id: str, txn_id: int = 0) -> int | None:
+        """The producer's highest stored seq_no (in transaction ``txn_id``: its own writes
+        there count too)."""
         st = self.producers.get(producer_id)
+        if txn_id:
+            st = _newer(st, self.txns.producer_state(txn_id, producer_id))
         return None if st is None else st.max_seq_no
+
+    @property
+    def stable_offset(self) -> int:
+        """The last stable offset: read-committed readers stop before it."""
+        return self.txns.stable_offset(self.end_offset)
 
     # ------------------------------------------------------------------ writes
 
     def prepare_write(
-        self, batches: Sequence[IncomingBatch], now_ms: int | None = None
+        self,
+        batches: Sequence[IncomingBatch],
+        now_ms: int | None = None,
+        txn_ids: Sequence[int] | None = None,
     ) -> PreparedChange:
-        """Dedup, assign offsets, lay out blobs; returns the change to commit (state untouched)."""
+        """Dedup, assign offsets, lay out blobs; returns the change to commit (state untouched).
+
+        ``txn_ids`` (one per batch, 0 for none) puts batches in open transactions: their
+        dedup state is the transaction's (see `weir.storage.txn_state`)."""
         self._begin()
         try:
-            return self._prepare_write(batches, now_ms)
+            return self._prepare_write(batches, now_ms, txn_ids)
+        except BaseException:
+            self._pending = None
+            raise
+
+    def prepare_marker(
+        self, txn_id: int, committed: bool, now_ms: int | None = None
+    ) -> PreparedChange | None:
+        """End transaction ``txn_id`` here: its marker batch, and on commit its producers'
+        states merged into the partition's. None when it wrote nothing here."""
+        t = self.txns.open.get(txn_id)
+        if t is None:
+            return None
+        self._begin()
+        try:
+            now = int(time.time() * 1000) if now_ms is None else now_ms
+            buf = marker_batch(txn_id, committed, now)
+            change = self._prepare_write([IncomingBatch(buf, parse_header(buf))], now, None, False)
+            ranges = () if committed else tuple(t.ranges)
+            marker = TxnMarker(change.end_offset - 1, txn_id, committed, t.first_offset, ranges)
+            change.txn = TxnChange(marker=marker)
+            change.ops.extend(self.txns.end_ops(marker))
+            if committed:
+                for pid, st in t.producers.items():
+                    merged = _newer(self.producers.get(pid), st)
+                    assert merged is not None
+                    change.producers[pid] = merged
+                    key = keys.producer_key(self.log_id, pid)
+                    change.ops.append(put(keys.PRODUCERS, key, merged.pack()))
+            return change
         except BaseException:
             self._pending = None
             raise
 
     def _prepare_write(
-        self, batches: Sequence[IncomingBatch], now_ms: int | None
+        self,
+        batches: Sequence[IncomingBatch],
+        now_ms: int | None,
+        txn_ids: Sequence[int] | None,
+        limits: bool = True,
     ) -> PreparedChange:
         if self.damage is not None:
             raise CorruptDataError(
@@ -347,19 +400,21 @@ class PartitionLog(TieredLog):
             )
         cfg = self.config
         incoming = sum(len(b.buf) for b in batches)
-        if cfg.max_bytes is not None and self.size_bytes + incoming > cfg.max_bytes:
+        if not limits:  # a transaction marker: ending a transaction is never refused
+            pass
+        elif cfg.max_bytes is not None and self.size_bytes + incoming > cfg.max_bytes:
             raise PartitionOverflowError(
                 f"partition {self.label} holds {self.size_bytes} bytes, limit {cfg.max_bytes}; "
                 "writes resume when retention frees space"
             )
-        if cfg.max_messages is not None:
+        if cfg.max_messages is not None and limits:
             n = sum(b.header.record_count for b in batches)
             if self.message_count + n > cfg.max_messages:
                 raise PartitionOverflowError(
                     f"partition {self.label} holds {self.message_count} messages, limit "
                     f"{cfg.max_messages}; writes resume when retention frees space"
                 )
-        if self._space_check is not None:
+        if self._space_check is not None and limits:
             self._space_check(incoming)
         now = int(time.time() * 1000) if now_ms is None else now_ms
         now = max(now, self._last_written)
@@ -367,12 +422,21 @@ class PartitionLog(TieredLog):
         change = PreparedChange(ops=[], nbytes=0, start_offset=self.start_offset, last_written=now)
         units: list[_Unit] = []
         producers = change.producers
+        txn_change = None if txn_ids is None else TxnChange()
+        txn_iter = None if txn_ids is None else iter(txn_ids)
+        txn = 0
         for b in batches:
             buf, h = b.buf, b.header
             skip = 0
             pid = h.producer_id
+            if txn_iter is not None:
+                txn = next(txn_iter)
             if pid:
                 st = producers.get(pid) or self.producers.get(pid)
+                if txn:
+                    assert txn_change is not None
+                    scoped = txn_change.producers.get((txn, pid))
+                    st = _newer(st, scoped or self.txns.producer_state(txn, pid))
                 if st is not None and cfg.deduplicate and h.first_seq <= st.max_seq_no:
                     if h.last_seq <= st.max_seq_no:
                         change.results.append(BatchResult(offset, 0, h.record_count))
@@ -394,9 +458,20 @@ class PartitionLog(TieredLog):
             change.results.append(BatchResult(offset, h.record_count, skip))
             if pid:  # st: this producer's state, looked up above
                 top = h.last_seq if st is None else max(h.last_seq, st.max_seq_no)
-                producers[pid] = ProducerState(top, offset + h.record_count - 1, now)
+                state = ProducerState(top, offset + h.record_count - 1, now)
+                if txn:
+                    assert txn_change is not None
+                    txn_change.producers[(txn, pid)] = state
+                else:
+                    producers[pid] = state
+            if txn:
+                assert txn_change is not None
+                txn_change.batches.append((txn, offset, offset + h.record_count))
             offset += h.record_count
         change.end_offset = offset
+        if txn_change is not None:
+            change.txn = txn_change
+            change.ops.extend(self.txns.batch_ops(txn_change))
         if units:
             self._layout(change, units)
         for pid, st in producers.items():
@@ -553,6 +628,9 @@ class PartitionLog(TieredLog):
         cfg = self.config
         if self.damage is not None or (cfg.retention_ms is None and cfg.retention_bytes is None):
             return None
+        if self.txns.open:  # an open transaction's batches stay until it ends
+            lso = self.stable_offset
+            protect_from = lso if protect_from is None else min(protect_from, lso)
         now = int(time.time() * 1000) if now_ms is None else now_ms
         n = 0
         remaining = self.size_bytes
@@ -587,6 +665,10 @@ class PartitionLog(TieredLog):
             change.drop_producers.append(pid)
             change.ops.append(delete(keys.PRODUCERS, keys.producer_key(self.log_id, pid)))
         change.ops.append(self._meta_op(new_start, self.end_offset))
+        prune = self.txns.prune_ops(new_start)
+        if prune:
+            change.ops.extend(prune)
+            change.txn = TxnChange(prune_below=new_start)
         self._read_start = new_start
         return change
 
@@ -646,6 +728,10 @@ class PartitionLog(TieredLog):
         for pid in self._stale_producers(new_start, now):
             change.drop_producers.append(pid)
             change.ops.append(delete(keys.PRODUCERS, keys.producer_key(self.log_id, pid)))
+        prune = self.txns.prune_ops(new_start)  # markers below the start: no reader needs them
+        if prune:
+            change.ops.extend(prune)
+            change.txn = TxnChange(prune_below=new_start)
         change.ops.append(self._meta_op(new_start, self.end_offset))
         self._read_start = new_start
         return change
@@ -712,6 +798,8 @@ class PartitionLog(TieredLog):
             if gone is not None:
                 self.tier.discard(self._cache_owner, gone)
         self.producers.update(change.producers)
+        if change.txn is not None:
+            self.txns.apply(change.txn)
         for pid in change.drop_producers:
             self.producers.pop(pid, None)
         self.start_offset = self._read_start = change.start_offset
@@ -725,10 +813,13 @@ class PartitionLog(TieredLog):
         self._pending = None
 
     def write(
-        self, batches: Sequence[IncomingBatch], now_ms: int | None = None
+        self,
+        batches: Sequence[IncomingBatch],
+        now_ms: int | None = None,
+        txn_ids: Sequence[int] | None = None,
     ) -> list[BatchResult]:
         """Prepare, commit and apply one write synchronously (tests, tools, benchmarks)."""
-        change = self.prepare_write(batches, now_ms)
+        change = self.prepare_write(batches, now_ms, txn_ids)
         self._commit(change)
         return change.results
 
@@ -767,6 +858,7 @@ class PartitionLog(TieredLog):
         )
         ops.extend(self.payloads.drop_ops(0, max(self.end_offset, 1)))
         ops.append(delete(keys.PARTITIONS, keys.log_prefix(self.log_id)))
+        ops.extend(self.txns.drop_ops())
         return ops
 
     def drop_cached(self) -> None:
@@ -775,134 +867,11 @@ class PartitionLog(TieredLog):
         for rec in self.remote.values():
             self.tier.discard(self._cache_owner, rec)
 
-    # ------------------------------------------------------------------ reads
 
-    def read(
-        self, from_offset: int, max_bytes: int = 1 << 20, to_offset: int | None = None
-    ) -> ReadResult:
-        """Whole batches from the one holding ``from_offset`` on, up to about ``max_bytes``
-        (at least one batch) and never past ``to_offset`` or EndOffset.
-
-        Head blobs are served from memory. A big blob is checked whole (CRCs, offsets)
-        on its first read and then served from the shared read cache; one the cache
-        does not take is checked as it is read. Damage raises CorruptDataError naming
-        the partition and offset instead of serving wrong bytes.
-        """
-        start = max(from_offset, self._read_start)
-        stop = self.end_offset if to_offset is None else min(to_offset, self.end_offset)
-        result = ReadResult([], start, start, self.start_offset, self.end_offset)
-        if start >= stop:
-            return result
-        i = bisect.bisect_right(self._firsts, start) - 1
-        if i < 0:
-            i = 0
-        total = 0
-        first: int | None = None
-        with self.kv.snapshot() as view:
-            while i < len(self._blobs):
-                b = self._blobs[i]
-                if b.first_offset >= stop or (total >= max_bytes and result.chunks):
-                    break
-                budget = max_bytes - total
-                seg = self._head.get(b.first_offset) if b.is_head else None
-                if is_remote(b):
-                    cached = self._remote_blob(b, i, block=not result.chunks)
-                    if cached is None:
-                        break  # not fetched yet: the next read (or read-ahead) brings it
-                else:
-                    cached = None if b.is_head else self._cached(view, b)
-                if seg is not None:
-                    data: bytes | memoryview = memoryview(seg.data)
-                    a, z, base, nxt = slice_blob(
-                        data, b, start, stop, budget, bool(result.chunks), False, self.label
-                    )
-                elif cached is not None:
-                    data = memoryview(cached.data)
-                    a, z, base, nxt = cached.slice(start, stop, budget, bool(result.chunks))
-                else:  # checked as it is read; copied out of the map before the view closes
-                    data = fetch_blob(view, self.log_id, b, self.label)
-                    a, z, base, nxt = slice_blob(
-                        data, b, start, stop, budget, bool(result.chunks), True, self.label
-                    )
-                if z > a:
-                    chunk = data[a:z]
-                    result.chunks.append(bytes(chunk) if seg is None and cached is None else chunk)
-                    total += z - a
-                    if first is None:
-                        first = base
-                    result.next_offset = nxt
-                    start = nxt
-                if start < min(b.end_offset, stop):
-                    break  # the budget ran out inside this blob
-                i += 1
-        if first is None:
-            # offsets below EndOffset that no blob holds: never answer "nothing" for them
-            if self.damage is not None:
-                raise self.damage
-            raise CorruptDataError(
-                "no stored batch holds this offset", partition=self.label, offset=start
-            )
-        if self.payloads.by_offset:
-            result.refs = self.payloads.within(first, result.next_offset)
-        if first < self._read_start:
-            first = self._cut_first(result)
-        result.first_offset = first
-        return result
-
-    def _cut_first(self, result: ReadResult) -> int:
-        """The first batch returned straddles the start offset (records were deleted up to
-        an offset inside it, see `prepare_trim`): serve it without the deleted records, so
-        no reader ever sees them. Re-encoded on each such read: a cold path."""
-        chunk = result.chunks[0]
-        h = parse_header(chunk)
-        skip = self._read_start - h.base_offset
-        body = reencode_from(memoryview(chunk)[: h.length], h, skip)
-        bh = parse_header(body)
-        batch = stamp_header(body, bh, self._read_start, h.written_at) + body[bh.payload_start :]
-        rest = memoryview(chunk)[h.length :]
-        result.chunks[:1] = [batch, rest] if len(rest) else [batch]
-        refs = result.refs.pop(h.base_offset, ())
-        moved = tuple(dataclasses.replace(r, index=r.index - skip) for r in refs if r.index >= skip)
-        if moved:  # the batch's large payloads, renumbered as the records they belong to
-            result.refs[self._read_start] = moved
-        return self._read_start
-
-    def _cache_key(self, b: BlobInfo) -> tuple[int, int, int]:
-        return (self._cache_owner, b.first_offset, b.count)
-
-    def _cached(self, view: ReadView, b: BlobInfo) -> CachedBlob | None:
-        """Big blob ``b`` from the read cache, checked whole and added on a miss; None when
-        the cache does not take it or it is damaged (never cached: the checked read path
-        then serves its undamaged batches and refuses the damaged ones)."""
-        key = self._cache_key(b)
-        blob = self._cache.get(key)
-        if blob is None and self._cache.admits(b.size):
-            data = bytes(fetch_blob(view, self.log_id, b, self.label))
-            try:
-                offsets, starts = index_blob(data, b, self.label)
-            except CorruptDataError:
-                return None
-            blob = CachedBlob(data, offsets, starts)
-            self._cache.put(key, blob)
-        return blob
-
-    def offset_for_time(self, written_at_ms: int) -> int:
-        """The first offset written at or after ``written_at_ms`` (EndOffset if none)."""
-        i = 0
-        for i, b in enumerate(self._blobs):  # noqa: B007 - blob count is small; linear is fine
-            if b.max_written >= written_at_ms and b.end_offset > self._read_start:
-                break
-        else:
-            return self.end_offset
-        b = self._blobs[i]
-        seg = self._head.get(b.first_offset) if b.is_head else None
-        if seg is not None:
-            return time_in_blob(seg.data, written_at_ms, b, self._read_start)
-        if is_remote(b):
-            rec = self.remote[b.first_offset]
-            data = self.tier.fetch(self._cache_owner, rec, self.label).data
-            return time_in_blob(data, written_at_ms, b, self._read_start)
-        with self.kv.snapshot() as view:
-            return time_in_blob(
-                fetch_blob(view, self.log_id, b, self.label), written_at_ms, b, self._read_start
-            )
+def _newer(a: ProducerState | None, b: ProducerState | None) -> ProducerState | None:
+    """Of two states of one producer, the one with the higher seq_no."""
+    if a is None:
+        return b
+    if b is None or a.max_seq_no >= b.max_seq_no:
+        return a
+    return b

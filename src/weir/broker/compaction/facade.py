@@ -3,7 +3,8 @@ read a partition compacted, and the background trigger of the compaction thresho
 
 A run goes over a topic's partitions one after the other; each is compacted by
 `weir.storage.compaction.compact_partition` in a worker thread, up to the partition's
-*stable offset* (`stable_offset`), its blobs committed through the group committer
+*last stable offset* (never into an open transaction; what it reads is read committed,
+so aborted messages are gone from the view), its blobs committed through the group committer
 like any other job: writers never wait for it. The worker reads the log through the
 partition actor's ``read_async`` on the event loop (offloaded blobs and large payloads
 read as for any reader), and retention holds back the offsets a run reads
@@ -18,7 +19,6 @@ import contextlib
 import logging
 import os
 import time
-from typing import TYPE_CHECKING
 
 from weir.broker.compaction.job import CompactionJob, CompactionStatus, PartitionCompactionStatus
 from weir.broker.partition_actor import PartitionActor
@@ -62,10 +62,6 @@ def _env_hold_hook() -> Hook | None:
 class Compaction(TopicAdmin):
     """Compaction runs, their status, compacted reads, the threshold trigger."""
 
-    if TYPE_CHECKING:  # provided by `weir.broker.tiering.Tiering`
-
-        def stable_offset(self, actor: PartitionActor) -> int: ...
-
     # ---------------------------------------------------------------- views
 
     def _load_views(self) -> list[Op]:
@@ -96,11 +92,14 @@ class Compaction(TopicAdmin):
         from_offset: int,
         max_bytes: int = 1 << 20,
         to_offset: int | None = None,
+        *,
+        committed: bool = False,
     ) -> ReadResult:
         """A read of the partition as compacted: below the compacted view's position, the
         latest message of each key at its own offset (offsets are skipped, never
-        renumbered), then every message of the live tail. Same shape as a plain read
-        (whole stored batches; ``next_offset`` is where to read on)."""
+        renumbered), then every message of the live tail (``committed``: read committed).
+        Same shape as a plain read (whole stored batches; ``next_offset`` is where to read
+        on). The view holds committed messages only."""
         actor = self.actor(topic, partition)
         view = self._views.get((actor.topic, partition))
         if view is not None and from_offset < view.position:
@@ -109,7 +108,7 @@ class Compaction(TopicAdmin):
             if chunks:
                 return ReadResult(chunks, first, nxt, actor.start_offset, actor.end_offset)
             from_offset = view.position
-        return await actor.read_async(from_offset, max_bytes, to_offset)
+        return await actor.read_async(from_offset, max_bytes, to_offset, committed=committed)
 
     # ---------------------------------------------------------------- runs
 
@@ -189,7 +188,7 @@ class Compaction(TopicAdmin):
                     return  # the topic was dropped
                 key = (cfg.name, p)
                 old = self._views.get(key)
-                position = self.stable_offset(actor)  # never past an open transaction
+                position = actor.stable_offset  # never past an open transaction
                 if old is None and position == 0:
                     continue  # nothing written yet
                 if old is not None and position == old.position and not old.meta.tombstones:
@@ -254,7 +253,7 @@ class Compaction(TopicAdmin):
         def read(from_offset: int, max_bytes: int, to_offset: int) -> ReadResult:
             if job.cancelled or self._closed:
                 raise ClosedError(f"compaction of {actor.topic}/{actor.partition} cancelled")
-            coro = actor.read_async(from_offset, max_bytes, to_offset)
+            coro = actor.read_async(from_offset, max_bytes, to_offset, committed=True)
             return asyncio.run_coroutine_threadsafe(coro, loop).result()
 
         return read

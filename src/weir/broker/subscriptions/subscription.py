@@ -283,6 +283,14 @@ class Subscription(Acknowledgements):
             st.read_pos = max(st.read_pos, res.next_offset)
             return None
         take = [x for x in take if res.first_offset <= x < res.next_offset]
+        if take and actor.log.txns.active:
+            # a transaction marker holds an offset and no message: nothing to deliver, so
+            # it counts as acknowledged (subscriptions read uncommitted, as Pulsar's)
+            markers = set(actor.log.txns.markers_between(take[0], take[-1] + 1))
+            if markers:
+                for m in markers:
+                    cursor.ack_range(m, m + 1)
+                take = [x for x in take if x not in markers]
         if not take:
             st.read_pos = max(st.read_pos, res.next_offset)
             return None

@@ -71,6 +71,7 @@ class ReadSession(StreamSession[pb.ReadRequest, pb.ReadResponse | RawReadData]):
         self.consumer = ""
         self.start = pb.START_COMMITTED
         self.read_from_ms = 0
+        self.committed = False  # read committed: stop at the last stable offset
         self.compacted = False
         self._credit = 0
         self._credit_event = asyncio.Event()
@@ -108,6 +109,7 @@ class ReadSession(StreamSession[pb.ReadRequest, pb.ReadResponse | RawReadData]):
             self.consumer = init.consumer
             self.start = init.start
             self.read_from_ms = init.read_from_ms
+            self.committed = init.read_committed
             self.compacted = init.compacted
             self._add_credit(init.credit_bytes or (16 << 20))
             for t in init.topics:
@@ -314,16 +316,19 @@ class ReadSession(StreamSession[pb.ReadRequest, pb.ReadResponse | RawReadData]):
         actor = self.broker.actor(a.topic, a.partition)
         try:
             while True:
-                if actor.end_offset <= a.offset:
-                    await actor.wait_for_data(a.offset, None)
+                committed = self.committed
+                if (actor.stable_offset if committed else actor.end_offset) <= a.offset:
+                    await actor.wait_for_data(a.offset, None, committed=committed)
                 while self._credit <= 0:
                     self._credit_event.clear()
                     await self._credit_event.wait()
                 budget = min(self._credit, MAX_CHUNK_BYTES)
                 res = await (
-                    self.broker.read_compacted(a.topic, a.partition, a.offset, budget)
+                    self.broker.read_compacted(
+                        a.topic, a.partition, a.offset, budget, committed=committed
+                    )
                     if self.compacted
-                    else actor.read_async(a.offset, budget)
+                    else actor.read_async(a.offset, budget, committed=committed)
                 )
                 if not res.chunks:
                     if res.next_offset > a.offset:

@@ -31,6 +31,7 @@ from weir.protocols.native.security_methods import SecurityMethods
 from weir.protocols.native.status import CODE_KEY, grpc_status
 from weir.protocols.native.subscriptions import SubscriptionRpcs
 from weir.protocols.native.tenancy_service import TenancyCalls
+from weir.protocols.native.transactions import TransactionCalls
 from weir.protocols.native.unary import unary as _unary
 from weir.protocols.native.wire import (
     RawRangeResponse,
@@ -76,6 +77,7 @@ def describe(broker: Broker, cfg: TopicConfig) -> pb.TopicDescription:
                 size_bytes=p.size_bytes,
                 generation=p.generation,
                 last_write_ms=p.last_write_ms,
+                stable_offset=p.stable_offset,
                 delivered_messages=p.delivered_messages,
                 dropped_messages=p.dropped_messages,
             )
@@ -99,11 +101,17 @@ def describe(broker: Broker, cfg: TopicConfig) -> pb.TopicDescription:
 
 
 class NativeService(
-    CompactionCalls, TenancyCalls, SubscriptionRpcs, SecurityMethods, pb_grpc.WeirServicer
+    TransactionCalls,
+    CompactionCalls,
+    TenancyCalls,
+    SubscriptionRpcs,
+    SecurityMethods,
+    pb_grpc.WeirServicer,
 ):
     """The gRPC servicer of weir.proto (subscriptions: `weir.protocols.native.subscriptions`,
     tenants and namespaces: `weir.protocols.native.tenancy_service`, security:
-    `weir.protocols.native.security_methods`)."""
+    `weir.protocols.native.security_methods`, transactions:
+    `weir.protocols.native.transactions`)."""
 
     def __init__(
         self,
@@ -275,9 +283,14 @@ class NativeService(
                 first_local_offset=st.first_local_offset,
                 segments=[
                     pb.TierSegment(
-                        first_offset=a, end_offset=z, object_key=k, object_size=n, object_crc=c
+                        first_offset=a,
+                        end_offset=z,
+                        object_key=k,
+                        object_size=n,
+                        object_crc=c,
+                        transactional=t,
                     )
-                    for a, z, k, n, c in st.segments
+                    for a, z, k, n, c, t in st.segments
                 ],
             )
             for st in self.broker.tier_status(request.topic)
@@ -299,29 +312,33 @@ class NativeService(
             compacted = request.compacted
             if request.from_offset < 0:
                 raise BadRequestError(f"from_offset must be >= 0, got {request.from_offset}")
-            to = (
-                actor.end_offset
-                if request.to_offset < 0
-                else min(request.to_offset, actor.end_offset)
-            )
+            committed = request.read_committed
+            end = actor.stable_offset if committed else actor.end_offset
+            to = end if request.to_offset < 0 else min(request.to_offset, end)
             budget = max(1, min(request.max_bytes or MAX_CHUNK_BYTES, 64 << 20))
             pos = request.from_offset
-            sent = False
+            sent = -1  # next_offset of the last response sent
             while pos < to:
                 res = await (
-                    self.broker.read_compacted(actor.topic, actor.partition, pos, budget, to)
+                    self.broker.read_compacted(
+                        actor.topic, actor.partition, pos, budget, to, committed=committed
+                    )
                     if compacted
-                    else actor.read_async(pos, budget, to)
+                    else actor.read_async(pos, budget, to, committed=committed)
                 )
                 if not res.chunks:
+                    if res.next_offset > pos:  # only transaction markers or aborted messages
+                        pos = res.next_offset
+                        continue
                     break
                 self.broker.observer.on_read(actor.topic, actor.partition, res.nbytes)
                 yield RawRangeResponse(
                     res.chunks, res.first_offset, res.next_offset, res.start_offset, res.end_offset
                 )
-                sent = True
-                pos = res.next_offset
-            if not sent:
+                sent = pos = res.next_offset
+            if sent < max(pos, actor.start_offset):
+                # nothing sent, or what came last was left out (transaction markers, aborted
+                # messages): an empty answer says where the range read up to
                 yield pb.ReadRangeResponse(
                     first_offset=max(pos, actor.start_offset),
                     next_offset=max(pos, actor.start_offset),

@@ -247,6 +247,7 @@ class WriteInit(_message.Message):
     ACCESS_MODE_FIELD_NUMBER: _builtins.int
     PRODUCER_EPOCH_FIELD_NUMBER: _builtins.int
     ROUTED_FIELD_NUMBER: _builtins.int
+    TRANSACTION_ID_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     producer_id: _builtins.str
     """Pins the session to the producer's partition and enables dedup by seq_no."""
@@ -267,6 +268,12 @@ class WriteInit(_message.Message):
     producer's home, where its keyless messages go: the one partition holding its state,
     else crc32c(producer_id) % partitions.
     """
+    transaction_id: _builtins.int
+    """Every batch of the session belongs to this open transaction (BeginTransaction): it
+    is stored at once, visible to read-committed readers once the transaction commits.
+    Dedup within it is the transaction's own: after an abort the same seq_nos may be
+    written again.
+    """
     def __init__(
         self,
         *,
@@ -277,10 +284,11 @@ class WriteInit(_message.Message):
         access_mode: Global___ProducerAccessMode.ValueType = ...,
         producer_epoch: _builtins.int | None = ...,
         routed: _builtins.bool = ...,
+        transaction_id: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_generation", b"_generation", "_partition", b"_partition", "_producer_epoch", b"_producer_epoch", "generation", b"generation", "partition", b"partition", "producer_epoch", b"producer_epoch"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_generation", b"_generation", "_partition", b"_partition", "_producer_epoch", b"_producer_epoch", "access_mode", b"access_mode", "generation", b"generation", "partition", b"partition", "producer_epoch", b"producer_epoch", "producer_id", b"producer_id", "routed", b"routed", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_generation", b"_generation", "_partition", b"_partition", "_producer_epoch", b"_producer_epoch", "access_mode", b"access_mode", "generation", b"generation", "partition", b"partition", "producer_epoch", b"producer_epoch", "producer_id", b"producer_id", "routed", b"routed", "topic", b"topic", "transaction_id", b"transaction_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__generation: _TypeAlias = _typing.Literal["generation"]  # noqa: Y015
     _WhichOneofArgType__generation: _TypeAlias = _typing.Literal["_generation", b"_generation"]  # noqa: Y015
@@ -491,6 +499,7 @@ class ReadInit(_message.Message):
     START_FIELD_NUMBER: _builtins.int
     READ_FROM_MS_FIELD_NUMBER: _builtins.int
     CREDIT_BYTES_FIELD_NUMBER: _builtins.int
+    READ_COMMITTED_FIELD_NUMBER: _builtins.int
     COMPACTED_FIELD_NUMBER: _builtins.int
     consumer: _builtins.str
     """Empty: read without a consumer (every partition, no commits)."""
@@ -499,6 +508,10 @@ class ReadInit(_message.Message):
     """Skip messages written before this time (ms since epoch), 0: no limit."""
     credit_bytes: _builtins.int
     """Bytes the client can take now; more with ReadCredit."""
+    read_committed: _builtins.bool
+    """Read committed: stop at each partition's last stable offset (before the oldest open
+    transaction) and skip the messages of aborted transactions. Off: every stored message.
+    """
     compacted: _builtins.bool
     """Read each partition as compacted: the latest message of each key below the
     compacted view's position (at their own offsets), then the live tail.
@@ -513,11 +526,12 @@ class ReadInit(_message.Message):
         start: Global___StartFrom.ValueType = ...,
         read_from_ms: _builtins.int = ...,
         credit_bytes: _builtins.int = ...,
+        read_committed: _builtins.bool = ...,
         compacted: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["compacted", b"compacted", "consumer", b"consumer", "credit_bytes", b"credit_bytes", "read_from_ms", b"read_from_ms", "start", b"start", "topics", b"topics"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["compacted", b"compacted", "consumer", b"consumer", "credit_bytes", b"credit_bytes", "read_committed", b"read_committed", "read_from_ms", b"read_from_ms", "start", b"start", "topics", b"topics"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -771,6 +785,7 @@ class ReadRangeRequest(_message.Message):
     FROM_OFFSET_FIELD_NUMBER: _builtins.int
     TO_OFFSET_FIELD_NUMBER: _builtins.int
     MAX_BYTES_FIELD_NUMBER: _builtins.int
+    READ_COMMITTED_FIELD_NUMBER: _builtins.int
     COMPACTED_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     partition: _builtins.int
@@ -779,6 +794,8 @@ class ReadRangeRequest(_message.Message):
     """Exclusive; -1: up to the end offset at the time of the request."""
     max_bytes: _builtins.int
     """Bytes per response message (soft: at least one batch)."""
+    read_committed: _builtins.bool
+    """As ReadInit.read_committed; to_offset -1 is then the last stable offset."""
     compacted: _builtins.bool
     """Read the range as compacted (see ReadInit.compacted)."""
     def __init__(
@@ -789,11 +806,12 @@ class ReadRangeRequest(_message.Message):
         from_offset: _builtins.int = ...,
         to_offset: _builtins.int = ...,
         max_bytes: _builtins.int = ...,
+        read_committed: _builtins.bool = ...,
         compacted: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["compacted", b"compacted", "from_offset", b"from_offset", "max_bytes", b"max_bytes", "partition", b"partition", "to_offset", b"to_offset", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["compacted", b"compacted", "from_offset", b"from_offset", "max_bytes", b"max_bytes", "partition", b"partition", "read_committed", b"read_committed", "to_offset", b"to_offset", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1080,6 +1098,7 @@ class PartitionStatus(_message.Message):
     LAST_WRITE_MS_FIELD_NUMBER: _builtins.int
     DELIVERED_MESSAGES_FIELD_NUMBER: _builtins.int
     DROPPED_MESSAGES_FIELD_NUMBER: _builtins.int
+    STABLE_OFFSET_FIELD_NUMBER: _builtins.int
     partition: _builtins.int
     start_offset: _builtins.int
     end_offset: _builtins.int
@@ -1091,6 +1110,10 @@ class PartitionStatus(_message.Message):
     consumer's queue was full, since the server started.
     """
     dropped_messages: _builtins.int
+    stable_offset: _builtins.int
+    """The last stable offset: read-committed readers stop before it (the first offset of the
+    oldest open transaction; else end_offset).
+    """
     def __init__(
         self,
         *,
@@ -1102,12 +1125,15 @@ class PartitionStatus(_message.Message):
         last_write_ms: _builtins.int = ...,
         delivered_messages: _builtins.int = ...,
         dropped_messages: _builtins.int = ...,
+        stable_offset: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_stable_offset", b"_stable_offset", "stable_offset", b"stable_offset"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["delivered_messages", b"delivered_messages", "dropped_messages", b"dropped_messages", "end_offset", b"end_offset", "generation", b"generation", "last_write_ms", b"last_write_ms", "partition", b"partition", "size_bytes", b"size_bytes", "start_offset", b"start_offset"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_stable_offset", b"_stable_offset", "delivered_messages", b"delivered_messages", "dropped_messages", b"dropped_messages", "end_offset", b"end_offset", "generation", b"generation", "last_write_ms", b"last_write_ms", "partition", b"partition", "size_bytes", b"size_bytes", "stable_offset", b"stable_offset", "start_offset", b"start_offset"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__stable_offset: _TypeAlias = _typing.Literal["stable_offset"]  # noqa: Y015
+    _WhichOneofArgType__stable_offset: _TypeAlias = _typing.Literal["_stable_offset", b"_stable_offset"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__stable_offset) -> _WhichOneofReturnType__stable_offset | None: ...
 
 Global___PartitionStatus: _TypeAlias = PartitionStatus  # noqa: Y015
 
@@ -1686,6 +1712,7 @@ class TierSegment(_message.Message):
     OBJECT_KEY_FIELD_NUMBER: _builtins.int
     OBJECT_SIZE_FIELD_NUMBER: _builtins.int
     OBJECT_CRC_FIELD_NUMBER: _builtins.int
+    TRANSACTIONAL_FIELD_NUMBER: _builtins.int
     first_offset: _builtins.int
     end_offset: _builtins.int
     """exclusive"""
@@ -1694,6 +1721,10 @@ class TierSegment(_message.Message):
     object_size: _builtins.int
     object_crc: _builtins.int
     """CRC32C of the whole object"""
+    transactional: _builtins.bool
+    """It holds transaction markers or messages of aborted transactions: read it through the
+    broker (ReadRange), which leaves them out; its rows as stored would show them.
+    """
     def __init__(
         self,
         *,
@@ -1702,10 +1733,11 @@ class TierSegment(_message.Message):
         object_key: _builtins.str = ...,
         object_size: _builtins.int = ...,
         object_crc: _builtins.int = ...,
+        transactional: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["end_offset", b"end_offset", "first_offset", b"first_offset", "object_crc", b"object_crc", "object_key", b"object_key", "object_size", b"object_size"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["end_offset", b"end_offset", "first_offset", b"first_offset", "object_crc", b"object_crc", "object_key", b"object_key", "object_size", b"object_size", "transactional", b"transactional"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -3266,3 +3298,212 @@ class ListGrantsResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ListGrantsResponse: _TypeAlias = ListGrantsResponse  # noqa: Y015
+
+@_typing.final
+class InitTransactionsRequest(_message.Message):
+    """---------------------------------------------------------------- transactions"""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TRANSACTIONAL_ID_FIELD_NUMBER: _builtins.int
+    transactional_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        transactional_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["transactional_id", b"transactional_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___InitTransactionsRequest: _TypeAlias = InitTransactionsRequest  # noqa: Y015
+
+@_typing.final
+class InitTransactionsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PRODUCER_NUMBER_FIELD_NUMBER: _builtins.int
+    EPOCH_FIELD_NUMBER: _builtins.int
+    producer_number: _builtins.int
+    """Fixed per transactional id (Kafka's producer id)."""
+    epoch: _builtins.int
+    """This instance's epoch: send it with BeginTransaction."""
+    def __init__(
+        self,
+        *,
+        producer_number: _builtins.int = ...,
+        epoch: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["epoch", b"epoch", "producer_number", b"producer_number"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___InitTransactionsResponse: _TypeAlias = InitTransactionsResponse  # noqa: Y015
+
+@_typing.final
+class BeginTransactionRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TRANSACTIONAL_ID_FIELD_NUMBER: _builtins.int
+    EPOCH_FIELD_NUMBER: _builtins.int
+    KEY_FIELD_NUMBER: _builtins.int
+    TIMEOUT_MS_FIELD_NUMBER: _builtins.int
+    transactional_id: _builtins.str
+    """Empty: an anonymous transaction. Else one transaction open at a time per id."""
+    epoch: _builtins.int
+    """The epoch InitTransactions gave; an older one is refused (PRODUCER_FENCED)."""
+    key: _builtins.str
+    """Joinable: a transaction of the same id and key that is open is returned (every task
+    of a Spark micro-batch joins the batch's transaction); one of another key is aborted.
+    """
+    timeout_ms: _builtins.int
+    """0: the server's transactions.timeout_ms."""
+    def __init__(
+        self,
+        *,
+        transactional_id: _builtins.str = ...,
+        epoch: _builtins.int | None = ...,
+        key: _builtins.str | None = ...,
+        timeout_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_epoch", b"_epoch", "_key", b"_key", "epoch", b"epoch", "key", b"key"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_epoch", b"_epoch", "_key", b"_key", "epoch", b"epoch", "key", b"key", "timeout_ms", b"timeout_ms", "transactional_id", b"transactional_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__epoch: _TypeAlias = _typing.Literal["epoch"]  # noqa: Y015
+    _WhichOneofArgType__epoch: _TypeAlias = _typing.Literal["_epoch", b"_epoch"]  # noqa: Y015
+    _WhichOneofReturnType__key: _TypeAlias = _typing.Literal["key"]  # noqa: Y015
+    _WhichOneofArgType__key: _TypeAlias = _typing.Literal["_key", b"_key"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__epoch) -> _WhichOneofReturnType__epoch | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__key) -> _WhichOneofReturnType__key | None: ...
+
+Global___BeginTransactionRequest: _TypeAlias = BeginTransactionRequest  # noqa: Y015
+
+@_typing.final
+class BeginTransactionResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TRANSACTION_ID_FIELD_NUMBER: _builtins.int
+    TIMEOUT_MS_FIELD_NUMBER: _builtins.int
+    transaction_id: _builtins.int
+    timeout_ms: _builtins.int
+    def __init__(
+        self,
+        *,
+        transaction_id: _builtins.int = ...,
+        timeout_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["timeout_ms", b"timeout_ms", "transaction_id", b"transaction_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___BeginTransactionResponse: _TypeAlias = BeginTransactionResponse  # noqa: Y015
+
+@_typing.final
+class TransactionOffset(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    OFFSET_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    partition: _builtins.int
+    offset: _builtins.int
+    """The next offset the consumer reads (everything before it is processed)."""
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        partition: _builtins.int = ...,
+        offset: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["offset", b"offset", "partition", b"partition", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TransactionOffset: _TypeAlias = TransactionOffset  # noqa: Y015
+
+@_typing.final
+class AddTransactionOffsetsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TRANSACTION_ID_FIELD_NUMBER: _builtins.int
+    CONSUMER_FIELD_NUMBER: _builtins.int
+    OFFSETS_FIELD_NUMBER: _builtins.int
+    transaction_id: _builtins.int
+    consumer: _builtins.str
+    @_builtins.property
+    def offsets(self) -> _containers.RepeatedCompositeFieldContainer[Global___TransactionOffset]: ...
+    def __init__(
+        self,
+        *,
+        transaction_id: _builtins.int = ...,
+        consumer: _builtins.str = ...,
+        offsets: _abc.Iterable[Global___TransactionOffset] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["consumer", b"consumer", "offsets", b"offsets", "transaction_id", b"transaction_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AddTransactionOffsetsRequest: _TypeAlias = AddTransactionOffsetsRequest  # noqa: Y015
+
+@_typing.final
+class AddTransactionOffsetsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AddTransactionOffsetsResponse: _TypeAlias = AddTransactionOffsetsResponse  # noqa: Y015
+
+@_typing.final
+class EndTransactionRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TRANSACTION_ID_FIELD_NUMBER: _builtins.int
+    transaction_id: _builtins.int
+    def __init__(
+        self,
+        *,
+        transaction_id: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["transaction_id", b"transaction_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EndTransactionRequest: _TypeAlias = EndTransactionRequest  # noqa: Y015
+
+@_typing.final
+class EndTransactionResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EndTransactionResponse: _TypeAlias = EndTransactionResponse  # noqa: Y015

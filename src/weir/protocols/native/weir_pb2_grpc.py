@@ -239,6 +239,31 @@ class WeirStub:
                 request_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.ListGrantsRequest.SerializeToString,
                 response_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.ListGrantsResponse.FromString,
                 _registered_method=True)
+        self.InitTransactions = channel.unary_unary(
+                '/weir.v1.Weir/InitTransactions',
+                request_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.InitTransactionsRequest.SerializeToString,
+                response_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.InitTransactionsResponse.FromString,
+                _registered_method=True)
+        self.BeginTransaction = channel.unary_unary(
+                '/weir.v1.Weir/BeginTransaction',
+                request_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.BeginTransactionRequest.SerializeToString,
+                response_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.BeginTransactionResponse.FromString,
+                _registered_method=True)
+        self.AddTransactionOffsets = channel.unary_unary(
+                '/weir.v1.Weir/AddTransactionOffsets',
+                request_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.AddTransactionOffsetsRequest.SerializeToString,
+                response_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.AddTransactionOffsetsResponse.FromString,
+                _registered_method=True)
+        self.CommitTransaction = channel.unary_unary(
+                '/weir.v1.Weir/CommitTransaction',
+                request_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.EndTransactionRequest.SerializeToString,
+                response_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.EndTransactionResponse.FromString,
+                _registered_method=True)
+        self.AbortTransaction = channel.unary_unary(
+                '/weir.v1.Weir/AbortTransaction',
+                request_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.EndTransactionRequest.SerializeToString,
+                response_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.EndTransactionResponse.FromString,
+                _registered_method=True)
 
 
 class WeirServicer:
@@ -510,6 +535,44 @@ class WeirServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def InitTransactions(self, request, context):
+        """Transactions (docs/transactions.md): writes to many partitions and consumer offset
+        commits, visible together when it commits, discarded when it aborts, aborted when
+        neither happens within its timeout. Write with WriteInit.transaction_id; read only
+        what committed with read_committed. A transaction is its caller's: another
+        principal cannot use it.
+        A new instance of a transactional producer: its epoch grows, which fences every older
+        instance (PRODUCER_FENCED) and aborts the transaction an older one left open.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def BeginTransaction(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AddTransactionOffsets(self, request, context):
+        """Consumer offsets the transaction commits (all checked first: a bad one changes nothing).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CommitTransaction(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AbortTransaction(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_WeirServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -712,6 +775,31 @@ def add_WeirServicer_to_server(servicer, server):
                     servicer.ListGrants,
                     request_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.ListGrantsRequest.FromString,
                     response_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.ListGrantsResponse.SerializeToString,
+            ),
+            'InitTransactions': grpc.unary_unary_rpc_method_handler(
+                    servicer.InitTransactions,
+                    request_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.InitTransactionsRequest.FromString,
+                    response_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.InitTransactionsResponse.SerializeToString,
+            ),
+            'BeginTransaction': grpc.unary_unary_rpc_method_handler(
+                    servicer.BeginTransaction,
+                    request_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.BeginTransactionRequest.FromString,
+                    response_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.BeginTransactionResponse.SerializeToString,
+            ),
+            'AddTransactionOffsets': grpc.unary_unary_rpc_method_handler(
+                    servicer.AddTransactionOffsets,
+                    request_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.AddTransactionOffsetsRequest.FromString,
+                    response_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.AddTransactionOffsetsResponse.SerializeToString,
+            ),
+            'CommitTransaction': grpc.unary_unary_rpc_method_handler(
+                    servicer.CommitTransaction,
+                    request_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.EndTransactionRequest.FromString,
+                    response_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.EndTransactionResponse.SerializeToString,
+            ),
+            'AbortTransaction': grpc.unary_unary_rpc_method_handler(
+                    servicer.AbortTransaction,
+                    request_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.EndTransactionRequest.FromString,
+                    response_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.EndTransactionResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1799,6 +1887,141 @@ class Weir:
             '/weir.v1.Weir/ListGrants',
             weir_dot_protocols_dot_native_dot_weir__pb2.ListGrantsRequest.SerializeToString,
             weir_dot_protocols_dot_native_dot_weir__pb2.ListGrantsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def InitTransactions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/weir.v1.Weir/InitTransactions',
+            weir_dot_protocols_dot_native_dot_weir__pb2.InitTransactionsRequest.SerializeToString,
+            weir_dot_protocols_dot_native_dot_weir__pb2.InitTransactionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def BeginTransaction(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/weir.v1.Weir/BeginTransaction',
+            weir_dot_protocols_dot_native_dot_weir__pb2.BeginTransactionRequest.SerializeToString,
+            weir_dot_protocols_dot_native_dot_weir__pb2.BeginTransactionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AddTransactionOffsets(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/weir.v1.Weir/AddTransactionOffsets',
+            weir_dot_protocols_dot_native_dot_weir__pb2.AddTransactionOffsetsRequest.SerializeToString,
+            weir_dot_protocols_dot_native_dot_weir__pb2.AddTransactionOffsetsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CommitTransaction(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/weir.v1.Weir/CommitTransaction',
+            weir_dot_protocols_dot_native_dot_weir__pb2.EndTransactionRequest.SerializeToString,
+            weir_dot_protocols_dot_native_dot_weir__pb2.EndTransactionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AbortTransaction(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/weir.v1.Weir/AbortTransaction',
+            weir_dot_protocols_dot_native_dot_weir__pb2.EndTransactionRequest.SerializeToString,
+            weir_dot_protocols_dot_native_dot_weir__pb2.EndTransactionResponse.FromString,
             options,
             channel_credentials,
             insecure,

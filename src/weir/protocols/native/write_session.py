@@ -2,7 +2,9 @@
 
 It validates each batch (header, both CRCs, column structure, producer id) and
 queues it on the partition actor in arrival order; acks go back in the same
-order as the commits complete. The first error ends the session.
+order as the commits complete. The first error ends the session. A session
+whose init names a transaction writes every batch into it (see
+`weir.broker.transactions`).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from weir.errors import (
 )
 from weir.protocols.native import weir_pb2 as pb
 from weir.protocols.native.stream import Allow, allow_all, error_proto
+from weir.protocols.native.transactions import transaction_owner
 from weir.protocols.native.wire import (
     RawWriteRequest,
 )
@@ -59,6 +62,8 @@ class WriteSession:
         self.stopping = stopping or asyncio.Event()
         self.allow: Allow = allow or allow_all
         self.session_id = uuid.uuid4().hex[:16]
+        self.txn_id = 0
+        self.owner = ""
         self._pending: deque[tuple[asyncio.Future[list[BatchResult]], int]] = deque()
         self._have_pending = asyncio.Event()
         self._inflight = 0
@@ -82,6 +87,10 @@ class WriteSession:
                 raise BadRequestError("the first message of a write stream must be init")
             init = first.init
             self.allow(Permission.PRODUCE, init.topic, "write to")
+            self.txn_id = init.transaction_id
+            self.owner = transaction_owner()
+            if self.txn_id:
+                self.broker.transaction(self.txn_id, self.owner)  # known, open, not fenced
             cfg = await self.broker.topic_for_use(init.topic)
             self.topic = cfg.name
             self.producer_id = init.producer_id
@@ -108,11 +117,13 @@ class WriteSession:
                 # one live session per producer, per partition for a routing writer's
                 one = f"{self.producer_id}\0{self.partition}" if init.routed else self.producer_id
                 token = self.broker.register_writer(cfg.name, one, self._superseded)
-            last = (
-                self.broker.last_seq_no(cfg.name, self.partition, self.producer_id)
-                if self.producer_id
-                else None
-            )
+            last = None
+            if self.producer_id and self.txn_id:
+                last = self.broker.last_seq_no_in_transaction(
+                    cfg.name, self.partition, self.producer_id, self.txn_id
+                )
+            elif self.producer_id:
+                last = self.broker.last_seq_no(cfg.name, self.partition, self.producer_id)
             result = pb.WriteInitResult(
                 topic=short_topic(cfg.name),
                 partition=self.partition,
@@ -203,7 +214,12 @@ class WriteSession:
                         f"write session has {self._inflight} bytes unacknowledged "
                         f"(limit {cfg.max_session_inflight_bytes}); slow down"
                     )
-                fut = self.broker.submit(self.topic, self.partition, batches, nbytes)
+                if self.txn_id:
+                    fut = self.broker.submit_in_transaction(
+                        self.txn_id, self.topic, self.partition, batches, nbytes, self.owner
+                    )
+                else:
+                    fut = self.broker.submit(self.topic, self.partition, batches, nbytes)
                 self._inflight += nbytes
                 self._pending.append((fut, nbytes))
                 self._have_pending.set()

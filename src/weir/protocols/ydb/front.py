@@ -1,4 +1,5 @@
-"""Installs the YDB front on the server's gRPC port: Discovery, Auth and Topic services.
+"""Installs the YDB front on the server's gRPC port: Discovery, Auth, Topic and the Query
+calls transactions need.
 
 `weir.server.default_fronts` calls `install` for every server. The channel
 options the SDK needs (keepalive pings without data, 64 MB messages) are part of
@@ -17,8 +18,10 @@ from weir.protocols.ydb.discovery import DiscoveryServicer
 from weir.protocols.ydb.protos import (
     ydb_auth_v1_pb2_grpc,
     ydb_discovery_v1_pb2_grpc,
+    ydb_query_v1_pb2_grpc,
     ydb_topic_v1_pb2_grpc,
 )
+from weir.protocols.ydb.query_service import QueryServicer
 from weir.protocols.ydb.topic_service import TopicServicer
 
 if TYPE_CHECKING:
@@ -38,4 +41,7 @@ def install(grpc_server: grpc.aio.Server, broker: Broker, server: Server) -> Non
     ydb_auth_v1_pb2_grpc.add_AuthServiceServicer_to_server(AuthServicer(auth), grpc_server)  # type: ignore[no-untyped-call]
     ydb_topic_v1_pb2_grpc.add_TopicServiceServicer_to_server(  # type: ignore[no-untyped-call]
         TopicServicer(broker, auth, server), grpc_server
+    )
+    ydb_query_v1_pb2_grpc.add_QueryServiceServicer_to_server(  # type: ignore[no-untyped-call]
+        QueryServicer(broker, auth, server), grpc_server
     )

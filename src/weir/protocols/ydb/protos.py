@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from ydb._grpc.v6 import (
         ydb_auth_v1_pb2_grpc,
         ydb_discovery_v1_pb2_grpc,
+        ydb_query_v1_pb2_grpc,
         ydb_topic_v1_pb2_grpc,
     )
     from ydb._grpc.v6.protos import (
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
         ydb_discovery_pb2,
         ydb_issue_message_pb2,
         ydb_operation_pb2,
+        ydb_query_pb2,
         ydb_scheme_pb2,
         ydb_status_codes_pb2,
         ydb_topic_pb2,
@@ -28,6 +30,7 @@ else:
     from ydb._grpc.common import (
         ydb_auth_v1_pb2_grpc,
         ydb_discovery_v1_pb2_grpc,
+        ydb_query_v1_pb2_grpc,
         ydb_topic_v1_pb2_grpc,
     )
     from ydb._grpc.common.protos import (
@@ -35,6 +38,7 @@ else:
         ydb_discovery_pb2,
         ydb_issue_message_pb2,
         ydb_operation_pb2,
+        ydb_query_pb2,
         ydb_scheme_pb2,
         ydb_status_codes_pb2,
         ydb_topic_pb2,
@@ -47,6 +51,8 @@ __all__ = [
     "ydb_discovery_v1_pb2_grpc",
     "ydb_issue_message_pb2",
     "ydb_operation_pb2",
+    "ydb_query_pb2",
+    "ydb_query_v1_pb2_grpc",
     "ydb_scheme_pb2",
     "ydb_status_codes_pb2",
     "ydb_topic_pb2",

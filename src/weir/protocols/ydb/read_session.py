@@ -15,6 +15,10 @@ single message bigger than the credit left while less than half the client's
 buffer is outstanding: the SDK hands bytes back only in steps of half its
 buffer, so that message would otherwise wait for ever (it goes out alone).
 
+Readers get what is committed (YDB's semantics: a transaction's writes are
+invisible until it commits): each partition up to its last stable offset, without
+the messages of aborted transactions.
+
 Commits move the consumer's committed offset only over contiguous ranges
 (`CommitTracker`); every CommitOffsetRequest is answered once its effect is
 durable. A rebalance stops a partition session gracefully (the client answers
@@ -451,13 +455,13 @@ class ReadSession:
         actor = self.broker.actor(ps.topic, ps.partition)
         try:
             while True:
-                if actor.end_offset <= ps.read_offset:
-                    await actor.wait_for_data(ps.read_offset, None)
+                if actor.stable_offset <= ps.read_offset:
+                    await actor.wait_for_data(ps.read_offset, None, committed=True)
                 while self._credit <= 0:
                     self._credit_event.clear()
                     await self._credit_event.wait()
                 budget = min(self._credit, MAX_RESPONSE_BYTES)
-                res = await actor.read_async(ps.read_offset, budget)
+                res = await actor.read_async(ps.read_offset, budget, committed=True)
                 if not res.chunks:
                     # retention removed what we were about to read: continue after the gap
                     ps.read_offset = max(ps.read_offset, res.start_offset, res.next_offset)

@@ -4,7 +4,9 @@ The mapping is chosen for how the ``ydb`` SDK reacts, not just for the name:
 it reconnects in a hot loop on UNAVAILABLE and NOT_FOUND, slowly on OVERLOADED
 and INTERNAL_ERROR, and stops on SCHEME_ERROR, BAD_REQUEST, UNAUTHORIZED and the
 rest. So a condition that persists (an unknown topic, a bad request) must map to
-a status that stops the client, and NOT_FOUND is never used.
+a status that stops the client, and NOT_FOUND is used only for a transaction that
+is unknown or over (as YDB does; the SDK's transaction writer never reconnects, and
+``retry_tx_*`` begins a new transaction).
 """
 
 from __future__ import annotations
@@ -51,6 +53,14 @@ STATUS_BY_CODE: dict[str, int] = {
     "STALE_GENERATION": StatusIds.PRECONDITION_FAILED,
     "PRODUCER_FENCED": StatusIds.PRECONDITION_FAILED,  # a newer session of the producer won
     "PRODUCER_BUSY": StatusIds.PRECONDITION_FAILED,  # an exclusive producer holds the topic
+    # YDB answers a transaction it does not know (or that ended) with NOT_FOUND, which the
+    # SDK's retry_tx_* retries with a new transaction; BAD_SESSION would retry too, but
+    # also drops the session: a finished transaction says nothing about its session
+    "UNKNOWN_TRANSACTION": StatusIds.NOT_FOUND,
+    "TRANSACTION_ENDED": StatusIds.NOT_FOUND,
+    "TRANSACTION_COMMITTED": StatusIds.NOT_FOUND,
+    "TRANSACTION_BUSY": StatusIds.PRECONDITION_FAILED,
+    "BAD_SESSION": StatusIds.BAD_SESSION,  # a query session that is over: the SDK makes another
     "UNSUPPORTED": StatusIds.UNSUPPORTED,
     "SCHEME_ERROR": StatusIds.SCHEME_ERROR,  # a path that cannot name a topic
     "PRECONDITION_FAILED": StatusIds.PRECONDITION_FAILED,

@@ -18,6 +18,7 @@ from google.protobuf.message import Message
 from weir.broker.broker import Broker
 from weir.broker.topic_admin import UNSET
 from weir.broker.topics import TopicConfig
+from weir.broker.transactions.facade import TxnOffset
 from weir.errors import (
     AlreadyExistsError,
     BadRequestError,
@@ -41,9 +42,10 @@ from weir.protocols.ydb.protos import (
     ydb_topic_pb2,
     ydb_topic_v1_pb2_grpc,
 )
+from weir.protocols.ydb.query_service import txn_id_of
 from weir.protocols.ydb.read_session import ReadSession
 from weir.protocols.ydb.shutdown import ServerState, Shutdown
-from weir.protocols.ydb.status import SchemeError, UnsupportedError, end_stream, operation
+from weir.protocols.ydb.status import SchemeError, end_stream, operation
 from weir.protocols.ydb.write_session import WriteSession
 from weir.security.grants import Permission
 
@@ -252,7 +254,44 @@ class TopicServicer(ydb_topic_v1_pb2_grpc.TopicServiceServicer):
     async def UpdateOffsetsInTransaction(
         self, request: Any, context: grpc.aio.ServicerContext
     ) -> Any:
-        raise UnsupportedError("transactions are not supported by weir")
+        """The consumer's offsets move over the ranges read when the transaction commits.
+
+        Each partition's ranges must run on, without a gap, from where the consumer
+        (or this transaction) stands, and not past the partition's end: all are
+        checked before any is taken."""
+        database = database_of(context)
+        txn_id = txn_id_of(request.tx.id)
+        owner = request.tx.session
+        self.broker.transaction(txn_id, owner)
+        offsets = []
+        for t in request.topics:
+            self.auth.allow(Permission.CONSUME, t.path, database, "commit an offset of")
+            cfg = self.broker.topic(t.path, database)
+            for p in t.partitions:
+                actor = self.broker.actor(cfg.name, p.partition_id)
+                ranges = sorted((r.start, r.end) for r in p.partition_offsets)
+                if not ranges:
+                    continue
+                at = self.broker.transaction_offset(
+                    txn_id, cfg.name, p.partition_id, request.consumer, owner
+                )
+                for start, end in ranges:
+                    if start < 0 or end < start:
+                        raise BadRequestError(f"bad offset range [{start}, {end})")
+                    if start > at:
+                        raise BadRequestError(
+                            f"offsets {at}..{start} of {t.path}/{p.partition_id} were not "
+                            f"committed before range [{start}, {end}) (a gap)"
+                        )
+                    at = max(at, end)
+                if at > actor.end_offset:
+                    raise BadRequestError(
+                        f"cannot commit offset {at} on {t.path}/{p.partition_id}: beyond the end "
+                        f"offset {actor.end_offset}"
+                    )
+                offsets.append(TxnOffset(cfg.name, p.partition_id, request.consumer, at))
+        await self.broker.add_transaction_offsets(txn_id, offsets, owner)
+        return ydb_topic_pb2.UpdateOffsetsInTransactionResult()
 
     # ------------------------------------------------------------------ streams
 

@@ -12,6 +12,11 @@ requests finished by the same commit share one WriteResponse.
 The SDK checks every ack against its oldest unacked message, so acks are never
 reordered or dropped; an error ends the session only after the acks of every
 request before it went out.
+
+A WriteRequest naming a transaction (``tx``: one of the Query service's, see
+`weir.protocols.ydb.query_service`) writes into it; as in YDB its messages are
+acknowledged ``written_in_tx`` (no offset), and readers of the YDB front see them
+only once it commits.
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ from weir.protocols.ydb.conversions import (
     ydb_codecs,
 )
 from weir.protocols.ydb.protos import StreamWrite, ydb_topic_pb2
+from weir.protocols.ydb.query_service import txn_id_of
 from weir.protocols.ydb.shutdown import Shutdown
 from weir.protocols.ydb.status import SUCCESS, UnsupportedError, end_stream
 from weir.protocols.ydb.topic_settings import persistent_only
@@ -70,6 +76,7 @@ class _Pending:
 
     future: asyncio.Future[list[BatchResult]] | None = None
     seq_nos: list[list[int]] | None = None  # per stored batch of the request
+    in_txn: bool = False
     nbytes: int = 0
     reply: Any = None  # a ready FromServer (update_token_response)
     error: BaseException | None = None
@@ -257,8 +264,9 @@ class WriteSession:
         msgs = wr.messages
         if not msgs:
             return
-        if wr.HasField("tx"):
-            raise UnsupportedError("transactional writes are not supported by weir")
+        txn_id = txn_id_of(wr.tx.id) if wr.HasField("tx") else 0
+        if txn_id:
+            self.broker.transaction(txn_id, wr.tx.session)  # a clear error before any work
         codec = storage_codec(wr.codec)
         data = [m.data for m in msgs]
         sizes = list(map(len, data))
@@ -307,9 +315,14 @@ class WriteSession:
             await self._acked.wait()
         if self._failure is not None:
             return  # fenced or superseded: nothing more of this session is stored
-        fut = self.broker.submit(self.topic, self.partition, batches, nbytes)
+        if txn_id:
+            fut = self.broker.submit_in_transaction(
+                txn_id, self.topic, self.partition, batches, nbytes, wr.tx.session
+            )
+        else:
+            fut = self.broker.submit(self.topic, self.partition, batches, nbytes)
         self._inflight += nbytes
-        self._push(_Pending(future=fut, seq_nos=seq_groups, nbytes=nbytes))
+        self._push(_Pending(future=fut, seq_nos=seq_groups, in_txn=bool(txn_id), nbytes=nbytes))
 
     def _keys(self, msgs: Any) -> list[bytes] | None:
         """Per-message keys: a message's own message_group_id, else the session's."""
@@ -355,7 +368,7 @@ class WriteSession:
                             resp = StreamWrite.FromServer(status=SUCCESS)
                             resp.write_response.partition_id = self.partition
                         assert item.seq_nos is not None
-                        _add_acks(resp.write_response.acks, results, item.seq_nos)
+                        _add_acks(resp.write_response.acks, results, item.seq_nos, item.in_txn)
                         self._inflight -= item.nbytes
                         self._pending.popleft()
                         continue
@@ -379,8 +392,11 @@ class WriteSession:
             self._fail(err)
 
 
-def _add_acks(acks: Any, results: list[BatchResult], seq_groups: list[list[int]]) -> None:
-    """One ack per message, in send order: skipped duplicates first, then written offsets."""
+def _add_acks(
+    acks: Any, results: list[BatchResult], seq_groups: list[list[int]], in_txn: bool = False
+) -> None:
+    """One ack per message, in send order: skipped duplicates first, then written offsets
+    (written in a transaction: no offset, as YDB answers)."""
     for r, seqs in zip(results, seq_groups, strict=True):
         skipped = r.skipped
         for s in seqs[:skipped]:
@@ -391,7 +407,10 @@ def _add_acks(acks: Any, results: list[BatchResult], seq_groups: list[list[int]]
         for i in range(skipped, len(seqs)):
             a = acks.add()
             a.seq_no = seqs[i]
-            a.written.offset = offset + i
+            if in_txn:
+                a.written_in_tx.SetInParent()
+            else:
+                a.written.offset = offset + i
 
 
 def _cuts(sizes: list[int], limit: int) -> list[int]:
