@@ -88,7 +88,7 @@ def test_auto_commit_seek_and_offsets_for_times(bootstrap: str) -> None:
     _create(bootstrap, "cft", 1)
     before = int(time.time() * 1000)
     _produce(bootstrap, "cft", 10)
-    time.sleep(0.02)  # noqa: two writes at distinct write times, not a synchronisation
+    time.sleep(0.02)  # two writes at distinct write times, not a synchronisation
     middle = int(time.time() * 1000)
     _produce(bootstrap, "cft", 10)
     c = Consumer(
