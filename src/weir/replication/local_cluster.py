@@ -8,7 +8,9 @@ process binds 127.0.0.1.
 from __future__ import annotations
 
 import os
+import random
 import re
+import socket
 import sys
 from pathlib import Path
 
@@ -17,6 +19,27 @@ from weir.replication.registry import DEFAULT_ROOT
 from weir.replication.zkserver import ZooKeeperServer
 
 _LISTEN = re.compile(r"bookie listening on (\S+):(\d+)")
+
+
+def stable_port(host: str = "127.0.0.1") -> int:
+    """A free port below the kernel's ephemeral range. A bookie restarts on its port (the
+    port is its id), and a port from that range, given up by a killed bookie, may be
+    handed meanwhile to another process's outgoing connection."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            ephemeral_low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral_low = 32768
+    rng = random.SystemRandom()
+    for _ in range(200):
+        port = rng.randrange(10_000, max(10_001, ephemeral_low))
+        with socket.socket() as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            return port
+    return 0  # let the kernel choose: a restart may then find its port taken
 
 
 class BookieProcess(ListeningProcess):
@@ -32,6 +55,7 @@ class BookieProcess(ListeningProcess):
         self.extra = list(extra)  # more options of the bookie command
         self.zk_hosts = zk_hosts
         self.zk_root = zk_root
+        self.port = stable_port()
 
     @property
     def address(self) -> str:
