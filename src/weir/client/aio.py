@@ -5,34 +5,27 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import datetime as dt
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
-import grpc
-
 from weir.access_mode import AccessMode
 from weir.client.admin import (
-    CompactionInfo,
     Consumer,
     ConsumerInfo,
-    SubscriptionInfo,
     TopicInfo,
-    compaction_info,
     consumer_info,
     consumer_settings,
-    subscription_info,
     topic_differences,
     topic_info,
 )
-from weir.client.chunks import CHUNK_ID, CHUNK_UUID, DEFAULT_CHUNK_EXPIRY, RangeAssembler
-from weir.client.connection import Connection, error_from_rpc
+from weir.client.chunks import DEFAULT_CHUNK_EXPIRY
+from weir.client.connection import Connection
 from weir.client.credentials import CredentialsArg
 from weir.client.deliver_at import with_deliver_at
 from weir.client.messages import Batch, Message
+from weir.client.range_reads import AsyncRangeReads, RangeChunk
 from weir.client.reader import PartitionSession, ReaderCore, Start
 from weir.client.routed_writer import RoutedWriterCore
 from weir.client.routing import CustomRouter, parse_routing
@@ -41,19 +34,17 @@ from weir.client.subscription import (
     DeadLetterPolicy,
     ReceivedMessage,
     SubscriptionConsumer,
-    position_code,
-    position_time_ms,
-    type_code,
 )
+from weir.client.subscription_admin import AsyncSubscriptionCalls
 from weir.client.tenancy import AsyncTenancyCalls
 from weir.client.tier_admin import AsyncTierCalls
+from weir.client.timestamps import to_ms
 from weir.client.tls import TlsArg
 from weir.client.transaction import Transaction
 from weir.client.writer import WriterCore
 from weir.client.writer_settings import WriteResult, WriterSettings
 from weir.errors import (
     AlreadyExistsError,
-    BadRequestError,
     TransactionCommittedError,
     WeirError,
     WeirTimeoutError,
@@ -64,59 +55,7 @@ from weir.protocols.native.policy_values import to_wire
 from weir.storage.codecs import Codec
 
 DEFAULT_ENDPOINT = "127.0.0.1:2136"
-
-
-def to_ms(value: dt.datetime | dt.timedelta | int | float | None, what: str) -> int | None:
-    """ms from a datetime (since epoch), a timedelta (duration), or a number already in ms."""
-    if value is None:
-        return None
-    if isinstance(value, dt.datetime):
-        return int(value.timestamp() * 1000)
-    if isinstance(value, dt.timedelta):
-        return int(value.total_seconds() * 1000)
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return int(value)
-    raise BadRequestError(
-        f"{what} must be a datetime, a timedelta or ms, not {type(value).__name__}"
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class RangeChunk:
-    """Part of an offset-range read: whole stored batches plus where they sit.
-
-    ``chunks`` hold whole stored batches, so they may start before the range
-    asked for and end after it; `messages` returns only the messages in the
-    range (``from_offset`` and ``to_offset`` of the read; ``to_offset`` -1:
-    the end of the partition when the read started).
-    """
-
-    topic: str
-    partition: int
-    chunks: list[bytes]
-    first_offset: int
-    next_offset: int
-    start_offset: int
-    end_offset: int
-    from_offset: int = 0
-    to_offset: int = -1
-    # read_range(assemble_chunks=True): the messages, chunked ones whole (``chunks`` raw)
-    assembled: list[Message] | None = None
-
-    def messages(self, from_offset: int | None = None) -> list[Message]:
-        """The messages of this chunk in the range read, from ``from_offset`` on if given."""
-        from weir.client.messages import decode_chunks
-
-        lo = self.from_offset if from_offset is None else max(self.from_offset, from_offset)
-        if self.assembled is not None:
-            return [m for m in self.assembled if m.offset >= lo]
-        return decode_chunks(
-            self.topic,
-            self.partition,
-            self.chunks,
-            lo,
-            to_offset=None if self.to_offset < 0 else self.to_offset,
-        )
+__all__ = ["DEFAULT_ENDPOINT", "Client", "RangeChunk", "Reader", "Writer", "to_ms"]
 
 
 def _set_limit(req: Any, name: str, value: int | object | None) -> None:
@@ -371,7 +310,9 @@ def _consume_exception(fut: asyncio.Future[None]) -> None:
         fut.exception()
 
 
-class Client(AsyncTenancyCalls, AsyncSecurityCalls, AsyncTierCalls):
+class Client(
+    AsyncRangeReads, AsyncSubscriptionCalls, AsyncTenancyCalls, AsyncSecurityCalls, AsyncTierCalls
+):
     """Asynchronous weir client: admin calls, writers and readers over one connection.
 
     >>> async with weir.aio.Client("127.0.0.1:2136") as client:
@@ -573,284 +514,6 @@ class Client(AsyncTenancyCalls, AsyncSecurityCalls, AsyncTierCalls):
         """Per partition, the first offset written at or after ``timestamp``."""
         req = pb.OffsetsForTimeRequest(topic=topic, timestamp_ms=to_ms(timestamp, "timestamp") or 0)
         return list((await self.conn.call("OffsetsForTime", req, timeout)).offsets)
-
-    def read_range(
-        self,
-        topic: str,
-        partition: int,
-        from_offset: int,
-        to_offset: int = -1,
-        *,
-        max_bytes: int = 4 << 20,
-        timeout: float | None = None,
-        read_committed: bool = False,
-        compacted: bool = False,
-        assemble_chunks: bool = False,
-    ) -> AsyncIterator[RangeChunk]:
-        """Stored batches of ``[from_offset, to_offset)`` of one partition, no consumer involved.
-
-        ``compacted``: the range as compacted (the latest message of each key below the
-        compacted view's position, at their own offsets, then every later message).
-
-        ``assemble_chunks``: each chunk's `RangeChunk.messages` has the chunked messages
-        whole, at their last chunk's offset; a message is returned by the range holding
-        its last chunk (reading back before ``from_offset`` for its first ones), so
-        consecutive ranges return each once (`weir.client.chunks.RangeAssembler`).
-
-        ``timeout``: seconds to wait for each chunk before raising WeirTimeoutError
-        (a server that stopped answering); None waits as long as the connection lives.
-        ``read_committed``: only messages of committed transactions (and of no
-        transaction), up to the last stable offset (what ``to_offset`` -1 means then).
-        """
-        if assemble_chunks:
-            return self._assembled_range(
-                topic,
-                partition,
-                from_offset,
-                to_offset,
-                max_bytes,
-                timeout,
-                compacted,
-                read_committed,
-            )
-        return self._raw_range(
-            topic,
-            partition,
-            from_offset,
-            to_offset,
-            max_bytes,
-            timeout,
-            compacted,
-            read_committed,
-        )
-
-    async def _assembled_range(
-        self,
-        topic: str,
-        partition: int,
-        from_offset: int,
-        to_offset: int,
-        max_bytes: int,
-        timeout: float | None,
-        compacted: bool,
-        read_committed: bool = False,
-    ) -> AsyncIterator[RangeChunk]:
-        asm = RangeAssembler()
-        raw = self._raw_range(
-            topic,
-            partition,
-            from_offset,
-            to_offset,
-            max_bytes,
-            timeout,
-            compacted,
-            read_committed,
-        )
-        async for rc in raw:
-            msgs = rc.messages()
-            wanted = asm.orphans(msgs)
-            if wanted:
-                await self._read_back(
-                    topic,
-                    partition,
-                    from_offset,
-                    rc.start_offset,
-                    wanted,
-                    asm,
-                    max_bytes,
-                    timeout,
-                    compacted,
-                    read_committed,
-                )
-            yield dataclasses.replace(rc, assembled=asm.feed(msgs))
-
-    async def _read_back(
-        self,
-        topic: str,
-        partition: int,
-        hi: int,
-        start: int,
-        wanted: dict[str, int],
-        asm: RangeAssembler,
-        max_bytes: int,
-        timeout: float | None,
-        compacted: bool,
-        read_committed: bool = False,
-    ) -> None:
-        """Read back from ``hi`` in growing windows until the first chunk of every
-        ``wanted`` message is found (or the partition's start is reached)."""
-        missing = dict(wanted)
-        window = 64
-        while missing and hi > start:
-            lo = max(start, hi - window)
-            found: list[Message] = []
-            async for rc in self._raw_range(
-                topic, partition, lo, hi, max_bytes, timeout, compacted, read_committed
-            ):
-                found.extend(rc.messages())
-            asm.add_earlier(found, missing)
-            for m in found:
-                h = m.headers
-                if h and h.get(CHUNK_ID) == "0":
-                    missing.pop(h.get(CHUNK_UUID, ""), None)
-            hi, window = lo, window * 4
-        if missing:
-            asm.give_up(set(missing))
-
-    async def _raw_range(
-        self,
-        topic: str,
-        partition: int,
-        from_offset: int,
-        to_offset: int,
-        max_bytes: int,
-        timeout: float | None,
-        compacted: bool,
-        read_committed: bool = False,
-    ) -> AsyncIterator[RangeChunk]:
-        req = pb.ReadRangeRequest(
-            topic=topic,
-            partition=partition,
-            from_offset=from_offset,
-            to_offset=to_offset,
-            max_bytes=max_bytes,
-            compacted=compacted,
-            read_committed=read_committed,
-        )
-        conn = self.conn
-        call = conn.read_range(req)
-        try:
-            while True:
-                try:
-                    r = await asyncio.wait_for(call.read(), timeout)
-                except TimeoutError:
-                    raise WeirTimeoutError(
-                        f"no answer from {conn.endpoint} for {timeout:g} s while reading "
-                        f"{topic}/{partition} from offset {from_offset}"
-                    ) from None
-                if r is grpc.aio.EOF:
-                    return
-                conn.ever_connected = True
-                yield RangeChunk(
-                    topic,
-                    partition,
-                    list(r.chunks),
-                    r.first_offset,
-                    r.next_offset,
-                    r.start_offset,
-                    r.end_offset,
-                    from_offset,
-                    to_offset,
-                )
-        except grpc.aio.AioRpcError as exc:
-            err = error_from_rpc(exc)
-            raise (conn.unreachable(err) or err) from None
-        finally:
-            call.cancel()  # the caller may stop early: do not leave the call pending
-
-    # ------------------------------------------------------------------ compaction
-
-    async def compact(
-        self, topic: str, *, wait: bool = False, timeout: float | None = 30.0
-    ) -> CompactionInfo:
-        """Start compacting every partition of ``topic`` (a run going on is not started
-        twice). With ``wait``, return when the run has ended, raising its error if it
-        failed (``timeout`` then bounds the wait). Writers are never held up by it."""
-        req = pb.CompactTopicRequest(topic=topic, wait=wait)
-        return compaction_info(await self.conn.call("CompactTopic", req, timeout))
-
-    async def describe_compaction(
-        self, topic: str, *, timeout: float | None = 30.0
-    ) -> CompactionInfo:
-        """The topic's compacted views (per partition: position, keys, bytes before and
-        after) and the run going on, if any, or why the last one failed."""
-        req = pb.DescribeCompactionRequest(topic=topic)
-        return compaction_info(await self.conn.call("DescribeCompaction", req, timeout))
-
-    # ------------------------------------------------------------------ subscriptions
-
-    async def create_subscription(
-        self,
-        topic: str,
-        subscription: str,
-        *,
-        type: str = "exclusive",
-        initial_position: str | dt.datetime | int = "latest",
-        timeout: float | None = 30.0,
-    ) -> SubscriptionInfo:
-        """Create a durable subscription without attaching a consumer (its cursor starts
-        at ``initial_position`` now, and retention keeps what it has not acknowledged)."""
-        req = pb.CreateSubscriptionRequest(
-            topic=topic,
-            subscription=subscription,
-            type=type_code(type),
-            initial_position=position_code(initial_position),
-        )
-        since = position_time_ms(initial_position)
-        if since is not None:
-            req.initial_timestamp_ms = since
-        return subscription_info(await self.conn.call("CreateSubscription", req, timeout))
-
-    async def describe_subscription(
-        self, topic: str, subscription: str, *, timeout: float | None = 30.0
-    ) -> SubscriptionInfo:
-        req = pb.DescribeSubscriptionRequest(topic=topic, subscription=subscription)
-        return subscription_info(await self.conn.call("DescribeSubscription", req, timeout))
-
-    async def list_subscriptions(
-        self, topic: str, *, timeout: float | None = 30.0
-    ) -> list[SubscriptionInfo]:
-        req = pb.ListSubscriptionsRequest(topic=topic)
-        resp = await self.conn.call("ListSubscriptions", req, timeout)
-        return [subscription_info(d) for d in resp.subscriptions]
-
-    async def delete_subscription(
-        self, topic: str, subscription: str, *, force: bool = False, timeout: float | None = 30.0
-    ) -> None:
-        """Delete a subscription; refused while consumers are attached unless ``force``."""
-        req = pb.DeleteSubscriptionRequest(topic=topic, subscription=subscription, force=force)
-        await self.conn.call("DeleteSubscription", req, timeout)
-
-    async def seek_subscription(
-        self,
-        topic: str,
-        subscription: str,
-        *,
-        offsets: Mapping[int, int] | None = None,
-        timestamp: dt.datetime | int | None = None,
-        timeout: float | None = 30.0,
-    ) -> SubscriptionInfo:
-        """Move a subscription: ``offsets`` (partition -> first offset to deliver) or every
-        partition to the first message written at or after ``timestamp``. Its consumers
-        are disconnected and reconnect on their own; delivery starts again from there."""
-        req = pb.SeekSubscriptionRequest(
-            topic=topic,
-            subscription=subscription,
-            offsets=[pb.PartitionOffset(partition=p, offset=o) for p, o in (offsets or {}).items()],
-        )
-        if timestamp is not None:
-            req.timestamp_ms = to_ms(timestamp, "timestamp") or 0
-        return subscription_info(await self.conn.call("SeekSubscription", req, timeout))
-
-    async def skip_subscription(
-        self,
-        topic: str,
-        subscription: str,
-        count: int | None = None,
-        *,
-        partition: int | None = None,
-        timeout: float | None = 30.0,
-    ) -> int:
-        """Acknowledge the ``count`` oldest unacknowledged messages of each partition (or
-        of ``partition`` only); ``count=None`` skips them all (clears the backlog).
-        Returns how many messages were skipped; the consumers stay attached."""
-        req = pb.SkipSubscriptionRequest(topic=topic, subscription=subscription)
-        if count is not None:
-            req.count = count
-        if partition is not None:
-            req.partition = partition
-        resp = await self.conn.call("SkipSubscription", req, timeout)
-        return int(resp.skipped)
 
     def subscribe(
         self,
