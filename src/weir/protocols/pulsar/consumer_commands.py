@@ -38,7 +38,7 @@ TYPES = {
 
 
 class ConsumerCommands(ConnectionState):
-    """Subscribe, Flow, Ack, RedeliverUnacknowledgedMessages, CloseConsumer, Unsubscribe, Seek,"""
+    """The commands of a connection's consumers and readers, from Subscribe to Seek."""
 
     async def handle_subscribe(self, req: pb.CommandSubscribe) -> None:
         if req.consumer_id in self.consumers:

@@ -30,7 +30,7 @@ SERVER_VERSION = f"weir-{__version__}"
 
 
 class Handshake(ProducerCommands, ConsumerCommands):
-    """Connect (protocol version, authentication) and the recheck of a connection's streams"""
+    """Connect, and the recheck of a connection's streams when users or grants change."""
 
     def _credential(self, c: pb.CommandConnect) -> Credential | None:
         method = c.auth_method_name
