@@ -174,15 +174,26 @@ class ConnectionState:
     # ------------------------------------------------------------------ lookup
 
     def _topic_name(self, name: str) -> names.PulsarTopic:
-        return names.check_served(names.parse(name))
+        return names.parse(name)
+
+    def _known_topic(self, t: names.PulsarTopic) -> TopicConfig | None:
+        """The topic ``t`` names if it exists (of the kind its domain says, else
+        TopicKindError); None when there is none."""
+        try:
+            cfg = self.broker.topic(t.weir_name)
+        except UnknownTopicError:
+            return None
+        return names.check_kind(t, cfg)
 
     async def _topic_for_use(self, t: names.PulsarTopic, create: bool = True) -> TopicConfig:
-        try:
-            return self.broker.topic(t.weir_name)
-        except UnknownTopicError:
-            if not create:
-                raise
-        return await self.broker.topic_for_use(t.weir_name)
+        """The topic ``t`` names; a missing one is created (``create``, and the namespace's
+        auto-creation policy allowing) of the kind its domain says."""
+        cfg = self._known_topic(t)
+        if cfg is not None:
+            return cfg
+        if not create:
+            raise UnknownTopicError(f"topic {t.url()} does not exist")
+        return names.check_kind(t, await self.broker.topic_for_use(t.weir_name, kind=t.kind))
 
     def _partition(self, t: names.PulsarTopic, cfg: TopicConfig) -> tuple[int, int]:
         """(weir partition, partition as ids say it) that a producer or consumer of ``t`` uses."""

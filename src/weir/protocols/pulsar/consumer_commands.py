@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 
 from weir.broker.subscriptions import InitialPosition, Subscription, SubscriptionType
+from weir.broker.topics import PERSISTENT, TopicConfig
 from weir.errors import (
     BadRequestError,
     ConsumerBusyError,
@@ -56,6 +57,9 @@ class ConsumerCommands(ConnectionState):
         if req.HasField("schema"):
             await self._schema_version(cfg, req.schema)
         earliest = req.initialPosition == pb.CommandSubscribe.Earliest
+        if cfg.kind != PERSISTENT:
+            await self._subscribe_live(req, t, cfg, partition, id_partition, checks)
+            return
         if not req.durable:
             seek_key = (cfg.name, partition, req.subscription)
             moved = self.state.seeks.pop(seek_key, None)
@@ -104,14 +108,7 @@ class ConsumerCommands(ConnectionState):
             send_command=self.send,
         )
         c.on_dropped = self._consumer_dropped
-        sticky = None
-        if (
-            req.subType == pb.CommandSubscribe.Key_Shared
-            and req.HasField("keySharedMeta")
-            and req.keySharedMeta.keySharedMode == pb.STICKY
-        ):
-            # Pulsar's slots are weir's: (murmur3_32(key) & 0x7FFFFFFF) % 65536, inclusive
-            sticky = [(r.start, r.end) for r in req.keySharedMeta.hashRanges]
+        sticky = _sticky_ranges(req)
         self.consumers[req.consumer_id] = c
         try:
             sub, attached = await self.broker.subscribe(
@@ -135,6 +132,62 @@ class ConsumerCommands(ConnectionState):
         # Whole-batch consumers attach to durable subscriptions only (the broker refuses
         # them on a non-persistent topic).
         assert isinstance(sub, Subscription)
+        c.sub, c.attached = sub, attached
+        if c.closed:  # dropped while subscribing
+            return
+        self.success(req.request_id)
+
+    async def _subscribe_live(
+        self,
+        req: pb.CommandSubscribe,
+        t: names.PulsarTopic,
+        cfg: TopicConfig,
+        partition: int,
+        id_partition: int,
+        checks: list[tuple[object, str, str]],
+    ) -> None:
+        """A consumer or reader of a non-persistent topic: attached to a live subscription
+        (a reader to one of its own, gone when it closes); it gets what is written from
+        now on, whatever its initial position or start message id."""
+        if req.read_compacted:
+            raise names.NotServedError(
+                f"topic {t.url()} is non-persistent: it has no compacted view"
+            )
+        if _sticky_ranges(req) is not None:
+            raise names.NotServedError(
+                f"topic {t.url()} is non-persistent: sticky hash ranges are served for "
+                "persistent topics only"
+            )
+        c = PulsarConsumer(
+            req.consumer_id,
+            cfg.name,
+            partition,
+            id_partition,
+            self.broker,
+            self.write,
+            self.state.cache,
+            name=req.subscription,
+            batch_index_ack=self.settings.batch_index_ack,
+            checks=checks,
+            live=True,
+            send_command=self.send,
+            ephemeral=not req.durable,
+        )
+        c.on_dropped = self._consumer_dropped
+        self.consumers[req.consumer_id] = c
+        try:
+            sub, attached = await self.broker.subscribe(
+                cfg.name,
+                req.subscription,
+                TYPES[req.subType] if req.durable else SubscriptionType.EXCLUSIVE,
+                InitialPosition.LATEST,
+                c,
+                consumer_name=req.consumer_name,
+                partitions=frozenset({partition}),
+            )
+        except BaseException:
+            self.consumers.pop(req.consumer_id, None)
+            raise
         c.sub, c.attached = sub, attached
         if c.closed:  # dropped while subscribing
             return
@@ -235,6 +288,10 @@ class ConsumerCommands(ConnectionState):
         c = self.consumers.get(req.consumer_id)
         if c is None:
             raise BadRequestError(f"no consumer {req.consumer_id} on this connection")
+        if isinstance(c, PulsarConsumer) and c.live:
+            raise names.NotServedError(
+                "a non-persistent topic keeps no messages to seek to (as in Pulsar)"
+            )
         actor = self.broker.actor(c.topic, c.partition)
         if req.HasField("message_publish_time"):
             target = actor.log.offset_for_time(req.message_publish_time)
@@ -264,10 +321,22 @@ class ConsumerCommands(ConnectionState):
         c = self.consumers.get(req.consumer_id)
         if c is None:
             raise BadRequestError(f"no consumer {req.consumer_id} on this connection")
-        actor = self.broker.actor(c.topic, c.partition)
         resp = pb.CommandGetLastMessageIdResponse(request_id=req.request_id)
+        if isinstance(c, PulsarConsumer) and c.live:
+            # nothing is kept: the last message written, and everything before it is gone
+            end = self.broker.live_partition(c.topic, c.partition).end_offset
+            last = pb.MessageIdData(
+                ledgerId=LEDGER if end else EARLIEST_ENTRY,
+                entryId=end - 1 if end else EARLIEST_ENTRY,
+                partition=c.id_partition,
+            )
+            resp.last_message_id.CopyFrom(last)
+            resp.consumer_mark_delete_position.CopyFrom(last)
+            self.send(T(type=T.GET_LAST_MESSAGE_ID_RESPONSE, getLastMessageIdResponse=resp))
+            return
+        actor = self.broker.actor(c.topic, c.partition)
         resp.last_message_id.CopyFrom(self._id_of(c, actor.end_offset - 1))
-        if isinstance(c, PulsarConsumer) and c.sub is not None:
+        if isinstance(c, PulsarConsumer) and isinstance(c.sub, Subscription):
             mark = c.sub.parts[c.partition].cursor.mark_delete
         elif isinstance(c, PulsarReader):
             mark = c.position
@@ -292,3 +361,15 @@ class ConsumerCommands(ConnectionState):
             partition=c.id_partition,
             batch_index=offset - base if batched else -1,
         )
+
+
+def _sticky_ranges(req: pb.CommandSubscribe) -> list[tuple[int, int]] | None:
+    """A Key_Shared sticky consumer's key-hash slots; None for any other."""
+    if (
+        req.subType == pb.CommandSubscribe.Key_Shared
+        and req.HasField("keySharedMeta")
+        and req.keySharedMeta.keySharedMode == pb.STICKY
+    ):
+        # Pulsar's slots are weir's: (murmur3_32(key) & 0x7FFFFFFF) % 65536, inclusive
+        return [(r.start, r.end) for r in req.keySharedMeta.hashRanges]
+    return None

@@ -7,8 +7,8 @@ from __future__ import annotations
 import contextlib
 import re
 
+from weir.broker.topics import NON_PERSISTENT
 from weir.errors import (
-    UnknownTopicError,
     WeirError,
 )
 from weir.protocols.pulsar import pulsar_api_pb2 as pb
@@ -20,13 +20,14 @@ T = pb.BaseCommand
 
 
 class LookupCommands(ConnectionState):
-    """LookupTopic, PartitionedTopicMetadata, GetTopicsOfNamespace: where a topic is served and"""
+    """Where a topic is served, how many partitions it has, the topics of a namespace."""
 
     async def handle_lookup(self, req: pb.CommandLookupTopic) -> None:
         resp = pb.CommandLookupTopicResponse(request_id=req.request_id)
         try:
             t = self._topic_name(req.topic)
             self._allow(None, t, "look up")
+            self._known_topic(t)  # a name of the other kind is refused here already
         except WeirError as err:
             resp.response = pb.CommandLookupTopicResponse.Failed
             resp.error = server_error(err)
@@ -47,13 +48,12 @@ class LookupCommands(ConnectionState):
             t = self._topic_name(req.topic)
             self._allow(None, t, "look up")
             if t.partition is not None:
+                self._known_topic(t)
                 n = 0
             else:
-                try:
-                    cfg = self.broker.topic(t.weir_name)
-                except UnknownTopicError:
-                    # auto-creation: the client creates producers / consumers next
-                    cfg = await self.broker.topic_for_use(t.weir_name)
+                # auto-creation (of the kind the name says): the client creates producers
+                # / consumers next
+                cfg = await self._topic_for_use(t)
                 n = 0 if cfg.partitions == 1 else cfg.partitions
         except WeirError as err:
             resp.response = pb.CommandPartitionedTopicMetadataResponse.Failed
@@ -67,15 +67,19 @@ class LookupCommands(ConnectionState):
     async def handle_get_topics(self, req: pb.CommandGetTopicsOfNamespace) -> None:
         me = self.principal or ANONYMOUS
         out: list[str] = []
-        if req.mode != pb.CommandGetTopicsOfNamespace.NON_PERSISTENT:
-            for cfg in self.broker.namespace_topics(req.namespace):
-                if not self.security.can_see(me, cfg.name):
-                    continue
-                base = f"persistent://{cfg.name}"
-                if cfg.partitions == 1:
-                    out.append(base)
-                else:
-                    out.extend(f"{base}-partition-{p}" for p in range(cfg.partitions))
+        mode = req.mode
+        for cfg in self.broker.namespace_topics(req.namespace):
+            if not self.security.can_see(me, cfg.name):
+                continue
+            if mode != pb.CommandGetTopicsOfNamespace.ALL and (cfg.kind == NON_PERSISTENT) != (
+                mode == pb.CommandGetTopicsOfNamespace.NON_PERSISTENT
+            ):
+                continue
+            base = f"{cfg.kind}://{cfg.name}"  # the kinds are named as Pulsar's domains
+            if cfg.partitions == 1:
+                out.append(base)
+            else:
+                out.extend(f"{base}-partition-{p}" for p in range(cfg.partitions))
         filtered = False
         if req.topics_pattern:
             with contextlib.suppress(re.error):
