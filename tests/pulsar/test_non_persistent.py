@@ -176,15 +176,22 @@ def test_partitioned_topic_and_readers(
     name = f"{NS}/{topic}"
     assert client.get_topic_partitions(name) == [f"{name}-partition-{p}" for p in range(3)]
     consumer = client.subscribe(name, "s", consumer_type=pulsar.ConsumerType.Exclusive)
+    producer = client.create_producer(f"{name}-partition-1")
+    producer.send(b"before the reader")
+    producer.close()
     reader = client.create_reader(f"{name}-partition-1", pulsar.MessageId.earliest)
+    assert not reader.has_message_available()  # what was written before is gone
     producer = client.create_producer(
         name, message_routing_mode=pulsar.PartitionsRoutingMode.RoundRobinDistribution
     )
     ids = [producer.send(b"%d" % i) for i in range(12)]
     assert {mid.partition() for mid in ids} == {0, 1, 2}
-    assert sorted(_take([consumer], 12)[0]) == sorted(b"%d" % i for i in range(12))
+    assert sorted(_take([consumer], 13)[0]) == sorted(
+        [b"before the reader"] + [b"%d" % i for i in range(12)]
+    )
     on_one = [b"%d" % i for i, mid in enumerate(ids) if mid.partition() == 1]
     assert [reader.read_next(5000).data() for _ in on_one] == on_one
+    assert not reader.has_message_available()  # GetLastMessageId of a live partition
     reader.close()
     # a reader's subscription goes with it; the consumer's stays while it is attached
     assert [s.name for s in native.list_subscriptions(topic)] == ["s"]

@@ -323,13 +323,19 @@ class ConsumerCommands(ConnectionState):
             raise BadRequestError(f"no consumer {req.consumer_id} on this connection")
         resp = pb.CommandGetLastMessageIdResponse(request_id=req.request_id)
         if isinstance(c, PulsarConsumer) and c.live:
-            # nothing is kept: the last message written, and everything before it is gone
-            end = self.broker.live_partition(c.topic, c.partition).end_offset
-            last = pb.MessageIdData(
-                ledgerId=LEDGER if end else EARLIEST_ENTRY,
-                entryId=end - 1 if end else EARLIEST_ENTRY,
-                partition=c.id_partition,
-            )
+            # nothing is kept: the last message is the last one sent to this consumer
+            # (what a reader's hasMessageAvailable compares with what it has read)
+            if c.last_given is None:
+                last = pb.MessageIdData(
+                    ledgerId=EARLIEST_ENTRY, entryId=EARLIEST_ENTRY, partition=c.id_partition
+                )
+            else:
+                last = pb.MessageIdData(
+                    ledgerId=LEDGER,
+                    entryId=c.last_given[0],
+                    partition=c.id_partition,
+                    batch_index=c.last_given[1],
+                )
             resp.last_message_id.CopyFrom(last)
             resp.consumer_mark_delete_position.CopyFrom(last)
             self.send(T(type=T.GET_LAST_MESSAGE_ID_RESPONSE, getLastMessageIdResponse=resp))

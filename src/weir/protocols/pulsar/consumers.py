@@ -139,6 +139,8 @@ class ConsumerBase:
     checks: list[tuple[object, str, str]] = field(default_factory=list)  # asked again on changes
     debt: int = 0  # permits the client will hand back for messages it was not charged
     live: bool = False  # of a non-persistent topic: nothing to acknowledge or redeliver
+    # live: (entry, batch index) of the last message sent, what GetLastMessageId answers
+    last_given: tuple[int, int] | None = None
 
     def _frames(
         self, chunks: Iterable[Any], wanted: set[int] | None, counts: dict[int, int]
@@ -160,8 +162,8 @@ class ConsumerBase:
                     self.topic, self.partition, chunk, pos
                 )
                 known = self.delivered.get(base)
-                if self.live:
-                    pass  # nothing to acknowledge: nothing to remember
+                if self.live:  # nothing to acknowledge: only the last id is remembered
+                    self.last_given = (base, max(mine) - base if count > 1 else -1)
                 elif known is not None:  # another part of the entry is held here already
                     self.delivered[base] = (count, sorted(set(known[1]).union(mine)))
                 else:
