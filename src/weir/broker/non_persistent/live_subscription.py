@@ -70,7 +70,9 @@ class LiveSubscription:
             self.meta = SubscriptionMeta(
                 self.name, type, self.meta.initial_position, self.meta.created_at_ms
             )
-        if type is SubscriptionType.EXCLUSIVE and self.consumers:
+        if type is SubscriptionType.EXCLUSIVE and any(
+            _overlap(c, o) for o in self.consumers.values()
+        ):
             raise ConsumerBusyError(f"exclusive subscription {self.name!r} already has a consumer")
         self.consumers[c.consumer_id] = c
         self.queues[c.consumer_id] = LiveQueue(self.queue_bytes)
@@ -99,29 +101,34 @@ class LiveSubscription:
 
     # dispatch ---------------------------------------------------------------
 
-    def _active(self) -> AttachedConsumer | None:
-        if not self.consumers:
+    def _active(self, partition: int | None = None) -> AttachedConsumer | None:
+        """The consumer Exclusive / Failover give ``partition``'s messages to (None: of
+        any partition)."""
+        takers = [c for c in self.consumers.values() if partition is None or c.takes(partition)]
+        if not takers:
             return None
-        return min(self.consumers.values(), key=lambda c: c.order)
+        return min(takers, key=lambda c: c.order)
 
     def offer(self, partition: int, batch: bytes, first: int, end: int) -> tuple[int, int]:
-        if not self.consumers:
+        # consumers of some partitions only (a Pulsar consumer of one partition) take theirs
+        takers = [cid for cid, c in self.consumers.items() if c.takes(partition)]
+        if not takers:
             return 0, 0  # nobody connected: nothing to deliver to (and nothing "dropped")
         t = self.meta.type
         picks: dict[int, list[int]] = {}
         if t is SubscriptionType.SHARED:
-            ids = sorted(self.consumers)
+            ids = sorted(takers)
             self._rr += 1
             picks[ids[self._rr % len(ids)]] = list(range(first, end))
         elif t is SubscriptionType.KEY_SHARED:
-            ids = sorted(self.consumers)
+            ids = sorted(takers)
             h = parse_header(batch)
             keys = decode_payload(batch, 0, h).key_list()
             for i, k in enumerate(keys):
                 cid = ids[murmur3_32(k) % len(ids)] if k else ids[0]
                 picks.setdefault(cid, []).append(first + i)
         else:
-            active = self._active()
+            active = self._active(partition)
             assert active is not None
             picks[active.consumer_id] = list(range(first, end))
         delivered = dropped = 0
@@ -188,6 +195,10 @@ class LiveSubscription:
         self.queues.clear()
 
 
+def _overlap(a: AttachedConsumer, b: AttachedConsumer) -> bool:
+    return a.partitions is None or b.partitions is None or bool(a.partitions & b.partitions)
+
+
 class LiveSubscriptions:
     """The subscriptions of non-persistent topics, in memory."""
 
@@ -214,9 +225,11 @@ class LiveSubscriptions:
         *,
         consumer_name: str = "",
         create: bool = True,
+        only: frozenset[int] | None = None,
     ) -> tuple[LiveSubscription, AttachedConsumer, bool]:
-        """Attach a consumer; the third value says whether the subscription is new (its
-        caller registers it as a sink on the partitions)."""
+        """Attach a consumer (of the partitions ``only`` names, when given); the third value says
+        whether the subscription is new (its caller registers it as a sink on the
+        partitions)."""
         check_subscription_name(name)
         sub = self._subs.get((topic, name))
         new = sub is None
@@ -228,6 +241,7 @@ class LiveSubscriptions:
         cid = next(_consumer_ids)
         c = AttachedConsumer(cid, consumer_name or f"consumer-{cid}", handle, 0, 0, 0, ("", cid))
         c.order = (c.name if type is SubscriptionType.FAILOVER else "", cid)
+        c.partitions = only
         sub.attach(c, type)
         self._subs[(topic, name)] = sub
         return sub, c, new

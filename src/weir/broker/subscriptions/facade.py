@@ -20,7 +20,7 @@ from weir.broker.subscriptions.retry import RetryLetters, retry_topic_for
 from weir.broker.topic_admin import TopicAdmin
 from weir.broker.topics import PERSISTENT, TopicConfig, canonical_topic, short_topic
 from weir.broker.writes import Writes
-from weir.errors import AlreadyExistsError, BadRequestError, ConsumerBusyError
+from weir.errors import AlreadyExistsError, BadRequestError, ConsumerBusyError, WeirError
 from weir.storage.incoming import validate_incoming
 
 
@@ -79,11 +79,7 @@ class SubscriptionFacade(TopicAdmin, Writes):
         self._check_open()
         cfg = self.topic(topic)
         if cfg.kind != PERSISTENT:
-            sub = self.live_subscriptions.delete(cfg.name, name, force=force)
-            for p in range(cfg.partitions):
-                live = self._live.get((cfg.name, p))
-                if live is not None and sub in live.sinks:
-                    live.sinks.remove(sub)
+            self._delete_live_subscription(cfg, name, force)
             return
         if self.subscriptions.is_consumer(cfg, name):
             held = self.subscriptions.get(cfg, name)
@@ -96,6 +92,21 @@ class SubscriptionFacade(TopicAdmin, Writes):
             await self.subscriptions.forget_consumer(cfg, name)
             return
         await self.subscriptions.delete(cfg, name, force=force)
+
+    def _delete_live_subscription(self, cfg: TopicConfig, name: str, force: bool) -> None:
+        sub = self.live_subscriptions.delete(cfg.name, name, force=force)
+        for p in range(cfg.partitions):
+            live = self._live.get((cfg.name, p))
+            if live is not None and sub in live.sinks:
+                live.sinks.remove(sub)
+
+    def drop_idle_live_subscription(self, topic: str, name: str) -> None:
+        """Delete a non-persistent topic's subscription if no consumer is attached (a
+        Pulsar reader's, when it closes); nothing happens otherwise."""
+        with contextlib.suppress(WeirError):
+            cfg = self.topic(topic)
+            if cfg.kind != PERSISTENT and not self.live_subscriptions.get(cfg.name, name).consumers:
+                self._delete_live_subscription(cfg, name, force=False)
 
     async def seek_subscription(
         self,
@@ -185,12 +196,12 @@ class SubscriptionFacade(TopicAdmin, Writes):
                     f"topic {short_topic(cfg.name)!r} is non-persistent: sticky hash ranges "
                     "are for durable Key_Shared subscriptions"
                 )
-            if partitions is not None or whole_batches:
-                # Per-partition, whole-batch consumers are the Pulsar front's; live
-                # subscriptions deliver single messages of every partition.
+            if whole_batches:
+                # live subscriptions hand out single messages (a whole batch may be
+                # split by key, or by the consumer's permits)
                 raise BadRequestError(
-                    f"topic {short_topic(cfg.name)!r} is non-persistent: this front serves "
-                    "persistent topics only"
+                    f"topic {short_topic(cfg.name)!r} is non-persistent: its consumers take "
+                    "single messages, not whole batches"
                 )
             sub, c, new = self.live_subscriptions.subscribe(
                 cfg.name,
@@ -200,6 +211,7 @@ class SubscriptionFacade(TopicAdmin, Writes):
                 handle,
                 consumer_name=consumer_name,
                 create=create,
+                only=partitions,
             )
             if new:
                 for p in range(cfg.partitions):

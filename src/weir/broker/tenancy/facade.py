@@ -16,7 +16,7 @@ from weir.broker.state import BrokerState
 from weir.broker.tenancy.names import parse_topic
 from weir.broker.tenancy.policies import Policies, effective
 from weir.broker.tenancy.registry import Namespace, Tenant
-from weir.broker.topics import TopicConfig
+from weir.broker.topics import PERSISTENT, TopicConfig
 from weir.errors import UnknownTopicError
 
 
@@ -49,7 +49,7 @@ class TenancyFacade(BrokerState):
     if TYPE_CHECKING:  # provided by `weir.broker.topic_admin.TopicAdmin`
 
         def _apply_topic_config(self, cfg: TopicConfig) -> None: ...
-        async def create_topic(self, name: str) -> TopicConfig: ...
+        async def create_topic(self, name: str, *, kind: str = PERSISTENT) -> TopicConfig: ...
 
     # ---------------------------------------------------------------- policies
 
@@ -77,9 +77,11 @@ class TenancyFacade(BrokerState):
 
     # ---------------------------------------------------------------- auto-creation
 
-    async def topic_for_use(self, name: str, database: str = "") -> TopicConfig:
-        """The topic a producer or consumer names; an unknown one is created when its
-        namespace's auto_create_topics policy (else topics.auto_create) allows."""
+    async def topic_for_use(
+        self, name: str, database: str = "", *, kind: str = PERSISTENT
+    ) -> TopicConfig:
+        """The topic a producer or consumer names; an unknown one is created (of ``kind``)
+        when its namespace's auto_create_topics policy (else topics.auto_create) allows."""
         try:
             return self.topic(name, database)
         except UnknownTopicError:
@@ -88,7 +90,7 @@ class TenancyFacade(BrokerState):
             if not self.namespace_policies(ns.path)["auto_create_topics"]:
                 raise
         try:
-            return await self.create_topic(full.full)
+            return await self.create_topic(full.full, kind=kind)
         except Exception:
             if full.full in self._topics:  # another session created it first
                 return self._topics[full.full]

@@ -16,6 +16,11 @@ acks only acknowledges an entry once it has acknowledged every message of it:
 An acknowledgement covers the messages of the entry that this consumer was given. A
 client hands back a permit for every message of a frame, skipped or not; the broker
 charged only the ones given, so the difference is kept back from the next Flow.
+
+A consumer of a non-persistent topic (``live``) is attached to a live subscription
+(`weir.broker.non_persistent`), readers too: it gets single messages, so a frame of
+part of an entry always carries an ack set; acknowledgements change nothing and
+nothing of what it was given is remembered.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from weir.broker.broker import Broker
+from weir.broker.non_persistent import LiveSubscription
 from weir.broker.subscriptions import AttachedConsumer, Delivery, Subscription
 from weir.errors import BadRequestError, WeirError
 from weir.protocols.pulsar import pulsar_api_pb2 as pb
@@ -132,6 +138,9 @@ class ConsumerBase:
     batch_index_ack: bool = False  # frames say which messages of an entry are given
     checks: list[tuple[object, str, str]] = field(default_factory=list)  # asked again on changes
     debt: int = 0  # permits the client will hand back for messages it was not charged
+    live: bool = False  # of a non-persistent topic: nothing to acknowledge or redeliver
+    # live: (entry, batch index) of the last message sent, what GetLastMessageId answers
+    last_given: tuple[int, int] | None = None
 
     def _frames(
         self, chunks: Iterable[Any], wanted: set[int] | None, counts: dict[int, int]
@@ -153,7 +162,9 @@ class ConsumerBase:
                     self.topic, self.partition, chunk, pos
                 )
                 known = self.delivered.get(base)
-                if known is not None:  # another part of the entry is held here already
+                if self.live:  # nothing to acknowledge: only the last id is remembered
+                    self.last_given = (base, max(mine) - base if count > 1 else -1)
+                elif known is not None:  # another part of the entry is held here already
                     self.delivered[base] = (count, sorted(set(known[1]).union(mine)))
                 else:
                     self.delivered[base] = (count, mine)
@@ -166,7 +177,7 @@ class ConsumerBase:
                 )
                 if len(mine) < count:
                     self.debt += count - len(mine)
-                    if self.batch_index_ack:
+                    if self.batch_index_ack or self.live:
                         msg.ack_set.extend(ack_set(base, count, mine))
                 cmd = pb.BaseCommand(type=pb.BaseCommand.MESSAGE, message=msg).SerializeToString()
                 out += (frame_head(cmd, len(prefix) + len(payload)), prefix, payload)
@@ -249,10 +260,12 @@ class ConsumerBase:
 class PulsarConsumer(ConsumerBase):
     """A durable subscription's consumer: the broker's `ConsumerHandle` for it."""
 
-    sub: Subscription | None = None
+    sub: Subscription | LiveSubscription | None = None
     attached: AttachedConsumer | None = None
     send_command: Callable[[pb.BaseCommand], None] | None = None
     acks: set[asyncio.Task[None]] = field(default_factory=set)  # in flight, not yet durable
+    # a reader's subscription of a non-persistent topic: it goes when its last consumer does
+    ephemeral: bool = False
 
     async def settled(self) -> None:
         if self.acks:
@@ -312,6 +325,8 @@ class PulsarConsumer(ConsumerBase):
         sub = self.sub
         if sub is None:
             raise BadRequestError("the consumer is not subscribed")
+        if self.live:
+            return  # a non-persistent subscription keeps no position
         if ack.ack_type == pb.CommandAck.Cumulative:
             for mid in ack.message_id:
                 last = self.last_of(mid)
@@ -335,8 +350,8 @@ class PulsarConsumer(ConsumerBase):
     def redeliver(self, ids: Iterable[pb.MessageIdData]) -> None:
         """Negative acknowledgements (by entry), or with no ids every message held here."""
         sub = self.sub
-        if sub is None:
-            return
+        if sub is None or self.live:
+            return  # non-persistent: what was given is gone
         mids = list(ids)
         bases = [m.entryId for m in mids] if mids else list(self.delivered)
         ranges: list[tuple[int, int, int]] = []
@@ -352,6 +367,8 @@ class PulsarConsumer(ConsumerBase):
         self.closed = True
         if self.sub is not None and self.attached is not None:
             self.sub.detach(self.attached.consumer_id)
+            if self.ephemeral and isinstance(self.sub, LiveSubscription):
+                self.broker.drop_idle_live_subscription(self.topic, self.sub.name)
 
 
 @dataclass(eq=False)

@@ -19,7 +19,7 @@ from weir.errors import (
 )
 from weir.protocols.pulsar import pulsar_api_pb2 as pb
 from weir.protocols.pulsar.codec import ProtocolError
-from weir.protocols.pulsar.names import NotServedError
+from weir.protocols.pulsar.names import InvalidTopicNameError, NotServedError, TopicKindError
 
 
 def as_weir_error(err: BaseException) -> WeirError:
@@ -48,7 +48,9 @@ def server_error(err: WeirError) -> pb.ServerError.ValueType:
         return pb.ProducerBlockedQuotaExceededError
     if isinstance(err, IncompatibleSchemaError):
         return pb.IncompatibleSchema
-    if isinstance(err, NotServedError):
+    if isinstance(err, NotServedError | TopicKindError | InvalidTopicNameError):
+        # not InvalidTopicName: the C++ client retries that (and UnknownError) until its
+        # operation timeout, then reports only "TimeOut"; NotAllowedError fails at once
         return pb.NotAllowedError
     if isinstance(err, ProtocolError):
         return pb.UnknownError

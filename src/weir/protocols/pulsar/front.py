@@ -14,7 +14,8 @@ import socket
 import ssl
 
 from weir.broker.broker import Broker
-from weir.protocols.pulsar.connection import FrontSettings, FrontState, PulsarConnection
+from weir.protocols.pulsar.connection import PulsarConnection
+from weir.protocols.pulsar.connection_state import FrontSettings, FrontState
 from weir.security import Security
 from weir.security.tls import ServerTls
 

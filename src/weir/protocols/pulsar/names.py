@@ -4,7 +4,9 @@ Pulsar's short forms mean what they mean there: ``orders`` is
 ``persistent://public/default/orders``, ``tenant/namespace/orders`` the same domain.
 A weir topic of one partition is a *non-partitioned* Pulsar topic; a topic of N > 1
 partitions is a partitioned one, its partitions named ``<topic>-partition-<i>``.
-``non-persistent://`` names parse, and are answered as not served (yet).
+``non-persistent://x`` names the weir topic ``x`` of kind non-persistent (see
+docs/topics.md): weir keeps one topic per name, so a name whose domain is not the
+topic's kind is refused (`check_kind`) rather than reaching the other topic.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from weir.broker.topics import NON_PERSISTENT as NON_PERSISTENT_KIND
+from weir.broker.topics import TopicConfig, short_topic
 from weir.errors import BadRequestError
 
 PERSISTENT = "persistent"
@@ -25,6 +29,20 @@ class NotServedError(BadRequestError):
     code = "NOT_SERVED"
 
 
+class InvalidTopicNameError(BadRequestError):
+    """A name that is not a Pulsar topic name: answered with NotAllowedError (see
+    `errors.server_error`)."""
+
+    code = "INVALID_TOPIC_NAME"
+
+
+class TopicKindError(BadRequestError):
+    """``persistent://x`` for a non-persistent topic ``x``, or the reverse: answered with
+    NotAllowedError (the topic of the other kind is left as it is)."""
+
+    code = "WRONG_TOPIC_KIND"
+
+
 @dataclass(frozen=True, slots=True)
 class PulsarTopic:
     domain: str
@@ -32,6 +50,11 @@ class PulsarTopic:
     namespace: str
     local: str  # without the partition suffix
     partition: int | None  # None: the topic itself (all of it, or its only partition)
+
+    @property
+    def kind(self) -> str:
+        """The weir topic kind this name asks for (`weir.broker.topics`)."""
+        return self.domain  # the same words: "persistent", "non-persistent"
 
     @property
     def weir_name(self) -> str:
@@ -50,13 +73,13 @@ class PulsarTopic:
 def parse(name: str) -> PulsarTopic:
     """A Pulsar topic name in any of its forms; BadRequestError for a malformed one."""
     if not isinstance(name, str) or not name or len(name) > 1000:
-        raise BadRequestError(f"bad topic name {name!r}")
+        raise InvalidTopicNameError(f"bad topic name {name!r}")
     domain = PERSISTENT
     rest = name
     if "://" in name:
         domain, _, rest = name.partition("://")
         if domain not in (PERSISTENT, NON_PERSISTENT):
-            raise BadRequestError(
+            raise InvalidTopicNameError(
                 f"bad topic name {name!r}: the domain is persistent:// or non-persistent://"
             )
     parts = rest.split("/")
@@ -65,13 +88,15 @@ def parse(name: str) -> PulsarTopic:
     elif len(parts) == 3:
         tenant, namespace, local = parts
     elif len(parts) == 4:  # the old form with a cluster: tenant/cluster/namespace/topic
-        raise BadRequestError(f"topic name {name!r} names a cluster: use tenant/namespace/topic")
+        raise InvalidTopicNameError(
+            f"topic name {name!r} names a cluster: use tenant/namespace/topic"
+        )
     else:
-        raise BadRequestError(
+        raise InvalidTopicNameError(
             f"bad topic name {name!r}: use 'topic' or 'persistent://tenant/namespace/topic'"
         )
     if not (tenant and namespace and local):
-        raise BadRequestError(f"bad topic name {name!r}: a name has no empty parts")
+        raise InvalidTopicNameError(f"bad topic name {name!r}: a name has no empty parts")
     partition = None
     m = _PARTITION.match(local)
     if m:
@@ -79,10 +104,13 @@ def parse(name: str) -> PulsarTopic:
     return PulsarTopic(domain, tenant, namespace, local, partition)
 
 
-def check_served(topic: PulsarTopic) -> PulsarTopic:
-    if topic.domain == NON_PERSISTENT:
-        raise NotServedError(
-            f"non-persistent topics are not served by weir yet: use persistent://{topic.tenant}/"
-            f"{topic.namespace}/{topic.local}"
+def check_kind(topic: PulsarTopic, cfg: TopicConfig) -> TopicConfig:
+    """``cfg`` when its kind is the one ``topic``'s domain names, else TopicKindError."""
+    if cfg.kind != topic.kind:
+        other = "non-persistent" if cfg.kind == NON_PERSISTENT_KIND else "persistent"
+        raise TopicKindError(
+            f"{topic.url(topic.partition)} names a {topic.domain} topic, but weir's topic "
+            f"{short_topic(cfg.name)!r} is {other} (weir keeps one topic per name): use "
+            f"{other}://{topic.tenant}/{topic.namespace}/{topic.local}"
         )
-    return topic
+    return cfg
