@@ -123,8 +123,9 @@ async def read_all(b: Broker) -> list[Any]:
     return out
 
 
-async def test_shared_subscription_gets_offloaded_messages_in_order(
-    tmp_path: Path, gate: Gate
+@pytest.mark.parametrize("type", ["shared", "key_shared"])
+async def test_subscription_gets_offloaded_messages_in_order(
+    tmp_path: Path, gate: Gate, type: str
 ) -> None:
     b, data = await offloaded_broker(tmp_path / "d")
     try:
@@ -134,7 +135,7 @@ async def test_shared_subscription_gets_offloaded_messages_in_order(
         assert b.tier_status("t")[0].remote_bytes > 0
         gets = gate.gets
         inbox = Inbox()
-        s, c = await b.subscribe("t", "s", "shared", "earliest", inbox)
+        s, c = await b.subscribe("t", "s", type, "earliest", inbox)
         s.flow(c.consumer_id, 7)  # small grants: many dispatch reads, some inside a blob
         n = len(data)
         while len(inbox.got) < n:
