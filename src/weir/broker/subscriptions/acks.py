@@ -23,6 +23,7 @@ from weir.broker.subscriptions.dead_letter import (
     DeadLetterPolicy,
     dead_letter_batches,
 )
+from weir.broker.subscriptions.reads import read_span
 from weir.broker.subscriptions.retry import RetryLetters, retry_copies
 from weir.broker.subscriptions.state import (
     MAX_DELAY_MS,
@@ -142,7 +143,7 @@ class Acknowledgements(SubscriptionState):
         ``batch_offset`` (Pulsar's batch-index acks); returns once durable. The batch's
         other messages stay unacknowledged: a redelivery sends only them."""
         self._state(partition)
-        count = batch_count_at(self._actor_of(partition), batch_offset)
+        count = await batch_count_at(self._actor_of(partition), batch_offset)
         await self.acknowledge(
             [(partition, a, b) for a, b in index_ranges(batch_offset, count, indexes)]
         )
@@ -181,7 +182,7 @@ class Acknowledgements(SubscriptionState):
             todo = [o for o in range(start, end) if not st.cursor.is_acked(o)]
             if not todo:
                 continue
-            res = self._actor_of(p).read(todo[0], 1 << 62, todo[-1] + 1)
+            res = await read_span(self._actor_of(p), todo[0], todo[-1] + 1)
             origin = {ORIGIN_TOPIC: short, ORIGIN_PARTITION: str(p), ORIGIN_SUBSCRIPTION: self.name}
             r, d = retry_copies(res.chunks, set(todo), origin, deliver_at, letters)
             retry += r
@@ -277,7 +278,7 @@ class Acknowledgements(SubscriptionState):
         try:
             while st.dead and not self._closed:
                 offsets = sorted(st.dead)[:500]
-                res = await actor.read_async(offsets[0], 1 << 62, offsets[-1] + 1)
+                res = await read_span(actor, offsets[0], offsets[-1] + 1)
                 batches = dead_letter_batches(res.chunks, set(offsets), origin)
                 try:
                     if batches:

@@ -19,14 +19,14 @@ from weir.storage.batch import iter_batches
 MAX_BATCH_INDEX = 1 << 20
 
 
-def batch_count_at(actor: PartitionActor, batch_offset: int) -> int:
+async def batch_count_at(actor: PartitionActor, batch_offset: int) -> int:
     """The message count of the stored batch that starts at ``batch_offset``."""
     if batch_offset < actor.start_offset or batch_offset >= actor.end_offset:
         raise BadRequestError(
             f"no stored batch at offset {batch_offset} of partition {actor.partition} "
             f"(it holds {actor.start_offset}..{actor.end_offset - 1})"
         )
-    res = actor.read(batch_offset, 1, batch_offset + 1)
+    res = await actor.read_async(batch_offset, 1, batch_offset + 1)
     for chunk in res.chunks:
         for _, h in iter_batches(chunk, verify=False):
             if h.base_offset <= batch_offset < h.next_offset:

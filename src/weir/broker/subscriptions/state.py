@@ -44,6 +44,7 @@ class PartitionState:
     delayed: DelayedIndex = field(default_factory=DelayedIndex)  # held back until their time
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task[None] | None = None
+    seeks: int = 0  # seeks so far: a dispatch read that spans one delivers nothing
 
 
 class SubscriptionState:

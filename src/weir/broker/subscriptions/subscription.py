@@ -39,6 +39,7 @@ from weir.broker.subscriptions.key_shared import (
     message_keys,
 )
 from weir.broker.subscriptions.rates import RateMeter
+from weir.broker.subscriptions.reads import read_span
 from weir.broker.subscriptions.settings import SubscriptionMeta, SubscriptionType
 from weir.broker.subscriptions.shared import SharedDispatcher
 from weir.broker.subscriptions.single_active import SingleActiveDispatcher
@@ -202,7 +203,7 @@ class Subscription(Acknowledgements):
             while not self._closed:
                 st.wake.clear()
                 if isinstance(self.dispatcher, KeySharedDispatcher):
-                    if self._key_shared_round(partition, st, actor, self.dispatcher):
+                    if await self._key_shared_round(partition, st, actor, self.dispatcher):
                         await asyncio.sleep(0)
                         continue
                     if len(st.held) < MAX_HELD and self.consumers:
@@ -213,9 +214,7 @@ class Subscription(Acknowledgements):
                 consumers = self._consumers_of(partition)
                 c = self.dispatcher.pick(partition, consumers)
                 if c is not None:
-                    taken = self._take(
-                        st, actor, min(c.permits, self.dispatcher.max_batch), c.whole_batches
-                    )
+                    taken = await self._take(partition, st, actor, c)
                     if taken is not None:
                         self._deliver(partition, st, c, *taken)
                         await asyncio.sleep(0)
@@ -233,12 +232,30 @@ class Subscription(Acknowledgements):
                 extra={"subscription": self.name, "partition": partition},
             )
 
-    def _take(
-        self, st: PartitionState, actor: PartitionActor, limit: int, whole: bool = False
+    def _still_for(
+        self, partition: int, st: PartitionState, c: AttachedConsumer, seeks: int
+    ) -> bool:
+        """After a read (an await: an offloaded blob may have been fetched meanwhile):
+        True when ``c`` may still be given what was read (no seek, still attached, still
+        the partition's owner for a single-active subscription, permits left)."""
+        if self._closed or st.seeks != seeks or self.consumers.get(c.consumer_id) is not c:
+            return False
+        shared = self.dispatcher.type is SubscriptionType.SHARED
+        if not shared and self.dispatcher.owner(partition, self._consumers_of(partition)) is not c:
+            return False
+        return c.permits > 0
+
+    async def _take(
+        self, partition: int, st: PartitionState, actor: PartitionActor, c: AttachedConsumer
     ) -> tuple[list[int], list[Any]] | None:
-        """The next offsets for a consumer with ``limit`` permits (redeliveries first) and
-        the stored batches holding them (only those: a read up to the last one). ``whole``:
-        every offset due in those batches, so that no batch is cut (may pass ``limit``)."""
+        """The next offsets for consumer ``c`` within its permits (redeliveries first) and
+        the stored batches holding them (only those: a read up to the last one). A consumer
+        that takes whole batches gets every offset due in those batches, so that no batch
+        is cut (may pass its permits). The read is ``read_async``: what changed while it
+        ran (acks, a seek, the consumer leaving) is looked at again after it."""
+        whole = c.whole_batches
+        limit = min(c.permits, self.dispatcher.max_batch)
+        seeks = st.seeks
         start = actor.start_offset
         if st.cursor.mark_delete < start:  # removed by a size limit: nothing left to deliver
             st.cursor.skip_to(start)
@@ -247,7 +264,12 @@ class Subscription(Acknowledgements):
                 self._settle(st, o)
         if st.redeliver:
             take = sorted(st.redeliver)[:limit]
-            res = actor.read(take[0], MAX_READ_BYTES, take[-1] + 1)
+            res = await actor.read_async(take[0], MAX_READ_BYTES, take[-1] + 1)
+            if not self._still_for(partition, st, c, seeks):
+                st.wake.set()
+                return None
+            limit = min(c.permits, self.dispatcher.max_batch)
+            take = [o for o in take if o in st.redeliver and not st.cursor.is_acked(o)][:limit]
             gone = [o for o in take if o < res.first_offset]
             for o in gone:  # removed from storage meanwhile
                 self._settle(st, o)
@@ -278,7 +300,18 @@ class Subscription(Acknowledgements):
         if not take:
             st.read_pos = min(o, end)
             return None
-        res = actor.read(take[0], MAX_READ_BYTES, take[-1] + 1)
+        read_pos = st.read_pos
+        res = await actor.read_async(take[0], MAX_READ_BYTES, take[-1] + 1)
+        if not self._still_for(partition, st, c, seeks) or st.read_pos != read_pos:
+            st.wake.set()
+            return None
+        # acked meanwhile (a skip), or permits spent by another partition's delivery
+        take = [x for x in take if not cursor.is_acked(x)][
+            : min(c.permits, self.dispatcher.max_batch)
+        ]
+        if not take:
+            st.wake.set()
+            return None
         if not res.chunks:
             st.read_pos = max(st.read_pos, res.next_offset)
             return None
@@ -316,32 +349,30 @@ class Subscription(Acknowledgements):
                 st.redeliver.add(o)
                 st.wake.set()
 
-    def _key_shared_round(
+    async def _key_shared_round(
         self,
         partition: int,
         st: PartitionState,
         actor: PartitionActor,
         ks: KeySharedDispatcher,
     ) -> bool:
-        """One dispatch round of a Key_Shared partition; False when nothing could be sent."""
+        """One dispatch round of a Key_Shared partition; False when nothing could be sent.
+
+        Reads are ``read_async`` (an offloaded blob is fetched off the event loop): the
+        fresh messages are read first, then the choice is made on the state as it is
+        after that read, then each consumer's messages are read and delivered; what one
+        of those reads outlived (its consumer left, a seek) is not delivered."""
         consumers = self._consumers_of(partition)
-        left = {c.consumer_id: min(c.permits, ks.max_batch) for c in consumers}
-        if not any(n > 0 for n in left.values()):
+        if not any(min(c.permits, ks.max_batch) > 0 for c in consumers):
             return False
-        # a consumer that takes whole batches only: batches go whole, by their sticky key
-        sticky = any(c.whole_batches for c in consumers)
-        start = actor.start_offset
         cursor = st.cursor
-        if cursor.mark_delete < start:
-            cursor.skip_to(start)
-        for o in [o for o in st.redeliver | st.held if cursor.is_acked(o) or o < start]:
-            self._settle(st, o)
-        waiting = sorted(st.redeliver | st.held)
+        if cursor.mark_delete < actor.start_offset:
+            cursor.skip_to(actor.start_offset)
         fresh: list[int] = []
         if len(st.held) < MAX_HELD:
-            budget = sum(left.values())
+            budget = sum(min(c.permits, ks.max_batch) for c in consumers)
             end = actor.end_offset
-            o = max(st.read_pos, cursor.mark_delete, start)
+            o = max(st.read_pos, cursor.mark_delete, actor.start_offset)
             while len(fresh) < budget:
                 o = cursor.next_unacked(o)
                 if o >= end:
@@ -351,8 +382,19 @@ class Subscription(Acknowledgements):
                 fresh.extend(range(o, stop))
                 o = stop
             if fresh:
-                res = actor.read(fresh[0], MAX_READ_BYTES, fresh[-1] + 1)
-                fresh = [x for x in fresh if res.first_offset <= x < res.next_offset]
+                seeks, read_pos = st.seeks, st.read_pos
+                res = await actor.read_async(fresh[0], MAX_READ_BYTES, fresh[-1] + 1)
+                if self._closed or st.seeks != seeks or st.read_pos != read_pos:
+                    st.wake.set()  # moved while reading: look again
+                    return False
+                # consumers and permits as they are now (they may have changed meanwhile)
+                consumers = self._consumers_of(partition)
+                sticky = any(c.whole_batches for c in consumers)
+                fresh = [
+                    x
+                    for x in fresh
+                    if res.first_offset <= x < res.next_offset and not cursor.is_acked(x)
+                ]
                 if fresh and sticky:  # the rest of the last batch: never cut one
                     o = fresh[-1] + 1
                     while (o := cursor.next_unacked(o)) < res.next_offset:
@@ -366,6 +408,14 @@ class Subscription(Acknowledgements):
                     st.read_pos = fresh[-1] + 1
                     st.dispatched_high = max(st.dispatched_high, st.read_pos)
                     fresh = st.delayed.hold_back(fresh, res.chunks)
+        left = {c.consumer_id: min(c.permits, ks.max_batch) for c in consumers}
+        # a consumer that takes whole batches only: batches go whole, by their sticky key
+        sticky = any(c.whole_batches for c in consumers)
+        start = actor.start_offset
+        for o in [o for o in st.redeliver | st.held if cursor.is_acked(o) or o < start]:
+            self._settle(st, o)
+        waiting = sorted(st.redeliver | st.held)
+        fresh = [o for o in fresh if o >= start]
         holder = {st.keys.get(o, 0) & HASH_MASK: cid for o, (cid, _) in st.pending.items()}
         blocked: set[int] = set()
         chosen: dict[int, list[int]] = {}
@@ -391,8 +441,20 @@ class Subscription(Acknowledgements):
             st.held.discard(o)
             st.redeliver.discard(o)
         for cid, offsets in chosen.items():
-            res = actor.read(offsets[0], 1 << 62, offsets[-1] + 1)  # all of them, in one go
-            self._deliver(partition, st, self.consumers[cid], offsets, res.chunks)
+            seeks = st.seeks
+            res = await read_span(actor, offsets[0], offsets[-1] + 1)  # all of them
+            if self._closed or st.seeks != seeks:
+                return True  # the seek reset what these were: nothing to give back
+            offsets = [o for o in offsets if not cursor.is_acked(o)]
+            c = self.consumers.get(cid)
+            if c is None or not c.takes(partition):
+                # it left while its messages were read: they go to the others, in order,
+                # their count unchanged (they never reached it)
+                st.redeliver.update(offsets)
+                st.wake.set()
+                continue
+            if offsets:
+                self._deliver(partition, st, c, offsets, res.chunks)
         return bool(chosen)
 
     def _deliver(
@@ -449,6 +511,7 @@ class Subscription(Acknowledgements):
             st.dead.clear()
             st.delayed.clear()
             st.read_pos = target
+            st.seeks += 1  # a dispatch read in flight is not delivered
             st.wake.set()
             waits.append(st.cursor.persist())
         await all_durable(waits)
