@@ -1,15 +1,19 @@
 """A revoked user's open streams end as soon as the change is made, not at the next login:
 deleting the user, changing its password or revoking the grant a stream uses ends the
-native write and read sessions with the reason, and other streams go on."""
+write and read sessions of the native front and of the YDB front with the reason, and other
+streams go on."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 
 import pytest
+import ydb
 
 import weir
 from tests.conftest import ServerProcess
+from tests.ydb.conftest import connect, path, receive
 from weir.errors import PermissionDeniedError, UnauthorizedError
 
 ROOT, ROOT_PW = "root", "root-password"
@@ -98,5 +102,51 @@ def test_deleting_a_user_or_changing_its_password_ends_its_streams(
         # other users' streams are not touched
         with root.reader(topic_name, consumer="c2") as r:
             assert r.receive_batch(timeout=30) is not None
+    finally:
+        root.close()
+
+
+# ---------------------------------------------------------------------------- the ydb SDK
+
+
+def test_revoking_ends_the_ydb_sdk_read_and_write_sessions(
+    server: ServerProcess, topic_name: str
+) -> None:
+    """The YDB front's streams end like the native ones: inside the revoke, so a topic writer
+    of the real `ydb` SDK writes nothing once the revoke's answer has landed."""
+    root = setup_user(server, "yuri", topic_name)
+    topic = path(topic_name)
+    try:
+        driver = connect(server, credentials=ydb.StaticCredentials.from_user_password("yuri", PW))
+        try:
+            tc = driver.topic_client
+            reader = tc.reader(topic, consumer="c")
+            writer = tc.writer(topic, producer_id="yuri")
+            try:
+                assert [m.data for m in receive(reader, 1)] == [b"seed"]
+                writer.write_with_ack(ydb.TopicWriterMessage(b"one"), timeout=30)
+                assert root.revoke("yuri", "consume", topic_name)
+                # the read session ends with the reason; waiting for more does not hang
+                with pytest.raises(
+                    ydb.Error, match=rf"read topic .*{topic_name}.* consume permission"
+                ):
+                    for _ in range(20):  # bounded: each call waits at most 5 s
+                        reader.receive_batch(timeout=5)
+                # the write session does not need the consume grant: it goes on
+                writer.write_with_ack(ydb.TopicWriterMessage(b"two"), timeout=30)
+                assert root.revoke("yuri", "produce", topic_name)
+                # the revoke has answered: this write is refused, not stored
+                with pytest.raises(
+                    ydb.Error, match=rf"write to topic .*{topic_name}.* produce perm"
+                ):
+                    writer.write_with_ack(ydb.TopicWriterMessage(b"three"), timeout=30)
+            finally:
+                with contextlib.suppress(Exception):
+                    reader.close(flush=False, timeout=10)
+                with contextlib.suppress(Exception):
+                    writer.close(flush=False, timeout=10)
+        finally:
+            driver.stop(timeout=5)
+        assert root.describe_topic(topic_name).messages == 3  # seed, one, two
     finally:
         root.close()

@@ -303,6 +303,63 @@ def test_weir_token_create_signs_what_the_server_accepts(
     assert r.code == 1 and "invalid auth token" in one_line_error(r)
 
 
+def test_every_client_command_takes_a_token_and_never_shows_it(
+    server: ServerProcess, topic_name: str
+) -> None:
+    """`--token` / WEIR_TOKEN on the shared client options: a good JWT runs the command (a
+    unary call, a write stream, a read stream); a refused one is a one-line error naming the
+    token option; the token shows in no output, help text or server log."""
+    cli = Weir(server.endpoint)
+    good = create_token(ADMIN, dt.timedelta(minutes=5), secret=SECRET)
+    r = cli("topic", "create", topic_name, "--token", good)
+    assert r.code == 0, r.err
+    r = cli("write", topic_name, "--token", good, input="one\ntwo\n")
+    assert r.code == 0, r.err
+    r = cli("read", topic_name, "-n", "2", env={"WEIR_TOKEN": good})
+    assert (r.code, r.text) == (0, "one\ntwo\n"), r.err
+    r = cli("whoami", "--token", good)
+    assert (r.code, r.text) == (0, f"{ADMIN} (jwt, superuser)\n"), r.err
+    outputs = [r]
+    head, body, sig = good.split(".")
+    refused = {
+        "expired": (
+            create_token(ADMIN, dt.timedelta(seconds=-5), secret=SECRET),
+            "auth token expired",
+        ),
+        "tampered": (f"{head}.{body}.{sig[:-4]}AAAA", "invalid auth token"),
+        "other secret": (
+            create_token(ADMIN, dt.timedelta(minutes=5), secret="another-secret-32-bytes-long!!!!"),
+            "invalid auth token",
+        ),
+        "garbage": ("not-a-token", "malformed auth token"),
+    }
+    for case, (token, reason) in refused.items():
+        for how in (["--token", token], []):
+            r = cli("topic", "describe", topic_name, *how, env={"WEIR_TOKEN": token})
+            assert r.code == 1, (case, r.err)
+            assert one_line_error(r) == (
+                f"error: the server refused the token (--token / WEIR_TOKEN): {reason}"
+            ), case
+            outputs.append(r)
+    r = cli("write", topic_name, "--token", refused["expired"][0], input="three\n")
+    assert r.code == 1 and "refused the token" in one_line_error(r), r.err
+    outputs.append(r)
+    r = cli("whoami", "--token", good, "--user", ADMIN, env={"WEIR_PASSWORD": ADMIN_PW})
+    assert (r.code, one_line_error(r)) == (
+        2,
+        "error: --token (WEIR_TOKEN) and --user (WEIR_USER): give one, not both",
+    )
+    r = cli("topic", "list", "--help", env={"WEIR_TOKEN": good})
+    assert r.code == 0 and "--token" in r.text and "WEIR_TOKEN" in r.text
+    outputs.append(r)
+    tokens = [good] + [token for token, _ in refused.values()]
+    seen = "".join(server.log) + "".join(o.text + o.err for o in outputs)
+    for token in tokens:
+        for part in token.split("."):
+            if len(part) > 8:
+                assert part not in seen
+
+
 def test_the_ydb_sdk_sends_a_jwt_as_its_access_token(
     server: ServerProcess, topic_name: str
 ) -> None:

@@ -7,20 +7,19 @@ import functools
 import getpass
 import inspect
 import logging
-import os
 import re
 import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
 from weir.config_values import parse_duration_ms, parse_size
-from weir.errors import UnavailableError, WeirError
+from weir.errors import TokenRejectedError, UnauthorizedError, UnavailableError, WeirError
 
 if TYPE_CHECKING:
     from weir.client.credentials import Token
@@ -29,6 +28,7 @@ if TYPE_CHECKING:
 
 DEFAULT_ENDPOINT = "127.0.0.1:2136"
 DEFAULT_TIMEOUT = 10.0
+TOKEN_REFUSED = "the server refused the token (--token / WEIR_TOKEN)"
 R = TypeVar("R")
 
 
@@ -80,6 +80,17 @@ Password = Annotated[
         show_envvar=True,
     ),
 ]
+TokenOption = Annotated[
+    str | None,
+    typer.Option(
+        "--token",
+        envvar="WEIR_TOKEN",
+        help="A bearer token (a JWT, e.g. from `weir token create`) sent on every call instead "
+        "of --user; never echoed (prefer the environment variable: a flag shows in ps).",
+        show_envvar=True,
+        show_default=False,
+    ),
+]
 
 
 TlsCa = Annotated[
@@ -122,16 +133,24 @@ def tls_options(ca: Path | None, cert: Path | None, key: Path | None) -> Tls | N
     return Tls(ca=ca, cert=cert, key=key)
 
 
-def credentials(user: str | None, password: str | None) -> tuple[str, str] | Token | None:
+def credentials(
+    user: str | None, password: str | None, token: str | None = None
+) -> tuple[str, str] | Token | None:
     """(user, password) from the options (the password is asked for at a terminal), else
-    the bearer token of WEIR_TOKEN (a JWT), else None."""
+    the bearer token of --token / WEIR_TOKEN (a JWT), else None."""
     from weir.client.credentials import Token
 
+    token = (token or "").strip() or None
+    if user and token:
+        raise CliError("--token (WEIR_TOKEN) and --user (WEIR_USER): give one, not both", 2)
     if not user:
         if password is not None:
             raise CliError("--password (or WEIR_PASSWORD) needs --user (or WEIR_USER)", 2)
-        token = os.environ.get("WEIR_TOKEN", "").strip()
-        return Token(token) if token else None
+        if token is None:
+            return None
+        if any(c.isspace() for c in token):
+            raise CliError("--token (WEIR_TOKEN) must be one word, without spaces", 2)
+        return Token(token)
     if password is None:
         if not sys.stdin.isatty():
             raise CliError(f"--user {user} needs --password or WEIR_PASSWORD", 2)
@@ -141,12 +160,13 @@ def credentials(user: str | None, password: str | None) -> tuple[str, str] | Tok
 
 @dataclass(frozen=True, slots=True)
 class ServerOptions:
-    """How a command reaches the server: --endpoint, --user, --password, --tls-ca,
+    """How a command reaches the server: --endpoint, --user, --password, --token, --tls-ca,
     --tls-cert, --tls-key and --timeout, declared once (`server_options`)."""
 
     endpoint: str = DEFAULT_ENDPOINT
     user: str | None = None
-    password: str | None = None
+    password: str | None = field(default=None, repr=False)
+    token: str | None = field(default=None, repr=False)
     tls_ca: Path | None = None
     tls_cert: Path | None = None
     tls_key: Path | None = None
@@ -155,7 +175,7 @@ class ServerOptions:
     def connect(self) -> AbstractContextManager[Client]:
         """A client for one command (see `connect`)."""
         tls = tls_options(self.tls_ca, self.tls_cert, self.tls_key)
-        return connect(self.endpoint, self.user, self.password, tls)
+        return connect(self.endpoint, self.user, self.password, tls, self.token)
 
 
 SERVER_DEFAULTS = ServerOptions()
@@ -163,6 +183,7 @@ _SERVER_OPTIONS = {
     "endpoint": Endpoint,
     "user": User,
     "password": Password,
+    "token": TokenOption,
     "tls_ca": TlsCa,
     "tls_cert": TlsCert,
     "tls_key": TlsKey,
@@ -172,7 +193,7 @@ _SERVER_OPTIONS = {
 
 def server_options(command: Callable[..., R]) -> Callable[..., R]:
     """Give a command the server options in place of its ``server: ServerOptions``
-    parameter: typer sees the seven options there (the same flags, variables and help in
+    parameter: typer sees the eight options there (the same flags, variables and help in
     every command), and the command gets them as one `ServerOptions`."""
     sig = inspect.signature(command, eval_str=True)
     params: list[inspect.Parameter] = []
@@ -217,12 +238,17 @@ class ReconnectNotice:
 
 @contextmanager
 def connect(
-    endpoint: str, user: str | None = None, password: str | None = None, tls: Tls | None = None
+    endpoint: str,
+    user: str | None = None,
+    password: str | None = None,
+    tls: Tls | None = None,
+    token: str | None = None,
 ) -> Iterator[Client]:
     """A client for one command; server errors become one-line CLI errors."""
+    from weir.client.credentials import Token
     from weir.client.sync import Client
 
-    creds = credentials(user, password)
+    creds = credentials(user, password, token)
     # the command says "reconnecting..." itself (ReconnectNotice): no SDK log lines too
     logging.getLogger("weir.client").setLevel(logging.ERROR)
 
@@ -235,6 +261,15 @@ def connect(
     except UnavailableError as err:
         where = "" if endpoint in err.message else f" (endpoint {endpoint})"
         raise CliError(err.message + where) from None
+    except (UnauthorizedError, TokenRejectedError) as err:
+        if isinstance(creds, Token):  # say which credential; the server never echoes it
+            raise CliError(f"{TOKEN_REFUSED}: {err.message}") from None
+        raise CliError(err.message) from None
+    except CliError as err:  # the command said it (write, read): say which credential too
+        refused = isinstance(err.__context__, (UnauthorizedError, TokenRejectedError))
+        if isinstance(creds, Token) and refused:
+            raise CliError(f"{TOKEN_REFUSED}: {err.message}", err.code) from None
+        raise
     except WeirError as err:
         raise CliError(err.message) from None
     finally:

@@ -46,6 +46,7 @@ from weir.cli.common import (
     TlsCa,
     TlsCert,
     TlsKey,
+    TokenOption,
     User,
     bad,
     connect,
@@ -61,6 +62,7 @@ if TYPE_CHECKING:
     from weir.client.admin import TopicInfo
     from weir.client.messages import Message
     from weir.client.sync import Client, Reader
+    from weir.client.tls import Tls
 
 IDLE_STOP_S = 5.0  # without --follow: give up on partitions other readers hold
 _POLL_S = 0.1  # how long one receive waits before the "caught up?" check
@@ -537,6 +539,7 @@ def read(
     endpoint: Endpoint = DEFAULT_ENDPOINT,
     user: User = None,
     password: Password = None,
+    token: TokenOption = None,
     tls_ca: TlsCa = None,
     tls_cert: TlsCert = None,
     tls_key: TlsKey = None,
@@ -568,6 +571,8 @@ def read(
             endpoint=endpoint,
             user=user,
             password=password,
+            token=token,
+            tls=tls_options(tls_ca, tls_cert, tls_key),
             timeout=timeout,
         )
         return
@@ -588,7 +593,7 @@ def read(
     show = (
         progress if progress is not None else output.stderr.is_terminal and not sys.stdout.isatty()
     )
-    with connect(endpoint, user, password, tls_options(tls_ca, tls_cert, tls_key)) as client:
+    with connect(endpoint, user, password, tls_options(tls_ca, tls_cert, tls_key), token) as client:
         info = client.describe_topic(topic, timeout=timeout)
         if partition is not None and partition >= info.partitions:
             raise CliError(
@@ -679,6 +684,8 @@ def _read_subscription(
     endpoint: str,
     user: str | None,
     password: str | None,
+    token: str | None,
+    tls: Tls | None,
     timeout: float,
 ) -> None:
     from weir.cli.read_subscription import read_subscription
@@ -691,7 +698,7 @@ def _read_subscription(
         progress if progress is not None else output.stderr.is_terminal and not sys.stdout.isatty()
     )
     with (
-        connect(endpoint, user, password) as client,
+        connect(endpoint, user, password, tls, token) as client,
         Progress(f"reading {topic}", total=count, enabled=show, unit="messages") as bar,
     ):
         try:

@@ -31,6 +31,7 @@ from weir.cli.common import (
     TlsCa,
     TlsCert,
     TlsKey,
+    TokenOption,
     User,
     bad,
     connect,
@@ -267,6 +268,7 @@ def write(
     endpoint: Endpoint = DEFAULT_ENDPOINT,
     user: User = None,
     password: Password = None,
+    token: TokenOption = None,
     tls_ca: TlsCa = None,
     tls_cert: TlsCert = None,
     tls_key: TlsKey = None,
@@ -311,7 +313,7 @@ def write(
     sent = nbytes = 0
     started = time.monotonic()
     with (
-        connect(endpoint, user, password, tls_options(tls_ca, tls_cert, tls_key)) as client,
+        connect(endpoint, user, password, tls_options(tls_ca, tls_cert, tls_key), token) as client,
         Progress(f"writing {topic}", total=size, enabled=show) as bar,
     ):
         writer = client.writer(

@@ -6,25 +6,43 @@ secret, bound to the password) and the anonymous rule live in `weir.security`,
 shared with the native front; this module extracts YDB's header and answers in
 YDB's words and statuses. Calls without a ticket are served when
 ``allow_anonymous`` is on; a ticket that is present must be valid either way.
+
+An open StreamWrite or StreamRead is `watching`: when users or grants change, its
+caller is checked again inside the call that made the change, and a stream that lost
+what it needs is ended there and then (as the native front ends its streams).
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+import contextlib
+from collections.abc import Iterator
+from typing import Any, Protocol
 
 import grpc
 
 from weir.broker.broker import Broker
 from weir.broker.topics import canonical_topic
-from weir.errors import TokenRejectedError, UnauthorizedError
+from weir.errors import TokenRejectedError, UnauthorizedError, WeirError
 from weir.protocols.ydb.protos import ydb_auth_pb2, ydb_auth_v1_pb2_grpc
 from weir.protocols.ydb.status import operation
 from weir.security import TOKEN_TTL_S, BearerToken, Principal, Security, current_principal
+from weir.security.authenticator import Credential
 from weir.security.grants import Permission
+from weir.security.principal import current_checks
 from weir.security.tls import client_certificate, peer_host
 
 AUTH_HEADER = "x-ydb-auth-ticket"
+
+
+class WatchedStream(Protocol):
+    """A stream session as `Authenticator.watching` sees it."""
+
+    credential: Credential | None  # what proves its caller now (a renewed ticket replaces it)
+    principal: Principal | None  # None until the stream has authenticated its caller
+
+    def end_access(self, err: WeirError) -> None:
+        """End the stream with ``err`` now: take nothing more from the client, send no data."""
 
 
 class Authenticator:
@@ -53,18 +71,51 @@ class Authenticator:
         """The caller's user ("" for anonymous); UnauthorizedError if it may not call."""
         return self.principal(context).name
 
+    def credential(self, context: grpc.aio.ServicerContext) -> Credential | None:
+        """The call's ticket, else its client certificate, else None (anonymous)."""
+        for key, value in context.invocation_metadata() or ():
+            if key == AUTH_HEADER:
+                return BearerToken(value if isinstance(value, str) else value.decode(), "ticket")
+        return client_certificate(context)
+
     def principal(self, context: grpc.aio.ServicerContext) -> Principal:
         """The caller (ticket, else client certificate, else anonymous), also set as
         `current_principal`; UnauthorizedError if it may not call."""
-        found: Principal | None = None
-        for key, value in context.invocation_metadata() or ():
-            if key == AUTH_HEADER:
-                found = self.principal_of(value if isinstance(value, str) else value.decode())
-                break
-        if found is None:
-            found = self.security.authenticate(client_certificate(context))
+        credential = self.credential(context)
+        if isinstance(credential, BearerToken):
+            found = self.principal_of(credential.token)
+        else:
+            found = self.security.authenticate(credential)
         current_principal.set(found)
         return found
+
+    @contextlib.contextmanager
+    def watching(self, stream: WatchedStream) -> Iterator[None]:
+        """While the block runs ``stream``, end it as soon as a change of users or grants takes
+        away what it needs: the authorization checks it passed (recorded from here on, in the
+        tasks it starts) are made again, with its credential, inside the call that made the
+        change, before that call answers; a revoked user's stream does not outlive it."""
+        checks: list[tuple[object, str, str]] = []
+        reset = current_checks.set(checks)
+        ended = False
+
+        def recheck() -> None:
+            nonlocal ended
+            if ended or stream.principal is None:
+                return
+            err = self.security.still_allowed(stream.credential, stream.principal, checks)
+            if isinstance(err, TokenRejectedError):  # in YDB's words, as `principal_of` says
+                err = UnauthorizedError(err.message)
+            if err is not None:
+                ended = True
+                stream.end_access(err)
+
+        stop_watching = self.security.on_change(recheck)
+        try:
+            yield
+        finally:
+            stop_watching()
+            current_checks.reset(reset)
 
     def allow(
         self, permission: Permission | None, path: str, database: str, operation: str

@@ -51,6 +51,8 @@ from weir.protocols.ydb.read_batches import add_messages
 from weir.protocols.ydb.shutdown import Shutdown
 from weir.protocols.ydb.status import SUCCESS, UnsupportedError, end_stream
 from weir.protocols.ydb.topic_settings import persistent_only
+from weir.security import BearerToken, Principal
+from weir.security.authenticator import Credential
 from weir.security.grants import Permission
 
 log = logging.getLogger("weir.ydb.read")
@@ -112,6 +114,9 @@ class ReadSession:
         self._tasks: set[asyncio.Task[None]] = set()
         self._failure: BaseException | None = None
         self._stop = asyncio.Event()
+        self.credential: Credential | None = auth.credential(context)
+        self.principal: Principal | None = None
+        self._access_ended = False  # nothing more is sent but the stream's end
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -167,6 +172,16 @@ class ReadSession:
                 log.debug("read session %s ends: %s", self.session_id, err)
         self._stop.set()
 
+    def end_access(self, err: WeirError) -> None:
+        """The caller lost the right to read (see `Authenticator.watching`): what is queued
+        for it is dropped, and the stream ends with ``err``."""
+        self._access_ended = True
+        self._failure = err
+        for ps in self._sessions.values():
+            if ps.pump is not None:
+                ps.pump.cancel()
+        self._stop.set()
+
     def _spawn(self, coro: Any, name: str) -> asyncio.Task[None]:
         task: asyncio.Task[None] = asyncio.get_running_loop().create_task(coro, name=name)
         self._tasks.add(task)
@@ -178,6 +193,8 @@ class ReadSession:
             msg = await self._out.get()
             if msg is None:
                 return
+            if self._access_ended:
+                continue
             try:
                 await self.context.write(msg)
             except Exception:  # the client is gone
@@ -188,7 +205,7 @@ class ReadSession:
 
     async def _handle(self, requests: AsyncIterator[Any]) -> None:
         try:
-            self.auth.check(self.context)
+            self.principal = self.auth.principal(self.context)
             first = await anext(requests, None)
             if first is None:
                 return
@@ -277,6 +294,7 @@ class ReadSession:
     def _update_token(self, token: str) -> None:
         if token or not self.auth.allow_anonymous:
             self.auth.verify(token)
+        self.credential = BearerToken(token, "ticket") if token else None
         self._out.put_nowait(
             StreamRead.FromServer(
                 status=SUCCESS, update_token_response=ydb_topic_pb2.UpdateTokenResponse()

@@ -304,7 +304,8 @@ class TopicServicer(ydb_topic_v1_pb2_grpc.TopicServiceServicer):
             )
             return
         session = WriteSession(self.broker, self.auth, self.shutdown, context, database_of(context))
-        await session.run(request_iterator)
+        with self.auth.watching(session):
+            await session.run(request_iterator)
 
     async def StreamRead(
         self, request_iterator: AsyncIterator[Any], context: grpc.aio.ServicerContext
@@ -315,4 +316,5 @@ class TopicServicer(ydb_topic_v1_pb2_grpc.TopicServiceServicer):
             )
             return
         session = ReadSession(self.broker, self.auth, self.shutdown, context, database_of(context))
-        await session.run(request_iterator)
+        with self.auth.watching(session):
+            await session.run(request_iterator)

@@ -57,6 +57,8 @@ from weir.protocols.ydb.query_service import txn_id_of
 from weir.protocols.ydb.shutdown import Shutdown
 from weir.protocols.ydb.status import SUCCESS, UnsupportedError, end_stream
 from weir.protocols.ydb.topic_settings import persistent_only
+from weir.security import BearerToken, Principal
+from weir.security.authenticator import Credential
 from weir.security.grants import Permission
 from weir.storage.batch import encode_batch, parse_header
 from weir.storage.codecs import Codec
@@ -113,6 +115,9 @@ class WriteSession:
         self._done = asyncio.Event()
         self.lease: Lease | None = None
         self._claim: Claim | None = None
+        self.credential: Credential | None = auth.credential(context)
+        self.principal: Principal | None = None
+        self._access_ended: WeirError | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -120,7 +125,7 @@ class WriteSession:
         token: WriterToken | None = None
         tasks: list[asyncio.Task[Any]] = []
         try:
-            self.auth.check(self.context)
+            self.principal = self.auth.principal(self.context)
             first = await anext(requests, None)
             if first is None:
                 return
@@ -161,6 +166,13 @@ class WriteSession:
     def _fail(self, err: BaseException) -> None:
         if self._failure is None:
             self._failure = err
+        self._done.set()
+
+    def end_access(self, err: WeirError) -> None:
+        """The caller lost the right to write (see `Authenticator.watching`): from now on no
+        request is taken, and the stream ends with ``err`` without waiting for acks."""
+        self._access_ended = err
+        self._failure = err
         self._done.set()
 
     def _superseded(self) -> None:
@@ -237,6 +249,8 @@ class WriteSession:
     async def _read(self, requests: AsyncIterator[Any]) -> None:
         try:
             async for req in requests:
+                if self._access_ended is not None:
+                    return
                 kind = req.WhichOneof("client_message")
                 if kind == "write_request":
                     await self._write(req.write_request)
@@ -255,6 +269,7 @@ class WriteSession:
             self.auth.verify(token)
         elif not self.auth.allow_anonymous:
             self.auth.verify(token)  # raises: anonymous calls are not allowed
+        self.credential = BearerToken(token, "ticket") if token else None
         reply = StreamWrite.FromServer(
             status=SUCCESS, update_token_response=ydb_topic_pb2.UpdateTokenResponse()
         )
