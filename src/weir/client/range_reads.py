@@ -56,6 +56,24 @@ class RangeChunk:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class RangeQuery:
+    """One `read_range` call's arguments, passed whole to the reads it is made of."""
+
+    topic: str
+    partition: int
+    from_offset: int
+    to_offset: int
+    max_bytes: int
+    timeout: float | None
+    compacted: bool
+    read_committed: bool
+
+    def between(self, lo: int, hi: int) -> RangeQuery:
+        """The same read over ``[lo, hi)`` (reading back for a chunked message's start)."""
+        return dataclasses.replace(self, from_offset=lo, to_offset=hi)
+
+
 class AsyncRangeReads:
     """`Client.read_range` and what it stands on (a mixin of `weir.aio.Client`)."""
 
@@ -92,80 +110,22 @@ class AsyncRangeReads:
         ``read_committed``: only messages of committed transactions (and of no
         transaction), up to the last stable offset (what ``to_offset`` -1 means then).
         """
-        if assemble_chunks:
-            return self._assembled_range(
-                topic,
-                partition,
-                from_offset,
-                to_offset,
-                max_bytes,
-                timeout,
-                compacted,
-                read_committed,
-            )
-        return self._raw_range(
-            topic,
-            partition,
-            from_offset,
-            to_offset,
-            max_bytes,
-            timeout,
-            compacted,
-            read_committed,
+        q = RangeQuery(
+            topic, partition, from_offset, to_offset, max_bytes, timeout, compacted, read_committed
         )
+        return self._assembled_range(q) if assemble_chunks else self._raw_range(q)
 
-    async def _assembled_range(
-        self,
-        topic: str,
-        partition: int,
-        from_offset: int,
-        to_offset: int,
-        max_bytes: int,
-        timeout: float | None,
-        compacted: bool,
-        read_committed: bool = False,
-    ) -> AsyncIterator[RangeChunk]:
+    async def _assembled_range(self, q: RangeQuery) -> AsyncIterator[RangeChunk]:
         asm = RangeAssembler()
-        raw = self._raw_range(
-            topic,
-            partition,
-            from_offset,
-            to_offset,
-            max_bytes,
-            timeout,
-            compacted,
-            read_committed,
-        )
-        async for rc in raw:
+        async for rc in self._raw_range(q):
             msgs = rc.messages()
             wanted = asm.orphans(msgs)
             if wanted:
-                await self._read_back(
-                    topic,
-                    partition,
-                    from_offset,
-                    rc.start_offset,
-                    wanted,
-                    asm,
-                    max_bytes,
-                    timeout,
-                    compacted,
-                    read_committed,
-                )
+                await self._read_back(q, q.from_offset, rc.start_offset, wanted, asm)
             yield dataclasses.replace(rc, assembled=asm.feed(msgs))
 
     async def _read_back(
-        self,
-        topic: str,
-        partition: int,
-        hi: int,
-        start: int,
-        wanted: dict[str, int],
-        asm: RangeAssembler,
-        max_bytes: int,
-        timeout: float | None,
-        compacted: bool,
-        read_committed: bool = False,
+        self, q: RangeQuery, hi: int, start: int, wanted: dict[str, int], asm: RangeAssembler
     ) -> None:
         """Read back from ``hi`` in growing windows until the first chunk of every
         ``wanted`` message is found (or the partition's start is reached)."""
@@ -174,9 +134,7 @@ class AsyncRangeReads:
         while missing and hi > start:
             lo = max(start, hi - window)
             found: list[Message] = []
-            async for rc in self._raw_range(
-                topic, partition, lo, hi, max_bytes, timeout, compacted, read_committed
-            ):
+            async for rc in self._raw_range(q.between(lo, hi)):
                 found.extend(rc.messages())
             asm.add_earlier(found, missing)
             for m in found:
@@ -187,50 +145,40 @@ class AsyncRangeReads:
         if missing:
             asm.give_up(set(missing))
 
-    async def _raw_range(
-        self,
-        topic: str,
-        partition: int,
-        from_offset: int,
-        to_offset: int,
-        max_bytes: int,
-        timeout: float | None,
-        compacted: bool,
-        read_committed: bool = False,
-    ) -> AsyncIterator[RangeChunk]:
+    async def _raw_range(self, q: RangeQuery) -> AsyncIterator[RangeChunk]:
         req = pb.ReadRangeRequest(
-            topic=topic,
-            partition=partition,
-            from_offset=from_offset,
-            to_offset=to_offset,
-            max_bytes=max_bytes,
-            compacted=compacted,
-            read_committed=read_committed,
+            topic=q.topic,
+            partition=q.partition,
+            from_offset=q.from_offset,
+            to_offset=q.to_offset,
+            max_bytes=q.max_bytes,
+            compacted=q.compacted,
+            read_committed=q.read_committed,
         )
         conn = self.conn
         call = conn.read_range(req)
         try:
             while True:
                 try:
-                    r = await asyncio.wait_for(call.read(), timeout)
+                    r = await asyncio.wait_for(call.read(), q.timeout)
                 except TimeoutError:
                     raise WeirTimeoutError(
-                        f"no answer from {conn.endpoint} for {timeout:g} s while reading "
-                        f"{topic}/{partition} from offset {from_offset}"
+                        f"no answer from {conn.endpoint} for {q.timeout:g} s while reading "
+                        f"{q.topic}/{q.partition} from offset {q.from_offset}"
                     ) from None
                 if r is grpc.aio.EOF:
                     return
                 conn.ever_connected = True
                 yield RangeChunk(
-                    topic,
-                    partition,
+                    q.topic,
+                    q.partition,
                     list(r.chunks),
                     r.first_offset,
                     r.next_offset,
                     r.start_offset,
                     r.end_offset,
-                    from_offset,
-                    to_offset,
+                    q.from_offset,
+                    q.to_offset,
                 )
         except grpc.aio.AioRpcError as exc:
             err = error_from_rpc(exc)
