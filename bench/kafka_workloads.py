@@ -14,8 +14,6 @@ producer is bound by the commit latency per partition), and ``kafka consume C=1`
 
 from __future__ import annotations
 
-import re
-import sys
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +25,6 @@ from bench.weir_workloads import ROOT, add_cpu, cpu_seconds
 
 SYSTEM_WEIR = "weir-kafka"
 SYSTEM_NULL = "kafka-null"
-_LISTENING = re.compile(r"LISTENING \S+:(\d+)")
 
 
 def client_version() -> str:
@@ -37,37 +34,15 @@ def client_version() -> str:
 
 
 def start_null_server(data_dir: Path, timeout: float = 60.0) -> Any:
-    data_dir.mkdir(parents=True, exist_ok=True)
-    (port,) = servers.free_ports(1)
-    log = data_dir / "null.log"
-    cmd = [sys.executable, str(ROOT / "bench" / "kafka_null_server.py")]
-    cmd += ["--listen", f"{servers.LOOPBACK}:{port}"]
-    proc = servers._spawn(cmd, log, cwd=ROOT)
-    h = servers._register(
-        servers.ServerHandle(
-            system=SYSTEM_NULL,
-            version=f"kafka null server ({client_version()})",
-            host=servers.LOOPBACK,
-            ports={"main": port},
-            proc=proc,
-            data_dir=data_dir,
-            log_path=log,
-            fsync_before_ack=False,
-            notes="acks without storing: the ceiling of confluent-kafka",
-        )
+    """bench/kafka_null_server.py: acks without storing, the ceiling of confluent-kafka."""
+    return servers.start_null_server(
+        ROOT / "bench" / "kafka_null_server.py",
+        data_dir,
+        system=SYSTEM_NULL,
+        version=f"kafka null server ({client_version()})",
+        notes="acks without storing: the ceiling of confluent-kafka",
+        timeout=timeout,
     )
-    try:
-        servers._wait_until(
-            lambda: bool(_LISTENING.search(log.read_text(errors="replace"))),
-            proc,
-            timeout,
-            "kafka null server",
-            log,
-        )
-    except BaseException:
-        h.stop()
-        raise
-    return h
 
 
 def weir_target(h: Any) -> Target:

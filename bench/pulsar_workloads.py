@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
-import sys
 import threading
 import uuid
 from dataclasses import dataclass
@@ -32,7 +30,6 @@ from bench.weir_workloads import ROOT, add_cpu, cpu_seconds
 
 SYSTEM_WEIR = "weir-pulsar"
 SYSTEM_NULL = "pulsar-null"
-_LISTENING = re.compile(r"LISTENING \S+:(\d+)")
 
 
 def client_version() -> str:
@@ -42,38 +39,15 @@ def client_version() -> str:
 
 
 def start_null_server(data_dir: Path, timeout: float = 60.0) -> Any:
-    """bench/pulsar_null_server.py on a free loopback port; ready once it prints LISTENING."""
-    data_dir.mkdir(parents=True, exist_ok=True)
-    (port,) = servers.free_ports(1)
-    log = data_dir / "null.log"
-    cmd = [sys.executable, str(ROOT / "bench" / "pulsar_null_server.py")]
-    cmd += ["--listen", f"{servers.LOOPBACK}:{port}"]
-    proc = servers._spawn(cmd, log, cwd=ROOT)
-    h = servers._register(
-        servers.ServerHandle(
-            system=SYSTEM_NULL,
-            version=f"Pulsar null server (pulsar-client {client_version()})",
-            host=servers.LOOPBACK,
-            ports={"main": port},
-            proc=proc,
-            data_dir=data_dir,
-            log_path=log,
-            fsync_before_ack=False,
-            notes="answers receipts at once, serves entries from memory",
-        )
+    """bench/pulsar_null_server.py: answers receipts at once, serves entries from memory."""
+    return servers.start_null_server(
+        ROOT / "bench" / "pulsar_null_server.py",
+        data_dir,
+        system=SYSTEM_NULL,
+        version=f"Pulsar null server (pulsar-client {client_version()})",
+        notes="answers receipts at once, serves entries from memory",
+        timeout=timeout,
     )
-    try:
-        servers._wait_until(
-            lambda: bool(_LISTENING.search(log.read_text(errors="replace"))),
-            proc,
-            timeout,
-            "pulsar null server",
-            log,
-        )
-    except BaseException:
-        h.stop()
-        raise
-    return h
 
 
 def weir_target(h: Any) -> Target:

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
-import sys
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,42 +28,19 @@ from bench.weir_workloads import ROOT, add_cpu, cpu_seconds
 DATABASE = "/local"
 SYSTEM_WEIR = "weir-ydb"
 SYSTEM_NULL = "ydb-null"
-_LISTENING = re.compile(r"LISTENING \S+:(\d+)")
 
 
 def start_null_server(data_dir: Path, timeout: float = 60.0) -> Any:
-    """bench/ydb_null_server.py on a free loopback port; ready once it prints LISTENING."""
-    data_dir.mkdir(parents=True, exist_ok=True)
-    (port,) = servers.free_ports(1)
-    log = data_dir / "null.log"
-    cmd = [sys.executable, str(ROOT / "bench" / "ydb_null_server.py")]
-    cmd += ["--listen", f"{servers.LOOPBACK}:{port}", "--log-level", "WARNING"]
-    proc = servers._spawn(cmd, log, cwd=ROOT)
-    h = servers._register(
-        servers.ServerHandle(
-            system=SYSTEM_NULL,
-            version=f"ydb null server (ydb SDK {ydb_version()})",
-            host=servers.LOOPBACK,
-            ports={"main": port},
-            proc=proc,
-            data_dir=data_dir,
-            log_path=log,
-            fsync_before_ack=False,
-            notes="acks without storing: the ceiling of the ydb SDK",
-        )
+    """bench/ydb_null_server.py: acks without storing, the ceiling of the ydb SDK."""
+    return servers.start_null_server(
+        ROOT / "bench" / "ydb_null_server.py",
+        data_dir,
+        system=SYSTEM_NULL,
+        version=f"ydb null server (ydb SDK {ydb_version()})",
+        notes="acks without storing: the ceiling of the ydb SDK",
+        args=("--log-level", "WARNING"),
+        timeout=timeout,
     )
-    try:
-        servers._wait_until(
-            lambda: bool(_LISTENING.search(log.read_text(errors="replace"))),
-            proc,
-            timeout,
-            "ydb null server",
-            log,
-        )
-    except BaseException:
-        h.stop()
-        raise
-    return h
 
 
 def ydb_version() -> str:

@@ -286,6 +286,53 @@ def _register(h: ServerHandle) -> ServerHandle:
     return h
 
 
+_NULL_LISTENING = re.compile(r"LISTENING \S+:(\d+)")
+
+
+def start_null_server(
+    script: Path,
+    data_dir: Path,
+    *,
+    system: str,
+    version: str,
+    notes: str,
+    args: tuple[str, ...] = (),
+    timeout: float = 60.0,
+) -> ServerHandle:
+    """A front's null server (bench/*_null_server.py: it answers without storing) on a
+    free loopback port; ready once it prints LISTENING."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    (port,) = free_ports(1)
+    log = data_dir / "null.log"
+    cmd = [sys.executable, str(script), "--listen", f"{LOOPBACK}:{port}", *args]
+    proc = _spawn(cmd, log, cwd=script.parent.parent)
+    h = _register(
+        ServerHandle(
+            system=system,
+            version=version,
+            host=LOOPBACK,
+            ports={"main": port},
+            proc=proc,
+            data_dir=data_dir,
+            log_path=log,
+            fsync_before_ack=False,
+            notes=notes,
+        )
+    )
+    try:
+        _wait_until(
+            lambda: bool(_NULL_LISTENING.search(log.read_text(errors="replace"))),
+            proc,
+            timeout,
+            script.stem.replace("_", " "),
+            log,
+        )
+    except BaseException:
+        h.stop()
+        raise
+    return h
+
+
 @atexit.register
 def stop_all() -> None:
     """Stop every server this process started and has not stopped yet."""
