@@ -51,7 +51,7 @@ def subscribed_topics(protocol_type: str, metadata: bytes) -> list[str]:
         return []
 
 
-def _check_group(group_id: str) -> None:
+def check_group(group_id: str) -> None:
     try:
         check_consumer_name(group_id)
     except BadRequestError as exc:
@@ -78,10 +78,10 @@ class GroupHandlers:
                     for k in body["coordinator_keys"]
                 ]
             }
-        if body.get("key_type", 0) != 0:  # transaction coordinators: issue 19
+        if body.get("key_type", 0) not in (0, 1):  # 0: a group, 1: a transactional id
             return {
-                "error_code": ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                "error_message": "transactions are not served yet",
+                "error_code": ErrorCode.INVALID_REQUEST,
+                "error_message": f"unknown coordinator key type {body['key_type']}",
                 "node_id": -1,
                 "host": "",
                 "port": -1,
@@ -91,7 +91,7 @@ class GroupHandlers:
     async def handle_join_group(self, header: RequestHeader, body: Message) -> Message:
         self.conn.require_principal()
         try:
-            _check_group(body["group_id"])
+            check_group(body["group_id"])
             self._allow_subscription(body["protocol_type"], body["protocols"])
             res = await self.coordinator.join(
                 body["group_id"],
@@ -181,7 +181,7 @@ class GroupHandlers:
         top_error: ErrorCode | None = None
         try:
             self.conn.require_principal()
-            _check_group(group)
+            check_group(group)
             self.coordinator.check_commit(
                 group, body.get("generation_id", -1), body.get("member_id", "")
             )
@@ -216,7 +216,7 @@ class GroupHandlers:
     ) -> tuple[list[Message], ErrorCode]:
         try:
             self.conn.require_principal()
-            _check_group(group)
+            check_group(group)
         except KafkaError as exc:
             return [], exc.code
         if topics is None:  # every partition the group has an offset on
@@ -351,7 +351,7 @@ class GroupHandlers:
         group = body["group_id"]
         try:
             self.conn.require_principal()
-            _check_group(group)
+            check_group(group)
             subscribed = self._subscribed(group)
             if subscribed is None and group not in self._known_groups():
                 raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND, f"group {group!r} is not known")

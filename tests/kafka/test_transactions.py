@@ -1,0 +1,261 @@
+"""Kafka transactions against a real weir server: confluent-kafka's (librdkafka) and
+kafka-python's transactional producers, read_committed and read_uncommitted consumers
+side by side, consume-transform-produce, fencing, timeouts and bad calls."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+
+def _create(bootstrap: str, *topics: tuple[str, int]) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for f in admin.create_topics([NewTopic(n, p) for n, p in topics]).values():
+        f.result(10)
+
+
+def _txn_producer(bootstrap: str, tid: str, **conf: object) -> Producer:
+    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": tid, "linger.ms": 2, **conf})
+    p.init_transactions(20)
+    return p
+
+
+def _consumer(bootstrap: str, isolation: str, **conf: object) -> Consumer:
+    return Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"g-{uuid.uuid4().hex[:8]}",
+            "isolation.level": isolation,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            **conf,
+        }
+    )
+
+
+def _read_all(
+    c: Consumer, parts: list[TopicPartition], until: Callable[[list], bool], timeout: float = 30
+) -> list:
+    """Every message of ``parts`` from the start, until ``until(messages)`` or the timeout."""
+    c.assign([TopicPartition(tp.topic, tp.partition, 0) for tp in parts])
+    out: list = []
+    deadline = time.monotonic() + timeout
+    while not until(out) and time.monotonic() < deadline:
+        for m in c.consume(num_messages=500, timeout=0.3):
+            if m.error() is None:
+                out.append(m)
+            else:
+                assert m.error().code() == KafkaError._PARTITION_EOF, m.error()
+    return out
+
+
+def _values(msgs: list) -> list[bytes]:
+    return sorted(m.value() for m in msgs)
+
+
+def _wait(cond: Callable[[], bool], what: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def _high(c: Consumer, tp: TopicPartition) -> int:
+    return int(c.get_watermark_offsets(tp, timeout=10, cached=False)[1])
+
+
+TOPICS = [("tx-a", 3), ("tx-b", 2), ("tx-c", 4)]
+
+
+def _parts() -> list[TopicPartition]:
+    return [TopicPartition(t, p) for t, n in TOPICS for p in range(n)]
+
+
+def _produce_round(p: Producer, tag: str, per_partition: int = 3) -> list[bytes]:
+    sent = []
+    for topic, n in TOPICS:
+        for part in range(n):
+            for i in range(per_partition):
+                v = f"{tag}-{topic}-{part}-{i}".encode()
+                p.produce(topic, value=v, key=b"k", partition=part)
+                sent.append(v)
+    return sent
+
+
+def test_commit_and_abort_across_three_topics(bootstrap: str) -> None:
+    _create(bootstrap, *TOPICS)
+    p = _txn_producer(bootstrap, "tx-3topics")
+    p.begin_transaction()
+    first = _produce_round(p, "c1")
+    p.commit_transaction(20)
+    p.begin_transaction()
+    aborted = _produce_round(p, "ab")
+    p.flush(20)  # stored: read_uncommitted readers see them now
+    p.abort_transaction(20)
+    p.begin_transaction()
+    second = _produce_round(p, "c2")
+    p.commit_transaction(20)
+
+    committed = _consumer(bootstrap, "read_committed")
+    uncommitted = _consumer(bootstrap, "read_uncommitted")
+    try:
+        want = sorted(first + second)
+        got = _read_all(committed, _parts(), lambda ms: len(ms) >= len(want))
+        assert _values(got) == want
+        everything = sorted(first + aborted + second)
+        got_all = _read_all(uncommitted, _parts(), lambda ms: len(ms) >= len(everything))
+        assert _values(got_all) == everything
+        # each partition: data at their offsets, the markers (control records) in between
+        for tp in _parts():
+            offs = [
+                m.offset() for m in got if (m.topic(), m.partition()) == (tp.topic, tp.partition)
+            ]
+            assert offs == [0, 1, 2, 8, 9, 10]  # 3 msgs, commit marker, 3 aborted, abort marker
+
+        # an open transaction: read_uncommitted sees its messages, read_committed stops at
+        # the last stable offset before them
+        p.begin_transaction()
+        opened = _produce_round(p, "open", per_partition=1)
+        p.flush(20)
+        tp = TopicPartition("tx-a", 0)
+        assert _high(uncommitted, tp) == 13
+        assert _high(committed, tp) == 12  # ListOffsets(read_committed): the LSO
+        extra = _read_all(uncommitted, _parts(), lambda ms: len(ms) >= len(everything) + 9)
+        assert sorted(set(_values(extra)) - set(everything)) == sorted(opened)
+        # nothing of the open one (its partitions polled a little past what is expected)
+        again = _read_all(committed, _parts(), lambda ms: len(ms) > len(want), timeout=2)
+        assert _values(again) == want
+        p.commit_transaction(20)
+        assert _high(committed, tp) == 14
+        final = _read_all(committed, _parts(), lambda ms: len(ms) >= len(want) + 9)
+        assert _values(final) == sorted(want + opened)
+    finally:
+        committed.close()
+        uncommitted.close()
+
+
+def test_consume_transform_produce_moves_offsets_only_on_commit(bootstrap: str) -> None:
+    _create(bootstrap, ("ctp-in", 2), ("ctp-out", 2))
+    plain = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    for i in range(40):
+        plain.produce("ctp-in", value=b"w%d" % i, partition=i % 2)
+    assert plain.flush(20) == 0
+    group = "ctp-job"
+    consumer = _consumer(bootstrap, "read_committed", **{"group.id": group})
+    producer = _txn_producer(bootstrap, "ctp-job-1")
+    ins = [TopicPartition("ctp-in", 0), TopicPartition("ctp-in", 1)]
+
+    def committed_total() -> int:
+        return sum(max(tp.offset, 0) for tp in consumer.committed(ins, timeout=10))
+
+    def step(n: int, commit: bool) -> list[bytes]:
+        """Consume ``n`` messages, produce them transformed and their offsets in one
+        transaction; commit or abort it."""
+        got: list = []
+        deadline = time.monotonic() + 30
+        while len(got) < n and time.monotonic() < deadline:
+            got += [m for m in consumer.consume(n - len(got), timeout=0.5) if m.error() is None]
+        assert len(got) == n
+        producer.begin_transaction()
+        for m in got:
+            producer.produce("ctp-out", value=m.value().upper(), partition=m.partition())
+        producer.send_offsets_to_transaction(
+            consumer.position(consumer.assignment()), consumer.consumer_group_metadata(), 20
+        )
+        assert committed_total() == before  # not before the commit
+        if commit:
+            producer.commit_transaction(20)
+        else:
+            producer.abort_transaction(20)
+        return [m.value().upper() for m in got]
+
+    try:
+        consumer.assign([TopicPartition(t.topic, t.partition, 0) for t in ins])
+        before = 0
+        done = step(10, commit=True)
+        assert committed_total() == 10
+        before = 10
+        step(10, commit=False)  # aborted: the offsets stay, the outputs are dropped
+        assert committed_total() == 10
+        # the job restarts from its committed offsets, as after a crash
+        for tp in consumer.committed(ins, timeout=10):
+            consumer.seek(tp)
+        done += step(30, commit=True)
+        assert committed_total() == 40
+        reader = _consumer(bootstrap, "read_committed")
+        try:
+            out = _read_all(
+                reader,
+                [TopicPartition("ctp-out", 0), TopicPartition("ctp-out", 1)],
+                lambda ms: len(ms) >= 40,
+            )
+            assert _values(out) == sorted(b"W%d" % i for i in range(40))  # each exactly once
+            assert sorted(done) == _values(out)
+        finally:
+            reader.close()
+    finally:
+        consumer.close()
+
+
+def test_a_newer_instance_fences_the_older(bootstrap: str) -> None:
+    _create(bootstrap, ("fence", 1))
+    old = _txn_producer(bootstrap, "fence-tid")
+    old.begin_transaction()
+    old.produce("fence", value=b"old-1", partition=0)
+    old.flush(20)
+    new = _txn_producer(bootstrap, "fence-tid")  # aborts what the old one had open
+    reader = _consumer(bootstrap, "read_uncommitted")
+    try:
+        tp = TopicPartition("fence", 0)
+        high = _high(reader, tp)  # old-1 and the abort marker
+        assert high == 2
+        old.produce("fence", value=b"old-2", partition=0)
+        with pytest.raises(KafkaException) as err:  # the write is refused: fatal for it
+            old.flush(10)
+            old.commit_transaction(10)
+        assert err.value.args[0].code() == KafkaError._FENCED, err.value
+        assert err.value.args[0].fatal()
+        assert _high(reader, tp) == high  # the fenced write changed nothing
+        new.begin_transaction()
+        new.produce("fence", value=b"new-1", partition=0)
+        new.commit_transaction(20)
+        committed = _consumer(bootstrap, "read_committed")
+        try:
+            got = _read_all(committed, [tp], lambda ms: len(ms) >= 1)
+            assert _values(got) == [b"new-1"]
+        finally:
+            committed.close()
+    finally:
+        reader.close()
+
+
+def test_a_transaction_past_its_timeout_is_aborted(bootstrap: str) -> None:
+    _create(bootstrap, ("slow", 1))
+    p = _txn_producer(bootstrap, "slow-tid", **{"transaction.timeout.ms": 1500})
+    tp = TopicPartition("slow", 0)
+    committed = _consumer(bootstrap, "read_committed")
+    uncommitted = _consumer(bootstrap, "read_uncommitted")
+    try:
+        p.begin_transaction()
+        p.produce("slow", value=b"late", partition=0)
+        p.flush(20)
+        # the server aborts it: its marker is written and the LSO reaches the end
+        _wait(lambda: _high(uncommitted, tp) == 2, "the abort marker")
+        assert _high(committed, tp) == 2
+        with pytest.raises(KafkaException) as err:
+            p.commit_transaction(10)
+        assert err.value.args[0].txn_requires_abort(), err.value.args[0]
+        p.abort_transaction(20)
+        p.begin_transaction()
+        p.produce("slow", value=b"on-time", partition=0)
+        p.commit_transaction(20)
+        got = _read_all(committed, [tp], lambda ms: len(ms) >= 1)
+        assert _values(got) == [b"on-time"]
+    finally:
+        committed.close()
+        uncommitted.close()
