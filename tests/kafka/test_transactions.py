@@ -4,6 +4,8 @@ side by side, consume-transform-produce, fencing, timeouts and bad calls."""
 
 from __future__ import annotations
 
+import socket
+import struct
 import time
 import uuid
 from collections.abc import Callable
@@ -11,6 +13,12 @@ from collections.abc import Callable
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+
+from tests.conftest import ServerProcess
+from weir.protocols.kafka import messages as km
+from weir.protocols.kafka.codec import Api, decode_response_frame, encode_request_frame
+from weir.protocols.kafka.errors import ErrorCode
+from weir.protocols.kafka.records import ATTR_TRANSACTIONAL, build_batch
 
 
 def _create(bootstrap: str, *topics: tuple[str, int]) -> None:
@@ -259,3 +267,162 @@ def test_a_transaction_past_its_timeout_is_aborted(bootstrap: str) -> None:
     finally:
         committed.close()
         uncommitted.close()
+
+
+# ---------------------------------------------------------------------- bad calls, by hand
+
+
+def _call(srv: ServerProcess, api: Api, version: int, body: dict) -> dict:
+    """One request on a fresh connection, its answer decoded (the calls a client would
+    make in a wrong order, which no client library sends on purpose)."""
+    frame = encode_request_frame(api, version, 7, body)
+    with socket.create_connection(("127.0.0.1", srv.kafka_port), timeout=10) as s:
+        s.sendall(frame)
+        data = b""
+        while len(data) < 4 or len(data) < 4 + struct.unpack(">i", data[:4])[0]:
+            chunk = s.recv(65536)
+            assert chunk, "the server closed the connection"
+            data += chunk
+    return decode_response_frame(api, version, data[4:])[1]
+
+
+def _init(srv: ServerProcess, tid: str, timeout_ms: int = 60_000) -> tuple[int, int, int]:
+    r = _call(
+        srv, km.INIT_PRODUCER_ID, 4, {"transactional_id": tid, "transaction_timeout_ms": timeout_ms}
+    )
+    return r["error_code"], r["producer_id"], r["producer_epoch"]
+
+
+def _end_txn(srv: ServerProcess, tid: str, pid: int, epoch: int, commit: bool) -> int:
+    body = {
+        "transactional_id": tid,
+        "producer_id": pid,
+        "producer_epoch": epoch,
+        "committed": commit,
+    }
+    return int(_call(srv, km.END_TXN, 3, body)["error_code"])
+
+
+def _add(srv: ServerProcess, tid: str, pid: int, epoch: int, topic: str) -> int:
+    body = {
+        "transactional_id": tid,
+        "producer_id": pid,
+        "producer_epoch": epoch,
+        "topics": [{"name": topic, "partitions": [0]}],
+    }
+    return int(
+        _call(srv, km.ADD_PARTITIONS_TO_TXN, 3, body)["results"][0]["results"][0]["error_code"]
+    )
+
+
+def _produce(srv: ServerProcess, tid: str, pid: int, epoch: int, seq: int, topic: str) -> int:
+    records = build_batch(
+        0,
+        [1_700_000_000_000],
+        [None],
+        [b"raw-%d" % seq],
+        producer_id=pid,
+        producer_epoch=epoch,
+        base_sequence=seq,
+        attributes=ATTR_TRANSACTIONAL,
+    )
+    body = {
+        "transactional_id": tid,
+        "acks": -1,
+        "timeout_ms": 5000,
+        "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": records}]}],
+    }
+    r = _call(srv, km.PRODUCE, 9, body)
+    return int(r["responses"][0]["partition_responses"][0]["error_code"])
+
+
+def test_wrong_transactional_calls_get_kafka_errors_and_change_nothing(
+    kafka_server: ServerProcess, bootstrap: str
+) -> None:
+    _create(bootstrap, ("tx-bad", 1))
+    reader = _consumer(bootstrap, "read_uncommitted")
+    tp = TopicPartition("tx-bad", 0)
+    try:
+        assert (
+            _init(kafka_server, "raw", timeout_ms=10**9)[0] == ErrorCode.INVALID_TRANSACTION_TIMEOUT
+        )
+        assert _end_txn(kafka_server, "never-seen", 1 << 48, 0, True) == (
+            ErrorCode.INVALID_PRODUCER_ID_MAPPING
+        )
+        err, pid, epoch = _init(kafka_server, "raw")
+        assert err == 0
+        # nothing open: EndTxn and a transactional Produce are refused, nothing is stored
+        assert _end_txn(kafka_server, "raw", pid, epoch, True) == ErrorCode.INVALID_TXN_STATE
+        assert _produce(kafka_server, "raw", pid, epoch, 0, "tx-bad") == ErrorCode.INVALID_TXN_STATE
+        assert _high(reader, tp) == 0
+        # one transaction, committed; the same EndTxn again is a retry, the other outcome not
+        assert _add(kafka_server, "raw", pid, epoch, "tx-bad") == 0
+        assert _produce(kafka_server, "raw", pid, epoch, 0, "tx-bad") == 0
+        assert _end_txn(kafka_server, "raw", pid, epoch, True) == 0
+        assert _end_txn(kafka_server, "raw", pid, epoch, True) == 0
+        assert _end_txn(kafka_server, "raw", pid, epoch, False) == ErrorCode.INVALID_TXN_STATE
+        assert _high(reader, tp) == 2  # the message and its commit marker
+        # a newer instance: everything of the old epoch is fenced and changes nothing
+        err, pid2, epoch2 = _init(kafka_server, "raw")
+        assert (err, pid2, epoch2) == (0, pid, epoch + 1)
+        assert _add(kafka_server, "raw", pid, epoch, "tx-bad") == ErrorCode.PRODUCER_FENCED
+        assert _produce(kafka_server, "raw", pid, epoch, 1, "tx-bad") == (
+            ErrorCode.INVALID_PRODUCER_EPOCH
+        )
+        assert _end_txn(kafka_server, "raw", pid, epoch, True) == ErrorCode.PRODUCER_FENCED
+        assert _end_txn(kafka_server, "raw", pid + 1, epoch2, True) == (
+            ErrorCode.INVALID_PRODUCER_ID_MAPPING
+        )
+        assert _high(reader, tp) == 2
+        # a partition that does not exist: the others of the request are not attempted
+        assert _add(kafka_server, "raw", pid2, epoch2, "no-such-topic-here") in (
+            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        )
+    finally:
+        reader.close()
+
+
+# ---------------------------------------------------------------------- kafka-python
+
+
+def test_kafka_python_transactional_producer(bootstrap: str) -> None:
+    from kafka import KafkaConsumer, KafkaProducer
+    from kafka.structs import TopicPartition as KTopicPartition
+
+    _create(bootstrap, ("kp-tx", 2))
+    p = KafkaProducer(bootstrap_servers=bootstrap, transactional_id="kp-tx-1")
+    try:
+        p.init_transactions()
+        p.begin_transaction()
+        for i in range(10):
+            p.send("kp-tx", value=b"c%d" % i, partition=i % 2)
+        p.commit_transaction()
+        p.begin_transaction()
+        for i in range(10):
+            p.send("kp-tx", value=b"a%d" % i, partition=i % 2)
+        p.flush()
+        p.abort_transaction()
+    finally:
+        p.close()
+    parts = [KTopicPartition("kp-tx", 0), KTopicPartition("kp-tx", 1)]
+    for isolation, want in (
+        ("read_committed", sorted(b"c%d" % i for i in range(10))),
+        (
+            "read_uncommitted",
+            sorted([b"c%d" % i for i in range(10)] + [b"a%d" % i for i in range(10)]),
+        ),
+    ):
+        c = KafkaConsumer(
+            bootstrap_servers=bootstrap, isolation_level=isolation, auto_offset_reset="earliest"
+        )
+        try:
+            c.assign(parts)
+            c.seek_to_beginning()
+            got: list[bytes] = []
+            deadline = time.monotonic() + 30
+            while len(got) < len(want) and time.monotonic() < deadline:
+                for recs in c.poll(timeout_ms=300).values():
+                    got += [r.value for r in recs]
+            assert sorted(got) == want, isolation
+        finally:
+            c.close()
