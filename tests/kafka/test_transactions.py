@@ -6,15 +6,19 @@ from __future__ import annotations
 
 import socket
 import struct
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.conftest import ServerProcess
+from tests.doc_blocks import block
 from weir.protocols.kafka import messages as km
 from weir.protocols.kafka.codec import Api, decode_response_frame, encode_request_frame
 from weir.protocols.kafka.errors import ErrorCode
@@ -426,3 +430,78 @@ def test_kafka_python_transactional_producer(bootstrap: str) -> None:
             assert sorted(got) == want, isolation
         finally:
             c.close()
+
+
+# ---------------------------------------------------------------------- the docs' example
+
+
+def test_the_docs_kafka_example_runs(bootstrap: str, tmp_path: Path) -> None:
+    code = block("docs/transactions.md", "transactions-kafka").code.replace(
+        "127.0.0.1:9092", bootstrap
+    )
+    for _ in range(2):  # and again: the job reads only the new words
+        out = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path
+        )
+        assert out.returncode == 0, out.stderr[-3000:]
+        assert out.stdout.splitlines() == ["[b'ALPHA', b'BETA', b'GAMMA']"]
+    parts = [TopicPartition("kshouts", 0)]
+    committed = _consumer(bootstrap, "read_committed")
+    uncommitted = _consumer(bootstrap, "read_uncommitted")
+    try:
+        want = sorted([b"ALPHA", b"BETA", b"GAMMA"] * 2)
+        assert _values(_read_all(committed, parts, lambda ms: len(ms) >= 6)) == want
+        seen = _values(_read_all(uncommitted, parts, lambda ms: len(ms) >= 8))
+        assert seen == sorted(want + [b"NEVER"] * 2)
+        group = Consumer({"bootstrap.servers": bootstrap, "group.id": "kshouter"})
+        try:
+            assert group.committed([TopicPartition("kwords", 0)], timeout=10)[0].offset == 6
+        finally:
+            group.close()
+    finally:
+        committed.close()
+        uncommitted.close()
+
+
+# ---------------------------------------------------------------------- restart
+
+
+def test_after_a_restart_the_open_transaction_is_aborted_and_the_producer_goes_on(
+    tmp_path: Path,
+) -> None:
+    with socket.socket() as s:  # one Kafka port for both runs: the client reconnects to it
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    srv = ServerProcess(tmp_path / "data", env={"WEIR_KAFKA_LISTEN": f"127.0.0.1:{port}"})
+    srv.start()
+    try:
+        boot = srv.kafka
+        _create(boot, ("rs", 1))
+        p = _txn_producer(boot, "rs-tid")
+        p.begin_transaction()
+        p.produce("rs", value=b"kept", partition=0)
+        p.commit_transaction(20)
+        p.begin_transaction()
+        p.produce("rs", value=b"lost", partition=0)
+        p.flush(20)
+        srv.restart()
+        assert srv.kafka == boot
+        tp = TopicPartition("rs", 0)
+        committed = _consumer(boot, "read_committed")
+        try:
+            # the restart aborted the open one: its marker is there, nothing is held back
+            assert _high(committed, tp) == 4
+            p.produce("rs", value=b"after", partition=0)
+            with pytest.raises(KafkaException) as err:
+                p.commit_transaction(20)
+            assert err.value.args[0].txn_requires_abort(), err.value
+            p.abort_transaction(20)
+            p.begin_transaction()
+            p.produce("rs", value=b"again", partition=0)
+            p.commit_transaction(20)
+            got = _read_all(committed, [tp], lambda ms: len(ms) >= 2)
+            assert _values(got) == [b"again", b"kept"]
+        finally:
+            committed.close()
+    finally:
+        srv.stop()

@@ -182,7 +182,8 @@ class KafkaTransactions:
         """The open transaction a transactional Produce writes into (no implicit begin:
         a client adds its partitions first)."""
         if client.doomed is not None:
-            raise KafkaError(ErrorCode.INVALID_PRODUCER_ID_MAPPING, client.doomed)
+            # what Kafka clients take as "abort, bump the epoch" on a transactional Produce
+            raise KafkaError(ErrorCode.UNKNOWN_PRODUCER_ID, client.doomed)
         if not client.txn_id:
             raise KafkaError(
                 ErrorCode.INVALID_TXN_STATE,
