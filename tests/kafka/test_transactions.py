@@ -162,8 +162,12 @@ def test_consume_transform_produce_moves_offsets_only_on_commit(bootstrap: str) 
     producer = _txn_producer(bootstrap, "ctp-job-1")
     ins = [TopicPartition("ctp-in", 0), TopicPartition("ctp-in", 1)]
 
+    # the group's committed offsets, as a read_uncommitted client sees them at once (the
+    # job's own read_committed consumer waits while a transaction holds new ones: KIP-447)
+    watcher = _consumer(bootstrap, "read_uncommitted", **{"group.id": group})
+
     def committed_total() -> int:
-        return sum(max(tp.offset, 0) for tp in consumer.committed(ins, timeout=10))
+        return sum(max(tp.offset, 0) for tp in watcher.committed(ins, timeout=10))
 
     def step(n: int, commit: bool) -> list[bytes]:
         """Consume ``n`` messages, produce them transformed and their offsets in one
@@ -180,6 +184,8 @@ def test_consume_transform_produce_moves_offsets_only_on_commit(bootstrap: str) 
             consumer.position(consumer.assignment()), consumer.consumer_group_metadata(), 20
         )
         assert committed_total() == before  # not before the commit
+        with pytest.raises(KafkaException):  # UNSTABLE_OFFSET_COMMIT until it ends
+            consumer.committed(ins, timeout=1)
         if commit:
             producer.commit_transaction(20)
         else:
@@ -212,6 +218,7 @@ def test_consume_transform_produce_moves_offsets_only_on_commit(bootstrap: str) 
             reader.close()
     finally:
         consumer.close()
+        watcher.close()
 
 
 def test_a_newer_instance_fences_the_older(bootstrap: str) -> None:

@@ -163,6 +163,16 @@ class TransactionFacade(ConsumerOffsets, Writes):
         committed = self.committed_offset(cfg.name, partition, consumer)
         return self.actor(cfg.name, partition).start_offset if committed is None else committed
 
+    def pending_transaction_offsets(self, consumer: str) -> set[tuple[str, int]]:
+        """The (topic, partition) pairs on which an open transaction holds an offset of
+        ``consumer`` not yet committed (Kafka's OffsetFetch with require_stable waits)."""
+        return {
+            (topic, partition)
+            for txn in self.transactions.open_transactions
+            for topic, partition, c in txn.offsets
+            if c == consumer
+        }
+
     async def commit_transaction(self, txn_id: int, owner: str = "") -> None:
         """Make every write and offset of the transaction visible at once, durably."""
         await self.transactions.commit(txn_id, owner)

@@ -212,8 +212,10 @@ class GroupHandlers:
         return ErrorCode.NONE
 
     def _fetch_offsets(
-        self, group: str, topics: list[Message] | None
+        self, group: str, topics: list[Message] | None, stable: bool
     ) -> tuple[list[Message], ErrorCode]:
+        """``stable`` (require_stable, KIP-447): a partition whose offset of the group an
+        open transaction is about to move answers UNSTABLE_OFFSET_COMMIT (clients retry)."""
         try:
             self.conn.require_principal()
             check_group(group)
@@ -227,6 +229,7 @@ class GroupHandlers:
                 and self.conn.security.can_see(self.conn.require_principal(), cfg.name)
                 and (committed := self.broker.committed_partitions(cfg.name, group))
             ]
+        pending = self.broker.pending_transaction_offsets(group) if stable else set()
         out = []
         for t in topics:
             parts = []
@@ -240,6 +243,8 @@ class GroupHandlers:
                     topic = weir_topic(t["name"])
                     self.conn.allow(Permission.CONSUME, topic, "read the offsets of")
                     self.broker.actor(topic, idx)
+                    if (self.broker.topic(topic).name, idx) in pending:
+                        raise KafkaError(ErrorCode.UNSTABLE_OFFSET_COMMIT)
                     off = self.broker.committed_offset(topic, idx, group)
                     if off is not None:
                         entry["committed_offset"] = off
@@ -250,13 +255,14 @@ class GroupHandlers:
         return out, ErrorCode.NONE
 
     async def handle_offset_fetch(self, header: RequestHeader, body: Message) -> Message:
+        stable = bool(body.get("require_stable"))
         if header.api_version >= 8:
             groups = []
             for g in body["groups"]:
-                topics, err = self._fetch_offsets(g["group_id"], g["topics"])
+                topics, err = self._fetch_offsets(g["group_id"], g["topics"], stable)
                 groups.append({"group_id": g["group_id"], "topics": topics, "error_code": err})
             return {"groups": groups}
-        topics, err = self._fetch_offsets(body["group_id"], body["topics"])
+        topics, err = self._fetch_offsets(body["group_id"], body["topics"], stable)
         return {"topics": topics, "error_code": err}
 
     # ------------------------------------------------------------------ admin of groups
