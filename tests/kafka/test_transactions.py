@@ -4,6 +4,7 @@ side by side, consume-transform-produce, fencing, timeouts and bad calls."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import struct
 import subprocess
@@ -512,3 +513,49 @@ def test_after_a_restart_the_open_transaction_is_aborted_and_the_producer_goes_o
             committed.close()
     finally:
         srv.stop()
+
+
+def test_aiokafka_transactional_producer(bootstrap: str) -> None:
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+    from aiokafka.structs import TopicPartition as ATopicPartition
+
+    async def run() -> tuple[list[bytes], list[bytes]]:
+        _create(bootstrap, ("aio-tx", 2))
+        p = AIOKafkaProducer(bootstrap_servers=bootstrap, transactional_id="aio-tx-1")
+        await p.start()
+        try:
+            async with p.transaction():
+                for i in range(6):
+                    await p.send("aio-tx", value=b"c%d" % i, partition=i % 2)
+            with pytest.raises(RuntimeError):
+                async with p.transaction():  # an exception inside aborts
+                    for i in range(6):
+                        await (await p.send("aio-tx", value=b"a%d" % i, partition=i % 2))
+                    raise RuntimeError("abort")
+        finally:
+            await p.stop()
+        seen = []
+        for isolation in ("read_committed", "read_uncommitted"):
+            c = AIOKafkaConsumer(
+                bootstrap_servers=bootstrap,
+                isolation_level=isolation,
+                auto_offset_reset="earliest",
+            )
+            await c.start()
+            try:
+                c.assign([ATopicPartition("aio-tx", 0), ATopicPartition("aio-tx", 1)])
+                await c.seek_to_beginning()
+                got: list[bytes] = []
+                deadline = time.monotonic() + 30
+                want = 6 if isolation == "read_committed" else 12
+                while len(got) < want and time.monotonic() < deadline:
+                    for recs in (await c.getmany(timeout_ms=300)).values():
+                        got += [r.value for r in recs]
+                seen.append(sorted(got))
+            finally:
+                await c.stop()
+        return seen[0], seen[1]
+
+    committed, uncommitted = asyncio.run(run())
+    assert committed == sorted(b"c%d" % i for i in range(6))
+    assert uncommitted == sorted([b"c%d" % i for i in range(6)] + [b"a%d" % i for i in range(6)])

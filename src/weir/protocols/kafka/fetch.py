@@ -147,7 +147,12 @@ class FetchHandlers:
             try:
                 res = await (
                     self.broker.read_compacted(
-                        a.topic, a.partition, r.offset, max(1, budget), committed=r.committed
+                        a.topic,
+                        a.partition,
+                        r.offset,
+                        max(1, budget),
+                        committed=r.committed,
+                        control=True,
                     )
                     if r.compacted
                     else a.read_async(r.offset, max(1, budget), committed=r.committed, control=True)
