@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING
 
 from weir.broker.transactions.facade import TxnOffset
 from weir.broker.transactions.producers import check_transactional_id
+from weir.broker.transactions.transaction import TxnState
 from weir.errors import (
     BadRequestError,
     ProducerFencedError,
@@ -127,12 +128,21 @@ class KafkaTransactions:
             client = self._clients[tid] = TxnClient(tid, pid, epoch, None, doomed=RESTARTED)
         if client.txn_id:
             try:
-                self.broker.transaction(client.txn_id)
+                self.broker.transactions.get(client.txn_id)  # open, or ending
+            except TransactionCommittedError:
+                client.txn_id, client.last_outcome = 0, True  # its EndTxn is answering
             except (TransactionEndedError, UnknownTransactionError, ProducerFencedError) as exc:
                 # ended by the server (its timeout): the client still has it open
                 client.doomed = exc.message
                 client.txn_id = 0
         return client
+
+    def _not_ending(self, txn_id: int) -> None:
+        """CONCURRENT_TRANSACTIONS (clients retry) while ``txn_id`` is being ended."""
+        if self.broker.transactions.get(txn_id).state is not TxnState.OPEN:
+            raise KafkaError(
+                ErrorCode.CONCURRENT_TRANSACTIONS, f"transaction {txn_id:#x} is being ended"
+            )
 
     # ------------------------------------------------------------------ calls
 
@@ -164,6 +174,7 @@ class KafkaTransactions:
         if client.doomed is not None:
             raise KafkaError(ErrorCode.INVALID_PRODUCER_ID_MAPPING, client.doomed)
         if client.txn_id:
+            self._not_ending(client.txn_id)
             return client.txn_id
         rec = self.broker.transactional_producer(client.tid)
         assert rec is not None  # checked
@@ -194,6 +205,7 @@ class KafkaTransactions:
     async def end(self, client: TxnClient, commit: bool) -> None:
         if client.txn_id:
             txn_id = client.txn_id
+            self._not_ending(txn_id)  # a retried EndTxn while the first is under way
             try:
                 if commit:
                     await self.broker.commit_transaction(txn_id)
