@@ -40,7 +40,6 @@ from weir.protocols.kafka.framing import FrameReader, FrameSizeError
 from weir.protocols.kafka.group_api import GroupHandlers
 from weir.protocols.kafka.produce import ProduceHandlers
 from weir.protocols.kafka.sasl import SaslExchange
-from weir.protocols.kafka.transactions import TxnHandlers
 from weir.security.principal import ANONYMOUS, Principal
 
 if TYPE_CHECKING:
@@ -85,7 +84,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         fetch = FetchHandlers(self)
         groups = GroupHandlers(self)
         admin = AdminHandlers(self)
-        txns = TxnHandlers(self)
+        txns = produce.txn_handlers  # InitProducerId with a transactional id goes there too
         self.handlers: dict[int, Handler] = {
             m.API_VERSIONS.key: self.handle_api_versions,
             m.SASL_HANDSHAKE.key: self.handle_sasl_handshake,

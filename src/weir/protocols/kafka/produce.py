@@ -4,7 +4,9 @@ Each partition's batches are checked (CRC, structure, sizes, the idempotent
 producer's sequence), converted to weir batches (`mapping.to_weir`) and queued with
 `Broker.submit` before the handler first awaits, so requests are stored in the order
 they arrived. The answer waits for the commit (acks 1 and all both mean durable,
-as every weir ack); acks=0 gets no answer.
+as every weir ack); acks=0 gets no answer. Batches marked transactional go into their
+producer's open weir transaction (`weir.protocols.kafka.transactions`); InitProducerId
+with a transactional id is served there too.
 """
 
 from __future__ import annotations
