@@ -511,6 +511,24 @@ def test_after_a_restart_the_open_transaction_is_aborted_and_the_producer_goes_o
             assert _values(got) == [b"again", b"kept"]
         finally:
             committed.close()
+        # a restart while it is idle: its next transaction is refused once (the server cannot
+        # tell it had none open), it aborts and goes on
+        srv.restart()
+        p.begin_transaction()
+        p.produce("rs", value=b"refused", partition=0)
+        with pytest.raises(KafkaException) as err:
+            p.commit_transaction(20)
+        assert err.value.args[0].txn_requires_abort(), err.value
+        p.abort_transaction(20)
+        p.begin_transaction()
+        p.produce("rs", value=b"last", partition=0)
+        p.commit_transaction(20)
+        committed = _consumer(boot, "read_committed")
+        try:
+            got = _read_all(committed, [tp], lambda ms: len(ms) >= 3)
+            assert _values(got) == [b"again", b"kept", b"last"]
+        finally:
+            committed.close()
     finally:
         srv.stop()
 
