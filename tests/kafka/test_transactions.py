@@ -5,10 +5,12 @@ side by side, consume-transform-produce, fencing, timeouts and bad calls."""
 from __future__ import annotations
 
 import asyncio
+import random
 import socket
 import struct
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -600,3 +602,116 @@ def test_after_a_restart_an_idle_producer_aborts_once_and_goes_on(tmp_path: Path
             committed.close()
     finally:
         srv.stop()
+
+
+# ---------------------------------------------------------------------- kill -9
+
+
+def _fixed_port_server(data_dir: Path) -> ServerProcess:
+    with socket.socket() as s:  # one Kafka port for every run: the clients reconnect to it
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return ServerProcess(data_dir, env={"WEIR_KAFKA_LISTEN": f"127.0.0.1:{port}"})
+
+
+@pytest.mark.slow
+def test_kafka_transactions_are_all_or_nothing_across_kill_9(tmp_path: Path) -> None:
+    """A confluent-kafka transactional producer commits and aborts at random while the
+    server is killed with SIGKILL during commits: read_committed then shows every
+    transaction whole or not at all, every acknowledged commit, no acknowledged abort."""
+    rng = random.Random(19)
+    srv = _fixed_port_server(tmp_path / "data").start()
+    topics = [("kc-a", 3), ("kc-b", 2)]
+    parts = [(t, p) for t, n in topics for p in range(n)]
+    per_txn = 5
+    conf = {"reconnect.backoff.max.ms": 200, "retry.backoff.max.ms": 200}
+    committed_ok: set[int] = set()
+    aborted_ok: set[int] = set()
+    try:
+        boot = srv.kafka
+        _create(boot, *topics)
+        p = _txn_producer(boot, "kc", **conf)
+
+        def settle(exc: KafkaException) -> Producer:
+            """After a failed call: abort (the client bumps its epoch), or start a new
+            instance when the error is fatal."""
+            err = exc.args[0]
+            for _ in range(5):
+                if err.fatal():
+                    return _txn_producer(boot, "kc", **conf)
+                try:
+                    p.abort_transaction(30)
+                    return p
+                except KafkaException as again:
+                    err = again.args[0]
+            return _txn_producer(boot, "kc", **conf)
+
+        tag = 0
+        for _kill in range(4):
+            for step in range(rng.randint(3, 8)):
+                tag += 1
+                last = step == 0  # the first of the round is committed under a kill
+                try:
+                    p.begin_transaction()
+                    for j in range(per_txn):
+                        t, part = parts[rng.randrange(len(parts))]
+                        p.produce(t, value=b"%d-%d" % (tag, j), partition=part)
+                    if not last and rng.random() < 0.3:
+                        p.abort_transaction(30)
+                        aborted_ok.add(tag)
+                        continue
+                    if last:
+                        result: list[BaseException | None] = []
+                        th = threading.Thread(
+                            target=lambda r=result, commit=p.commit_transaction: r.append(
+                                _try(commit, 60)
+                            )
+                        )
+                        th.start()
+                        time.sleep(rng.uniform(0, 0.03))  # a random point of the commit
+                        srv.kill()
+                        srv.start()
+                        th.join(90)
+                        assert not th.is_alive()
+                        if result[0] is None:
+                            committed_ok.add(tag)
+                        else:
+                            assert isinstance(result[0], KafkaException), result[0]
+                            p = settle(result[0])
+                        continue
+                    p.commit_transaction(30)
+                    committed_ok.add(tag)
+                except KafkaException as exc:
+                    p = settle(exc)
+        srv.kill()  # the last word: what survives a kill -9
+        srv.start()
+        reader = _consumer(boot, "read_committed")
+        try:
+            tps = [TopicPartition(t, n) for t, n in parts]
+            want = per_txn * len(committed_ok)
+            got = _read_all(reader, tps, lambda ms: len(ms) >= want)
+            got += _read_all(reader, tps, lambda ms: False, timeout=2)[len(got) :]
+        finally:
+            reader.close()
+        values = [m.value() for m in got]
+        assert len(values) == len(set(values)), "a message read twice"
+        by_txn: dict[int, int] = {}
+        for v in values:
+            by_txn[int(v.split(b"-")[0])] = by_txn.get(int(v.split(b"-")[0]), 0) + 1
+        assert all(n == per_txn for n in by_txn.values()), "a transaction seen in part"
+        assert committed_ok <= set(by_txn), "an acknowledged commit is missing"
+        assert not aborted_ok & set(by_txn), "an acknowledged abort is visible"
+        print(
+            f"kafka txns: {len(committed_ok)} acked commits, {len(aborted_ok)} aborts, "
+            f"{len(by_txn)} visible, {tag} in all"
+        )
+    finally:
+        srv.stop()
+
+
+def _try(call: Callable[..., object], *args: object) -> BaseException | None:
+    try:
+        call(*args)
+    except BaseException as exc:  # handed back to the test's thread
+        return exc
+    return None
