@@ -182,6 +182,8 @@ def test_a_newer_instance_fences_the_older(shared_server: ServerProcess, topic_n
             for m in c.messages()
         ]
         assert got == [b"fresh"]
+        raw = [m.data for c in first.read_range(topic_name, 0, 0) for m in c.messages()]
+        assert b"zombie2" not in raw  # the fenced write was not stored at all
 
 
 def test_bad_input_gets_a_clear_error(client: weir.Client, topic_name: str) -> None:
@@ -250,3 +252,76 @@ def test_a_subscription_takes_markers_as_acknowledged(client: weir.Client, topic
     consumer.close()
     assert sorted(got) == [b"abort", b"commit", b"commit"]
     assert client.describe_subscription(topic_name, "s").backlog == 0
+
+
+def _compacted(client: weir.Client, topic: str, *, committed: bool) -> list[tuple[bytes, bytes]]:
+    """(key, value) of partition 0 read as compacted, from offset 0 to where it stops."""
+    return [
+        (m.key, m.data)
+        for c in client.read_range(topic, 0, 0, compacted=True, read_committed=committed)
+        for m in c.messages()
+    ]
+
+
+def _fold(pairs: list[tuple[bytes, bytes]]) -> dict[bytes, bytes]:
+    out: dict[bytes, bytes] = {}
+    for k, v in pairs:
+        if v:
+            out[k] = v
+        else:
+            out.pop(k, None)
+    return out
+
+
+def test_compaction_keeps_committed_values_only_and_stops_at_open_transactions(
+    client: weir.Client, topic_name: str
+) -> None:
+    client.create_topic(topic_name, partitions=1)
+    with client.writer(topic_name, partition=0) as w:
+        for k in (b"a", b"b", b"c", b"d"):
+            w.write(b"plain", key=k)
+    with client.transaction() as tx:  # committed: new values and a tombstone
+        w = tx.writer(topic_name, partition=0)
+        w.write(b"committed", key=b"a")
+        w.write(b"", key=b"b")
+        w.write(b"committed", key=b"e")
+    aborted = client.transaction().begin()  # aborted: values, a tombstone, a new key
+    w = aborted.writer(topic_name, partition=0)
+    for k, v in [(b"a", b"aborted"), (b"c", b""), (b"d", b"aborted"), (b"x", b"aborted")]:
+        w.write(v, key=k)
+    w.flush()
+    aborted.abort()
+    opened = client.transaction().begin()  # open during the run: held back by the LSO
+    w = opened.writer(topic_name, partition=0)
+    w.write(b"open", key=b"a")
+    w.write(b"", key=b"e")
+    w.write(b"open", key=b"y")
+    w.flush()
+    with client.writer(topic_name, partition=0) as plain:
+        plain.write(b"after", key=b"d")  # past the open transaction's first offset
+    part = client.describe_topic(topic_name).partition_info[0]
+    assert part.stable_offset < part.end_offset
+
+    info = client.compact(topic_name, wait=True)
+    assert not info.running and info.last_error == ""
+    assert info.partitions[0].position == part.stable_offset  # never into the open one
+    # the view: the latest committed value of each key; the tombstone kept for readers
+    # behind; nothing of the aborted transaction (not its values, nor its delete of c)
+    view = {b"a": b"committed", b"c": b"plain", b"d": b"plain", b"e": b"committed"}
+    got = _compacted(client, topic_name, committed=True)
+    assert (b"b", b"") in got and _fold(got) == view
+    assert not [v for _, v in got if v in (b"aborted", b"open", b"after")]
+    # read uncommitted, the tail past the view shows the open transaction as it is;
+    # the aborted values below the position are gone all the same
+    raw = _compacted(client, topic_name, committed=False)
+    assert not [v for _, v in raw if v == b"aborted"]
+    assert _fold(raw) == {b"a": b"open", b"c": b"plain", b"d": b"after", b"y": b"open"}
+
+    opened.commit()  # now the run goes past it: its values and its tombstone count
+    info = client.compact(topic_name, wait=True)
+    end = client.describe_topic(topic_name).partition_info[0].end_offset
+    assert info.partitions[0].position == end
+    got = _compacted(client, topic_name, committed=True)
+    assert _fold(got) == {b"a": b"open", b"c": b"plain", b"d": b"after", b"y": b"open"}
+    assert not [v for _, v in got if v == b"aborted"]
+    assert {k for k, v in got if not v} == {b"b", b"e"}  # the deletes, kept for readers behind

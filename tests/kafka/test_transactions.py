@@ -350,6 +350,27 @@ def _produce(srv: ServerProcess, tid: str, pid: int, epoch: int, seq: int, topic
     return int(r["responses"][0]["partition_responses"][0]["error_code"])
 
 
+def _add_offsets(srv: ServerProcess, tid: str, pid: int, epoch: int, group: str) -> int:
+    body = {"transactional_id": tid, "producer_id": pid, "producer_epoch": epoch, "group_id": group}
+    return int(_call(srv, km.ADD_OFFSETS_TO_TXN, 3, body)["error_code"])
+
+
+def _txn_offset_commit(
+    srv: ServerProcess, tid: str, pid: int, epoch: int, group: str, offset: int
+) -> int:
+    body = {
+        "transactional_id": tid,
+        "group_id": group,
+        "producer_id": pid,
+        "producer_epoch": epoch,
+        "topics": [
+            {"name": "tx-bad", "partitions": [{"partition_index": 0, "committed_offset": offset}]}
+        ],
+    }
+    r = _call(srv, km.TXN_OFFSET_COMMIT, 3, body)
+    return int(r["topics"][0]["partitions"][0]["error_code"])
+
+
 def test_wrong_transactional_calls_get_kafka_errors_and_change_nothing(
     kafka_server: ServerProcess, bootstrap: str
 ) -> None:
@@ -388,6 +409,19 @@ def test_wrong_transactional_calls_get_kafka_errors_and_change_nothing(
             ErrorCode.INVALID_PRODUCER_ID_MAPPING
         )
         assert _high(reader, tp) == 2
+        # TxnOffsetCommit past the partition's end offset (2): refused, and the transaction's
+        # commit stores no offset for the group and writes nothing to the partition
+        assert _add_offsets(kafka_server, "raw", pid2, epoch2, "tx-bad-g") == 0
+        assert _txn_offset_commit(kafka_server, "raw", pid2, epoch2, "tx-bad-g", 99) == (
+            ErrorCode.INVALID_REQUEST
+        )
+        assert _end_txn(kafka_server, "raw", pid2, epoch2, True) == 0
+        assert _high(reader, tp) == 2
+        group = _consumer(bootstrap, "read_committed", **{"group.id": "tx-bad-g"})
+        try:
+            assert group.committed([tp], timeout=10)[0].offset < 0  # no offset stored
+        finally:
+            group.close()
         # a partition that does not exist: the others of the request are not attempted
         assert _add(kafka_server, "raw", pid2, epoch2, "no-such-topic-here") in (
             ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
