@@ -20,6 +20,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+import weir
 from tests.conftest import ServerProcess
 from tests.doc_blocks import block
 from weir.protocols.kafka import messages as km
@@ -749,3 +750,51 @@ def _try(call: Callable[..., object], *args: object) -> BaseException | None:
     except BaseException as exc:  # handed back to the test's thread
         return exc
     return None
+
+
+def test_a_compacted_topic_shows_committed_values_only(
+    kafka_server: ServerProcess, bootstrap: str
+) -> None:
+    """cleanup.policy=compact over transactions: the compacted log a read_committed
+    consumer fetches holds the latest committed value of each key, never an aborted one
+    (nor an aborted delete), and nothing of an open transaction until it commits."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    conf = {"cleanup.policy": "compact"}
+    for f in admin.create_topics([NewTopic("tx-cmp", 1, config=conf)]).values():
+        f.result(10)
+    p = _txn_producer(bootstrap, "tx-cmp-1")
+    p.begin_transaction()
+    for k in (b"k0", b"k1", b"k2", b"k3"):
+        p.produce("tx-cmp", key=k, value=b"committed", partition=0)
+    p.produce("tx-cmp", key=b"k3", value=None, partition=0)  # a delete, committed
+    p.commit_transaction(20)
+    p.begin_transaction()
+    p.produce("tx-cmp", key=b"k0", value=b"aborted", partition=0)
+    p.produce("tx-cmp", key=b"k1", value=None, partition=0)  # a delete, aborted
+    p.produce("tx-cmp", key=b"k9", value=b"aborted", partition=0)
+    p.flush(20)
+    p.abort_transaction(20)
+    later = _txn_producer(bootstrap, "tx-cmp-2")
+    later.begin_transaction()  # open while the log is compacted
+    later.produce("tx-cmp", key=b"k2", value=b"open", partition=0)
+    later.flush(20)
+    with weir.Client(kafka_server.endpoint) as native:
+        assert native.compact("tx-cmp", wait=True).last_error == ""
+
+    def fetch(n: int, timeout: float) -> list[tuple[bytes, bytes | None]]:
+        c = _consumer(bootstrap, "read_committed")
+        try:
+            msgs = _read_all(c, [TopicPartition("tx-cmp", 0)], lambda o: len(o) >= n, timeout)
+        finally:
+            c.close()
+        return [(m.key(), m.value()) for m in msgs]
+
+    # the view: the latest committed value of each key (the delete kept for readers
+    # behind), nothing aborted; the open transaction holds the consumer back
+    view = [(b"k0", b"committed"), (b"k1", b"committed"), (b"k2", b"committed"), (b"k3", None)]
+    assert fetch(len(view), 20) == view
+    assert fetch(len(view) + 1, 1) == view
+    later.commit_transaction(20)
+    assert fetch(len(view) + 1, 20) == [*view, (b"k2", b"open")]  # the tail past the view
+    p.flush(5)
+    later.flush(5)
