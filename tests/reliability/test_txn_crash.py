@@ -172,6 +172,7 @@ async def test_transactions_are_all_or_nothing_across_kill_9(
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # 40 restarts under load: well past the default 300 s
 async def test_transactions_are_all_or_nothing_across_many_kill_9(
     server: ServerProcess, topic_name: str, chaos_seed: int
 ) -> None:
