@@ -362,14 +362,20 @@ def test_delayed_delivery(client: pulsar.Client, topic: str) -> None:
     import datetime
 
     producer.send(b"later", deliver_after=datetime.timedelta(milliseconds=800))
+    at = int(__import__("time").time() * 1000) + 400
+    producer.send(b"at", deliver_at=at)
     producer.send(b"now")
     first = consumer.receive(5000)
     assert first.data() == b"now"
     consumer.acknowledge(first)
     second = consumer.receive(5000)
-    assert second.data() == b"later"
-    assert second.publish_timestamp() + 700 <= int(__import__("time").time() * 1000)
+    assert second.data() == b"at"
+    assert at <= int(__import__("time").time() * 1000)
     consumer.acknowledge(second)
+    third = consumer.receive(5000)
+    assert third.data() == b"later"
+    assert third.publish_timestamp() + 700 <= int(__import__("time").time() * 1000)
+    consumer.acknowledge(third)
     consumer.close()
     producer.close()
 
@@ -471,4 +477,25 @@ def test_replicated_subscription_flag_is_accepted(client: pulsar.Client, topic: 
     with pytest.raises(pulsar.Timeout):
         again.receive(300)  # the position was kept
     again.close()
+    producer.close()
+
+
+def test_unsubscribe_deletes_the_subscription(
+    pulsar_server: ServerProcess, client: pulsar.Client, topic: str
+) -> None:
+    producer = client.create_producer(topic)
+    producer.send(b"kept for s")
+    consumer = client.subscribe(topic, "s", initial_position=pulsar.InitialPosition.Earliest)
+    other = client.subscribe(topic, "t", initial_position=pulsar.InitialPosition.Earliest)
+    with weir.Client(pulsar_server.endpoint) as native:
+        assert sorted(s.name for s in native.list_subscriptions(topic)) == ["s", "t"]
+        consumer.unsubscribe()
+        assert [s.name for s in native.list_subscriptions(topic)] == ["t"]
+    # a new subscription of that name starts afresh (Latest): the old backlog is gone
+    consumer = client.subscribe(topic, "s")
+    producer.send(b"new")
+    assert consumer.receive(5000).data() == b"new"
+    assert other.receive(5000).data() == b"kept for s"
+    consumer.close()
+    other.close()
     producer.close()

@@ -9,6 +9,7 @@ import pulsar
 import pytest
 from pulsar.schema import AvroSchema, Integer, JsonSchema, Record, String, StringSchema
 
+import weir
 from tests.conftest import ServerProcess
 
 
@@ -155,3 +156,78 @@ def test_asyncio_api(pulsar_server: ServerProcess, topic: str) -> None:
         return out
 
     assert asyncio.run(run()) == [b"0", b"1", b"2"]
+
+
+def test_asyncio_api_acks_seek_readers_and_several_topics(
+    pulsar_server: ServerProcess, topic: str
+) -> None:
+    """The asyncio twins of the sync calls the other tests make: batched concurrent
+    sends, cumulative / negative acks with a redelivery count, last message id, seek by id
+    and by time, readers (inclusive, seek), several topics, partitions, unsubscribe."""
+    import pulsar.asyncio as apulsar
+
+    other = f"{topic}-other"
+
+    async def run() -> None:
+        c = apulsar.Client(pulsar_server.pulsar_url, operation_timeout_seconds=5)
+        try:
+            producer = await c.create_producer(topic, batching_enabled=False)
+            ids = [
+                await producer.send(b"%d" % i, partition_key=f"k{i}", properties={"i": str(i)})
+                for i in range(6)
+            ]
+            consumer = await c.subscribe(
+                topic,
+                "s",
+                initial_position=pulsar.InitialPosition.Earliest,
+                negative_ack_redelivery_delay_ms=100,
+            )
+            got = [await consumer.receive() for _ in range(6)]
+            assert [m.data() for m in got] == [b"%d" % i for i in range(6)]
+            assert [m.properties()["i"] for m in got] == [str(i) for i in range(6)]
+            assert got[5].partition_key() == "k5"
+            await consumer.acknowledge_cumulative(got[2])  # 0..2
+            await consumer.negative_acknowledge(got[3])
+            await consumer.acknowledge(got[4])
+            await consumer.acknowledge(got[5])
+            again = await asyncio.wait_for(consumer.receive(), 10)
+            assert (again.data(), again.redelivery_count()) == (b"3", 1)
+            await consumer.acknowledge(again)
+            last = await consumer.get_last_message_id()
+            assert last.entry_id() == ids[5].entry_id()
+            await consumer.seek(ids[2])
+            assert (await asyncio.wait_for(consumer.receive(), 10)).data() in (b"2", b"3")
+            await consumer.seek(got[0].publish_timestamp())
+            assert (await asyncio.wait_for(consumer.receive(), 10)).data() == b"0"
+            await consumer.unsubscribe()
+            await consumer.close()
+
+            reader = await c.create_reader(topic, ids[2], start_message_id_inclusive=True)
+            assert await reader.has_message_available()
+            assert (await reader.read_next()).data() == b"2"
+            await reader.seek(got[0].publish_timestamp())  # (it takes no MessageId.earliest)
+            assert (await reader.read_next()).data() == b"0"
+            await reader.close()
+
+            batched = await c.create_producer(other, batching_max_publish_delay_ms=20)
+            batch_ids = await asyncio.gather(*(batched.send(b"b%d" % i) for i in range(8)))
+            assert len({m.entry_id() for m in batch_ids}) < 8  # some went as one entry
+            both = await c.subscribe(
+                [topic, other], "both", initial_position=pulsar.InitialPosition.Earliest
+            )
+            seen = set()
+            for _ in range(14):
+                m = await asyncio.wait_for(both.receive(), 10)
+                await both.acknowledge(m)
+                seen.add(m.data())
+            assert seen == {b"%d" % i for i in range(6)} | {b"b%d" % i for i in range(8)}
+            await both.close()
+            assert await c.get_topic_partitions(other) == [f"persistent://public/default/{other}"]
+            await batched.close()
+            await producer.close()
+        finally:
+            await c.close()
+
+    asyncio.run(run())
+    with weir.Client(pulsar_server.endpoint) as native:
+        assert [s.name for s in native.list_subscriptions(topic)] == ["both"]
