@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pulsar
 import pytest
@@ -498,4 +499,38 @@ def test_unsubscribe_deletes_the_subscription(
     assert other.receive(5000).data() == b"kept for s"
     consumer.close()
     other.close()
+    producer.close()
+
+
+def test_ordering_key_survives_and_routes_key_shared(client: pulsar.Client, topic: str) -> None:
+    """A message's ordering key reaches the consumer, and Key_Shared routes by it before
+    the partition key: every message of one ordering key goes to one consumer."""
+    consumers = [
+        client.subscribe(topic, "ks", consumer_type=pulsar.ConsumerType.KeyShared) for _ in range(2)
+    ]
+    producer = client.create_producer(topic, batching_enabled=False)
+    for i in range(40):
+        producer.send_async(b"%d" % i, None, partition_key=f"k{i}", ordering_key=f"o{i % 2}")
+    producer.flush()
+    owner: dict[str, set[int]] = {}
+    seen = 0
+    deadline = time.monotonic() + 20
+    while seen < 40 and time.monotonic() < deadline:
+        for n, c in enumerate(consumers):
+            while True:  # what this consumer has now, then the other's
+                try:
+                    m = c.receive(100)
+                except pulsar.Timeout:
+                    break
+                c.acknowledge(m)
+                seen += 1
+                i = int(m.data())
+                ordering = m.ordering_key()
+                ordering = ordering.decode() if isinstance(ordering, bytes) else ordering
+                assert (m.partition_key(), ordering) == (f"k{i}", f"o{i % 2}")
+                owner.setdefault(ordering, set()).add(n)
+    assert seen == 40
+    assert all(len(who) == 1 for who in owner.values()), owner
+    for c in consumers:
+        c.close()
     producer.close()
