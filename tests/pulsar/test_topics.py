@@ -231,3 +231,57 @@ def test_asyncio_api_acks_seek_readers_and_several_topics(
     asyncio.run(run())
     with weir.Client(pulsar_server.endpoint) as native:
         assert [s.name for s in native.list_subscriptions(topic)] == ["both"]
+
+
+def test_asyncio_api_regex_access_modes_and_schemas(
+    pulsar_server: ServerProcess, topic: str
+) -> None:
+    """The asyncio twins of the regex consumer, exclusive producers and schemas."""
+    import pulsar.asyncio as apulsar
+
+    async def run() -> None:
+        c = apulsar.Client(pulsar_server.pulsar_url, operation_timeout_seconds=5)
+        try:
+            names = [f"{topic}-a", f"{topic}-b"]
+            producers = [
+                await c.create_producer(
+                    n, producer_name=f"only-{n}", access_mode=pulsar.ProducerAccessMode.Exclusive
+                )
+                for n in names
+            ]
+            with pytest.raises(apulsar.PulsarException) as busy:
+                await c.create_producer(names[0], producer_name="second")
+            assert busy.value.error() == pulsar.Result.ProducerBusy
+            pattern = await c.subscribe(
+                f"persistent://public/default/{re.escape(topic)}-.*",
+                "r",
+                is_pattern_topic=True,
+                initial_position=pulsar.InitialPosition.Earliest,
+            )
+            for p in producers:
+                await p.send(p.topic().encode())
+            got = sorted([(await asyncio.wait_for(pattern.receive(), 10)).data() for _ in names])
+            assert got == sorted(f"persistent://public/default/{n}".encode() for n in names)
+            await pattern.close()
+            for p in producers:
+                await p.close()
+
+            schema = JsonSchema(Order)
+            typed = await c.create_producer(f"{topic}-json", schema=schema)
+            reader = await c.subscribe(
+                f"{topic}-json",
+                "s",
+                schema=schema,
+                initial_position=pulsar.InitialPosition.Earliest,
+            )
+            await typed.send(Order(item="ink", count=2))
+            v = (await asyncio.wait_for(reader.receive(), 10)).value()
+            assert (v.item, v.count) == ("ink", 2)
+            with pytest.raises(apulsar.PulsarException, match=r"(?i)incompatible"):
+                await c.create_producer(f"{topic}-json", schema=StringSchema())
+            await reader.close()
+            await typed.close()
+        finally:
+            await c.close()
+
+    asyncio.run(run())
