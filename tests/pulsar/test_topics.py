@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import datetime
 import re
+import time
 
 import pulsar
 import pytest
@@ -285,3 +287,129 @@ def test_asyncio_api_regex_access_modes_and_schemas(
             await c.close()
 
     asyncio.run(run())
+
+
+def test_asyncio_api_dedup_delays_dead_letters_chunks_and_compaction(
+    pulsar_server: ServerProcess, topic: str
+) -> None:
+    """More asyncio twins: dedup across a producer's reconnect, deliver_after and
+    deliver_at on a Shared subscription of two consumers, a dead-letter policy, a chunked
+    message, a partitioned topic, a compacted reader."""
+    import pulsar.asyncio as apulsar
+
+    with weir.Client(pulsar_server.endpoint) as native:
+        native.create_topic(f"{topic}-parts", partitions=3)
+
+    async def run() -> None:
+        c = apulsar.Client(pulsar_server.pulsar_url, operation_timeout_seconds=5)
+        try:
+            p = await c.create_producer(topic, producer_name="w", batching_enabled=False)
+            for i in range(3):
+                await p.send(b"%d" % i, sequence_id=i)
+            await p.close()
+            p = await c.create_producer(topic, producer_name="w", batching_enabled=False)
+            assert p.last_sequence_id() == 2  # it learns where it was
+            await p.send(b"2 again", sequence_id=2)  # dropped
+            reader = await c.create_reader(topic, pulsar.MessageId.earliest)
+            seen = []
+            while await reader.has_message_available():
+                seen.append((await reader.read_next()).data())
+            assert seen == [b"0", b"1", b"2"]
+            await reader.close()
+
+            shared = [
+                await c.subscribe(
+                    f"{topic}-d",
+                    "s",
+                    consumer_type=pulsar.ConsumerType.Shared,
+                    negative_ack_redelivery_delay_ms=50,
+                    dead_letter_policy=pulsar.ConsumerDeadLetterPolicy(
+                        max_redeliver_count=1, dead_letter_topic=f"{topic}-dlq"
+                    ),
+                )
+                for _ in range(2)
+            ]
+            dead = await c.subscribe(
+                f"{topic}-dlq", "d", initial_position=pulsar.InitialPosition.Earliest
+            )
+            d = await c.create_producer(f"{topic}-d", batching_enabled=False)
+            now = int(time.time() * 1000)
+            await d.send(b"after", deliver_after=datetime.timedelta(milliseconds=600))
+            await d.send(b"at", deliver_at=now + 300)
+            await d.send(b"poison")
+            got: dict[bytes, int] = {}
+            nacks = 0
+            # one receive pending per consumer (a cancelled receive would lose its message)
+            pending = {asyncio.ensure_future(x.receive()): x for x in shared}
+            deadline = time.monotonic() + 20
+            while (len(got) < 2 or nacks < 2) and time.monotonic() < deadline:
+                done, _ = await asyncio.wait(
+                    pending, timeout=1, return_when=asyncio.FIRST_COMPLETED
+                )
+                for task in done:
+                    consumer = pending.pop(task)
+                    m = task.result()
+                    if m.data() == b"poison":
+                        await consumer.negative_acknowledge(m)
+                        nacks += 1
+                    else:
+                        got[m.data()] = int(time.time() * 1000)
+                        await consumer.acknowledge(m)
+                    pending[asyncio.ensure_future(consumer.receive())] = consumer
+            for task in pending:
+                task.cancel()
+            assert got.keys() == {b"at", b"after"}
+            assert got[b"at"] >= now + 300 and got[b"after"] >= now + 600
+            buried = await asyncio.wait_for(dead.receive(), 10)
+            assert buried.data() == b"poison"  # after it came twice (redelivered once)
+            for x in (*shared, dead, d):
+                await x.close()
+
+            big = bytes(range(256)) * (6 * 4096)  # 6 MiB: over the 5 MiB a message may be
+            chunked = await c.create_producer(
+                f"{topic}-big", chunking_enabled=True, batching_enabled=False
+            )
+            whole = await c.subscribe(
+                f"{topic}-big", "s", initial_position=pulsar.InitialPosition.Earliest
+            )
+            await chunked.send(big)
+            assert (await asyncio.wait_for(whole.receive(), 20)).data() == big
+            for x in (chunked, whole):
+                await x.close()
+
+            parts = await c.create_producer(
+                f"{topic}-parts",
+                message_routing_mode=pulsar.PartitionsRoutingMode.RoundRobinDistribution,
+                batching_enabled=False,
+            )
+            ids = [await parts.send(b"%d" % i) for i in range(6)]
+            assert {m.partition() for m in ids} == {0, 1, 2}
+            await parts.close()
+
+            keyed = await c.create_producer(f"{topic}-kv", batching_enabled=False)
+            for k, v in (("a", b"1"), ("b", b"1"), ("a", b"2")):
+                await keyed.send(v, partition_key=k)
+            await keyed.close()
+        finally:
+            await c.close()
+
+    asyncio.run(run())
+    with weir.Client(pulsar_server.endpoint) as native:
+        native.compact(f"{topic}-kv", wait=True)
+
+    async def compacted() -> list[tuple[str, bytes]]:
+        c = apulsar.Client(pulsar_server.pulsar_url, operation_timeout_seconds=5)
+        try:
+            r = await c.create_reader(
+                f"{topic}-kv", pulsar.MessageId.earliest, is_read_compacted=True
+            )
+            out = []
+            while await r.has_message_available():
+                m = await r.read_next()
+                out.append((m.partition_key(), m.data()))
+            await r.close()
+            return out
+        finally:
+            await c.close()
+
+    assert asyncio.run(compacted()) == [("b", b"1"), ("a", b"2")]
