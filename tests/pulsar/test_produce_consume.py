@@ -534,3 +534,31 @@ def test_ordering_key_survives_and_routes_key_shared(client: pulsar.Client, topi
     for c in consumers:
         c.close()
     producer.close()
+
+
+def test_a_send_weir_cannot_store_fails_at_once(client: pulsar.Client, topic: str) -> None:
+    """A message weir cannot decode (SNAPPY is not served) fails its send at once with
+    ChecksumError, the SendError after which a Pulsar client drops the message (after any
+    other it reconnects and resends it, for ever); the client logs the server's reason.
+    Nothing is stored, and the topic goes on."""
+    snappy = client.create_producer(
+        topic, compression_type=pulsar.CompressionType.SNAPPY, batching_enabled=False
+    )
+    done = threading.Event()
+    results: list[pulsar.Result] = []
+
+    def sent(res: pulsar.Result, _: pulsar.MessageId) -> None:
+        results.append(res)
+        done.set()
+
+    snappy.send_async(b"snappy" * 100, sent)
+    assert done.wait(10), "never answered: the client resends for ever"
+    assert results == [pulsar.Result.ChecksumError]
+    snappy.close()
+    plain = client.create_producer(topic)
+    plain.send(b"plain")
+    reader = client.create_reader(topic, pulsar.MessageId.earliest)
+    assert reader.read_next(5000).data() == b"plain"
+    assert not reader.has_message_available()
+    for x in (reader, plain):
+        x.close()
