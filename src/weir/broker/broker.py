@@ -121,6 +121,7 @@ class Broker(
         self._live = {}
         self.live_subscriptions = LiveSubscriptions(config.non_persistent_queue_bytes)
         self._views = {}
+        self._trim_floors = {}
         self._compactions = {}
         self.compaction_hook = None
         self._compaction_test_hook = None

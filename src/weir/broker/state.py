@@ -65,9 +65,10 @@ class BrokerState:
     _backlog_quota: dict[str, BacklogQuota]  # topic -> its quota, when it has one
     _actors: dict[tuple[str, int], PartitionActor]
     _groups: dict[tuple[str, str], ConsumerGroup]
-    # compaction (`weir.broker.compaction`): the live view of each compacted partition,
-    # the last or current run of each topic, hooks called at each step of a run
+    # compaction (`weir.broker.compaction`): the live view of each compacted partition, the
+    # trim floors, the last or current run of each topic, hooks called at each step of a run
     _views: dict[tuple[str, int], CompactedView]
+    _trim_floors: dict[tuple[str, int], int]  # partitions trimmed (DeleteRecords) -> the floor
     _compactions: dict[str, CompactionJob]
     compaction_hook: Callable[[str], None] | None
     _compaction_test_hook: Callable[[str], None] | None
