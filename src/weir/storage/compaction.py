@@ -326,7 +326,7 @@ def partition_reader(log: PartitionLog) -> LogRead:
     reads through its partition actor instead, on the event loop)."""
 
     def read(from_offset: int, max_bytes: int, to_offset: int) -> ReadResult:
-        return log.fill_payloads(log.read(from_offset, max_bytes, to_offset))
+        return log.fill_payloads(log.read(from_offset, max_bytes, to_offset, fill_cache=False))
 
     return read
 

@@ -311,13 +311,17 @@ class Compaction(TopicAdmin):
 
     def _read_for_thread(self, actor: PartitionActor, job: CompactionJob) -> LogRead:
         """A `LogRead` for the run's worker thread: each read is the actor's ``read_async``
-        on the event loop (between its other reads and writes), the thread waiting."""
+        on the event loop (between its other reads and writes), the thread waiting. It
+        does not fill the shared read cache: a scan of the whole partition would evict
+        the blobs consumers of the tail read again and again."""
         loop = asyncio.get_running_loop()
 
         def read(from_offset: int, max_bytes: int, to_offset: int) -> ReadResult:
             if job.cancelled or self._closed:
                 raise ClosedError(f"compaction of {actor.topic}/{actor.partition} cancelled")
-            coro = actor.read_async(from_offset, max_bytes, to_offset, committed=True)
+            coro = actor.read_async(
+                from_offset, max_bytes, to_offset, committed=True, fill_cache=False
+            )
             return asyncio.run_coroutine_threadsafe(coro, loop).result()
 
         return read
