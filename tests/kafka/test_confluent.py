@@ -210,6 +210,31 @@ def test_delete_records_on_a_compacted_topic_deletes_from_its_view(
     c.close()
 
 
+def test_deleted_compacted_records_stay_deleted_after_kill_9(server: ServerProcess) -> None:
+    """The trim floor is committed with the trim: a server killed right after the
+    DeleteRecords answer serves the compacted view from the new low watermark on."""
+    admin = _admin(server.kafka)
+    for f in admin.create_topics(
+        [NewTopic("cfdk", 1, config={"cleanup.policy": "compact"})]
+    ).values():
+        f.result(10)
+    _produce(server.kafka, "cfdk", 20)
+    with weir.Client(server.endpoint) as native:
+        native.compact("cfdk", wait=True)
+    (fut,) = admin.delete_records([TopicPartition("cfdk", 0, 18)]).values()
+    assert fut.result(10).low_watermark == 18
+    server.kill()
+    server.start()
+    c = Consumer(
+        {"bootstrap.servers": server.kafka, "group.id": "cfdk-g", "auto.offset.reset": "earliest"}
+    )
+    assert c.get_watermark_offsets(TopicPartition("cfdk", 0), timeout=10) == (18, 20)
+    c.subscribe(["cfdk"])
+    got = [(m.key(), m.value(), m.offset()) for m in _poll(c, 2)]
+    assert got == [(b"k3", b"v18", 18), (b"k4", b"v19", 19)]
+    c.close()
+
+
 @pytest.mark.skipif(
     shutil.which("kcat") is None, reason="kcat is installed by tools/system-packages.sh"
 )
