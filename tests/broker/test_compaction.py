@@ -182,7 +182,8 @@ async def test_dropping_a_topic_stops_its_run_and_leaves_no_blobs(tmp_path: Path
 
 async def test_a_run_reads_offloaded_blobs_and_large_payloads(tmp_path: Path) -> None:
     """Compaction reads the log through the partition's read path: blobs whose local bytes
-    went to the tier, and payloads stored as references, are compacted like the rest."""
+    went to the tier, and payloads stored as references, are compacted like the rest,
+    without filling the tier's cache (what catch-up readers of the tier read stays)."""
     b = await open_broker(tmp_path, low_watermark=2_000, max_blob_size=3_000)
     try:
         await b.create_topic("offl", partitions=1)
@@ -199,7 +200,12 @@ async def test_a_run_reads_offloaded_blobs_and_large_payloads(tmp_path: Path) ->
         assert copied[0] >= 2
         st = b.tier_status("offl")[0]
         assert st.remote_segments >= 2 and st.first_local_offset > 0
+        tier = b.store.tier
+        assert tier is not None
+        before = tier.cache.stats
         await b.compact("offl", wait=True)
+        # the run fetched the offloaded blobs for itself: the tier's cache is as it was
+        assert tier.cache.stats == before and tier.stats.fetches >= 2
         got = await compacted(b, "offl")
         assert {k: d for _, k, d in got} == truth
         assert [o for o, _, _ in got] == sorted(o for o, _, _ in got)

@@ -168,10 +168,14 @@ class PartitionActor:
         off the event loop first (one object request); the read itself is the same one
         path. TierUnavailableError (retryable) while the object store is unreachable."""
         rec = self.log.remote_at(from_offset)
-        if rec is not None:
+        scan = None
+        if rec is not None and fill_cache:
             await asyncio.wrap_future(
                 self.log.tier.prefetch(self.log.cache_owner, rec, self.log.label)
             )
+        elif rec is not None:  # a scan: loaded for this read only, the tier's cache untouched
+            blob = await asyncio.to_thread(self.log.tier.load, rec, self.log.label)
+            scan = (rec.first_offset, blob)
         res = self.log.read(
             from_offset,
             max_bytes,
@@ -179,6 +183,7 @@ class PartitionActor:
             committed=committed,
             control=control,
             fill_cache=fill_cache,
+            scan=scan,
         )
         if res.refs:  # large payloads: fetched back from their objects, off the event loop
             res = await asyncio.to_thread(self.log.fill_payloads, res)

@@ -36,6 +36,7 @@ class PartitionReads(TieredLog):
         committed: bool = False,
         control: bool = False,
         fill_cache: bool = True,
+        scan: tuple[int, CachedBlob] | None = None,
     ) -> ReadResult:
         """Whole batches from the one holding ``from_offset`` on, up to about ``max_bytes``
         (at least one batch) and never past ``to_offset`` or EndOffset.
@@ -47,17 +48,18 @@ class PartitionReads(TieredLog):
 
         ``fill_cache=False`` (a one-off scan: compaction) uses what the read cache holds
         but neither adds to it nor counts or refreshes its entries, so a scan of a whole
-        partition does not evict what consumers of the tail read again.
+        partition does not evict what consumers of the tail read again; the same for the
+        tier's cache of offloaded blobs (``scan``: one the caller loaded uncached).
         """
         txns = self.txns
         if not txns.active:
-            return self._read(from_offset, max_bytes, to_offset, fill_cache)
+            return self._read(from_offset, max_bytes, to_offset, fill_cache, scan)
         if committed:
             lso = txns.stable_offset(self.end_offset)
             to_offset = lso if to_offset is None else min(to_offset, lso)
         stop = self.end_offset if to_offset is None else min(to_offset, self.end_offset)
         while True:
-            res = self._read(from_offset, max_bytes, to_offset, fill_cache)
+            res = self._read(from_offset, max_bytes, to_offset, fill_cache, scan)
             if not res.chunks or not txns.touches(
                 res.first_offset, res.next_offset, committed, control
             ):
@@ -79,6 +81,7 @@ class PartitionReads(TieredLog):
         max_bytes: int = 1 << 20,
         to_offset: int | None = None,
         fill_cache: bool = True,
+        scan: tuple[int, CachedBlob] | None = None,
     ) -> ReadResult:
         """`read` without regard to transactions.
 
@@ -105,7 +108,7 @@ class PartitionReads(TieredLog):
                 budget = max_bytes - total
                 seg = self._head.get(b.first_offset) if b.is_head else None
                 if is_remote(b):
-                    cached = self._remote_blob(b, i, block=not result.chunks)
+                    cached = self._remote_blob(b, i, not result.chunks, fill_cache, scan)
                     if cached is None:
                         break  # not fetched yet: the next read (or read-ahead) brings it
                 else:
