@@ -265,10 +265,13 @@ class Subscriptions:
         hash_ranges: Sequence[tuple[int, int]] | None = None,
         partitions: frozenset[int] | None = None,
         whole_batches: bool = False,
+        check_readers: Callable[[], None] | None = None,
     ) -> tuple[Subscription, AttachedConsumer]:
         """Attach a consumer (creating the subscription when missing and ``create``);
         ``hash_ranges``: the sticky Key_Shared slots it claims (see `key_shared`); with
-        ``partitions``, of those partitions only."""
+        ``partitions``, of those partitions only. ``check_readers`` raises when other
+        readers hold a consumer's committed offsets (called with no await before the
+        attach)."""
         ranges = None
         if hash_ranges is not None:
             if type is not SubscriptionType.KEY_SHARED:
@@ -301,6 +304,8 @@ class Subscriptions:
                     f"subscription {name!r} is the committed offsets of consumer {name!r}: "
                     "it has no dead-letter policy"
                 )
+            if check_readers is not None:
+                check_readers()
             sub.attach(c, type)
             return sub, c
         changed = sub.attach(c, type)  # True: it had no consumers, the type follows
