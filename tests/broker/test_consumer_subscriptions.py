@@ -13,7 +13,12 @@ import pytest
 from tests.broker.test_subscriptions import attach, fill, one, open_broker
 from tests.conftest import ROOT
 from weir.broker.topics import ConsumerConfig
-from weir.errors import AlreadyExistsError, BadRequestError, UnknownSubscriptionError
+from weir.errors import (
+    AlreadyExistsError,
+    BadRequestError,
+    ConsumerBusyError,
+    UnknownSubscriptionError,
+)
 
 FIXTURE = ROOT / "tests" / "fixtures" / "pre-tenancy-datadir.tar.gz"
 
@@ -28,7 +33,7 @@ async def test_a_consumer_is_a_failover_subscription_over_its_committed_offsets(
     (info,) = b.list_subscriptions("t")
     assert (info.name, info.type.value, info.consumer) == ("audit", "failover", True)
     assert [p.mark_delete for p in info.partitions] == [2, 0] and info.backlog == 4
-    inbox, _c = await attach(b, "audit", "failover")
+    inbox, c = await attach(b, "audit", "failover")
     assert [o for _, o, _ in await inbox.wait(4)] == [2, 3, 4, 5]
     sub = b.subscription("t", "audit")
     await sub.acknowledge(one([(0, 2), (0, 3)]))  # in order: the commit moves
@@ -39,9 +44,13 @@ async def test_a_consumer_is_a_failover_subscription_over_its_committed_offsets(
     await sub.acknowledge_cumulative(0, 5)
     assert b.committed_offset("t", 0, "audit") == 6
     assert [p.committed_offset for p in b.describe_consumer("t", "audit")] == [6, 0]
-    # a reader's commit moves the subscription: one state
-    await b.commit_offset("t", 1, "audit", 0)
+    # one kind of reader at a time: a reader's commit is refused while it is attached
+    with pytest.raises(ConsumerBusyError, match="1 subscription consumer"):
+        await b.commit_offset("t", 0, "audit", 4, allow_backwards=True)
     assert b.describe_subscription("t", "audit").backlog == 0
+    sub.detach(c.consumer_id)
+    await b.commit_offset("t", 0, "audit", 4, allow_backwards=True)  # now it may: one state
+    assert b.describe_subscription("t", "audit").backlog == 2
     # what a consumer's subscription cannot be
     with pytest.raises(BadRequestError, match="failover or exclusive only"):
         await attach(b, "audit", "shared")

@@ -3,7 +3,7 @@
 ``python -m tests.client.subscription_worker ENDPOINT TOPIC SUBSCRIPTION TYPE MODE NAME QUEUE``
 subscribes, prints ``{"ready": true}``, then one JSON line per message received
 (``[partition, offset, key, redelivery_count]``), acknowledging each one individually
-(MODE ``ack``) or never (``hold``), until its stdin closes (then it closes the consumer)
+(MODE ``ack``), cumulatively (``cumulative``) or never (``hold``), until its stdin closes (then it closes the consumer)
 or it is killed. A refused subscribe prints ``{"error": CLASS, "message": ...}`` and
 exits with status 3."""
 
@@ -42,6 +42,8 @@ def main(endpoint: str, topic: str, sub: str, type: str, mode: str, name: str, q
                 )
                 if mode == "ack":
                     c.acknowledge(m)
+                elif mode == "cumulative":
+                    c.acknowledge_cumulative(m)
         c.close()
     return 0
 

@@ -1,7 +1,7 @@
 """Every subscription type with consumers in processes of their own (each one
 tests/client/subscription_worker.py, its own weir.Client and connection): Shared spreads
 and redelivers what a consumer process held when it is killed with SIGKILL; Failover
-hands over in order to the next process; Exclusive refuses a second process; Key_Shared
+hands over in order to the next process (which acknowledges cumulatively); Exclusive refuses a second process; Key_Shared
 gives each key to one process, in order."""
 
 from __future__ import annotations
@@ -140,7 +140,7 @@ def test_failover_processes_hand_over_in_order_and_exclusive_refuses_a_second(
     client.create_topic(topic_name, partitions=1)
     ep = shared_server.endpoint
     a = Worker(ep, topic_name, "f", "failover", "hold", "a")
-    b = Worker(ep, topic_name, "f", "failover", "ack", "b")
+    b = Worker(ep, topic_name, "f", "failover", "cumulative", "b")
     workers += [a, b]
     a.ready(), b.ready()
     _write(client, topic_name, 5)
