@@ -12,6 +12,9 @@ import pytest
 
 from tests.broker.test_subscriptions import attach, fill, one, open_broker
 from tests.conftest import ROOT
+from weir.broker.broker import Broker
+from weir.broker.config import BrokerConfig
+from weir.broker.observer import BrokerObserver
 from weir.broker.topics import ConsumerConfig
 from weir.errors import (
     AlreadyExistsError,
@@ -84,5 +87,29 @@ async def test_offsets_committed_by_the_old_code_are_a_subscription_position(
         assert [(p, o) for p, o, _ in await inbox.wait(2)] == [(0, 3), (0, 4)]
         await b.subscription("orders", "old-consumer").acknowledge_cumulative(0, 4)
         assert b.describe_consumer("orders", "old-consumer")[0].committed_offset == 5
+    finally:
+        await b.close()
+
+
+class Commits(BrokerObserver):
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, int, str, int]] = []
+
+    def on_consumer_commit(self, topic: str, partition: int, consumer: str, offset: int) -> None:
+        self.seen.append((topic, partition, consumer, offset))
+
+
+async def test_an_ack_of_a_consumers_subscription_is_a_commit_the_metrics_see(
+    tmp_path: Path,
+) -> None:
+    obs = Commits()
+    b = await Broker.open(BrokerConfig(data_dir=tmp_path, retention_interval_s=3600), observer=obs)
+    try:
+        await b.create_topic("t", partitions=1, consumers=[ConsumerConfig("audit")])
+        await fill(b, 3)
+        inbox, _ = await attach(b, "audit", "exclusive")
+        await inbox.wait(3)
+        await b.subscription("t", "audit").acknowledge_cumulative(0, 1)
+        assert obs.seen == [(b.topic("t").name, 0, "audit", 2)]  # weir_consumer_commits
     finally:
         await b.close()

@@ -120,6 +120,7 @@ class Broker(
             lambda t, p: self._actors[(t, p)],
             self._write_dead_letters,
             self.offsets,
+            lambda *commit: self.observer.on_consumer_commit(*commit),
         )
         self._live = {}
         self.live_subscriptions = LiveSubscriptions(config.non_persistent_queue_bytes)

@@ -57,8 +57,10 @@ class Subscriptions:
         actor_of: Callable[[str, int], PartitionActor],
         dead_letter_sink: DeadLetterSink | None = None,
         offsets: OffsetStore | None = None,
+        on_consumer_commit: Callable[[str, int, str, int], None] | None = None,
     ) -> None:
         self._dead_letter_sink = dead_letter_sink
+        self._on_consumer_commit = on_consumer_commit  # (topic, partition, consumer, offset)
         self._offsets = offsets
         self._kv = kv
         self._committer = committer
@@ -130,8 +132,14 @@ class Subscriptions:
         )
 
         def cursor(p: int, _mark: int = 0) -> ConsumerCursor:
+            told = self._on_consumer_commit
             return ConsumerCursor(
-                offsets, cfg.topic_id, p, name, lambda: self._actor_of(tname, p).start_offset
+                offsets,
+                cfg.topic_id,
+                p,
+                name,
+                lambda: self._actor_of(tname, p).start_offset,
+                None if told is None else lambda offset: told(tname, p, name, offset),
             )
 
         sub = Subscription(tname, cfg.topic_id, meta, lambda p: self._actor_of(tname, p), cursor)
