@@ -139,10 +139,11 @@ def test_a_ydb_reader_naming_its_partitions_and_a_subscription_exclude_each_othe
                 time.sleep(0.05)
         first = _take(sub, 1)[0]
         assert first.data == b"1"  # from the reader's commit on
-        reader = driver.topic_client.reader(selector, consumer="ydbc")
-        with pytest.raises(ydb.issues.PreconditionFailed, match="subscription consumer"):
-            reader.receive_batch(timeout=10)
-        reader.close()
+        for either in (selector, path(topic)):  # naming its partitions, or in the group
+            reader = driver.topic_client.reader(either, consumer="ydbc")
+            with pytest.raises(ydb.issues.PreconditionFailed, match="subscription consumer"):
+                reader.receive_batch(timeout=10)
+            reader.close()
         sub.close()
     finally:
         driver.stop(timeout=5)
