@@ -1,7 +1,7 @@
 """A consumer's committed offsets serve one kind of reader at a time: while weir
 subscription consumers are attached to consumer ``G``'s subscription, a Kafka group ``G``
-(kafka-python) is refused at JoinGroup, a Kafka commit of ``G`` from outside a group, a
-native commit and a YDB read session naming its partitions (ydb SDK) are refused; while
+(kafka-python) is refused at JoinGroup, a Kafka commit or offset delete of ``G`` from
+outside a group, a native commit and a YDB read session naming its partitions (ydb SDK) are refused; while
 a Kafka group member or such a YDB reader is live, subscribing to ``G`` is refused. Each
 refusal changes no committed offset, and once the holder leaves the other kind reads on
 from where it stopped."""
@@ -13,8 +13,12 @@ from collections.abc import Iterator
 
 import pytest
 import ydb
-from kafka import KafkaConsumer, OffsetAndMetadata, TopicPartition
-from kafka.errors import CommitFailedError, InconsistentGroupProtocolError
+from kafka import KafkaAdminClient, KafkaConsumer, OffsetAndMetadata, TopicPartition
+from kafka.errors import (
+    CommitFailedError,
+    GroupSubscribedToTopicError,
+    InconsistentGroupProtocolError,
+)
 
 import weir
 from tests.conftest import ServerProcess
@@ -79,6 +83,9 @@ def test_a_kafka_group_and_commits_are_refused_while_subscription_consumers_hold
     with pytest.raises(CommitFailedError):
         simple.commit({tp: OffsetAndMetadata(5, "", -1)})
     simple.close(autocommit=False)
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    assert admin.delete_group_offsets("grp", [tp]) == {tp: GroupSubscribedToTopicError}
+    admin.close()
     with pytest.raises(ConsumerBusyError, match="subscription consumer"):
         client.commit_offset(topic, 0, "grp", 0, allow_backwards=True)
     assert _committed(client, topic, "grp") == 3  # none of them moved it

@@ -135,11 +135,13 @@ class ConsumerOffsets(TopicAdmin, Retention):
         """Forget the consumer's committed offset of one partition (it reads from where a
         new consumer would). When it was the consumer's last offset on the topic, the
         consumer is dropped from the topic too, as Kafka forgets a group's interest in a
-        topic with its offsets. False when there was no offset to delete."""
+        topic with its offsets. False when there was no offset to delete; ConsumerBusyError
+        while subscription consumers hold the consumer's offsets."""
         cfg = self.topic(topic)
         self.actor(topic, partition)
         if consumer not in cfg.consumers:
             return False
+        self.check_not_subscribed(cfg.name, consumer)
         deleted = await self.offsets.delete(cfg.topic_id, partition, consumer)
         if deleted and not self.offsets.partitions_of(cfg.topic_id, consumer):
             cfg = self.topic(topic)

@@ -405,6 +405,8 @@ class GroupHandlers:
                         raise KafkaError(ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC)
                     await self.broker.delete_offset(topic, idx, group)
                     code = ErrorCode.NONE
+                except ConsumerBusyError:  # weir subscription consumers read the topic
+                    code = ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC
                 except (KafkaError, WeirError) as exc:
                     code = error_code(exc)
                 parts.append({"partition_index": idx, "error_code": code})
