@@ -413,3 +413,85 @@ def test_asyncio_api_dedup_delays_dead_letters_chunks_and_compaction(
             await c.close()
 
     assert asyncio.run(compacted()) == [("b", b"1"), ("a", b"2")]
+
+
+def test_asyncio_api_subscription_types_fencing_and_avro(
+    pulsar_server: ServerProcess, topic: str
+) -> None:
+    """More asyncio twins: Failover and Key_Shared subscriptions of two consumers, a
+    fencing producer, an Avro schema."""
+    import pulsar.asyncio as apulsar
+
+    async def collect(consumers: list[apulsar.Consumer], n: int) -> list[list[pulsar.Message]]:
+        got: list[list[pulsar.Message]] = [[] for _ in consumers]
+        # one receive pending per consumer (a cancelled receive would lose its message)
+        pending = {asyncio.ensure_future(c.receive()): i for i, c in enumerate(consumers)}
+        deadline = time.monotonic() + 20
+        while sum(map(len, got)) < n and time.monotonic() < deadline:
+            done, _ = await asyncio.wait(pending, timeout=1, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                i = pending.pop(task)
+                await consumers[i].acknowledge(task.result())
+                got[i].append(task.result())
+                pending[asyncio.ensure_future(consumers[i].receive())] = i
+        for task in pending:
+            task.cancel()
+        return got
+
+    async def run() -> None:
+        c = apulsar.Client(pulsar_server.pulsar_url, operation_timeout_seconds=5)
+        try:
+            fo = [
+                await c.subscribe(
+                    f"{topic}-fo", "fo", consumer_type=pulsar.ConsumerType.Failover, consumer_name=n
+                )
+                for n in "ab"
+            ]
+            ks = [
+                await c.subscribe(f"{topic}-ks", "ks", consumer_type=pulsar.ConsumerType.KeyShared)
+                for _ in range(2)
+            ]
+            for name in (f"{topic}-fo", f"{topic}-ks"):
+                p = await c.create_producer(name, batching_enabled=False)
+                for i in range(12):
+                    await p.send(b"%d" % i, partition_key=f"k{i % 4}")
+                await p.close()
+            got = await collect(fo, 12)
+            assert [m.data() for m in got[0]] == [b"%d" % i for i in range(12)] and not got[1]
+            got = await collect(ks, 12)
+            assert sorted(m.data() for m in got[0] + got[1]) == sorted(b"%d" % i for i in range(12))
+            keys = [{m.partition_key() for m in g} for g in got]
+            assert not keys[0] & keys[1]  # each key goes to one consumer
+            for x in (*fo, *ks):
+                await x.close()
+
+            first = await c.create_producer(
+                topic, producer_name="a", access_mode=pulsar.ProducerAccessMode.Exclusive
+            )
+            fencer = await c.create_producer(
+                topic,
+                producer_name="b",
+                access_mode=pulsar.ProducerAccessMode.ExclusiveWithFencing,
+            )
+            await fencer.send(b"mine")
+            with pytest.raises(apulsar.PulsarException):  # fenced: it may not write again
+                await first.send(b"late")
+            await fencer.close()
+
+            schema = AvroSchema(Order)
+            typed = await c.create_producer(f"{topic}-avro", schema=schema)
+            reader = await c.subscribe(
+                f"{topic}-avro",
+                "s",
+                schema=schema,
+                initial_position=pulsar.InitialPosition.Earliest,
+            )
+            await typed.send(Order(item="pad", count=7))
+            v = (await asyncio.wait_for(reader.receive(), 10)).value()
+            assert (v.item, v.count) == ("pad", 7)
+            await reader.close()
+            await typed.close()
+        finally:
+            await c.close()
+
+    asyncio.run(run())
