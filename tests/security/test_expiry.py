@@ -1,5 +1,6 @@
-"""A stream outlives neither its token: when the JWT that opened it expires, the server ends
-it (native write, read and subscription streams, a Pulsar connection, a Kafka connection)
+"""A stream does not outlive its token: when the JWT that opened it expires, the server ends
+it (native write, read and subscription streams, the ydb SDK's topic reader and writer, a
+Pulsar connection, a Kafka connection)
 with the front's authentication error, and nothing sent or stored after the expiry reaches
 the expired client. Each test gives its token a few seconds, opens the streams and sees
 data flow, then waits (bounded) for the server to end them."""
@@ -13,11 +14,13 @@ from collections.abc import Callable, Iterator
 
 import pulsar
 import pytest
+import ydb
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 import weir
 from tests.conftest import ServerProcess
 from tests.pulsar.conftest import quiet
+from tests.ydb.conftest import connect, path, receive
 from weir.errors import UnauthorizedError, WeirError
 from weir.security.jwt_tokens import create_token, jwt_expiry
 
@@ -196,3 +199,42 @@ def test_a_kafka_oauthbearer_connection_ends_when_its_jwt_expires(server: Server
         finally:
             consumer.close()
         assert r.describe_topic(topic).messages == 2  # before, after
+
+
+def test_ydb_sdk_sessions_end_when_their_jwt_expires(server: ServerProcess) -> None:
+    """The `ydb` SDK with AccessTokenCredentials(JWT): its topic reader and writer end with
+    UNAUTHORIZED ('auth token expired') after the token expires; nothing more is stored or
+    delivered."""
+    topic_name = "expiring-ydb"
+    with root(server) as r:
+        r.create_topic(topic_name, partitions=1, consumers=["c"])
+        r.grant("ysvc", "produce", topic_name)
+        r.grant("ysvc", "consume", topic_name)
+        token, exp = short_token("ysvc")
+        driver = connect(server, credentials=ydb.AccessTokenCredentials(token))
+        try:
+            tc = driver.topic_client
+            reader = tc.reader(path(topic_name), consumer="c")
+            writer = tc.writer(path(topic_name), producer_id="ysvc")
+            try:
+                writer.write_with_ack(ydb.TopicWriterMessage(b"before"), timeout=30)
+                assert [m.data for m in receive(reader, 1)] == [b"before"]
+                assert time.time() < exp, "the machine is too slow for this token's lifetime"
+                until(lambda: time.time() > exp + 1, "time stands still")
+                with r.writer(topic_name, producer_id="root") as w:
+                    w.write(b"after")
+                with pytest.raises(ydb.Error, match="expired"):
+                    for _ in range(30):  # bounded: each call waits at most 1 s
+                        with contextlib.suppress(TimeoutError):
+                            batch = reader.receive_batch(timeout=1)
+                            assert b"after" not in [m.data for m in batch.messages]
+                with pytest.raises(ydb.Error, match="expired"):
+                    writer.write_with_ack(ydb.TopicWriterMessage(b"never"), timeout=30)
+            finally:
+                with contextlib.suppress(Exception):
+                    reader.close(flush=False, timeout=2)  # ended already
+                with contextlib.suppress(Exception):
+                    writer.close(flush=False, timeout=2)  # ended already
+        finally:
+            driver.stop(timeout=5)
+        assert r.describe_topic(topic_name).messages == 2  # before, after
