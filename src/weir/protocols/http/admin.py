@@ -188,6 +188,13 @@ class PulsarAdmin:
     def _superuser(self, request: web.Request, what: str) -> None:
         self._security().require_superuser(self._principal(request), what)
 
+    def _namespace_admin(self, request: web.Request, operation: str) -> None:
+        """Admin on the namespace of the path, or on its tenant (or a superuser)."""
+        tenant = request.match_info["tenant"]
+        self._security().authorize_tenancy(
+            self._principal(request), Permission.ADMIN, tenant, self._ns(request), operation
+        )
+
     def _allow(self, request: web.Request, permission: Permission | None, what: str) -> str:
         name = self._topic_name(request)
         self._security().authorize(self._principal(request), permission, name, what)
@@ -240,7 +247,7 @@ class PulsarAdmin:
 
     def unset(self, *keys: str) -> Handler:
         async def remove(request: web.Request) -> web.Response:
-            self._superuser(request, "change namespace policies")
+            self._namespace_admin(request, "set the policies of")
             await self.broker.set_namespace_policies(self._ns(request), remove=keys)
             return _no_content()
 
@@ -252,12 +259,16 @@ class PulsarAdmin:
         return _json(["weir"])
 
     async def tenants(self, request: web.Request) -> web.Response:
-        self._principal(request)
-        return _json([t.name for t in self.broker.list_tenants()])
+        me = self._principal(request)
+        security = self._security()
+        return _json(
+            [t.name for t in self.broker.list_tenants() if security.tenancy_permissions(me, t.name)]
+        )
 
     async def tenant(self, request: web.Request) -> web.Response:
-        self._principal(request)
-        self.broker.describe_tenant(request.match_info["tenant"])
+        tenant = request.match_info["tenant"]
+        self._security().authorize_tenancy(self._principal(request), None, tenant, "", "describe")
+        self.broker.describe_tenant(tenant)
         return _json({"adminRoles": [], "allowedClusters": ["weir"]})
 
     async def create_tenant(self, request: web.Request) -> web.Response:
@@ -278,24 +289,33 @@ class PulsarAdmin:
     # ------------------------------------------------------------------ namespaces
 
     async def namespaces(self, request: web.Request) -> web.Response:
-        self._principal(request)
+        me = self._principal(request)
+        security = self._security()
         tenant = request.match_info["tenant"]
         self.broker.describe_tenant(tenant)
-        return _json([n.path for n in self.broker.list_namespaces(tenant)])
+        return _json(
+            [
+                n.path
+                for n in self.broker.list_namespaces(tenant)
+                if security.tenancy_permissions(me, tenant, n.path)
+            ]
+        )
 
     async def create_namespace(self, request: web.Request) -> web.Response:
-        self._superuser(request, "create a namespace")
+        self._namespace_admin(request, "create")
         await self.broker.create_namespace(self._ns(request))
         return _no_content()
 
     async def delete_namespace(self, request: web.Request) -> web.Response:
-        self._superuser(request, "delete a namespace")
+        self._namespace_admin(request, "delete")
         await self.broker.delete_namespace(self._ns(request))
         return _no_content()
 
     def _effective(self, request: web.Request) -> dict[str, Any]:
-        self._principal(request)
         path = self._ns(request)
+        self._security().authorize_tenancy(
+            self._principal(request), None, request.match_info["tenant"], path, "describe"
+        )
         self.broker.describe_namespace(path)
         return self.broker.namespace_policies(path)
 
@@ -323,7 +343,7 @@ class PulsarAdmin:
         return _json(self._names(request, kinds, partitioned_only=False))
 
     async def _set(self, request: web.Request, changes: dict[str, Any]) -> web.Response:
-        self._superuser(request, "change namespace policies")
+        self._namespace_admin(request, "set the policies of")
         await self.broker.set_namespace_policies(self._ns(request), changes)
         return _no_content()
 
