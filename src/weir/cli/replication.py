@@ -1,8 +1,8 @@
 """`weir bookie`, `weir ledger`, `weir cluster`: replicated ledgers from the command line.
 
 ``weir bookie serve`` runs one bookie; ``weir cluster up`` a ZooKeeper and N bookies on
-loopback for development; ``weir bookie list``, ``weir ledger list|describe|recover`` and
-``weir cluster audit`` are for operators. Every command finds the cluster through ``--zk`` (``WEIR_ZK``) and
+loopback for development; ``weir cluster auditor`` an elected auditor; ``weir bookie
+list``, ``weir ledger list|describe|recover`` and ``weir cluster audit`` are for operators. Every command finds the cluster through ``--zk`` (``WEIR_ZK``) and
 ``--zk-root``.
 """
 
@@ -50,6 +50,10 @@ def bookie_serve(
         "127.0.0.1:3181"
     ),
     rack: Annotated[str, typer.Option("--rack", help="A placement label.")] = "",
+    metrics_listen: Annotated[
+        str,
+        typer.Option("--metrics-listen", help="HOST:PORT of /metrics, /healthz (off unless set)."),
+    ] = "",
 ) -> None:
     """Run one bookie until SIGTERM / Ctrl-C; registered in ZooKeeper while it runs."""
     from weir.replication.bookie.__main__ import parse_args
@@ -58,6 +62,8 @@ def bookie_serve(
     argv = ["--data-dir", str(data_dir), "--listen", listen, "--zk", zk, "--zk-root", zk_root]
     if rack:
         argv += ["--rack", rack]
+    if metrics_listen:
+        argv += ["--metrics-listen", metrics_listen]
     asyncio.run(run_bookie(parse_args(argv)))
 
 
@@ -248,3 +254,42 @@ def cluster_audit(
         output.stdout.out("every closed ledger has its bookies")
     for lid, lost in sorted(fixed.items()):
         output.stdout.out(f"ledger {lid}: re-replicated the entries of {' '.join(lost)}")
+
+
+@cluster_app.command("auditor")
+def cluster_auditor(
+    zk: Zk = "127.0.0.1:2181",
+    zk_root: ZkRoot = DEFAULT_ROOT,
+    interval: Annotated[
+        float, typer.Option("--interval", help="Seconds between audits while leading.")
+    ] = 10.0,
+    grace: Annotated[
+        float,
+        typer.Option("--grace", help="Seconds a bookie must be gone before its share is copied."),
+    ] = 60.0,
+    identifier: Annotated[
+        str, typer.Option("--id", help="This auditor's name in the election (host:pid).")
+    ] = "",
+) -> None:
+    """Run an auditor until SIGTERM / Ctrl-C: the elected one of several re-replicates
+    the share of lost bookies, the others stand by to take over."""
+    import logging
+    import os
+    import socket
+
+    from weir.replication.ledger.auditor_election import ElectedAuditor
+
+    logging.basicConfig(
+        level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s"
+    )
+    logging.getLogger("weir.replication").setLevel(logging.INFO)
+    name = identifier or f"{socket.gethostname()}:{os.getpid()}"
+
+    async def body(client: LedgerClient) -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await ElectedAuditor(client, name).run(interval, grace, stop)
+
+    _with_client(zk, zk_root, body)

@@ -94,3 +94,10 @@ class ManagedLogFailedError(RetryableError):
     recovers the last ledger and finds out what was written."""
 
     code = "MANAGED_LOG_FAILED"
+
+
+class LeadershipLostError(RetryableError):
+    """This auditor no longer leads the election (its ZooKeeper session ended or its lock
+    node is gone): it must stop acting; the new leader redoes what was left."""
+
+    code = "LEADERSHIP_LOST"

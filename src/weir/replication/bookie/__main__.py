@@ -20,6 +20,7 @@ from kazoo.retry import KazooRetry
 from weir.replication.bookie.disk_space import DEFAULT_MIN_DISK_FREE, SpacePolicy
 from weir.replication.bookie.garbage_collector import collect
 from weir.replication.bookie.ledger_storage import LmdbLedgerStorage
+from weir.replication.bookie.metrics import BookieMetrics, BookieMetricsEndpoint
 from weir.replication.bookie.service import Bookie
 from weir.replication.registry import DEFAULT_ROOT, BookieRegistration, ledgers_path
 
@@ -56,6 +57,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=5.0,
         help="seconds between disk checks (a read-only bookie turns writable again)",
     )
+    ap.add_argument(
+        "--metrics-listen",
+        default="",
+        help="HOST:PORT of /metrics, /healthz, /readyz (port 0: any; empty: off)",
+    )
     return ap.parse_args(argv)
 
 
@@ -85,9 +91,22 @@ async def collect_garbage(
 
 async def run(args: argparse.Namespace) -> None:
     host, _, port = args.listen.rpartition(":")
-    storage = LmdbLedgerStorage(args.data_dir)
+    metrics = BookieMetrics() if args.metrics_listen else None
+    storage = LmdbLedgerStorage(
+        args.data_dir, observer=metrics.on_commit if metrics is not None else None
+    )
     space = SpacePolicy(min_disk_free=args.min_disk_free, max_data_bytes=args.max_data_bytes)
-    bookie = Bookie(storage, space=space)
+    bookie = Bookie(storage, space=space, metrics=metrics)
+    endpoint = None
+    if metrics is not None:
+        metrics.bookie = bookie
+        endpoint = BookieMetricsEndpoint(metrics, args.metrics_listen)
+        await endpoint.start()
+        print(
+            f"bookie metrics listening on {endpoint.host}:{endpoint.port}",
+            file=sys.stderr,
+            flush=True,
+        )
     # Reconnect within a second of ZooKeeper coming back (kazoo's default backoff grows to
     # a minute): a bookie whose session expired must register again quickly.
     zk = KazooClient(
@@ -117,6 +136,8 @@ async def run(args: argparse.Namespace) -> None:
             loop.run_in_executor(None, registration.set_read_only, read_only)
 
         bookie.space.listeners.append(on_mode)
+        if metrics is not None:
+            metrics.ready = True
         print(f"bookie listening on {bookie_id}", file=sys.stderr, flush=True)
         gc = None
         if args.gc_interval > 0:
@@ -131,6 +152,8 @@ async def run(args: argparse.Namespace) -> None:
             await gc
         await asyncio.to_thread(registration.unregister)
     finally:
+        if endpoint is not None:
+            await endpoint.stop()
         await bookie.close()
         zk.stop()
         zk.close()

@@ -29,6 +29,7 @@ from weir.replication import protocol as p
 from weir.replication.bookie.disk_space import DiskSpaceMonitor, SpacePolicy
 from weir.replication.bookie.ledger_descriptor import LedgerDescriptor
 from weir.replication.bookie.ledger_storage import LedgerStorage
+from weir.replication.bookie.metrics import BookieMetrics
 from weir.replication.errors import LedgerFencedError
 
 log = logging.getLogger("weir.replication.bookie")
@@ -50,8 +51,10 @@ class Bookie:
         storage: LedgerStorage,
         limits: BookieLimits | None = None,
         space: SpacePolicy | None = None,
+        metrics: BookieMetrics | None = None,
     ) -> None:
         self.storage = storage
+        self.metrics = metrics  # None: not counted
         self.limits = limits or BookieLimits()
         self.space = DiskSpaceMonitor(storage.usage, space)
         self.in_flight = 0  # every connection's requests waiting for their commit
@@ -134,6 +137,9 @@ class _Connection:
             self.writer.write(p.encode_response(resp))
 
     def error(self, op: int, rid: int, status: p.Status, message: str) -> None:
+        metrics = self.bookie.metrics
+        if metrics is not None and op in (p.Op.ADD, p.Op.READ):
+            (metrics.adds if op == p.Op.ADD else metrics.reads).labels(status.name.lower()).inc()
         self.reply(
             p.ErrorResponse(
                 p.Op(op) if op in p.Op._value2member_map_ else p.Op.ADD, rid, status, message
@@ -220,6 +226,10 @@ class _Connection:
 
         def done(exc: BaseException | None) -> None:
             if exc is None:
+                metrics = self.bookie.metrics
+                if metrics is not None:
+                    metrics.adds.labels("ok").inc()
+                    metrics.add_bytes.inc(len(req.payload))
                 self.reply(p.AddResponse(req.request_id, req.ledger, req.entry))
             else:
                 status = p.Status.STORAGE_ERROR
@@ -266,6 +276,8 @@ class _Connection:
                     f"no entry {req.entry} of ledger {req.ledger} on this bookie",
                 )
             else:
+                if self.bookie.metrics is not None:
+                    self.bookie.metrics.reads.labels("ok").inc()
                 self.reply(p.ReadResponse(req.request_id, req.ledger, req.entry, desc.lac, data))
 
         self._after_fence(req, read)
