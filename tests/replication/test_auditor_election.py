@@ -140,6 +140,7 @@ async def test_one_elected_auditor_acts_and_a_standby_takes_over(
             await b.wait_for("auditor b: standing by")
             await until(lambda: auditor_contenders(kazoo, zk_root) == ["a", "b"])
 
+            assert b.count("auditor b: leading") == 0  # a leads: b only waits
             a.signal(signal.SIGSTOP)  # its session expires; b must take over alone
             await lose_for_good(bookies[1], kazoo, zk_root)
             await b.wait_for("auditor b: leading")

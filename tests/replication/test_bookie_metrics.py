@@ -43,6 +43,24 @@ def scrape(base: str) -> Samples:
     }
 
 
+def served_series(base: str) -> set[str]:
+    """weir_bookie_* series names as the doc writes them (counters with _total; without
+    prometheus_client's ``*_created`` timestamps)."""
+    _, text = get(f"{base}/metrics")
+    return {
+        f.name + ("_total" if f.type == "counter" else "")
+        for f in text_string_to_metric_families(text)
+        if f.name.startswith("weir_bookie_") and not f.name.endswith("_created")
+    }
+
+
+def documented_series() -> set[str]:
+    """The series docs/replication.md's table of bookie metrics names."""
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "replication.md").read_text()
+    rows = re.findall(r"^\| `weir_bookie_.*$", doc, re.M)
+    return {name for row in rows for name in re.findall(r"`(weir_bookie_\w+)", row)}
+
+
 def metrics_url(bookie: BookieProcess) -> str:
     found = [m for line in bookie.log if (m := _METRICS.search(line))]
     assert found, "".join(bookie.log)
@@ -105,6 +123,7 @@ async def test_bookie_metrics_count_adds_reads_commits_and_read_only(
         assert m[("weir_bookie_read_only", ())] == 1
         assert m[("weir_bookie_adds_total", (("result", "read_only"),))] == 1
         assert m[("weir_bookie_adds_total", (("result", "ok"),))] > 10
+        assert served_series(base) == documented_series()
     finally:
         await bc.close()
         bookie.stop()
