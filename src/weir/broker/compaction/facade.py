@@ -94,10 +94,12 @@ class Compaction(TopicAdmin):
         to_offset: int | None = None,
         *,
         committed: bool = False,
+        control: bool = False,
     ) -> ReadResult:
         """A read of the partition as compacted: below the compacted view's position, the
         latest message of each key at its own offset (offsets are skipped, never
-        renumbered), then every message of the live tail (``committed``: read committed).
+        renumbered), then every message of the live tail (``committed``: read committed;
+        ``control``: the tail's transaction markers too, for the Kafka front).
         Same shape as a plain read (whole stored batches; ``next_offset`` is where to read
         on). The view holds committed messages only."""
         actor = self.actor(topic, partition)
@@ -108,7 +110,9 @@ class Compaction(TopicAdmin):
             if chunks:
                 return ReadResult(chunks, first, nxt, actor.start_offset, actor.end_offset)
             from_offset = view.position
-        return await actor.read_async(from_offset, max_bytes, to_offset, committed=committed)
+        return await actor.read_async(
+            from_offset, max_bytes, to_offset, committed=committed, control=control
+        )
 
     # ---------------------------------------------------------------- runs
 

@@ -1,7 +1,8 @@
 """The Kafka front: an asyncio TCP listener whose connections speak Kafka's protocol.
 
-One `KafkaFront` per server: the listener, the consumer group `Coordinator` and the
-idempotent producers' `Sequences` are shared by every connection.
+One `KafkaFront` per server: the listener, the consumer group `Coordinator`, the
+idempotent producers' `Sequences` and the transactional ids (`KafkaTransactions`)
+are shared by every connection.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from weir.broker.broker import Broker
 from weir.protocols.kafka.groups import Coordinator
 from weir.protocols.kafka.idempotence import Sequences
 from weir.protocols.kafka.sasl import MECHANISMS
+from weir.protocols.kafka.transactions import KafkaTransactions
 from weir.security import Security
 from weir.security.principal import Principal
 from weir.security.tls import ServerTls
@@ -59,6 +61,7 @@ class KafkaFront:
             initial_rebalance_delay_ms=self.config.initial_rebalance_delay_ms
         )
         self.sequences = Sequences()
+        self.transactions = KafkaTransactions(broker)
         self.stopping = False
         self.host = ""
         self.port = 0

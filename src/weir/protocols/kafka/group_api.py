@@ -51,7 +51,7 @@ def subscribed_topics(protocol_type: str, metadata: bytes) -> list[str]:
         return []
 
 
-def _check_group(group_id: str) -> None:
+def check_group(group_id: str) -> None:
     try:
         check_consumer_name(group_id)
     except BadRequestError as exc:
@@ -78,10 +78,10 @@ class GroupHandlers:
                     for k in body["coordinator_keys"]
                 ]
             }
-        if body.get("key_type", 0) != 0:  # transaction coordinators: issue 19
+        if body.get("key_type", 0) not in (0, 1):  # 0: a group, 1: a transactional id
             return {
-                "error_code": ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                "error_message": "transactions are not served yet",
+                "error_code": ErrorCode.INVALID_REQUEST,
+                "error_message": f"unknown coordinator key type {body['key_type']}",
                 "node_id": -1,
                 "host": "",
                 "port": -1,
@@ -91,7 +91,7 @@ class GroupHandlers:
     async def handle_join_group(self, header: RequestHeader, body: Message) -> Message:
         self.conn.require_principal()
         try:
-            _check_group(body["group_id"])
+            check_group(body["group_id"])
             self._allow_subscription(body["protocol_type"], body["protocols"])
             res = await self.coordinator.join(
                 body["group_id"],
@@ -181,7 +181,7 @@ class GroupHandlers:
         top_error: ErrorCode | None = None
         try:
             self.conn.require_principal()
-            _check_group(group)
+            check_group(group)
             self.coordinator.check_commit(
                 group, body.get("generation_id", -1), body.get("member_id", "")
             )
@@ -212,11 +212,13 @@ class GroupHandlers:
         return ErrorCode.NONE
 
     def _fetch_offsets(
-        self, group: str, topics: list[Message] | None
+        self, group: str, topics: list[Message] | None, stable: bool
     ) -> tuple[list[Message], ErrorCode]:
+        """``stable`` (require_stable, KIP-447): a partition whose offset of the group an
+        open transaction is about to move answers UNSTABLE_OFFSET_COMMIT (clients retry)."""
         try:
             self.conn.require_principal()
-            _check_group(group)
+            check_group(group)
         except KafkaError as exc:
             return [], exc.code
         if topics is None:  # every partition the group has an offset on
@@ -227,6 +229,7 @@ class GroupHandlers:
                 and self.conn.security.can_see(self.conn.require_principal(), cfg.name)
                 and (committed := self.broker.committed_partitions(cfg.name, group))
             ]
+        pending = self.broker.pending_transaction_offsets(group) if stable else set()
         out = []
         for t in topics:
             parts = []
@@ -240,6 +243,8 @@ class GroupHandlers:
                     topic = weir_topic(t["name"])
                     self.conn.allow(Permission.CONSUME, topic, "read the offsets of")
                     self.broker.actor(topic, idx)
+                    if (self.broker.topic(topic).name, idx) in pending:
+                        raise KafkaError(ErrorCode.UNSTABLE_OFFSET_COMMIT)
                     off = self.broker.committed_offset(topic, idx, group)
                     if off is not None:
                         entry["committed_offset"] = off
@@ -250,13 +255,14 @@ class GroupHandlers:
         return out, ErrorCode.NONE
 
     async def handle_offset_fetch(self, header: RequestHeader, body: Message) -> Message:
+        stable = bool(body.get("require_stable"))
         if header.api_version >= 8:
             groups = []
             for g in body["groups"]:
-                topics, err = self._fetch_offsets(g["group_id"], g["topics"])
+                topics, err = self._fetch_offsets(g["group_id"], g["topics"], stable)
                 groups.append({"group_id": g["group_id"], "topics": topics, "error_code": err})
             return {"groups": groups}
-        topics, err = self._fetch_offsets(body["group_id"], body["topics"])
+        topics, err = self._fetch_offsets(body["group_id"], body["topics"], stable)
         return {"topics": topics, "error_code": err}
 
     # ------------------------------------------------------------------ admin of groups
@@ -351,7 +357,7 @@ class GroupHandlers:
         group = body["group_id"]
         try:
             self.conn.require_principal()
-            _check_group(group)
+            check_group(group)
             subscribed = self._subscribed(group)
             if subscribed is None and group not in self._known_groups():
                 raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND, f"group {group!r} is not known")
