@@ -54,6 +54,13 @@ def bookie_serve(
         str,
         typer.Option("--metrics-listen", help="HOST:PORT of /metrics, /healthz (off unless set)."),
     ] = "",
+    tls_cert: Annotated[
+        str, typer.Option("--tls-cert", help="The bookie's certificate (PEM): TLS only.")
+    ] = "",
+    tls_key: Annotated[str, typer.Option("--tls-key", help="Its private key (PEM).")] = "",
+    tls_ca: Annotated[
+        str, typer.Option("--tls-ca", help="The CA (PEM) that signs the clients' certificates.")
+    ] = "",
 ) -> None:
     """Run one bookie until SIGTERM / Ctrl-C; registered in ZooKeeper while it runs."""
     from weir.replication.bookie.__main__ import parse_args
@@ -64,6 +71,9 @@ def bookie_serve(
         argv += ["--rack", rack]
     if metrics_listen:
         argv += ["--metrics-listen", metrics_listen]
+    for flag, value in (("--tls-cert", tls_cert), ("--tls-key", tls_key), ("--tls-ca", tls_ca)):
+        if value:
+            argv += [flag, value]
     asyncio.run(run_bookie(parse_args(argv)))
 
 
@@ -114,10 +124,23 @@ def bookie_decommission(
 
 
 def _with_client(zk: str, zk_root: str, body: Callable[[LedgerClient], Awaitable[T]]) -> T:
+    """Run ``body`` with a ledger client; mutual TLS to the bookies when
+    ``WEIR_BOOKIE_TLS_CA``, ``WEIR_BOOKIE_TLS_CERT`` and ``WEIR_BOOKIE_TLS_KEY`` are set."""
+    import os
+
     from weir.replication.ledger import LedgerClient
+    from weir.replication.tls import BookieTls
+
+    files = [os.environ.get(f"WEIR_BOOKIE_TLS_{k}", "") for k in ("CA", "CERT", "KEY")]
+    if any(files) and not all(files):
+        raise SystemExit(
+            "error: bookie TLS needs all of WEIR_BOOKIE_TLS_CA, WEIR_BOOKIE_TLS_CERT and "
+            "WEIR_BOOKIE_TLS_KEY"
+        )
+    tls = BookieTls(*(Path(f) for f in files)) if all(files) else None
 
     async def go() -> T:
-        async with LedgerClient(zk, root=zk_root) as client:
+        async with LedgerClient(zk, root=zk_root, tls=tls) as client:
             return await body(client)
 
     return asyncio.run(go())

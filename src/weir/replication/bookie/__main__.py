@@ -12,6 +12,7 @@ import contextlib
 import logging
 import signal
 import sys
+from pathlib import Path
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
@@ -23,6 +24,7 @@ from weir.replication.bookie.ledger_storage import LmdbLedgerStorage
 from weir.replication.bookie.metrics import BookieMetrics, BookieMetricsEndpoint
 from weir.replication.bookie.service import Bookie
 from weir.replication.registry import DEFAULT_ROOT, BookieRegistration, ledgers_path
+from weir.replication.tls import BookieTls
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -62,7 +64,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default="",
         help="HOST:PORT of /metrics, /healthz, /readyz (port 0: any; empty: off)",
     )
-    return ap.parse_args(argv)
+    ap.add_argument("--tls-cert", default="", help="the bookie's certificate (PEM): TLS only")
+    ap.add_argument("--tls-key", default="", help="its private key (PEM)")
+    ap.add_argument(
+        "--tls-ca", default="", help="the CA (PEM) that signs the clients' certificates"
+    )
+    args = ap.parse_args(argv)
+    given = [bool(args.tls_cert), bool(args.tls_key), bool(args.tls_ca)]
+    if any(given) and not all(given):
+        ap.error("TLS needs all of --tls-cert, --tls-key and --tls-ca")
+    return args
 
 
 def _listed_ledgers(zk: KazooClient, root: str) -> set[int]:
@@ -119,7 +130,12 @@ async def run(args: argparse.Namespace) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     try:
-        bound_host, bound_port = await bookie.serve(host or "127.0.0.1", int(port))
+        tls = None
+        if args.tls_cert:
+            tls = BookieTls(Path(args.tls_ca), Path(args.tls_cert), Path(args.tls_key))
+        bound_host, bound_port = await bookie.serve(
+            host or "127.0.0.1", int(port), tls.server_context() if tls else None
+        )
         bookie_id = f"{bound_host}:{bound_port}"
         await asyncio.to_thread(zk.start, 30)
         labels = {"rack": args.rack} if args.rack else {}

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -92,8 +93,11 @@ class Bookie:
             desc = self.ledgers[ledger] = LedgerDescriptor(self.storage, ledger, None)
         return desc
 
-    async def serve(self, host: str, port: int) -> tuple[str, int]:
-        self._server = await asyncio.start_server(self._connection, host, port)
+    async def serve(
+        self, host: str, port: int, tls: ssl.SSLContext | None = None
+    ) -> tuple[str, int]:
+        """Listen; with ``tls`` (a server context requiring client certificates) TLS only."""
+        self._server = await asyncio.start_server(self._connection, host, port, ssl=tls)
         addr = self._server.sockets[0].getsockname()
         return str(addr[0]), int(addr[1])
 

@@ -16,6 +16,7 @@ from weir.replication.ledger.placement import BookieView, place_ensemble
 from weir.replication.ledger.recovery_op import LedgerRecoveryOp
 from weir.replication.ledger.rereplication_op import RereplicationOp
 from weir.replication.registry import DEFAULT_ROOT, available_bookies
+from weir.replication.tls import BookieTls
 
 
 class LedgerClient:
@@ -29,10 +30,12 @@ class LedgerClient:
         zk_timeout: float = 10.0,
         request_timeout: float = 30.0,
         routes: dict[str, str] | None = None,
+        tls: BookieTls | None = None,
     ) -> None:
         """``request_timeout``: seconds a bookie may take to answer one request before it
         counts as failed (the writer replaces it; recovery goes on without it).
-        ``routes``: bookie id -> the address to connect to, where it differs (NAT, a proxy)."""
+        ``routes``: bookie id -> the address to connect to, where it differs (NAT, a proxy).
+        ``tls``: mutual TLS to bookies that require it (`weir.replication.tls`)."""
         self.zk = KazooClient(
             hosts=zk_hosts,
             timeout=zk_timeout,
@@ -40,7 +43,9 @@ class LedgerClient:
         )
         self.root = root
         self.store = MetadataStore(self.zk, root)
-        self.pool = BookiePool(request_timeout, routes)
+        self.pool = BookiePool(
+            request_timeout, routes, tls.client_context() if tls is not None else None
+        )
         self._started = False
 
     async def start(self, timeout: float = 30) -> LedgerClient:
