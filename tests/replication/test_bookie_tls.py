@@ -20,20 +20,28 @@ from weir.replication.zkserver import ZooKeeperServer
 from .test_cli import weir
 
 
-@pytest.fixture
-def ca(tmp_path: Path) -> Authority:
-    return Authority(tmp_path / "pki", "weir bookie CA")
+@pytest.fixture(scope="module")
+def ca(tmp_path_factory: pytest.TempPathFactory) -> Authority:
+    return Authority(tmp_path_factory.mktemp("pki"), "weir bookie CA")
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
+def tls_root() -> str:
+    return "/module-bookie-tls"
+
+
+@pytest.fixture(scope="module")
 def tls_bookies(
-    zookeeper: ZooKeeperServer, zk_root: str, tmp_path: Path, ca: Authority
+    zookeeper: ZooKeeperServer,
+    tls_root: str,
+    tmp_path_factory: pytest.TempPathFactory,
+    ca: Authority,
 ) -> Iterator[list[BookieProcess]]:
+    """Three bookies that speak mutual TLS only, for the module."""
+    base = tmp_path_factory.mktemp("tls-bookies")
     server = ca.issue("bookie", server=True)
     tls = ("--tls-cert", str(server.cert), "--tls-key", str(server.key), "--tls-ca", str(ca.path))
-    procs = [
-        BookieProcess(tmp_path / f"bookie-{i}", zookeeper.hosts, zk_root, *tls) for i in range(3)
-    ]
+    procs = [BookieProcess(base / f"bookie-{i}", zookeeper.hosts, tls_root, *tls) for i in range(3)]
     try:
         for b in procs:
             b.start()
@@ -49,13 +57,13 @@ def client_tls(ca: Authority, issued: Issued) -> BookieTls:
 
 async def test_only_clients_with_a_certificate_of_the_ca_reach_tls_bookies(
     zookeeper: ZooKeeperServer,
-    zk_root: str,
+    tls_root: str,
     tls_bookies: list[BookieProcess],
     ca: Authority,
     tmp_path: Path,
 ) -> None:
     good = client_tls(ca, ca.issue("ledger-client", server=False))
-    async with LedgerClient(zookeeper.hosts, root=zk_root, tls=good) as client:
+    async with LedgerClient(zookeeper.hosts, root=tls_root, tls=good) as client:
         lh = await client.create_ledger(3, 3, 2)
         for i in range(20):
             await lh.add(b"secret %d" % i)
@@ -93,7 +101,7 @@ async def test_only_clients_with_a_certificate_of_the_ca_reach_tls_bookies(
     finally:
         await bc.close()
 
-    async with LedgerClient(zookeeper.hosts, root=zk_root, tls=good) as client:
+    async with LedgerClient(zookeeper.hosts, root=tls_root, tls=good) as client:
         rh = await client.open_ledger(lh.ledger_id)
         assert rh.closed and rh.last_add_confirmed == 19  # not fenced again, not changed
         for b in tls_bookies:
@@ -114,15 +122,15 @@ def test_tls_options_come_together_and_bad_files_are_a_clear_error(tmp_path: Pat
 
 
 async def test_operator_commands_reach_tls_bookies_with_the_env_files(
-    zookeeper: ZooKeeperServer, zk_root: str, tls_bookies: list[BookieProcess], ca: Authority
+    zookeeper: ZooKeeperServer, tls_root: str, tls_bookies: list[BookieProcess], ca: Authority
 ) -> None:
     operator = ca.issue("operator", server=False)
     good = client_tls(ca, ca.issue("writer", server=False))
-    async with LedgerClient(zookeeper.hosts, root=zk_root, tls=good) as client:
+    async with LedgerClient(zookeeper.hosts, root=tls_root, tls=good) as client:
         lh = await client.create_ledger(3, 3, 2)
         for i in range(5):
             await lh.add(b"%d" % i)
-    zk = ["--zk", zookeeper.hosts, "--zk-root", zk_root]
+    zk = ["--zk", zookeeper.hosts, "--zk-root", tls_root]
     env = {
         "WEIR_BOOKIE_TLS_CA": str(ca.path),
         "WEIR_BOOKIE_TLS_CERT": str(operator.cert),
