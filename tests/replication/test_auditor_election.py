@@ -24,6 +24,7 @@ from weir.replication.local_cluster import BookieProcess
 from weir.replication.registry import available_bookies
 from weir.replication.zkserver import ZooKeeperServer
 
+from .test_cli import weir
 from .test_faults import History, check_closed_ledger, write
 from .test_ledger import stored_entries
 
@@ -141,6 +142,9 @@ async def test_one_elected_auditor_acts_and_a_standby_takes_over(
             await until(lambda: auditor_contenders(kazoo, zk_root) == ["a", "b"])
 
             assert b.count("auditor b: leading") == 0  # a leads: b only waits
+            by_hand = weir("cluster", "audit", "--zk", zookeeper.hosts, "--zk-root", zk_root)
+            assert by_hand.returncode == 1  # a one-off pass would be a second auditor acting
+            assert "auditor a is running and re-replicates on its own" in by_hand.stderr
             a.signal(signal.SIGSTOP)  # its session expires; b must take over alone
             await lose_for_good(bookies[1], kazoo, zk_root)
             await b.wait_for("auditor b: leading")

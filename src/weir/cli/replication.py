@@ -110,17 +110,25 @@ def bookie_decommission(
     """Move a stopped bookie's share of every closed ledger to other bookies."""
     from weir.cli.common import CliError, plural
     from weir.replication.ledger.auditor import Auditor
+    from weir.replication.ledger.auditor_election import audit_once_exclusively
 
     async def body(client: LedgerClient) -> dict[int, list[str]]:
-        auditor = Auditor(client)
-        if bookie in await auditor.registered():
+        if bookie in await Auditor(client).registered():
             raise CliError(f"bookie {bookie} is still registered: stop it first")
-        return await auditor.audit_once({bookie})
+        return await audit_once_exclusively(client, _operator(), {bookie})
 
     fixed = _with_client(zk, zk_root, body)
     for lid in sorted(fixed):
         output.stdout.out(f"ledger {lid}: re-replicated the entries of {bookie}")
     output.stdout.out(f"bookie {bookie} decommissioned ({plural(len(fixed), 'ledger')} moved)")
+
+
+def _operator() -> str:
+    """An operator's one-off pass, as named in the auditor election."""
+    import os
+    import socket
+
+    return f"operator {socket.gethostname()}:{os.getpid()}"
 
 
 def _with_client(zk: str, zk_root: str, body: Callable[[LedgerClient], Awaitable[T]]) -> T:
@@ -263,11 +271,12 @@ def cluster_up(
 def cluster_audit(
     zk: Zk = "127.0.0.1:2181", zk_root: ZkRoot = DEFAULT_ROOT, json: Json = False
 ) -> None:
-    """Re-replicate closed ledgers' entries held by bookies no longer registered (lost)."""
-    from weir.replication.ledger.auditor import Auditor
+    """Re-replicate closed ledgers' entries held by bookies no longer registered (lost);
+    refused while an elected auditor (weir cluster auditor) runs."""
+    from weir.replication.ledger.auditor_election import audit_once_exclusively
 
     async def body(client: LedgerClient) -> dict[int, list[str]]:
-        return await Auditor(client).audit_once()
+        return await audit_once_exclusively(client, _operator())
 
     fixed = _with_client(zk, zk_root, body)
     if json:

@@ -101,3 +101,10 @@ class LeadershipLostError(RetryableError):
     node is gone): it must stop acting; the new leader redoes what was left."""
 
     code = "LEADERSHIP_LOST"
+
+
+class AuditorBusyError(RetryableError):
+    """An elected auditor is running: it re-replicates on its own, and a one-off pass beside
+    it would be two auditors acting at once."""
+
+    code = "AUDITOR_BUSY"

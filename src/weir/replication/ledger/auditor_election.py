@@ -28,6 +28,7 @@ import logging
 from kazoo.client import KazooClient, KazooState
 from kazoo.recipe.lock import Lock
 
+from weir.replication.errors import AuditorBusyError
 from weir.replication.ledger.auditor import Auditor
 from weir.replication.ledger.client import LedgerClient
 
@@ -116,6 +117,24 @@ class ElectedAuditor:
         release = asyncio.ensure_future(asyncio.to_thread(_release_quietly, lock))
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(release), 5.0)
+
+
+async def audit_once_exclusively(
+    client: LedgerClient, identifier: str, lost: set[str] | None = None
+) -> dict[int, list[str]]:
+    """One audit pass (an operator's ``weir cluster audit``) holding the election's lock for
+    its duration; `AuditorBusyError` at once while another auditor holds or awaits it."""
+    lock = Lock(client.zk, election_path(client.root), identifier)
+    if not await asyncio.to_thread(lock.acquire, False):
+        holders = await asyncio.to_thread(lock.contenders)
+        leader = holders[0] if holders else "another auditor"
+        raise AuditorBusyError(
+            f"auditor {leader} is running and re-replicates on its own: stop it to audit by hand"
+        )
+    try:
+        return await Auditor(client, guard=f"{lock.path}/{lock.node}").audit_once(lost)
+    finally:
+        await asyncio.to_thread(_release_quietly, lock)
 
 
 def _release_quietly(lock: Lock) -> None:
