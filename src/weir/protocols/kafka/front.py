@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from weir.broker.broker import Broker
+from weir.protocols.kafka.group_api import members_reading
 from weir.protocols.kafka.groups import Coordinator
 from weir.protocols.kafka.idempotence import Sequences
 from weir.protocols.kafka.sasl import MECHANISMS
@@ -105,6 +106,10 @@ class KafkaFront:
         from weir.protocols.kafka.connection import KafkaConnection
 
         self.coordinator.start()
+        self.broker.consumer_readers.add_source(
+            "Kafka group member",
+            lambda topic, group: members_reading(self.coordinator, topic, group),
+        )
         self._server = await asyncio.get_running_loop().create_server(
             lambda: KafkaConnection(self),
             host,
@@ -135,4 +140,5 @@ class KafkaFront:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 5)
             self._server = None
+        self.broker.consumer_readers.remove_source("Kafka group member")
         await self.coordinator.close()

@@ -17,9 +17,10 @@ import struct
 from typing import TYPE_CHECKING
 
 from weir.broker.topics import check_consumer_name
-from weir.errors import BadRequestError, WeirError
+from weir.errors import BadRequestError, ConsumerBusyError, WeirError
 from weir.protocols.kafka.codec import Message, RequestHeader
 from weir.protocols.kafka.errors import ErrorCode, KafkaError, error_code
+from weir.protocols.kafka.groups import Coordinator
 from weir.protocols.kafka.names import kafka_name, weir_topic
 from weir.security.grants import Permission
 
@@ -49,6 +50,20 @@ def subscribed_topics(protocol_type: str, metadata: bytes) -> list[str]:
         return topics
     except (struct.error, UnicodeDecodeError):
         return []
+
+
+def members_reading(coordinator: Coordinator, topic: str, group_id: str) -> int:
+    """How many members of Kafka group ``group_id`` subscribe to weir topic ``topic`` (the
+    Kafka front's readers of consumer ``group_id``'s offsets: `weir.broker.consumer_readers`)."""
+    g = coordinator.groups.get(group_id)
+    if g is None or not g.members:
+        return 0
+    name = kafka_name(topic)
+    return sum(
+        1
+        for m in g.members.values()
+        if any(name in subscribed_topics(m.protocol_type, meta) for _, meta in m.protocols)
+    )
 
 
 def check_group(group_id: str) -> None:
@@ -93,6 +108,7 @@ class GroupHandlers:
         try:
             check_group(body["group_id"])
             self._allow_subscription(body["protocol_type"], body["protocols"])
+            self._check_not_subscribed(body["group_id"], body["protocol_type"], body["protocols"])
             res = await self.coordinator.join(
                 body["group_id"],
                 body["member_id"],
@@ -129,6 +145,21 @@ class GroupHandlers:
                 self.conn.allow(Permission.CONSUME, weir_topic(t), "join a group reading")
         except WeirError as exc:
             raise KafkaError(error_code(exc, group=True), exc.message) from None
+
+    def _check_not_subscribed(
+        self, group_id: str, protocol_type: str, protocols: list[Message]
+    ) -> None:
+        """A group whose name is a consumer held by weir subscription consumers on one of
+        its topics is refused: the consumer's offsets serve one kind of reader at a time.
+        Kafka's answer to a member of another kind of group is INCONSISTENT_GROUP_PROTOCOL."""
+        topics = {t for p in protocols for t in subscribed_topics(protocol_type, p["metadata"])}
+        for t in sorted(topics):
+            try:
+                self.broker.check_not_subscribed(weir_topic(t), group_id)
+            except ConsumerBusyError as exc:
+                raise KafkaError(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, exc.message) from None
+            except WeirError:
+                continue  # an unknown topic: the member finds out by its metadata
 
     async def handle_sync_group(self, header: RequestHeader, body: Message) -> Message:
         self.conn.require_principal()
@@ -207,6 +238,10 @@ class GroupHandlers:
             if offset < 0:
                 return ErrorCode.NONE  # Kafka ignores "no offset" commits
             await self.broker.commit_offset(topic, partition, group, offset, allow_backwards=True)
+        except ConsumerBusyError:
+            # weir subscription consumers are the group's members now: Kafka's answer to
+            # a commit from outside a group that has members
+            return ErrorCode.UNKNOWN_MEMBER_ID
         except (WeirError, KafkaError) as exc:
             return error_code(exc)
         return ErrorCode.NONE
@@ -376,6 +411,8 @@ class GroupHandlers:
                         raise KafkaError(ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC)
                     await self.broker.delete_offset(topic, idx, group)
                     code = ErrorCode.NONE
+                except ConsumerBusyError:  # weir subscription consumers read the topic
+                    code = ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC
                 except (KafkaError, WeirError) as exc:
                     code = error_code(exc)
                 parts.append({"partition_index": idx, "error_code": code})
