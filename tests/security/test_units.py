@@ -4,6 +4,7 @@ algorithm, grant patterns, and the authorization rule."""
 from __future__ import annotations
 
 import datetime as dt
+from pathlib import Path
 
 import pytest
 from cryptography.hazmat.primitives import serialization
@@ -13,6 +14,7 @@ from weir.errors import BadRequestError, PermissionDeniedError, UnauthorizedErro
 from weir.security import BearerToken, Principal, Security, StaticUsers
 from weir.security.grants import (
     Grant,
+    Grants,
     Permission,
     canonical_pattern,
     make_grant,
@@ -21,6 +23,7 @@ from weir.security.grants import (
 from weir.security.jwt_tokens import JwtVerifier, create_token
 from weir.security.passwords import hash_password, verify_password
 from weir.security.throttle import FREE_FAILURES, MAX_LOCKOUT_S, LoginThrottle
+from weir.storage.kv import LmdbKV
 
 
 def test_password_hashes_are_salted_scrypt_and_verify() -> None:
@@ -143,3 +146,57 @@ def test_grants_apply_only_when_anonymous_access_is_off() -> None:
     assert err.value.message == (
         "permission denied: write to topic 'x' needs the produce permission ('ann' has none)"
     )
+
+
+def test_group_grants_are_opt_in_per_principal(tmp_path: Path) -> None:
+    """``group:`` grants: a principal without one may use any group; with one, only the
+    groups its grants (and those of ``*``) name; they give nothing on topics, survive a
+    reopen of the store and read back as written."""
+    g = make_grant("gina", "consume", "group:billing-*")
+    assert (g.kind, g.resource) == ("group", "billing-*")
+    assert g.covers_group("billing-eu/1") and not g.covers_group("xbilling-1")
+    assert not g.matches("public/default/billing-1") and not g.covers_namespace("public/x")
+    assert Grant.from_key(g.key) == g and short_resource(g.kind, g.resource) == "group:billing-*"
+    for bad in ("group:", "group:sp ace", "group:" + "x" * 257):
+        with pytest.raises(BadRequestError):
+            make_grant("ann", "consume", bad)
+    kv = LmdbKV(tmp_path / "kv", ["server"])
+    try:
+        grants = Grants(kv, "server", kv.write)
+        grants.add(g)
+        grants.add(make_grant("gina", "consume", "orders"))
+        security = Security(
+            StaticUsers({"root": "pw"}), allow_anonymous=False, superusers=["root"], grants=grants
+        )
+        gina, hugo = Principal("gina", "password"), Principal("hugo", "password")
+        assert grants.permissions("gina", "public/default/orders") == {Permission.CONSUME}
+        assert not security.permissions(hugo, "public/default/billing-1")
+        security.authorize_group(gina, "billing-1", "read")
+        security.authorize_group(hugo, "anything", "read")  # no group grant: not limited
+        security.authorize_group(Principal("root", "password"), "other", "read")
+        with pytest.raises(PermissionDeniedError) as err:
+            security.authorize_group(gina, "other", "read")
+        assert err.value.message == (
+            "permission denied: read group 'other' needs the consume permission on "
+            "group:other ('gina' has none)"
+        )
+        grants.add(make_grant("*", "consume", "group:shared"))  # now everyone is limited
+        security.authorize_group(hugo, "shared", "read")
+        security.authorize_group(gina, "shared", "read")
+        with pytest.raises(PermissionDeniedError):
+            security.authorize_group(hugo, "anything", "read")
+        grants.add(make_grant("hugo", "consume", "group:*"))
+        security.authorize_group(hugo, "anything", "read")
+        grants.add(make_grant("ann", "produce", "group:p"))  # only consume counts
+        with pytest.raises(PermissionDeniedError):
+            security.authorize_group(Principal("ann", "password"), "p", "read")
+        # recorded stream checks are asked again the same way
+        with pytest.raises(PermissionDeniedError):
+            security.authorize_again(gina, [("group", "other", "read")])
+    finally:
+        kv.close()
+    kv = LmdbKV(tmp_path / "kv", ["server"])
+    try:
+        assert g in Grants(kv, "server", kv.write).list("gina")
+    finally:
+        kv.close()

@@ -14,6 +14,15 @@ the policies of acme's namespaces, and describe acme; ``admin`` on a namespace l
 it describe the namespace, set its policies and delete it. Creating and deleting
 tenants stays with superusers. The kind is part of each stored grant's key.
 
+A consumer group, ``group:NAME`` (``*`` matching any characters: ``group:billing-*``),
+is the name readers share their committed offsets under: a weir SDK consumer or
+subscription, a YDB consumer, a Pulsar subscription, a Kafka group id. ``consume`` on
+``group:G`` lets its holder read, commit and describe under ``G`` (on the topics it may
+consume). The rule is opt-in per principal, so setups without group grants keep working:
+a principal with no group grant (of its own or of ``*``) may use any group name; one
+with any group grant may use only the groups its group grants name (``consume`` on
+``group:*`` lifts the limit again). Group grants give nothing on topics.
+
 What each permission allows:
 
 - ``produce``: write to the topic;
@@ -59,8 +68,14 @@ class Permission(Enum):
             ) from None
 
 
-TOPIC, NAMESPACE, TENANT = "topic", "namespace", "tenant"
-_KIND_PREFIXES = {f"{TENANT}:": TENANT, f"{NAMESPACE}:": NAMESPACE, f"{TOPIC}:": TOPIC}
+TOPIC, NAMESPACE, TENANT, GROUP = "topic", "namespace", "tenant", "group"
+_KIND_PREFIXES = {
+    f"{TENANT}:": TENANT,
+    f"{NAMESPACE}:": NAMESPACE,
+    f"{GROUP}:": GROUP,
+    f"{TOPIC}:": TOPIC,
+}
+_GROUP_PATTERN = re.compile(r"^[^\s\x00]{1,256}$")
 
 
 def _parts(text: str, what: str, most: int) -> list[str]:
@@ -75,7 +90,7 @@ def _parts(text: str, what: str, most: int) -> list[str]:
 
 def canonical_resource(resource: str) -> tuple[str, str]:
     """The kind and canonical pattern of a resource as a user wrote it: a topic pattern, or
-    ``tenant:NAME`` / ``namespace:[TENANT/]NAME``."""
+    ``tenant:NAME`` / ``namespace:[TENANT/]NAME`` / ``group:NAME``."""
     text = (resource or "").strip()
     for prefix, kind in _KIND_PREFIXES.items():
         if text.lower().startswith(prefix):
@@ -85,6 +100,13 @@ def canonical_resource(resource: str) -> tuple[str, str]:
             if kind == NAMESPACE:
                 parts = _parts(body, "namespace", 2)
                 return kind, "/".join(parts if len(parts) == 2 else [DEFAULT_TENANT, *parts])
+            if kind == GROUP:
+                if not _GROUP_PATTERN.match(body):
+                    raise BadRequestError(
+                        f"bad group {body[:200]!r}: a consumer group or subscription name, "
+                        "'*' matching any characters"
+                    )
+                return kind, body
             return kind, canonical_pattern(body)
     return TOPIC, canonical_pattern(text)
 
@@ -123,6 +145,10 @@ def short_pattern(canonical: str) -> str:
     return canonical
 
 
+def _compile_group(pattern: str) -> re.Pattern[str]:
+    return re.compile("^" + ".*".join(re.escape(piece) for piece in pattern.split("*")) + "$")
+
+
 def _compile(canonical: str) -> re.Pattern[str]:
     parts = [
         "[^/]*".join(re.escape(piece) for piece in part.split("*")) for part in canonical.split("/")
@@ -158,7 +184,10 @@ class Grant:
         return self.resource
 
     def matches(self, topic: str) -> bool:
-        return bool(_compile(self.topic_pattern).match(topic))
+        return self.kind != GROUP and bool(_compile(self.topic_pattern).match(topic))
+
+    def covers_group(self, group: str) -> bool:
+        return self.kind == GROUP and bool(_compile_group(self.resource).match(group))
 
     def covers_namespace(self, namespace: str) -> bool:
         """Whether this tenant or namespace grant covers ``namespace`` (``tenant/name``)."""
@@ -225,9 +254,24 @@ class Grants:
         """What ``principal`` may do on ``topic`` (canonical name) by its grants."""
         out: set[Permission] = set()
         for g in self._grants:
-            if g.principal in (principal, EVERYONE) and self._matcher(g.topic_pattern).match(topic):
+            if g.kind == GROUP or g.principal not in (principal, EVERYONE):
+                continue
+            if self._matcher(g.topic_pattern).match(topic):
                 out.add(g.permission)
         return out
+
+    def group_permissions(self, principal: str, group: str) -> set[Permission] | None:
+        """What ``principal`` may do under consumer group ``group`` by its group grants (and
+        those of ``*``); None when it has none at all: its group names are not limited."""
+        limited = False
+        out: set[Permission] = set()
+        for g in self._grants:
+            if g.kind != GROUP or g.principal not in (principal, EVERYONE):
+                continue
+            limited = True
+            if g.covers_group(group):
+                out.add(g.permission)
+        return out if limited else None
 
     def tenancy_permissions(
         self, principal: str, tenant: str, namespace: str = ""

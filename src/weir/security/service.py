@@ -19,7 +19,7 @@ from weir.security.authenticator import (
     Credential,
     UserPassword,
 )
-from weir.security.grants import Grants, Permission
+from weir.security.grants import GROUP, Grants, Permission
 from weir.security.jwt_tokens import JwtVerifier, jwt_expiry, looks_like_jwt
 from weir.security.principal import ANONYMOUS, Principal, current_checks
 from weir.security.scram import ScramCredential, ScramExchange
@@ -300,14 +300,21 @@ class Security:
         """Why ``principal`` may no longer do what its open stream does (its credential is
         refused now, or one of the ``checks`` it passed fails); None: it still may."""
         try:
-            again = self.authenticate(credential)
-            for permission, topic, operation in list(checks):
-                assert permission is None or isinstance(permission, Permission)
-                self.authorize(again, permission, topic, operation, record=False)
+            self.authorize_again(self.authenticate(credential), checks)
         except WeirError as err:
             audit.event("stream_ended", principal=principal.name, error=err.message)
             return err
         return None
+
+    def authorize_again(self, principal: Principal, checks: list[tuple[object, str, str]]) -> None:
+        """Ask again each question a stream's checks recorded (`authorize` and
+        `authorize_group`); PermissionDeniedError for the first one refused now."""
+        for permission, resource, operation in list(checks):
+            if permission == GROUP:  # resource: a consumer group's name
+                self.authorize_group(principal, resource, operation, record=False)
+                continue
+            assert permission is None or isinstance(permission, Permission)
+            self.authorize(principal, permission, resource, operation, record=False)
 
     # ------------------------------------------------------------------ authorization
 
@@ -362,6 +369,34 @@ class Security:
         raise PermissionDeniedError(
             f"permission denied: {operation} topic {short_topic(topic)!r} needs {needs} "
             f"({_who(principal)} has none)"
+        )
+
+    def group_allowed(self, principal: Principal, group: str) -> bool:
+        """Whether ``principal`` may read, commit and describe under consumer group
+        ``group``: a superuser, or one with no group grant at all (the opt-in rule), or
+        one whose group grants give consume on it."""
+        if self.is_superuser(principal):
+            return True
+        if principal.anonymous or self.grants is None:
+            return False
+        held = self.grants.group_permissions(principal.name, group)
+        return held is None or Permission.CONSUME in held
+
+    def authorize_group(
+        self, principal: Principal, group: str, operation: str, *, record: bool = True
+    ) -> None:
+        """Raise PermissionDeniedError unless ``principal`` may ``operation`` under consumer
+        group (subscription, Kafka group id) ``group``; the topic is checked apart, with
+        `authorize`. Checked before the group is looked up."""
+        checks = current_checks.get() if record else None
+        if checks is not None:
+            checks.append((GROUP, group, operation))
+        if self.group_allowed(principal, group):
+            return
+        audit.event("denied", principal=principal.name, operation=operation, group=group)
+        raise PermissionDeniedError(
+            f"permission denied: {operation} group {group!r} needs the consume permission "
+            f"on group:{group} ({_who(principal)} has none)"
         )
 
     def tenancy_permissions(

@@ -197,7 +197,11 @@ class PulsarAdmin:
 
     def _allow(self, request: web.Request, permission: Permission | None, what: str) -> str:
         name = self._topic_name(request)
-        self._security().authorize(self._principal(request), permission, name, what)
+        principal = self._principal(request)
+        self._security().authorize(principal, permission, name, what)
+        sub = request.match_info.get("sub")
+        if sub:  # a subscription is a consumer group: it needs a group grant too
+            self._security().authorize_group(principal, sub, what)
         return name
 
     @staticmethod

@@ -28,7 +28,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from weir.errors import UnauthorizedError, WeirError
+from weir.errors import PermissionDeniedError, UnauthorizedError, WeirError
 from weir.protocols.kafka import messages as m
 from weir.protocols.kafka.admin import AdminHandlers
 from weir.protocols.kafka.codec import (
@@ -40,7 +40,7 @@ from weir.protocols.kafka.codec import (
     decode_request,
     encode_response,
 )
-from weir.protocols.kafka.errors import ErrorCode, error_code
+from weir.protocols.kafka.errors import ErrorCode, KafkaError, error_code
 from weir.protocols.kafka.fetch import FetchHandlers
 from weir.protocols.kafka.framing import FrameReader, FrameSizeError
 from weir.protocols.kafka.group_api import GroupHandlers
@@ -264,6 +264,15 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def allow(self, permission: Any, topic: str, operation: str) -> None:
         """Raise PermissionDeniedError unless the caller may (``topic``: weir's full name)."""
         self.security.authorize(self.require_principal(), permission, topic, operation)
+
+    def allow_group(self, group: str, operation: str) -> None:
+        """Raise KafkaError GROUP_AUTHORIZATION_FAILED unless the caller may ``operation``
+        under consumer group ``group`` (Kafka's READ / DESCRIBE / DELETE on the Group
+        resource: weir's consume on ``group:NAME``)."""
+        try:
+            self.security.authorize_group(self.require_principal(), group, operation)
+        except PermissionDeniedError as exc:
+            raise KafkaError(ErrorCode.GROUP_AUTHORIZATION_FAILED, exc.message) from None
 
     # ------------------------------------------------------------------ ApiVersions, SASL
 

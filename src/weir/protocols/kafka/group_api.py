@@ -7,8 +7,10 @@ Group ids must be valid weir consumer names (letters, digits, '.', '_', '-').
 Committed metadata strings are not stored (read back empty).
 
 Authorization: joining, committing and fetching offsets need the consume permission on
-the topics involved (Kafka's group ACL has no weir counterpart: a refused topic answers
-TOPIC_AUTHORIZATION_FAILED, a group operation refused answers GROUP_AUTHORIZATION_FAILED).
+the topics involved (a refused topic answers TOPIC_AUTHORIZATION_FAILED) and, for a
+principal with group grants, consume on ``group:ID`` (Kafka's READ on the Group resource;
+refused: GROUP_AUTHORIZATION_FAILED, also for describing, deleting and the group's offsets;
+a listing shows only the groups the caller may use).
 """
 
 from __future__ import annotations
@@ -107,6 +109,7 @@ class GroupHandlers:
         self.conn.require_principal()
         try:
             check_group(body["group_id"])
+            self.conn.allow_group(body["group_id"], "join")
             self._allow_subscription(body["protocol_type"], body["protocols"])
             self._check_not_subscribed(body["group_id"], body["protocol_type"], body["protocols"])
             res = await self.coordinator.join(
@@ -137,8 +140,8 @@ class GroupHandlers:
         }
 
     def _allow_subscription(self, protocol_type: str, protocols: list[Message]) -> None:
-        """A member may join when it may consume every topic it subscribes to (weir has no
-        grants on groups: a group is a consumer of the topics it reads)."""
+        """A member may join when it may consume every topic it subscribes to (and the group
+        itself, checked before)."""
         topics = {t for p in protocols for t in subscribed_topics(protocol_type, p["metadata"])}
         try:
             for t in sorted(topics):
@@ -164,6 +167,7 @@ class GroupHandlers:
     async def handle_sync_group(self, header: RequestHeader, body: Message) -> Message:
         self.conn.require_principal()
         try:
+            self.conn.allow_group(body["group_id"], "sync")
             assignment = await self.coordinator.sync(
                 body["group_id"],
                 body["generation_id"],
@@ -183,6 +187,7 @@ class GroupHandlers:
     async def handle_heartbeat(self, header: RequestHeader, body: Message) -> Message:
         self.conn.require_principal()
         try:
+            self.conn.allow_group(body["group_id"], "heartbeat in")
             self.coordinator.heartbeat(body["group_id"], body["generation_id"], body["member_id"])
         except KafkaError as exc:
             return {"error_code": exc.code}
@@ -190,6 +195,12 @@ class GroupHandlers:
 
     async def handle_leave_group(self, header: RequestHeader, body: Message) -> Message:
         self.conn.require_principal()
+        try:
+            self.conn.allow_group(body["group_id"], "leave")
+        except KafkaError as exc:
+            if header.api_version < 3:
+                return {"error_code": exc.code}
+            return {"error_code": exc.code, "members": []}
         if header.api_version < 3:
             res = self.coordinator.leave(body["group_id"], [body["member_id"]])
             return {"error_code": res[body["member_id"]]}
@@ -213,6 +224,7 @@ class GroupHandlers:
         try:
             self.conn.require_principal()
             check_group(group)
+            self.conn.allow_group(group, "commit an offset under")
             self.coordinator.check_commit(
                 group, body.get("generation_id", -1), body.get("member_id", "")
             )
@@ -254,6 +266,7 @@ class GroupHandlers:
         try:
             self.conn.require_principal()
             check_group(group)
+            self.conn.allow_group(group, "read the offsets of")
         except KafkaError as exc:
             return [], exc.code
         if topics is None:  # every partition the group has an offset on
@@ -316,10 +329,11 @@ class GroupHandlers:
 
     async def handle_list_groups(self, header: RequestHeader, body: Message) -> Message:
         states = set(body.get("states_filter") or [])
+        me = self.conn.require_principal()
         groups = [
             {"group_id": gid, "protocol_type": "consumer", "group_state": st}
             for gid, st in sorted(self._known_groups().items())
-            if not states or st in states
+            if (not states or st in states) and self.conn.security.group_allowed(me, gid)
         ]
         return {"error_code": 0, "groups": groups}
 
@@ -328,6 +342,20 @@ class GroupHandlers:
         known = self._known_groups()
         out = []
         for gid in body["groups"]:
+            try:
+                self.conn.allow_group(gid, "describe")
+            except KafkaError as exc:
+                out.append(
+                    {
+                        "error_code": exc.code,
+                        "group_id": gid,
+                        "group_state": "",
+                        "protocol_type": "",
+                        "protocol_data": "",
+                        "members": [],
+                    }
+                )
+                continue
             g = self.coordinator.groups.get(gid)
             if g is None or not g.members:
                 out.append(
@@ -367,6 +395,7 @@ class GroupHandlers:
         results = []
         for gid in body["groups_names"]:
             try:
+                self.conn.allow_group(gid, "delete")
                 self.coordinator.delete(gid)  # NON_EMPTY_GROUP while it has members
                 await self._drop_group(gid)
                 code = ErrorCode.NONE
@@ -393,6 +422,7 @@ class GroupHandlers:
         try:
             self.conn.require_principal()
             check_group(group)
+            self.conn.allow_group(group, "delete the offsets of")
             subscribed = self._subscribed(group)
             if subscribed is None and group not in self._known_groups():
                 raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND, f"group {group!r} is not known")

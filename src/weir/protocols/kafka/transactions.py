@@ -310,6 +310,7 @@ class TxnHandlers:
                 body["transactional_id"], body["producer_id"], body["producer_epoch"]
             )
             check_group(body["group_id"])
+            self.conn.allow_group(body["group_id"], "commit offsets in a transaction under")
             await self.txns.open_txn(client)
         except (KafkaError, WeirError) as exc:
             return {"error_code": error_code(exc, group=True)}
@@ -325,6 +326,7 @@ class TxnHandlers:
                 body["transactional_id"], body["producer_id"], body["producer_epoch"]
             )
             check_group(group)
+            self.conn.allow_group(group, "commit an offset under")
             if body.get("generation_id", -1) >= 0:  # KIP-447: a zombie member is fenced
                 self.conn.front.coordinator.check_commit(
                     group, body["generation_id"], body.get("member_id", "")

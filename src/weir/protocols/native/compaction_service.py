@@ -3,13 +3,13 @@ a topic's compacted views; each translates one message into one broker call."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import grpc
 
 from weir.broker.compaction import CompactionStatus
 from weir.protocols.native import weir_pb2 as pb
+from weir.protocols.native.stream import Allow
 from weir.protocols.native.unary import unary
 from weir.security.grants import Permission
 
@@ -48,7 +48,7 @@ class CompactionCalls:
     """CompactTopic needs the admin permission on the topic, DescribeCompaction consume."""
 
     broker: Broker
-    _allow: Callable[[Permission | None, str, str], None]
+    _allow: Allow
 
     @unary
     async def CompactTopic(

@@ -113,7 +113,7 @@ class ReadSession(StreamSession[pb.ReadRequest, pb.ReadResponse | RawReadData]):
             self.compacted = init.compacted
             self._add_credit(init.credit_bytes or (16 << 20))
             for t in init.topics:
-                self.allow(Permission.CONSUME, t, "read")
+                self.allow(Permission.CONSUME, t, "read", self.consumer)
             topics = [(await self.broker.topic_for_use(t)).name for t in init.topics]
             for t in dict.fromkeys(topics):
                 self._leases.append(self.broker.count_consumer(t))

@@ -135,11 +135,15 @@ class NativeService(
 
     # ------------------------------------------------------------------ admin
 
-    def _allow(self, permission: Permission | None, topic: str, operation: str) -> None:
-        """Authorization of the caller for ``operation`` on ``topic``, before it is looked up."""
-        self.security.authorize(
-            current_principal.get(), permission, canonical_topic(topic), operation
-        )
+    def _allow(
+        self, permission: Permission | None, topic: str, operation: str, group: str = ""
+    ) -> None:
+        """Authorization of the caller for ``operation`` on ``topic`` (and under consumer
+        group ``group``, when given), before either is looked up."""
+        principal = current_principal.get()
+        self.security.authorize(principal, permission, canonical_topic(topic), operation)
+        if group:
+            self.security.authorize_group(principal, group, operation)
 
     @_unary
     async def CreateTopic(
@@ -213,7 +217,7 @@ class NativeService(
     async def DescribeConsumer(
         self, request: pb.DescribeConsumerRequest, context: grpc.aio.ServicerContext
     ) -> pb.ConsumerDescription:
-        self._allow(Permission.CONSUME, request.topic, "describe a consumer of")
+        self._allow(Permission.CONSUME, request.topic, "describe a consumer of", request.consumer)
         c = self.broker.consumer(request.topic, request.consumer)
         parts = self.broker.describe_consumer(request.topic, request.consumer)
         return pb.ConsumerDescription(
@@ -237,7 +241,7 @@ class NativeService(
     async def CommitOffset(
         self, request: pb.CommitOffsetRequest, context: grpc.aio.ServicerContext
     ) -> pb.CommitOffsetResponse:
-        self._allow(Permission.CONSUME, request.topic, "commit an offset of")
+        self._allow(Permission.CONSUME, request.topic, "commit an offset of", request.consumer)
         changed = await self.broker.commit_offset(
             request.topic,
             request.partition,

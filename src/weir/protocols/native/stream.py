@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
-from typing import Generic, TypeVar
+from collections.abc import AsyncIterator
+from typing import Generic, Protocol, TypeVar
 
 import grpc
 
@@ -23,10 +23,18 @@ from weir.security.grants import Permission
 Req = TypeVar("Req")
 Resp = TypeVar("Resp")
 
-Allow = Callable[[Permission | None, str, str], None]
+
+class Allow(Protocol):
+    """NativeService's authorization of the caller: ``operation`` on ``topic`` needs
+    ``permission`` (None: any grant), and under consumer group ``group`` (when given) a
+    group grant as well (`Security.authorize_group`)."""
+
+    def __call__(
+        self, permission: Permission | None, topic: str, operation: str, group: str = ""
+    ) -> None: ...
 
 
-def allow_all(permission: Permission | None, topic: str, operation: str) -> None:
+def allow_all(permission: Permission | None, topic: str, operation: str, group: str = "") -> None:
     """Sessions made without a service (tests of the session alone) check nothing."""
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable
 from typing import Any
 
 import grpc
@@ -31,7 +31,7 @@ from weir.broker.subscriptions import (
 from weir.broker.topics import short_topic
 from weir.errors import BadRequestError, ConsumerBusyError, UnknownSubscriptionError, WeirError
 from weir.protocols.native import weir_pb2 as pb
-from weir.protocols.native.stream import StreamSession, error_proto
+from weir.protocols.native.stream import Allow, StreamSession, error_proto
 from weir.protocols.native.unary import unary as unary_errors
 from weir.security.grants import Permission
 from weir.storage.batch_slices import trim_chunks
@@ -114,7 +114,7 @@ class SubscribeSession(StreamSession[pb.SubscribeRequest, pb.SubscribeResponse])
         broker: Broker,
         context: grpc.aio.ServicerContext,
         stopping: asyncio.Event,
-        allow: Callable[[Permission | None, str, str], None],
+        allow: Allow,
     ) -> None:
         super().__init__(context, stopping)
         self.broker = broker
@@ -175,7 +175,7 @@ class SubscribeSession(StreamSession[pb.SubscribeRequest, pb.SubscribeResponse])
             init = first.init
             if init.permits < 0:
                 raise BadRequestError(f"permits must be >= 0, got {init.permits}")
-            self.allow(Permission.CONSUME, init.topic, "subscribe to")
+            self.allow(Permission.CONSUME, init.topic, "subscribe to", init.subscription)
             cfg = self.broker.topic(init.topic)
             sub, c = await self.broker.subscribe(
                 cfg.name,
@@ -254,7 +254,7 @@ class SubscribeSession(StreamSession[pb.SubscribeRequest, pb.SubscribeResponse])
                 "it has no retry letter topic"
             )
         letters = self.broker.retry_letters(sub, init.retry_letter_topic)
-        self.allow(Permission.CONSUME, letters.topic, "subscribe to")
+        self.allow(Permission.CONSUME, letters.topic, "subscribe to", sub.name)
         rcfg = await self.broker.side_topic(letters.topic)
         rtype = (
             SubscriptionType.KEY_SHARED
@@ -401,7 +401,7 @@ class SubscriptionRpcs:
 
     broker: Broker
     stopping: asyncio.Event
-    _allow: Callable[[Permission | None, str, str], None]  # NativeService's authorization
+    _allow: Allow  # NativeService's authorization
 
     async def Subscribe(
         self,
@@ -416,7 +416,9 @@ class SubscriptionRpcs:
     async def CreateSubscription(
         self, request: pb.CreateSubscriptionRequest, context: grpc.aio.ServicerContext
     ) -> pb.SubscriptionDescription:
-        self._allow(Permission.CONSUME, request.topic, "create a subscription on")
+        self._allow(
+            Permission.CONSUME, request.topic, "create a subscription on", request.subscription
+        )
         info = await self.broker.create_subscription(
             request.topic,
             request.subscription,
@@ -430,7 +432,9 @@ class SubscriptionRpcs:
     async def DescribeSubscription(
         self, request: pb.DescribeSubscriptionRequest, context: grpc.aio.ServicerContext
     ) -> pb.SubscriptionDescription:
-        self._allow(Permission.CONSUME, request.topic, "describe a subscription of")
+        self._allow(
+            Permission.CONSUME, request.topic, "describe a subscription of", request.subscription
+        )
         return subscription_description(
             self.broker.describe_subscription(request.topic, request.subscription)
         )
@@ -450,7 +454,9 @@ class SubscriptionRpcs:
     async def SeekSubscription(
         self, request: pb.SeekSubscriptionRequest, context: grpc.aio.ServicerContext
     ) -> pb.SubscriptionDescription:
-        self._allow(Permission.CONSUME, request.topic, "seek a subscription of")
+        self._allow(
+            Permission.CONSUME, request.topic, "seek a subscription of", request.subscription
+        )
         info = await self.broker.seek_subscription(
             request.topic,
             request.subscription,
@@ -463,7 +469,12 @@ class SubscriptionRpcs:
     async def SkipSubscription(
         self, request: pb.SkipSubscriptionRequest, context: grpc.aio.ServicerContext
     ) -> pb.SkipSubscriptionResponse:
-        self._allow(Permission.CONSUME, request.topic, "skip messages of a subscription of")
+        self._allow(
+            Permission.CONSUME,
+            request.topic,
+            "skip messages of a subscription of",
+            request.subscription,
+        )
         skipped = await self.broker.skip_subscription(
             request.topic,
             request.subscription,
@@ -481,7 +492,9 @@ class SubscriptionRpcs:
     async def DeleteSubscription(
         self, request: pb.DeleteSubscriptionRequest, context: grpc.aio.ServicerContext
     ) -> pb.DeleteSubscriptionResponse:
-        self._allow(Permission.CONSUME, request.topic, "delete a subscription of")
+        self._allow(
+            Permission.CONSUME, request.topic, "delete a subscription of", request.subscription
+        )
         await self.broker.delete_subscription(
             request.topic, request.subscription, force=request.force
         )

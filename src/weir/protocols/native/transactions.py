@@ -4,13 +4,13 @@ another principal's calls find it unknown."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeAlias
 
 import grpc
 
 from weir.broker.transactions.facade import TxnOffset
 from weir.protocols.native import weir_pb2 as pb
+from weir.protocols.native.stream import Allow
 from weir.protocols.native.unary import unary
 from weir.security import Security, current_principal
 from weir.security.grants import Permission
@@ -33,7 +33,7 @@ class TransactionCalls:
     broker: Broker
     security: Security
 
-    _allow: Callable[[Permission | None, str, str], None]  # NativeService's authorization
+    _allow: Allow  # NativeService's authorization
 
     @unary
     async def InitTransactions(
@@ -60,7 +60,7 @@ class TransactionCalls:
         self, request: pb.AddTransactionOffsetsRequest, context: Ctx
     ) -> pb.AddTransactionOffsetsResponse:
         for o in request.offsets:
-            self._allow(Permission.CONSUME, o.topic, "commit an offset of")
+            self._allow(Permission.CONSUME, o.topic, "commit an offset of", request.consumer)
         await self.broker.add_transaction_offsets(
             request.transaction_id,
             [TxnOffset(o.topic, o.partition, request.consumer, o.offset) for o in request.offsets],

@@ -162,12 +162,17 @@ class ConnectionState:
         topic: names.PulsarTopic,
         what: str,
         checks: list[tuple[object, str, str]] | None = None,
+        subscription: str = "",
     ) -> None:
         """Ask `security` (never decided here); a stream's ``checks`` remember the question,
-        asked again when users or grants change."""
+        asked again when users or grants change. ``subscription``: a durable subscription's
+        name, a consumer group that needs a group grant too."""
         token = current_checks.set(checks if checks is not None else [])
         try:
-            self.security.authorize(self.principal or ANONYMOUS, permission, topic.weir_name, what)
+            principal = self.principal or ANONYMOUS
+            self.security.authorize(principal, permission, topic.weir_name, what)
+            if subscription:
+                self.security.authorize_group(principal, subscription, what)
         finally:
             current_checks.reset(token)
 

@@ -46,7 +46,9 @@ class ConsumerCommands(ConnectionState):
             raise BadRequestError(f"consumer id {req.consumer_id} is in use on this connection")
         t = self._topic_name(req.topic)
         checks: list[tuple[object, str, str]] = []
-        self._allow(Permission.CONSUME, t, "subscribe to", checks)
+        # a durable subscription is a consumer group; a reader's (non-durable) is not
+        group = req.subscription if req.durable else ""
+        self._allow(Permission.CONSUME, t, "subscribe to", checks, group)
         if req.read_compacted and req.durable:
             raise names.NotServedError(
                 "read_compacted is served for readers (non-durable subscriptions), "

@@ -20,7 +20,6 @@ from weir.protocols.pulsar.consumers import (
 )
 from weir.protocols.pulsar.producer_commands import ProducerCommands
 from weir.security.authenticator import BearerToken, ClientCertificate, Credential, UserPassword
-from weir.security.grants import Permission
 
 log = logging.getLogger("weir.pulsar")
 
@@ -119,9 +118,7 @@ class Handshake(ProducerCommands, ConsumerCommands):
     def _still_allowed(self, checks: list[tuple[object, str, str]]) -> WeirError | None:
         assert self.principal is not None
         try:
-            for permission, topic, operation in checks:
-                assert permission is None or isinstance(permission, Permission)
-                self.security.authorize(self.principal, permission, topic, operation, record=False)
+            self.security.authorize_again(self.principal, checks)
         except WeirError as err:
             return err
         return None

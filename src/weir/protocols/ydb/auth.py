@@ -118,13 +118,20 @@ class Authenticator:
             current_checks.reset(reset)
 
     def allow(
-        self, permission: Permission | None, path: str, database: str, operation: str
+        self,
+        permission: Permission | None,
+        path: str,
+        database: str,
+        operation: str,
+        consumer: str = "",
     ) -> None:
-        """Authorization of the caller (set by `principal`) for ``operation`` on a topic path,
-        checked before the topic is looked up."""
-        self.security.authorize(
-            current_principal.get(), permission, canonical_topic(path, database), operation
-        )
+        """Authorization of the caller (set by `principal`) for ``operation`` on a topic path
+        (and under ``consumer``, a consumer group, when given), checked before either is
+        looked up."""
+        principal = current_principal.get()
+        self.security.authorize(principal, permission, canonical_topic(path, database), operation)
+        if consumer:
+            self.security.authorize_group(principal, consumer, operation)
 
     def principal_of(self, token: str) -> Principal:
         try:

@@ -250,7 +250,7 @@ class ReadSession:
         self.consumer = init.consumer
         now_ms = int(time.time() * 1000)
         for s in init.topics_read_settings:
-            self.auth.allow(Permission.CONSUME, s.path, self.database, "read")
+            self.auth.allow(Permission.CONSUME, s.path, self.database, "read", self.consumer)
             cfg = persistent_only(self.broker.topic(s.path, self.database), "read")
             if cfg.name in self._topics:
                 raise BadRequestError(f"topic {s.path!r} is named twice")

@@ -209,7 +209,11 @@ class TopicServicer(ydb_topic_v1_pb2_grpc.TopicServiceServicer):
     @_unary(ydb_topic_pb2.DescribeConsumerResponse)
     async def DescribeConsumer(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         self.auth.allow(
-            Permission.CONSUME, request.path, database_of(context), "describe a consumer of"
+            Permission.CONSUME,
+            request.path,
+            database_of(context),
+            "describe a consumer of",
+            request.consumer,
         )
         cfg = self.broker.topic(request.path, database_of(context))
         consumer = self.broker.consumer(cfg.name, request.consumer)
@@ -237,7 +241,11 @@ class TopicServicer(ydb_topic_v1_pb2_grpc.TopicServiceServicer):
     @_unary(ydb_topic_pb2.CommitOffsetResponse)
     async def CommitOffset(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         self.auth.allow(
-            Permission.CONSUME, request.path, database_of(context), "commit an offset of"
+            Permission.CONSUME,
+            request.path,
+            database_of(context),
+            "commit an offset of",
+            request.consumer,
         )
         cfg = self.broker.topic(request.path, database_of(context))
         # An explicit commit sets the offset, backwards too (YDB's semantics: a rewind).
@@ -265,7 +273,9 @@ class TopicServicer(ydb_topic_v1_pb2_grpc.TopicServiceServicer):
         self.broker.transaction(txn_id, owner)
         offsets = []
         for t in request.topics:
-            self.auth.allow(Permission.CONSUME, t.path, database, "commit an offset of")
+            self.auth.allow(
+                Permission.CONSUME, t.path, database, "commit an offset of", request.consumer
+            )
             cfg = self.broker.topic(t.path, database)
             for p in t.partitions:
                 actor = self.broker.actor(cfg.name, p.partition_id)
