@@ -210,3 +210,23 @@ def test_an_unknown_subscription_is_a_404(browser: Any, console_url: str, client
     assert browser.find_element(By.ID, "no-subscriptions")
     visit(browser, page_url(console_url, "/subscription", topic="no-subs", name="ghost"))
     assert "ghost" in text(browser, "#error")
+
+
+def test_the_subscription_pages_fit_a_phone_screen(
+    browser: Any, console_url: str, jobs: SubscriptionConsumer, shots: Path
+) -> None:
+    browser.set_window_size(400, 900)
+    try:
+        for name, path, query in (
+            ("subscriptions", "/subscriptions", {}),
+            ("subscription", "/subscription", {"topic": "jobs", "name": "workers"}),
+        ):
+            visit(browser, page_url(console_url, path, **query))
+            width = browser.execute_script(
+                "return [document.documentElement.scrollWidth, window.innerWidth]"
+            )
+            assert width[0] <= width[1], (name, width)
+            shot(browser, shots, f"phone-{name}")
+            assert errors(browser) == []
+    finally:
+        browser.set_window_size(1280, 900)
