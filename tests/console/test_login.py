@@ -313,3 +313,22 @@ def test_login_and_grants_in_the_browser(browser: Any, base: str, shots: Path) -
     shot(browser, shots, "read-only-messages")
     browser.find_element(By.CSS_SELECTOR, "#logout button").click()
     wait_url(browser, "/console/login")
+
+
+def test_an_open_page_of_a_deleted_user_goes_to_the_login(
+    browser: Any, base: str, auth_console: ServerProcess
+) -> None:
+    with root_client(auth_console) as r:
+        r.add_user("leaving", PASSWORD)
+        r.grant("leaving", "consume", "shop-*")
+    visit(browser, base + "/login")
+    form = browser.find_element(By.ID, "login")
+    form.find_element(By.NAME, "user").send_keys("leaving")
+    form.find_element(By.NAME, "password").send_keys(PASSWORD)
+    form.find_element(By.CSS_SELECTOR, "button").click()
+    wait_url(browser, "/console")
+    visit(browser, page_url(base, "/topic", name="shop-orders"))
+    assert text(browser, "#who") == "leaving"
+    with root_client(auth_console) as r:
+        r.delete_user("leaving")
+    wait_url(browser, "/console/login")  # the next live refresh (every 5 s) is refused
