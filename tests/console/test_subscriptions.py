@@ -230,3 +230,41 @@ def test_the_subscription_pages_fit_a_phone_screen(
             assert errors(browser) == []
     finally:
         browser.set_window_size(1280, 900)
+
+
+def test_seek_to_an_offset_or_a_time_and_skip_all_over_plain_posts(
+    console_url: str, client: Client
+) -> None:
+    from tests.console.test_http import request
+
+    client.create_topic("moved", 2)
+    for p in (0, 1):
+        with client.writer("moved", partition=p) as w:
+            w.write_many([b"m"] * 5)
+    client.create_subscription("moved", "cursor", initial_position="earliest")
+
+    def marks() -> list[int]:
+        return [p.mark_delete for p in client.describe_subscription("moved", "cursor").partitions]
+
+    form = {"topic": "moved", "name": "cursor"}
+    status, _, _ = request(
+        console_url + "/subscription/seek", {**form, "to": "3", "partition": "1"}
+    )
+    assert status == 303 and marks() == [0, 3]
+    status, _, _ = request(console_url + "/subscription/skip", {**form, "count": "all"})
+    assert status == 303 and marks() == [5, 5]
+    status, _, _ = request(
+        console_url + "/subscription/seek", {**form, "to": "time:2000-01-01T00:00"}
+    )
+    assert status == 303 and marks() == [0, 0]
+    for bad, says in (
+        ({"to": "sideways"}, "offset must be a whole number"),
+        ({"to": "1", "partition": "7"}, "partition"),
+        ({"to": "time:yesterday"}, "bad time"),
+    ):
+        status, _, body = request(console_url + "/subscription/seek", {**form, **bad})
+        assert status in (400, 404) and says in body, (bad, body[-300:])
+    assert marks() == [0, 0]
+    status, _, body = request(console_url + "/subscription/delete", form)  # no confirm
+    assert status == 400 and "to confirm deleting it" in body
+    assert client.describe_subscription("moved", "cursor").backlog == 10
