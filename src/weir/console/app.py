@@ -372,7 +372,8 @@ class Console:
         q = request.query
         name = _required(q, "topic")
         me = _access(request)
-        me.require(Permission.CONSUME, name, "read")
+        me.require(None, name, "describe")
+        can = me.flags(name)
         at = q.get("time", "").strip()
         offset = q.get("offset", "").strip()
         page = views.browse(
@@ -382,13 +383,14 @@ class Console:
             offset=_int(offset, "offset") if offset and not at else None,
             at_ms=views.parse_time(at) if at else None,
             limit=_int(q.get("limit", str(views.PAGE_SIZE)), "page size"),
+            read=can["consume"],  # else only the write form, for one who may produce
         )
         return self.render(
             request,
             "messages.html",
             page="topics",
             p=page,
-            can=me.flags(name),
+            can=can,
             note=q.get("note", ""),
             time=at,
         )

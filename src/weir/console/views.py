@@ -347,15 +347,18 @@ def browse(
     offset: int | None = None,
     at_ms: int | None = None,
     limit: int = PAGE_SIZE,
+    *,
+    read: bool = True,
 ) -> MessagePage:
     """One page of messages from ``offset`` (or the first written at/after ``at_ms``; by
-    default the last page of the partition)."""
+    default the last page of the partition); ``read`` False: the partition's offsets
+    only, no message (for a viewer who may write but not read)."""
     cfg = broker.topic(topic)
     actor = broker.actor(cfg.name, partition)
     if not 1 <= limit <= MAX_PAGE:
         raise BadRequestError(f"page size must be 1 to {MAX_PAGE}, got {limit}")
     start, end = actor.start_offset, actor.end_offset
-    if at_ms is not None:
+    if at_ms is not None and read:
         offset = actor.log.offset_for_time(at_ms)
     elif offset is None:
         offset = max(start, end - limit)
@@ -363,6 +366,8 @@ def browse(
         raise BadRequestError(f"offset must not be negative, got {offset}")
     offset = max(offset, start)
     page = MessagePage(short_topic(cfg.name), partition, cfg.partitions, start, end, offset, limit)
+    if not read:
+        return page
     pos, stop, walked = offset, min(end, offset + limit), 0
     while pos < stop and walked < MAX_READ_BYTES:
         res = actor.read(pos, 1 << 20, stop)
