@@ -19,12 +19,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from selenium.webdriver.common.by import By
 
 from tests.cli.conftest import metrics_url
 from tests.conftest import ServerProcess
 from tests.console.test_browser import errors, page_url, shot, text, visit, wait_url
 from weir.client import Client
+from weir.console.app import _next
 from weir.security.jwt_tokens import create_token
 
 ROOT, ROOT_PW = "root", "root-password"
@@ -335,3 +338,32 @@ def test_an_open_page_of_a_deleted_user_goes_to_the_login(
     with root_client(auth_console) as r:
         r.delete_user("leaving")
     wait_url(browser, "/console/login")  # the next live refresh (every 5 s) is refused
+
+
+@given(st.text(max_size=80) | st.sampled_from(["/console", "//x", "/console//evil.example"]))
+def test_after_a_login_the_browser_stays_on_the_console(target: str) -> None:
+    where = _next({"next": "/console" + target}) if target[:1] == "/" else _next({"next": target})
+    split = urllib.parse.urlsplit(where)
+    assert where.startswith("/console") and not split.scheme and not split.netloc
+    assert "\\" not in where
+
+
+def test_sessions_expire_and_stay_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    from weir.console import sessions as mod
+
+    class Req:
+        def __init__(self, sid: str) -> None:
+            self.cookies = {mod.COOKIE: sid}
+
+    store = mod.Sessions()
+    old = store.open("a", "token-a")
+    assert store.of(Req(old.id)) is old  # type: ignore[arg-type]
+    old.created -= mod.MAX_AGE_S + 1
+    assert store.of(Req(old.id)) is None  # type: ignore[arg-type]
+    assert len(store) == 0
+    monkeypatch.setattr(mod, "MAX_SESSIONS", 3)
+    opened = [store.open(f"u{i}", "t") for i in range(5)]
+    assert len(store) == 3
+    assert store.of(Req(opened[0].id)) is None  # type: ignore[arg-type]  # the oldest went
+    assert store.of(Req(opened[-1].id)) is opened[-1]  # type: ignore[arg-type]
+    assert not opened[-1].csrf_ok("") and opened[-1].csrf_ok(opened[-1].csrf)
