@@ -617,6 +617,8 @@ def _next(values: Any) -> str:
         and target.startswith(PREFIX)
         and not target.startswith(PREFIX + "/login")
         and "\\" not in target
+        and target.isprintable()
+        and " " not in target
         and urlsplit(target).netloc == ""
     ):
         return target
