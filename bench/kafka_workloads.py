@@ -136,6 +136,64 @@ def _produce_worker(t: Target, p: dict[str, Any], gate: Gate) -> dict[str, Any]:
     )
 
 
+def _produce_txn_worker(t: Target, p: dict[str, Any], gate: Gate) -> dict[str, Any]:
+    """A confluent-kafka transactional producer: transactions of ``txn`` messages, each
+    begun, produced (round robin over the partitions) and committed."""
+    import os
+    import time
+    import uuid
+
+    from confluent_kafka import Producer
+
+    producer = Producer(
+        {
+            "bootstrap.servers": f"{t.host}:{t.port}",
+            "transactional.id": f"bench-{uuid.uuid4().hex[:8]}",
+            "linger.ms": 5,
+            "batch.size": 1_000_000,
+            "queue.buffering.max.messages": 1_000_000,
+            "queue.buffering.max.kbytes": 1_048_576,
+        }
+    )
+    producer.init_transactions(30)
+    payloads = [os.urandom(p["size"]) for _ in range(256)]
+    n, size, topic = p["n"], p["txn"], p["topic"]
+    gate.wait()
+    c0 = time.process_time()
+    t0 = _now()
+    deadline = t0 + int(p["max_seconds"] * 1e9)
+    sent = txns = 0
+    capped = False
+    while sent < n:
+        if _now() > deadline:
+            capped = True
+            break
+        producer.begin_transaction()
+        k = min(size, n - sent)
+        i = 0
+        while i < k:
+            try:
+                producer.produce(topic, payloads[(sent + i) & 255])
+            except BufferError:
+                producer.poll(0.001)
+                continue
+            i += 1
+        producer.commit_transaction(120)  # flushes, then EndTxn
+        sent += k
+        txns += 1
+    t1 = _now()
+    return dict(
+        messages=sent,
+        bytes=sent * p["size"],
+        t_start=t0,
+        t_end=t1,
+        sent=sent,
+        capped=capped,
+        cpu_s=time.process_time() - c0,
+        txns=txns,
+    )
+
+
 def _consume_worker(t: Target, p: dict[str, Any], gate: Gate) -> dict[str, Any]:
     import time
 
@@ -222,5 +280,36 @@ def consume(
         dict(available=available, size=size, how="confluent-kafka Consumer, assigned partition"),
     )
     res.extra["unread"] = available - res.messages
+    add_cpu(res, parts, server_pid, cpu0)
+    return res
+
+
+def produce_transactions(
+    t: Target,
+    ref: TopicRef,
+    n: int,
+    size: int,
+    txn: int,
+    max_seconds: float,
+    server_pid: int | None = None,
+) -> Result:
+    """N messages of ``size`` bytes from one confluent-kafka transactional producer, in
+    transactions of ``txn`` messages."""
+    spec = dict(topic=ref.name, n=n, size=size, txn=txn, max_seconds=max_seconds)
+    cpu0 = cpu_seconds(server_pid) if server_pid else 0.0
+    parts = _run_workers(t, [(_produce_txn_worker, spec)], timeout=max_seconds + 180)
+    res = _merge_throughput(
+        t,
+        f"kafka produce txn={txn} {size}B",
+        parts,
+        dict(
+            target_messages=n,
+            size=size,
+            txn_messages=txn,
+            transactions=parts[0]["txns"],
+            how="confluent-kafka Producer with transactional.id: begin_transaction, "
+            f"produce() {txn} messages, commit_transaction; linger.ms=5, 1 MB batches",
+        ),
+    )
     add_cpu(res, parts, server_pid, cpu0)
     return res

@@ -537,7 +537,10 @@ def run_disk(lab: Lab, plan: Plan, rep: int, sink: Sink) -> None:
 def run_transactions(lab: Lab, plan: Plan, rep: int, sink: Sink) -> None:
     """weir: 100 B messages in transactions of 1, 100 and 10,000 messages, each row beside
     a plain produce of the same messages (P=1, same topic shape) measured just before it;
-    the transactional row carries the overhead per transaction against that plain one."""
+    the transactional row carries the overhead per transaction against that plain one.
+    The same through the Kafka front (confluent-kafka's transactional producer) when it
+    is in the lab."""
+    run_kafka_transactions(lab, plan, rep, sink)
     b = lab.brokers.get("weir-native")
     if b is None:
         return
@@ -574,6 +577,51 @@ def run_transactions(lab: Lab, plan: Plan, rep: int, sink: Sink) -> None:
         sink.add(r, rep, b.target.version)
         _say(
             f"txn={txn}: {r.msgs_per_s:,.0f} msgs/s in {txns} transactions "
+            f"(plain {plain.msgs_per_s if plain else 0:,.0f}); overhead "
+            f"{r.extra.get('overhead_ms_per_txn')} ms per transaction"
+        )
+
+
+def run_kafka_transactions(lab: Lab, plan: Plan, rep: int, sink: Sink) -> None:
+    """confluent-kafka on weir's Kafka front: transactions of 1, 100 and 10,000 messages of
+    100 B, each beside an acks=all produce of the same messages measured just before it."""
+    if "weir-kafka" not in lab.kafka:
+        return
+    t, pid = lab.kafka["weir-kafka"]
+    n_all = plan.sizes[0][1]
+    for txn, n in ((1, min(n_all, 2_000)), (100, min(n_all, 50_000)), (10_000, n_all)):
+        plain: Result | None = None
+        wl = f"kafka produce plain, beside txn={txn} 100B"
+        try:
+            ref = kafka_wl.prepare_topic(t, f"kp{txn}")
+            try:
+                plain = kafka_wl.produce(t, ref, n, 100, False, plan.max_seconds, pid)
+                plain.workload = wl
+                sink.add(plain, rep, t.version)
+            finally:
+                with contextlib.suppress(Exception):
+                    kafka_wl.drop_topic(t, ref)
+        except Exception:
+            sink.error("weir-kafka", wl, rep, traceback.format_exc())
+        wl = f"kafka produce txn={txn} 100B"
+        try:
+            ref = kafka_wl.prepare_topic(t, f"kt{txn}")
+            try:
+                r = kafka_wl.produce_transactions(t, ref, n, 100, txn, plan.max_seconds, pid)
+            finally:
+                with contextlib.suppress(Exception):
+                    kafka_wl.drop_topic(t, ref)
+        except Exception:
+            sink.error("weir-kafka", wl, rep, traceback.format_exc())
+            continue
+        txns = r.extra.get("transactions") or 1
+        if plain is not None and plain.messages:
+            extra_s = r.seconds - plain.seconds / plain.messages * r.messages
+            r.extra["plain_msgs_per_s"] = plain.msgs_per_s
+            r.extra["overhead_ms_per_txn"] = round(extra_s / txns * 1000, 3)
+        sink.add(r, rep, t.version)
+        _say(
+            f"kafka txn={txn}: {r.msgs_per_s:,.0f} msgs/s in {txns} transactions "
             f"(plain {plain.msgs_per_s if plain else 0:,.0f}); overhead "
             f"{r.extra.get('overhead_ms_per_txn')} ms per transaction"
         )

@@ -40,6 +40,7 @@ CHAIN: list[tuple[str, str]] = [
     ("docs/producers.md", "producers-tour"),
     ("docs/subscriptions.md", "subscriptions-tour"),
     ("docs/transactions.md", "transactions-ctp"),
+    ("docs/transactions.md", "transactions-kafka"),
     ("docs/ydb.md", "ydb-sdk"),
     ("docs/topics.md", "topics-cli"),
     ("docs/topics.md", "topics-sdk"),
@@ -244,6 +245,10 @@ def test_every_page_runs_in_order_on_one_server_and_again(
             shouted = reader.python(block("docs/transactions.md", "transactions-ctp"))
             assert shouted == ["[b'ALPHA', b'BETA', b'GAMMA']"], shouted
             assert client.describe_consumer("words", "shouter").lag == 0
+            # the same job with confluent-kafka's transactional producer
+            kafka_job = reader.python(block("docs/transactions.md", "transactions-kafka"))
+            assert kafka_job == ["[b'ALPHA', b'BETA', b'GAMMA']"], kafka_job
+            assert client.describe_consumer("kwords", "kshouter").lag == 0
 
             # docs/ydb.md: its own topic too.
             assert reader.python(block("docs/ydb.md", "ydb-sdk")) == []

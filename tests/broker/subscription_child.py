@@ -11,6 +11,7 @@ from pathlib import Path
 
 from tests.broker.test_subscriptions import Inbox, fill, one, open_broker
 from weir.broker.subscriptions import DeadLetterPolicy
+from weir.broker.topics import ConsumerConfig
 from weir.storage.batch import encode_batch
 from weir.storage.incoming import validate_incoming
 
@@ -54,7 +55,27 @@ async def delayed(path: Path) -> None:
     await s.acknowledge(one([(0, 1)]))
 
 
-SCENARIOS = {"batch_index": batch_index, "counts": counts, "delayed": delayed}
+async def consumer_acks(path: Path) -> None:
+    """A reader's consumer consumed as a Failover subscription: acks are its commits."""
+    b = await open_broker(path)
+    await b.create_topic("t", partitions=1, consumers=[ConsumerConfig("audit")])
+    await fill(b, 6)
+    inbox = Inbox()
+    s, c = await b.subscribe("t", "audit", "failover", "earliest", inbox)
+    s.flow(c.consumer_id, 100)
+    await inbox.wait(6)
+    await s.acknowledge(one([(0, 0), (0, 1)]))  # individual acks in order: a commit
+    await s.acknowledge_cumulative(0, 3)  # 4 and 5 stay unacknowledged
+    s.negative_acknowledge(one([(0, 4)]), 0)  # delivered again, its count raised
+    assert (await inbox.wait(7))[-1] == (0, 4, 1)
+
+
+SCENARIOS = {
+    "batch_index": batch_index,
+    "counts": counts,
+    "delayed": delayed,
+    "consumer_acks": consumer_acks,
+}
 
 
 async def main(path: Path, scenario: str) -> None:

@@ -43,6 +43,21 @@ async def compacted(b: Broker, topic: str, partition: int = 0) -> list[tuple[int
     return out
 
 
+async def served(b: Broker, topic: str, partition: int = 0) -> list[int]:
+    """Every record offset compacted reads from offset 0 return (none left out: a record
+    below the offset asked counts too)."""
+    out: list[int] = []
+    pos = 0
+    while pos < b.actor(topic, partition).end_offset:
+        res = await b.read_compacted(topic, partition, pos, 300)
+        out.extend(
+            r.offset for c in res.chunks for p, _ in iter_batches(c) for r in decode_records(c, p)
+        )
+        assert res.next_offset > pos
+        pos = res.next_offset
+    return out
+
+
 async def test_writes_complete_while_a_run_is_held_mid_way(tmp_path: Path) -> None:
     b = await open_broker(tmp_path, compaction_blob_bytes=200)
     try:
@@ -167,7 +182,8 @@ async def test_dropping_a_topic_stops_its_run_and_leaves_no_blobs(tmp_path: Path
 
 async def test_a_run_reads_offloaded_blobs_and_large_payloads(tmp_path: Path) -> None:
     """Compaction reads the log through the partition's read path: blobs whose local bytes
-    went to the tier, and payloads stored as references, are compacted like the rest."""
+    went to the tier, and payloads stored as references, are compacted like the rest,
+    without filling the tier's cache (what catch-up readers of the tier read stays)."""
     b = await open_broker(tmp_path, low_watermark=2_000, max_blob_size=3_000)
     try:
         await b.create_topic("offl", partitions=1)
@@ -184,7 +200,12 @@ async def test_a_run_reads_offloaded_blobs_and_large_payloads(tmp_path: Path) ->
         assert copied[0] >= 2
         st = b.tier_status("offl")[0]
         assert st.remote_segments >= 2 and st.first_local_offset > 0
+        tier = b.store.tier
+        assert tier is not None
+        before = tier.cache.stats
         await b.compact("offl", wait=True)
+        # the run fetched the offloaded blobs for itself: the tier's cache is as it was
+        assert tier.cache.stats == before and tier.stats.fetches >= 2
         got = await compacted(b, "offl")
         assert {k: d for _, k, d in got} == truth
         assert [o for o, _, _ in got] == sorted(o for o, _, _ in got)
@@ -225,6 +246,88 @@ async def test_retention_keeps_what_a_run_is_reading(tmp_path: Path) -> None:
         assert stayed, "retention removed offsets the run was reading"
         await b.run_retention()  # the run is over: retention goes on
         assert b.actor("ret", 0).start_offset > start
+    finally:
+        gate.set()
+        b.compaction_hook = None
+        await b.close()
+
+
+async def test_delete_records_trims_the_view_and_a_restart_keeps_it(tmp_path: Path) -> None:
+    """Kafka's DeleteRecords deletes the compacted view's records below it too (a key whose
+    latest value it deleted is gone), from the call on and after a restart; retention does
+    not (the view outlives it), but a trim below where retention left the log still does."""
+    b = await open_broker(tmp_path, low_watermark=300, max_blob_size=500)
+    try:
+        await b.create_topic("dr", partitions=1)
+        for r in range(4):  # 10 keys, 4 times over: offsets 30..39 are the latest
+            await put(b, "dr", [(b"k%d" % i, b"r%d" % r) for i in range(10)])
+        await b.compact("dr", wait=True)
+        assert [o for o, _, _ in await compacted(b, "dr")] == list(range(30, 40))
+        assert await b.delete_records("dr", 0, 34) == 34
+        assert b.compacted_start("dr", 0) == 34 == b.trim_floor("dr", 0)
+        got = await compacted(b, "dr")
+        assert [(o, k) for o, k, _ in got] == [(o, b"k%d" % (o - 30)) for o in range(34, 40)]
+        assert await served(b, "dr") == list(range(34, 40))  # from 0: the floor's batch cut
+        await put(b, "dr", [(b"k0", b"r4"), (b"k9", b"r4")])  # 40, 41
+        await b.compact("dr", wait=True)  # the next run drops what the trim deleted
+        assert b.compaction_status("dr").partitions[0].keys == 7  # k4..k9 and k0 again
+    finally:
+        await b.close()
+    b = await open_broker(tmp_path, low_watermark=300, max_blob_size=500)
+    try:
+        assert b.trim_floor("dr", 0) == 34
+        got = await compacted(b, "dr")
+        assert [(o, k, d) for o, k, d in got] == [
+            *[(o, b"k%d" % (o - 30), b"r3") for o in range(34, 39)],
+            (40, b"k0", b"r4"),
+            (41, b"k9", b"r4"),
+        ]
+        await b.alter_topic("dr", retention_bytes=1)
+        await b.run_retention()
+        start = b.actor("dr", 0).start_offset
+        assert start > 36 and b.compacted_start("dr", 0) == 34  # retention: the view stays
+        assert await b.delete_records("dr", 0, 36) == start  # the log is past it already
+        assert [o for o, _, _ in await compacted(b, "dr")] == [36, 37, 38, 40, 41]
+    finally:
+        await b.close()
+
+
+@pytest.mark.parametrize("step", ["scanned", "blob-batch"])
+async def test_a_trim_during_a_run_is_never_undone_by_it(tmp_path: Path, step: str) -> None:
+    """A run that read offsets a trim then deletes (held at its step by the hook while the
+    trim runs on the event loop) publishes a view that serves none of them."""
+    b = await open_broker(tmp_path, compaction_blob_bytes=200, low_watermark=300, max_blob_size=500)
+    held, gate = threading.Event(), threading.Event()
+    try:
+        await b.create_topic("tr", partitions=1)
+        once = [(b"u%d" % i, b"only") for i in range(10)]  # 0..9, never written again
+        await put(b, "tr", once)
+        for r in range(3):  # 10..39
+            await put(b, "tr", [(b"k%d" % i, b"r%d" % r) for i in range(10)])
+
+        def hook(s: str) -> None:
+            if s.startswith(step) and not held.is_set():
+                held.set()
+                assert gate.wait(60), "the test never let the run go on"
+
+        b.compaction_hook = hook
+        await b.compact("tr")
+        assert await asyncio.to_thread(held.wait, 30), f"the run never reached {step}"
+        assert await b.delete_records("tr", 0, 35) == 35  # not held back: done at once
+        gate.set()
+        st = await b.compact("tr", wait=True)
+        assert st.last_error == "" and st.partitions[0].position == 40
+        got = await compacted(b, "tr")
+        assert [(o, k, d) for o, k, d in got] == [
+            (o, b"k%d" % (o - 30), b"r2") for o in range(35, 40)
+        ]
+        assert await served(b, "tr") == list(range(35, 40))
+        if step == "scanned":  # the floor was known before the run chose what survives
+            assert st.partitions[0].keys == 5
+        b.compaction_hook = None
+        await b.compact("tr", wait=True)
+        assert b.compaction_status("tr").partitions[0].keys == 5
+        assert [o for o, _, _ in await compacted(b, "tr")] == list(range(35, 40))
     finally:
         gate.set()
         b.compaction_hook = None

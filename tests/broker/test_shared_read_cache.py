@@ -11,7 +11,8 @@ from tests.storage.conftest import make_batch
 from weir.broker.broker import Broker
 from weir.broker.config import BrokerConfig
 from weir.metrics import ServerMetrics
-from weir.storage.batch import decode_records, iter_batches
+from weir.storage.batch import decode_records, encode_batch, iter_batches
+from weir.storage.incoming import validate_incoming
 
 
 async def open_broker(path: Path, **kw: object) -> Broker:
@@ -97,3 +98,39 @@ async def test_cache_off(tmp_path: Path) -> None:
     s = b.store.read_cache.stats
     assert s.blobs == 0 and s.bytes == 0 and s.hits == 0 and s.misses > 0
     await b.close()
+
+
+async def test_a_compaction_run_leaves_the_hot_blobs_cached(tmp_path: Path) -> None:
+    """A compaction run reads a whole partition once: it uses what the cache holds but
+    adds nothing to it, so the blobs consumers of another topic read again and again
+    stay cached (no eviction, no miss when they read again) and its counters only
+    count the consumers' reads."""
+    b = await open_broker(tmp_path, read_cache_bytes=120_000, compaction_interval_s=3600)
+    metrics = ServerMetrics()
+    metrics.broker = b
+    try:
+        await b.create_topic("hot", partitions=1)
+        await b.create_topic("log", partitions=1)
+        for i in range(20):
+            await b.write("hot", 0, make_batch(10, producer="p", first_seq=i * 10 + 1, size=200))
+        for r in range(30):  # about 600 KB of 200 keys: five times the cache
+            batch = encode_batch(
+                [b"r%d-" % r + b"x" * 90] * 200, keys=[b"k%d" % i for i in range(200)]
+            )
+            await b.write("log", 0, validate_incoming([batch]))
+        first = read_values(b, "hot")
+        hot = [x for x in b.actor("hot", 0).log.blobs if not x.is_head]
+        before = samples(metrics)
+        assert before["weir_read_cache_blobs"] == len(hot) > 0
+        st = await b.compact("log", wait=True)
+        assert st.last_error == "" and st.keys == 200
+        assert samples(metrics) == before  # nothing added, evicted, counted
+        assert read_values(b, "hot") == first
+        after = samples(metrics)
+        assert after["weir_read_cache_misses_total"] == before["weir_read_cache_misses_total"]
+        assert after["weir_read_cache_hits_total"] >= before["weir_read_cache_hits_total"] + len(
+            hot
+        )
+        assert after["weir_read_cache_evictions_total"] == 0
+    finally:
+        await b.close()

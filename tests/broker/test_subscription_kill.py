@@ -80,3 +80,18 @@ async def test_a_delayed_message_stays_held_back_after_kill_9(tmp_path: Path) ->
         assert b.describe_subscription("t", "s").backlog == 2
     finally:
         await b.close()
+
+
+async def test_a_consumers_acks_are_its_commits_across_kill_9(tmp_path: Path) -> None:
+    """A consumer's committed offsets as a Failover subscription (cumulative acks, or
+    individual ones in order): what was acked stays acked, the rest comes again, and the
+    old reader API starts where the acks left it. Redelivery counts of such a
+    subscription are kept in memory only: after the crash they start again at 0."""
+    b = await run_and_kill(tmp_path, "consumer_acks")
+    try:
+        assert b.committed_offset("t", 0, "audit") == 4
+        assert b.read_start("t", 0, "audit") == 4
+        inbox, _ = await attach(b, "audit", "failover")
+        assert await inbox.wait(2) == [(0, 4, 0), (0, 5, 0)]
+    finally:
+        await b.close()

@@ -4,6 +4,7 @@ in the reader; one message for dedup, also across a kill -9 of the server."""
 from __future__ import annotations
 
 import hashlib
+import time
 
 import pytest
 
@@ -161,3 +162,31 @@ def test_the_assembler_interleaves_holds_back_commits_and_expires() -> None:
     now[0] = 61.0  # B's writer died mid-way and never resent it
     assert a.commit_limit() is None and a.expired == 1
     assert a.feed([part(20, [(b"z", {})])])[0].data == [b"z"]
+
+
+def test_an_incomplete_chunked_message_expires_and_is_acked_away(
+    shared_server: ServerProcess, topic_name: str
+) -> None:
+    """A writer that died after the first chunk of two: the reader delivers what follows,
+    holds its commits at that first chunk (it might still complete), and once the chunk
+    expiry has passed lets them go past it, so the consumer's lag reaches 0."""
+    with weir.Client(shared_server.endpoint) as c:
+        c.create_topic(topic_name, consumers=["r"])
+        with c.writer(topic_name, producer_id="died") as w:
+            w.write(b"half", headers={CHUNK_UUID: "u-dead", CHUNK_ID: "0", CHUNK_COUNT: "2"})
+        with c.writer(topic_name, producer_id="alive") as w:
+            w.write(b"a")
+            w.write(b"b")
+        with c.reader(topic_name, consumer="r", chunk_expiry=0.5) as r:
+            got: list[weir.Message] = []
+            while len(got) < 2:
+                batch = r.receive_batch(timeout=30)
+                assert batch is not None, f"only {len(got)} of 2 messages"
+                got.extend(batch)
+            assert [m.data for m in got] == [b"a", b"b"]  # the half message is not delivered
+            r.commit_with_ack(got[-1])
+            assert c.describe_consumer(topic_name, "r").lag == 3  # held at the first chunk
+            deadline = time.monotonic() + 30
+            while c.describe_consumer(topic_name, "r").lag:  # the expiry passes: acked away
+                assert time.monotonic() < deadline, "the incomplete message never expired"
+                r.commit_with_ack(got[-1])

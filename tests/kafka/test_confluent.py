@@ -184,6 +184,57 @@ def test_admin_delete_records(bootstrap: str) -> None:
     assert fut.result(10).low_watermark == 20
 
 
+def test_delete_records_on_a_compacted_topic_deletes_from_its_view(
+    kafka_server: ServerProcess, bootstrap: str
+) -> None:
+    """DeleteRecords on a cleanup.policy=compact topic deletes the compacted records below
+    it too, as Kafka does: a consumer from the beginning starts at the new low watermark
+    and gets only the latest values at or past it."""
+    admin = _admin(bootstrap)
+    for f in admin.create_topics(
+        [NewTopic("cfdc", 1, config={"cleanup.policy": "compact"})]
+    ).values():
+        f.result(10)
+    _produce(bootstrap, "cfdc", 20)  # keys k0..k4 four times over: v15..v19 are the latest
+    with weir.Client(kafka_server.endpoint) as native:
+        native.compact("cfdc", wait=True)
+    (fut,) = admin.delete_records([TopicPartition("cfdc", 0, 17)]).values()
+    assert fut.result(10).low_watermark == 17
+    c = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "cfdc-g", "auto.offset.reset": "earliest"}
+    )
+    assert c.get_watermark_offsets(TopicPartition("cfdc", 0), timeout=10) == (17, 20)
+    c.subscribe(["cfdc"])
+    got = [(m.key(), m.value(), m.offset()) for m in _poll(c, 3)]
+    assert got == [(b"k2", b"v17", 17), (b"k3", b"v18", 18), (b"k4", b"v19", 19)]
+    c.close()
+
+
+def test_deleted_compacted_records_stay_deleted_after_kill_9(server: ServerProcess) -> None:
+    """The trim floor is committed with the trim: a server killed right after the
+    DeleteRecords answer serves the compacted view from the new low watermark on."""
+    admin = _admin(server.kafka)
+    for f in admin.create_topics(
+        [NewTopic("cfdk", 1, config={"cleanup.policy": "compact"})]
+    ).values():
+        f.result(10)
+    _produce(server.kafka, "cfdk", 20)
+    with weir.Client(server.endpoint) as native:
+        native.compact("cfdk", wait=True)
+    (fut,) = admin.delete_records([TopicPartition("cfdk", 0, 18)]).values()
+    assert fut.result(10).low_watermark == 18
+    server.kill()
+    server.start()
+    c = Consumer(
+        {"bootstrap.servers": server.kafka, "group.id": "cfdk-g", "auto.offset.reset": "earliest"}
+    )
+    assert c.get_watermark_offsets(TopicPartition("cfdk", 0), timeout=10) == (18, 20)
+    c.subscribe(["cfdk"])
+    got = [(m.key(), m.value(), m.offset()) for m in _poll(c, 2)]
+    assert got == [(b"k3", b"v18", 18), (b"k4", b"v19", 19)]
+    c.close()
+
+
 @pytest.mark.skipif(
     shutil.which("kcat") is None, reason="kcat is installed by tools/system-packages.sh"
 )

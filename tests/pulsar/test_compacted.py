@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import pulsar
 import pytest
+from confluent_kafka import TopicPartition
+from confluent_kafka.admin import AdminClient
 
 import weir
 from tests.conftest import ServerProcess
@@ -60,6 +62,29 @@ def test_a_compacted_reader_gets_the_latest_of_each_key_then_the_tail(
     assert not again.has_message_available()
     for r in (everything, compacted, again):
         r.close()
+    producer.close()
+
+
+def test_a_trim_deletes_from_the_compacted_view(
+    pulsar_server: ServerProcess, client: pulsar.Client, topic: str
+) -> None:
+    """Records a trim (Kafka's DeleteRecords, through the same server's Kafka listener)
+    deleted are gone from a compacted reader too, even inside one entry of the view."""
+    producer = client.create_producer(
+        topic, batching_enabled=True, batching_max_messages=5, batching_max_publish_delay_ms=60_000
+    )
+    for r in range(2):  # two entries of five keys: offsets 5..9 are the latest
+        for k in ("k0", "k1", "k2", "k3", "k4"):
+            producer.send_async(f"{k}=r{r}".encode(), None, partition_key=k)
+        producer.flush()
+    with weir.Client(pulsar_server.endpoint) as native:
+        native.compact(topic, wait=True)
+    admin = AdminClient({"bootstrap.servers": pulsar_server.kafka})
+    (fut,) = admin.delete_records([TopicPartition(topic, 0, 7)]).values()
+    assert fut.result(10).low_watermark == 7
+    compacted = client.create_reader(topic, pulsar.MessageId.earliest, is_read_compacted=True)
+    assert _read_all(compacted) == [("k2", b"k2=r1"), ("k3", b"k3=r1"), ("k4", b"k4=r1")]
+    compacted.close()
     producer.close()
 
 

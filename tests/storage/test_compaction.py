@@ -54,22 +54,24 @@ def records(
 
 
 def compacted_read(
-    store: Store, log: PartitionLog, v: CompactedView | None, budget: int = 700
+    store: Store, log: PartitionLog, v: CompactedView | None, budget: int = 700, floor: int = 0
 ) -> list[tuple[int, bytes, bytes, dict[str, str]]]:
-    """What a compacted reader gets: the view from offset 0 in small reads, then the log."""
+    """What a compacted reader gets: the view from offset 0 (the trim floor) in small
+    reads, then the log. Every record returned counts, even one below the offset asked."""
     out = []
-    pos = 0
+    pos = floor
     if v is not None:
         while pos < v.position:
             with store.kv.snapshot() as view:
-                chunks, _, nxt = v.read(view, pos, budget)
-                got = list(records([bytes(c) for c in chunks], pos))
+                chunks, _, nxt = v.read(view, pos, budget, floor)
+                got = list(records([bytes(c) for c in chunks]))
             out.extend(got)
             assert nxt > pos or got, "a view read made no progress"
             pos = nxt
+    pos = max(pos, log.start_offset)
     while pos < log.end_offset:
         res = log.read(pos, budget)
-        out.extend(records(res.chunks, pos))
+        out.extend(records(res.chunks))
         pos = res.next_offset
     return out
 
@@ -276,3 +278,77 @@ def test_a_run_cut_short_is_never_served_and_is_cleaned_up(store: Store) -> None
     with store.kv.snapshot() as kv:
         assert load_view(kv, 5)[1] == []
         assert len(list(kv.scan(compaction.COMPACTED, b""))) == len(first.blobs)
+
+
+trim_ops = st.lists(
+    st.one_of(
+        st.lists(
+            st.tuples(st.sampled_from([b"", b"a", b"b", b"c", b"d"]), st.binary(max_size=4)),
+            min_size=1,
+            max_size=8,
+        ),
+        st.tuples(st.just("trim"), st.floats(0, 1)),
+        # a run, and a trim while it runs: after its first pass, or as it writes blobs
+        st.tuples(
+            st.just("compact"), st.sampled_from(["", "scanned", "blob-batch"]), st.floats(0, 1)
+        ),
+    ),
+    max_size=20,
+)
+
+
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(trim_ops)
+def test_a_trim_deletes_from_the_view_too_even_during_a_run(steps: list[object]) -> None:
+    """DeleteRecords semantics: after a trim to F, a compacted read is the latest of each
+    key among the records at F and above, and never returns a record below F, whether
+    the trim came before, after, or in the middle of a run."""
+    cfg = CompactionSettings(blob_bytes=64, commit_bytes=100)
+    with tempfile.TemporaryDirectory() as tmp:
+        store = Store(Path(tmp) / "d")
+        try:
+            log = store.open_partition(9)
+            stored: dict[int, tuple[bytes, bytes]] = {}
+            view: CompactedView | None = None
+            floor = 0
+
+            def trim(frac: float) -> None:
+                nonlocal floor
+                before = floor + int((log.end_offset - floor) * frac)
+                start = log.trim(before)
+                if start > floor:  # the broker commits the floor with the trim
+                    store.committer.commit([compaction.trim_floor_op(9, start)])
+                    floor = start
+
+            for step in steps:
+                if isinstance(step, list):
+                    first = log.end_offset
+                    write(log, [(k, d, None) for k, d in step])
+                    stored.update({first + i: kd for i, kd in enumerate(step)})
+                    continue
+                assert isinstance(step, tuple)
+                if step[0] == "trim":
+                    trim(step[1])
+                    continue
+                _, at, frac = step
+                done = False
+
+                def hook(s: str, at: str = at, frac: float = frac) -> None:
+                    nonlocal done
+                    if s == at and not done:
+                        done = True
+                        trim(frac)
+
+                view = run(store, log, view, cfg, hook=hook, floor=lambda: floor)
+            got = compacted_read(store, log, view, floor=floor)
+            assert all(o >= floor for o, *_ in got), "a trimmed record was served"
+            truth = fold([(o, k, d, {}) for o, (k, d) in sorted(stored.items()) if o >= floor])
+            assert fold(got) == truth
+            offsets = [o for o, *_ in got]
+            assert offsets == sorted(set(offsets))
+            for o, k, d, _ in got:
+                assert stored[o] == (k, d)
+            with store.kv.snapshot() as kv:
+                assert compaction.load_trim_floor(kv, 9) == floor  # a restart finds it
+        finally:
+            store.close()

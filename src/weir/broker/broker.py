@@ -20,6 +20,7 @@ from weir.broker.access import ProducerAccess
 from weir.broker.compaction.facade import Compaction
 from weir.broker.config import BrokerConfig
 from weir.broker.consumer_offsets import ConsumerOffsets
+from weir.broker.consumer_readers import ConsumerReaders
 from weir.broker.consumers import OFFSETS, OffsetStore
 from weir.broker.non_persistent import LiveSubscriptions
 from weir.broker.observer import NULL_OBSERVER, BrokerObserver
@@ -105,6 +106,8 @@ class Broker(
         self._backlog_quota = {}
         self._actors = {}
         self._groups = {}
+        self.consumer_readers = ConsumerReaders()
+        self.consumer_readers.add_source("read session", self._group_members)
         self.pins = ProducerPins(config.producer_idle_timeout_ms)
         self.tenancy = Tenancy(store.kv)
         self.producer_sessions = SessionCounter("producers")
@@ -117,10 +120,12 @@ class Broker(
             lambda t, p: self._actors[(t, p)],
             self._write_dead_letters,
             self.offsets,
+            lambda *commit: self.observer.on_consumer_commit(*commit),
         )
         self._live = {}
         self.live_subscriptions = LiveSubscriptions(config.non_persistent_queue_bytes)
         self._views = {}
+        self._trim_floors = {}
         self._compactions = {}
         self.compaction_hook = None
         self._compaction_test_hook = None

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from weir.broker.consumer_readers import ReaderHold
 from weir.broker.consumers import ConsumerGroup
 from weir.broker.retention import Retention
 from weir.broker.tenancy.limits import Lease
@@ -93,11 +94,13 @@ class ConsumerOffsets(TopicAdmin, Retention):
         allow_backwards: bool = False,
     ) -> bool:
         """Store the consumer's next offset to read. Never past EndOffset; backwards only
-        when asked (an operator's rewind), never from a read session."""
+        when asked (an operator's rewind), never from a read session. Refused
+        (`ConsumerBusyError`) while subscription consumers hold the consumer's offsets."""
         cfg = self.topic(topic)
         actor = self.actor(topic, partition)
         if consumer not in cfg.consumers:
             await self.ensure_consumer(topic, consumer)
+        self.check_not_subscribed(cfg.name, consumer)
         if offset > actor.end_offset:
             raise OffsetOutOfRangeError(
                 f"cannot commit offset {offset} on {short_topic(cfg.name)}/{partition}: end offset is "
@@ -118,6 +121,7 @@ class ConsumerOffsets(TopicAdmin, Retention):
         caller checked the offset against the partition (see `commit_offset`)."""
         cfg = self.topic(topic)
         self.consumer(cfg.name, consumer)
+        self.check_not_subscribed(cfg.name, consumer)
         ops, done = self.offsets.prepare(cfg.topic_id, partition, consumer, offset)
 
         def committed() -> None:
@@ -131,11 +135,13 @@ class ConsumerOffsets(TopicAdmin, Retention):
         """Forget the consumer's committed offset of one partition (it reads from where a
         new consumer would). When it was the consumer's last offset on the topic, the
         consumer is dropped from the topic too, as Kafka forgets a group's interest in a
-        topic with its offsets. False when there was no offset to delete."""
+        topic with its offsets. False when there was no offset to delete; ConsumerBusyError
+        while subscription consumers hold the consumer's offsets."""
         cfg = self.topic(topic)
         self.actor(topic, partition)
         if consumer not in cfg.consumers:
             return False
+        self.check_not_subscribed(cfg.name, consumer)
         deleted = await self.offsets.delete(cfg.topic_id, partition, consumer)
         if deleted and not self.offsets.partitions_of(cfg.topic_id, consumer):
             cfg = self.topic(topic)
@@ -165,9 +171,9 @@ class ConsumerOffsets(TopicAdmin, Retention):
             )
         return out
 
-    def group(self, topic: str, consumer: str) -> ConsumerGroup:
-        """The consumer's group of read sessions; refused while subscription consumers
-        hold its committed offsets (one kind of reader at a time, as `subscribe` checks)."""
+    def check_not_subscribed(self, topic: str, consumer: str) -> None:
+        """ConsumerBusyError while subscription consumers hold the consumer's committed
+        offsets: they serve one kind of reader at a time (`weir.broker.consumer_readers`)."""
         cfg = self.topic(topic)
         attached = self.subscriptions.consumer_subscribers(cfg, consumer)
         if attached:
@@ -175,6 +181,24 @@ class ConsumerOffsets(TopicAdmin, Retention):
                 f"consumer {consumer!r} of {short_topic(cfg.name)!r} has {attached} subscription "
                 "consumer(s) attached; its committed offsets serve one kind of reader at a time"
             )
+
+    def hold_consumer(self, kind: str, topic: str, consumer: str) -> ReaderHold:
+        """Count a reader of the consumer's committed offsets that is not in a group (a
+        read session naming its partitions) until it releases the hold; refused while
+        subscription consumers are attached."""
+        cfg = self.topic(topic)
+        self.check_not_subscribed(cfg.name, consumer)
+        return self.consumer_readers.hold(kind, cfg.name, consumer)
+
+    def _group_members(self, topic: str, consumer: str) -> int:
+        g = self._groups.get((topic, consumer))
+        return 0 if g is None else len(g.members)
+
+    def group(self, topic: str, consumer: str) -> ConsumerGroup:
+        """The consumer's group of read sessions; refused while subscription consumers
+        hold its committed offsets (one kind of reader at a time, as `subscribe` checks)."""
+        cfg = self.topic(topic)
+        self.check_not_subscribed(cfg.name, consumer)
         key = (cfg.name, consumer)
         g = self._groups.get(key)
         if g is None:

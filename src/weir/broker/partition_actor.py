@@ -137,12 +137,21 @@ class PartitionActor:
         *,
         committed: bool = False,
         control: bool = False,
+        fill_cache: bool = True,
     ) -> ReadResult:
         """Read now (see `PartitionLog.read`: ``committed`` for a read-committed reader,
-        ``control`` to get transaction markers too, for the Kafka front). An offloaded blob
-        not in the tier's cache is fetched, blocking; prefer `read_async` in the event loop."""
+        ``control`` to get transaction markers too, for the Kafka front, ``fill_cache``
+        False for a scan that must not evict what readers share). An offloaded blob not in
+        the tier's cache is fetched, blocking; prefer `read_async` in the event loop."""
         return self.log.fill_payloads(
-            self.log.read(from_offset, max_bytes, to_offset, committed=committed, control=control)
+            self.log.read(
+                from_offset,
+                max_bytes,
+                to_offset,
+                committed=committed,
+                control=control,
+                fill_cache=fill_cache,
+            )
         )
 
     async def read_async(
@@ -153,16 +162,29 @@ class PartitionActor:
         *,
         committed: bool = False,
         control: bool = False,
+        fill_cache: bool = True,
     ) -> ReadResult:
         """`read`, with an offloaded blob at ``from_offset`` fetched into the tier's cache
         off the event loop first (one object request); the read itself is the same one
         path. TierUnavailableError (retryable) while the object store is unreachable."""
         rec = self.log.remote_at(from_offset)
-        if rec is not None:
+        scan = None
+        if rec is not None and fill_cache:
             await asyncio.wrap_future(
                 self.log.tier.prefetch(self.log.cache_owner, rec, self.log.label)
             )
-        res = self.log.read(from_offset, max_bytes, to_offset, committed=committed, control=control)
+        elif rec is not None:  # a scan: loaded for this read only, the tier's cache untouched
+            blob = await asyncio.to_thread(self.log.tier.load, rec, self.log.label)
+            scan = (rec.first_offset, blob)
+        res = self.log.read(
+            from_offset,
+            max_bytes,
+            to_offset,
+            committed=committed,
+            control=control,
+            fill_cache=fill_cache,
+            scan=scan,
+        )
         if res.refs:  # large payloads: fetched back from their objects, off the event loop
             res = await asyncio.to_thread(self.log.fill_payloads, res)
         return res

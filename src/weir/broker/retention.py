@@ -13,6 +13,10 @@ from weir.broker.state import now_ms as _now_ms
 from weir.broker.tenancy.facade import TenancyFacade
 from weir.broker.topics import short_topic
 from weir.errors import OffsetOutOfRangeError
+from weir.storage.change import PreparedChange
+
+if TYPE_CHECKING:
+    from weir.broker.partition_actor import PartitionActor
 
 log = logging.getLogger("weir.broker")
 
@@ -23,6 +27,12 @@ class Retention(TenancyFacade):
     if TYPE_CHECKING:  # provided by `weir.broker.compaction.facade.Compaction`
 
         def compaction_hold(self, topic: str, partition: int) -> int | None: ...
+
+        def _note_trim(self, actor: PartitionActor, change: PreparedChange) -> int | None: ...
+
+        def _undo_trim(self, actor: PartitionActor, floor: int, before: int | None) -> None: ...
+
+        async def _raise_trim_floor(self, actor: PartitionActor, floor: int) -> None: ...
 
     def ttl_offset(self, topic: str, partition: int, now_ms: int | None = None) -> int | None:
         """The first offset younger than the topic's message TTL (None: no TTL): a
@@ -38,8 +48,10 @@ class Retention(TenancyFacade):
         all of them, up to EndOffset). The start offset moves there at once, so readers
         below it are out of range; blobs wholly below it are removed in the same commit,
         the one it falls inside when retention passes its end. Consumers are not asked:
-        this is an operator's explicit deletion. Returns the start offset after it (at
-        least ``before``: a start already past it stays)."""
+        this is an operator's explicit deletion. The compacted view is trimmed too (its
+        records below ``before`` are never served again), also while a compaction run
+        goes on. Returns the start offset after it (at least ``before``: a start already
+        past it stays)."""
         actor = self.actor(topic, partition)
         end = actor.end_offset
         if before == -1:
@@ -49,7 +61,23 @@ class Retention(TenancyFacade):
                 f"cannot delete records before offset {before} of {short_topic(actor.topic)}/"
                 f"{partition}: its offsets are {actor.start_offset}..{end}"
             )
-        if await actor.run_change(lambda: actor.log.prepare_trim(before)):
+        noted: list[tuple[int, int | None]] = []
+
+        def prepare() -> PreparedChange | None:
+            change = actor.log.prepare_trim(before)
+            if change is not None:  # the compacted view is trimmed in the same commit
+                noted.append((change.start_offset, self._note_trim(actor, change)))
+            return change
+
+        try:
+            trimmed = await actor.run_change(prepare)
+        except BaseException:
+            for floor, replaced in noted:
+                self._undo_trim(actor, floor, replaced)
+            raise
+        if not trimmed:  # the log starts past it already (retention): the view may not
+            await self._raise_trim_floor(actor, before)
+        if trimmed:
             log.info(
                 "records deleted",
                 extra={

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from weir.broker.access import ProducerAccess
 from weir.broker.compaction.job import CompactionJob
 from weir.broker.config import BrokerConfig
+from weir.broker.consumer_readers import ConsumerReaders
 from weir.broker.consumers import ConsumerGroup, OffsetStore
 from weir.broker.non_persistent import LivePartition, LiveSubscriptions
 from weir.broker.observer import BrokerObserver
@@ -65,9 +66,11 @@ class BrokerState:
     _backlog_quota: dict[str, BacklogQuota]  # topic -> its quota, when it has one
     _actors: dict[tuple[str, int], PartitionActor]
     _groups: dict[tuple[str, str], ConsumerGroup]
-    # compaction (`weir.broker.compaction`): the live view of each compacted partition,
-    # the last or current run of each topic, hooks called at each step of a run
+    consumer_readers: ConsumerReaders  # who else reads a consumer's committed offsets
+    # compaction (`weir.broker.compaction`): the live view of each compacted partition, the
+    # trim floors, the last or current run of each topic, hooks called at each step of a run
     _views: dict[tuple[str, int], CompactedView]
+    _trim_floors: dict[tuple[str, int], int]  # partitions trimmed (DeleteRecords) -> the floor
     _compactions: dict[str, CompactionJob]
     compaction_hook: Callable[[str], None] | None
     _compaction_test_hook: Callable[[str], None] | None

@@ -339,6 +339,7 @@ class TopicAdmin(TenancyFacade):
             for p in range(cfg.partitions):
                 self.store.forget(cfg.log_id(p))
                 self._views.pop((cfg.name, p), None)
+                self._trim_floors.pop((cfg.name, p), None)
             self.offsets.forget(cfg.topic_id)
             self.pins.forget_topic(cfg.topic_id)
             self.access.forget_topic(cfg.topic_id)

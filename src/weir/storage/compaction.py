@@ -25,10 +25,19 @@ small job stores the view's meta record that names the generation. That is the
 publish: a restart finds the old view or the new, never a half-written one, and
 `load_view` returns the ops that delete the blobs of any other generation.
 
+A *trim* (Kafka's DeleteRecords) deletes every record below an offset, the view's too:
+the partition's *trim floor* is stored with the trim (`trim_floor_op`, in the trim's own
+commit) and a view read never returns a record below it (`CompactedView.read` cuts a
+batch the floor falls inside, as the log's read does). Retention is not a trim: the view
+outlives it (Pulsar's compacted ledger does too). A run asks for the floor after its
+first pass (``floor``) and leaves out what is below it; a trim later in the run is
+still applied by every read, and the next run drops those records for good.
+
 Key layout (tables `compacted`, `compaction`)::
 
     compacted   (log_id u64, generation u32, first_offset u64, end_offset u64) -> batches
     compaction  (log_id u64) -> CompactionMeta (JSON)
+    compaction  (log_id u64, b"t") -> trim floor u64
 """
 
 from __future__ import annotations
@@ -49,6 +58,7 @@ from weir.storage.batch import (
     encode_batch,
     iter_batches,
     parse_header,
+    reencode_from,
     stamp_header,
 )
 from weir.storage.change import ReadResult
@@ -85,6 +95,43 @@ def _gen_range(log_id: int, generation: int) -> tuple[bytes, bytes]:
     return start, _LOG.pack(log_id + 1)
 
 
+def _trim_key(log_id: int) -> bytes:
+    return _LOG.pack(log_id) + b"t"  # within the log's range of the table: drop_ops covers it
+
+
+def trim_floor_op(log_id: int, floor: int) -> Op:
+    """The op storing a partition's trim floor (committed with the trim itself)."""
+    return put(COMPACTION, _trim_key(log_id), _LOG.pack(floor))
+
+
+def load_trim_floor(view: ReadView, log_id: int) -> int:
+    """The partition's trim floor (0: never trimmed)."""
+    raw = view.get(COMPACTION, _trim_key(log_id))
+    if raw is None:
+        return 0
+    if len(raw) != _LOG.size:
+        raise CorruptDataError(f"bad trim floor record of log {log_id}: {len(raw)} bytes")
+    return int(_LOG.unpack(raw)[0])
+
+
+def cut_below(chunk: bytes | memoryview, floor: int) -> list[bytes | memoryview]:
+    """``chunk`` (whole batches of consecutive offsets) without its records below
+    ``floor``: the batch the floor falls inside is re-encoded from it (a cold path: only
+    the first read after a trim inside a batch pays it)."""
+    data = memoryview(chunk)
+    out: list[bytes | memoryview] = []
+    for pos, h in iter_batches(data):
+        if h.next_offset <= floor:
+            continue
+        if h.base_offset >= floor:
+            out.append(data[pos:])
+            break
+        body = reencode_from(data[pos : pos + h.length], h, floor - h.base_offset)
+        bh = parse_header(body)
+        out.append(stamp_header(body, bh, floor, h.written_at) + body[bh.payload_start :])
+    return out
+
+
 def _log_range(log_id: int) -> tuple[bytes, bytes | None]:
     return _LOG.pack(log_id), (_LOG.pack(log_id + 1) if log_id < (1 << 64) - 1 else None)
 
@@ -115,6 +162,7 @@ class CompactionMeta:
     bytes_after: int  # its stored bytes
     finished_ms: int
     duration_ms: int
+    floor: int = 0  # the trim floor the run left out what was below (absent: 0)
 
     def pack(self) -> bytes:
         return json.dumps(asdict(self), sort_keys=True).encode()
@@ -154,12 +202,23 @@ class CompactedView:
         return self.meta.generation
 
     def read(
-        self, view: ReadView, from_offset: int, max_bytes: int
+        self, view: ReadView, from_offset: int, max_bytes: int, floor: int = 0
     ) -> tuple[list[bytes | memoryview], int, int]:
         """Whole batches of the view from the one holding ``from_offset`` on (at least
         one, then up to about ``max_bytes``): (chunks, first offset, next offset). The
         next offset is the view's position once its last batch is returned; no chunks
-        when nothing of the view is at or past ``from_offset``."""
+        when nothing of the view is at or past ``from_offset``. Nothing below the trim
+        ``floor`` is returned: the batch it falls inside is cut there."""
+        from_offset = max(from_offset, floor)
+        chunks, first, nxt = self._read(view, from_offset, max_bytes)
+        if chunks and first < floor:
+            chunks[:1] = cut_below(chunks[0], floor)
+            first = floor
+        return chunks, first, nxt
+
+    def _read(
+        self, view: ReadView, from_offset: int, max_bytes: int
+    ) -> tuple[list[bytes | memoryview], int, int]:
         i = bisect.bisect_right(self._ends, from_offset)
         chunks: list[bytes | memoryview] = []
         total = 0
@@ -267,7 +326,7 @@ def partition_reader(log: PartitionLog) -> LogRead:
     reads through its partition actor instead, on the event loop)."""
 
     def read(from_offset: int, max_bytes: int, to_offset: int) -> ReadResult:
-        return log.fill_payloads(log.read(from_offset, max_bytes, to_offset))
+        return log.fill_payloads(log.read(from_offset, max_bytes, to_offset, fill_cache=False))
 
     return read
 
@@ -378,13 +437,18 @@ class _Fold:
         else:
             self.chunks[u] = (k0, offs, count)
 
-    def survivors(self) -> tuple[list[int], int, int]:
-        """Sorted surviving offsets; the keys with a value and the tombstones kept."""
-        out: list[int] = list(self.keyless)
+    def survivors(self, floor: int = 0) -> tuple[list[int], int, int, int]:
+        """Sorted surviving offsets; the keys with a value, the tombstones and the keyless
+        messages kept. Nothing below the trim ``floor`` survives: a key whose latest
+        message a trim deleted is gone, as a chunked message whose first chunk it deleted."""
+        keyless = [o for o in self.keyless if o >= floor]
+        out: list[int] = list(keyless)
         keep_dead = self.settings.delete_retention_ms
         horizon = None if keep_dead is None else self.now_ms - keep_dead
         values = tombstones = 0
         for offs, dead, written in self.latest.values():
+            if offs[0] < floor:
+                continue
             if dead:
                 if horizon is not None and written < horizon:
                     continue
@@ -395,13 +459,16 @@ class _Fold:
         # an incomplete chunked message that is its key's last may finish in the tail
         for k, parts, _ in self.chunks.values():
             last = self.latest.get(k)
+            if parts[0] < floor:
+                continue
             if not k:
                 if self.settings.retain_keyless:
                     out.extend(parts)
+                    keyless.extend(parts)
             elif last is None or last[0][-1] < parts[0]:
                 out.extend(parts)
         out.sort()
-        return out, values, tombstones
+        return out, values, tombstones, len(keyless)
 
 
 class _Builder:
@@ -485,11 +552,17 @@ def compact_partition(
     progress: Progress | None = None,
     hook: Hook | None = None,
     cancelled: Callable[[], bool] = lambda: False,
+    floor: Callable[[], int] = lambda: 0,
 ) -> CompactedView:
     """Write and publish a new view of ``log_id`` up to ``position`` (runs in a worker
     thread: it blocks only on its own commits and ``read``). Returns the published view;
     the caller makes it live and then deletes ``old``'s blobs (``old.drop_ops()``).
     ``read`` reads the log (twice over ``[old.position, position)``).
+
+    ``floor`` is the partition's trim floor now (asked when the run starts and after
+    its first pass): records below it are left out of the new view. A trim at any time
+    during the run is safe: the log's reads start at its new start offset, and readers
+    of the view never see below the floor (`CompactedView.read`).
 
     ``cancelled`` is asked between jobs: a run cancelled before it publishes raises
     ClosedError and leaves its blobs to `load_view`'s clean-up (or `drop_ops`).
@@ -509,20 +582,24 @@ def compact_partition(
     # blobs a run of this generation left (a crash mid-run) go first, in the first job
     pending: list[Op] = [delete_range(COMPACTED, *_gen_range(log_id, gen))]
     pending_bytes = 0
+    floor0 = floor()
     with kv.snapshot() as view:
 
         def sources() -> Source:
             if old is not None:
-                yield from _view_batches(view, old)
-            yield from _log_batches(read, lo, position, settings.read_bytes, label)
+                for batch, a, z in _view_batches(view, old):
+                    if z > floor0:
+                        yield batch, max(a, floor0), z
+            yield from _log_batches(read, max(lo, floor0), position, settings.read_bytes, label)
 
         fold = _Fold(settings, now)
         for batch, a, z in sources():
             fold.feed(batch, a, z)
             prog.messages_scanned += z - a
-        survivors, values, tombstones = fold.survivors()
         if hook is not None:
             hook("scanned")
+        floor1 = floor()
+        survivors, values, tombstones, keyless = fold.survivors(floor1)
         check()
         prog.phase = "writing"
         builder = _Builder(survivors, settings.blob_bytes)
@@ -559,13 +636,14 @@ def compact_partition(
         position=position,
         keys=values,
         tombstones=tombstones,
-        keyless=len(fold.keyless),
+        keyless=keyless,
         messages_before=fold.messages,
         bytes_before=fold.nbytes,
         messages_after=builder.messages,
         bytes_after=builder.nbytes,
         finished_ms=int(time.time() * 1000),
         duration_ms=int((time.monotonic() - t0) * 1000),
+        floor=floor1,
     )
     # the publish: one small job naming the new generation (its blobs are all durable)
     committer.commit([put(COMPACTION, _LOG.pack(log_id), meta.pack())])

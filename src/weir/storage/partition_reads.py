@@ -35,6 +35,8 @@ class PartitionReads(TieredLog):
         *,
         committed: bool = False,
         control: bool = False,
+        fill_cache: bool = True,
+        scan: tuple[int, CachedBlob] | None = None,
     ) -> ReadResult:
         """Whole batches from the one holding ``from_offset`` on, up to about ``max_bytes``
         (at least one batch) and never past ``to_offset`` or EndOffset.
@@ -43,16 +45,21 @@ class PartitionReads(TieredLog):
         ``committed`` (read-committed) reader also stops at the last stable offset and
         gets no batch of an aborted transaction. What is left out still counts in
         ``next_offset``, so a read can return no chunks and move on.
+
+        ``fill_cache=False`` (a one-off scan: compaction) uses what the read cache holds
+        but neither adds to it nor counts or refreshes its entries, so a scan of a whole
+        partition does not evict what consumers of the tail read again; the same for the
+        tier's cache of offloaded blobs (``scan``: one the caller loaded uncached).
         """
         txns = self.txns
         if not txns.active:
-            return self._read(from_offset, max_bytes, to_offset)
+            return self._read(from_offset, max_bytes, to_offset, fill_cache, scan)
         if committed:
             lso = txns.stable_offset(self.end_offset)
             to_offset = lso if to_offset is None else min(to_offset, lso)
         stop = self.end_offset if to_offset is None else min(to_offset, self.end_offset)
         while True:
-            res = self._read(from_offset, max_bytes, to_offset)
+            res = self._read(from_offset, max_bytes, to_offset, fill_cache, scan)
             if not res.chunks or not txns.touches(
                 res.first_offset, res.next_offset, committed, control
             ):
@@ -69,7 +76,12 @@ class PartitionReads(TieredLog):
             from_offset = res.next_offset
 
     def _read(
-        self, from_offset: int, max_bytes: int = 1 << 20, to_offset: int | None = None
+        self,
+        from_offset: int,
+        max_bytes: int = 1 << 20,
+        to_offset: int | None = None,
+        fill_cache: bool = True,
+        scan: tuple[int, CachedBlob] | None = None,
     ) -> ReadResult:
         """`read` without regard to transactions.
 
@@ -96,11 +108,11 @@ class PartitionReads(TieredLog):
                 budget = max_bytes - total
                 seg = self._head.get(b.first_offset) if b.is_head else None
                 if is_remote(b):
-                    cached = self._remote_blob(b, i, block=not result.chunks)
+                    cached = self._remote_blob(b, i, not result.chunks, fill_cache, scan)
                     if cached is None:
                         break  # not fetched yet: the next read (or read-ahead) brings it
                 else:
-                    cached = None if b.is_head else self._cached(view, b)
+                    cached = None if b.is_head else self._cached(view, b, fill_cache)
                 if seg is not None:
                     data: bytes | memoryview = memoryview(seg.data)
                     a, z, base, nxt = slice_blob(
@@ -160,11 +172,14 @@ class PartitionReads(TieredLog):
     def _cache_key(self, b: BlobInfo) -> tuple[int, int, int]:
         return (self._cache_owner, b.first_offset, b.count)
 
-    def _cached(self, view: ReadView, b: BlobInfo) -> CachedBlob | None:
+    def _cached(self, view: ReadView, b: BlobInfo, fill: bool = True) -> CachedBlob | None:
         """Big blob ``b`` from the read cache, checked whole and added on a miss; None when
         the cache does not take it or it is damaged (never cached: the checked read path
-        then serves its undamaged batches and refuses the damaged ones)."""
+        then serves its undamaged batches and refuses the damaged ones). Without ``fill``:
+        the entry if the cache has it (not counted, not refreshed), else None."""
         key = self._cache_key(b)
+        if not fill:
+            return self._cache.peek(key)
         blob = self._cache.get(key)
         if blob is None and self._cache.admits(b.size):
             data = bytes(fetch_blob(view, self.log_id, b, self.label))

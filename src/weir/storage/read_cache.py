@@ -10,7 +10,10 @@ no check left to do. Head blobs are not cached: the partition keeps them in
 memory already.
 
 Bounded in bytes (blob bytes plus their batch index), least recently used out
-first; a blob larger than the whole cache is read the uncached way. A blob that
+first; a blob larger than the whole cache is read the uncached way. A one-off scan
+(a compaction run reads a whole partition) reads with ``fill_cache=False``: it takes
+an entry the cache has (`ReadCache.peek`: not counted, not refreshed) and adds none,
+so it never evicts what the consumers of the tail read again and again. A blob that
 fails its check is never cached (the partition serves its undamaged batches the
 checked way and refuses the damaged ones).
 

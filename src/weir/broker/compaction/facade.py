@@ -10,6 +10,12 @@ partition actor's ``read_async`` on the event loop (offloaded blobs and large pa
 read as for any reader), and retention holds back the offsets a run reads
 (`compaction_hold`). Once a partition's new view is published the broker makes it live
 (on the event loop, between reads) and only then deletes the old view's blobs.
+
+A trim (`delete_records`, Kafka's DeleteRecords) deletes the view's records below it too:
+its *trim floor* is committed with the trim and hidden from compacted reads at once. A
+trim during a run is not held back (it is an operator's explicit deletion): the run's
+reads start at the log's new start, it leaves out what is below the floor it finds after
+its first pass, and compacted reads apply the floor to whatever view is live.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import contextlib
 import logging
 import os
 import time
+from collections.abc import Callable
 
 from weir.broker.compaction.job import CompactionJob, CompactionStatus, PartitionCompactionStatus
 from weir.broker.partition_actor import PartitionActor
@@ -26,13 +33,16 @@ from weir.broker.state import now_ms as _now_ms
 from weir.broker.topic_admin import TopicAdmin
 from weir.broker.topics import TopicConfig, short_topic
 from weir.errors import BadRequestError, ClosedError, InternalError, WeirError
+from weir.storage.change import PreparedChange
 from weir.storage.compaction import (
     CompactionSettings,
     Hook,
     LogRead,
     Progress,
     compact_partition,
+    load_trim_floor,
     load_view,
+    trim_floor_op,
 )
 from weir.storage.kv import Op
 from weir.storage.partition import ReadResult
@@ -76,14 +86,54 @@ class Compaction(TopicAdmin):
                     cleanup.extend(stray)
                     if view is not None:
                         self._views[(cfg.name, p)] = view
+                    floor = load_trim_floor(kv, cfg.log_id(p))
+                    if floor:
+                        self._trim_floors[(cfg.name, p)] = floor
         return cleanup
 
+    def trim_floor(self, topic: str, partition: int) -> int:
+        """The offset below which a trim deleted a partition's records (0: none)."""
+        return self._trim_floors.get((self.topic(topic).name, partition), 0)
+
     def compacted_start(self, topic: str, partition: int) -> int:
-        """Where a compacted read of a partition starts from its beginning."""
+        """Where a compacted read of a partition starts from its beginning: the view's
+        first offset not trimmed away (retention leaves the view alone), else the log's."""
         actor = self.actor(topic, partition)
-        if (actor.topic, partition) in self._views:
-            return 0
+        key = (actor.topic, partition)
+        view = self._views.get(key)
+        floor = self._trim_floors.get(key, 0)
+        if view is not None and floor < view.position:
+            return floor
         return actor.start_offset
+
+    def _note_trim(self, actor: PartitionActor, change: PreparedChange) -> int | None:
+        """Make a trim the view's too (called as the trim is prepared): its floor goes into
+        the trim's commit and compacted reads stop serving below it at once, as the log's
+        reads do. Returns the floor it replaced, to put back if the commit fails."""
+        key = (actor.topic, actor.partition)
+        before = self._trim_floors.get(key)
+        floor = change.start_offset
+        change.ops.append(trim_floor_op(actor.log.log_id, floor))
+        self._trim_floors[key] = floor
+        return before
+
+    async def _raise_trim_floor(self, actor: PartitionActor, floor: int) -> None:
+        """A trim below the log's start (retention went past it) still trims the view."""
+        key = (actor.topic, actor.partition)
+        if self._trim_floors.get(key, 0) >= floor or key not in self._views:
+            return
+        await self._commit([trim_floor_op(actor.log.log_id, floor)])
+        self._trim_floors[key] = max(floor, self._trim_floors.get(key, 0))
+
+    def _undo_trim(self, actor: PartitionActor, floor: int, before: int | None) -> None:
+        """The trim's commit failed: its floor goes, unless a later trim has moved it."""
+        key = (actor.topic, actor.partition)
+        if self._trim_floors.get(key) != floor:
+            return
+        if before is None:
+            self._trim_floors.pop(key, None)
+        else:
+            self._trim_floors[key] = before
 
     async def read_compacted(
         self,
@@ -94,21 +144,29 @@ class Compaction(TopicAdmin):
         to_offset: int | None = None,
         *,
         committed: bool = False,
+        control: bool = False,
     ) -> ReadResult:
         """A read of the partition as compacted: below the compacted view's position, the
         latest message of each key at its own offset (offsets are skipped, never
-        renumbered), then every message of the live tail (``committed``: read committed).
+        renumbered), then every message of the live tail (``committed``: read committed;
+        ``control``: the tail's transaction markers too, for the Kafka front).
         Same shape as a plain read (whole stored batches; ``next_offset`` is where to read
-        on). The view holds committed messages only."""
+        on). The view holds committed messages only; nothing below the trim floor is
+        returned (a read from below it starts there)."""
         actor = self.actor(topic, partition)
-        view = self._views.get((actor.topic, partition))
+        key = (actor.topic, partition)
+        view = self._views.get(key)
+        floor = self._trim_floors.get(key, 0)
+        from_offset = max(from_offset, floor)
         if view is not None and from_offset < view.position:
             with self.store.kv.snapshot() as kv:
-                chunks, first, nxt = view.read(kv, from_offset, max_bytes)
+                chunks, first, nxt = view.read(kv, from_offset, max_bytes, floor)
             if chunks:
                 return ReadResult(chunks, first, nxt, actor.start_offset, actor.end_offset)
             from_offset = view.position
-        return await actor.read_async(from_offset, max_bytes, to_offset, committed=committed)
+        return await actor.read_async(
+            from_offset, max_bytes, to_offset, committed=committed, control=control
+        )
 
     # ---------------------------------------------------------------- runs
 
@@ -191,8 +249,13 @@ class Compaction(TopicAdmin):
                 position = actor.stable_offset  # never past an open transaction
                 if old is None and position == 0:
                     continue  # nothing written yet
-                if old is not None and position == old.position and not old.meta.tombstones:
-                    continue  # nothing new, and no tombstone that might now expire
+                if (
+                    old is not None
+                    and position == old.position
+                    and not old.meta.tombstones
+                    and self._trim_floors.get(key, 0) <= old.meta.floor
+                ):
+                    continue  # nothing new, no tombstone that might now expire, no trim
                 job.reading = (p, old.position if old is not None else 0)
                 try:
                     new = await asyncio.to_thread(
@@ -208,6 +271,7 @@ class Compaction(TopicAdmin):
                         progress=job.progress[p],
                         hook=self._compaction_hook(cfg.name, p),
                         cancelled=lambda: job.cancelled or self._closed,
+                        floor=self._floor_of(key),
                     )
                 finally:
                     job.reading = None
@@ -245,15 +309,23 @@ class Compaction(TopicAdmin):
                     "compaction failed: %s", job.error, extra={"topic": short_topic(cfg.name)}
                 )
 
+    def _floor_of(self, key: tuple[str, int]) -> Callable[[], int]:
+        """The trim floor of a partition as a run's worker thread asks for it."""
+        return lambda: self._trim_floors.get(key, 0)
+
     def _read_for_thread(self, actor: PartitionActor, job: CompactionJob) -> LogRead:
         """A `LogRead` for the run's worker thread: each read is the actor's ``read_async``
-        on the event loop (between its other reads and writes), the thread waiting."""
+        on the event loop (between its other reads and writes), the thread waiting. It
+        does not fill the shared read cache: a scan of the whole partition would evict
+        the blobs consumers of the tail read again and again."""
         loop = asyncio.get_running_loop()
 
         def read(from_offset: int, max_bytes: int, to_offset: int) -> ReadResult:
             if job.cancelled or self._closed:
                 raise ClosedError(f"compaction of {actor.topic}/{actor.partition} cancelled")
-            coro = actor.read_async(from_offset, max_bytes, to_offset, committed=True)
+            coro = actor.read_async(
+                from_offset, max_bytes, to_offset, committed=True, fill_cache=False
+            )
             return asyncio.run_coroutine_threadsafe(coro, loop).result()
 
         return read

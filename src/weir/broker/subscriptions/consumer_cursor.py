@@ -33,12 +33,14 @@ class ConsumerCursor:
         partition: int,
         consumer: str,
         start_offset: Callable[[], int],
+        on_commit: Callable[[int], None] | None = None,
     ) -> None:
         self._offsets = offsets
         self._topic_id = topic_id
         self._partition = partition
         self._consumer = consumer
         self._start_offset = start_offset  # where a consumer that never committed starts
+        self._on_commit = on_commit  # told each offset stored (the commit metric)
         self._target: int | None = None  # moved here, not yet durable
         self._backwards = False  # a seek back: the target wins over what is stored
         self._inflight = False
@@ -144,6 +146,8 @@ class ConsumerCursor:
             else:
                 if self._target == target and (not backwards or self._backwards):
                     self._target, self._backwards = None, False  # stored: it speaks again
+                if t.result() and self._on_commit is not None:
+                    self._on_commit(target)
                 fut.set_result(None)
             if self._next is not None:
                 self._write()

@@ -217,13 +217,18 @@ class SubscriptionFacade(TopicAdmin, Writes):
                 for p in range(cfg.partitions):
                     self._live[(cfg.name, p)].sinks.append(sub)
             return sub, c
-        if self.subscriptions.is_consumer(cfg, name):
-            group = self._groups.get((cfg.name, name))
-            if group is not None and group.members:
+
+        def check_readers() -> None:
+            # a consumer's committed offsets serve one kind of reader at a time: checked
+            # again just before attaching (`weir.broker.consumer_readers`)
+            readers = self.consumer_readers.busy(cfg.name, name)
+            if readers is not None and self.subscriptions.is_consumer(cfg, name):
                 raise ConsumerBusyError(
-                    f"consumer {name!r} of {short_topic(cfg.name)!r} has {len(group.members)} "
-                    "read session(s); its committed offsets serve one kind of reader at a time"
+                    f"consumer {name!r} of {short_topic(cfg.name)!r} is read by {readers}; "
+                    "its committed offsets serve one kind of reader at a time"
                 )
+
+        check_readers()
         return await self.subscriptions.subscribe(
             cfg,
             name,
@@ -238,6 +243,7 @@ class SubscriptionFacade(TopicAdmin, Writes):
             hash_ranges=hash_ranges,
             partitions=partitions,
             whole_batches=whole_batches,
+            check_readers=check_readers,
         )
 
     async def side_topic(self, topic: str) -> TopicConfig:

@@ -57,8 +57,10 @@ class Subscriptions:
         actor_of: Callable[[str, int], PartitionActor],
         dead_letter_sink: DeadLetterSink | None = None,
         offsets: OffsetStore | None = None,
+        on_consumer_commit: Callable[[str, int, str, int], None] | None = None,
     ) -> None:
         self._dead_letter_sink = dead_letter_sink
+        self._on_consumer_commit = on_consumer_commit  # (topic, partition, consumer, offset)
         self._offsets = offsets
         self._kv = kv
         self._committer = committer
@@ -130,8 +132,14 @@ class Subscriptions:
         )
 
         def cursor(p: int, _mark: int = 0) -> ConsumerCursor:
+            told = self._on_consumer_commit
             return ConsumerCursor(
-                offsets, cfg.topic_id, p, name, lambda: self._actor_of(tname, p).start_offset
+                offsets,
+                cfg.topic_id,
+                p,
+                name,
+                lambda: self._actor_of(tname, p).start_offset,
+                None if told is None else lambda offset: told(tname, p, name, offset),
             )
 
         sub = Subscription(tname, cfg.topic_id, meta, lambda p: self._actor_of(tname, p), cursor)
@@ -265,10 +273,13 @@ class Subscriptions:
         hash_ranges: Sequence[tuple[int, int]] | None = None,
         partitions: frozenset[int] | None = None,
         whole_batches: bool = False,
+        check_readers: Callable[[], None] | None = None,
     ) -> tuple[Subscription, AttachedConsumer]:
         """Attach a consumer (creating the subscription when missing and ``create``);
         ``hash_ranges``: the sticky Key_Shared slots it claims (see `key_shared`); with
-        ``partitions``, of those partitions only."""
+        ``partitions``, of those partitions only. ``check_readers`` raises when other
+        readers hold a consumer's committed offsets (called with no await before the
+        attach)."""
         ranges = None
         if hash_ranges is not None:
             if type is not SubscriptionType.KEY_SHARED:
@@ -301,6 +312,8 @@ class Subscriptions:
                     f"subscription {name!r} is the committed offsets of consumer {name!r}: "
                     "it has no dead-letter policy"
                 )
+            if check_readers is not None:
+                check_readers()
             sub.attach(c, type)
             return sub, c
         changed = sub.attach(c, type)  # True: it had no consumers, the type follows

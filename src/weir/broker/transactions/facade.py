@@ -28,6 +28,7 @@ from weir.errors import BadRequestError
 from weir.storage.incoming import IncomingBatch
 from weir.storage.kv import Op
 from weir.storage.partition import BatchResult
+from weir.storage.producers import ProducerState
 from weir.storage.txn_state import TxnMarker
 
 
@@ -59,6 +60,11 @@ class TransactionFacade(ConsumerOffsets, Writes):
         and epoch; every older instance is fenced, its open transaction aborted."""
         self._check_open()
         return await self.transactions.init_producer(transactional_id)
+
+    def transactional_producer(self, transactional_id: str) -> TxnProducer | None:
+        """The producer number and current epoch of a transactional id (None: never
+        initialised here)."""
+        return self.transactions.producers.get(transactional_id)
 
     async def begin_transaction(
         self,
@@ -108,6 +114,18 @@ class TransactionFacade(ConsumerOffsets, Writes):
         """The producer's last seq_no as a writer in ``txn_id`` sees it (its writes there too)."""
         return self.actor(topic, partition).log.last_seq_no(producer_id, txn_id)
 
+    def producer_state_in_transaction(
+        self, topic: str, partition: int, producer_id: str, txn_id: int
+    ) -> ProducerState | None:
+        """The producer's stored state as a writer in ``txn_id`` sees it: its writes in the
+        transaction, else what is committed (the newer of the two)."""
+        log = self.actor(topic, partition).log
+        main = log.producers.get(producer_id)
+        mine = log.txns.producer_state(txn_id, producer_id)
+        if main is None or (mine is not None and mine.max_seq_no > main.max_seq_no):
+            return mine
+        return main
+
     async def add_transaction_offsets(
         self, txn_id: int, offsets: Sequence[TxnOffset], owner: str = ""
     ) -> None:
@@ -144,6 +162,16 @@ class TransactionFacade(ConsumerOffsets, Writes):
             return staged
         committed = self.committed_offset(cfg.name, partition, consumer)
         return self.actor(cfg.name, partition).start_offset if committed is None else committed
+
+    def pending_transaction_offsets(self, consumer: str) -> set[tuple[str, int]]:
+        """The (topic, partition) pairs on which an open transaction holds an offset of
+        ``consumer`` not yet committed (Kafka's OffsetFetch with require_stable waits)."""
+        return {
+            (topic, partition)
+            for txn in self.transactions.open_transactions
+            for topic, partition, c in txn.offsets
+            if c == consumer
+        }
 
     async def commit_transaction(self, txn_id: int, owner: str = "") -> None:
         """Make every write and offset of the transaction visible at once, durably."""

@@ -84,6 +84,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         fetch = FetchHandlers(self)
         groups = GroupHandlers(self)
         admin = AdminHandlers(self)
+        txns = produce.txn_handlers  # InitProducerId with a transactional id goes there too
         self.handlers: dict[int, Handler] = {
             m.API_VERSIONS.key: self.handle_api_versions,
             m.SASL_HANDSHAKE.key: self.handle_sasl_handshake,
@@ -91,6 +92,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
             m.METADATA.key: admin.handle_metadata,
             m.PRODUCE.key: produce.handle_produce,
             m.INIT_PRODUCER_ID.key: produce.handle_init_producer_id,
+            m.ADD_PARTITIONS_TO_TXN.key: txns.handle_add_partitions,
+            m.ADD_OFFSETS_TO_TXN.key: txns.handle_add_offsets,
+            m.TXN_OFFSET_COMMIT.key: txns.handle_txn_offset_commit,
+            m.END_TXN.key: txns.handle_end_txn,
             m.FETCH.key: fetch.handle_fetch,
             m.LIST_OFFSETS.key: fetch.handle_list_offsets,
             m.FIND_COORDINATOR.key: groups.handle_find_coordinator,

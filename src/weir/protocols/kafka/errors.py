@@ -15,13 +15,17 @@ from weir.errors import (
     OverloadedError,
     PartitionOverflowError,
     PermissionDeniedError,
+    ProducerFencedError,
     StorageFullError,
     TierUnavailableError,
+    TransactionBusyError,
+    TransactionEndedError,
     UnauthorizedError,
     UnavailableError,
     UnknownConsumerError,
     UnknownPartitionError,
     UnknownTopicError,
+    UnknownTransactionError,
     WeirError,
     WeirTimeoutError,
 )
@@ -68,7 +72,11 @@ class ErrorCode(enum.IntEnum):
     DUPLICATE_SEQUENCE_NUMBER = 46
     INVALID_PRODUCER_EPOCH = 47
     INVALID_TXN_STATE = 48
+    INVALID_PRODUCER_ID_MAPPING = 49
+    INVALID_TRANSACTION_TIMEOUT = 50
+    CONCURRENT_TRANSACTIONS = 51
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
+    OPERATION_NOT_ATTEMPTED = 55
     KAFKA_STORAGE_ERROR = 56
     SASL_AUTHENTICATION_FAILED = 58
     UNKNOWN_PRODUCER_ID = 59
@@ -79,7 +87,9 @@ class ErrorCode(enum.IntEnum):
     MEMBER_ID_REQUIRED = 79
     GROUP_SUBSCRIBED_TO_TOPIC = 86
     INVALID_RECORD = 87
+    UNSTABLE_OFFSET_COMMIT = 88
     THROTTLING_QUOTA_EXCEEDED = 89
+    PRODUCER_FENCED = 90
 
 
 class KafkaError(Exception):
@@ -113,6 +123,14 @@ def error_code(exc: BaseException, *, group: bool = False) -> ErrorCode:
         return ErrorCode.OFFSET_OUT_OF_RANGE
     if isinstance(exc, BatchFormatError):
         return ErrorCode.CORRUPT_MESSAGE
+    if isinstance(exc, ProducerFencedError):
+        return ErrorCode.PRODUCER_FENCED
+    if isinstance(exc, UnknownTransactionError):
+        return ErrorCode.INVALID_PRODUCER_ID_MAPPING
+    if isinstance(exc, TransactionBusyError):
+        return ErrorCode.CONCURRENT_TRANSACTIONS
+    if isinstance(exc, TransactionEndedError):
+        return ErrorCode.INVALID_TXN_STATE
     if isinstance(exc, NotEmptyError):
         return ErrorCode.NON_EMPTY_GROUP
     if isinstance(exc, OverloadedError | PartitionOverflowError):

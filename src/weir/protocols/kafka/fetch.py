@@ -5,9 +5,13 @@ A fetch reads whole stored batches from each partition's offset (at most
 as Kafka does), converts them (`mapping.to_kafka`) and, while less than ``min_bytes``
 is ready, waits up to ``max_wait_ms`` for any partition to grow. Fetch sessions are
 not kept: every answer carries session id 0, which tells clients to send full fetches.
-``isolation_level`` is read; until transactions exist every committed message is
-stable, so read_committed reads the same as read_uncommitted (last stable offset =
-high watermark, no aborted transactions).
+Transactions (`weir.protocols.kafka.transactions`): every fetch gets the markers as
+Kafka control batches (COMMIT / ABORT), so a client moves past them. With
+``isolation_level`` read_committed a fetch stops at the last stable offset (the first
+offset of the oldest open transaction) and the broker leaves the batches of aborted
+transactions out itself, so the aborted-transactions list is always empty;
+read_uncommitted reads up to the high watermark, aborted batches included, as Kafka.
+ListOffsets' latest offset for read_committed is the last stable offset.
 
 A topic with ``cleanup.policy=compact`` (`admin.is_compacted`) is fetched as Kafka serves
 a compacted log: below its compacted view's position the latest message of each key at
@@ -37,6 +41,7 @@ if TYPE_CHECKING:
 LATEST = -1
 EARLIEST = -2
 MAX_TIMESTAMP = -3
+READ_COMMITTED = 1
 
 
 @dataclass(slots=True)
@@ -47,8 +52,9 @@ class _Read:
     max_bytes: int
     actor: PartitionActor | None = None
     compacted: bool = False
+    committed: bool = False  # read_committed
     error: ErrorCode = ErrorCode.NONE
-    records: list[bytearray] = field(default_factory=list)
+    records: list[bytearray | bytes] = field(default_factory=list)
 
     @property
     def nbytes(self) -> int:
@@ -64,9 +70,16 @@ class FetchHandlers:
         if body.get("session_epoch", -1) > 0 or body.get("session_id", 0) != 0:
             return {"error_code": ErrorCode.FETCH_SESSION_ID_NOT_FOUND, "responses": []}
         reads: list[_Read] = []
+        committed = body.get("isolation_level", 0) == READ_COMMITTED
         for t in body["topics"]:
             for p in t["partitions"]:
-                r = _Read(t["topic"], p["partition"], p["fetch_offset"], p["partition_max_bytes"])
+                r = _Read(
+                    t["topic"],
+                    p["partition"],
+                    p["fetch_offset"],
+                    p["partition_max_bytes"],
+                    committed=committed,
+                )
                 self._open(r)
                 reads.append(r)
         max_bytes = max(1, body["max_bytes"])
@@ -92,7 +105,7 @@ class FetchHandlers:
                     "partition_index": r.partition,
                     "error_code": r.error,
                     "high_watermark": hw,
-                    "last_stable_offset": hw,
+                    "last_stable_offset": a.stable_offset if a is not None else -1,
                     "log_start_offset": self._log_start(a, r.compacted) if a is not None else -1,
                     "aborted_transactions": [],
                     "records": r.records,  # the batches, joined once with the answer
@@ -126,16 +139,23 @@ class FetchHandlers:
             if r.offset < self._log_start(a, r.compacted) or r.offset > a.end_offset:
                 r.error = ErrorCode.OFFSET_OUT_OF_RANGE
                 continue
-            if r.offset == a.end_offset:
+            if r.offset >= (a.stable_offset if r.committed else a.end_offset):
                 continue
             budget = min(r.max_bytes, max_bytes - total)
             if budget <= 0 and total > 0:
                 break
             try:
                 res = await (
-                    self.broker.read_compacted(a.topic, a.partition, r.offset, max(1, budget))
+                    self.broker.read_compacted(
+                        a.topic,
+                        a.partition,
+                        r.offset,
+                        max(1, budget),
+                        committed=r.committed,
+                        control=True,
+                    )
                     if r.compacted
-                    else a.read_async(r.offset, max(1, budget))
+                    else a.read_async(r.offset, max(1, budget), committed=r.committed, control=True)
                 )
             except WeirError as exc:  # e.g. the tier's object store is unreachable
                 r.error = error_code(exc)
@@ -143,11 +163,12 @@ class FetchHandlers:
             if not res.chunks:
                 continue
             self.broker.observer.on_read(a.topic, a.partition, res.nbytes)
-            r.records = to_kafka(res.chunks)
+            r.records = to_kafka(res.chunks, self.conn.front.transactions.control_producer)
             total += r.nbytes
         return total
 
     async def handle_list_offsets(self, header: RequestHeader, body: Message) -> Message:
+        committed = body.get("isolation_level", 0) == READ_COMMITTED
         out = []
         for t in body["topics"]:
             parts = []
@@ -160,7 +181,7 @@ class FetchHandlers:
                     a = self.broker.actor(topic, idx)
                     ts = p["timestamp"]
                     if ts == LATEST:
-                        entry["offset"] = a.end_offset
+                        entry["offset"] = a.stable_offset if committed else a.end_offset
                     elif ts == EARLIEST:
                         entry["offset"] = self._log_start(
                             a, is_compacted(self.broker.policies_of(topic))
@@ -182,7 +203,7 @@ class FetchHandlers:
 async def _wait_any(reads: list[_Read], timeout: float) -> None:
     """Until any partition grows past its fetch offset, or the timeout."""
     tasks = [
-        asyncio.ensure_future(r.actor.wait_for_data(r.offset, timeout))
+        asyncio.ensure_future(r.actor.wait_for_data(r.offset, timeout, committed=r.committed))
         for r in reads
         if r.actor is not None
     ]

@@ -1,7 +1,8 @@
 """The Kafka front: an asyncio TCP listener whose connections speak Kafka's protocol.
 
-One `KafkaFront` per server: the listener, the consumer group `Coordinator` and the
-idempotent producers' `Sequences` are shared by every connection.
+One `KafkaFront` per server: the listener, the consumer group `Coordinator`, the
+idempotent producers' `Sequences` and the transactional ids (`KafkaTransactions`)
+are shared by every connection.
 """
 
 from __future__ import annotations
@@ -15,9 +16,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from weir.broker.broker import Broker
+from weir.protocols.kafka.group_api import members_reading
 from weir.protocols.kafka.groups import Coordinator
 from weir.protocols.kafka.idempotence import Sequences
 from weir.protocols.kafka.sasl import MECHANISMS
+from weir.protocols.kafka.transactions import KafkaTransactions
 from weir.security import Security
 from weir.security.principal import Principal
 from weir.security.tls import ServerTls
@@ -59,6 +62,7 @@ class KafkaFront:
             initial_rebalance_delay_ms=self.config.initial_rebalance_delay_ms
         )
         self.sequences = Sequences()
+        self.transactions = KafkaTransactions(broker)
         self.stopping = False
         self.host = ""
         self.port = 0
@@ -102,6 +106,10 @@ class KafkaFront:
         from weir.protocols.kafka.connection import KafkaConnection
 
         self.coordinator.start()
+        self.broker.consumer_readers.add_source(
+            "Kafka group member",
+            lambda topic, group: members_reading(self.coordinator, topic, group),
+        )
         self._server = await asyncio.get_running_loop().create_server(
             lambda: KafkaConnection(self),
             host,
@@ -132,4 +140,5 @@ class KafkaFront:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 5)
             self._server = None
+        self.broker.consumer_readers.remove_source("Kafka group member")
         await self.coordinator.close()

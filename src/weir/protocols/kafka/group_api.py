@@ -17,9 +17,10 @@ import struct
 from typing import TYPE_CHECKING
 
 from weir.broker.topics import check_consumer_name
-from weir.errors import BadRequestError, WeirError
+from weir.errors import BadRequestError, ConsumerBusyError, WeirError
 from weir.protocols.kafka.codec import Message, RequestHeader
 from weir.protocols.kafka.errors import ErrorCode, KafkaError, error_code
+from weir.protocols.kafka.groups import Coordinator
 from weir.protocols.kafka.names import kafka_name, weir_topic
 from weir.security.grants import Permission
 
@@ -51,7 +52,21 @@ def subscribed_topics(protocol_type: str, metadata: bytes) -> list[str]:
         return []
 
 
-def _check_group(group_id: str) -> None:
+def members_reading(coordinator: Coordinator, topic: str, group_id: str) -> int:
+    """How many members of Kafka group ``group_id`` subscribe to weir topic ``topic`` (the
+    Kafka front's readers of consumer ``group_id``'s offsets: `weir.broker.consumer_readers`)."""
+    g = coordinator.groups.get(group_id)
+    if g is None or not g.members:
+        return 0
+    name = kafka_name(topic)
+    return sum(
+        1
+        for m in g.members.values()
+        if any(name in subscribed_topics(m.protocol_type, meta) for _, meta in m.protocols)
+    )
+
+
+def check_group(group_id: str) -> None:
     try:
         check_consumer_name(group_id)
     except BadRequestError as exc:
@@ -78,10 +93,10 @@ class GroupHandlers:
                     for k in body["coordinator_keys"]
                 ]
             }
-        if body.get("key_type", 0) != 0:  # transaction coordinators: issue 19
+        if body.get("key_type", 0) not in (0, 1):  # 0: a group, 1: a transactional id
             return {
-                "error_code": ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                "error_message": "transactions are not served yet",
+                "error_code": ErrorCode.INVALID_REQUEST,
+                "error_message": f"unknown coordinator key type {body['key_type']}",
                 "node_id": -1,
                 "host": "",
                 "port": -1,
@@ -91,8 +106,9 @@ class GroupHandlers:
     async def handle_join_group(self, header: RequestHeader, body: Message) -> Message:
         self.conn.require_principal()
         try:
-            _check_group(body["group_id"])
+            check_group(body["group_id"])
             self._allow_subscription(body["protocol_type"], body["protocols"])
+            self._check_not_subscribed(body["group_id"], body["protocol_type"], body["protocols"])
             res = await self.coordinator.join(
                 body["group_id"],
                 body["member_id"],
@@ -129,6 +145,21 @@ class GroupHandlers:
                 self.conn.allow(Permission.CONSUME, weir_topic(t), "join a group reading")
         except WeirError as exc:
             raise KafkaError(error_code(exc, group=True), exc.message) from None
+
+    def _check_not_subscribed(
+        self, group_id: str, protocol_type: str, protocols: list[Message]
+    ) -> None:
+        """A group whose name is a consumer held by weir subscription consumers on one of
+        its topics is refused: the consumer's offsets serve one kind of reader at a time.
+        Kafka's answer to a member of another kind of group is INCONSISTENT_GROUP_PROTOCOL."""
+        topics = {t for p in protocols for t in subscribed_topics(protocol_type, p["metadata"])}
+        for t in sorted(topics):
+            try:
+                self.broker.check_not_subscribed(weir_topic(t), group_id)
+            except ConsumerBusyError as exc:
+                raise KafkaError(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, exc.message) from None
+            except WeirError:
+                continue  # an unknown topic: the member finds out by its metadata
 
     async def handle_sync_group(self, header: RequestHeader, body: Message) -> Message:
         self.conn.require_principal()
@@ -181,7 +212,7 @@ class GroupHandlers:
         top_error: ErrorCode | None = None
         try:
             self.conn.require_principal()
-            _check_group(group)
+            check_group(group)
             self.coordinator.check_commit(
                 group, body.get("generation_id", -1), body.get("member_id", "")
             )
@@ -207,16 +238,22 @@ class GroupHandlers:
             if offset < 0:
                 return ErrorCode.NONE  # Kafka ignores "no offset" commits
             await self.broker.commit_offset(topic, partition, group, offset, allow_backwards=True)
+        except ConsumerBusyError:
+            # weir subscription consumers are the group's members now: Kafka's answer to
+            # a commit from outside a group that has members
+            return ErrorCode.UNKNOWN_MEMBER_ID
         except (WeirError, KafkaError) as exc:
             return error_code(exc)
         return ErrorCode.NONE
 
     def _fetch_offsets(
-        self, group: str, topics: list[Message] | None
+        self, group: str, topics: list[Message] | None, stable: bool
     ) -> tuple[list[Message], ErrorCode]:
+        """``stable`` (require_stable, KIP-447): a partition whose offset of the group an
+        open transaction is about to move answers UNSTABLE_OFFSET_COMMIT (clients retry)."""
         try:
             self.conn.require_principal()
-            _check_group(group)
+            check_group(group)
         except KafkaError as exc:
             return [], exc.code
         if topics is None:  # every partition the group has an offset on
@@ -227,6 +264,7 @@ class GroupHandlers:
                 and self.conn.security.can_see(self.conn.require_principal(), cfg.name)
                 and (committed := self.broker.committed_partitions(cfg.name, group))
             ]
+        pending = self.broker.pending_transaction_offsets(group) if stable else set()
         out = []
         for t in topics:
             parts = []
@@ -240,6 +278,8 @@ class GroupHandlers:
                     topic = weir_topic(t["name"])
                     self.conn.allow(Permission.CONSUME, topic, "read the offsets of")
                     self.broker.actor(topic, idx)
+                    if (self.broker.topic(topic).name, idx) in pending:
+                        raise KafkaError(ErrorCode.UNSTABLE_OFFSET_COMMIT)
                     off = self.broker.committed_offset(topic, idx, group)
                     if off is not None:
                         entry["committed_offset"] = off
@@ -250,13 +290,14 @@ class GroupHandlers:
         return out, ErrorCode.NONE
 
     async def handle_offset_fetch(self, header: RequestHeader, body: Message) -> Message:
+        stable = bool(body.get("require_stable"))
         if header.api_version >= 8:
             groups = []
             for g in body["groups"]:
-                topics, err = self._fetch_offsets(g["group_id"], g["topics"])
+                topics, err = self._fetch_offsets(g["group_id"], g["topics"], stable)
                 groups.append({"group_id": g["group_id"], "topics": topics, "error_code": err})
             return {"groups": groups}
-        topics, err = self._fetch_offsets(body["group_id"], body["topics"])
+        topics, err = self._fetch_offsets(body["group_id"], body["topics"], stable)
         return {"topics": topics, "error_code": err}
 
     # ------------------------------------------------------------------ admin of groups
@@ -351,7 +392,7 @@ class GroupHandlers:
         group = body["group_id"]
         try:
             self.conn.require_principal()
-            _check_group(group)
+            check_group(group)
             subscribed = self._subscribed(group)
             if subscribed is None and group not in self._known_groups():
                 raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND, f"group {group!r} is not known")
@@ -370,6 +411,8 @@ class GroupHandlers:
                         raise KafkaError(ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC)
                     await self.broker.delete_offset(topic, idx, group)
                     code = ErrorCode.NONE
+                except ConsumerBusyError:  # weir subscription consumers read the topic
+                    code = ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC
                 except (KafkaError, WeirError) as exc:
                     code = error_code(exc)
                 parts.append({"partition_index": idx, "error_code": code})

@@ -135,6 +135,10 @@ class Sequences:
             return Placed(first_seq=first, duplicate=True, duplicate_offset=stored[1] - count + 1)
         return Placed(first_seq=first, duplicate=True, duplicate_offset=None)
 
+    def knows(self, key: tuple[str, int, int]) -> bool:
+        """Whether batches of producer ``key`` were submitted lately (held in memory)."""
+        return key in self._pending
+
     def submitted(self, key: tuple[str, int, int], first_seq: int, count: int) -> _Last:
         """A checked batch was queued for storage: later batches are checked after it."""
         pend = self._pending.get(key)

@@ -22,17 +22,21 @@ weir has no null key and no null data, so:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from weir.protocols.kafka.compiled import build_records
 from weir.protocols.kafka.records import (
+    ATTR_CONTROL,
+    ATTR_TRANSACTIONAL,
     NULL_KEY,
     NULL_VALUE_HEADER,
     PAYLOAD_ROOM,
     KafkaBatch,
+    build_batch,
     frame_into,
 )
 from weir.storage.batch import (
+    FLAG_CONTROL,
     HEADER_SIZE,
     BatchHeader,
     decode_payload,
@@ -43,6 +47,7 @@ from weir.storage.batch import (
     parse_header,
 )
 from weir.storage.codecs import Codec, decompress_message, is_opaque
+from weir.storage.txn_state import parse_marker_record
 
 __all__ = ["NULL_VALUE_HEADER", "to_kafka", "to_weir"]
 
@@ -79,13 +84,28 @@ def to_weir(batch: KafkaBatch, producer_id: str = "", first_seq: int = 0) -> byt
     )
 
 
-def to_kafka(chunks: Sequence[bytes | memoryview]) -> list[bytearray]:
+# A control record's key: version 0, type (0 abort, 1 commit); its value: version 0 and
+# the coordinator epoch (0: weir has one coordinator).
+_CONTROL_KEY = {False: b"\0\0\0\0", True: b"\0\0\0\1"}
+_CONTROL_VALUE = b"\0\0\0\0\0\0"
+
+ControlProducer = Callable[[int], tuple[int, int]]
+
+
+def to_kafka(
+    chunks: Sequence[bytes | memoryview], control_producer: ControlProducer | None = None
+) -> list[bytearray | bytes]:
     """Kafka record batches (uncompressed) for stored weir batches, one for one, same
-    offsets. The records are built by `_records.build_records` from the weir payload."""
-    out = []
+    offsets. The records are built by `_records.build_records` from the weir payload;
+    a transaction marker becomes a Kafka control batch (``control_producer``: the Kafka
+    producer id and epoch of a weir transaction id)."""
+    out: list[bytearray | bytes] = []
     for chunk in chunks:
         for pos, h in iter_batches(chunk, verify=False):
             flags = h.flags
+            if flags & FLAG_CONTROL:
+                out.append(_control_batch(chunk, pos, h, control_producer))
+                continue
             raw: bytes | memoryview
             if h.data_codec != Codec.RAW and not is_opaque(h.data_codec):
                 raw, flags = _plain_payload(chunk, pos, h)
@@ -99,6 +119,24 @@ def to_kafka(chunks: Sequence[bytes | memoryview]) -> list[bytearray]:
             frame_into(batch, h.base_offset, h.record_count, base_ts, max_ts)
             out.append(batch)
     return out
+
+
+def _control_batch(
+    chunk: bytes | memoryview, pos: int, h: BatchHeader, control_producer: ControlProducer | None
+) -> bytes:
+    """The Kafka control batch (COMMIT or ABORT) of a weir transaction marker."""
+    c = decode_payload(chunk, pos, h).columns()
+    txn_id, committed = parse_marker_record(bytes(c.data[0]))
+    pid, epoch = control_producer(txn_id) if control_producer is not None else (-1, -1)
+    return build_batch(
+        h.base_offset,
+        [c.created_at[0]],
+        [_CONTROL_KEY[committed]],
+        [_CONTROL_VALUE],
+        producer_id=pid,
+        producer_epoch=epoch,
+        attributes=ATTR_TRANSACTIONAL | ATTR_CONTROL,
+    )
 
 
 def _plain_payload(chunk: bytes | memoryview, pos: int, h: BatchHeader) -> tuple[bytes, int]:

@@ -536,6 +536,94 @@ INIT_PRODUCER_ID = Api(
     """,
 )
 
+ADD_PARTITIONS_TO_TXN = Api(
+    24,
+    "AddPartitionsToTxn",
+    "0-3",
+    3,
+    """
+    transactional_id string
+    producer_id int64
+    producer_epoch int16
+    topics []
+      name string
+      partitions []int32
+    """,
+    """
+    throttle_time_ms int32
+    results []
+      name string
+      results []
+        partition_index int32
+        error_code int16
+    """,
+)
+
+ADD_OFFSETS_TO_TXN = Api(
+    25,
+    "AddOffsetsToTxn",
+    "0-3",
+    3,
+    """
+    transactional_id string
+    producer_id int64
+    producer_epoch int16
+    group_id string
+    """,
+    """
+    throttle_time_ms int32
+    error_code int16
+    """,
+)
+
+END_TXN = Api(
+    26,
+    "EndTxn",
+    "0-3",
+    3,
+    """
+    transactional_id string
+    producer_id int64
+    producer_epoch int16
+    committed bool
+    """,
+    """
+    throttle_time_ms int32
+    error_code int16
+    """,
+)
+
+TXN_OFFSET_COMMIT = Api(
+    28,
+    "TxnOffsetCommit",
+    "0-3",
+    3,
+    """
+    transactional_id string
+    group_id string
+    producer_id int64
+    producer_epoch int16
+    generation_id int32 3+ def=-1
+    member_id string 3+
+    group_instance_id string 3+ null=3+
+    topics []
+      name string
+      partitions []
+        partition_index int32
+        committed_offset int64
+        committed_leader_epoch int32 2+ def=-1
+        committed_metadata string null=0+
+    """,
+    """
+    throttle_time_ms int32
+    topics []
+      name string
+      partitions []
+        partition_index int32
+        error_code int16
+    """,
+)
+
 DESCRIBE_CONFIGS = Api(
     32,
     "DescribeConfigs",
@@ -742,6 +830,10 @@ ALL: tuple[Api, ...] = (
     DELETE_TOPICS,
     DELETE_RECORDS,
     INIT_PRODUCER_ID,
+    ADD_PARTITIONS_TO_TXN,
+    ADD_OFFSETS_TO_TXN,
+    END_TXN,
+    TXN_OFFSET_COMMIT,
     DESCRIBE_CONFIGS,
     ALTER_CONFIGS,
     SASL_AUTHENTICATE,

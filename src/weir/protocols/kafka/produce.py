@@ -4,7 +4,9 @@ Each partition's batches are checked (CRC, structure, sizes, the idempotent
 producer's sequence), converted to weir batches (`mapping.to_weir`) and queued with
 `Broker.submit` before the handler first awaits, so requests are stored in the order
 they arrived. The answer waits for the commit (acks 1 and all both mean durable,
-as every weir ack); acks=0 gets no answer.
+as every weir ack); acks=0 gets no answer. Batches marked transactional go into their
+producer's open weir transaction (`weir.protocols.kafka.transactions`); InitProducerId
+with a transactional id is served there too.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from weir.protocols.kafka.idempotence import weir_producer_id
 from weir.protocols.kafka.mapping import to_weir
 from weir.protocols.kafka.names import weir_topic
 from weir.protocols.kafka.records import KafkaBatch, RecordsError, parse_batches
+from weir.protocols.kafka.transactions import TxnHandlers
 from weir.security.grants import Permission
 from weir.storage.batch import parse_header
 from weir.storage.incoming import IncomingBatch
@@ -47,12 +50,15 @@ class ProduceHandlers:
         self.conn = conn
         self.broker = conn.broker
         self.sequences = conn.front.sequences
+        self.txns = conn.front.transactions
+        self.txn_handlers = TxnHandlers(conn)
 
     async def handle_produce(self, header: RequestHeader, body: Message) -> Message | None:
         acks = body["acks"]
+        tid = body.get("transactional_id")
         topics = []
         for t in body["topic_data"]:
-            parts = [self._submit(t["name"], p, acks) for p in t["partition_data"]]
+            parts = [self._submit(t["name"], p, acks, tid) for p in t["partition_data"]]
             topics.append((t["name"], parts))
         # everything is queued; now wait for the commits
         for _, parts in topics:
@@ -87,7 +93,7 @@ class ProduceHandlers:
         except WeirError:
             return -1
 
-    def _submit(self, name: str, p: Message, acks: int) -> _Partition:
+    def _submit(self, name: str, p: Message, acks: int, tid: str | None) -> _Partition:
         part = _Partition(p["index"])
         try:
             if acks not in (0, 1, -1):
@@ -110,22 +116,21 @@ class ProduceHandlers:
                 batches = parse_batches(records, limit)
             except RecordsError as exc:
                 raise KafkaError(ErrorCode.CORRUPT_MESSAGE, str(exc)) from None
-            self._submit_batches(cfg.name, part, batches)
+            self._submit_batches(cfg.name, part, batches, tid)
         except (KafkaError, WeirError) as exc:
             part.error = error_code(exc)
             part.message = getattr(exc, "message", str(exc))
         return part
 
-    def _submit_batches(self, topic: str, part: _Partition, batches: list[KafkaBatch]) -> None:
+    def _submit_batches(
+        self, topic: str, part: _Partition, batches: list[KafkaBatch], tid: str | None
+    ) -> None:
         msg_limit = self.broker.message_limit(topic)
         incoming: list[IncomingBatch] = []
         tracked: list[Any] = []
         dup_offset: int | None = None
+        txn_id = self._transaction_of(batches, tid)
         for b in batches:
-            if b.control or b.transactional:
-                raise KafkaError(
-                    ErrorCode.INVALID_TXN_STATE, "transactions are not served by this server yet"
-                )
             if b.count == 0:
                 raise KafkaError(ErrorCode.INVALID_RECORD, "a record batch without records")
             if b.max_record > msg_limit:
@@ -136,14 +141,25 @@ class ProduceHandlers:
             if b.producer_id >= 0:
                 key = (topic, part.index, b.producer_id)
                 wpid = weir_producer_id(b.producer_id)
-                st = self.broker.producer_state(topic, part.index, wpid)
-                placed = self.sequences.check(
-                    key,
-                    None if st is None else (st.max_seq_no, st.offset),
-                    b.producer_epoch,
-                    b.base_sequence,
-                    b.count,
+                st = (
+                    self.broker.producer_state_in_transaction(topic, part.index, wpid, txn_id)
+                    if txn_id
+                    else self.broker.producer_state(topic, part.index, wpid)
                 )
+                stored = None if st is None else (st.max_seq_no, st.offset)
+                placed = self.sequences.check(
+                    key, stored, b.producer_epoch, b.base_sequence, b.count
+                )
+                if (
+                    txn_id
+                    and placed.error == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+                    and not self.sequences.knows(key)
+                ):
+                    # the sequences of an aborted transaction were dropped with it (and the
+                    # front forgot them): the producer's next batch continues past them
+                    placed = self.sequences.check(
+                        key, None, b.producer_epoch, b.base_sequence, b.count
+                    )
                 if placed.error != ErrorCode.NONE:
                     raise KafkaError(placed.error, f"producer {b.producer_id}: {placed.error.name}")
                 if placed.duplicate:
@@ -166,7 +182,11 @@ class ProduceHandlers:
         if not incoming:
             part.base_offset = dup_offset if dup_offset is not None else -1
             return
-        part.future = self.broker.submit(topic, part.index, incoming)
+        part.future = (
+            self.broker.submit_in_transaction(txn_id, topic, part.index, incoming)
+            if txn_id
+            else self.broker.submit(topic, part.index, incoming)
+        )
         marks = [
             None if t is None else (t[0], self.sequences.submitted(t[0], t[1], t[2]))
             for t in tracked
@@ -174,6 +194,26 @@ class ProduceHandlers:
         # The sequence bookkeeping follows the write itself, not this request: a client that
         # goes away (its handler cancelled) must not leave a failed write counted as stored.
         part.future.add_done_callback(lambda f: self._done(f, marks))
+
+    def _transaction_of(self, batches: list[KafkaBatch], tid: str | None) -> int:
+        """The weir transaction the batches go into (0: none); every batch of a partition's
+        records is transactional, or none."""
+        flags = {b.transactional for b in batches}
+        if any(b.control for b in batches):
+            raise KafkaError(ErrorCode.INVALID_RECORD, "a producer may not write control batches")
+        if flags != {True}:
+            if True in flags:
+                raise KafkaError(
+                    ErrorCode.INVALID_RECORD, "transactional and other batches in one partition"
+                )
+            return 0
+        b = batches[0]
+        if any(
+            (x.producer_id, x.producer_epoch) != (b.producer_id, b.producer_epoch) for x in batches
+        ):
+            raise KafkaError(ErrorCode.INVALID_RECORD, "batches of two producers in one partition")
+        client = self.txns.check(tid, b.producer_id, b.producer_epoch, produce=True)
+        return self.txns.writing_txn(client)
 
     def _done(self, fut: asyncio.Future[list[BatchResult]], marks: list[Any]) -> None:
         if fut.cancelled() or fut.exception() is not None:
@@ -201,11 +241,7 @@ class ProduceHandlers:
     async def handle_init_producer_id(self, header: RequestHeader, body: Message) -> Message:
         self.conn.require_principal()
         if body["transactional_id"] is not None:
-            return {
-                "error_code": ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-                "producer_id": -1,
-                "producer_epoch": -1,
-            }
+            return await self.txn_handlers.handle_init_producer_id(body)
         pid, epoch = body.get("producer_id", -1), body.get("producer_epoch", -1)
         if pid >= 0 and 0 <= epoch < MAX_EPOCH:
             # KIP-360: an idempotent producer bumps its epoch to start its sequences afresh

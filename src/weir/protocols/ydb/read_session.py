@@ -40,6 +40,7 @@ from typing import Any
 import grpc
 
 from weir.broker.broker import Broker
+from weir.broker.consumer_readers import ReaderHold
 from weir.broker.consumers import ConsumerGroup
 from weir.broker.tenancy.limits import Lease
 from weir.errors import BadRequestError, UnavailableError, WeirError
@@ -104,6 +105,7 @@ class ReadSession:
         self.consumer = ""
         self._topics: dict[str, _TopicSettings] = {}
         self._leases: list[Lease] = []
+        self._holds: list[ReaderHold] = []  # readers of the consumer's offsets outside a group
         self._sessions: dict[int, _PartitionSession] = {}
         self._by_tp: dict[tuple[str, int], _PartitionSession] = {}
         self._next_ps = itertools.count(1)
@@ -155,6 +157,9 @@ class ReadSession:
         for lease in self._leases:
             lease.release()
         self._leases.clear()
+        for hold in self._holds:
+            hold.release()
+        self._holds.clear()
         for t in self._topics.values():
             if t.group is not None:
                 t.group.leave(self.session_id)
@@ -261,9 +266,13 @@ class ReadSession:
             self._topics[cfg.name] = _TopicSettings(s.path, parts, read_from)
             self._leases.append(self.broker.count_consumer(cfg.name))
         for name, t in self._topics.items():
+            # before the init answer: a consumer held by subscription consumers is refused
             if self.consumer and not t.partitions:
-                # before the init answer: a consumer held by subscription consumers is refused
                 t.group = self.broker.group(name, self.consumer)
+            elif self.consumer:
+                self._holds.append(
+                    self.broker.hold_consumer("partition read session", name, self.consumer)
+                )
         await self.context.write(
             StreamRead.FromServer(
                 status=SUCCESS,

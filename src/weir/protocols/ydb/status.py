@@ -53,6 +53,8 @@ STATUS_BY_CODE: dict[str, int] = {
     "STALE_GENERATION": StatusIds.PRECONDITION_FAILED,
     "PRODUCER_FENCED": StatusIds.PRECONDITION_FAILED,  # a newer session of the producer won
     "PRODUCER_BUSY": StatusIds.PRECONDITION_FAILED,  # an exclusive producer holds the topic
+    # subscription consumers hold the consumer's offsets: the SDK reports it, not retries
+    "CONSUMER_BUSY": StatusIds.PRECONDITION_FAILED,
     # YDB answers a transaction it does not know (or that ended) with NOT_FOUND, which the
     # SDK's retry_tx_* retries with a new transaction; BAD_SESSION would retry too, but
     # also drops the session: a finished transaction says nothing about its session

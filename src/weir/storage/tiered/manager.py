@@ -204,6 +204,9 @@ class TierManager:
             with self._lock:
                 self._fetching.pop(key, None)
 
+    def load(self, rec: RemoteSegment, label: str) -> CachedBlob:
+        return self._load(rec, label)
+
     def discard(self, owner: int, rec: RemoteSegment) -> None:
         self.cache.discard(self._key(owner, rec))
 

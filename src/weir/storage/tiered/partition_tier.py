@@ -40,6 +40,10 @@ class TierReads(Protocol):
         """Bring the blob into the cache in the background (read-ahead, async readers)."""
         ...
 
+    def load(self, rec: RemoteSegment, label: str) -> CachedBlob:
+        """The blob from its object, checked, and not cached (a one-off scan; blocks)."""
+        ...
+
     def discard(self, owner: int, rec: RemoteSegment) -> None:
         """Forget the blob in the cache (retention removed it)."""
         ...
@@ -70,6 +74,9 @@ class _NoTier:
         fut: Future[None] = Future()
         fut.set_exception(self._refuse(rec, label))
         return fut
+
+    def load(self, rec: RemoteSegment, label: str) -> CachedBlob:
+        raise self._refuse(rec, label)
 
     def discard(self, owner: int, rec: RemoteSegment) -> None:
         return None

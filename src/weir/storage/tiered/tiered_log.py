@@ -139,11 +139,26 @@ class TieredLog:
         res.refs = {}
         return res
 
-    def _remote_blob(self, b: BlobInfo, i: int, block: bool) -> CachedBlob | None:
+    def _remote_blob(
+        self,
+        b: BlobInfo,
+        i: int,
+        block: bool,
+        fill: bool = True,
+        scan: tuple[int, CachedBlob] | None = None,
+    ) -> CachedBlob | None:
         """An offloaded blob from the tier (blocking only when ``block``), and read-ahead
-        of the next offloaded blob for a sequential reader."""
+        of the next offloaded blob for a sequential reader. Without ``fill`` (a one-off
+        scan) the tier's cache is neither filled nor read ahead into: ``scan`` is the
+        blob the caller loaded for it (first offset, blob), else one is loaded uncached."""
         rec = self.remote[b.first_offset]
         blob = self.tier.cached(self._cache_owner, rec)
+        if not fill:
+            if blob is None and scan is not None and scan[0] == b.first_offset:
+                blob = scan[1]
+            if blob is None and block:
+                blob = self.tier.load(rec, self.label)
+            return blob
         if blob is None:
             if not block:
                 self.tier.prefetch(self._cache_owner, rec, self.label)
