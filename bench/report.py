@@ -27,6 +27,7 @@ from typing import Any
 
 PEERS = ("nats-js-fsync", "nats-js-default", "redis-aof-always", "rabbitmq-stream")
 WEIR = "weir-native"
+WEIR_TLS = "weir-native-tls"  # the native front behind TLS, a JWT and grant checks
 WEIR_YDB = "weir-ydb"
 YDB_NULL = "ydb-null"
 WEIR_PULSAR = "weir-pulsar"
@@ -36,6 +37,7 @@ KAFKA_NULL = "kafka-null"
 DISK = "disk append+fdatasync"
 SYSTEM_ORDER = (
     WEIR,
+    WEIR_TLS,
     WEIR_YDB,
     YDB_NULL,
     WEIR_PULSAR,

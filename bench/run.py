@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import datetime as dt
 import functools
 import json
 import os
@@ -66,6 +67,7 @@ PEERS = list(PEER_KINDS)
 ALL = [
     *PEERS,
     "weir-native",
+    "weir-native-tls",
     "weir-ydb",
     "ydb-null",
     "weir-pulsar",
@@ -212,6 +214,8 @@ class Lab:
                 )
             if "weir-kafka" in chosen:
                 self.kafka["weir-kafka"] = (kafka_wl.weir_target(h), h.pid)
+        if "weir-native-tls" in chosen:
+            self._start_secure_weir()
         if "kafka-null" in chosen:
             h = kafka_wl.start_null_server(self.data_root / "kafka-null")
             self.handles["kafka-null"] = h
@@ -227,6 +231,48 @@ class Lab:
             self.handles["pulsar-null"] = h
             self.pulsar["pulsar-null"] = (pulsar_wl.null_target(h), h.pid, None)
             _say(f"pulsar-null: pid {h.pid}, port {h.port}")
+
+    def _start_secure_weir(self) -> None:
+        """weir-native-tls: a second weir server with TLS on, anonymous access off and grants
+        checked; its clients trust a throwaway CA and send a JWT whose subject holds
+        produce, consume and admin grants (not a superuser: the grant lookup runs)."""
+        import secrets
+
+        from tests.security.certs import Authority
+        from weir.security.jwt_tokens import create_token
+
+        d = self.data_root / "weir-tls"
+        ca = Authority(d / "ca")
+        cert = ca.issue("localhost")
+        secret = secrets.token_hex(32)
+        root_pw = secrets.token_hex(16)
+        h = weir_wl.start_server(
+            d,
+            env={
+                "WEIR_TLS_CERT_FILE": str(cert.cert),
+                "WEIR_TLS_KEY_FILE": str(cert.key),
+                "WEIR_AUTH_ALLOW_ANONYMOUS": "false",
+                "WEIR_AUTH_USERS": f"root:{root_pw}",
+                "WEIR_AUTH_SUPERUSERS": "root",
+                "WEIR_AUTH_JWT_SECRET": secret,
+                "WEIR_KAFKA_ENABLED": "false",
+            },
+        )
+        self.handles["weir-tls"] = h
+        import weir
+
+        with weir.Client(
+            f"{h.host}:{h.port}", tls=weir.Tls(ca=ca.path), credentials=("root", root_pw)
+        ) as root:
+            for permission in ("produce", "consume", "admin"):
+                root.grant("bench", permission, "*")
+        token = create_token("bench", dt.timedelta(hours=12), secret=secret)
+        t = weir_wl.SecureTarget(
+            "weir-native-tls", "weir", h.host, h.port, True, h.version, str(ca.path), token
+        )
+        # no metrics scrapes (port 0): the metrics endpoint speaks https here
+        self.brokers["weir-native-tls"] = weir_broker(t, h.pid, 0)
+        _say(f"weir-native-tls: {h.version}, pid {h.pid}, ports {h.ports}, TLS + JWT + grants")
 
     def stop(self) -> None:
         for name, h in self.handles.items():

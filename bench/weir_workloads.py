@@ -41,7 +41,7 @@ import time
 import urllib.request
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from operator import attrgetter
 from pathlib import Path
 from typing import Any
@@ -234,9 +234,19 @@ class TopicRef:
     partitions: int
 
 
+@dataclass(frozen=True)
+class SecureTarget(Target):
+    """A weir server behind TLS and a JWT (grants checked): the CA to trust, the token."""
+
+    ca: str = ""
+    token: str = field(default="", repr=False)
+
+
 def _client(t: Target) -> Any:
     import weir
 
+    if isinstance(t, SecureTarget):
+        return weir.Client(endpoint(t), tls=weir.Tls(ca=t.ca), credentials=weir.Token(t.token))
     return weir.Client(endpoint(t))
 
 

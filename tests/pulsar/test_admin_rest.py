@@ -9,6 +9,7 @@ import urllib.request
 from typing import Any
 
 import pulsar
+import pytest
 
 from tests.conftest import ServerProcess
 
@@ -101,10 +102,11 @@ def test_topics_partitions_stats_and_subscriptions(pulsar_server: ServerProcess)
         time.sleep(0.05)
     assert status == {"status": "SUCCESS", "lastError": ""}
     assert call(base, "PUT", "/persistent/public/default/nope/compaction")[0] == 404
+    # weir keeps one topic per name: the non-persistent name of it is a topic that is not
+    assert call(base, "GET", "/non-persistent/public/default/rest-orders/stats")[0] == 404
     assert call(base, "DELETE", t + "/subscription/audit")[0] == 204
     assert call(base, "DELETE", t + "/partitions")[0] == 204
     assert call(base, "GET", t + "/partitions")[0] == 404
-    assert call(base, "PUT", "/non-persistent/public/default/x/partitions", 1)[0] == 501
 
 
 def test_reset_cursor_by_time_by_id_and_skip(pulsar_server: ServerProcess) -> None:
@@ -143,3 +145,82 @@ def test_reset_cursor_by_time_by_id_and_skip(pulsar_server: ServerProcess) -> No
         producer.close()
     finally:
         client.close()
+
+
+def test_non_persistent_topics(pulsar_server: ServerProcess) -> None:
+    base = pulsar_server.http_url
+    t = "/non-persistent/public/default/rest-live"
+    url = "non-persistent://public/default/rest-live"
+    assert call(base, "PUT", t + "/partitions", 2)[0] == 204
+    assert call(base, "PUT", t + "/partitions", 2)[0] == 409
+    assert call(base, "PUT", "/persistent/public/default/rest-live/partitions", 2)[0] == 409
+    assert call(base, "GET", "/persistent/public/default/rest-live/partitions")[0] == 404
+    assert call(base, "POST", t + "/partitions", 3)[0] == 204
+    assert call(base, "GET", t + "/partitions")[1] == {"partitions": 3}
+    assert f"{url}-partition-2" in call(base, "GET", "/non-persistent/public/default")[1]
+    assert url in call(base, "GET", "/non-persistent/public/default/partitioned")[1]
+    assert url not in call(base, "GET", "/persistent/public/default/partitioned")[1]
+    listed = call(base, "GET", "/persistent/public/default")[1]
+    assert not [n for n in listed if "rest-live" in n]
+    ns = "/namespaces/public/default/topics"
+    assert f"{url}-partition-0" in call(base, "GET", ns + "?mode=NON_PERSISTENT")[1]
+    assert f"{url}-partition-0" in call(base, "GET", ns + "?mode=ALL")[1]
+    assert f"{url}-partition-0" not in call(base, "GET", ns)[1]  # PERSISTENT by default
+
+    client = pulsar.Client(pulsar_server.pulsar_url, operation_timeout_seconds=5)
+    try:
+        assert client.get_topic_partitions(url) == [f"{url}-partition-{p}" for p in range(3)]
+        with pytest.raises(pulsar.NotAllowedError):  # the topic is non-persistent
+            client.create_producer("persistent://public/default/rest-live")
+        consumer = client.subscribe(url, "live", consumer_type=pulsar.ConsumerType.Shared)
+        producer = client.create_producer(
+            url, message_routing_mode=pulsar.PartitionsRoutingMode.RoundRobinDistribution
+        )
+        ids = [producer.send(b"%d" % i) for i in range(9)]
+        assert {mid.partition() for mid in ids} == {0, 1, 2}
+        got = [consumer.receive(5000) for _ in range(9)]
+        assert sorted(m.data() for m in got) == sorted(b"%d" % i for i in range(9))
+        assert call(base, "GET", t + "/subscriptions")[1] == ["live"]
+        stats = call(base, "GET", t + "/stats")[1]
+        assert (stats["msgInCounter"], stats["msgOutCounter"], stats["storageSize"]) == (9, 9, 0)
+        assert stats["subscriptions"]["live"]["type"] == "Shared"
+        assert len(stats["subscriptions"]["live"]["consumers"]) == 3  # one per partition
+        assert sum(p["msgInCounter"] for p in stats["partitions"].values()) == 9
+        internal = call(base, "GET", t + "/internalStats")[1]
+        assert internal["entriesAddedCounter"] == 9 and internal["numberOfEntries"] == 0
+        assert list(internal["cursors"]) == ["live"]
+        # what needs stored messages or a kept position is refused, saying why
+        for method, path in [
+            ("PUT", "/subscription/other"),
+            ("POST", "/subscription/live/skip_all"),
+            ("POST", "/subscription/live/resetcursor/0"),
+            ("PUT", "/compaction"),
+        ]:
+            status, err = call(base, method, t + path)
+            assert status == 400 and "non-persistent" in err["reason"], (path, status, err)
+        # a subscription or topic in use is not deleted (force would: the client, told,
+        # comes back and creates them again, as a Pulsar client does)
+        assert call(base, "DELETE", t + "/subscription/live")[0] == 412
+        assert call(base, "DELETE", t + "/partitions")[0] == 412
+        consumer.close()
+        producer.close()
+    finally:
+        client.close()
+    # the subscription outlives its consumers until it is deleted
+    assert call(base, "GET", t + "/subscriptions")[1] == ["live"]
+    assert call(base, "DELETE", t + "/subscription/live")[0] == 204
+    assert call(base, "GET", t + "/subscriptions")[1] == []
+    assert call(base, "DELETE", t + "/partitions")[0] == 204
+    assert call(base, "GET", t + "/partitions")[0] == 404
+
+    # a non-partitioned one
+    single = "/non-persistent/public/default/rest-live-one"
+    assert call(base, "PUT", single)[0] == 204
+    assert call(base, "GET", single + "/partitions")[1] == {"partitions": 0}
+    assert (
+        "non-persistent://public/default/rest-live-one"
+        in call(base, "GET", "/non-persistent/public/default")[1]
+    )
+    assert call(base, "GET", single + "/stats")[1]["partitions"] == {}
+    assert call(base, "DELETE", single)[0] == 204
+    assert call(base, "DELETE", single)[0] == 404

@@ -6,6 +6,9 @@ reaches the persistent topic of the same name."""
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 
@@ -241,3 +244,97 @@ def test_asyncio_api_round_trip(pulsar_server: ServerProcess, topic: str) -> Non
         return out
 
     assert asyncio.run(run()) == [b"0", b"1", b"2"]
+
+
+# The Python client (3.13) has no consumer event listener: an ActiveConsumerChange the
+# C++ client received shows in its debug log. Its logger is process-wide (the first
+# client's wins), so the scenario runs in a process of its own and prints what it saw.
+_FAILOVER_SCENARIO = r"""
+import json, logging, re, sys, time
+import pulsar
+
+url, name = sys.argv[1:3]
+change = re.compile(r"active consumer change, consumer_id: (\d+) isActive: (\d)")
+changes = []
+
+class Heard(logging.Handler):
+    def emit(self, record):
+        m = change.search(record.getMessage())
+        if m:
+            changes.append((int(m[1]), m[2] == "1"))
+
+def wait_for(n):
+    deadline = time.monotonic() + 10
+    while len(changes) < n and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return list(changes)
+
+log = logging.getLogger("pulsar")
+log.setLevel(logging.DEBUG)
+log.addHandler(Heard(logging.DEBUG))
+client = pulsar.Client(url, operation_timeout_seconds=5, logger=log)
+fo = pulsar.ConsumerType.Failover
+seen = {}
+a = client.subscribe(name, "fo", consumer_type=fo, consumer_name="a")
+seen["a subscribed"] = wait_for(1)
+b = client.subscribe(name, "fo", consumer_type=fo, consumer_name="b")
+seen["b subscribed"] = wait_for(2)
+producer = client.create_producer(name)
+producer.send(b"to a")
+m = a.receive(5000)
+a.acknowledge(m)  # else, on a persistent topic, it goes to b when a leaves
+seen["a got"] = m.data().decode()
+a.close()
+seen["a closed"] = wait_for(3)
+producer.send(b"to b")
+seen["b got"] = b.receive(5000).data().decode()
+b.close()
+producer.close()
+client.close()
+print(json.dumps(seen))
+"""
+
+
+@pytest.mark.parametrize("domain", ["persistent", "non-persistent"])
+def test_failover_tells_consumers_when_they_become_active(
+    pulsar_server: ServerProcess, topic: str, domain: str
+) -> None:
+    name = f"{domain}://public/default/{topic}"
+    run = subprocess.run(
+        [sys.executable, "-c", _FAILOVER_SCENARIO, pulsar_server.pulsar_url, name],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    seen = json.loads(run.stdout.strip().splitlines()[-1])
+    a, b = 0, 1  # the client's consumer ids, in the order it subscribed them
+    assert seen["a subscribed"] == [[a, True]]  # the first consumer is the active one
+    assert seen["b subscribed"] == [[a, True], [b, False]]  # a standby hears so at once
+    assert seen["a got"] == "to a"
+    assert seen["a closed"] == [[a, True], [b, False], [b, True]]  # b takes over
+    assert seen["b got"] == "to b"
+
+
+def test_failover_spreads_partitions_over_its_consumers(
+    client: pulsar.Client, native: weir.Client, topic: str
+) -> None:
+    native.create_topic(topic, partitions=2, kind="non-persistent")
+    name = f"{NS}/{topic}"
+    fo = pulsar.ConsumerType.Failover
+    consumers = [client.subscribe(name, "fo", consumer_type=fo, consumer_name=n) for n in "ab"]
+    producer = client.create_producer(
+        name, message_routing_mode=pulsar.PartitionsRoutingMode.RoundRobinDistribution
+    )
+    ids = [producer.send(b"%d" % i) for i in range(8)]
+    got = _take(consumers, 8)
+    # partition p goes to the p mod n-th consumer by name, as on persistent topics
+    for i, who in enumerate("ab"):
+        mine = sorted(b"%d" % n for n, mid in enumerate(ids) if mid.partition() == i)
+        assert sorted(got[i]) == mine, who
+    assert {
+        p.partition: p.active_consumer for p in native.list_subscriptions(topic)[0].partitions
+    } == {0: "a", 1: "b"}
+    for c in consumers:
+        c.close()
+    producer.close()

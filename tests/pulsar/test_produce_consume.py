@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pulsar
 import pytest
@@ -362,14 +363,20 @@ def test_delayed_delivery(client: pulsar.Client, topic: str) -> None:
     import datetime
 
     producer.send(b"later", deliver_after=datetime.timedelta(milliseconds=800))
+    at = int(__import__("time").time() * 1000) + 400
+    producer.send(b"at", deliver_at=at)
     producer.send(b"now")
     first = consumer.receive(5000)
     assert first.data() == b"now"
     consumer.acknowledge(first)
     second = consumer.receive(5000)
-    assert second.data() == b"later"
-    assert second.publish_timestamp() + 700 <= int(__import__("time").time() * 1000)
+    assert second.data() == b"at"
+    assert at <= int(__import__("time").time() * 1000)
     consumer.acknowledge(second)
+    third = consumer.receive(5000)
+    assert third.data() == b"later"
+    assert third.publish_timestamp() + 700 <= int(__import__("time").time() * 1000)
+    consumer.acknowledge(third)
     consumer.close()
     producer.close()
 
@@ -472,3 +479,86 @@ def test_replicated_subscription_flag_is_accepted(client: pulsar.Client, topic: 
         again.receive(300)  # the position was kept
     again.close()
     producer.close()
+
+
+def test_unsubscribe_deletes_the_subscription(
+    pulsar_server: ServerProcess, client: pulsar.Client, topic: str
+) -> None:
+    producer = client.create_producer(topic)
+    producer.send(b"kept for s")
+    consumer = client.subscribe(topic, "s", initial_position=pulsar.InitialPosition.Earliest)
+    other = client.subscribe(topic, "t", initial_position=pulsar.InitialPosition.Earliest)
+    with weir.Client(pulsar_server.endpoint) as native:
+        assert sorted(s.name for s in native.list_subscriptions(topic)) == ["s", "t"]
+        consumer.unsubscribe()
+        assert [s.name for s in native.list_subscriptions(topic)] == ["t"]
+    # a new subscription of that name starts afresh (Latest): the old backlog is gone
+    consumer = client.subscribe(topic, "s")
+    producer.send(b"new")
+    assert consumer.receive(5000).data() == b"new"
+    assert other.receive(5000).data() == b"kept for s"
+    consumer.close()
+    other.close()
+    producer.close()
+
+
+def test_ordering_key_survives_and_routes_key_shared(client: pulsar.Client, topic: str) -> None:
+    """A message's ordering key reaches the consumer, and Key_Shared routes by it before
+    the partition key: every message of one ordering key goes to one consumer."""
+    consumers = [
+        client.subscribe(topic, "ks", consumer_type=pulsar.ConsumerType.KeyShared) for _ in range(2)
+    ]
+    producer = client.create_producer(topic, batching_enabled=False)
+    for i in range(40):
+        producer.send_async(b"%d" % i, None, partition_key=f"k{i}", ordering_key=f"o{i % 2}")
+    producer.flush()
+    owner: dict[str, set[int]] = {}
+    seen = 0
+    deadline = time.monotonic() + 20
+    while seen < 40 and time.monotonic() < deadline:
+        for n, c in enumerate(consumers):
+            while True:  # what this consumer has now, then the other's
+                try:
+                    m = c.receive(100)
+                except pulsar.Timeout:
+                    break
+                c.acknowledge(m)
+                seen += 1
+                i = int(m.data())
+                ordering = m.ordering_key()
+                ordering = ordering.decode() if isinstance(ordering, bytes) else ordering
+                assert (m.partition_key(), ordering) == (f"k{i}", f"o{i % 2}")
+                owner.setdefault(ordering, set()).add(n)
+    assert seen == 40
+    assert all(len(who) == 1 for who in owner.values()), owner
+    for c in consumers:
+        c.close()
+    producer.close()
+
+
+def test_a_send_weir_cannot_store_fails_at_once(client: pulsar.Client, topic: str) -> None:
+    """A message weir cannot decode (SNAPPY is not served) fails its send at once with
+    ChecksumError, the SendError after which a Pulsar client drops the message (after any
+    other it reconnects and resends it, for ever); the client logs the server's reason.
+    Nothing is stored, and the topic goes on."""
+    snappy = client.create_producer(
+        topic, compression_type=pulsar.CompressionType.SNAPPY, batching_enabled=False
+    )
+    done = threading.Event()
+    results: list[pulsar.Result] = []
+
+    def sent(res: pulsar.Result, _: pulsar.MessageId) -> None:
+        results.append(res)
+        done.set()
+
+    snappy.send_async(b"snappy" * 100, sent)
+    assert done.wait(10), "never answered: the client resends for ever"
+    assert results == [pulsar.Result.ChecksumError]
+    snappy.close()
+    plain = client.create_producer(topic)
+    plain.send(b"plain")
+    reader = client.create_reader(topic, pulsar.MessageId.earliest)
+    assert reader.read_next(5000).data() == b"plain"
+    assert not reader.has_message_available()
+    for x in (reader, plain):
+        x.close()

@@ -274,10 +274,10 @@ def test_the_ydb_front_applies_the_same_grants(server: ServerProcess, principal:
         driver.stop(timeout=5)
 
 
-def test_subscriptions_need_consume_and_tenancy_needs_a_superuser(server: ServerProcess) -> None:
+def test_subscriptions_need_consume_and_tenancy_needs_a_grant(server: ServerProcess) -> None:
     """The calls that came with subscriptions and namespaces are checked like the rest: a
     subscription needs the consume permission on its topic (creating, listing, seeking,
-    consuming), and tenants and namespaces need a superuser (a namespace lists its topics
+    consuming), and tenants and namespaces need a grant on them (a namespace lists its topics
     and its policies reach every topic in it)."""
     with weir.Client(server.endpoint, credentials=("pat", PASSWORD)) as pat:
         with pytest.raises(PermissionDeniedError, match="az_p_1"):
@@ -292,10 +292,11 @@ def test_subscriptions_need_consume_and_tenancy_needs_a_superuser(server: Server
                 consumer.receive(timeout=30)
         finally:
             consumer.close()
-        with pytest.raises(PermissionDeniedError, match="superuser"):
+        with pytest.raises(PermissionDeniedError, match="namespace 'public/pats'"):
             pat.create_namespace("public/pats")
-        with pytest.raises(PermissionDeniedError, match="superuser"):
-            pat.list_namespaces()
+        assert (
+            pat.list_namespaces() == []
+        )  # it may describe none (tests/security/test_tenant_grants.py)
     with weir.Client(server.endpoint, credentials=("cole", PASSWORD)) as cole:
         cole.create_subscription("az_c_1", "s", type="shared", initial_position="earliest")
         # the topic's consumers (other tests' readers) are listed too, as such

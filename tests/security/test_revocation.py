@@ -1,7 +1,7 @@
 """A revoked user's open streams end as soon as the change is made, not at the next login:
 deleting the user, changing its password or revoking the grant a stream uses ends the
 write and read sessions of the native front and of the YDB front with the reason, and other
-streams go on."""
+streams go on; a deleted user's Kafka connection is closed."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 import ydb
+from confluent_kafka import KafkaError, Producer
 
 import weir
 from tests.conftest import ServerProcess
@@ -148,5 +149,38 @@ def test_revoking_ends_the_ydb_sdk_read_and_write_sessions(
         finally:
             driver.stop(timeout=5)
         assert root.describe_topic(topic_name).messages == 3  # seed, one, two
+    finally:
+        root.close()
+
+
+# ---------------------------------------------------------------------------- Kafka
+
+
+def test_deleting_a_user_closes_its_kafka_connection(
+    server: ServerProcess, topic_name: str
+) -> None:
+    """confluent-kafka with SASL PLAIN: once the user is deleted its connection is closed
+    and its reconnect refused, so a message produced after the delete is not stored."""
+    root = setup_user(server, "kim", topic_name)
+    # every principal may produce here: what stops kim is the end of its login, not a grant
+    root.grant("*", "produce", topic_name)
+    try:
+        conf = {
+            "bootstrap.servers": server.kafka,
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "PLAIN",
+            "sasl.username": "kim",
+            "sasl.password": PW,
+        }
+        producer = Producer({**conf, "message.timeout.ms": 5000, "linger.ms": 0})
+        reports: list[KafkaError | None] = []
+        producer.produce(topic_name, b"one", on_delivery=lambda err, _m: reports.append(err))
+        producer.flush(30)
+        assert reports == [None]
+        root.delete_user("kim")
+        producer.produce(topic_name, b"never", on_delivery=lambda err, _m: reports.append(err))
+        producer.flush(30)
+        assert len(reports) == 2 and reports[1] is not None  # not delivered
+        assert root.describe_topic(topic_name).messages == 2  # seed, one
     finally:
         root.close()

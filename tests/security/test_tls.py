@@ -1,4 +1,5 @@
-"""TLS on the gRPC port (native and YDB fronts) and on the metrics endpoint, with real clients.
+"""TLS on every listener, with real clients: the gRPC port (native and YDB fronts), the HTTP
+endpoint (metrics, Pulsar admin REST, console), the Pulsar port and the Kafka port.
 
 A throwaway CA (made with `cryptography`, see tests/security/certs.py) signs the
 server's certificate. The weir SDK, the `weir` CLI, the `ydb` SDK and `curl`
@@ -377,6 +378,45 @@ def test_curl_reads_the_metrics_over_https(
     assert wrong.returncode == 60 and wrong.stdout == "", wrong  # peer certificate not trusted
     plain = curl(f"http://127.0.0.1:{metrics_port(tls_server)}/healthz")
     assert plain.returncode != 0 and plain.stdout == ""
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
+def test_curl_reads_the_pulsar_admin_rest_and_the_console_over_https(
+    tls_server: ServerProcess, pki: dict[str, object]
+) -> None:
+    """The admin REST and the console share the metrics endpoint, and so its TLS."""
+    url = f"https://127.0.0.1:{metrics_port(tls_server)}"
+    ca = str(ca_of(pki).path)
+    tenants = curl("--cacert", ca, f"{url}/admin/v2/tenants")
+    assert tenants.returncode == 0 and "public" in tenants.stdout, tenants.stderr
+    console = curl("--cacert", ca, "-o", "/dev/null", "-w", "%{http_code}", f"{url}/console")
+    assert (console.returncode, console.stdout) == (0, "200"), console.stderr
+    wrong = curl("--cacert", str(ca_of(pki, "other").path), f"{url}/admin/v2/tenants")
+    assert wrong.returncode == 60 and wrong.stdout == "", wrong
+
+
+@pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat: tools/system-packages.sh")
+def test_kcat_lists_the_kafka_port_over_ssl(
+    tls_server: ServerProcess, pki: dict[str, object]
+) -> None:
+    """The Kafka port takes the same certificate: kcat (librdkafka) trusts it with the CA,
+    refuses it with another CA, and a plain-text kcat gets nothing."""
+
+    def kcat(*extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["kcat", "-b", tls_server.kafka, "-L", "-m", "5", *extra],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    ssl_opts = ("-X", "security.protocol=ssl")
+    ok = kcat(*ssl_opts, "-X", f"ssl.ca.location={ca_of(pki).path}")
+    assert ok.returncode == 0 and "broker" in ok.stdout, ok.stderr
+    wrong = kcat(*ssl_opts, "-X", f"ssl.ca.location={ca_of(pki, 'other').path}")
+    assert wrong.returncode != 0 and "certificate verify failed" in wrong.stderr, wrong.stderr
+    plain = kcat()
+    assert plain.returncode != 0, plain.stdout
 
 
 @pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")

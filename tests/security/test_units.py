@@ -11,7 +11,13 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from weir.errors import BadRequestError, PermissionDeniedError, UnauthorizedError
 from weir.security import BearerToken, Principal, Security, StaticUsers
-from weir.security.grants import Grant, Permission, canonical_pattern, make_grant
+from weir.security.grants import (
+    Grant,
+    Permission,
+    canonical_pattern,
+    make_grant,
+    short_resource,
+)
 from weir.security.jwt_tokens import JwtVerifier, create_token
 from weir.security.passwords import hash_password, verify_password
 from weir.security.throttle import FREE_FAILURES, MAX_LOCKOUT_S, LoginThrottle
@@ -94,6 +100,32 @@ def test_grant_patterns() -> None:
     assert Grant.from_key(g.key) == g
     with pytest.raises(BadRequestError, match="unknown permission 'read'"):
         make_grant("ann", "read", "x")
+
+
+def test_tenant_and_namespace_resources() -> None:
+    """``tenant:`` and ``namespace:`` grants cover every topic inside, and the tenancy calls
+    on what they name; a topic grant covers no tenancy call; they survive a store round trip
+    and read back as written."""
+    t = make_grant("tina", "admin", "tenant:acme")
+    assert (t.kind, t.resource) == ("tenant", "acme")
+    assert t.matches("acme/shop/orders") and not t.matches("acmex/shop/orders")
+    assert t.covers_tenant("acme") and t.covers_namespace("acme/any")
+    assert not t.covers_namespace("globex/any")
+    n = make_grant("nadia", "produce", "namespace:shop")
+    assert (n.kind, n.resource) == ("namespace", "public/shop")
+    assert n.matches("public/shop/x") and not n.matches("public/shopping/x")
+    assert n.covers_namespace("public/shop") and not n.covers_tenant("public")
+    w = make_grant("w", "consume", "namespace:acme/team-*")
+    assert w.covers_namespace("acme/team-a") and not w.covers_namespace("acme/ops")
+    topic = make_grant("ann", "admin", "acme/*/*")
+    assert not topic.covers_tenant("acme") and not topic.covers_namespace("acme/shop")
+    for g in (t, n, w):
+        assert Grant.from_key(g.key) == g
+    assert short_resource(t.kind, t.resource) == "tenant:acme"
+    assert short_resource(n.kind, n.resource) == "namespace:public/shop"
+    for bad in ("tenant:", "tenant:a/b", "namespace:a/b/c", "namespace:sp ace", "tenant:../x"):
+        with pytest.raises(BadRequestError):
+            make_grant("ann", "admin", bad)
 
 
 def test_grants_apply_only_when_anonymous_access_is_off() -> None:

@@ -119,10 +119,16 @@ def grant(
         str, typer.Argument(help="User, token subject or certificate name; * for all.")
     ],
     permission: Annotated[str, typer.Argument(help="produce, consume or admin.")],
-    resource: Annotated[str, typer.Argument(help="Topic name or pattern: orders, shop/*, *.")],
+    resource: Annotated[
+        str,
+        typer.Argument(
+            help="Topic name or pattern (orders, shop/*, *), tenant:NAME or namespace:[TENANT/]NAME."
+        ),
+    ],
     server: ServerOptions = SERVER_DEFAULTS,
 ) -> None:
-    """Grant a permission on the topics a name or pattern covers (needs a superuser)."""
+    """Grant a permission on the topics a name or pattern covers, or on a tenant or namespace
+    (and every topic in it) (needs a superuser)."""
     with server.connect() as client:
         changed = client.grant(principal, permission, resource, timeout=server.timeout)
     what = "granted" if changed else "already granted:"

@@ -1,13 +1,18 @@
 """Authorization: grants of produce / consume / admin on topic patterns, and superusers.
 
 A grant names a principal (a user, a JWT subject, a client certificate's name, or
-``*`` for every authenticated principal), a permission and a resource pattern.
-Resources are topics for now, named as clients name them (``orders`` is
+``*`` for every authenticated principal), a permission and a resource. A resource is
+a topic pattern, named as clients name topics (``orders`` is
 ``public/default/orders``, ``shop/orders`` is ``public/shop/orders``) with ``*``
 matching within one part: ``shop/*`` is every topic of namespace ``shop``,
-``acme/*/*`` every topic of tenant ``acme``, and ``*`` alone every topic. A
-tenant or namespace resource kind can be added beside ``topic`` without changing
-stored grants (the kind is part of the key).
+``acme/*/*`` every topic of tenant ``acme``, and ``*`` alone every topic; or a
+tenant, ``tenant:acme``, or a namespace, ``namespace:acme/shop`` (``namespace:shop``
+is ``public/shop``), which may also hold ``*``. A grant on a tenant or namespace
+applies to every topic in it, now and later (inheritance), and also to the tenancy
+calls on it: ``admin`` on ``tenant:acme`` lets its holder create, delete and set
+the policies of acme's namespaces, and describe acme; ``admin`` on a namespace lets
+it describe the namespace, set its policies and delete it. Creating and deleting
+tenants stays with superusers. The kind is part of each stored grant's key.
 
 What each permission allows:
 
@@ -54,6 +59,36 @@ class Permission(Enum):
             ) from None
 
 
+TOPIC, NAMESPACE, TENANT = "topic", "namespace", "tenant"
+_KIND_PREFIXES = {f"{TENANT}:": TENANT, f"{NAMESPACE}:": NAMESPACE, f"{TOPIC}:": TOPIC}
+
+
+def _parts(text: str, what: str, most: int) -> list[str]:
+    parts = text.split("/") if text else []
+    if not 1 <= len(parts) <= most or not all(_PATTERN_PART.match(x) for x in parts):
+        raise BadRequestError(
+            f"bad {what} {text[:200]!r}: a name or pattern of letters, digits, '_', '-', "
+            "'.' and '*'"
+        )
+    return parts
+
+
+def canonical_resource(resource: str) -> tuple[str, str]:
+    """The kind and canonical pattern of a resource as a user wrote it: a topic pattern, or
+    ``tenant:NAME`` / ``namespace:[TENANT/]NAME``."""
+    text = (resource or "").strip()
+    for prefix, kind in _KIND_PREFIXES.items():
+        if text.lower().startswith(prefix):
+            body = text[len(prefix) :].strip().strip("/")
+            if kind == TENANT:
+                return kind, "/".join(_parts(body, "tenant", 1))
+            if kind == NAMESPACE:
+                parts = _parts(body, "namespace", 2)
+                return kind, "/".join(parts if len(parts) == 2 else [DEFAULT_TENANT, *parts])
+            return kind, canonical_pattern(body)
+    return TOPIC, canonical_pattern(text)
+
+
 def canonical_pattern(pattern: str) -> str:
     """``tenant/namespace/topic`` with ``*`` wildcards, from a pattern as a user wrote it."""
     p = (pattern or "").strip().strip("/")
@@ -70,6 +105,13 @@ def canonical_pattern(pattern: str) -> str:
     elif len(parts) == 2:
         parts = [DEFAULT_TENANT, *parts]
     return "/".join(parts)
+
+
+def short_resource(kind: str, canonical: str) -> str:
+    """A resource as `canonical_resource` reads it back, in its shortest form."""
+    if kind == TOPIC:
+        return short_pattern(canonical)
+    return f"{kind}:{canonical}"
 
 
 def short_pattern(canonical: str) -> str:
@@ -105,14 +147,36 @@ class Grant:
         kind, principal, permission, resource = json.loads(key[len(PREFIX) :])
         return cls(principal, Permission(permission), resource, kind)
 
+    @property
+    def topic_pattern(self) -> str:
+        """The topics the grant covers, as a canonical topic pattern (a tenant's or a
+        namespace's are every topic in it)."""
+        if self.kind == TENANT:
+            return f"{self.resource}/*/*"
+        if self.kind == NAMESPACE:
+            return f"{self.resource}/*"
+        return self.resource
+
     def matches(self, topic: str) -> bool:
-        return bool(_compile(self.resource).match(topic))
+        return bool(_compile(self.topic_pattern).match(topic))
+
+    def covers_namespace(self, namespace: str) -> bool:
+        """Whether this tenant or namespace grant covers ``namespace`` (``tenant/name``)."""
+        if self.kind == TENANT:
+            return bool(_compile(self.resource).match(namespace.split("/")[0]))
+        if self.kind == NAMESPACE:
+            return bool(_compile(self.resource).match(namespace))
+        return False
+
+    def covers_tenant(self, tenant: str) -> bool:
+        return self.kind == TENANT and bool(_compile(self.resource).match(tenant))
 
 
 def make_grant(principal: str, permission: str, resource: str) -> Grant:
     if not _PRINCIPAL.match(principal or ""):
         raise BadRequestError(f"bad principal {principal[:260]!r}")
-    return Grant(principal, Permission.parse(permission), canonical_pattern(resource))
+    kind, canonical = canonical_resource(resource)
+    return Grant(principal, Permission.parse(permission), canonical, kind)
 
 
 class Grants:
@@ -161,7 +225,21 @@ class Grants:
         """What ``principal`` may do on ``topic`` (canonical name) by its grants."""
         out: set[Permission] = set()
         for g in self._grants:
-            if g.principal in (principal, EVERYONE) and self._matcher(g.resource).match(topic):
+            if g.principal in (principal, EVERYONE) and self._matcher(g.topic_pattern).match(topic):
+                out.add(g.permission)
+        return out
+
+    def tenancy_permissions(
+        self, principal: str, tenant: str, namespace: str = ""
+    ) -> set[Permission]:
+        """What ``principal`` may do on a tenant (``namespace`` empty) or on one of its
+        namespaces (``tenant/name``), by its tenant grants and, for a namespace, by its
+        namespace grants. Topic grants give nothing here."""
+        out: set[Permission] = set()
+        for g in self._grants:
+            if g.principal not in (principal, EVERYONE):
+                continue
+            if g.covers_namespace(namespace) if namespace else g.covers_tenant(tenant):
                 out.add(g.permission)
         return out
 

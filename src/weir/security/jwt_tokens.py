@@ -148,3 +148,14 @@ def create_token(
     if not secret:
         raise BadRequestError("give an HS256 secret or a private key to sign with")
     return jwt.encode(claims, secret, algorithm="HS256")
+
+
+def jwt_expiry(token: str) -> float | None:
+    """The ``exp`` of a JWT (epoch seconds), read without checking the signature: only for a
+    token that was verified already (to know when an open stream it opened must end)."""
+    try:
+        claims = jwt.decode(token, options={"verify_signature": False})
+    except (jwt.PyJWTError, ValueError, TypeError):
+        return None
+    exp = claims.get("exp")
+    return float(exp) if isinstance(exp, (int, float)) and not isinstance(exp, bool) else None

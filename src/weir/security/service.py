@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import secrets
+import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
@@ -18,7 +20,7 @@ from weir.security.authenticator import (
     UserPassword,
 )
 from weir.security.grants import Grants, Permission
-from weir.security.jwt_tokens import JwtVerifier, looks_like_jwt
+from weir.security.jwt_tokens import JwtVerifier, jwt_expiry, looks_like_jwt
 from weir.security.principal import ANONYMOUS, Principal, current_checks
 from weir.security.scram import ScramCredential, ScramExchange
 from weir.security.static_users import StaticUsers
@@ -26,6 +28,12 @@ from weir.security.throttle import LoginThrottle
 from weir.security.tokens import TOKEN_TTL_S, IssuedToken, TokenIssuer
 from weir.security.user_store import StoredUsers, burn_time
 from weir.storage.kv import Op, put
+
+# An open stream is checked again this long after its token's expiry (a JWT's ``exp`` is
+# whole seconds, and the check must see it expired), and then every EXPIRED_RECHECK_S while
+# the credential still passes (clock skew) or the stream has not stopped watching.
+EXPIRY_MARGIN_S = 0.05
+EXPIRED_RECHECK_S = 1.0
 
 SECRET_KEY = b"ydb_auth_secret"  # the name it has had since the YDB front signed tokens
 
@@ -236,6 +244,53 @@ class Security:
         self._rechecks.add(recheck)
         return lambda: self._rechecks.discard(recheck)
 
+    def expires_at(self, credential: Credential | None) -> float | None:
+        """When ``credential`` stops proving its principal by itself (epoch seconds): the
+        expiry of a JWT or of a weir token; None for what does not expire (a password, a
+        client certificate, no credential)."""
+        if not isinstance(credential, BearerToken):
+            return None
+        if looks_like_jwt(credential.token):
+            return jwt_expiry(credential.token)
+        return TokenIssuer.expiry(credential.token)
+
+    def watch(
+        self, recheck: Callable[[], None], credential: Callable[[], Credential | None]
+    ) -> Callable[[], None]:
+        """Run ``recheck`` (an open stream's check of its caller) on every change of users or
+        grants, and when the stream's credential expires, until the returned function is
+        called. ``credential`` is asked again after each expiry check: a stream whose client
+        renewed its token (YDB's update_token_request) is then watched until the new one
+        expires. Call it on the event loop the stream runs on."""
+        loop = asyncio.get_running_loop()
+        stop_changes = self.on_change(recheck)
+        timer: asyncio.TimerHandle | None = None
+        stopped = False
+
+        def arm() -> None:
+            nonlocal timer
+            expiry = self.expires_at(credential())
+            if stopped or expiry is None:
+                return
+            left = expiry - time.time()
+            delay = left + EXPIRY_MARGIN_S if left > 0 else EXPIRED_RECHECK_S
+            timer = loop.call_later(delay, expired)
+
+        def expired() -> None:
+            if not stopped:
+                recheck()
+                arm()
+
+        def stop() -> None:
+            nonlocal stopped
+            stopped = True
+            stop_changes()
+            if timer is not None:
+                timer.cancel()
+
+        arm()
+        return stop
+
     def still_allowed(
         self,
         credential: Credential | None,
@@ -306,6 +361,47 @@ class Security:
         needs = f"the {permission.value} permission" if permission else "a grant"
         raise PermissionDeniedError(
             f"permission denied: {operation} topic {short_topic(topic)!r} needs {needs} "
+            f"({_who(principal)} has none)"
+        )
+
+    def tenancy_permissions(
+        self, principal: Principal, tenant: str, namespace: str = ""
+    ) -> set[Permission]:
+        """What ``principal`` may do on a tenant, or on namespace ``tenant/name``, by its
+        tenant and namespace grants (all, for a superuser)."""
+        if self.is_superuser(principal):
+            return set(Permission)
+        if principal.anonymous or self.grants is None:
+            return set()
+        return self.grants.tenancy_permissions(principal.name, tenant, namespace)
+
+    def authorize_tenancy(
+        self,
+        principal: Principal,
+        permission: Permission | None,
+        tenant: str,
+        namespace: str,
+        operation: str,
+    ) -> None:
+        """Raise PermissionDeniedError unless ``principal`` may do ``operation`` on a tenant
+        (``namespace`` empty) or on the namespace ``tenant/name``: a tenant grant covers the
+        tenant and its namespaces, a namespace grant its namespace. ``permission`` None: any
+        such grant will do (describe). Checked before the tenant or namespace is looked up."""
+        held = self.tenancy_permissions(principal, tenant, namespace)
+        if (permission is None and held) or permission in held:
+            if permission is Permission.ADMIN:
+                audit.event(
+                    "admin_allowed",
+                    principal=principal.name,
+                    operation=operation,
+                    resource=namespace or tenant,
+                )
+            return
+        what = f"namespace {namespace!r}" if namespace else f"tenant {tenant!r}"
+        audit.event("denied", principal=principal.name, operation=operation, resource=what)
+        needs = f"the {permission.value} permission" if permission else "a grant"
+        raise PermissionDeniedError(
+            f"permission denied: {operation} {what} needs {needs} on it or its tenant "
             f"({_who(principal)} has none)"
         )
 

@@ -81,6 +81,13 @@ class TokenIssuer:
         token = f"{_b64(principal.name.encode())}.{expiry}.{self._signature(principal.name, expiry, fingerprint)}"
         return IssuedToken(token, expiry, principal)
 
+    @staticmethod
+    def expiry(token: str) -> float | None:
+        """When a token of this format expires (epoch seconds); None: not one of ours."""
+        if not _SHAPE.match(token):
+            return None
+        return int(token.split(".")[1]) / 1000
+
     def authenticate(self, credential: Credential) -> Principal | None:
         """The principal of a bearer token of this format; None for another kind of credential."""
         if not isinstance(credential, BearerToken):

@@ -4,7 +4,10 @@ A `LiveSubscription` is a sink on every partition of its topic: it hands each me
 to one of its consumers (by type, as a durable subscription would: Exclusive and
 Failover to the one active consumer, Shared round robin, Key_Shared by the key's
 hash) into that consumer's bounded `LiveQueue`, and delivers from the queue as the
-consumer's permits allow. A full queue drops (and counts) what does not fit. Acks are
+consumer's permits allow. Exclusive and Failover pick a partition's consumer as durable
+subscriptions do (by name, then arrival; partition p to the p mod n-th) and tell a
+handle that can hear it (``active_changed``, Pulsar's ActiveConsumerChange) when it
+becomes or stops being that consumer. A full queue drops (and counts) what does not fit. Acks are
 accepted and change nothing: there is nothing to redeliver (Pulsar's non-persistent
 subscriptions behave so). The subscription lives while it has consumers or until it
 is deleted; a restart forgets it.
@@ -74,14 +77,43 @@ class LiveSubscription:
             _overlap(c, o) for o in self.consumers.values()
         ):
             raise ConsumerBusyError(f"exclusive subscription {self.name!r} already has a consumer")
+        before = self._owners()
         self.consumers[c.consumer_id] = c
         self.queues[c.consumer_id] = LiveQueue(self.queue_bytes)
+        after = self._handover(before)
+        for p, owner in after.items():
+            if c.takes(p) and owner is not c:
+                _tell(c, p, False)  # a standby hears so at once, as in Pulsar
 
     def detach(self, consumer_id: int) -> None:
+        before = self._owners()
         self.consumers.pop(consumer_id, None)
         q = self.queues.pop(consumer_id, None)
         if q is not None:
             self.dropped += sum(len(offs) for _, _, offs in q.items)  # never delivered
+        self._handover(before)
+
+    def _owners(self) -> dict[int, AttachedConsumer | None]:
+        """Each partition's one consumer (Exclusive / Failover; empty for the others)."""
+        if self.meta.type not in (SubscriptionType.EXCLUSIVE, SubscriptionType.FAILOVER):
+            return {}
+        return {p: self._active(p) for p in range(self.partitions)}
+
+    def _handover(
+        self, before: dict[int, AttachedConsumer | None]
+    ) -> dict[int, AttachedConsumer | None]:
+        """Tell the consumers whose partitions changed hands (nothing moves: what the old
+        one was given is its own, there is no redelivery); the owners now."""
+        after = self._owners()
+        for p in before.keys() | after.keys():
+            old, new = before.get(p), after.get(p)
+            if old is new:
+                continue
+            if old is not None and old.consumer_id in self.consumers:
+                _tell(old, p, False)
+            if new is not None:
+                _tell(new, p, True)
+        return after
 
     def flow(self, consumer_id: int, permits: int) -> None:
         c = self.consumers.get(consumer_id)
@@ -101,13 +133,14 @@ class LiveSubscription:
 
     # dispatch ---------------------------------------------------------------
 
-    def _active(self, partition: int | None = None) -> AttachedConsumer | None:
-        """The consumer Exclusive / Failover give ``partition``'s messages to (None: of
-        any partition)."""
-        takers = [c for c in self.consumers.values() if partition is None or c.takes(partition)]
-        if not takers:
-            return None
-        return min(takers, key=lambda c: c.order)
+    def _active(self, partition: int) -> AttachedConsumer | None:
+        """The consumer Exclusive / Failover give ``partition``'s messages to: of those
+        taking it, ordered by (name, arrival), the one at ``partition`` mod their number
+        (as durable subscriptions pick, so each partition has one and they spread)."""
+        takers = sorted(
+            (c for c in self.consumers.values() if c.takes(partition)), key=lambda c: c.order
+        )
+        return takers[partition % len(takers)] if takers else None
 
     def offer(self, partition: int, batch: bytes, first: int, end: int) -> tuple[int, int]:
         # consumers of some partitions only (a Pulsar consumer of one partition) take theirs
@@ -157,7 +190,7 @@ class LiveSubscription:
     # admin ------------------------------------------------------------------
 
     def describe(self, short_topic: str) -> SubscriptionInfo:
-        active = self._active()
+        owners = self._owners()
         backlog = {p: 0 for p in range(self.partitions)}
         for q in self.queues.values():
             for p, _, offs in q.items:
@@ -175,10 +208,7 @@ class LiveSubscription:
                     0,
                     backlog[p],
                     0,
-                    active.name
-                    if active is not None
-                    and self.meta.type in (SubscriptionType.EXCLUSIVE, SubscriptionType.FAILOVER)
-                    else "",
+                    owner.name if (owner := owners.get(p)) is not None else "",
                 )
                 for p in range(self.partitions)
             ],
@@ -193,6 +223,12 @@ class LiveSubscription:
             c.handle.close(err)
         self.consumers.clear()
         self.queues.clear()
+
+
+def _tell(c: AttachedConsumer, partition: int, active: bool) -> None:
+    hook = getattr(c.handle, "active_changed", None)  # see ActivityHandle
+    if hook is not None:
+        hook(partition, active)
 
 
 def _overlap(a: AttachedConsumer, b: AttachedConsumer) -> bool:

@@ -3,10 +3,11 @@
 The calls Pulsar users script (`pulsar-admin`, the admin clients, plain ``curl``), with
 Pulsar's paths, JSON bodies and status codes, each a broker facade call: tenants,
 namespaces and their policies (deduplication, retention, messageTTL, backlogQuota),
-persistent topics (create, partitioned or not, grow partitions, delete, list, stats,
-internalStats), subscriptions (list, create, delete, reset cursor, skip) and schemas.
-Compaction (trigger and status) maps onto weir's compaction. What weir does not serve
-(non-persistent topics) answers 501 with a reason.
+topics of both domains (create, partitioned or not, grow partitions, delete, list, stats,
+internalStats: ``/persistent/...`` for weir's persistent topics, ``/non-persistent/...``
+for its non-persistent ones, a name of the other kind is not found), subscriptions
+(list, create, delete, reset cursor, skip: the last three for persistent topics) and
+schemas. Compaction (trigger and status) maps onto weir's compaction.
 
 Authentication is the server's: ``Authorization: Bearer <token>`` (weir tokens and
 JWTs) or ``Basic`` (a weir user); tenants and namespaces need a superuser, topic
@@ -26,7 +27,7 @@ from aiohttp import web
 
 from weir.broker.broker import Broker
 from weir.broker.subscriptions import InitialPosition, SubscriptionType
-from weir.broker.topics import TopicConfig
+from weir.broker.topics import NON_PERSISTENT, PERSISTENT, TopicConfig, short_topic
 from weir.errors import (
     AlreadyExistsError,
     BadRequestError,
@@ -36,6 +37,7 @@ from weir.errors import (
     PermissionDeniedError,
     UnauthorizedError,
     UnavailableError,
+    UnknownTopicError,
     WeirError,
 )
 from weir.security import Security
@@ -46,10 +48,6 @@ from weir.security.principal import Principal
 PREFIX = "/admin/v2"
 MAX_BODY = 1 << 20
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-class NotServedError(BadRequestError):
-    code = "NOT_SERVED"
 
 
 def _status(err: WeirError) -> int:
@@ -63,8 +61,6 @@ def _status(err: WeirError) -> int:
         return 409
     if isinstance(err, NotEmptyError | ConsumerBusyError):
         return 412
-    if isinstance(err, NotServedError):
-        return 501
     if err.retryable:
         return 503
     if isinstance(err, BadRequestError):
@@ -91,7 +87,8 @@ class PulsarAdmin:
 
     def mount(self, app: web.Application) -> None:
         r = app.router
-        t = PREFIX + "/persistent/{tenant}/{namespace}/{topic}"
+        domain = PREFIX + "/{domain:persistent|non-persistent}/{tenant}/{namespace}"
+        t = domain + "/{topic}"
         ns = PREFIX + "/namespaces/{tenant}/{namespace}"
         routes: list[tuple[str, str, Handler]] = [
             ("GET", PREFIX + "/clusters", self.clusters),
@@ -117,8 +114,8 @@ class PulsarAdmin:
             ("GET", ns + "/backlogQuotaMap", self.get_quota),
             ("POST", ns + "/backlogQuota", self.set_quota),
             ("DELETE", ns + "/backlogQuota", self.unset("backlog_quota_bytes")),
-            ("GET", PREFIX + "/persistent/{tenant}/{namespace}", self.list_topics),
-            ("GET", PREFIX + "/persistent/{tenant}/{namespace}/partitioned", self.list_partitioned),
+            ("GET", domain, self.list_topics),
+            ("GET", domain + "/partitioned", self.list_partitioned),
             ("PUT", t, self.create_topic),
             ("DELETE", t, self.delete_topic),
             ("PUT", t + "/partitions", self.create_partitioned),
@@ -139,7 +136,6 @@ class PulsarAdmin:
             ("GET", t + "/compaction", self.compaction_status),
             ("GET", PREFIX + "/schemas/{tenant}/{namespace}/{topic}/schema", self.get_schema),
             ("DELETE", PREFIX + "/schemas/{tenant}/{namespace}/{topic}/schema", self.delete_schema),
-            ("*", PREFIX + "/non-persistent/{rest:.*}", self.not_served("non-persistent topics")),
         ]
         for method, path, handler in routes:
             r.add_route(method, path, self._guard(handler))
@@ -192,6 +188,13 @@ class PulsarAdmin:
     def _superuser(self, request: web.Request, what: str) -> None:
         self._security().require_superuser(self._principal(request), what)
 
+    def _namespace_admin(self, request: web.Request, operation: str) -> None:
+        """Admin on the namespace of the path, or on its tenant (or a superuser)."""
+        tenant = request.match_info["tenant"]
+        self._security().authorize_tenancy(
+            self._principal(request), Permission.ADMIN, tenant, self._ns(request), operation
+        )
+
     def _allow(self, request: web.Request, permission: Permission | None, what: str) -> str:
         name = self._topic_name(request)
         self._security().authorize(self._principal(request), permission, name, what)
@@ -224,21 +227,27 @@ class PulsarAdmin:
         base = name
         if "-partition-" in name:
             base = name.rsplit("-partition-", 1)[0]
-        return self.broker.topic(base)
+        return self._of_kind(request, self.broker.topic(base))
 
-    def not_served(self, what: str) -> Handler:
-        async def refuse(_: web.Request) -> web.Response:
-            raise NotServedError(
-                f"{what} are not served by weir yet"
-                if what.endswith("s")
-                else f"{what} is not served by weir yet"
+    @staticmethod
+    def _kind(request: web.Request) -> str:
+        """The topic kind the path's domain names."""
+        return NON_PERSISTENT if request.match_info["domain"] == "non-persistent" else PERSISTENT
+
+    def _of_kind(self, request: web.Request, cfg: TopicConfig) -> TopicConfig:
+        """``cfg`` when it is of the path's kind: weir keeps one topic per name, so the
+        other domain's name of it is a topic that does not exist (as in Pulsar, where
+        ``persistent://x`` and ``non-persistent://x`` are different topics)."""
+        if cfg.kind != self._kind(request):
+            raise UnknownTopicError(
+                f"topic {short_topic(cfg.name)!r} is {cfg.kind}: its admin paths are "
+                f"{PREFIX}/{cfg.kind}/..."
             )
-
-        return refuse
+        return cfg
 
     def unset(self, *keys: str) -> Handler:
         async def remove(request: web.Request) -> web.Response:
-            self._superuser(request, "change namespace policies")
+            self._namespace_admin(request, "set the policies of")
             await self.broker.set_namespace_policies(self._ns(request), remove=keys)
             return _no_content()
 
@@ -250,12 +259,16 @@ class PulsarAdmin:
         return _json(["weir"])
 
     async def tenants(self, request: web.Request) -> web.Response:
-        self._principal(request)
-        return _json([t.name for t in self.broker.list_tenants()])
+        me = self._principal(request)
+        security = self._security()
+        return _json(
+            [t.name for t in self.broker.list_tenants() if security.tenancy_permissions(me, t.name)]
+        )
 
     async def tenant(self, request: web.Request) -> web.Response:
-        self._principal(request)
-        self.broker.describe_tenant(request.match_info["tenant"])
+        tenant = request.match_info["tenant"]
+        self._security().authorize_tenancy(self._principal(request), None, tenant, "", "describe")
+        self.broker.describe_tenant(tenant)
         return _json({"adminRoles": [], "allowedClusters": ["weir"]})
 
     async def create_tenant(self, request: web.Request) -> web.Response:
@@ -276,24 +289,33 @@ class PulsarAdmin:
     # ------------------------------------------------------------------ namespaces
 
     async def namespaces(self, request: web.Request) -> web.Response:
-        self._principal(request)
+        me = self._principal(request)
+        security = self._security()
         tenant = request.match_info["tenant"]
         self.broker.describe_tenant(tenant)
-        return _json([n.path for n in self.broker.list_namespaces(tenant)])
+        return _json(
+            [
+                n.path
+                for n in self.broker.list_namespaces(tenant)
+                if security.tenancy_permissions(me, tenant, n.path)
+            ]
+        )
 
     async def create_namespace(self, request: web.Request) -> web.Response:
-        self._superuser(request, "create a namespace")
+        self._namespace_admin(request, "create")
         await self.broker.create_namespace(self._ns(request))
         return _no_content()
 
     async def delete_namespace(self, request: web.Request) -> web.Response:
-        self._superuser(request, "delete a namespace")
+        self._namespace_admin(request, "delete")
         await self.broker.delete_namespace(self._ns(request))
         return _no_content()
 
     def _effective(self, request: web.Request) -> dict[str, Any]:
-        self._principal(request)
         path = self._ns(request)
+        self._security().authorize_tenancy(
+            self._principal(request), None, request.match_info["tenant"], path, "describe"
+        )
         self.broker.describe_namespace(path)
         return self.broker.namespace_policies(path)
 
@@ -311,11 +333,17 @@ class PulsarAdmin:
         )
 
     async def namespace_topics(self, request: web.Request) -> web.Response:
-        self._principal(request)
-        return _json(self._names(request, partitioned_only=False))
+        """Pulsar's ``?mode=PERSISTENT`` (the default), ``NON_PERSISTENT`` or ``ALL``."""
+        mode = request.query.get("mode", "PERSISTENT").upper()
+        kinds = {"PERSISTENT": (PERSISTENT,), "NON_PERSISTENT": (NON_PERSISTENT,)}.get(
+            mode, (PERSISTENT, NON_PERSISTENT)
+        )
+        if mode not in ("PERSISTENT", "NON_PERSISTENT", "ALL"):
+            raise BadRequestError("mode is PERSISTENT, NON_PERSISTENT or ALL")
+        return _json(self._names(request, kinds, partitioned_only=False))
 
     async def _set(self, request: web.Request, changes: dict[str, Any]) -> web.Response:
-        self._superuser(request, "change namespace policies")
+        self._namespace_admin(request, "set the policies of")
         await self.broker.set_namespace_policies(self._ns(request), changes)
         return _no_content()
 
@@ -369,14 +397,16 @@ class PulsarAdmin:
 
     # ------------------------------------------------------------------ topics
 
-    def _names(self, request: web.Request, *, partitioned_only: bool) -> list[str]:
+    def _names(
+        self, request: web.Request, kinds: tuple[str, ...], *, partitioned_only: bool
+    ) -> list[str]:
         me = self._principal(request)
         sec = self._security()
         out = []
         for cfg in self.broker.namespace_topics(self._ns(request)):
-            if not sec.can_see(me, cfg.name):
+            if cfg.kind not in kinds or not sec.can_see(me, cfg.name):
                 continue
-            base = f"persistent://{cfg.name}"
+            base = f"{cfg.kind}://{cfg.name}"
             if partitioned_only:
                 if cfg.partitions > 1:
                     out.append(base)
@@ -387,14 +417,14 @@ class PulsarAdmin:
         return out
 
     async def list_topics(self, request: web.Request) -> web.Response:
-        return _json(self._names(request, partitioned_only=False))
+        return _json(self._names(request, (self._kind(request),), partitioned_only=False))
 
     async def list_partitioned(self, request: web.Request) -> web.Response:
-        return _json(self._names(request, partitioned_only=True))
+        return _json(self._names(request, (self._kind(request),), partitioned_only=True))
 
     async def create_topic(self, request: web.Request) -> web.Response:
         name = self._allow(request, Permission.ADMIN, "create")
-        await self.broker.create_topic(name, partitions=1)
+        await self.broker.create_topic(name, partitions=1, kind=self._kind(request))
         return _no_content()
 
     async def create_partitioned(self, request: web.Request) -> web.Response:
@@ -402,7 +432,7 @@ class PulsarAdmin:
         n = await self._body(request)
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
             raise BadRequestError("the body is the number of partitions (1 or more)")
-        await self.broker.create_topic(name, partitions=n)
+        await self.broker.create_topic(name, partitions=n, kind=self._kind(request))
         return _no_content()
 
     async def update_partitions(self, request: web.Request) -> web.Response:
@@ -410,6 +440,7 @@ class PulsarAdmin:
         n = await self._body(request)
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
             raise BadRequestError("the body is the number of partitions")
+        self._of_kind(request, self.broker.topic(name))
         await self.broker.alter_topic(name, partitions=n)
         return _no_content()
 
@@ -420,9 +451,9 @@ class PulsarAdmin:
     async def delete_topic(self, request: web.Request) -> web.Response:
         name = self._allow(request, Permission.ADMIN, "drop")
         force = request.query.get("force", "false").lower() == "true"
-        cfg = self.broker.topic(name)
+        cfg = self._of_kind(request, self.broker.topic(name))
         if not force:
-            busy = [s.name for s in self.broker.subscriptions.of_topic(cfg) if s.consumers]
+            busy = [s.name for s in self.broker.list_subscriptions(cfg.name) if s.consumers]
             if busy:
                 raise ConsumerBusyError(
                     f"topic has consumers on {busy[0]!r}: close them, or delete with force=true"
@@ -432,6 +463,8 @@ class PulsarAdmin:
 
     async def stats(self, request: web.Request) -> web.Response:
         cfg = self._topic(request, None, "describe")
+        if cfg.kind == NON_PERSISTENT:
+            return _json(self._live_stats(cfg))
         parts = self.broker.partitions(cfg.name)
         subs = {}
         for info in self.broker.list_subscriptions(cfg.name):
@@ -467,9 +500,55 @@ class PulsarAdmin:
             }
         )
 
+    def _live_stats(self, cfg: TopicConfig) -> dict[str, Any]:
+        """A non-persistent topic's stats: what was published, handed to consumers and
+        dropped (a full consumer queue); a subscription's backlog is what its consumers'
+        queues on the server hold now. Nothing is stored."""
+        parts = self.broker.partitions(cfg.name)
+        subs = {
+            info.name: {
+                "type": _sub_type(info.type),
+                "msgBacklog": info.backlog,
+                "consumers": [
+                    {"consumerName": c.name, "availablePermits": c.permits} for c in info.consumers
+                ],
+            }
+            for info in self.broker.list_subscriptions(cfg.name)
+        }
+        return {
+            "msgInCounter": sum(p.end_offset for p in parts),
+            "msgOutCounter": sum(p.delivered_messages for p in parts),
+            "msgDropCounter": sum(p.dropped_messages for p in parts),
+            "storageSize": 0,
+            "backlogSize": 0,
+            "publishers": [],
+            "subscriptions": subs,
+            "partitions": {
+                f"non-persistent://{cfg.name}-partition-{p.partition}": {
+                    "msgInCounter": p.end_offset,
+                    "msgOutCounter": p.delivered_messages,
+                    "msgDropCounter": p.dropped_messages,
+                }
+                for p in parts
+            }
+            if cfg.partitions > 1
+            else {},
+        }
+
     async def internal_stats(self, request: web.Request) -> web.Response:
         cfg = self._topic(request, None, "describe")
         parts = self.broker.partitions(cfg.name)
+        if cfg.kind == NON_PERSISTENT:
+            # as Pulsar's: entries added, nothing stored, a cursor per subscription
+            # that keeps no position
+            return _json(
+                {
+                    "entriesAddedCounter": sum(p.end_offset for p in parts),
+                    "numberOfEntries": 0,
+                    "totalSize": 0,
+                    "cursors": {s.name: {} for s in self.broker.list_subscriptions(cfg.name)},
+                }
+            )
         cursors = {}
         for info in self.broker.list_subscriptions(cfg.name):
             cursors[info.name] = {
@@ -555,6 +634,11 @@ class PulsarAdmin:
 
     async def _skip(self, request: web.Request, count: int | None) -> web.Response:
         cfg = self._topic(request, Permission.CONSUME, "skip messages of")
+        if cfg.kind != PERSISTENT:
+            raise BadRequestError(
+                f"topic {short_topic(cfg.name)!r} is non-persistent: its subscriptions keep "
+                "no backlog to skip"
+            )
         sub = request.match_info["sub"]
         info = self.broker.describe_subscription(cfg.name, sub)
         offsets = {}

@@ -9,7 +9,12 @@ clients expect. Past ``MAX_IN_FLIGHT`` requests in hand the connection stops rea
 
 Before a client authenticates (when the server asks for credentials), only
 ApiVersions, SaslHandshake and SaslAuthenticate are served; anything else closes
-the connection, as Kafka does. Undecodable bytes and unknown APIs close it too;
+the connection, as Kafka does. An authenticated connection is closed as soon as it
+loses its caller: when the OAUTHBEARER token it logged in with expires (a client
+reconnects with a new one; `session_lifetime_ms` stays 0, so clients do not try
+KIP-368's re-authentication on the connection), or when a change of users takes
+the user away (deleted, password changed). Grants are checked on every request, so
+a revoked grant applies to the next one. Undecodable bytes and unknown APIs close it too;
 ApiVersions of an unknown version is answered with UNSUPPORTED_VERSION and the
 versions served (the client retries with one of them).
 """
@@ -18,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -40,6 +46,7 @@ from weir.protocols.kafka.framing import FrameReader, FrameSizeError
 from weir.protocols.kafka.group_api import GroupHandlers
 from weir.protocols.kafka.produce import ProduceHandlers
 from weir.protocols.kafka.sasl import SaslExchange
+from weir.security.authenticator import BearerToken
 from weir.security.principal import ANONYMOUS, Principal
 
 if TYPE_CHECKING:
@@ -71,6 +78,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.peer_host = ""
         self.principal: Principal | None = None
         self.sasl: SaslExchange | None = None
+        self._credential: BearerToken | None = None  # an OAUTHBEARER token: it expires
+        self._expires_at: float | None = None
+        self._fingerprint: bytes | None = None  # a password user's, at login
+        self._stop_watching: Callable[[], None] | None = None
         self._frames = FrameReader(front.config.max_request_bytes, self._dispatch)
         self._answers: deque[tuple[Api, RequestHeader, asyncio.Task[Message | None]]] = deque()
         self._more = asyncio.Event()
@@ -160,6 +171,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._writable.set()
         for _, _, task in self._answers:
             task.cancel()
+        if self._stop_watching is not None:
+            self._stop_watching()
         self.front.connection_closed(self)
         if not self.closed.done():
             self.closed.set_result(None)
@@ -193,6 +206,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
             raise _Close(f"undecodable request: {exc}") from None
         if self.principal is None and api.key not in UNAUTHENTICATED_APIS:
             raise _Close(f"{api.name} before authentication")
+        if self._expires_at is not None and time.time() >= self._expires_at:
+            raise _Close(f"{api.name} after the OAUTHBEARER token expired")
         self._queue(api, header, self.handlers[api.key](header, body))
 
     def _queue(self, api: Api, header: RequestHeader, coro: Awaitable[Message | None]) -> None:
@@ -291,9 +306,36 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 "error_message": err.message,
             }
         if principal is not None:
-            self.principal = principal
+            self._logged_in(principal, self.sasl.credential)
             self.sasl = None
         return {"error_code": 0, "auth_bytes": reply, "session_lifetime_ms": 0}
+
+    def _logged_in(self, principal: Principal, credential: BearerToken | None) -> None:
+        """Watch the caller from now on: see the module docstring."""
+        self.principal = principal
+        self._credential = credential
+        self._expires_at = self.security.expires_at(credential)
+        self._fingerprint = (
+            self.security.fingerprint(principal.name) if credential is None else None
+        )
+        if self._stop_watching is None:
+            self._stop_watching = self.security.watch(self._recheck, lambda: self._credential)
+
+    def _recheck(self) -> None:
+        if self._closing or self.principal is None:
+            return
+        if self._credential is not None:
+            err = self.security.still_allowed(self._credential, self.principal, [])
+            why = err.message if err is not None else None
+        elif self.security.fingerprint(self.principal.name) != self._fingerprint:
+            why = "the user was deleted or its password changed"
+        else:
+            why = None
+        if why is not None:
+            log.info("Kafka connection ended: %s", why, extra={"peer": self.peer_host})
+            self.close()
+            for _, _, task in self._answers:
+                task.cancel()
 
 
 class _Close(Exception):

@@ -32,6 +32,7 @@ class SaslExchange:
         self.peer = peer
         self._scram = security.scram_exchange(mechanism) if mechanism.startswith("SCRAM-") else None
         self._scram_started = False
+        self.credential: BearerToken | None = None  # OAUTHBEARER's token, once it passed
 
     async def step(self, data: bytes) -> tuple[bytes, Principal | None]:
         """The server's answer to the client's bytes and, once done, the principal."""
@@ -68,4 +69,6 @@ class SaslExchange:
                 token = value[7:].strip()
         if not token:
             raise UnauthorizedError("SASL OAUTHBEARER: no bearer token")
-        return self.security.authenticate(BearerToken(token))
+        principal = self.security.authenticate(BearerToken(token))
+        self.credential = BearerToken(token)
+        return principal

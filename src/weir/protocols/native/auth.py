@@ -89,7 +89,10 @@ async def _watched(
     credential: Credential | None,
 ) -> Any:
     """Run a stream and end it (with the reason, as its status) as soon as a change of users
-    or grants takes away what it needs: a revoked user's stream does not outlive it."""
+    or grants takes away what it needs, or its token expires: a revoked user's stream does
+    not outlive it, nor a stream its token's lifetime (a weir token's expiry ends it with the
+    retryable TOKEN_REJECTED, and the SDK logs in again and reopens it; a JWT's with
+    UNAUTHENTICATED: the client needs a new one)."""
     checks: list[tuple[object, str, str]] = []
     current_checks.set(checks)  # filled by the authorization checks the stream passes
     task = asyncio.ensure_future(behavior(request, context))
@@ -103,7 +106,7 @@ async def _watched(
             ended.append(err)
             task.cancel()  # before that call answers: nothing sent after its answer lands
 
-    stop_watching = security.on_change(recheck)
+    stop_watching = security.watch(recheck, lambda: credential)
     try:
         try:
             return await task

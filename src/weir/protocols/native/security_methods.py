@@ -13,14 +13,14 @@ from weir.errors import BadRequestError
 from weir.protocols.native import weir_pb2 as pb
 from weir.protocols.native.unary import unary
 from weir.security import Security, audit, current_principal
-from weir.security.grants import Grant, make_grant, short_pattern
+from weir.security.grants import Grant, make_grant, short_resource
 
 
 def _fields(grant: Grant) -> dict[str, object]:
     return {
         "principal": grant.principal,
         "permission": grant.permission.value,
-        "resource": grant.resource,
+        "resource": short_resource(grant.kind, grant.resource),
     }
 
 
@@ -139,7 +139,7 @@ class SecurityMethods:
                 pb.GrantInfo(
                     principal=g.principal,
                     permission=g.permission.value,
-                    resource=short_pattern(g.resource),
+                    resource=short_resource(g.kind, g.resource),
                 )
                 for g in self.security.grants.list(request.principal)
             ]

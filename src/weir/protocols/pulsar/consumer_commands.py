@@ -341,19 +341,21 @@ class ConsumerCommands(ConnectionState):
             self.send(T(type=T.GET_LAST_MESSAGE_ID_RESPONSE, getLastMessageIdResponse=resp))
             return
         actor = self.broker.actor(c.topic, c.partition)
-        resp.last_message_id.CopyFrom(self._id_of(c, actor.end_offset - 1))
+        resp.last_message_id.CopyFrom(await self._id_of(c, actor.end_offset - 1))
         if isinstance(c, PulsarConsumer) and isinstance(c.sub, Subscription):
             mark = c.sub.parts[c.partition].cursor.mark_delete
         elif isinstance(c, PulsarReader):
             mark = c.position
         else:
             mark = actor.end_offset
-        resp.consumer_mark_delete_position.CopyFrom(self._id_of(c, mark - 1))
+        resp.consumer_mark_delete_position.CopyFrom(await self._id_of(c, mark - 1))
         self.send(T(type=T.GET_LAST_MESSAGE_ID_RESPONSE, getLastMessageIdResponse=resp))
 
-    def _id_of(self, c: ConsumerBase, offset: int) -> pb.MessageIdData:
+    async def _id_of(self, c: ConsumerBase, offset: int) -> pb.MessageIdData:
         """The id of the message at ``offset`` as deliveries name it (entry -1 for none)."""
-        found = stored_batch(self.broker, c.topic, c.partition, offset) if offset >= 0 else None
+        found = (
+            await stored_batch(self.broker, c.topic, c.partition, offset) if offset >= 0 else None
+        )
         if found is None:
             return pb.MessageIdData(
                 ledgerId=LEDGER if offset >= 0 else EARLIEST_ENTRY,

@@ -100,15 +100,16 @@ def _ranges(offsets: Iterable[int]) -> list[tuple[int, int]]:
     return out
 
 
-def stored_batch(
+async def stored_batch(
     broker: Broker, topic: str, partition: int, offset: int
 ) -> tuple[int, int, bool] | None:
     """(base offset, record count, delivered as a batch) of the stored batch holding
-    ``offset``; None when it is not stored (any more)."""
+    ``offset``; None when it is not stored (any more). Read through the actor's
+    `read_async`: an offloaded or large batch is fetched off the event loop."""
     actor = broker.actor(topic, partition)
     if not actor.start_offset <= offset < actor.end_offset:
         return None
-    res = actor.read(offset, 1, offset + 1)
+    res = await actor.read_async(offset, 1, offset + 1)
     if not res.chunks:
         return None
     for pos, h in iter_batches(res.chunks[0], verify=False):
@@ -186,11 +187,7 @@ class ConsumerBase:
             self.write(b"".join(out))
         return sent
 
-    def entry_ranges(self, mid: pb.MessageIdData) -> list[tuple[int, int]]:
-        """The offsets an acknowledgement of ``mid`` covers (see `ack_ranges`)."""
-        return self.ack_ranges(mid)
-
-    def ack_ranges(self, mid: pb.MessageIdData) -> list[tuple[int, int]]:
+    async def ack_ranges(self, mid: pb.MessageIdData) -> list[tuple[int, int]]:
         """What an individual acknowledgement of ``mid`` acknowledges: a whole entry, the
         messages of it this consumer was given; with an ack set (batch-index acks: bits
         still set are not acknowledged), exactly the messages whose bits are clear."""
@@ -200,7 +197,7 @@ class ConsumerBase:
         base = mid.entryId
         known = self.delivered.get(base)
         if known is None:
-            found = stored_batch(self.broker, self.topic, self.partition, base)
+            found = await stored_batch(self.broker, self.topic, self.partition, base)
             if found is None:
                 return []
             known = (found[1], list(range(found[0], found[0] + found[1])))
@@ -226,7 +223,7 @@ class ConsumerBase:
             self.delivered.pop(base, None)
         return _ranges(acked)
 
-    def last_of(self, mid: pb.MessageIdData) -> int | None:
+    async def last_of(self, mid: pb.MessageIdData) -> int | None:
         """The last offset a cumulative acknowledgement of ``mid`` covers: a whole entry, or
         with an ack set (batch-index acks) the messages before its first set bit."""
         off = offset_of(mid)
@@ -238,7 +235,7 @@ class ConsumerBase:
         if known is not None:
             base, count = mid.entryId, known[0]
         else:
-            found = stored_batch(self.broker, self.topic, self.partition, mid.entryId)
+            found = await stored_batch(self.broker, self.topic, self.partition, mid.entryId)
             if found is None:
                 return None
             base, count = found[0], found[1]
@@ -329,13 +326,15 @@ class PulsarConsumer(ConsumerBase):
             return  # a non-persistent subscription keeps no position
         if ack.ack_type == pb.CommandAck.Cumulative:
             for mid in ack.message_id:
-                last = self.last_of(mid)
+                last = await self.last_of(mid)
                 if last is None:
                     continue
                 await sub.acknowledge_cumulative(self.partition, last)
                 self.forget_through(last)
             return
-        ranges = [(self.partition, a, b) for mid in ack.message_id for a, b in self.ack_ranges(mid)]
+        ranges = [
+            (self.partition, a, b) for mid in ack.message_id for a, b in await self.ack_ranges(mid)
+        ]
         if not ranges:
             return
         try:

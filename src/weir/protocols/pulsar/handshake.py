@@ -68,7 +68,7 @@ class Handshake(ProducerCommands, ConsumerCommands):
             await self.close()
             return
         self.principal, self.credential = principal, credential
-        self._stop_watching = self.security.on_change(self._recheck)
+        self._stop_watching = self.security.watch(self._recheck, lambda: self.credential)
         version = min(c.protocol_version, PROTOCOL_VERSION)
         self.send(
             T(
@@ -82,7 +82,8 @@ class Handshake(ProducerCommands, ConsumerCommands):
         )
 
     def _recheck(self) -> None:
-        """Users or grants changed. A caller whose credential is refused now loses the
+        """Users or grants changed, or the credential expired. A caller whose credential is
+        refused now loses the
         connection; a producer or consumer whose grant went is closed by the server (the
         client tries again and is refused); the others go on."""
         assert self.principal is not None

@@ -21,7 +21,7 @@ from weir.broker.access import Claim
 from weir.broker.broker import Broker
 from weir.broker.producers import WriterToken
 from weir.broker.tenancy.limits import Lease
-from weir.errors import MessageTooLargeError, UnavailableError, WeirError
+from weir.errors import BadRequestError, MessageTooLargeError, UnavailableError, WeirError
 from weir.protocols.pulsar import pulsar_api_pb2 as pb
 from weir.protocols.pulsar.errors import as_weir_error, server_error
 from weir.protocols.pulsar.message_ids import LEDGER
@@ -41,6 +41,11 @@ class _Pending:
     sequence_id: int
     highest: int
     error: WeirError | None = None
+    # the Send's message can never be stored (it does not decode, or is over the limit):
+    # answered with ChecksumError, the one SendError after which a Pulsar client drops
+    # the message and fails its send; after any other it reconnects and resends it, for
+    # ever when it can never succeed
+    undecodable: bool = False
 
 
 @dataclass(eq=False)
@@ -89,6 +94,7 @@ class PulsarProducer:
             item.future = self.broker.submit(self.topic, self.partition, [inc], len(sent.batch))
         except Exception as err:
             item.error = as_weir_error(err)
+            item.undecodable = isinstance(item.error, BadRequestError)
         self.pending.append(item)
         self.wake.set()
 
@@ -120,7 +126,7 @@ class PulsarProducer:
                             send_error=pb.CommandSendError(
                                 producer_id=self.producer_id,
                                 sequence_id=item.sequence_id,
-                                error=server_error(err),
+                                error=pb.ChecksumError if item.undecodable else server_error(err),
                                 message=err.message,
                             ),
                         )

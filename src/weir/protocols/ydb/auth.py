@@ -110,7 +110,7 @@ class Authenticator:
                 ended = True
                 stream.end_access(err)
 
-        stop_watching = self.security.on_change(recheck)
+        stop_watching = self.security.watch(recheck, lambda: stream.credential)
         try:
             yield
         finally:
