@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 from selenium.webdriver.common.by import By
-from selenium.webdriver.support.ui import WebDriverWait
 
 from tests.cli.conftest import Weir
 from tests.conftest import ServerProcess
@@ -23,6 +22,7 @@ from tests.console.test_browser import (
     shot,
     text,
     visit,
+    wait,
     wait_url,
 )
 from weir.client import Client
@@ -177,9 +177,7 @@ def test_a_bad_skip_is_refused_by_the_server_too(
     form.find_element(By.NAME, "count").send_keys("-3")
     form.find_element(By.CSS_SELECTOR, "button").click()
     confirm(browser, accept=True)
-    WebDriverWait(browser, WAIT_S).until(
-        lambda d: d.find_elements(By.CSS_SELECTOR, "#flash .error")
-    )
+    wait(browser).until(lambda d: d.find_elements(By.CSS_SELECTOR, "#flash .error"))
     assert "count must not be negative" in text(browser, "#flash .error")
     assert client.describe_subscription("jobs", "workers").backlog == 7
 
