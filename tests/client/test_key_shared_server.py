@@ -5,7 +5,8 @@ of key k reaches a consumer only when every earlier message of k is acknowledged
 by that consumer), (2) nothing is delivered again once its ack was sent, and (3) nothing
 is lost: at the end one consumer takes and acknowledges the rest and the backlog is 0.
 
-The model is conservative: an ack is recorded before it is sent and a leaving
+Keys are split over the consumers automatically, or (``sticky``) each consumer claims
+a random share of the slot ranges nobody holds yet. The model is conservative: an ack is recorded before it is sent and a leaving
 consumer's messages are released before it closes, so the server can never act on
 something the model does not know yet. The default run keeps a few examples on the
 session's shared server; ``slow`` (`make soak`) runs many more."""
@@ -25,6 +26,7 @@ from tests.conftest import ServerProcess
 from weir.client.subscription import ReceivedMessage, SubscriptionConsumer
 
 KEYS = 5
+STICKY = [(i * 8192, i * 8192 + 8191) for i in range(8)]  # the slots, in 8 ranges
 _topics = itertools.count()
 
 
@@ -60,7 +62,7 @@ class Model:
             self.held_by[o] = who
 
 
-async def run(endpoint: str, schedule: list[tuple[str, int]], seed: int) -> Model:
+async def run(endpoint: str, schedule: list[tuple[str, int]], seed: int, sticky: bool) -> Model:
     rng = random.Random(seed)
     model = Model()
     topic = f"ks_server_{next(_topics)}_{seed}"
@@ -68,6 +70,7 @@ async def run(endpoint: str, schedule: list[tuple[str, int]], seed: int) -> Mode
         await client.create_topic(topic, partitions=1)
         await client.create_subscription(topic, "k", type="key_shared", initial_position="earliest")
         consumers: dict[str, SubscriptionConsumer] = {}
+        claimed: dict[str, list[tuple[int, int]]] = {}  # sticky: each consumer's ranges
         written = 0
         async with client.writer(topic, producer_id="w") as w:
 
@@ -80,13 +83,21 @@ async def run(endpoint: str, schedule: list[tuple[str, int]], seed: int) -> Mode
                     written += 1
                 await w.flush()
 
-            async def join(name: str, queue: int) -> None:
+            async def join(name: str, queue: int, ranges: list[tuple[int, int]] | None) -> None:
+                if sticky and ranges is None:  # a random share of what is not claimed yet
+                    taken = {r for rs in claimed.values() for r in rs}
+                    ranges = [r for r in STICKY if r not in taken and rng.random() < 0.5]
+                    if not ranges:
+                        return
+                if ranges:
+                    claimed[name] = ranges
                 c = client.subscribe(
                     topic,
                     "k",
                     type="key_shared",
                     consumer_name=name,
                     receiver_queue_size=queue,
+                    sticky_ranges=ranges,
                 )
                 consumers[name] = await c.wait_connected()
 
@@ -105,6 +116,7 @@ async def run(endpoint: str, schedule: list[tuple[str, int]], seed: int) -> Mode
 
             async def leave(name: str) -> None:
                 c = consumers.pop(name)
+                claimed.pop(name, None)
                 for o in [o for o, who in model.held_by.items() if who == name]:
                     del model.held_by[o]  # unacknowledged: the server delivers it again
                 await c.close()
@@ -114,7 +126,7 @@ async def run(endpoint: str, schedule: list[tuple[str, int]], seed: int) -> Mode
                 if action == "write":
                     await write(1 + arg % 20)
                 elif action == "join":
-                    await join(f"c{n}", 1 + arg % 10)
+                    await join(f"c{n}", 1 + arg % 10, None)
                 elif action == "leave" and names:
                     await leave(names[arg % len(names)])
                 elif action == "take" and names:
@@ -123,8 +135,11 @@ async def run(endpoint: str, schedule: list[tuple[str, int]], seed: int) -> Mode
                     await ack(names[arg % len(names)], (arg % 10) / 9)
             for name in sorted(consumers):
                 await leave(name)
+            async with asyncio.timeout(30):  # the server has let them go (sticky: the ranges)
+                while (await client.describe_subscription(topic, "k")).consumers:
+                    await asyncio.sleep(0.01)
             # the end: one consumer with room for everything takes and acknowledges the rest
-            await join("last", written + 1)
+            await join("last", written + 1, [(0, 65535)] if sticky else None)
             async with asyncio.timeout(30):
                 while len(model.acked) < written:
                     await take("last", 1.0)
@@ -146,24 +161,24 @@ SCHEDULES = st.lists(
 )
 
 
-def check(endpoint: str, schedule: list[tuple[str, int]], seed: int) -> None:
+def check(endpoint: str, schedule: list[tuple[str, int]], seed: int, sticky: bool) -> None:
     start = [("write", 10), ("join", 4), ("join", 2), ("take", 0)]
-    model = asyncio.run(run(endpoint, start + schedule, seed))
+    model = asyncio.run(run(endpoint, start + schedule, seed, sticky))
     assert not model.violations, model.violations[:5]
 
 
 @settings(max_examples=5, deadline=None)
-@given(SCHEDULES, st.integers(0, 2**31))
+@given(SCHEDULES, st.integers(0, 2**31), st.booleans())
 def test_key_shared_through_a_server_keeps_keys_and_order_while_consumers_come_and_go(
-    shared_server: ServerProcess, schedule: list[tuple[str, int]], seed: int
+    shared_server: ServerProcess, schedule: list[tuple[str, int]], seed: int, sticky: bool
 ) -> None:
-    check(shared_server.endpoint, schedule, seed)
+    check(shared_server.endpoint, schedule, seed, sticky)
 
 
 @pytest.mark.slow
 @settings(max_examples=150, deadline=None)
-@given(SCHEDULES, st.integers(0, 2**31))
+@given(SCHEDULES, st.integers(0, 2**31), st.booleans())
 def test_key_shared_through_a_server_many_schedules(
-    shared_server: ServerProcess, schedule: list[tuple[str, int]], seed: int
+    shared_server: ServerProcess, schedule: list[tuple[str, int]], seed: int, sticky: bool
 ) -> None:
-    check(shared_server.endpoint, schedule, seed)
+    check(shared_server.endpoint, schedule, seed, sticky)
