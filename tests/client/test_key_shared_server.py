@@ -2,7 +2,8 @@
 property test over random write / join / leave / receive / ack schedules. Whatever the
 schedule, (1) a key is held by one consumer at a time and per-key order holds (a message
 of key k reaches a consumer only when every earlier message of k is acknowledged or held
-by that consumer), (2) nothing is delivered again once its ack was sent, and (3) nothing
+by that consumer), (2) nothing is delivered again once its ack was sent, and what is
+delivered again comes with its redelivery count raised, and (3) nothing
 is lost: at the end one consumer takes and acknowledges the rest and the backlog is 0.
 
 Keys are split over the consumers automatically, or (``sticky``) each consumer claims
@@ -37,6 +38,7 @@ class Model:
         self.key: dict[int, bytes] = {}
         self.held_by: dict[int, str] = {}
         self.acked: set[int] = set()
+        self.count: dict[int, int] = {}  # the redelivery count each was last received with
         self.violations: list[str] = []
 
     def received(self, who: str, msgs: list[ReceivedMessage]) -> None:
@@ -59,6 +61,9 @@ class Model:
                     and earlier not in self.held_by
                 ):
                     self.violations.append(f"{o} (key {k!r}) went to {who} before {earlier}")
+            if o in self.count and m.redelivery_count <= self.count[o]:
+                self.violations.append(f"{o} came again with count {m.redelivery_count}")
+            self.count[o] = m.redelivery_count
             self.held_by[o] = who
 
 
