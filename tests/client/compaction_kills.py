@@ -50,16 +50,20 @@ TOPIC = "kv"
 PARTITIONS = 2
 WRITERS = ("p0", "p1")
 ID_HEADER = "id"
-# points that every run reaches (each partition has new data, so at least one blob job)
-SURE_POINTS = (
+# points to hold a run at; every run reaches the first ones (each partition has new
+# data, so at least one job of view blobs); "end": no hold, the kill comes after the run
+BLOB_POINTS = ("blob-batch:1", "blob-batch:2")
+POINTS = (
     "scanned:1",
     "scanned:2",
-    "blob-batch:1",
-    "blob-batch:2",
+    *BLOB_POINTS,
+    "blob-batch:3",
+    "blob-batch:4",
+    "blob-batch:6",
     "published:1",
     "published:2",
+    "end",
 )
-POINTS = (*SURE_POINTS, "blob-batch:3", "blob-batch:4", "blob-batch:6", "end")
 
 
 @dataclass
@@ -230,8 +234,10 @@ class CompactionKills:
             self._await(f"writer {w.label}'s ack callbacks", answered)
 
     def run(self) -> Report:
-        points = [self.rng.choice(SURE_POINTS)]  # the first kill is always mid-run
+        # one kill at least with blobs of a new view durable and the view unpublished
+        points = [self.rng.choice(BLOB_POINTS)]
         points += [self.rng.choice(POINTS) for _ in range(self.s.kills - 1)]
+        self.rng.shuffle(points)
         self._start(points[0])
         try:
             with weir.Client(self.server.endpoint) as c:

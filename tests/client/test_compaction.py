@@ -84,8 +84,8 @@ def test_tombstones_and_bad_requests(shared_server: ServerProcess, topic_name: s
 
 
 def test_kill_9_at_random_points_of_compaction_runs(tmp_path: Path) -> None:
-    """kill -9 at three points of compaction runs drawn from the chaos seed (the first
-    mid-run), writers writing throughout: judged by the history checker and a dict model
+    """kill -9 at three points of compaction runs drawn from the chaos seed (one at least
+    with blobs of an unpublished view durable), writers writing throughout: judged by the history checker and a dict model
     of the acknowledged writes (`tests.client.compaction_kills`)."""
     run_compaction_kills(tmp_path, KillSettings(kills=3, seed=SEED))
 
