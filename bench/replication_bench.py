@@ -1,6 +1,7 @@
 """Replicated adds: a ledger on 3 local bookies (E=WQ=3, AQ=2) beside one bookie (E=WQ=AQ=1).
 
     python bench/replication_bench.py [--dir DIR] [--seconds 5] [--size 1024] [--window 1,64]
+    python -m bench.run --workloads replication --systems weir-bookies   # the same, in the harness
 
 Starts a ZooKeeper and 3 bookie processes on loopback (weir.replication.local_cluster),
 then for each case writes entries of ``--size`` bytes for ``--seconds`` with
@@ -41,8 +42,15 @@ class Row:
 
 
 async def run_case(
-    hosts: str, root: str, quorums: tuple[int, int, int], window: int, size: int, seconds: float
+    hosts: str,
+    root: str,
+    quorums: tuple[int, int, int],
+    window: int,
+    size: int,
+    seconds: float,
+    max_entries: int = 0,
 ) -> Row:
+    """Adds for ``seconds``, or until ``max_entries`` were started (0: no cap)."""
     payload = b"x" * size
     latencies: list[float] = []
     async with LedgerClient(hosts, root=root) as client:
@@ -50,7 +58,9 @@ async def run_case(
         in_flight: set[asyncio.Future[int]] = set()
         t0 = time.perf_counter()
         deadline = t0 + seconds
-        while time.perf_counter() < deadline:
+        started_count = 0
+        while time.perf_counter() < deadline and not (max_entries and started_count >= max_entries):
+            started_count += 1
             started = time.perf_counter()
             fut = lh.add_async(payload)
 
@@ -81,29 +91,26 @@ async def run_case(
     )
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    ap.add_argument("--dir", default=None)
-    ap.add_argument("--seconds", type=float, default=5.0)
-    ap.add_argument("--size", type=int, default=1024)
-    ap.add_argument("--window", default="1,64")
-    ap.add_argument("--json", default=None)
-    args = ap.parse_args()
-    workdir = Path(args.dir or tempfile.mkdtemp(prefix="weir-repl-bench-"))
+CASES = ((1, 1, 1), (3, 3, 2))  # one bookie (single-node storage), then E=WQ=3 AQ=2
+
+
+def run_all(
+    workdir: Path, seconds: float, size: int, windows: tuple[int, ...], max_entries: int = 0
+) -> list[Row]:
+    """Start a ZooKeeper and 3 bookies under ``workdir``, run every case, stop them."""
     rows: list[Row] = []
     with LocalCluster(workdir, bookies=3) as cluster:
-        for quorums in ((1, 1, 1), (3, 3, 2)):
-            for window in (int(w) for w in args.window.split(",")):
+        for quorums in CASES:
+            for window in windows:
                 row = asyncio.run(
                     run_case(
                         cluster.zookeeper.hosts,
                         cluster.root,
                         quorums,
                         window,
-                        args.size,
-                        args.seconds,
+                        size,
+                        seconds,
+                        max_entries,
                     )
                 )
                 rows.append(row)
@@ -112,6 +119,23 @@ def main() -> None:
                     f"{row.mb_per_s:6} MB/s  p50 {row.p50_ms} ms  p99 {row.p99_ms} ms",
                     flush=True,
                 )
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--dir", default=None)
+    ap.add_argument("--seconds", type=float, default=5.0)
+    ap.add_argument("--size", type=int, default=1024)
+    ap.add_argument("--window", default="1,64")
+    ap.add_argument("--entries", type=int, default=0, help="cap of adds per case (0: none)")
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    workdir = Path(args.dir or tempfile.mkdtemp(prefix="weir-repl-bench-"))
+    ap_windows = tuple(int(w) for w in args.window.split(","))
+    rows = run_all(workdir, args.seconds, args.size, ap_windows, args.entries)
     if args.json:
         Path(args.json).write_text("\n".join(json.dumps(asdict(r)) for r in rows) + "\n")
 

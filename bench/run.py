@@ -5,6 +5,7 @@
     python -m bench.run --systems weir-native --quick --reps 1     # iterate on weir (~1 min)
     python -m bench.run --workloads produce,latency --systems weir-native,redis-aof-always
     python -m bench.run --workloads pulsar --systems weir-pulsar,pulsar-null --quick
+    python -m bench.run --workloads replication --systems weir-bookies --quick --no-profile
 
 Every chosen server is started once (127.0.0.1 only, fresh data dirs, stopped
 by PID at the end), then each repetition walks the workloads and, inside each
@@ -15,7 +16,9 @@ latency (fixed rate, ack and end-to-end), ydb (the ydb SDK against weir's YDB
 front and against a null server), pulsar (pulsar-client against weir's Pulsar front
 and against a null server), partitions (weir: fsyncs/s as partitions
 grow), subscriptions (weir: Shared consume with individual acks by 1 and 4
-consumer processes, and the cursor cost of scattered acks), disk (append + fdatasync).
+consumer processes, and the cursor cost of scattered acks), disk (append + fdatasync),
+replication (system weir-bookies: replicated ledger adds, E=WQ=3 AQ=2 on 3 bookies
+beside one bookie).
 After the repetitions an unmeasured pass
 records the weir server with py-spy during its produce, consume, latency,
 many-partitions and ydb runs and writes the top functions.
@@ -52,7 +55,7 @@ if __package__ in (None, ""):  # run as a script: make `bench` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import kafka_workloads as kafka_wl
-from bench import plots, report, server_profile
+from bench import plots, replication_bench, report, server_profile
 from bench import pulsar_workloads as pulsar_wl
 from bench import subscription_bench as sub_bench
 from bench import weir_workloads as weir_wl
@@ -74,6 +77,7 @@ ALL = [
     "pulsar-null",
     "weir-kafka",
     "kafka-null",
+    "weir-bookies",
     "disk",
 ]
 WORKLOADS = [
@@ -86,6 +90,7 @@ WORKLOADS = [
     "subscriptions",
     "disk",
     "txn",
+    "replication",
 ]
 RESULTS = Path(__file__).resolve().parent / "results"
 PEER_RESULTS = Path(__file__).resolve().parent / "peers" / "results"
@@ -104,6 +109,7 @@ class Plan:
     ydb_batched: int  # messages written with write([100])
     partitions: tuple[int, ...]
     partitions_messages: int
+    replication_entries: int = 0  # adds per replication case (0: capped by time only)
     producers: tuple[int, ...] = (1, 4)
     consumers: tuple[int, ...] = (1, 2)
 
@@ -123,6 +129,7 @@ def make_plan(args: argparse.Namespace) -> Plan:
         ydb_batched=50_000 if quick else 300_000,
         partitions=tuple(int(p) for p in args.partitions.split(",")),
         partitions_messages=100_000 if quick else 300_000,
+        replication_entries=args.replication_entries or (20_000 if quick else 100_000),
     )
 
 
@@ -628,6 +635,44 @@ def run_transactions(lab: Lab, plan: Plan, rep: int, sink: Sink) -> None:
         )
 
 
+def run_replication(lab: Lab, plan: Plan, rep: int, sink: Sink) -> None:
+    """Replicated adds of 1 KiB (bench/replication_bench.py): a ledger on 3 bookie processes
+    (E=WQ=3, AQ=2) beside one bookie (E=WQ=AQ=1, single-node storage), one add at a time
+    and 64 in flight. Its own ZooKeeper and bookies, started and stopped here."""
+    name = "weir-bookies"
+    try:
+        rows = replication_bench.run_all(
+            lab.data_root / f"replication-{rep}",
+            plan.max_seconds,
+            1024,
+            (1, 64),
+            plan.replication_entries,
+        )
+    except Exception:
+        sink.error(name, "replication", rep, traceback.format_exc())
+        return
+    for row in rows:
+        one = row.case == "E=1 WQ=1 AQ=1"
+        r = Result(
+            system=name,
+            workload=f"ledger add {row.case}{' (one bookie)' if one else ''} w={row.window} 1KB",
+            messages=row.entries,
+            bytes=row.entries * row.size,
+            seconds=row.seconds,
+            fsync_before_ack=True,
+            p50_ms=row.p50_ms,
+            p99_ms=row.p99_ms,
+            extra={"window": row.window, "quorums": row.case},
+        )
+        sink.add(r, rep, weir_version())
+
+
+def weir_version() -> str:
+    import weir
+
+    return weir.__version__
+
+
 def run_kafka_transactions(lab: Lab, plan: Plan, rep: int, sink: Sink) -> None:
     """confluent-kafka on weir's Kafka front: transactions of 1, 100 and 10,000 messages of
     100 B, each beside an acks=all produce of the same messages measured just before it."""
@@ -674,6 +719,7 @@ def run_kafka_transactions(lab: Lab, plan: Plan, rep: int, sink: Sink) -> None:
 
 
 RUNNERS: dict[str, Callable[[Lab, Plan, int, Sink], None]] = {
+    "replication": run_replication,
     "txn": run_transactions,
     "produce": run_throughput,
     "latency": run_latency,
@@ -876,6 +922,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--latency-rate", type=int, default=5000)
     ap.add_argument("--latency-seconds", type=float, help="quick 5, full 10")
     ap.add_argument("--partitions", default="1,10,100,1000", help="partition counts")
+    ap.add_argument(
+        "--replication-entries", type=int, help="adds per replication case (quick 20k, full 100k)"
+    )
     ap.add_argument("--no-profile", action="store_true", help="skip the py-spy pass")
     ap.add_argument("--budget-minutes", type=float, help="start no repetition after this long")
     ap.add_argument("--out", type=Path, default=RESULTS)
@@ -895,6 +944,8 @@ def main(argv: list[str] | None = None) -> int:
     chosen = [s for s in ALL if s in chosen]
     if "disk" not in chosen and "disk" in workloads:
         workloads.remove("disk")
+    if "weir-bookies" not in chosen and "replication" in workloads:
+        workloads.remove("replication")
     # SIGTERM -> KeyboardInterrupt, so `finally` stops every server
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     args.out.mkdir(parents=True, exist_ok=True)

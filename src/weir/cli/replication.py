@@ -1,8 +1,8 @@
 """`weir bookie`, `weir ledger`, `weir cluster`: replicated ledgers from the command line.
 
 ``weir bookie serve`` runs one bookie; ``weir cluster up`` a ZooKeeper and N bookies on
-loopback for development; ``weir bookie list``, ``weir ledger list|describe|recover`` and
-``weir cluster audit`` are for operators. Every command finds the cluster through ``--zk`` (``WEIR_ZK``) and
+loopback for development; ``weir cluster auditor`` an elected auditor; ``weir bookie
+list``, ``weir ledger list|describe|recover`` and ``weir cluster audit`` are for operators. Every command finds the cluster through ``--zk`` (``WEIR_ZK``) and
 ``--zk-root``.
 """
 
@@ -50,6 +50,17 @@ def bookie_serve(
         "127.0.0.1:3181"
     ),
     rack: Annotated[str, typer.Option("--rack", help="A placement label.")] = "",
+    metrics_listen: Annotated[
+        str,
+        typer.Option("--metrics-listen", help="HOST:PORT of /metrics, /healthz (off unless set)."),
+    ] = "",
+    tls_cert: Annotated[
+        str, typer.Option("--tls-cert", help="The bookie's certificate (PEM): TLS only.")
+    ] = "",
+    tls_key: Annotated[str, typer.Option("--tls-key", help="Its private key (PEM).")] = "",
+    tls_ca: Annotated[
+        str, typer.Option("--tls-ca", help="The CA (PEM) that signs the clients' certificates.")
+    ] = "",
 ) -> None:
     """Run one bookie until SIGTERM / Ctrl-C; registered in ZooKeeper while it runs."""
     from weir.replication.bookie.__main__ import parse_args
@@ -58,6 +69,11 @@ def bookie_serve(
     argv = ["--data-dir", str(data_dir), "--listen", listen, "--zk", zk, "--zk-root", zk_root]
     if rack:
         argv += ["--rack", rack]
+    if metrics_listen:
+        argv += ["--metrics-listen", metrics_listen]
+    for flag, value in (("--tls-cert", tls_cert), ("--tls-key", tls_key), ("--tls-ca", tls_ca)):
+        if value:
+            argv += [flag, value]
     asyncio.run(run_bookie(parse_args(argv)))
 
 
@@ -94,12 +110,12 @@ def bookie_decommission(
     """Move a stopped bookie's share of every closed ledger to other bookies."""
     from weir.cli.common import CliError, plural
     from weir.replication.ledger.auditor import Auditor
+    from weir.replication.ledger.auditor_election import audit_once_exclusively
 
     async def body(client: LedgerClient) -> dict[int, list[str]]:
-        auditor = Auditor(client)
-        if bookie in await auditor.registered():
+        if bookie in await Auditor(client).registered():
             raise CliError(f"bookie {bookie} is still registered: stop it first")
-        return await auditor.audit_once({bookie})
+        return await audit_once_exclusively(client, _operator(), {bookie})
 
     fixed = _with_client(zk, zk_root, body)
     for lid in sorted(fixed):
@@ -107,11 +123,32 @@ def bookie_decommission(
     output.stdout.out(f"bookie {bookie} decommissioned ({plural(len(fixed), 'ledger')} moved)")
 
 
+def _operator() -> str:
+    """An operator's one-off pass, as named in the auditor election."""
+    import os
+    import socket
+
+    return f"operator {socket.gethostname()}:{os.getpid()}"
+
+
 def _with_client(zk: str, zk_root: str, body: Callable[[LedgerClient], Awaitable[T]]) -> T:
+    """Run ``body`` with a ledger client; mutual TLS to the bookies when
+    ``WEIR_BOOKIE_TLS_CA``, ``WEIR_BOOKIE_TLS_CERT`` and ``WEIR_BOOKIE_TLS_KEY`` are set."""
+    import os
+
     from weir.replication.ledger import LedgerClient
+    from weir.replication.tls import BookieTls
+
+    files = [os.environ.get(f"WEIR_BOOKIE_TLS_{k}", "") for k in ("CA", "CERT", "KEY")]
+    if any(files) and not all(files):
+        raise SystemExit(
+            "error: bookie TLS needs all of WEIR_BOOKIE_TLS_CA, WEIR_BOOKIE_TLS_CERT and "
+            "WEIR_BOOKIE_TLS_KEY"
+        )
+    tls = BookieTls(*(Path(f) for f in files)) if all(files) else None
 
     async def go() -> T:
-        async with LedgerClient(zk, root=zk_root) as client:
+        async with LedgerClient(zk, root=zk_root, tls=tls) as client:
             return await body(client)
 
     return asyncio.run(go())
@@ -234,11 +271,12 @@ def cluster_up(
 def cluster_audit(
     zk: Zk = "127.0.0.1:2181", zk_root: ZkRoot = DEFAULT_ROOT, json: Json = False
 ) -> None:
-    """Re-replicate closed ledgers' entries held by bookies no longer registered (lost)."""
-    from weir.replication.ledger.auditor import Auditor
+    """Re-replicate closed ledgers' entries held by bookies no longer registered (lost);
+    refused while an elected auditor (weir cluster auditor) runs."""
+    from weir.replication.ledger.auditor_election import audit_once_exclusively
 
     async def body(client: LedgerClient) -> dict[int, list[str]]:
-        return await Auditor(client).audit_once()
+        return await audit_once_exclusively(client, _operator())
 
     fixed = _with_client(zk, zk_root, body)
     if json:
@@ -248,3 +286,42 @@ def cluster_audit(
         output.stdout.out("every closed ledger has its bookies")
     for lid, lost in sorted(fixed.items()):
         output.stdout.out(f"ledger {lid}: re-replicated the entries of {' '.join(lost)}")
+
+
+@cluster_app.command("auditor")
+def cluster_auditor(
+    zk: Zk = "127.0.0.1:2181",
+    zk_root: ZkRoot = DEFAULT_ROOT,
+    interval: Annotated[
+        float, typer.Option("--interval", help="Seconds between audits while leading.")
+    ] = 10.0,
+    grace: Annotated[
+        float,
+        typer.Option("--grace", help="Seconds a bookie must be gone before its share is copied."),
+    ] = 60.0,
+    identifier: Annotated[
+        str, typer.Option("--id", help="This auditor's name in the election (host:pid).")
+    ] = "",
+) -> None:
+    """Run an auditor until SIGTERM / Ctrl-C: the elected one of several re-replicates
+    the share of lost bookies, the others stand by to take over."""
+    import logging
+    import os
+    import socket
+
+    from weir.replication.ledger.auditor_election import ElectedAuditor
+
+    logging.basicConfig(
+        level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s"
+    )
+    logging.getLogger("weir.replication").setLevel(logging.INFO)
+    name = identifier or f"{socket.gethostname()}:{os.getpid()}"
+
+    async def body(client: LedgerClient) -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await ElectedAuditor(client, name).run(interval, grace, stop)
+
+    _with_client(zk, zk_root, body)

@@ -94,3 +94,17 @@ class ManagedLogFailedError(RetryableError):
     recovers the last ledger and finds out what was written."""
 
     code = "MANAGED_LOG_FAILED"
+
+
+class LeadershipLostError(RetryableError):
+    """This auditor no longer leads the election (its ZooKeeper session ended or its lock
+    node is gone): it must stop acting; the new leader redoes what was left."""
+
+    code = "LEADERSHIP_LOST"
+
+
+class AuditorBusyError(RetryableError):
+    """An elected auditor is running: it re-replicates on its own, and a one-off pass beside
+    it would be two auditors acting at once."""
+
+    code = "AUDITOR_BUSY"

@@ -12,6 +12,7 @@ import contextlib
 import logging
 import signal
 import sys
+from pathlib import Path
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
@@ -20,8 +21,10 @@ from kazoo.retry import KazooRetry
 from weir.replication.bookie.disk_space import DEFAULT_MIN_DISK_FREE, SpacePolicy
 from weir.replication.bookie.garbage_collector import collect
 from weir.replication.bookie.ledger_storage import LmdbLedgerStorage
+from weir.replication.bookie.metrics import BookieMetrics, BookieMetricsEndpoint
 from weir.replication.bookie.service import Bookie
 from weir.replication.registry import DEFAULT_ROOT, BookieRegistration, ledgers_path
+from weir.replication.tls import BookieTls
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -56,7 +59,21 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=5.0,
         help="seconds between disk checks (a read-only bookie turns writable again)",
     )
-    return ap.parse_args(argv)
+    ap.add_argument(
+        "--metrics-listen",
+        default="",
+        help="HOST:PORT of /metrics, /healthz, /readyz (port 0: any; empty: off)",
+    )
+    ap.add_argument("--tls-cert", default="", help="the bookie's certificate (PEM): TLS only")
+    ap.add_argument("--tls-key", default="", help="its private key (PEM)")
+    ap.add_argument(
+        "--tls-ca", default="", help="the CA (PEM) that signs the clients' certificates"
+    )
+    args = ap.parse_args(argv)
+    given = [bool(args.tls_cert), bool(args.tls_key), bool(args.tls_ca)]
+    if any(given) and not all(given):
+        ap.error("TLS needs all of --tls-cert, --tls-key and --tls-ca")
+    return args
 
 
 def _listed_ledgers(zk: KazooClient, root: str) -> set[int]:
@@ -85,9 +102,22 @@ async def collect_garbage(
 
 async def run(args: argparse.Namespace) -> None:
     host, _, port = args.listen.rpartition(":")
-    storage = LmdbLedgerStorage(args.data_dir)
+    metrics = BookieMetrics() if args.metrics_listen else None
+    storage = LmdbLedgerStorage(
+        args.data_dir, observer=metrics.on_commit if metrics is not None else None
+    )
     space = SpacePolicy(min_disk_free=args.min_disk_free, max_data_bytes=args.max_data_bytes)
-    bookie = Bookie(storage, space=space)
+    bookie = Bookie(storage, space=space, metrics=metrics)
+    endpoint = None
+    if metrics is not None:
+        metrics.bookie = bookie
+        endpoint = BookieMetricsEndpoint(metrics, args.metrics_listen)
+        await endpoint.start()
+        print(
+            f"bookie metrics listening on {endpoint.host}:{endpoint.port}",
+            file=sys.stderr,
+            flush=True,
+        )
     # Reconnect within a second of ZooKeeper coming back (kazoo's default backoff grows to
     # a minute): a bookie whose session expired must register again quickly.
     zk = KazooClient(
@@ -100,7 +130,12 @@ async def run(args: argparse.Namespace) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     try:
-        bound_host, bound_port = await bookie.serve(host or "127.0.0.1", int(port))
+        tls = None
+        if args.tls_cert:
+            tls = BookieTls(Path(args.tls_ca), Path(args.tls_cert), Path(args.tls_key))
+        bound_host, bound_port = await bookie.serve(
+            host or "127.0.0.1", int(port), tls.server_context() if tls else None
+        )
         bookie_id = f"{bound_host}:{bound_port}"
         await asyncio.to_thread(zk.start, 30)
         labels = {"rack": args.rack} if args.rack else {}
@@ -117,6 +152,8 @@ async def run(args: argparse.Namespace) -> None:
             loop.run_in_executor(None, registration.set_read_only, read_only)
 
         bookie.space.listeners.append(on_mode)
+        if metrics is not None:
+            metrics.ready = True
         print(f"bookie listening on {bookie_id}", file=sys.stderr, flush=True)
         gc = None
         if args.gc_interval > 0:
@@ -131,6 +168,8 @@ async def run(args: argparse.Namespace) -> None:
             await gc
         await asyncio.to_thread(registration.unregister)
     finally:
+        if endpoint is not None:
+            await endpoint.stop()
         await bookie.close()
         zk.stop()
         zk.close()

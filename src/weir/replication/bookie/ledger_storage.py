@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from weir.storage import kv
-from weir.storage.committer import GroupCommitter
+from weir.storage.committer import CommitObserver, GroupCommitter
 from weir.storage.kv import LmdbKV, Usage
 
 ENTRIES = "entries"
@@ -79,9 +79,16 @@ class LedgerStorage(Protocol):
 class LmdbLedgerStorage:
     """`LedgerStorage` on the storage layer's LMDB KV and its one group committer."""
 
-    def __init__(self, path: str | os.PathLike[str], *, sync: bool = True) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        sync: bool = True,
+        observer: CommitObserver | None = None,
+    ) -> None:
+        """``observer``: told (jobs, bytes, seconds) of each group commit (metrics)."""
         self.kv = LmdbKV(path, TABLES, sync=sync)
-        self.committer = GroupCommitter(self.kv, name="weir-bookie-journal")
+        self.committer = GroupCommitter(self.kv, observer=observer, name="weir-bookie-journal")
 
     def add_entry(
         self, ledger: int, entry: int, payload: bytes, state: StoredLedger

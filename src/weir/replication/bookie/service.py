@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ from weir.replication import protocol as p
 from weir.replication.bookie.disk_space import DiskSpaceMonitor, SpacePolicy
 from weir.replication.bookie.ledger_descriptor import LedgerDescriptor
 from weir.replication.bookie.ledger_storage import LedgerStorage
+from weir.replication.bookie.metrics import BookieMetrics
 from weir.replication.errors import LedgerFencedError
 
 log = logging.getLogger("weir.replication.bookie")
@@ -50,8 +52,10 @@ class Bookie:
         storage: LedgerStorage,
         limits: BookieLimits | None = None,
         space: SpacePolicy | None = None,
+        metrics: BookieMetrics | None = None,
     ) -> None:
         self.storage = storage
+        self.metrics = metrics  # None: not counted
         self.limits = limits or BookieLimits()
         self.space = DiskSpaceMonitor(storage.usage, space)
         self.in_flight = 0  # every connection's requests waiting for their commit
@@ -89,8 +93,11 @@ class Bookie:
             desc = self.ledgers[ledger] = LedgerDescriptor(self.storage, ledger, None)
         return desc
 
-    async def serve(self, host: str, port: int) -> tuple[str, int]:
-        self._server = await asyncio.start_server(self._connection, host, port)
+    async def serve(
+        self, host: str, port: int, tls: ssl.SSLContext | None = None
+    ) -> tuple[str, int]:
+        """Listen; with ``tls`` (a server context requiring client certificates) TLS only."""
+        self._server = await asyncio.start_server(self._connection, host, port, ssl=tls)
         addr = self._server.sockets[0].getsockname()
         return str(addr[0]), int(addr[1])
 
@@ -134,6 +141,9 @@ class _Connection:
             self.writer.write(p.encode_response(resp))
 
     def error(self, op: int, rid: int, status: p.Status, message: str) -> None:
+        metrics = self.bookie.metrics
+        if metrics is not None and op in (p.Op.ADD, p.Op.READ):
+            (metrics.adds if op == p.Op.ADD else metrics.reads).labels(status.name.lower()).inc()
         self.reply(
             p.ErrorResponse(
                 p.Op(op) if op in p.Op._value2member_map_ else p.Op.ADD, rid, status, message
@@ -220,6 +230,10 @@ class _Connection:
 
         def done(exc: BaseException | None) -> None:
             if exc is None:
+                metrics = self.bookie.metrics
+                if metrics is not None:
+                    metrics.adds.labels("ok").inc()
+                    metrics.add_bytes.inc(len(req.payload))
                 self.reply(p.AddResponse(req.request_id, req.ledger, req.entry))
             else:
                 status = p.Status.STORAGE_ERROR
@@ -266,6 +280,8 @@ class _Connection:
                     f"no entry {req.entry} of ledger {req.ledger} on this bookie",
                 )
             else:
+                if self.bookie.metrics is not None:
+                    self.bookie.metrics.reads.labels("ok").inc()
                 self.reply(p.ReadResponse(req.request_id, req.ledger, req.entry, desc.lac, data))
 
         self._after_fence(req, read)

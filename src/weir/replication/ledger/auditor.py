@@ -4,7 +4,8 @@ A bookie is lost when it is registered neither as available nor as read-only.
 A bookie that restarts comes back within seconds, so `Auditor.run` waits
 ``grace`` seconds of continuous absence before copying (BookKeeper's
 ``lostBookieRecoveryDelay``); `audit_once` acts at once (an operator's
-``weir cluster audit``, and the tests).
+``weir cluster audit``, and the tests). Several auditors elect one to act
+(`auditor_election.py`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import contextlib
 import logging
 import time
 
+from weir.replication.errors import LeadershipLostError
 from weir.replication.ledger.client import LedgerClient
 from weir.replication.ledger.metadata import LedgerState
 from weir.replication.ledger.rereplication_op import RereplicationOp
@@ -23,8 +25,11 @@ log = logging.getLogger("weir.replication.auditor")
 
 
 class Auditor:
-    def __init__(self, client: LedgerClient) -> None:
+    def __init__(self, client: LedgerClient, *, guard: str | None = None) -> None:
+        """``guard``: the lock node of an elected auditor (`auditor_election.py`): each
+        ledger's repair is recorded only while it exists, in one ZooKeeper transaction."""
         self.client = client
+        self.guard = guard
         self._missing_since: dict[str, float] = {}
 
     async def registered(self) -> set[str]:
@@ -46,8 +51,14 @@ class Auditor:
             if md.state != LedgerState.CLOSED:
                 continue
             for bookie in sorted(lost & {b for f in md.ensembles for b in f.bookies}):
+                await self._check_leadership()
                 op = RereplicationOp(
-                    lid, bookie, self.client.pool, self.client.store, self.client.available_bookies
+                    lid,
+                    bookie,
+                    self.client.pool,
+                    self.client.store,
+                    self.client.bookie_view,
+                    guard=self.guard,
                 )
                 await op.run()
                 fixed.setdefault(lid, []).append(bookie)
@@ -55,6 +66,17 @@ class Auditor:
                     "ledger %d: re-replicated %d entries of lost bookie %s", lid, op.copied, bookie
                 )
         return fixed
+
+    async def _check_leadership(self) -> None:
+        """Before copying: the guard node still exists and belongs to this session (the
+        recording transaction checks again)."""
+        if self.guard is None:
+            return
+        zk = self.client.zk
+        stat = await asyncio.to_thread(zk.exists, self.guard)
+        session = zk.client_id[0] if zk.client_id else None
+        if stat is None or stat.ephemeralOwner != session:
+            raise LeadershipLostError(f"{self.guard} is gone: no longer the elected auditor")
 
     async def _unregistered(self) -> set[str]:
         live = await self.registered()
@@ -74,6 +96,8 @@ class Auditor:
                 lost = {b for b, t in self._missing_since.items() if now - t >= grace}
                 if lost:
                     await self.audit_once(lost)
+            except LeadershipLostError:
+                raise
             except Exception as exc:  # a bookie or ZooKeeper away: next round
                 log.warning("audit failed: %s", exc)
             with contextlib.suppress(TimeoutError):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import ssl
 
 from weir.errors import BadRequestError, CommitFailedError, WeirError
 from weir.replication import protocol as p
@@ -48,8 +49,12 @@ class BookieClient:
         connect_timeout: float = 5.0,
         request_timeout: float = 30.0,
         connect_to: str | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
+        """``tls``: a client context (`weir.replication.tls.BookieTls.client_context`) for
+        a bookie that speaks TLS; the bookie id's host is the name its certificate must bear."""
         self.address = address
+        self.tls = tls
         # where to connect, when it is not the bookie's id (a proxy, a NAT'd address)
         self.connect_to = connect_to or address
         self.connect_timeout = connect_timeout
@@ -71,8 +76,12 @@ class BookieClient:
                 raise BookieUnavailableError(f"client of bookie {self.address} is closed")
             host, _, port = self.connect_to.rpartition(":")
             try:
+                server_name = self.address.rpartition(":")[0] if self.tls else None
                 reader, writer = await asyncio.wait_for(
-                    asyncio.open_connection(host, int(port)), self.connect_timeout
+                    asyncio.open_connection(
+                        host, int(port), ssl=self.tls, server_hostname=server_name
+                    ),
+                    self.connect_timeout,
                 )
             except (OSError, TimeoutError) as exc:
                 raise BookieUnavailableError(f"bookie {self.address}: {exc!r}") from None
@@ -175,8 +184,14 @@ class BookieClient:
 class BookiePool:
     """The client's connections, one per bookie address."""
 
-    def __init__(self, request_timeout: float = 30.0, routes: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        request_timeout: float = 30.0,
+        routes: dict[str, str] | None = None,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
         self._clients: dict[str, BookieClient] = {}
+        self.tls = tls
         self.request_timeout = request_timeout
         self.routes = routes or {}  # bookie id -> the address to connect to
 
@@ -187,6 +202,7 @@ class BookiePool:
                 address,
                 request_timeout=self.request_timeout,
                 connect_to=self.routes.get(address),
+                tls=self.tls,
             )
             self._clients[address] = client
         return client

@@ -12,10 +12,11 @@ from weir.errors import BadRequestError
 from weir.replication.ledger.bookie_client import BookiePool
 from weir.replication.ledger.handle import LedgerHandle, ReadHandle
 from weir.replication.ledger.metadata import Fragment, LedgerMetadata, LedgerState, MetadataStore
-from weir.replication.ledger.placement import place_ensemble
+from weir.replication.ledger.placement import BookieView, place_ensemble
 from weir.replication.ledger.recovery_op import LedgerRecoveryOp
 from weir.replication.ledger.rereplication_op import RereplicationOp
 from weir.replication.registry import DEFAULT_ROOT, available_bookies
+from weir.replication.tls import BookieTls
 
 
 class LedgerClient:
@@ -29,10 +30,12 @@ class LedgerClient:
         zk_timeout: float = 10.0,
         request_timeout: float = 30.0,
         routes: dict[str, str] | None = None,
+        tls: BookieTls | None = None,
     ) -> None:
         """``request_timeout``: seconds a bookie may take to answer one request before it
         counts as failed (the writer replaces it; recovery goes on without it).
-        ``routes``: bookie id -> the address to connect to, where it differs (NAT, a proxy)."""
+        ``routes``: bookie id -> the address to connect to, where it differs (NAT, a proxy).
+        ``tls``: mutual TLS to bookies that require it (`weir.replication.tls`)."""
         self.zk = KazooClient(
             hosts=zk_hosts,
             timeout=zk_timeout,
@@ -40,7 +43,9 @@ class LedgerClient:
         )
         self.root = root
         self.store = MetadataStore(self.zk, root)
-        self.pool = BookiePool(request_timeout, routes)
+        self.pool = BookiePool(
+            request_timeout, routes, tls.client_context() if tls is not None else None
+        )
         self._started = False
 
     async def start(self, timeout: float = 30) -> LedgerClient:
@@ -63,6 +68,17 @@ class LedgerClient:
 
     async def available_bookies(self) -> list[str]:
         return sorted(await asyncio.to_thread(available_bookies, self.zk, self.root))
+
+    async def bookie_view(self) -> BookieView:
+        """The registered bookies and their labels (racks), writable and read-only."""
+
+        def read() -> BookieView:
+            return BookieView(
+                available_bookies(self.zk, self.root),
+                available_bookies(self.zk, self.root, read_only=True),
+            )
+
+        return await asyncio.to_thread(read)
 
     async def create_ledger(
         self,
@@ -99,7 +115,7 @@ class LedgerClient:
             version,
             self.pool,
             self.store,
-            self.available_bookies if ensemble_change else None,
+            self.bookie_view if ensemble_change else None,
         )
 
     async def open_ledger(self, ledger_id: int, *, recover: bool = False) -> ReadHandle:
@@ -131,7 +147,7 @@ class LedgerClient:
     async def rereplicate(self, ledger_id: int, lost_bookie: str) -> LedgerMetadata:
         """Copy a closed ledger's entries held by ``lost_bookie`` to other bookies and
         record them in the metadata: every entry has WQ copies again."""
-        op = RereplicationOp(ledger_id, lost_bookie, self.pool, self.store, self.available_bookies)
+        op = RereplicationOp(ledger_id, lost_bookie, self.pool, self.store, self.bookie_view)
         return await op.run()
 
     async def list_ledgers(self) -> list[int]:

@@ -8,7 +8,8 @@ learn it.
 
 Ensemble change: when a bookie of the current ensemble fails (unreachable,
 read-only, overloaded), the writer replaces it with an available bookie outside
-the ensemble and records a new fragment starting at LAC + 1 in the metadata
+the ensemble (on a rack the ensemble's other bookies do not use, when one is
+free: `placement.choose_replacement`) and records a new fragment starting at LAC + 1 in the metadata
 (compare-and-set), then sends every add in flight to its new write set and
 forgets the failed bookie's acks. Completions wait while the change is under
 way, so no entry is acknowledged on a copy the metadata does not point at. No
@@ -24,7 +25,6 @@ an entry >= everything this writer acknowledged before.
 from __future__ import annotations
 
 import asyncio
-import random
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
@@ -45,6 +45,7 @@ from weir.replication.errors import (
 from weir.replication.ledger.add_op import PendingAddOp
 from weir.replication.ledger.bookie_client import BookiePool
 from weir.replication.ledger.metadata import Fragment, LedgerMetadata, LedgerState, MetadataStore
+from weir.replication.ledger.placement import BookieView, choose_replacement
 from weir.replication.protocol import MAX_ENTRY
 
 # failures that make the writer replace the bookie (others: the entry fails)
@@ -160,7 +161,7 @@ class LedgerHandle(ReadHandle):
         version: int,
         pool: BookiePool,
         store: MetadataStore,
-        available_bookies: Callable[[], Awaitable[list[str]]] | None = None,
+        bookie_view: Callable[[], Awaitable[BookieView]] | None = None,
     ) -> None:
         super().__init__(ledger_id, metadata, pool, store)
         self.version = version
@@ -168,7 +169,7 @@ class LedgerHandle(ReadHandle):
         self._pending: deque[PendingAddOp] = deque()
         self._error: WeirError | None = None
         self._tasks: set[asyncio.Task[None]] = set()
-        self._available_bookies = available_bookies  # None: no ensemble changes
+        self._bookie_view = bookie_view  # None: no ensemble changes
         self._change_lock = asyncio.Lock()
         self._changing = False
         self._replaced: set[str] = set()  # bookies this writer took out of its ensemble
@@ -209,7 +210,7 @@ class LedgerHandle(ReadHandle):
     async def _send(self, op: PendingAddOp, bookie: str) -> None:
         await op.send(self.pool, bookie, self._lac)
         failure = op.failed.get(bookie)
-        if isinstance(failure, _REPLACEABLE) and self._available_bookies is not None:
+        if isinstance(failure, _REPLACEABLE) and self._bookie_view is not None:
             await self._replace(bookie)
         fenced = op.fenced
         if fenced is not None:
@@ -230,7 +231,7 @@ class LedgerHandle(ReadHandle):
     async def _replace(self, failed: str) -> None:
         """Ensemble change: put an available bookie in ``failed``'s place for entries from
         LAC + 1 on, record it in the metadata, resend the adds in flight."""
-        assert self._available_bookies is not None
+        assert self._bookie_view is not None
         async with self._change_lock:
             current = self.metadata.ensembles[-1].bookies
             if self._error is not None or self.closed or failed not in current:
@@ -240,16 +241,13 @@ class LedgerHandle(ReadHandle):
             self._changing = True
             try:
                 try:
-                    available = await self._available_bookies()
+                    view = await self._bookie_view()
                 except Exception:
                     return  # ZooKeeper unreachable: go on with the bookies we have
-                candidates = [
-                    b for b in available if b not in current and b not in self._replaced | {failed}
-                ]
-                if not candidates:
+                replacement = choose_replacement(view, current, failed, self._replaced)
+                if replacement is None:
                     self._unreplaceable.add(failed)
                     return
-                replacement = random.choice(candidates)
                 ensemble = tuple(replacement if b == failed else b for b in current)
                 first = self._lac + 1
                 fragments = self.metadata.ensembles

@@ -18,9 +18,14 @@ from enum import StrEnum
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NoNodeError
+from kazoo.protocol.states import ZnodeStat
 
 from weir.errors import BadRequestError
-from weir.replication.errors import MetadataConflictError, NoSuchLedgerError
+from weir.replication.errors import (
+    LeadershipLostError,
+    MetadataConflictError,
+    NoSuchLedgerError,
+)
 from weir.replication.registry import ledgers_path
 
 
@@ -131,8 +136,16 @@ class MetadataStore:
             raise NoSuchLedgerError(f"no ledger {ledger_id}") from None
         return LedgerMetadata.decode(data), int(stat.version)
 
-    async def write(self, ledger_id: int, md: LedgerMetadata, version: int) -> int:
-        """Compare-and-set: store ``md`` if the ledger is still at ``version``; the new version."""
+    async def write(
+        self, ledger_id: int, md: LedgerMetadata, version: int, *, guard: str | None = None
+    ) -> int:
+        """Compare-and-set: store ``md`` if the ledger is still at ``version``; the new version.
+
+        ``guard``: a znode that must still exist (an elected auditor's lock node), checked in
+        the same ZooKeeper transaction, so a leader whose session ended records nothing
+        (`LeadershipLostError`)."""
+        if guard is not None:
+            return await self._guarded_write(ledger_id, md, version, guard)
         try:
             stat = await asyncio.to_thread(
                 self.zk.set, ledger_path(self.root, ledger_id), md.encode(), version=version
@@ -144,6 +157,31 @@ class MetadataStore:
         except NoNodeError:
             raise NoSuchLedgerError(f"no ledger {ledger_id}") from None
         return int(stat.version)
+
+    async def _guarded_write(
+        self, ledger_id: int, md: LedgerMetadata, version: int, guard: str
+    ) -> int:
+        def commit() -> list[object]:
+            t = self.zk.transaction()
+            t.check(guard, 0)  # a lock node is never written: version 0 while it exists
+            t.set_data(ledger_path(self.root, ledger_id), md.encode(), version=version)
+            return list(t.commit())
+
+        guard_result, set_result = await asyncio.to_thread(commit)
+        if isinstance(guard_result, Exception):
+            raise LeadershipLostError(
+                f"ledger {ledger_id}: not recorded, {guard} is gone (leadership lost)"
+            )
+        if isinstance(set_result, BadVersionError):
+            raise MetadataConflictError(
+                f"ledger {ledger_id}: metadata changed since version {version}"
+            )
+        if isinstance(set_result, NoNodeError):
+            raise NoSuchLedgerError(f"no ledger {ledger_id}")
+        if isinstance(set_result, Exception):
+            raise set_result
+        assert isinstance(set_result, ZnodeStat)
+        return int(set_result.version)
 
     async def delete(self, ledger_id: int) -> None:
         try:

@@ -2,17 +2,16 @@
 
 BookKeeper's auto-recovery `ReplicationWorker`, for one ledger and one lost
 bookie: for each fragment whose ensemble names the lost bookie, pick an
-available bookie outside that ensemble, copy to it every entry of the fragment
-whose write set held the lost bookie (read from a surviving copy, added with the
-RECOVERY flag), then swap the bookies in the metadata by compare-and-set. Each
-entry has WQ copies again. Copying first and recording after makes a crash half
+available bookie outside that ensemble (rack-aware: `placement.choose_replacement`),
+copy to it every entry of the fragment whose write set held the lost bookie (read
+from a surviving copy, added with the RECOVERY flag), then swap the bookies in the
+metadata by compare-and-set. Each entry has WQ copies again. Copying first and recording after makes a crash half
 way harmless: the metadata still names the lost bookie, and the next audit copies
 again (adds are idempotent).
 """
 
 from __future__ import annotations
 
-import random
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
@@ -20,6 +19,7 @@ from weir.errors import DataLossError, WeirError
 from weir.replication.errors import MetadataConflictError, NotEnoughBookiesError
 from weir.replication.ledger.bookie_client import BookiePool
 from weir.replication.ledger.metadata import Fragment, LedgerMetadata, LedgerState, MetadataStore
+from weir.replication.ledger.placement import BookieView, choose_replacement
 
 
 class RereplicationOp:
@@ -29,13 +29,18 @@ class RereplicationOp:
         lost: str,
         pool: BookiePool,
         store: MetadataStore,
-        available_bookies: Callable[[], Awaitable[list[str]]],
+        bookie_view: Callable[[], Awaitable[BookieView]],
+        *,
+        guard: str | None = None,
     ) -> None:
+        """``guard``: the elected auditor's lock node; the metadata swap is recorded only
+        while it exists (`MetadataStore.write`)."""
         self.ledger_id = ledger_id
         self.lost = lost
         self.pool = pool
         self.store = store
-        self.available_bookies = available_bookies
+        self.bookie_view = bookie_view
+        self.guard = guard
         self.copied = 0  # entries written to replacements
 
     async def run(self) -> LedgerMetadata:
@@ -50,17 +55,16 @@ class RereplicationOp:
             if not any(self.lost in f.bookies for f in md.ensembles):
                 return md
             fragments = list(md.ensembles)
-            available = await self.available_bookies()
+            view = await self.bookie_view()
             for i, frag in enumerate(md.ensembles):
                 if self.lost not in frag.bookies:
                     continue
-                candidates = [b for b in available if b not in frag.bookies and b != self.lost]
-                if not candidates:
+                replacement = choose_replacement(view, frag.bookies, self.lost)
+                if replacement is None:
                     raise NotEnoughBookiesError(
                         f"ledger {self.ledger_id}: no available bookie outside {frag.bookies} "
                         f"to take {self.lost}'s place"
                     )
-                replacement = random.choice(candidates)
                 last = (
                     md.ensembles[i + 1].first_entry - 1
                     if i + 1 < len(md.ensembles)
@@ -71,7 +75,10 @@ class RereplicationOp:
                 fragments[i] = Fragment(frag.first_entry, bookies)
             try:
                 await self.store.write(
-                    self.ledger_id, replace(md, ensembles=tuple(fragments)), version
+                    self.ledger_id,
+                    replace(md, ensembles=tuple(fragments)),
+                    version,
+                    guard=self.guard,
                 )
             except MetadataConflictError:
                 continue
