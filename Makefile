@@ -93,7 +93,7 @@ bench: $(VENV)/.installed-bench
 SOAK_KILLS ?= 1000
 LEDGER_FAULTS ?= 300
 soak: install-test system-packages
-	WEIR_SOAK=1 WEIR_SOAK_KILLS=$(SOAK_KILLS) $(BIN)/python -m pytest -q -s tests/reliability tests/client/test_writer_delivery.py tests/spark/test_tier.py tests/spark/test_tier_soak.py -m slow
+	WEIR_SOAK=1 WEIR_SOAK_KILLS=$(SOAK_KILLS) $(BIN)/python -m pytest -q -s tests/reliability tests/client/test_writer_delivery.py tests/client/test_compaction.py tests/spark/test_tier.py tests/spark/test_tier_soak.py -m slow
 	WEIR_LEDGER_FAULTS=$(LEDGER_FAULTS) $(BIN)/python -m pytest -q -s tests/replication/test_fault_schedule.py
 
 proto: install-test

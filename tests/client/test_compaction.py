@@ -1,16 +1,17 @@
 """Compaction through a real server: the SDK's compacted reader and range reads, the admin
-calls, and kill -9 of the server in the middle of a run."""
+calls, and kill -9 of the server at random points of runs (judged by the reliability
+suite's history checker)."""
 
 from __future__ import annotations
 
-import time
+import os
 from pathlib import Path
 
 import pytest
 
 import weir
-from tests.conftest import ServerProcess
-from weir.broker.compaction.facade import HOLD_ENV
+from tests.client.compaction_kills import KillSettings, run_compaction_kills
+from tests.conftest import CHAOS_SEED_ENV, ServerProcess
 from weir.errors import BadRequestError, UnknownTopicError
 
 
@@ -31,6 +32,9 @@ def read_compacted(c: weir.Client, topic: str) -> list[weir.Message]:
         for ch in c.read_range(topic, p.partition, 0, p.end_offset, compacted=True):
             out.extend(ch.messages())
     return out
+
+
+SEED = int(os.environ[CHAOS_SEED_ENV])  # printed at the end of the run; replay with it
 
 
 def test_100000_messages_over_1000_keys_leave_the_latest_of_each(
@@ -79,61 +83,15 @@ def test_tombstones_and_bad_requests(shared_server: ServerProcess, topic_name: s
         assert c.describe_compaction(topic_name).partitions[0].keys == 1  # unchanged
 
 
-def test_kill_9_during_compaction_leaves_a_correct_view_and_loses_nothing(tmp_path: Path) -> None:
-    data = tmp_path / "data"
-    hold = tmp_path / "held"
-    truth: dict[bytes, bytes] = {}
-    written: list[tuple[bytes, bytes]] = []
-    views_seen_mid_run = 0
-    for cycle in range(3):
-        hold.unlink(missing_ok=True)
-        srv = ServerProcess(data, env={HOLD_ENV: str(hold)})
-        srv.start()
-        try:
-            with weir.Client(srv.endpoint) as c:
-                c.create_topic("kv", partitions=2, exist_ok=True)
-                before = [p.position for p in c.describe_compaction("kv").partitions]
-                with c.writer("kv", producer_id=f"p{cycle}") as w:
-                    for i in range(3000):
-                        k, v = b"k%d" % (i % 300), b"c%d-%d" % (cycle, i)
-                        w.write(v, key=k)
-                        written.append((k, v))
-                        truth[k] = v
-                c.compact("kv")
-                deadline = time.monotonic() + 60
-                while not hold.exists():  # the run has written blobs of its new view, and waits
-                    assert time.monotonic() < deadline, "the compaction never reached its hold"
-                    time.sleep(0.05)
-                st = c.describe_compaction("kv")
-                assert st.running and any(p.phase == "writing" for p in st.partitions)
-                views_seen_mid_run += 1
-        finally:
-            srv.kill()
-        srv = ServerProcess(data)
-        srv.start()
-        try:
-            with weir.Client(srv.endpoint) as c:
-                # the run was held before it published: the old view is served, whole
-                assert [p.position for p in c.describe_compaction("kv").partitions] == before
-                assert fold(read_compacted(c, "kv")) == truth
-                # no acknowledged message is lost: the log has every one
-                raw = [
-                    (m.key, m.data)
-                    for p in c.describe_topic("kv").partition_info
-                    for ch in c.read_range("kv", p.partition, p.start_offset, p.end_offset)
-                    for m in ch.messages()
-                ]
-                assert sorted(raw) == sorted(written)
-        finally:
-            srv.kill()
-    assert views_seen_mid_run == 3
-    srv = ServerProcess(data)
-    srv.start()
-    try:
-        with weir.Client(srv.endpoint) as c:
-            info = c.compact("kv", wait=True)  # a run that is not cut short finishes
-            assert info.keys == 300
-            got = read_compacted(c, "kv")
-            assert len(got) == 300 and fold(got) == truth
-    finally:
-        srv.stop()
+def test_kill_9_at_random_points_of_compaction_runs(tmp_path: Path) -> None:
+    """kill -9 at three points of compaction runs drawn from the chaos seed (one at least
+    with blobs of an unpublished view durable), writers writing throughout: judged by the history checker and a dict model
+    of the acknowledged writes (`tests.client.compaction_kills`)."""
+    run_compaction_kills(tmp_path, KillSettings(kills=3, seed=SEED))
+
+
+@pytest.mark.slow
+def test_kill_9_at_many_points_of_compaction_runs(tmp_path: Path) -> None:
+    run_compaction_kills(
+        tmp_path, KillSettings(kills=16, acks_before_run=2000, max_seconds=900, seed=SEED)
+    )

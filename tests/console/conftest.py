@@ -39,8 +39,9 @@ def client(console_server: ServerProcess) -> Iterator[Client]:
 
 @pytest.fixture(scope="session")
 def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Where screenshots go: WEIR_CONSOLE_SHOTS (to refresh docs/), else a scratch dir."""
-    named = os.environ.get("WEIR_CONSOLE_SHOTS")
+    """Where screenshots go: CONSOLE_SHOTS (to refresh docs/images; not WEIR_...: the
+    server refuses WEIR_ variables it does not know), else a scratch dir."""
+    named = os.environ.get("CONSOLE_SHOTS")
     if named:
         Path(named).mkdir(parents=True, exist_ok=True)
         return Path(named)

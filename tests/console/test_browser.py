@@ -11,6 +11,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 import pytest
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as ec
 from selenium.webdriver.support.ui import WebDriverWait
@@ -23,6 +24,11 @@ from weir.errors import UnknownTopicError
 WAIT_S = 20
 
 
+def wait(driver: Any) -> WebDriverWait[Any]:
+    """Waits that look again when a live refresh replaced the element being read."""
+    return WebDriverWait(driver, WAIT_S, ignored_exceptions=(StaleElementReferenceException,))
+
+
 def errors(driver: Any) -> list[str]:
     """Console errors (and CSP refusals, which Chromium logs as errors) since the last call."""
     return [e["message"] for e in driver.get_log("browser") if e["level"] == "SEVERE"]
@@ -31,9 +37,7 @@ def errors(driver: Any) -> list[str]:
 def visit(driver: Any, url: str) -> None:
     errors(driver)  # forget what earlier pages logged
     driver.get(url)
-    WebDriverWait(driver, WAIT_S).until(
-        lambda d: d.execute_script("return document.readyState") == "complete"
-    )
+    wait(driver).until(lambda d: d.execute_script("return document.readyState") == "complete")
 
 
 def text(driver: Any, css: str) -> str:
@@ -41,12 +45,12 @@ def text(driver: Any, css: str) -> str:
 
 
 def wait_url(driver: Any, part: str) -> None:
-    WebDriverWait(driver, WAIT_S).until(ec.url_contains(part))
+    wait(driver).until(ec.url_contains(part))
 
 
 def confirm(driver: Any, accept: bool) -> str:
     """Answer the confirmation dialog the last click opened; returns its question."""
-    alert = WebDriverWait(driver, WAIT_S).until(ec.alert_is_present())
+    alert = wait(driver).until(ec.alert_is_present())
     question = str(alert.text)
     if accept:
         alert.accept()
@@ -75,9 +79,7 @@ def test_every_page_loads_without_console_errors(
     visit(browser, console_url)
     assert text(browser, "h1") == "Overview"
     # the charts draw from /console/rates (uPlot makes one .uplot per chart)
-    WebDriverWait(browser, WAIT_S).until(
-        lambda d: len(d.find_elements(By.CSS_SELECTOR, ".uplot")) == 4
-    )
+    wait(browser).until(lambda d: len(d.find_elements(By.CSS_SELECTOR, ".uplot")) == 4)
     assert text(browser, "#version")
     assert errors(browser) == []
     shot(browser, shots, "overview")
@@ -138,9 +140,7 @@ def test_a_bad_form_shows_the_servers_error_and_changes_nothing(
     browser.execute_script("arguments[0].noValidate = true", form)
     form.find_element(By.NAME, "name").send_keys("bad name<b>")
     form.find_element(By.CSS_SELECTOR, "button").click()
-    WebDriverWait(browser, WAIT_S).until(
-        lambda d: d.find_elements(By.CSS_SELECTOR, "#flash .error")
-    )
+    wait(browser).until(lambda d: d.find_elements(By.CSS_SELECTOR, "#flash .error"))
     assert "bad topic name 'bad name<b>'" in text(browser, "#flash .error")
     assert "/console/topics" in browser.current_url
     assert all(t.name != "bad name<b>" for t in client.list_topics())
@@ -197,12 +197,12 @@ def test_paging_forward_and_back(browser: Any, console_url: str, client: Client)
     assert offsets() == list(range(20))
     assert not browser.find_elements(By.ID, "prev")
     browser.find_element(By.ID, "next").click()
-    WebDriverWait(browser, WAIT_S).until(lambda d: offsets()[:1] == [20])
+    wait(browser).until(lambda d: offsets()[:1] == [20])
     browser.find_element(By.ID, "next").click()
-    WebDriverWait(browser, WAIT_S).until(lambda d: offsets() == list(range(40, 45)))
+    wait(browser).until(lambda d: offsets() == list(range(40, 45)))
     assert not browser.find_elements(By.ID, "next")
     browser.find_element(By.ID, "prev").click()
-    WebDriverWait(browser, WAIT_S).until(lambda d: offsets() == list(range(20, 40)))
+    wait(browser).until(lambda d: offsets() == list(range(20, 40)))
 
 
 def test_a_test_message_written_in_the_console_is_read_by_the_sdk(
@@ -216,9 +216,7 @@ def test_a_test_message_written_in_the_console_is_read_by_the_sdk(
     form.find_element(By.NAME, "headers").send_keys("source=console\nticket=OPS-1")
     form.find_element(By.NAME, "value").send_keys("hello from the browser")
     form.find_element(By.CSS_SELECTOR, "button").click()
-    WebDriverWait(browser, WAIT_S).until(
-        lambda d: d.find_elements(By.CSS_SELECTOR, '#messages tr[data-offset="0"]')
-    )
+    wait(browser).until(lambda d: d.find_elements(By.CSS_SELECTOR, '#messages tr[data-offset="0"]'))
 
     (msg,) = [m for c in client.read_range("hand-written", 1, 0, 1) for m in c.messages()]
     assert (msg.data, msg.key) == (b"hello from the browser", b"by-hand")
@@ -348,9 +346,7 @@ def test_hostile_content_is_shown_as_text_never_run(
     form = browser.find_element(By.ID, "write-message")
     form.find_element(By.NAME, "value").send_keys("<script>window.pwned='form'</script>")
     form.find_element(By.CSS_SELECTOR, "button").click()
-    WebDriverWait(browser, WAIT_S).until(
-        lambda d: d.find_elements(By.CSS_SELECTOR, '#messages tr[data-offset="1"]')
-    )
+    wait(browser).until(lambda d: d.find_elements(By.CSS_SELECTOR, '#messages tr[data-offset="1"]'))
     assert browser.execute_script("return window.pwned") is None
     assert errors(browser) == []
 
@@ -366,18 +362,16 @@ def test_live_numbers_move_without_a_reload(browser: Any, console_url: str, clie
     assert end_offset() == "0"
     with client.writer("live") as w:
         w.write_many([b"a", b"b", b"c"])
-    WebDriverWait(browser, WAIT_S).until(lambda d: end_offset() == "3")  # the 5 s refresh
+    wait(browser).until(lambda d: end_offset() == "3")  # the 5 s refresh
     lag = browser.find_element(By.CSS_SELECTOR, '#consumers tr[data-consumer="watcher"] .lag')
     assert lag.text == "3"
     assert browser.execute_script("return window.sameDocument") is True  # no reload
     # the lag chart draws from the server's samples of the consumer's lag
-    WebDriverWait(browser, WAIT_S).until(
-        lambda d: d.find_elements(By.CSS_SELECTOR, "#lag-chart .uplot")
-    )
+    wait(browser).until(lambda d: d.find_elements(By.CSS_SELECTOR, "#lag-chart .uplot"))
     assert errors(browser) == []
 
     visit(browser, console_url + "/topics")  # a write-rate sparkline once sampled
-    WebDriverWait(browser, WAIT_S).until(
+    wait(browser).until(
         lambda d: d.find_elements(By.XPATH, "//tr[td/a='live']//*[local-name()='polyline']")
     )
     assert errors(browser) == []
@@ -392,9 +386,7 @@ def test_a_move_being_typed_survives_the_live_refresh(
     browser.find_element(By.CSS_SELECTOR, row + " input[name=to]").send_keys("end")
     with client.writer("typing") as w:
         w.write_many([b"x"] * 4)
-    WebDriverWait(browser, WAIT_S).until(
-        lambda d: d.find_element(By.CSS_SELECTOR, row + " .lag").text == "4"
-    )
+    wait(browser).until(lambda d: d.find_element(By.CSS_SELECTOR, row + " .lag").text == "4")
     assert (
         browser.find_element(By.CSS_SELECTOR, row + " input[name=to]").get_attribute("value")
         == "end"
@@ -406,7 +398,7 @@ def test_a_topic_deleted_meanwhile_says_so(browser: Any, console_url: str, clien
     visit(browser, page_url(console_url, "/topic", name="vanishing"))
     assert text(browser, "#status") == ""
     client.drop_topic("vanishing")
-    WebDriverWait(browser, WAIT_S).until(lambda d: "deleted meanwhile" in text(d, "#status"))
+    wait(browser).until(lambda d: "deleted meanwhile" in text(d, "#status"))
 
 
 def test_every_page_fits_a_phone_screen(
@@ -443,6 +435,6 @@ def test_a_server_gone_away_is_said_on_the_open_page(browser: Any, tmp_path: Pat
         visit(browser, metrics_url(srv) + "/console")
         assert text(browser, "#status") == ""
         srv.stop()
-        WebDriverWait(browser, WAIT_S).until(lambda d: "unreachable" in text(d, "#status"))
+        wait(browser).until(lambda d: "unreachable" in text(d, "#status"))
     finally:
         srv.stop()

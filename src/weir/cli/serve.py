@@ -165,6 +165,8 @@ async def run(cfg: configuration.Config) -> None:
         await endpoint.start()
     try:
         await server.start()
+        if console is not None:  # before ready: no console page is served before this is set
+            console.security = server.security
         metrics.broker = server.broker
         metrics.auth_failures = server.security.throttle.failures
         metrics.ready = True

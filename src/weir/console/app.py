@@ -23,18 +23,30 @@ from aiohttp import web
 import weir
 from weir.broker.topic_admin import UNSET
 from weir.broker.topics import ConsumerConfig, short_topic
+from weir.console import subscription_views as subs
 from weir.console import views
+from weir.console.access import Access
 from weir.console.history import (
     MAX_LAG_SERIES,
     RateHistory,
     partition_messages,
     read_totals,
 )
-from weir.errors import BadRequestError, NotFoundError, WeirError
+from weir.console.sessions import Session, Sessions, clear_cookie, set_cookie
+from weir.errors import (
+    BadRequestError,
+    NotFoundError,
+    PermissionDeniedError,
+    UnauthorizedError,
+    WeirError,
+)
+from weir.security.authenticator import BearerToken
+from weir.security.grants import Permission
 
 if TYPE_CHECKING:
     from weir.broker.broker import Broker
     from weir.metrics import ServerMetrics
+    from weir.security import Security
 
 PREFIX = "/console"
 LAG_TOPICS_PER_STEP = 50
@@ -83,6 +95,10 @@ class Console:
         )
         self.templates.filters["bytes"] = views.human_bytes
         self.templates.globals["url"] = _url
+        # the server's authentication, set once the broker is open (until then every page
+        # but the static files answers "not ready": nothing is served before it is known)
+        self.security: Security | None = None
+        self.sessions = Sessions()
 
     # ------------------------------------------------------------------ wiring
 
@@ -103,6 +119,14 @@ class Console:
         r.add_post(PREFIX + "/messages/write", self._action(self.write_message))
         r.add_get(PREFIX + "/consumers", self._page(self.consumers))
         r.add_post(PREFIX + "/consumers/seek", self._action(self.seek_consumer))
+        r.add_get(PREFIX + "/subscriptions", self._page(self.subscriptions))
+        r.add_get(PREFIX + "/subscription", self._page(self.subscription))
+        r.add_post(PREFIX + "/subscription/seek", self._action(self.seek_subscription))
+        r.add_post(PREFIX + "/subscription/skip", self._action(self.skip_subscription))
+        r.add_post(PREFIX + "/subscription/delete", self._action(self.delete_subscription))
+        r.add_get(PREFIX + "/login", self.login_page)
+        r.add_post(PREFIX + "/login", self.login)
+        r.add_post(PREFIX + "/logout", self.logout)
         r.add_static(PREFIX + "/static", HERE / "static", append_version=False)
         app.middlewares.append(self._guard)
         app.on_startup.append(self._start)
@@ -154,7 +178,50 @@ class Console:
 
     @web.middleware
     async def _guard(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        return await _security_headers(self, request, handler)
+        return await _security_headers(self, request, self._authenticated(handler))
+
+    def _authenticated(self, handler: Handler) -> Handler:
+        """Who asks: with authentication on, the session's principal (else to the login
+        page); without it, anonymous, who may do everything (as on every front)."""
+
+        async def handle(request: web.Request) -> web.StreamResponse:
+            path = request.path
+            if not path.startswith(PREFIX) or path.startswith(PREFIX + "/static/"):
+                return await handler(request)
+            security = self.security
+            if security is None:
+                return self.render(
+                    request, "error.html", 503, title="Not ready", message=_NOT_READY
+                )
+            if security.allow_anonymous:
+                request["access"] = Access(security)
+                return await handler(request)
+            if path == PREFIX + "/login":
+                return await handler(request)
+            session = self.sessions.of(request)
+            principal = None
+            if session is not None:
+                try:
+                    principal = security.authenticate(session.credential)
+                except WeirError:  # the user was deleted, its password changed, expired
+                    self.sessions.close(session)
+                    session = None
+            if session is None or principal is None:
+                return self._to_login(request)
+            request["session"] = session
+            request["access"] = Access(security, principal)
+            return await handler(request)
+
+        return handle
+
+    def _to_login(self, request: web.Request) -> web.StreamResponse:
+        back = request.path_qs if request.method == "GET" else PREFIX
+        target = _url("/login", next=back if back != PREFIX + "/login" else None)
+        if request.headers.get("HX-Request") == "true":  # a live refresh: the whole page goes
+            return web.Response(status=401, text="log in again\n", headers={"HX-Redirect": target})
+        if request.method != "GET" or request.path in (PREFIX + "/rates", PREFIX + "/lag"):
+            return web.json_response({"error": "log in first"}, status=401)
+        raise web.HTTPSeeOther(target)
 
     @property
     def broker(self) -> Broker:
@@ -163,9 +230,18 @@ class Console:
             raise NotReady
         return broker
 
-    def render(self, name: str, status: int = 200, **values: Any) -> web.Response:
+    def render(
+        self, request: web.Request, name: str, status: int = 200, **values: Any
+    ) -> web.Response:
         values.setdefault("note", "")
-        body = self.templates.get_template(name).render(prefix=PREFIX, **values)
+        values.setdefault("page", "")
+        session: Session | None = request.get("session")
+        body = self.templates.get_template(name).render(
+            prefix=PREFIX,
+            user=session.user if session is not None else "",
+            csrf=session.csrf if session is not None else "",
+            **values,
+        )
         return web.Response(status=status, text=body, content_type="text/html", charset="utf-8")
 
     def _page(self, view: Callable[[web.Request], web.Response]) -> Handler:
@@ -173,10 +249,13 @@ class Console:
             try:
                 return view(request)
             except NotReady:
-                return self.render("error.html", 503, title="Not ready", message=_NOT_READY)
+                return self.render(
+                    request, "error.html", 503, title="Not ready", message=_NOT_READY
+                )
             except WeirError as err:
-                status = 404 if isinstance(err, NotFoundError) else 400
-                return self.render("error.html", status, title="Error", message=err.message)
+                return self.render(
+                    request, "error.html", _status(err), title="Error", message=err.message
+                )
 
         return handle
 
@@ -188,41 +267,47 @@ class Console:
             if not _same_origin(request):
                 return web.Response(status=403, text="cross-site form posts are refused\n")
             form = {k: v for k, v in (await request.post()).items() if isinstance(v, str)}
+            session: Session | None = request.get("session")
+            if session is not None and not session.csrf_ok(form.get("csrf", "")):
+                return web.Response(status=403, text="this form is stale: reload the page\n")
             htmx = request.headers.get("HX-Request") == "true"
+            status = 400
             try:
                 target = await act(request, form)
             except NotReady:
                 message = _NOT_READY
             except WeirError as err:
-                message = err.message
+                message, status = err.message, _status(err)
             else:
                 if htmx:
                     return web.Response(text="", headers={"HX-Redirect": target})
                 raise web.HTTPSeeOther(target)
             if htmx:
-                return self.render("flash.html", message=message)
-            return self.render("error.html", 400, title="Not done", message=message)
+                return self.render(request, "flash.html", message=message)
+            return self.render(request, "error.html", status, title="Not done", message=message)
 
         return handle
 
     # ------------------------------------------------------------------ pages
 
     def overview(self, request: web.Request) -> web.Response:
-        return self.render("overview.html", page="overview", **self._overview())
+        return self.render(request, "overview.html", page="overview", **self._overview(request))
 
     def live(self, request: web.Request) -> web.Response:
-        return self.render("live.html", **self._overview())
+        return self.render(request, "live.html", **self._overview(request))
 
-    def _overview(self) -> dict[str, Any]:
+    def _overview(self, request: web.Request) -> dict[str, Any]:
         broker = self.broker
+        me = _access(request)
         usage = broker.store.kv.usage()
-        topics = broker.list_topics()
+        topics = [t for t in broker.list_topics() if me.can_see(t.name)]
         last = self.history.samples[-1] if self.history.samples else None
         return {
             "version": weir.__version__,
             "uptime": _duration(time.time() - self.started),
             "started": views.timestamp(int(self.started * 1000)),
             "listeners": self.listeners,
+            "superuser": me.superuser,
             "usage": usage,
             "generation": broker.generation,
             "topics": len(topics),
@@ -237,35 +322,58 @@ class Console:
         return web.json_response(self.history.series())
 
     async def lag(self, request: web.Request) -> web.Response:
-        return web.json_response(self.history.lag_series(request.query.get("topic", "")))
+        topic = request.query.get("topic", "")
+        try:
+            _access(request).require(Permission.CONSUME, topic, "describe the consumers of")
+        except WeirError as err:
+            return web.json_response({"error": err.message}, status=_status(err))
+        return web.json_response(self.history.lag_series(topic))
 
     def topics(self, request: web.Request) -> web.Response:
-        rows = views.topic_rows(self.broker)
+        me = _access(request)
+        rows = views.topic_rows(self.broker, me.can_see)
         rates = self.history.topic_rates
         query = request.query.get("q", "")
         if query:
             rows = [r for r in rows if query.lower() in r.name.lower()]
         sparks = {r.name: views.sparkline(list(rates.get(r.name, ()))) for r in rows}
         return self.render(
+            request,
             "topics.html",
             page="topics",
             rows=rows,
             sparks=sparks,
             q=query,
+            may_create=me.may_create(),
             note=request.query.get("note", ""),
         )
 
     def topic(self, request: web.Request) -> web.Response:
+        name = _required(request.query, "name")
+        me = _access(request)
+        me.require(None, name, "describe")
+        can = me.flags(name)
+        broker = self.broker
         detail = views.topic_detail(
-            self.broker, _required(request.query, "name"), self.history.partition_rates
+            broker, name, self.history.partition_rates, with_consumers=can["consume"]
         )
+        subscriptions = subs.subscription_rows(broker, name, me.can_see) if can["consume"] else []
         return self.render(
-            "topic.html", page="topics", t=detail, note=request.query.get("note", "")
+            request,
+            "topic.html",
+            page="topics",
+            t=detail,
+            can=can,
+            subs=subscriptions,
+            note=request.query.get("note", ""),
         )
 
     def messages(self, request: web.Request) -> web.Response:
         q = request.query
         name = _required(q, "topic")
+        me = _access(request)
+        me.require(None, name, "describe")
+        can = me.flags(name)
         at = q.get("time", "").strip()
         offset = q.get("offset", "").strip()
         page = views.browse(
@@ -275,19 +383,61 @@ class Console:
             offset=_int(offset, "offset") if offset and not at else None,
             at_ms=views.parse_time(at) if at else None,
             limit=_int(q.get("limit", str(views.PAGE_SIZE)), "page size"),
+            read=can["consume"],  # else only the write form, for one who may produce
         )
-        return self.render("messages.html", page="topics", p=page, note=q.get("note", ""), time=at)
+        return self.render(
+            request,
+            "messages.html",
+            page="topics",
+            p=page,
+            can=can,
+            note=q.get("note", ""),
+            time=at,
+        )
 
     def consumers(self, request: web.Request) -> web.Response:
-        rows = views.all_consumers(self.broker)
+        me = _access(request)
+        rows = views.all_consumers(self.broker, lambda t: me.can(Permission.CONSUME, t))
         return self.render(
-            "consumers.html", page="consumers", rows=rows, note=request.query.get("note", "")
+            request,
+            "consumers.html",
+            page="consumers",
+            rows=rows,
+            note=request.query.get("note", ""),
+        )
+
+    def subscriptions(self, request: web.Request) -> web.Response:
+        me = _access(request)
+        topic = request.query.get("topic", "").strip() or None
+        if topic is not None:
+            me.require(Permission.CONSUME, topic, "list the subscriptions of")
+        rows = subs.subscription_rows(self.broker, topic, lambda t: me.can(Permission.CONSUME, t))
+        return self.render(
+            request,
+            "subscriptions.html",
+            page="subscriptions",
+            rows=rows,
+            topic=topic or "",
+            note=request.query.get("note", ""),
+        )
+
+    def subscription(self, request: web.Request) -> web.Response:
+        topic, name = _required(request.query, "topic"), _required(request.query, "name")
+        _access(request).require(Permission.CONSUME, topic, "describe a subscription of")
+        detail = subs.subscription_detail(self.broker, topic, name)
+        return self.render(
+            request,
+            "subscription.html",
+            page="subscriptions",
+            s=detail,
+            note=request.query.get("note", ""),
         )
 
     # ------------------------------------------------------------------ actions
 
     async def create_topic(self, request: web.Request, form: dict[str, str]) -> str:
         name = _required(form, "name").strip()
+        _access(request).require(Permission.ADMIN, name, "create")
         consumers = [ConsumerConfig(c.strip()) for c in form.get("consumers", "").split(",")]
         cfg = await self.broker.create_topic(
             name,
@@ -299,6 +449,7 @@ class Console:
 
     async def alter_topic(self, request: web.Request, form: dict[str, str]) -> str:
         name = _required(form, "name")
+        _access(request).require(Permission.ADMIN, name, "alter")
         partitions = form.get("partitions", "").strip()
         await self.broker.alter_topic(
             name,
@@ -309,6 +460,7 @@ class Console:
 
     async def delete_topic(self, request: web.Request, form: dict[str, str]) -> str:
         name = _required(form, "name")
+        _access(request).require(Permission.ADMIN, name, "drop")
         if form.get("confirm") != name:
             raise BadRequestError(f"type the topic's name ({name}) to confirm deleting it")
         await self.broker.drop_topic(name)
@@ -316,6 +468,7 @@ class Console:
 
     async def write_message(self, request: web.Request, form: dict[str, str]) -> str:
         name = _required(form, "topic")
+        _access(request).require(Permission.PRODUCE, name, "write to")
         partition = _int(form.get("partition", "0"), "partition")
         offset = await views.write_test_message(
             self.broker,
@@ -335,6 +488,7 @@ class Console:
 
     async def seek_consumer(self, request: web.Request, form: dict[str, str]) -> str:
         name, consumer = _required(form, "topic"), _required(form, "consumer")
+        _access(request).require(Permission.CONSUME, name, "commit an offset of")
         broker = self.broker
         cfg = broker.topic(name)
         broker.consumer(name, consumer)
@@ -356,8 +510,119 @@ class Console:
             await broker.commit_offset(name, p, consumer, offset, allow_backwards=True)
         return _url("/consumers", note=f"moved consumer {consumer} of {name} to {where}")
 
+    def _subscription_form(
+        self, request: web.Request, form: dict[str, str], what: str
+    ) -> tuple[str, str]:
+        topic, name = _required(form, "topic"), _required(form, "name")
+        _access(request).require(Permission.CONSUME, topic, what)
+        return topic, name
+
+    async def seek_subscription(self, request: web.Request, form: dict[str, str]) -> str:
+        topic, name = self._subscription_form(request, form, "seek a subscription of")
+        done = await subs.seek(
+            self.broker, topic, name, form.get("to", ""), form.get("partition", "")
+        )
+        return _url("/subscription", topic=topic, name=name, note=done)
+
+    async def skip_subscription(self, request: web.Request, form: dict[str, str]) -> str:
+        topic, name = self._subscription_form(request, form, "skip messages of a subscription of")
+        done = await subs.skip(
+            self.broker, topic, name, form.get("count", ""), form.get("partition", "")
+        )
+        return _url("/subscription", topic=topic, name=name, note=done)
+
+    async def delete_subscription(self, request: web.Request, form: dict[str, str]) -> str:
+        topic, name = self._subscription_form(request, form, "delete a subscription of")
+        done = await subs.delete(
+            self.broker, topic, name, form.get("confirm", ""), form.get("force") == "on"
+        )
+        return _url("/subscriptions", topic=topic, note=done)
+
+    # ------------------------------------------------------------------ login
+
+    async def login_page(self, request: web.Request) -> web.StreamResponse:
+        security = self.security
+        if security is None or security.allow_anonymous:  # nothing to log in to
+            raise web.HTTPSeeOther(PREFIX)
+        return self.render(request, "login.html", next=_next(request.query), message="")
+
+    async def login(self, request: web.Request) -> web.StreamResponse:
+        """A user and password (checked off the loop: scrypt is slow on purpose, and
+        throttled and audited as every login) or a token; a new session either way."""
+        security = self.security
+        if security is None or security.allow_anonymous:
+            raise web.HTTPSeeOther(PREFIX)
+        if not _same_origin(request):
+            return web.Response(status=403, text="cross-site form posts are refused\n")
+        form = {k: v for k, v in (await request.post()).items() if isinstance(v, str)}
+        user, token = form.get("user", "").strip(), form.get("token", "").strip()
+        try:
+            if token:
+                principal = security.authenticate(BearerToken(token))
+            elif user:
+                issued = await asyncio.to_thread(
+                    security.login, user, form.get("password", ""), request.remote or ""
+                )
+                token = issued.token
+                principal = security.authenticate(BearerToken(token))
+            else:
+                raise UnauthorizedError("give a user and password, or a token")
+        except WeirError as err:
+            return self.render(
+                request, "login.html", 401, next=_next(form), message=err.message, user_name=user
+            )
+        session = self.sessions.open(principal.name, token)
+        response = web.HTTPSeeOther(_next(form))
+        set_cookie(response, session, secure=request.secure, path=PREFIX)
+        raise response
+
+    async def logout(self, request: web.Request) -> web.StreamResponse:
+        session: Session | None = request.get("session")
+        if session is not None:
+            form = await request.post()
+            sent = form.get("csrf", "")
+            if not _same_origin(request) or not session.csrf_ok(
+                sent if isinstance(sent, str) else ""
+            ):
+                return web.Response(status=403, text="this form is stale: reload the page\n")
+            self.sessions.close(session)
+        response = web.HTTPSeeOther(_url("/login"))
+        clear_cookie(response, PREFIX)
+        raise response
+
 
 _NOT_READY = "the server is starting, recovering its data or shutting down; try again shortly"
+
+
+def _access(request: web.Request) -> Access:
+    access: Access = request["access"]
+    return access
+
+
+def _status(err: WeirError) -> int:
+    if isinstance(err, UnauthorizedError):
+        return 401
+    if isinstance(err, PermissionDeniedError):
+        return 403
+    if isinstance(err, NotFoundError):
+        return 404
+    return 400
+
+
+def _next(values: Any) -> str:
+    """Where to go after the login: a console page of this server, nothing else."""
+    target = values.get("next", "")
+    if (
+        isinstance(target, str)
+        and target.startswith(PREFIX)
+        and not target.startswith(PREFIX + "/login")
+        and "\\" not in target
+        and target.isprintable()
+        and " " not in target
+        and urlsplit(target).netloc == ""
+    ):
+        return target
+    return PREFIX
 
 
 def _url(path: str, **query: object) -> str:

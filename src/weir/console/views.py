@@ -10,7 +10,7 @@ from __future__ import annotations
 import calendar
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -96,9 +96,16 @@ class TopicRow:
     last_write: str
 
 
-def topic_rows(broker: Broker) -> list[TopicRow]:
+def _everything(_: str) -> bool:
+    return True
+
+
+def topic_rows(broker: Broker, visible: Callable[[str], bool] = _everything) -> list[TopicRow]:
+    """The topics ``visible`` (by canonical name) lets the page list."""
     out = []
     for cfg in broker.list_topics():
+        if not visible(cfg.name):
+            continue
         parts = broker.partitions(cfg.name)
         out.append(
             TopicRow(
@@ -163,9 +170,14 @@ MAX_PRODUCER_ROWS = 200
 
 
 def topic_detail(
-    broker: Broker, name: str, rates: Mapping[tuple[str, str], float] | None = None
+    broker: Broker,
+    name: str,
+    rates: Mapping[tuple[str, str], float] | None = None,
+    *,
+    with_consumers: bool = True,
 ) -> TopicDetail:
-    """``rates``: messages written per second by (topic, partition), from the history."""
+    """``rates``: messages written per second by (topic, partition), from the history;
+    ``with_consumers`` False leaves the consumers out (a viewer without consume)."""
     cfg = broker.topic(name)
     short = short_topic(cfg.name)
     rows, producers = [], []
@@ -202,7 +214,9 @@ def topic_detail(
         partitions=rows,
         producers=producers[:MAX_PRODUCER_ROWS],
         producers_total=total,
-        consumers=[consumer_lag(broker, cfg, c) for c in sorted(cfg.consumers)],
+        consumers=[consumer_lag(broker, cfg, c) for c in sorted(cfg.consumers)]
+        if with_consumers
+        else [],
     )
 
 
@@ -217,9 +231,16 @@ def consumer_lag(broker: Broker, cfg: TopicConfig, consumer: str) -> ConsumerLag
     )
 
 
-def all_consumers(broker: Broker) -> list[ConsumerLag]:
-    """Every consumer of every topic, most behind first."""
-    out = [consumer_lag(broker, cfg, c) for cfg in broker.list_topics() for c in cfg.consumers]
+def all_consumers(
+    broker: Broker, visible: Callable[[str], bool] = _everything
+) -> list[ConsumerLag]:
+    """Every consumer of every topic ``visible`` allows, most behind first."""
+    out = [
+        consumer_lag(broker, cfg, c)
+        for cfg in broker.list_topics()
+        if visible(cfg.name)
+        for c in cfg.consumers
+    ]
     out.sort(key=lambda c: (-c.total_lag, c.topic, c.consumer))
     return out
 
@@ -326,15 +347,18 @@ def browse(
     offset: int | None = None,
     at_ms: int | None = None,
     limit: int = PAGE_SIZE,
+    *,
+    read: bool = True,
 ) -> MessagePage:
     """One page of messages from ``offset`` (or the first written at/after ``at_ms``; by
-    default the last page of the partition)."""
+    default the last page of the partition); ``read`` False: the partition's offsets
+    only, no message (for a viewer who may write but not read)."""
     cfg = broker.topic(topic)
     actor = broker.actor(cfg.name, partition)
     if not 1 <= limit <= MAX_PAGE:
         raise BadRequestError(f"page size must be 1 to {MAX_PAGE}, got {limit}")
     start, end = actor.start_offset, actor.end_offset
-    if at_ms is not None:
+    if at_ms is not None and read:
         offset = actor.log.offset_for_time(at_ms)
     elif offset is None:
         offset = max(start, end - limit)
@@ -342,6 +366,8 @@ def browse(
         raise BadRequestError(f"offset must not be negative, got {offset}")
     offset = max(offset, start)
     page = MessagePage(short_topic(cfg.name), partition, cfg.partitions, start, end, offset, limit)
+    if not read:
+        return page
     pos, stop, walked = offset, min(end, offset + limit), 0
     while pos < stop and walked < MAX_READ_BYTES:
         res = actor.read(pos, 1 << 20, stop)

@@ -570,6 +570,7 @@ def compact_partition(
     t0 = time.monotonic()
     now = int(time.time() * 1000) if now_ms is None else now_ms
     prog = progress or Progress()
+    prog.phase = "scanning"
     gen = (old.generation + 1) if old is not None else 1
     lo = old.position if old is not None else 0
     if position < lo:

@@ -49,18 +49,30 @@ from weir.storage.partition import ReadResult
 
 log = logging.getLogger("weir.compaction")
 
-# Test-only: a path. A compaction run creates this file once it has written blobs of a
-# new view, and then waits for ever (so that a test can kill -9 the server mid-run).
+# Test-only: a path. A compaction run creates this file once it reaches a step (by
+# default the first "blob-batch": it has written blobs of a new view), and then waits for
+# ever (so that a test can kill -9 the server mid-run). HOLD_AT_ENV names the step and
+# which time it is reached in this server's life: "scanned:2" is the second partition's
+# first pass done, "blob-batch:3" the third job of view blobs durable, "published:1" the
+# first partition's new view published (before the broker makes it live and drops the old).
 HOLD_ENV = "WEIR_TEST_COMPACTION_HOLD"
+HOLD_AT_ENV = "WEIR_TEST_COMPACTION_HOLD_AT"
 
 
 def _env_hold_hook() -> Hook | None:
     path = os.environ.get(HOLD_ENV)
     if not path:
         return None
+    step_at, _, nth = (os.environ.get(HOLD_AT_ENV) or "blob-batch:1").partition(":")
+    target = int(nth or 1)
+    seen = 0
 
     def hold(step: str) -> None:
-        if step == "blob-batch":
+        nonlocal seen
+        if step != step_at:
+            return
+        seen += 1
+        if seen == target:
             with open(path, "w") as f:
                 f.write(str(os.getpid()))
             while True:
@@ -218,6 +230,8 @@ class Compaction(TopicAdmin):
             delete_retention_ms=self.topic_policies(cfg)["compaction_delete_retention_ms"],
             retain_keyless=c.compaction_retain_keyless,
             blob_bytes=c.compaction_blob_bytes,
+            # a job of view blobs: up to eight blobs, at most 8 MiB
+            commit_bytes=min(8 << 20, 8 * c.compaction_blob_bytes),
         )
 
     def _compaction_hook(self, topic: str, partition: int) -> Hook | None:

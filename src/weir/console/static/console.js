@@ -60,6 +60,7 @@
     for (const [url, els] of byUrl) {
       try {
         const resp = await fetch(url, { cache: "no-store" });
+        if (resp.status === 401) { say("signed out: reload the page to log in"); continue; }
         if (!resp.ok) throw new Error("HTTP " + resp.status);
         const data = await resp.json();
         say("");
@@ -127,6 +128,8 @@
   document.addEventListener("htmx:responseError", (e) => {
     const code = e.detail.xhr.status;
     if (code === 404) say("gone: this was deleted meanwhile");
+    else if (code === 401) say("signed out: reload the page to log in");
+    else if (code === 403) say("not allowed: your grants changed");
     else if (code === 503) say("the server is starting or stopping: numbers are not live");
     else say("the server answered " + code + ": reload the page");
   });
