@@ -235,6 +235,31 @@ def test_a_read_only_user_sees_its_topics_and_cannot_produce_or_delete(
     assert 'data-topic="shop-orders"' in consumers and "secret-payroll" not in consumers
 
 
+def test_a_user_limited_to_some_groups_moves_only_those(
+    base: str, auth_console: ServerProcess
+) -> None:
+    """A group grant (``group:shop-*``) limits the consumers the console moves for its holder:
+    another group's offset is refused with a 403 naming the group, and stays where it was."""
+    with root_client(auth_console) as r:
+        r.add_user("grouped", PASSWORD)
+        r.grant("grouped", "consume", "shop-*")
+        r.grant("grouped", "consume", "group:shop-*")
+        r.commit_offset("shop-orders", 0, "shop-g", 0)
+        r.commit_offset("shop-orders", 0, "other-g", 0)
+    b = Browser(base)
+    b.login("grouped", PASSWORD)
+    csrf = b.csrf()
+    form = {"topic": "shop-orders", "to": "end", "csrf": csrf}
+    status, _, page = b.go("/consumers/seek", {**form, "consumer": "other-g"})
+    assert status == 403, status
+    assert "commit an offset of group &#39;other-g&#39; needs the consume permission" in page
+    status, _, _ = b.go("/consumers/seek", {**form, "consumer": "shop-g"})
+    assert status == 303
+    with root_client(auth_console) as r:
+        assert r.describe_consumer("shop-orders", "other-g").partitions[0].committed_offset == 0
+        assert r.describe_consumer("shop-orders", "shop-g").partitions[0].committed_offset == 1
+
+
 def test_a_producer_may_write_but_not_read(base: str, auth_console: ServerProcess) -> None:
     b = Browser(base)
     b.login("feeder", PASSWORD)

@@ -43,9 +43,12 @@ class Access:
     def can(self, permission: Permission, topic: str) -> bool:
         return permission in self.permissions(topic)
 
-    def require(self, permission: Permission | None, topic: str, operation: str) -> None:
-        """PermissionDeniedError unless allowed; checked before the topic is looked up, so
-        the answer is the same for a topic that exists and one the principal cannot see."""
+    def require(
+        self, permission: Permission | None, topic: str, operation: str, group: str = ""
+    ) -> None:
+        """PermissionDeniedError unless allowed (under consumer group ``group`` too, when
+        given); checked before the topic is looked up, so the answer is the same for a
+        topic that exists and one the principal cannot see."""
         try:
             name = canonical_topic(topic)
         except BadRequestError:
@@ -53,6 +56,8 @@ class Access:
                 return  # the look-up that follows says what is wrong, as without grants
             raise
         self.security.authorize(self.principal, permission, name, operation)
+        if group:
+            self.security.authorize_group(self.principal, group, operation)
 
     def may_create(self) -> bool:
         """Whether the create form is worth showing: a superuser, or an admin grant."""

@@ -423,7 +423,7 @@ class Console:
 
     def subscription(self, request: web.Request) -> web.Response:
         topic, name = _required(request.query, "topic"), _required(request.query, "name")
-        _access(request).require(Permission.CONSUME, topic, "describe a subscription of")
+        _access(request).require(Permission.CONSUME, topic, "describe a subscription of", name)
         detail = subs.subscription_detail(self.broker, topic, name)
         return self.render(
             request,
@@ -488,7 +488,7 @@ class Console:
 
     async def seek_consumer(self, request: web.Request, form: dict[str, str]) -> str:
         name, consumer = _required(form, "topic"), _required(form, "consumer")
-        _access(request).require(Permission.CONSUME, name, "commit an offset of")
+        _access(request).require(Permission.CONSUME, name, "commit an offset of", consumer)
         broker = self.broker
         cfg = broker.topic(name)
         broker.consumer(name, consumer)
@@ -514,7 +514,7 @@ class Console:
         self, request: web.Request, form: dict[str, str], what: str
     ) -> tuple[str, str]:
         topic, name = _required(form, "topic"), _required(form, "name")
-        _access(request).require(Permission.CONSUME, topic, what)
+        _access(request).require(Permission.CONSUME, topic, what, name)
         return topic, name
 
     async def seek_subscription(self, request: web.Request, form: dict[str, str]) -> str:
