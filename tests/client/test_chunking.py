@@ -10,6 +10,9 @@ import pytest
 
 import weir
 from tests.conftest import ServerProcess
+from tests.reliability.checker import check
+from tests.reliability.history import History, Stored
+from tests.reliability.proxy import FaultyProxy
 from weir.client.chunks import CHUNK_COUNT, CHUNK_ID, CHUNK_UUID, ChunkAssembler
 from weir.client.messages import _Part
 from weir.errors import BadRequestError, MessageTooLargeError
@@ -114,22 +117,47 @@ def test_range_reads_put_chunked_messages_together_once_across_any_split(
 def test_a_chunked_send_cut_by_kill_9_is_stored_once(
     server: ServerProcess, topic_name: str
 ) -> None:
+    """The writer goes through a proxy that, once some chunks are stored, swallows the
+    server's answers: the chunks stored after that are never acknowledged before the
+    kill, so the resend after the restart repeats them and only dedup keeps them single.
+
+    Also judged by the reliability checker: each chunk is a message of the `History`
+    (``id:cut:<chunk id>``), all attempted by the one write, acknowledged by its one ack
+    (the last chunk at the offset the ack names, the others as stored somewhere), the
+    whole message delivered as its last chunk; the raw log read back is the contents."""
     payload = big(40 * MB, seed=2)
     room = 256 * 1024
     chunks = -(-len(payload) // room)
-    with weir.Client(server.endpoint) as c:
+    h = History()
+    mids = [f"id:cut:{i}" for i in range(chunks)]
+    proxy = FaultyProxy(lambda: server.port)
+    with weir.Client(server.endpoint) as c, weir.Client(proxy.endpoint) as via_proxy:
         c.create_topic(topic_name, consumers=["r"])
-        w = c.writer(topic_name, producer_id="cut", chunking=True, max_message_bytes=room)
+        w = via_proxy.writer(topic_name, producer_id="cut", chunking=True, max_message_bytes=room)
+        for mid in mids:
+            h.attempted(mid)
         fut = w.write_future(payload)
         seen = 0
         for _ in range(100_000):  # until some chunks are stored (bounded)
             seen = stored_count(c, topic_name)
             if seen:
                 break
+        assert proxy.mute_replies() >= 1
+        unacked = seen
+        for _ in range(100_000):  # until a chunk is stored whose ack cannot arrive (bounded)
+            unacked = stored_count(c, topic_name)
+            if unacked > seen or unacked == chunks:
+                break
         server.kill()
-        assert 0 < seen < chunks, f"{seen} of {chunks} chunks stored when the server was killed"
+        h.fault("kill -9 of the server")
+        # (in a run where the rest went in before the kill, the resend repeats all of it)
+        assert 0 < seen < chunks and seen < unacked <= chunks, f"{seen}, then {unacked} stored"
         server.start()
-        assert fut.result(timeout=120).offset == chunks - 1
+        result = fut.result(timeout=120)
+        assert result.offset == chunks - 1
+        for mid in mids[:-1]:
+            h.acked(mid, result.partition, None)  # stored, at an offset the ack does not name
+        h.acked(mids[-1], result.partition, result.offset)
         w.close()
         assert w.reconnects >= 1
         assert (
@@ -137,6 +165,17 @@ def test_a_chunked_send_cut_by_kill_9_is_stored_once(
         )  # every chunk once: the resend was deduplicated
         (whole,) = read_messages(c, topic_name, "r", 1)
         assert whole.data == payload and whole.producer_id == "cut"
+        h.delivered("reader r", whole.partition, whole.offset, mids[-1])
+        stored: dict[int, list[Stored]] = {0: []}
+        for ch in c.read_range(topic_name, 0, 0):
+            for m in ch.messages():
+                piece = int(m.headers[CHUNK_ID])
+                assert m.data == payload[piece * room : (piece + 1) * room], f"chunk {piece}"
+                stored[0].append(Stored(m.offset, mids[piece], m.producer_id, m.seq_no))
+    proxy.close()
+    report = check(h, stored, {0: 0})
+    assert report.ok, report.summary()
+    assert report.stored == report.acknowledged == chunks
 
 
 def part(first: int, rows: list[tuple[bytes, dict[str, str]]]) -> _Part:

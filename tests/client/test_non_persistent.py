@@ -6,13 +6,16 @@ from __future__ import annotations
 import json
 import struct
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
 import lmdb
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 import weir
+from tests.cli.conftest import metrics_url
 from tests.conftest import ServerProcess
 from weir.errors import AlreadyExistsError, BadRequestError, UnknownSubscriptionError
 
@@ -68,9 +71,27 @@ def test_connected_readers_and_subscribers_get_what_is_written_from_now_on(
         assert c.describe_topic(topic_name).dropped_messages == 0
 
 
+def scraped(srv: ServerProcess, name: str, topic: str) -> float:
+    """A counter of ``topic`` as the server's /metrics endpoint reports it now."""
+    with urllib.request.urlopen(metrics_url(srv) + "/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    found = [
+        s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == name and s.labels.get("topic") == topic
+    ]
+    assert found, f"no {name} series for {topic}"
+    return sum(found)
+
+
 def test_a_slow_subscribers_messages_are_dropped_and_counted(tmp_path: Path) -> None:
+    """Drops are counted exactly: the metric scraped from /metrics, the topic's
+    ``dropped_messages`` and the messages the subscriber never received are the same."""
     srv = ServerProcess(
         tmp_path / "data",
+        "--metrics-listen",
+        "127.0.0.1:0",
         env={"WEIR_TOPICS_NON_PERSISTENT_QUEUE_BYTES": "4096"},
     )
     srv.start()
@@ -90,10 +111,22 @@ def test_a_slow_subscribers_messages_are_dropped_and_counted(tmp_path: Path) -> 
             kept = info.partition_info[0].delivered_messages
             assert kept + info.dropped_messages == 200
             assert kept * 200 < 4096 * 2  # bounded by the queue, not by what was written
-            got = []
-            while (m := slow.receive(timeout=2)) is not None:
-                got.append(m.data[:5])
-            assert 0 < len(got) <= kept and got == sorted(got)  # in order, the rest dropped
+            got: list[bytes] = []
+            deadline = time.monotonic() + 30
+            while len(got) < kept:  # everything queued for it arrives, nothing more
+                assert time.monotonic() < deadline, f"received {len(got)} of {kept} queued"
+                m = slow.receive(timeout=1)
+                if m is not None:
+                    got.append(m.data[:5])
+                    slow.acknowledge(m)
+            assert slow.receive(timeout=0.5) is None  # no more than was queued
+            assert got == sorted(got) and len(set(got)) == len(got)  # in order, once each
+            never = {b"%05d" % i for i in range(200)} - set(got)
+            assert len(never) == info.dropped_messages == c.describe_topic("ticks").dropped_messages
+            dropped = "weir_non_persistent_dropped_messages_total"
+            delivered = "weir_non_persistent_delivered_messages_total"
+            assert scraped(srv, dropped, "ticks") == len(never)
+            assert scraped(srv, delivered, "ticks") == len(got) == kept
             slow.close()
     finally:
         srv.stop()

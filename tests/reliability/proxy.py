@@ -31,6 +31,7 @@ class ConnRecord:
     ended: float | None = None
     ended_by: str = ""  # "client eof", "server eof", "client error: ...", "drop", "close"
     up_bytes: int = 0  # client -> server
+    muted: bool = False  # server -> client bytes are swallowed (`mute_replies`)
     down_bytes: int = 0  # server -> client
     sockets: list[socket.socket] = field(default_factory=list, repr=False)
 
@@ -127,6 +128,8 @@ class FaultyProxy:
                 data = src.recv(1 << 16)
                 if not data:
                     break
+                if rec.muted and not up:
+                    continue  # swallowed: the server's answers never reach the client
                 dst.sendall(data)
                 if up:
                     rec.up_bytes += len(data)
@@ -175,6 +178,16 @@ class FaultyProxy:
             parked, self._parked = self._parked, []
         for client, rec in parked:
             threading.Thread(target=self._forward, args=(client, rec), daemon=True).start()
+
+    def mute_replies(self) -> int:
+        """From now on swallow what the server sends on the connections open now (its acks
+        are lost in flight; new connections are not affected): a connection muted so is
+        good only to be cut. Returns how many connections were muted."""
+        with self._lock:
+            recs = list(self._open.values())
+        for rec in recs:
+            rec.muted = True
+        return len(recs)
 
     def drop_all(self) -> int:
         """Cut every open connection in both directions; returns how many sockets were cut."""
