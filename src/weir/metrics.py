@@ -12,7 +12,6 @@ is responsive.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import ssl
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -33,6 +32,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 import weir
 from weir.broker.observer import BrokerObserver
 from weir.broker.topics import short_topic
+from weir.http_site import HttpSite
 
 if TYPE_CHECKING:
     from weir.broker.broker import Broker
@@ -430,7 +430,7 @@ class MetricsEndpoint:
         self.ssl_context = ssl_context  # set: HTTPS only
         # what "/" lists besides the endpoint's own pages (None: /console when mounted)
         self.pages = tuple(pages) if pages is not None else (("/console",) if mount else ())
-        self._runner: web.AppRunner | None = None
+        self._site = HttpSite()
 
     @property
     def url(self) -> str:
@@ -444,26 +444,12 @@ class MetricsEndpoint:
         return app
 
     async def start(self) -> None:
-        runner = web.AppRunner(self.application(), access_log=None, handle_signals=False)
-        await runner.setup()
-        site = web.TCPSite(
-            runner, self.host, self.port, shutdown_timeout=1.0, ssl_context=self.ssl_context
+        self.port = await self._site.start(
+            self.application(), self.host, self.port, self.ssl_context
         )
-        try:
-            await site.start()
-        except OSError as exc:
-            await runner.cleanup()
-            raise OSError(
-                f"cannot serve metrics on {self.host}:{self.port}: {exc.strerror or exc}"
-            ) from None
-        self._runner = runner
-        self.port = runner.addresses[0][1]
 
     async def stop(self) -> None:
-        if self._runner is not None:
-            with contextlib.suppress(Exception):
-                await self._runner.cleanup()
-            self._runner = None
+        await self._site.stop()
 
     def respond(self, method: str, path: str) -> tuple[int, str, bytes]:
         """(status, content type, body) for one request."""

@@ -11,7 +11,6 @@ replication layer depends on the storage layer only.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
@@ -25,6 +24,8 @@ from prometheus_client import (
     generate_latest,
 )
 from prometheus_client.core import GaugeMetricFamily, Metric
+
+from weir.http_site import HttpSite
 
 if TYPE_CHECKING:
     from weir.replication.bookie.service import Bookie
@@ -117,29 +118,15 @@ class BookieMetricsEndpoint:
         self.host = host.strip("[]") or "127.0.0.1"
         self.port = int(port)
         self.metrics = metrics
-        self._runner: web.AppRunner | None = None
+        self._site = HttpSite()
 
     async def start(self) -> None:
         app = web.Application()
         app.router.add_route("*", "/{path:.*}", self._handle)
-        runner = web.AppRunner(app, access_log=None, handle_signals=False)
-        await runner.setup()
-        site = web.TCPSite(runner, self.host, self.port, shutdown_timeout=1.0)
-        try:
-            await site.start()
-        except OSError as exc:
-            await runner.cleanup()
-            raise OSError(
-                f"cannot serve metrics on {self.host}:{self.port}: {exc.strerror or exc}"
-            ) from None
-        self._runner = runner
-        self.port = runner.addresses[0][1]
+        self.port = await self._site.start(app, self.host, self.port)
 
     async def stop(self) -> None:
-        if self._runner is not None:
-            with contextlib.suppress(Exception):
-                await self._runner.cleanup()
-            self._runner = None
+        await self._site.stop()
 
     async def _handle(self, request: web.Request) -> web.Response:
         text = "text/plain; charset=utf-8"
