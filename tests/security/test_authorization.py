@@ -20,10 +20,10 @@ import ydb
 import weir
 from tests.cli.conftest import Weir, one_line_error
 from tests.conftest import ServerProcess
+from tests.security.conftest import ROOT, ROOT_PW, root, superuser_server
 from tests.ydb.conftest import DATABASE
 from weir.errors import PermissionDeniedError, UnauthorizedError, UnknownTopicError
 
-ROOT, ROOT_PW = "root", "root-password"
 PASSWORD = "grant-test-password"
 GRANTS = {
     "pat": [("produce", "az_p_*")],
@@ -47,13 +47,7 @@ def granted(principal: str, topic: str) -> set[str]:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    env = {
-        "WEIR_AUTH_USERS": f"{ROOT}:{ROOT_PW}",
-        "WEIR_AUTH_ALLOW_ANONYMOUS": "false",
-        "WEIR_AUTH_SUPERUSERS": ROOT,
-    }
-    srv = ServerProcess(tmp_path_factory.mktemp("authz-server"), env=env)
-    srv.start()
+    srv = superuser_server(tmp_path_factory, "authz-server")
     with root(srv) as r:
         for name, grants in GRANTS.items():
             r.add_user(name, PASSWORD)
@@ -67,10 +61,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
                 w.write(b"seed")
     yield srv
     srv.stop()
-
-
-def root(srv: ServerProcess) -> weir.Client:
-    return weir.Client(srv.endpoint, credentials=(ROOT, ROOT_PW))
 
 
 def fresh(srv: ServerProcess, name: str) -> None:

@@ -20,25 +20,18 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 import weir
 from tests.conftest import ServerProcess
 from tests.pulsar.conftest import quiet
+from tests.security.conftest import root, superuser_server
 from tests.ydb.conftest import connect, path, receive
 from weir.errors import UnauthorizedError, WeirError
 from weir.security.jwt_tokens import create_token, jwt_expiry
 
-ROOT, ROOT_PW = "root", "root-password"
 SECRET = "an-expiry-test-secret-of-32-bytes!!"
 LIFETIME = dt.timedelta(seconds=4)  # long enough to open the streams on a busy machine
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    env = {
-        "WEIR_AUTH_USERS": f"{ROOT}:{ROOT_PW}",
-        "WEIR_AUTH_ALLOW_ANONYMOUS": "false",
-        "WEIR_AUTH_SUPERUSERS": ROOT,
-        "WEIR_AUTH_JWT_SECRET": SECRET,
-    }
-    srv = ServerProcess(tmp_path_factory.mktemp("expiry"), env=env)
-    srv.start()
+    srv = superuser_server(tmp_path_factory, "expiry", WEIR_AUTH_JWT_SECRET=SECRET)
     yield srv
     srv.stop()
 
@@ -49,10 +42,6 @@ def short_token(subject: str) -> tuple[str, float]:
     exp = jwt_expiry(token)
     assert exp is not None
     return token, exp
-
-
-def root(srv: ServerProcess) -> weir.Client:
-    return weir.Client(srv.endpoint, credentials=(ROOT, ROOT_PW))
 
 
 def until(predicate: Callable[[], bool], what: str, timeout: float = 30.0) -> None:

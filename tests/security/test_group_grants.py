@@ -31,10 +31,10 @@ from kafka.structs import OffsetAndMetadata
 import weir
 from tests.conftest import ServerProcess
 from tests.pulsar.conftest import quiet
+from tests.security.conftest import root, superuser_server
 from tests.ydb.conftest import DATABASE
 from weir.errors import PermissionDeniedError, UnknownConsumerError
 
-ROOT, ROOT_PW = "root", "root-password"
 PASSWORD = "group-grant-password"
 TOPIC = "gg_t"
 GRANTS = {
@@ -55,13 +55,7 @@ def allowed(principal: str, prefix: str) -> tuple[bool, bool]:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    env = {
-        "WEIR_AUTH_USERS": f"{ROOT}:{ROOT_PW}",
-        "WEIR_AUTH_ALLOW_ANONYMOUS": "false",
-        "WEIR_AUTH_SUPERUSERS": ROOT,
-    }
-    srv = ServerProcess(tmp_path_factory.mktemp("group-grants"), env=env)
-    srv.start()
+    srv = superuser_server(tmp_path_factory, "group-grants")
     with root(srv) as r:
         for name, grants in GRANTS.items():
             r.add_user(name, PASSWORD)
@@ -73,10 +67,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
             w.write(b"two")
     yield srv
     srv.stop()
-
-
-def root(srv: ServerProcess) -> weir.Client:
-    return weir.Client(srv.endpoint, credentials=(ROOT, ROOT_PW))
 
 
 def consumers(srv: ServerProcess) -> set[str]:

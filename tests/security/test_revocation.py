@@ -14,22 +14,16 @@ from confluent_kafka import KafkaError, Producer
 
 import weir
 from tests.conftest import ServerProcess
+from tests.security.conftest import ROOT, ROOT_PW, superuser_server
 from tests.ydb.conftest import connect, path, receive
 from weir.errors import PermissionDeniedError, UnauthorizedError
 
-ROOT, ROOT_PW = "root", "root-password"
 PW = "stream-user-password"
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    env = {
-        "WEIR_AUTH_USERS": f"{ROOT}:{ROOT_PW}",
-        "WEIR_AUTH_ALLOW_ANONYMOUS": "false",
-        "WEIR_AUTH_SUPERUSERS": ROOT,
-    }
-    srv = ServerProcess(tmp_path_factory.mktemp("revocation"), env=env)
-    srv.start()
+    srv = superuser_server(tmp_path_factory, "revocation")
     yield srv
     srv.stop()
 

@@ -22,10 +22,10 @@ import pytest
 
 import weir
 from tests.conftest import ServerProcess
+from tests.security.conftest import root, superuser_server
 from weir.errors import PermissionDeniedError
 from weir.security.jwt_tokens import create_token
 
-ROOT, ROOT_PW = "root", "root-password"
 PASSWORD = "tenant-grant-password"
 SECRET = "a-tenant-grant-test-secret-of-32-bytes"
 GRANTS = {
@@ -52,20 +52,9 @@ def held_on_tenant(principal: str, tenant: str) -> set[str]:
     return {p for p, r in GRANTS[principal] if r == f"tenant:{tenant}"}
 
 
-def root(srv: ServerProcess) -> weir.Client:
-    return weir.Client(srv.endpoint, credentials=(ROOT, ROOT_PW))
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    env = {
-        "WEIR_AUTH_USERS": f"{ROOT}:{ROOT_PW}",
-        "WEIR_AUTH_ALLOW_ANONYMOUS": "false",
-        "WEIR_AUTH_SUPERUSERS": ROOT,
-        "WEIR_AUTH_JWT_SECRET": SECRET,
-    }
-    srv = ServerProcess(tmp_path_factory.mktemp("tenant-grants"), env=env)
-    srv.start()
+    srv = superuser_server(tmp_path_factory, "tenant-grants", WEIR_AUTH_JWT_SECRET=SECRET)
     with root(srv) as r:
         r.create_tenant("acme")
         r.create_tenant("globex")
