@@ -514,10 +514,7 @@ def test_the_docs_kafka_example_runs(bootstrap: str, tmp_path: Path) -> None:
 def test_after_a_restart_the_open_transaction_is_aborted_and_the_producer_goes_on(
     tmp_path: Path,
 ) -> None:
-    with socket.socket() as s:  # one Kafka port for both runs: the client reconnects to it
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    srv = ServerProcess(tmp_path / "data", env={"WEIR_KAFKA_LISTEN": f"127.0.0.1:{port}"})
+    srv = _fixed_port_server(tmp_path / "data")
     srv.start()
     try:
         boot = srv.kafka
@@ -602,10 +599,7 @@ def test_aiokafka_transactional_producer(bootstrap: str) -> None:
 
 @pytest.mark.slow
 def test_after_a_restart_an_idle_producer_aborts_once_and_goes_on(tmp_path: Path) -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    srv = ServerProcess(tmp_path / "data", env={"WEIR_KAFKA_LISTEN": f"127.0.0.1:{port}"})
+    srv = _fixed_port_server(tmp_path / "data")
     srv.start()
     try:
         boot = srv.kafka
