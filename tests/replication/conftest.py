@@ -73,13 +73,26 @@ def shared_root(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture(scope="module")
+def shared_bookie_args() -> tuple[str, ...]:
+    """More options for every bookie of `shared_bookies`: none, or a module's override
+    (TLS, in test_bookie_tls.py)."""
+    return ()
+
+
+@pytest.fixture(scope="module")
 def shared_bookies(
-    zookeeper: ZooKeeperServer, shared_root: str, tmp_path_factory: pytest.TempPathFactory
+    zookeeper: ZooKeeperServer,
+    shared_root: str,
+    shared_bookie_args: tuple[str, ...],
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[list[BookieProcess]]:
     """Three bookies serving a whole test module (its tests use ledgers and logs of their
     own); a test that stops one starts it again, or `client` does before the next test."""
     base = tmp_path_factory.mktemp("shared-bookies")
-    procs = [BookieProcess(base / f"b{i}", zookeeper.hosts, shared_root) for i in range(3)]
+    procs = [
+        BookieProcess(base / f"b{i}", zookeeper.hosts, shared_root, *shared_bookie_args)
+        for i in range(3)
+    ]
     try:
         for b in procs:
             b.start()
