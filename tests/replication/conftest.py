@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,18 @@ from weir.replication.local_cluster import BookieProcess
 from weir.replication.zkserver import ZooKeeperServer
 
 _roots = itertools.count(1)
+
+
+@contextmanager
+def running(procs: list[BookieProcess]) -> Iterator[list[BookieProcess]]:
+    """Start every bookie of ``procs``; stop them all on the way out (a failed start too)."""
+    try:
+        for b in procs:
+            b.start()
+        yield procs
+    finally:
+        for b in procs:
+            b.stop()
 
 
 @pytest.fixture
@@ -57,13 +70,8 @@ def bookies(
         BookieProcess(tmp_path / f"bookie-{i}", zookeeper.hosts, zk_root, *bookie_args)
         for i in range(bookie_count)
     ]
-    try:
-        for b in procs:
-            b.start()
+    with running(procs):
         yield procs
-    finally:
-        for b in procs:
-            b.stop()
 
 
 @pytest.fixture(scope="module")
@@ -93,13 +101,8 @@ def shared_bookies(
         BookieProcess(base / f"b{i}", zookeeper.hosts, shared_root, *shared_bookie_args)
         for i in range(3)
     ]
-    try:
-        for b in procs:
-            b.start()
+    with running(procs):
         yield procs
-    finally:
-        for b in procs:
-            b.stop()
 
 
 @pytest.fixture
