@@ -234,9 +234,9 @@ def main() -> None:
                 def sink(i: int, df: Any = df, label: str = label) -> None:
                     topic = f"sink-{label.replace(' + ', '-')}-{i + 1}"  # a fresh topic per run
                     client.create_topic(topic, partitions=4)
-                    df.write.format("weir").mode("append").option("endpoint", server.endpoint).option(
-                        "topic", topic
-                    ).save()
+                    df.write.format("weir").mode("append").option(
+                        "endpoint", server.endpoint
+                    ).option("topic", topic).save()
 
                 results.append(measure(f"generate -> weir sink ({label})", n, args.repeat, sink))
         client.close()
