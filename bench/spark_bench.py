@@ -187,6 +187,10 @@ def main() -> None:
     results: list[Result] = []
     load_before = os.getloadavg()
     try:
+        # Spark first: forking its JVM while gRPC's threads run fails now and then
+        t = time.perf_counter()
+        spark = make_spark(work)
+        print(f"SparkSession local[2] started in {time.perf_counter() - t:.1f} s")
         client = weir.Client(server.endpoint)
         parts_read = [] if args.only == "sink" else args.partitions
         topics = [(f"bench-{p}", p) for p in parts_read]
@@ -197,9 +201,6 @@ def main() -> None:
             print(
                 f"filled {topic}: {n:,} messages of {size} B in {time.perf_counter() - t:.1f} s (SDK)"
             )
-        t = time.perf_counter()
-        spark = make_spark(work)
-        print(f"SparkSession local[2] started in {time.perf_counter() - t:.1f} s")
         from pyspark.sql import functions as F
 
         def reader(topic: str) -> Any:
