@@ -12,10 +12,10 @@ on this machine.
 
 With ``--fsync FILE`` it is the *durable floor* instead (``kafka-null-fsync``): each
 Produce's record bytes are appended to FILE and the answer waits for an fdatasync that
-covers them, nothing else (no index, no checksum, no format). fdatasyncs run one at a
-time in a thread and each covers every append made before it started (group commit),
-so requests keep arriving while the disk works. No server that fsyncs before it acks
-can beat it on this disk; weir / null-fsync is the share of that weir delivers.
+covers them, nothing else (no index, no checksum, no format). A worker thread appends
+and fdatasyncs everything that arrived since its last round (group commit) while
+requests keep arriving. It is the least a server that keeps what it acks must do, so
+weir / null-fsync is the share of what this disk allows that weir delivers.
 Answers leave each connection in request order, as Kafka requires.
 
 Usage::
@@ -60,40 +60,52 @@ WRAP = 1 << 30  # the floor's file starts again from empty past this size
 
 
 class Syncer:
-    """The floor's whole durability: append, then one fdatasync at a time in a thread;
+    """The floor's whole durability. Records wait in ``pending``; one worker at a time
+    appends everything pending to the file and fdatasyncs (group commit), while the
+    event loop keeps receiving. The file grows as a log that keeps its data does (new
+    blocks, the file size in every flush); past ``WRAP`` bytes it is cut back to empty.
     `synced` is the number of appends the last finished fdatasync covers."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, wrap: int = WRAP) -> None:
         self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
-        self.size = 0
+        self.wrap = wrap
+        self.size = 0  # bytes in the file; only the worker touches it
+        self.pending: list[memoryview] = []
         self.written = 0  # appends made
         self.synced = 0  # appends made durable
         self.running = False
         self.connections: set[NullConnection] = set()
 
     def append(self, data: memoryview) -> int:
-        """Append ``data``; the number ``synced`` must reach before it is durable."""
-        if self.size + len(data) > WRAP and not self.running:
-            os.ftruncate(self.fd, 0)
-            self.size = 0
-        view = data
-        while view:
-            view = view[os.write(self.fd, view) :]
-        self.size += len(data)
+        """Queue ``data``; the number ``synced`` must reach before it is durable."""
+        self.pending.append(data)
         self.written += 1
         return self.written
 
     def kick(self) -> None:
-        if self.running or self.synced == self.written:
+        if self.running or not self.pending:
             return
+        bufs, self.pending = self.pending, []
         self.running = True
         target = self.written
-        fut = asyncio.get_running_loop().run_in_executor(None, os.fdatasync, self.fd)
+        fut = asyncio.get_running_loop().run_in_executor(None, self._store, bufs)
         fut.add_done_callback(lambda f: self._done(f, target))
+
+    def _store(self, bufs: list[memoryview]) -> None:
+        if self.size > self.wrap:
+            os.ftruncate(self.fd, 0)
+            self.size = 0
+        for buf in bufs:
+            view = memoryview(buf)
+            while view:
+                n = os.write(self.fd, view)
+                self.size += n
+                view = view[n:]
+        os.fdatasync(self.fd)
 
     def _done(self, fut: asyncio.Future[None], target: int) -> None:
         self.running = False
-        fut.result()  # a failed fdatasync must not be acknowledged: let it raise
+        fut.result()  # a failed write or fdatasync must not be acknowledged: let it raise
         self.synced = target
         for conn in list(self.connections):
             conn.flush()
