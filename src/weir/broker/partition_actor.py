@@ -17,6 +17,12 @@ transaction in one KV transaction and applies them all at once; the actor waits
 for that before it takes its next item. Markers of different transactions are
 queued on all their partitions in one step, so every actor meets them in the
 same order and no two ends can wait for each other.
+
+How a prepared change becomes durable is chosen when the actor is built: by
+default the LMDB group committer takes its KV ops (the embedded mode); a
+replicated partition passes ``commit`` (its log appends the change as one entry
+acknowledged by the bookies). Everything else, prepare, apply, abort, the queue,
+is the same path for both.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ import enum
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -93,9 +99,12 @@ class PartitionActor:
         max_queue_bytes: int,
         max_commit_bytes: int,
         observer: BrokerObserver = NULL_OBSERVER,
+        commit: Callable[[Any], Awaitable[None]] | None = None,
     ) -> None:
         self.log = log
         self.committer = committer
+        # how a prepared change is made durable (see the module docstring)
+        self._commit: Callable[[Any], Awaitable[None]] = commit or self._commit_kv
         self.topic = topic
         self.partition = partition
         self.generation = generation
@@ -269,6 +278,10 @@ class PartitionActor:
         self._kick()
         return await fut
 
+    def _commit_kv(self, change: PreparedChange) -> asyncio.Future[None]:
+        """The embedded mode's commit: the change's KV ops join the next group commit."""
+        return asyncio.wrap_future(self.committer.submit(change.ops, change.nbytes))
+
     def _kick(self) -> None:
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(
@@ -358,7 +371,7 @@ class PartitionActor:
             self._fail_queue(bug)
             return
         try:
-            await asyncio.wrap_future(self.committer.submit(change.ops, change.nbytes))
+            await self._commit(change)
         except BaseException as exc:
             self.log.abort(change)
             err = (
@@ -395,7 +408,7 @@ class PartitionActor:
                 _resolve(item.future, 0)
                 return
             try:
-                await asyncio.wrap_future(self.committer.submit(change.ops))
+                await self._commit(change)
             except BaseException:
                 self.log.abort(change)
                 raise
@@ -427,7 +440,7 @@ class PartitionActor:
                     item.future.set_result(False)
                 return
             try:
-                await asyncio.wrap_future(self.committer.submit(change.ops, change.nbytes))
+                await self._commit(change)
             except BaseException:
                 self.log.abort(change)
                 raise
