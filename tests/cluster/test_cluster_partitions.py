@@ -113,6 +113,10 @@ async def test_the_owner_writes_the_other_names_it_and_a_move_keeps_everything(
         await other.parts.actor(TOPIC, 0)
     assert f"owned by broker {owner.id}" in err.value.message
     assert f"127.0.0.1:{owner.id}" in err.value.message  # where to go
+    await until(lambda: key in other.own.owners_seen)  # its reconcile saw the claim
+    with pytest.raises(UnavailableError, match=f"owned by broker {owner.id}"):
+        other.parts.actor_now(TOPIC, 0)
+    assert owner.parts.actor_now(TOPIC, 0) is await owner.parts.actor(TOPIC, 0)
     actor = await owner.parts.actor(TOPIC, 0)
     with pytest.raises(BadRequestError, match="not supported on replicated storage"):
         actor.read(0, 1 << 20)  # the synchronous read is the embedded log's only

@@ -11,8 +11,9 @@ the log: gracefully (a snapshot, the next owner replays nothing) or, when the
 session was lost, abandoned at once (the next owner recovers and fences).
 
 `actor` answers a write or read: the partition's actor when this broker serves
-it, else `UnavailableError` (retryable) naming the broker that does, so a client
-can go there.
+it, else `UnavailableError` (retryable) naming the broker that does (its endpoints
+too, asked of ZooKeeper), so a client can go there; `actor_now` is the synchronous
+twin for synchronous callers, naming the owner as of the last reconcile.
 """
 
 from __future__ import annotations
@@ -82,15 +83,38 @@ class ClusterPartitions:
 
     # ------------------------------------------------------------------ lookups
 
-    async def actor(self, topic: str, partition: int) -> ReplicatedActor:
-        """The actor of a partition this broker serves now; UnavailableError (retryable)
-        naming the owner otherwise."""
-        key = partition_key(topic, partition)
+    def _serving(self, key: str) -> ReplicatedActor | None:
         own = self.ownership
         actor = self.actors.get(key)
         if actor is not None and own is not None and own.serving(key) is not None:
             return actor
-        raise UnavailableError(await self._not_here(key))
+        return None
+
+    async def actor(self, topic: str, partition: int) -> ReplicatedActor:
+        """The actor of a partition this broker serves now; UnavailableError (retryable)
+        naming the owner otherwise."""
+        key = partition_key(topic, partition)
+        actor = self._serving(key)
+        if actor is None:
+            raise UnavailableError(await self._not_here(key))
+        return actor
+
+    def actor_now(self, topic: str, partition: int) -> ReplicatedActor:
+        """`actor` without waiting: the owner named is the one the last reconcile saw."""
+        key = partition_key(topic, partition)
+        actor = self._serving(key)
+        if actor is not None:
+            return actor
+        me = self.logs.broker_id
+        seen = None if self.ownership is None else self.ownership.owners_seen.get(key)
+        if seen is None or seen.broker == me:
+            raise UnavailableError(
+                f"partition {key} has no owner now (it is moving): retry shortly"
+            )
+        raise UnavailableError(
+            f"partition {key} is owned by broker {seen.broker} (generation "
+            f"{seen.generation}), not by {me}"
+        )
 
     async def _not_here(self, key: str) -> str:
         own = self.ownership
