@@ -332,6 +332,7 @@ def _build(values: dict[str, Any], sources: dict[str, str]) -> Config:
             value=values["storage.low_watermark"],
             source=sources["storage.low_watermark"],
         )
+    _check_cluster(values, sources)
     tls = TlsConfig(
         values["tls.cert_file"],
         values["tls.key_file"],
@@ -383,6 +384,42 @@ def _build(values: dict[str, Any], sources: dict[str, str]) -> Config:
         ),
         sources=sources,
     )
+
+
+def _check_cluster(values: dict[str, Any], sources: dict[str, str]) -> None:
+    """The [cluster] keys agree with each other and with storage.mode."""
+    e, wq, aq = (values[f"cluster.{k}"] for k in ("ensemble_size", "write_quorum", "ack_quorum"))
+    for name, value, bound, bound_name in (
+        ("write_quorum", wq, e, "ensemble_size"),
+        ("ack_quorum", aq, wq, "write_quorum"),
+    ):
+        if value > bound:
+            raise ConfigError(
+                f"must not exceed cluster.{bound_name} ({bound})",
+                key=f"cluster.{name}",
+                value=value,
+                source=sources[f"cluster.{name}"],
+            )
+    if values["storage.mode"] != "replicated":
+        return
+    if not values["cluster.zookeeper"].strip():
+        raise ConfigError(
+            "storage.mode = 'replicated' needs the cluster's ZooKeeper: set cluster.zookeeper "
+            '(e.g. "127.0.0.1:2181")',
+            key="cluster.zookeeper",
+            value=values["cluster.zookeeper"],
+            source=sources["cluster.zookeeper"],
+        )
+    # not supported on replicated storage yet: say so rather than ignore the setting
+    tier_set = [k.path for k in KEYS if k.section == "tier" and sources[k.path] != "default"]
+    if tier_set:
+        raise ConfigError(
+            "tiered storage is not supported with storage.mode = 'replicated' (the ledgers "
+            "are the durable tier; docs/cluster.md)",
+            key=tier_set[0],
+            value=values[tier_set[0]],
+            source=sources[tier_set[0]],
+        )
 
 
 def _did_you_mean(word: str, options: list[str] | tuple[str, ...]) -> str:

@@ -38,7 +38,7 @@ from weir.broker.topics import NEXT_ID_KEY, TOPICS, TopicConfig, short_topic
 from weir.broker.transactions.coordinator import TxnCoordinator
 from weir.broker.transactions.facade import TransactionFacade
 from weir.broker.transactions.producers import TXN_PRODUCERS
-from weir.errors import UnavailableError
+from weir.errors import BadRequestError, UnavailableError
 from weir.storage.kv import delete, put
 from weir.storage.store import Store
 from weir.storage.tiered.remote_storage import RemoteStorage, S3Settings, open_storage
@@ -145,6 +145,12 @@ class Broker(
     @classmethod
     async def open(cls, config: BrokerConfig, *, observer: BrokerObserver | None = None) -> Broker:
         """Open (or create) the data directory, recover every partition, start retention."""
+        if config.storage_mode != "embedded":
+            raise BadRequestError(
+                f"storage.mode = {config.storage_mode!r}: this server serves embedded storage "
+                "only so far; replicated partitions are not wired into the broker yet "
+                "(docs/cluster.md, 'Not done yet')"
+            )
         store = await asyncio.to_thread(
             Store,
             config.data_dir,
