@@ -144,43 +144,48 @@ def _instrument(stamps_path: str) -> None:
 
     part.PartitionLog.prepare_write = prepare_write  # type: ignore[method-assign]
 
-    def handed(recs: list[dict[str, Any]] | None) -> None:
-        t = _now()
-        for r in recs or ():
-            r["handed"] = t
-        current[0] = None
-        tl.recs = recs  # an inline commit runs in this thread
+    by_ops: dict[int, list[dict[str, Any]]] = {}  # id(ops of a change) -> its batches
 
-    # the commit hand-off: GroupCommitter.submit (thread) and, where it exists, an
-    # inline commit path (``commit_inline``); the KV write stamps itself either way
+    def handed(recs: list[dict[str, Any]] | None, ops: Any) -> None:
+        current[0] = None
+        if not recs:
+            return
+        t = _now()
+        for r in recs:
+            r.setdefault("handed", t)
+        by_ops[id(ops)] = recs
+
+    # the commit hand-off: to the committer thread (GroupCommitter.submit) or, where it
+    # exists, to `LoopCommits.commit` (inline in the loop when short); the commit itself
+    # (`_commit`, in whichever thread) and the KV write stamp themselves either way
     orig_cm_submit = cm.GroupCommitter.submit
 
     def cm_submit(self: Any, ops: Any, nbytes: int = 0) -> Any:
-        recs = current[0]
-        handed(recs)
-        fut = orig_cm_submit(self, ops, nbytes)
-        fut._bench_recs = recs
-        return fut
+        handed(current[0], ops)
+        return orig_cm_submit(self, ops, nbytes)
 
     cm.GroupCommitter.submit = cm_submit  # type: ignore[method-assign]
 
     orig_commit = cm.GroupCommitter._commit
 
     def cm_commit(self: Any, jobs: Any) -> None:
-        recs = [r for j in jobs for r in (getattr(j.future, "_bench_recs", None) or ())]
-        tl.recs = recs
+        tl.recs = [r for j in jobs for r in by_ops.pop(id(j.ops), ())]
         orig_commit(self, jobs)
 
     cm.GroupCommitter._commit = cm_commit  # type: ignore[method-assign]
 
-    if hasattr(cm.GroupCommitter, "commit_inline"):
-        orig_inline = cm.GroupCommitter.commit_inline
+    try:
+        from weir.broker import loop_commits
+    except ImportError:  # before issue 26's inline commits
+        loop_commits = None  # type: ignore[assignment]
+    if loop_commits is not None:
+        orig_lc = loop_commits.LoopCommits.commit
 
-        def cm_inline(self: Any, ops: Any, nbytes: int = 0) -> Any:
-            handed(current[0])
-            return orig_inline(self, ops, nbytes)
+        def lc_commit(self: Any, ops: Any, nbytes: int) -> Any:
+            handed(current[0], ops)
+            return orig_lc(self, ops, nbytes)
 
-        cm.GroupCommitter.commit_inline = cm_inline  # type: ignore[attr-defined]
+        loop_commits.LoopCommits.commit = lc_commit  # type: ignore[method-assign]
 
     class _Txn:
         def __init__(self, txn: Any) -> None:
@@ -268,6 +273,12 @@ def _instrument(stamps_path: str) -> None:
 
 def serve_child(stamps: str, argv: list[str]) -> int:
     _instrument(stamps)
+    if os.environ.get("LB_UVLOOP") == "1":  # the server's loop on uvloop (an experiment)
+        import asyncio
+
+        import uvloop
+
+        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
     from weir.cli import main
 
     return main(argv)
@@ -469,9 +480,14 @@ def main(argv: list[str] | None = None) -> int:
         help="one message in flight: write_future(..).result() each",
     )
     ap.add_argument("--env", action="append", default=[], help="KEY=VALUE for the server")
+    ap.add_argument(
+        "--uvloop", action="store_true", help="run the server's event loop on uvloop (bench extra)"
+    )
     ap.add_argument("--json", type=Path, help="write the raw per-hop figures here")
     args = ap.parse_args(argv)
     env = dict(e.split("=", 1) for e in args.env)
+    if args.uvloop:
+        env["LB_UVLOOP"] = "1"
     merged: dict[str, Any] = {"hops": {h[2]: [] for h in HOPS}, "total": [], "messages": 0}
     merged["batches"] = 0
     mode = f"{'serial, ' if args.serial else ''}{args.rate}/s"

@@ -6,7 +6,7 @@ commit then fails at its fdatasync; a real SDK writer must see the commit's erro
 each try and finally give up on the message, never get an ack for it, and the message
 must not be readable, neither from the live server nor after a power cut and restart on
 what the disk kept. The commit path may change (committer thread, commit inline in the
-event loop, a journal): this holds for all of them.
+event loop (`storage.inline_commit_bytes`), a journal): this holds for all of them.
 """
 
 from __future__ import annotations
@@ -27,11 +27,14 @@ def _stored(c: weir.Client, topic: str) -> list[bytes]:
     return [m.data for chunk in c.read_range(topic, 0, 0) for m in chunk.messages()]
 
 
-def test_a_write_whose_fsync_fails_is_never_acknowledged_nor_read_back(tmp_path: Path) -> None:
+@pytest.mark.parametrize("inline", ["0", "64KiB"], ids=["thread-commit", "inline-commit"])
+def test_a_write_whose_fsync_fails_is_never_acknowledged_nor_read_back(
+    tmp_path: Path, inline: str
+) -> None:
     if why := LazyMount.available():
         pytest.fail(f"this test needs FUSE: {why}")
     mount = LazyMount(tmp_path / "disk", tmp_path / "data", tmp_path / "outside").start()
-    server = ServerProcess(tmp_path / "data")
+    server = ServerProcess(tmp_path / "data", env={"WEIR_STORAGE_INLINE_COMMIT_BYTES": inline})
     try:
         server.start()
         errors: list[WeirError] = []

@@ -26,6 +26,10 @@ class BrokerConfig:
     min_disk_free: int = 64 << 20
     verify_on_start: bool = False
     read_cache_bytes: int = DEFAULT_READ_CACHE_BYTES  # shared by all partitions; 0: off
+    # a commit up to this size is made in the event loop when the committer thread is
+    # idle (no thread hand-off); 0 (the default): every commit goes to the thread. Off
+    # by default: a stalled fsync would freeze every connection (docs/performance.md)
+    inline_commit_bytes: int = 0
     # tiered storage (docs/tiered-storage.md): where offloaded segments go
     tier_backend: str = "local"  # "local" (a directory) or "s3"
     tier_local_dir: Path | None = None  # None: <data_dir>/tier

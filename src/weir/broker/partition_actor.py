@@ -2,8 +2,9 @@
 
 Writes join an incoming queue. When the actor is Idle it switches to Writing,
 takes everything queued (up to `max_commit_bytes`), prepares one storage change,
-hands its ops to the group committer (one fsync shared with other partitions)
-and waits. On success it applies the change, so EndOffset moves and waiting
+hands its ops to the commit (`weir.broker.loop_commits`: a short one is committed in
+the event loop when the committer thread is idle, otherwise the group committer's
+thread takes it; either way one fsync shared with other partitions) and waits. On success it applies the change, so EndOffset moves and waiting
 readers wake; then it answers every write. On failure it rolls the change back
 and fails the whole queue: a later write of the same producer must never
 overtake a failed one, or the failed one could never be written (dedup would
@@ -27,7 +28,7 @@ import enum
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +37,7 @@ from weir.broker.transactions.commit_group import CommitGroup
 from weir.errors import ClosedError, InternalError, OverloadedError, UnavailableError, WeirError
 from weir.storage.committer import GroupCommitter
 from weir.storage.incoming import IncomingBatch
+from weir.storage.kv import Op
 from weir.storage.partition import BatchResult, PartitionLog, PreparedChange, ReadResult
 
 log = logging.getLogger("weir.partition")
@@ -93,9 +95,13 @@ class PartitionActor:
         max_queue_bytes: int,
         max_commit_bytes: int,
         observer: BrokerObserver = NULL_OBSERVER,
+        commit: Callable[[Sequence[Op], int], Awaitable[None]] | None = None,
     ) -> None:
         self.log = log
         self.committer = committer
+        # how a change reaches the disk: `weir.broker.loop_commits.LoopCommits.commit`
+        # (short ones inline in the loop), or the committer thread
+        self._commit = commit or self._commit_in_thread
         self.topic = topic
         self.partition = partition
         self.generation = generation
@@ -269,6 +275,9 @@ class PartitionActor:
         self._kick()
         return await fut
 
+    def _commit_in_thread(self, ops: Sequence[Op], nbytes: int) -> Awaitable[None]:
+        return asyncio.wrap_future(self.committer.submit(ops, nbytes))
+
     def _kick(self) -> None:
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(
@@ -358,7 +367,7 @@ class PartitionActor:
             self._fail_queue(bug)
             return
         try:
-            await asyncio.wrap_future(self.committer.submit(change.ops, change.nbytes))
+            await self._commit(change.ops, change.nbytes)
         except BaseException as exc:
             self.log.abort(change)
             err = (
@@ -395,7 +404,7 @@ class PartitionActor:
                 _resolve(item.future, 0)
                 return
             try:
-                await asyncio.wrap_future(self.committer.submit(change.ops))
+                await self._commit_in_thread(change.ops, 0)  # deletes: size unknown
             except BaseException:
                 self.log.abort(change)
                 raise
@@ -427,7 +436,7 @@ class PartitionActor:
                     item.future.set_result(False)
                 return
             try:
-                await asyncio.wrap_future(self.committer.submit(change.ops, change.nbytes))
+                await self._commit(change.ops, change.nbytes)
             except BaseException:
                 self.log.abort(change)
                 raise
