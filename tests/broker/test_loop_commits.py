@@ -13,7 +13,7 @@ import pytest
 
 from tests.storage.conftest import hold
 from weir.broker.loop_commits import LoopCommits
-from weir.errors import CommitFailedError
+from weir.errors import ClosedError, CommitFailedError
 from weir.storage.kv import put
 from weir.storage.store import Store
 
@@ -112,3 +112,14 @@ def test_a_failing_commit_fails_alone_and_the_others_of_its_turn_are_durable(
     assert ok is None
     assert isinstance(bad, CommitFailedError)
     assert store.kv.get(T, b"ok") == b"1"
+
+
+def test_a_commit_after_the_committer_closed_fails_instead_of_hanging(store: Store) -> None:
+    commits = LoopCommits(store.committer, 64 << 10)
+    store.committer.close()
+
+    async def go() -> None:
+        with pytest.raises(ClosedError):
+            await asyncio.wait_for(commits.commit([put(T, b"late", b"1")], 1), 30)
+
+    asyncio.run(go())

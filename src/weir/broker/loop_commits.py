@@ -52,7 +52,12 @@ class LoopCommits:
         done = self.committer.commit_here([(ops, nbytes) for ops, nbytes, _ in turn])
         if done is None:  # the thread is busy: join its next group commit
             for ops, nbytes, fut in turn:
-                _follow(asyncio.wrap_future(self.committer.submit(ops, nbytes)), fut)
+                try:
+                    cf = self.committer.submit(ops, nbytes)
+                except Exception as refused:  # closing: the writer gets the error, not a hang
+                    fut.set_exception(refused)
+                    continue
+                _follow(asyncio.wrap_future(cf), fut)
             return
         self.inline_commits += 1
         for (_, _, fut), cf in zip(turn, done, strict=True):
