@@ -138,6 +138,17 @@ KEYS: tuple[Key, ...] = (
     ),
     Key(
         "storage",
+        "inline_commit_bytes",
+        SIZE_OR_ZERO,
+        _B.inline_commit_bytes,
+        "A commit up to this size is made in the event loop itself when the committer "
+        "thread is idle (no thread hand-off: lower ack latency); larger ones, and all of "
+        "them while the thread is busy, go to the committer thread. 0: always the thread. "
+        "Off by default: while an inline fsync is slow or stalls, every connection waits.",
+        "inline_commit_bytes",
+    ),
+    Key(
+        "storage",
         "mode",
         STORAGE_MODE,
         _B.storage_mode,

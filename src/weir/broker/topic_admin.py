@@ -124,6 +124,7 @@ class TopicAdmin(TenancyFacade):
             max_queue_bytes=self.config.max_partition_queue_bytes,
             max_commit_bytes=self.config.max_commit_bytes,
             observer=self.observer,
+            commit=self.commits.commit_change,
         )
         self._actors[(cfg.name, partition)] = actor
         return actor
