@@ -51,8 +51,8 @@ class PulsarConnection(Handshake, LookupCommands, SchemaCommands):
                     break
                 for frame in self.decoder.feed(data):
                     self.dispatch(frame)
-                if self.writer.transport.get_write_buffer_size() > (8 << 20):
-                    await self.writer.drain()
+                if self.queued_bytes > (8 << 20):  # the client reads slower than it asks
+                    await self.drained()
         except ProtocolError as err:
             log.info("pulsar connection closed: %s", err.message, extra={"peer": self.peer})
         except (ConnectionError, asyncio.IncompleteReadError):
