@@ -48,7 +48,7 @@ from weir.protocols.pulsar.message_ids import (
     offset_of,
 )
 from weir.protocols.pulsar.records import BATCHED, entry_of
-from weir.storage.batch import decode_payload, iter_batches, parse_header
+from weir.storage.batch import BatchHeader, decode_payload, iter_batches, parse_header
 
 log = logging.getLogger("weir.pulsar")
 
@@ -71,10 +71,14 @@ class EntryCache:
         )
         self._bytes = 0
 
-    def part(self, topic: str, partition: int, buf: Any, pos: int) -> tuple[bytes, bytes, int, int]:
+    def part(
+        self, topic: str, partition: int, buf: Any, pos: int, h: BatchHeader | None = None
+    ) -> tuple[bytes, bytes, int, int]:
         """(message prefix, payload, base offset, record count) of the stored batch at
-        ``pos``; the message part is prefix + payload (`codec.message_prefix`)."""
-        h = parse_header(buf, pos)
+        ``pos`` (its header ``h`` if parsed already); the message part is prefix + payload
+        (`codec.message_prefix`)."""
+        if h is None:
+            h = parse_header(buf, pos)
         # the count too: a compacted view's batch may start where a stored one does, with
         # fewer of its records (and its write time)
         key = (topic, partition, h.base_offset, h.written_at, h.record_count)
@@ -163,7 +167,7 @@ class ConsumerBase:
                     if not mine:
                         continue
                 prefix, payload, base, count = self.cache.part(
-                    self.topic, self.partition, chunk, pos
+                    self.topic, self.partition, chunk, pos, h
                 )
                 known = self.delivered.get(base)
                 if self.live:  # nothing to acknowledge: only the last id is remembered
