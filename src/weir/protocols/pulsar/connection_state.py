@@ -58,6 +58,8 @@ class FrontSettings:
     tls: bool = False
     # Pulsar's acknowledgmentAtBatchIndexLevelEnabled: frames carry ack sets (see consumers.py)
     batch_index_ack: bool = False
+    # Pulsar's keepAliveIntervalSeconds: Ping a silent client, close one silent after it
+    keep_alive_s: float = 30.0
 
 
 class FrontState:
@@ -103,6 +105,7 @@ class ConnectionState:
         self._closed = False
         self._queued: deque[bytes] = deque()  # frames waiting for the transport to drain
         self.queued_bytes = 0
+        self.heard = False  # a frame came since the keep-alive last looked
         self._flusher: asyncio.Task[None] | None = None
         with contextlib.suppress(AttributeError, NotImplementedError):
             writer.transport.set_write_buffer_limits(high=WRITE_HIGH, low=WRITE_HIGH // 4)
