@@ -4,6 +4,10 @@ The null server (``bench/kafka_null_server.py``) acknowledges produce requests w
 storing anything, so the same producer against it is the ceiling any server gives
 confluent-kafka on this machine; ``weir-kafka / kafka-null`` is the share weir
 delivers (the goal: at least 80 %, and 300,000 msgs/s of 100 B with acks=all).
+``kafka-null-fsync`` is the same server appending each Produce's records to a file and
+answering after an fdatasync (group commit, nothing else): the floor any durable
+server has on this disk, so ``weir-kafka / kafka-null-fsync`` tells a slow disk from a
+slow server.
 
 Rows: ``kafka produce P=1 {size}B acks=all`` (librdkafka defaults but linger.ms=5 and
 1 MB batches), the same with ``enable.idempotence`` (librdkafka sends one request per
@@ -20,11 +24,13 @@ from pathlib import Path
 from typing import Any
 
 from bench.peers import servers
-from bench.peers.workloads import Gate, Result, Target, _merge_throughput, _now, _run_workers
-from bench.weir_workloads import ROOT, add_cpu, cpu_seconds
+from bench.peers.workloads import Gate, Result, Target, _now
+from bench.throughput import Window, measure
+from bench.weir_workloads import ROOT
 
 SYSTEM_WEIR = "weir-kafka"
 SYSTEM_NULL = "kafka-null"
+SYSTEM_NULL_FSYNC = "kafka-null-fsync"
 
 
 def client_version() -> str:
@@ -33,8 +39,21 @@ def client_version() -> str:
     return f"confluent-kafka {confluent_kafka.version()[0]} (librdkafka {confluent_kafka.libversion()[0]})"
 
 
-def start_null_server(data_dir: Path, timeout: float = 60.0) -> Any:
-    """bench/kafka_null_server.py: acks without storing, the ceiling of confluent-kafka."""
+def start_null_server(data_dir: Path, timeout: float = 60.0, fsync: bool = False) -> Any:
+    """bench/kafka_null_server.py: acks without storing, the ceiling of confluent-kafka;
+    with ``fsync`` the durable floor (append + fdatasync before the answer)."""
+    if fsync:
+        return servers.start_null_server(
+            ROOT / "bench" / "kafka_null_server.py",
+            data_dir,
+            system=SYSTEM_NULL_FSYNC,
+            version=f"kafka null server + fdatasync ({client_version()})",
+            notes="appends the records and fdatasyncs before it acks: the floor of any "
+            "durable server on this disk",
+            args=("--fsync", str(data_dir / "records.log")),
+            timeout=timeout,
+            fsync_before_ack=True,
+        )
     return servers.start_null_server(
         ROOT / "bench" / "kafka_null_server.py",
         data_dir,
@@ -50,7 +69,7 @@ def weir_target(h: Any) -> Target:
 
 
 def null_target(h: Any) -> Target:
-    return Target(SYSTEM_NULL, "kafka", h.host, h.port, False, h.version)
+    return Target(h.system, "kafka", h.host, h.port, h.fsync_before_ack, h.version)
 
 
 @dataclass
@@ -78,7 +97,6 @@ def drop_topic(t: Target, ref: TopicRef) -> None:
 
 def _produce_worker(t: Target, p: dict[str, Any], gate: Gate) -> dict[str, Any]:
     import os
-    import time
 
     from confluent_kafka import Producer
 
@@ -101,16 +119,11 @@ def _produce_worker(t: Target, p: dict[str, Any], gate: Gate) -> dict[str, Any]:
             failed[0] += 1
 
     n = p["n"]
-    gate.wait()
-    c0 = time.process_time()
-    t0 = _now()
-    deadline = t0 + int(p["max_seconds"] * 1e9)
+    w = Window(gate, p["max_seconds"])
     sent = 0
-    capped = False
     topic = p["topic"]
     while sent < n:
-        if (sent & 0x3FFF) == 0 and _now() > deadline:
-            capped = True
+        if (sent & 0x3FFF) == 0 and w.over():
             break
         try:
             producer.produce(topic, payloads[sent & 255], on_delivery=done)
@@ -123,16 +136,8 @@ def _produce_worker(t: Target, p: dict[str, Any], gate: Gate) -> dict[str, Any]:
     left = producer.flush(120)
     t1 = _now()
     acked = sent - failed[0] - left
-    return dict(
-        messages=acked,
-        bytes=acked * p["size"],
-        t_start=t0,
-        t_end=t1,
-        sent=sent,
-        failed=sent - acked,
-        capped=capped,
-        ack_timeout=left > 0,
-        cpu_s=time.process_time() - c0,
+    return w.result(
+        acked, acked * p["size"], t1, sent=sent, failed=sent - acked, ack_timeout=left > 0
     )
 
 
@@ -140,7 +145,6 @@ def _produce_txn_worker(t: Target, p: dict[str, Any], gate: Gate) -> dict[str, A
     """A confluent-kafka transactional producer: transactions of ``txn`` messages, each
     begun, produced (round robin over the partitions) and committed."""
     import os
-    import time
     import uuid
 
     from confluent_kafka import Producer
@@ -158,16 +162,9 @@ def _produce_txn_worker(t: Target, p: dict[str, Any], gate: Gate) -> dict[str, A
     producer.init_transactions(30)
     payloads = [os.urandom(p["size"]) for _ in range(256)]
     n, size, topic = p["n"], p["txn"], p["topic"]
-    gate.wait()
-    c0 = time.process_time()
-    t0 = _now()
-    deadline = t0 + int(p["max_seconds"] * 1e9)
+    w = Window(gate, p["max_seconds"])
     sent = txns = 0
-    capped = False
-    while sent < n:
-        if _now() > deadline:
-            capped = True
-            break
+    while sent < n and not w.over():
         producer.begin_transaction()
         k = min(size, n - sent)
         i = 0
@@ -181,21 +178,10 @@ def _produce_txn_worker(t: Target, p: dict[str, Any], gate: Gate) -> dict[str, A
         producer.commit_transaction(120)  # flushes, then EndTxn
         sent += k
         txns += 1
-    t1 = _now()
-    return dict(
-        messages=sent,
-        bytes=sent * p["size"],
-        t_start=t0,
-        t_end=t1,
-        sent=sent,
-        capped=capped,
-        cpu_s=time.process_time() - c0,
-        txns=txns,
-    )
+    return w.result(sent, sent * p["size"], _now(), sent=sent, txns=txns)
 
 
 def _consume_worker(t: Target, p: dict[str, Any], gate: Gate) -> dict[str, Any]:
-    import time
 
     from confluent_kafka import Consumer, TopicPartition
 
@@ -208,30 +194,16 @@ def _consume_worker(t: Target, p: dict[str, Any], gate: Gate) -> dict[str, Any]:
         }
     )
     c.assign([TopicPartition(p["topic"], 0, 0)])
-    gate.wait()
-    c0 = time.process_time()
-    t0 = _now()
-    deadline = t0 + int(p["max_seconds"] * 1e9)
+    w = Window(gate, p["max_seconds"])
     got = nbytes = 0
-    capped = False
-    while got < p["n"]:
-        if _now() > deadline:
-            capped = True
-            break
+    while got < p["n"] and not w.over():
         for msg in c.consume(num_messages=10_000, timeout=1.0):
             if msg.error() is None:
                 got += 1
                 nbytes += len(msg.value() or b"")
     t1 = _now()
     c.close()
-    return dict(
-        messages=got,
-        bytes=nbytes,
-        t_start=t0,
-        t_end=t1,
-        capped=capped,
-        cpu_s=time.process_time() - c0,
-    )
+    return w.result(got, nbytes, t1)
 
 
 def produce(
@@ -244,13 +216,10 @@ def produce(
     server_pid: int | None = None,
 ) -> Result:
     spec = dict(topic=ref.name, n=n, size=size, idempotent=idempotent, max_seconds=max_seconds)
-    cpu0 = cpu_seconds(server_pid) if server_pid else 0.0
-    parts = _run_workers(t, [(_produce_worker, spec)], timeout=max_seconds + 180)
+    run = measure(t, [(_produce_worker, spec)], max_seconds, server_pid)
     label = "idempotent" if idempotent else "acks=all"
-    res = _merge_throughput(
-        t,
+    return run.row(
         f"kafka produce P=1 {size}B {label}",
-        parts,
         dict(
             target_messages=n,
             size=size,
@@ -258,8 +227,6 @@ def produce(
             "linger.ms=5, 1 MB batches, flush() at the end",
         ),
     )
-    add_cpu(res, parts, server_pid, cpu0)
-    return res
 
 
 def consume(
@@ -271,17 +238,12 @@ def consume(
     server_pid: int | None = None,
 ) -> Result:
     spec = dict(topic=ref.name, n=available, max_seconds=max_seconds)
-    cpu0 = cpu_seconds(server_pid) if server_pid else 0.0
-    parts = _run_workers(t, [(_consume_worker, spec)], timeout=max_seconds + 180)
-    res = _merge_throughput(
-        t,
+    run = measure(t, [(_consume_worker, spec)], max_seconds, server_pid)
+    return run.row(
         f"kafka consume C=1 {size}B",
-        parts,
         dict(available=available, size=size, how="confluent-kafka Consumer, assigned partition"),
+        available=available,
     )
-    res.extra["unread"] = available - res.messages
-    add_cpu(res, parts, server_pid, cpu0)
-    return res
 
 
 def produce_transactions(
@@ -296,20 +258,15 @@ def produce_transactions(
     """N messages of ``size`` bytes from one confluent-kafka transactional producer, in
     transactions of ``txn`` messages."""
     spec = dict(topic=ref.name, n=n, size=size, txn=txn, max_seconds=max_seconds)
-    cpu0 = cpu_seconds(server_pid) if server_pid else 0.0
-    parts = _run_workers(t, [(_produce_txn_worker, spec)], timeout=max_seconds + 180)
-    res = _merge_throughput(
-        t,
+    run = measure(t, [(_produce_txn_worker, spec)], max_seconds, server_pid)
+    return run.row(
         f"kafka produce txn={txn} {size}B",
-        parts,
         dict(
             target_messages=n,
             size=size,
             txn_messages=txn,
-            transactions=parts[0]["txns"],
+            transactions=run.parts[0]["txns"],
             how="confluent-kafka Producer with transactional.id: begin_transaction, "
             f"produce() {txn} messages, commit_transaction; linger.ms=5, 1 MB batches",
         ),
     )
-    add_cpu(res, parts, server_pid, cpu0)
-    return res

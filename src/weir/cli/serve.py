@@ -22,6 +22,7 @@ from weir import logs
 from weir.broker.observer import BrokerObserver
 from weir.cli.common import CliError
 from weir.errors import DataDirLockedError, WeirError
+from weir.malloc_tuning import keep_freed_memory
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -351,6 +352,7 @@ def serve(
             f"cannot write the audit log {cfg.log.audit_file}: {err.strerror}", 2
         ) from None
     data = cfg.broker.data_dir
+    keep_freed_memory()  # large writes reuse freed buffers: see weir.malloc_tuning
     try:
         asyncio.run(run(cfg))
     except DataDirLockedError:
