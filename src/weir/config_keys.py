@@ -562,6 +562,15 @@ KEYS: tuple[Key, ...] = (
         "message of a batch comes back; the clients must set batch_index_ack_enabled too.",
     ),
     Key(
+        "pulsar",
+        "keep_alive_s",
+        DURATION_S,
+        30.0,
+        "Pulsar's keepAliveIntervalSeconds: a client silent this long is sent a Ping, and "
+        "closed if it stays silent as long again (a dead peer's producers and consumers "
+        "go); 0: never.",
+    ),
+    Key(
         "http",
         "enabled",
         BOOL,
