@@ -24,6 +24,7 @@ from weir.config_keys import (
     DEFAULT_KAFKA_PORT,
     DEFAULT_LISTEN,
     DEFAULT_METRICS_LISTEN,
+    DEFAULT_NATIVE_TCP_PORT,
     DEFAULT_PULSAR_PORT,
     ENV_PREFIX,
     KEYS,
@@ -40,6 +41,7 @@ __all__ = [
     "DEFAULT_KAFKA_PORT",
     "DEFAULT_LISTEN",
     "DEFAULT_METRICS_LISTEN",
+    "DEFAULT_NATIVE_TCP_PORT",
     "DEFAULT_PULSAR_PORT",
     "ENV_PREFIX",
     "KEYS",
@@ -53,6 +55,7 @@ __all__ = [
     "Key",
     "LogConfig",
     "MetricsConfig",
+    "NativeTcpConfig",
     "PulsarConfig",
     "TlsConfig",
     "default_toml",
@@ -98,6 +101,14 @@ class PulsarConfig:
     listen: str = ""  # empty: the host of server.listen, DEFAULT_PULSAR_PORT
     max_message_size: int = 5 << 20
     batch_index_ack: bool = False
+
+
+@dataclass(frozen=True)
+class NativeTcpConfig:
+    """The ``[native_tcp]`` section: the native write stream over framed TCP."""
+
+    enabled: bool = False
+    listen: str = ""  # empty: the host of server.listen, DEFAULT_NATIVE_TCP_PORT
 
 
 @dataclass(frozen=True)
@@ -160,6 +171,7 @@ class Config:
     shutdown_grace_s: float = 5.0
     metrics: MetricsConfig = dataclasses.field(default_factory=MetricsConfig)
     pulsar: PulsarConfig = dataclasses.field(default_factory=PulsarConfig)
+    native_tcp: NativeTcpConfig = dataclasses.field(default_factory=NativeTcpConfig)
     http: HttpConfig = dataclasses.field(default_factory=HttpConfig)
     console: ConsoleConfig = dataclasses.field(default_factory=ConsoleConfig)
     tls: TlsConfig = dataclasses.field(default_factory=TlsConfig)
@@ -178,6 +190,13 @@ class Config:
         if not self.pulsar.enabled:
             return None
         return self.pulsar.listen or f"{self.listen_host}:{DEFAULT_PULSAR_PORT}"
+
+    @property
+    def native_tcp_listen(self) -> str | None:
+        """Where the native TCP port listens (None: off)."""
+        if not self.native_tcp.enabled:
+            return None
+        return self.native_tcp.listen or f"{self.listen_host}:{DEFAULT_NATIVE_TCP_PORT}"
 
     @property
     def kafka_listen(self) -> str | None:
@@ -213,6 +232,8 @@ class Config:
         out["pulsar.listen"] = self.pulsar.listen
         out["pulsar.max_message_size"] = self.pulsar.max_message_size
         out["pulsar.batch_index_ack"] = self.pulsar.batch_index_ack
+        out["native_tcp.enabled"] = self.native_tcp.enabled
+        out["native_tcp.listen"] = self.native_tcp.listen
         out["http.enabled"] = self.http.enabled
         out["http.listen"] = self.http.listen
         out["http.admin"] = self.http.admin
@@ -368,6 +389,7 @@ def _build(values: dict[str, Any], sources: dict[str, str]) -> Config:
             values["pulsar.max_message_size"],
             values["pulsar.batch_index_ack"],
         ),
+        native_tcp=NativeTcpConfig(values["native_tcp.enabled"], values["native_tcp.listen"]),
         http=HttpConfig(values["http.enabled"], values["http.listen"], values["http.admin"]),
         console=ConsoleConfig(values["console.enabled"]),
         tls=tls,

@@ -1,0 +1,233 @@
+"""The writer over both transports: gRPC and the native TCP port (``transport="tcp"``).
+
+The same behaviours, one test each, parametrised over the transport: what is written
+reads back with its results, seq_nos continue and resends are skipped, a restarted server
+loses and duplicates nothing, errors are typed, TLS and authentication hold (a TCP
+client without credentials is refused as a gRPC one is). And a TCP writer to a server
+whose TCP port is off fails at once, naming the setting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import weir
+import weir.aio
+from tests.conftest import ServerProcess
+from tests.security.certs import Authority
+from weir.errors import (
+    BadRequestError,
+    TokenRejectedError,
+    UnauthorizedError,
+    UnavailableError,
+    UnknownNamespaceError,
+)
+
+TRANSPORTS = ["grpc", "tcp"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def tcp_env(port: int = 0, **more: str) -> dict[str, str]:
+    return {
+        "WEIR_NATIVE_TCP_ENABLED": "true",
+        "WEIR_NATIVE_TCP_LISTEN": f"127.0.0.1:{port}",
+        **more,
+    }
+
+
+@pytest.fixture(scope="module")
+def tcp_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    srv = ServerProcess(tmp_path_factory.mktemp("tcp-server"), env=tcp_env())
+    srv.start()
+    yield srv
+    srv.stop()
+
+
+def client_of(srv: ServerProcess, transport: str, **kw: object) -> weir.Client:
+    tcp = srv.native_tcp if transport == "tcp" else None
+    return weir.Client(srv.endpoint, transport=transport, tcp_endpoint=tcp, **kw)
+
+
+def read_all(client: weir.Client, topic: str) -> list[weir.Message]:
+    out: list[weir.Message] = []
+    for p in client.describe_topic(topic).partition_info:
+        for chunk in client.read_range(topic, p.partition, p.start_offset, p.end_offset):
+            out.extend(chunk.messages())
+    return out
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_writes_read_back_with_results_and_dedup(
+    tcp_server: ServerProcess, topic_name: str, transport: str
+) -> None:
+    with client_of(tcp_server, transport) as c:
+        c.create_topic(topic_name, partitions=2)
+        with c.writer(topic_name, producer_id="p", routing="pinned") as w:
+            first = w.write_with_result(b"a", key="k", headers={"h": "1"})
+            for i in range(3000):
+                w.write(b"%d" % i)
+            futs = [w.write_future(b"f") for _ in range(5)]
+            w.flush()
+            assert [f.result(10).offset for f in futs] == list(range(3001, 3006))
+        assert first.offset == 0 and first.seq_no == 1 and not first.skipped
+        # the next writer of the producer continues its seq_nos; resent ones are skipped
+        w2 = c.writer(topic_name, producer_id="p").wait_init()
+        assert w2.last_seq_no == 3006
+        w2.close()
+        w3 = c.writer(topic_name, producer_id="p")
+        again = w3.write_with_result(b"again", seq_no=5)
+        fresh = w3.write_with_result(b"new", seq_no=4000)
+        w3.close()
+        assert again.skipped and again.offset is None
+        assert fresh.offset == 3006 and not fresh.skipped
+        msgs = read_all(c, topic_name)
+        assert len(msgs) == 3007
+        assert msgs[0].key == b"k" and msgs[0].headers == {"h": "1"}
+        assert [m.data for m in msgs[1:3001]] == [b"%d" % i for i in range(3000)]
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_asyncio_writer(tcp_server: ServerProcess, topic_name: str, transport: str) -> None:
+    async def main() -> list[int | None]:
+        tcp = tcp_server.native_tcp if transport == "tcp" else None
+        async with weir.aio.Client(tcp_server.endpoint, transport=transport, tcp_endpoint=tcp) as c:
+            await c.create_topic(topic_name)
+            w = c.writer(topic_name, producer_id="aio")
+            results = [await w.write_with_result(b"x%d" % i) for i in range(20)]
+            await w.close()
+            return [r.offset for r in results]
+
+    assert asyncio.run(main()) == list(range(20))
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_errors_are_typed(tcp_server: ServerProcess, transport: str) -> None:
+    with client_of(tcp_server, transport) as c:
+        w = c.writer("no_such_namespace/topic", producer_id="x")
+        with pytest.raises(UnknownNamespaceError, match="no_such_namespace does not exist"):
+            w.wait_init()
+        w.close()
+
+
+# gRPC's twin: tests/client/test_writer.py::test_kill_9_mid_stream_loses_and_duplicates_nothing
+@pytest.mark.parametrize("transport", ["tcp"])
+def test_restart_mid_stream_loses_and_duplicates_nothing(
+    tmp_path: Path, topic_name: str, transport: str
+) -> None:
+    srv = ServerProcess(tmp_path / "data", env=tcp_env(free_port()))
+    srv.start()
+    try:
+        with client_of(srv, transport) as c:
+            c.create_topic(topic_name)
+            w = c.writer(topic_name, producer_id="survivor").wait_init()
+            n = 0
+            for _ in range(2):
+                for _ in range(2000):
+                    w.write(b"%d" % n)
+                    n += 1
+                srv.kill()  # kill -9 with messages in flight, then the same ports again
+                srv.start()
+            w.flush(timeout=60)
+            assert w.reconnects >= 1
+            w.close()
+            assert [int(m.data) for m in read_all(c, topic_name)] == list(range(n))
+    finally:
+        srv.kill()
+
+
+def test_tcp_writer_to_a_server_without_the_port_fails_at_once(
+    shared_server: ServerProcess, topic_name: str
+) -> None:
+    port = free_port()  # nothing listens there
+    with weir.Client(
+        shared_server.endpoint, transport="tcp", tcp_endpoint=f"127.0.0.1:{port}"
+    ) as c:
+        w = c.writer(topic_name)
+        with pytest.raises(UnavailableError, match=r"connection refused.*native_tcp\.enabled"):
+            w.wait_init(timeout=20)
+        w.close()
+
+
+def test_unknown_transport_is_refused(shared_server: ServerProcess) -> None:
+    with pytest.raises(BadRequestError, match="transport must be"):
+        weir.Client(shared_server.endpoint, transport="udp")
+
+
+# ---------------------------------------------------------------- authentication and TLS
+
+USER, PASSWORD = "alice", "secret"
+
+
+@pytest.fixture(scope="module")
+def auth_tcp_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    srv = ServerProcess(
+        tmp_path_factory.mktemp("auth-tcp-server"),
+        env=tcp_env(
+            WEIR_AUTH_USERS=f"{USER}:{PASSWORD}",
+            WEIR_AUTH_ALLOW_ANONYMOUS="false",
+        ),
+    )
+    srv.start()
+    yield srv
+    srv.stop()
+
+
+def test_tcp_writer_needs_credentials_when_auth_is_on(
+    auth_tcp_server: ServerProcess, topic_name: str
+) -> None:
+    with client_of(auth_tcp_server, "tcp", credentials=(USER, PASSWORD)) as c:
+        c.create_topic(topic_name)
+        with c.writer(topic_name, producer_id="authed") as w:
+            assert w.write_with_result(b"ok").offset == 0
+        # no credentials: refused with the fatal error, not an open door
+        with client_of(auth_tcp_server, "tcp") as anon:
+            w = anon.writer(topic_name, producer_id="anon")
+            with pytest.raises(UnauthorizedError, match="authentication required"):
+                w.wait_init(timeout=20)
+            w.close()
+        # a token the server never issued: refused too
+        with client_of(auth_tcp_server, "tcp", credentials=weir.Token("forged")) as bad:
+            w = bad.writer(topic_name, producer_id="forged", delivery_timeout=2)
+            with pytest.raises((UnauthorizedError, TokenRejectedError)):
+                w.write_with_result(b"no", timeout=10)
+            w.close()
+        assert [m.data for m in read_all(c, topic_name)] == [b"ok"]
+
+
+def test_tcp_writer_over_tls(tmp_path: Path, topic_name: str) -> None:
+    ca = Authority(tmp_path / "ca")
+    cert = ca.issue("weir-server", stem="server")
+    srv = ServerProcess(
+        tmp_path / "data",
+        env=tcp_env(WEIR_TLS_CERT_FILE=str(cert.cert), WEIR_TLS_KEY_FILE=str(cert.key)),
+    )
+    srv.start()
+    try:
+        with client_of(srv, "tcp", tls=weir.Tls(ca=ca.path)) as c:
+            c.create_topic(topic_name)
+            with c.writer(topic_name) as w:
+                assert w.write_with_result(b"secret").offset == 0
+        # a client that does not trust the server's CA is told why
+        other = Authority(tmp_path / "other", "other CA")
+        with weir.Client(
+            srv.endpoint,
+            transport="tcp",
+            tcp_endpoint=srv.native_tcp,
+            tls=weir.Tls(ca=other.path),
+        ) as c:
+            w = c.writer(topic_name)
+            with pytest.raises(UnavailableError, match="not signed by the trusted CA"):
+                w.wait_init(timeout=20)
+            w.close()
+    finally:
+        srv.stop()
