@@ -18,7 +18,9 @@ import pytest
 
 import weir
 import weir.aio
+from tests import native_tcp_raw as raw
 from tests.conftest import ServerProcess
+from tests.reliability.test_hostile import good_batch
 from tests.security.certs import Authority
 from weir.errors import (
     BadRequestError,
@@ -27,6 +29,7 @@ from weir.errors import (
     UnavailableError,
     UnknownNamespaceError,
 )
+from weir.protocols.native.framing import MAGIC
 
 TRANSPORTS = ["grpc", "tcp"]
 
@@ -201,6 +204,13 @@ def test_tcp_writer_needs_credentials_when_auth_is_on(
             with pytest.raises((UnauthorizedError, TokenRejectedError)):
                 w.write_with_result(b"no", timeout=10)
             w.close()
+        # raw bytes: a hello without a token, an init and a batch pipelined behind it are
+        # answered with the refusal alone, and the batch is not stored
+        start = MAGIC + raw.hello() + raw.init(topic_name, "raw")
+        frames, rest = raw.exchange(
+            auth_tcp_server.native_tcp, start + raw.batches(good_batch(producer="raw"))
+        )
+        assert raw.error_code(frames) == "UNAUTHORIZED" and len(frames) == 1 and not rest
         assert [m.data for m in read_all(c, topic_name)] == [b"ok"]
 
 
