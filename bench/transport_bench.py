@@ -8,7 +8,9 @@ transports run one after the other, the first one alternating (A B, B A, ...), s
 of this shared machine's load hit both alike. Each run is:
 
 * latency: one message in flight, paced at ``--rate`` (5,000/s; slower when an ack takes
-  longer than the period): ``await write_with_result`` on `weir.aio`, ack time per message;
+  longer than the period): ``await write_with_result`` on `weir.aio`, ack time per message,
+  a gRPC writer and a TCP writer taking turns message by message (A B B A), so that both
+  meet the same load; then a shorter run of each alone for its CPU per ack;
 * produce: ``--produce-msgs`` 100 B messages, one ``write()`` each on the sync client,
   then ``flush()``: acknowledged msgs/s.
 
@@ -76,6 +78,41 @@ async def _latency(h: Any, transport: str, topic: str, n: int, rate: float) -> l
         return out
 
 
+async def _interleaved(h: Any, topic: str, n: int, rate: float) -> dict[str, list[float]]:
+    """Both transports at once, one message in flight in all: a gRPC writer and a TCP
+    writer take turns message by message (A B B A ...), paced at ``rate`` overall, so
+    both see the same moment of this machine's load."""
+    import weir.aio
+
+    clients = {
+        t: weir.aio.Client(f"{h.host}:{h.port}", **_client_kw(h, t)) for t in ("grpc", "tcp")
+    }
+    writers = {t: c.writer(topic, partition=0) for t, c in clients.items()}
+    for w in writers.values():
+        await w.wait_init()
+        for _ in range(200):  # warm up
+            await w.write_with_result(b"w" * 100)
+    out: dict[str, list[float]] = {"grpc": [], "tcp": []}
+    loop = asyncio.get_running_loop()
+    period, next_at = 1.0 / rate, loop.time()
+    for i in range(2 * n):
+        t = ("grpc", "tcp")[(i + i // 2) % 2]
+        t0 = time.perf_counter()
+        await writers[t].write_with_result(b"x" * 100)
+        out[t].append((time.perf_counter() - t0) * 1e3)
+        next_at += period
+        delay = next_at - loop.time()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        else:
+            next_at = loop.time()
+    for w in writers.values():
+        await w.close()
+    for c in clients.values():
+        await c.close()
+    return out
+
+
 def _produce(h: Any, transport: str, topic: str, n: int) -> float:
     import weir
 
@@ -92,11 +129,12 @@ def _produce(h: Any, transport: str, topic: str, n: int) -> float:
         return n / dt
 
 
-def _run(h: Any, transport: str, args: argparse.Namespace) -> dict[str, float]:
-    """One latency run and one produce run of ``transport``, with their CPU per message."""
+def _run(h: Any, transport: str, args: argparse.Namespace, lat: list[float]) -> dict[str, float]:
+    """A latency run and a produce run of ``transport``, for their CPU per message; the
+    latency percentiles are those of ``lat`` (the interleaved run)."""
     cpu0, own0 = weir_wl.cpu_seconds(h.pid), time.process_time()
-    lat = asyncio.run(_latency(h, transport, "transport-bench", args.latency_msgs, args.rate))
-    n = args.latency_msgs + 200
+    n = max(500, args.latency_msgs // 4)
+    asyncio.run(_latency(h, transport, "transport-bench", n - 200, args.rate))
     cpu1, own1 = weir_wl.cpu_seconds(h.pid), time.process_time()
     rate = _produce(h, transport, "transport-bench", args.produce_msgs)
     cpu2, own2 = weir_wl.cpu_seconds(h.pid), time.process_time()
@@ -163,9 +201,10 @@ def main() -> None:
             print("| run | " + " | ".join(t for _, t, _ in COLUMNS) + " | load |")
             print("|---|" + "---:|" * len(COLUMNS) + "---:|")
             for pair in range(args.pairs):
+                lat = asyncio.run(_interleaved(h, "transport-bench", args.latency_msgs, args.rate))
                 order = ["grpc", "tcp"] if pair % 2 == 0 else ["tcp", "grpc"]
                 for transport in order:
-                    r = _run(h, transport, args)
+                    r = _run(h, transport, args, lat[transport])
                     rows[transport].append(r)
                     print(_row(f"{pair} {transport}", r, _load()), flush=True)
             for transport, rs in rows.items():

@@ -100,6 +100,19 @@ def test_writes_read_back_with_results_and_dedup(
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
+def test_big_messages_arrive_intact(
+    tcp_server: ServerProcess, topic_name: str, transport: str
+) -> None:
+    blobs = [bytes([i]) * (300_000 + i) for i in range(3)]
+    with client_of(tcp_server, transport) as c:
+        c.create_topic(topic_name)
+        with c.writer(topic_name, max_batch_bytes=256 << 10) as w:
+            for b in blobs:
+                w.write(b)
+        assert [m.data for m in read_all(c, topic_name)] == blobs
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
 def test_asyncio_writer(tcp_server: ServerProcess, topic_name: str, transport: str) -> None:
     async def main() -> list[int | None]:
         tcp = tcp_server.native_tcp if transport == "tcp" else None

@@ -29,6 +29,7 @@ from weir.protocols.native.framing import (
     VERSION,
     FrameError,
     frame,
+    header,
     read_frame,
 )
 from weir.protocols.native.wire import encode_write_request
@@ -36,6 +37,7 @@ from weir.protocols.native.wire import encode_write_request
 # An ack is small; this bounds what a broken server could make the client allocate.
 MAX_RESPONSE_BYTES = 16 << 20
 _WRITE_HIGH_WATER = 4 << 20
+_SPLIT_AT = 64 << 10
 
 
 class TcpWriteCall:
@@ -108,7 +110,12 @@ class TcpWriteCall:
         _, writer = await self._opened()
         if writer.is_closing():
             raise ConnectionResetError("the write stream's connection is closed")
-        writer.write(frame(encode_write_request(request)))
+        data = encode_write_request(request)
+        if len(data) < _SPLIT_AT:
+            writer.write(frame(data))  # one segment for a small request
+        else:  # no copy of a big one to put its length in front
+            writer.write(header(len(data)))
+            writer.write(data)
         if writer.transport.get_write_buffer_size() > _WRITE_HIGH_WATER:
             await writer.drain()
 
