@@ -22,8 +22,10 @@ from tests import native_tcp_raw as raw
 from tests.conftest import ServerProcess
 from tests.reliability.test_hostile import good_batch
 from tests.security.certs import Authority
+from tests.security.conftest import ROOT, ROOT_PW, superuser_server
 from weir.errors import (
     BadRequestError,
+    PermissionDeniedError,
     TokenRejectedError,
     UnauthorizedError,
     UnavailableError,
@@ -252,5 +254,33 @@ def test_tcp_writer_over_tls(tmp_path: Path, topic_name: str) -> None:
             with pytest.raises(UnavailableError, match="not signed by the trusted CA"):
                 w.wait_init(timeout=20)
             w.close()
+    finally:
+        srv.stop()
+
+
+def test_revoking_the_grant_ends_a_tcp_write_stream(
+    tmp_path_factory: pytest.TempPathFactory, topic_name: str
+) -> None:
+    """As on gRPC (tests/security/test_revocation.py): the stream ends with the reason as
+    soon as the grant it uses is revoked, and nothing written after that is stored."""
+    srv = superuser_server(tmp_path_factory, "tcp-revocation", **tcp_env())
+    try:
+        with weir.Client(srv.endpoint, credentials=(ROOT, ROOT_PW)) as root:
+            root.create_topic(topic_name)
+            root.add_user("rita", "rita-password-1")
+            root.grant("rita", "produce", topic_name)
+            with client_of(srv, "tcp", credentials=("rita", "rita-password-1")) as c:
+                w = c.writer(topic_name, producer_id="rita")
+                try:
+                    w.write(b"one")
+                    w.flush(timeout=30)
+                    assert root.revoke("rita", "produce", topic_name)
+                    with pytest.raises(PermissionDeniedError, match="write to topic"):
+                        for _ in range(100):  # bounded
+                            w.write(b"after")
+                            w.flush(timeout=30)
+                finally:
+                    w.close()
+            assert [m.data for m in read_all(root, topic_name)] == [b"one"]
     finally:
         srv.stop()
