@@ -331,7 +331,7 @@ class Connection:
         if self.tcp_ever_connected if tcp else self.ever_connected:
             return None
         fast = cannot_connect(endpoint or self.endpoint, err, self.tls is not None)
-        if fast is not None and tcp:
+        if fast is not None and tcp and fast.message.endswith("connection refused"):
             fast = UnavailableError(
                 f"{fast.message} (is the native TCP port on: native_tcp.enabled?)"
             )
