@@ -256,7 +256,7 @@ class Server:
         if self.pulsar is not None:
             await self.pulsar.stop()
         if self.native_tcp is not None:
-            await self.native_tcp.stop()
+            await self.native_tcp.stop(grace)
         if self._grpc is not None:
             await self._grpc.stop(grace)
             self._grpc = None

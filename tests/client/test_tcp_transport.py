@@ -149,12 +149,17 @@ def test_restart_mid_stream_loses_and_duplicates_nothing(
             c.create_topic(topic_name)
             w = c.writer(topic_name, producer_id="survivor").wait_init()
             n = 0
-            for _ in range(2):
+            for clean in (False, True):
                 for _ in range(2000):
                     w.write(b"%d" % n)
                     n += 1
-                srv.kill()  # kill -9 with messages in flight, then the same ports again
-                srv.start()
+                # with messages in flight: kill -9, then a clean stop (its streams ack what
+                # is in flight and end with UNAVAILABLE); the same ports again each time
+                if clean:
+                    srv.restart()
+                else:
+                    srv.kill()
+                    srv.start()
             w.flush(timeout=60)
             assert w.reconnects >= 1
             w.close()

@@ -56,8 +56,9 @@ HELLO_TIMEOUT_S = 10.0
 # to this long, so that closing with unread input does not reset the connection and lose
 # that answer (the error that ended the stream) on its way to the client.
 LINGER_S = 2.0
-# How long stop() lets connections end on their own (sessions ack what is in flight).
-STOP_GRACE_S = 12.0
+# How long stop() lets connections end on their own (sessions ack what is in flight), by
+# default: the server passes its shutdown grace.
+STOP_GRACE_S = 5.0
 _WRITE_HIGH_WATER = 1 << 20
 
 
@@ -152,14 +153,14 @@ class NativeTcpFront:
         self.port = self._server.sockets[0].getsockname()[1]
         log.debug("native TCP front started", extra={"endpoint": self.endpoint})
 
-    async def stop(self) -> None:
+    async def stop(self, grace: float = STOP_GRACE_S) -> None:
         """Stop accepting; open streams see the server stopping, ack what is in flight and
-        end with UNAVAILABLE (within STOP_GRACE_S, else they are cut)."""
+        end with UNAVAILABLE (within ``grace`` seconds, else they are cut)."""
         if self._server is not None:
             self._server.close()
         live = list(self._connections)
         if live:
-            _, pending = await asyncio.wait(live, timeout=STOP_GRACE_S)
+            _, pending = await asyncio.wait(live, timeout=grace)
             for t in pending:
                 t.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
