@@ -36,6 +36,7 @@ if __package__ in (None, ""):
 
 from bench import weir_workloads as weir_wl
 from bench.peers import servers
+from bench.throughput import cpu_seconds
 
 
 def _load() -> str:
@@ -132,12 +133,12 @@ def _produce(h: Any, transport: str, topic: str, n: int) -> float:
 def _run(h: Any, transport: str, args: argparse.Namespace, lat: list[float]) -> dict[str, float]:
     """A latency run and a produce run of ``transport``, for their CPU per message; the
     latency percentiles are those of ``lat`` (the interleaved run)."""
-    cpu0, own0 = weir_wl.cpu_seconds(h.pid), time.process_time()
+    cpu0, own0 = cpu_seconds(h.pid), time.process_time()
     n = max(500, args.latency_msgs // 4)
     asyncio.run(_latency(h, transport, "transport-bench", n - 200, args.rate))
-    cpu1, own1 = weir_wl.cpu_seconds(h.pid), time.process_time()
+    cpu1, own1 = cpu_seconds(h.pid), time.process_time()
     rate = _produce(h, transport, "transport-bench", args.produce_msgs)
-    cpu2, own2 = weir_wl.cpu_seconds(h.pid), time.process_time()
+    cpu2, own2 = cpu_seconds(h.pid), time.process_time()
     m = args.produce_msgs
     return {
         "p50": _pct(lat, 0.5),
