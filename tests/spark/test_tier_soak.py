@@ -2,10 +2,10 @@
 Spark, with local disk use held to the offload bound (slow: `make soak`, or
 ``WEIR_SOAK=1 pytest -m slow tests/spark/test_tier_soak.py``).
 
-A topic of ``WEIR_TIER_SOAK_GB`` GB (default 3) of 4 KB messages whose bytes do not
+A topic of ``WEIR_SOAK_TIER_GB`` GB (default 3) of 4 KB messages whose bytes do not
 compress (a message's index, then bytes drawn from a generator seeded with it) is
 written through the SDK into 2 partitions with an offload threshold of
-``WEIR_TIER_SOAK_BOUND_MB`` MiB (default 128) per partition. The producer goes no
+``WEIR_SOAK_TIER_BOUND_MB`` MiB (default 128) per partition. The producer goes no
 faster than offload (it waits whenever the broker holds more than the bound plus what
 it has in flight), as a producer does once the tier has caught up; the server's data
 directory (LMDB, without the tier's directory) is measured all along and must stay
@@ -34,8 +34,8 @@ from tests.conftest import ServerProcess
 
 pytestmark = pytest.mark.slow
 
-GB = float(os.environ.get("WEIR_TIER_SOAK_GB", "3"))
-BOUND = int(float(os.environ.get("WEIR_TIER_SOAK_BOUND_MB", "128")) * (1 << 20))
+GB = float(os.environ.get("WEIR_SOAK_TIER_GB", "3"))
+BOUND = int(float(os.environ.get("WEIR_SOAK_TIER_BOUND_MB", "128")) * (1 << 20))
 SIZE = 4000
 PARTITIONS = 2
 STEP = 32 << 20  # bytes written between two looks at the broker's local bytes
@@ -97,6 +97,7 @@ def soak_server(tmp_path: Path) -> Iterator[tuple[ServerProcess, Path, Path]]:
         data, env={"WEIR_TIER_INTERVAL_S": "0.5", "WEIR_TIER_LOCAL_DIR": str(tier)}
     ).start()
     try:
+        assert srv.port and srv.proc is not None, "".join(srv.log[-20:])
         yield srv, data, tier
     finally:
         srv.stop()
@@ -131,6 +132,7 @@ def _verify_in_spark(df: Any) -> tuple[int, int, int, int]:
     return r.n, r.bad or 0, r.distinct, r.total or 0
 
 
+@pytest.mark.timeout(3 * 3600)  # GBs: over the Spark tests' 600 s (its own mark wins)
 def test_several_gb_offloaded_held_to_the_bound_and_read_back_by_every_reader(
     soak_server: tuple[ServerProcess, Path, Path], spark: Any
 ) -> None:
@@ -166,7 +168,7 @@ def test_several_gb_offloaded_held_to_the_bound_and_read_back_by_every_reader(
         peak = max(peak, final)
         remote = sum(p.remote_bytes for p in st.partitions)
         assert sum(p.end_offset - p.start_offset for p in st.partitions) == n
-        assert remote > GB * 1e9 * 0.9  # nearly all of it is in the store
+        assert remote + PARTITIONS * (BOUND + HEAD) >= n * SIZE  # all but the bound: in the store
         # local disk: bounded by the policy (about 2 x 128 MiB), not by the topic's GBs
         assert peak <= limit + (256 << 20), (peak, limit)
         # the SDK: every partition from its start, byte for byte
@@ -193,6 +195,8 @@ def test_several_gb_offloaded_held_to_the_bound_and_read_back_by_every_reader(
                     batch = reader.receive_batch(timeout=1)
                 except TimeoutError:
                     continue
+                if batch is None:
+                    continue
                 for m in batch.messages:
                     seen.add(m.data)
                 got += len(batch.messages)
@@ -214,7 +218,7 @@ def test_several_gb_offloaded_held_to_the_bound_and_read_back_by_every_reader(
     spark_source_s = time.monotonic() - t1
     print(
         f"\ntier soak: {n} messages, {n * SIZE / 1e9:.2f} GB written in {write_s:.0f} s "
-        f"(paced by offload); offloaded {remote / 1e9:.2f} GB (Parquet objects); local "
+        f"(paced by offload); offloaded {remote / 1e9:.2f} GB; local "
         f"bound {PARTITIONS} x {BOUND >> 20} MiB (+ head), data dir peak "
         f"{peak / 2**20:.0f} MiB, after {final / 2**20:.0f} MiB; read back: SDK {sdk_s:.0f} s, "
         f"ydb SDK {ydb_s:.0f} s, Spark weir.spark.read {spark_native_s:.0f} s, "

@@ -83,6 +83,7 @@ def _offset_ranges(
     except ValueError:
         raise BadRequestError(f"option offsetRanges: expected JSON like {example}") from None
     out = []
+    item: Any
     for item in obj if isinstance(obj, list) else [None]:
         ok = (
             isinstance(item, list)

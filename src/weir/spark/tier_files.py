@@ -73,7 +73,9 @@ def plan(
     return ro, native, [(tp, s, e) for tp, s, e in rest if s < e]
 
 
-def _files_frame(spark: Any, topic: str, ranges: Sequence[TierRange], ro: ReaderOptions) -> Any:
+def files_frame(spark: Any, topic: str, ranges: Sequence[TierRange], ro: ReaderOptions) -> Any:
+    """The rows of ``ranges`` (offloaded ranges of ``topic``, local store) as Spark's own
+    Parquet scan of their objects."""
     from pyspark.sql import functions as F
 
     paths = sorted({str(Path(dict(r.store)["path"]) / r.object_key) for r in ranges})
@@ -102,7 +104,7 @@ def read(spark: Any, options: Mapping[str, str] | None = None, **kw: str) -> Any
     opts = {**(options or {}), **kw}
     ro, native, rest = plan(opts)
     parts = [
-        _files_frame(spark, t, [r for r in native if r.topic == t], ro)
+        files_frame(spark, t, [r for r in native if r.topic == t], ro)
         for t in sorted({r.topic for r in native})
     ]
     if rest or not parts:
