@@ -187,5 +187,5 @@ def test_spark_parquet_scan_refuses_a_damaged_object(
     data[col.data_page_offset + col.total_compressed_size // 2] ^= 0x5A
     obj.write_bytes(data)
     df = weir.spark.read(spark, endpoint=srv.endpoint, topic=topic)
-    with pytest.raises(Exception, match="(?s)FAILED_READ_FILE.*checksum verification failed"):
+    with pytest.raises(Exception, match=r"(?s)FAILED_READ_FILE.*checksum verification failed"):
         df.select("value").collect()
