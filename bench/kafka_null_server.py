@@ -31,6 +31,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from weir.protocols.kafka import messages as m
+from weir.protocols.kafka import txn_messages as tm
 from weir.protocols.kafka.codec import KafkaCodecError, decode_request, encode_response
 from weir.protocols.kafka.framing import FrameReader, FrameSizeError
 
@@ -84,7 +85,7 @@ class NullServer:
                     for n in names
                 ],
             }
-        if k == m.INIT_PRODUCER_ID.key:
+        if k == tm.INIT_PRODUCER_ID.key:
             return {"producer_id": next(self.pids), "producer_epoch": 0}
         if k == m.CREATE_TOPICS.key:
             return {"topics": [{"name": t["name"]} for t in body["topics"]]}

@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.peers import servers
-from bench.peers.workloads import Gate, Result, Target, _merge_throughput, _now, _run_workers
-from bench.weir_workloads import ROOT, add_cpu, cpu_seconds
+from bench.peers.workloads import Gate, Result, Target, _now
+from bench.throughput import Window, measure
+from bench.weir_workloads import ROOT
 
 SYSTEM_WEIR = "weir-kafka"
 SYSTEM_NULL = "kafka-null"
@@ -78,7 +79,6 @@ def drop_topic(t: Target, ref: TopicRef) -> None:
 
 def _produce_worker(t: Target, p: dict[str, Any], gate: Gate) -> dict[str, Any]:
     import os
-    import time
 
     from confluent_kafka import Producer
 
@@ -101,16 +101,11 @@ def _produce_worker(t: Target, p: dict[str, Any], gate: Gate) -> dict[str, Any]:
             failed[0] += 1
 
     n = p["n"]
-    gate.wait()
-    c0 = time.process_time()
-    t0 = _now()
-    deadline = t0 + int(p["max_seconds"] * 1e9)
+    w = Window(gate, p["max_seconds"])
     sent = 0
-    capped = False
     topic = p["topic"]
     while sent < n:
-        if (sent & 0x3FFF) == 0 and _now() > deadline:
-            capped = True
+        if (sent & 0x3FFF) == 0 and w.over():
             break
         try:
             producer.produce(topic, payloads[sent & 255], on_delivery=done)
@@ -123,16 +118,8 @@ def _produce_worker(t: Target, p: dict[str, Any], gate: Gate) -> dict[str, Any]:
     left = producer.flush(120)
     t1 = _now()
     acked = sent - failed[0] - left
-    return dict(
-        messages=acked,
-        bytes=acked * p["size"],
-        t_start=t0,
-        t_end=t1,
-        sent=sent,
-        failed=sent - acked,
-        capped=capped,
-        ack_timeout=left > 0,
-        cpu_s=time.process_time() - c0,
+    return w.result(
+        acked, acked * p["size"], t1, sent=sent, failed=sent - acked, ack_timeout=left > 0
     )
 
 
@@ -140,7 +127,6 @@ def _produce_txn_worker(t: Target, p: dict[str, Any], gate: Gate) -> dict[str, A
     """A confluent-kafka transactional producer: transactions of ``txn`` messages, each
     begun, produced (round robin over the partitions) and committed."""
     import os
-    import time
     import uuid
 
     from confluent_kafka import Producer
@@ -158,16 +144,9 @@ def _produce_txn_worker(t: Target, p: dict[str, Any], gate: Gate) -> dict[str, A
     producer.init_transactions(30)
     payloads = [os.urandom(p["size"]) for _ in range(256)]
     n, size, topic = p["n"], p["txn"], p["topic"]
-    gate.wait()
-    c0 = time.process_time()
-    t0 = _now()
-    deadline = t0 + int(p["max_seconds"] * 1e9)
+    w = Window(gate, p["max_seconds"])
     sent = txns = 0
-    capped = False
-    while sent < n:
-        if _now() > deadline:
-            capped = True
-            break
+    while sent < n and not w.over():
         producer.begin_transaction()
         k = min(size, n - sent)
         i = 0
@@ -181,21 +160,10 @@ def _produce_txn_worker(t: Target, p: dict[str, Any], gate: Gate) -> dict[str, A
         producer.commit_transaction(120)  # flushes, then EndTxn
         sent += k
         txns += 1
-    t1 = _now()
-    return dict(
-        messages=sent,
-        bytes=sent * p["size"],
-        t_start=t0,
-        t_end=t1,
-        sent=sent,
-        capped=capped,
-        cpu_s=time.process_time() - c0,
-        txns=txns,
-    )
+    return w.result(sent, sent * p["size"], _now(), sent=sent, txns=txns)
 
 
 def _consume_worker(t: Target, p: dict[str, Any], gate: Gate) -> dict[str, Any]:
-    import time
 
     from confluent_kafka import Consumer, TopicPartition
 
@@ -208,30 +176,16 @@ def _consume_worker(t: Target, p: dict[str, Any], gate: Gate) -> dict[str, Any]:
         }
     )
     c.assign([TopicPartition(p["topic"], 0, 0)])
-    gate.wait()
-    c0 = time.process_time()
-    t0 = _now()
-    deadline = t0 + int(p["max_seconds"] * 1e9)
+    w = Window(gate, p["max_seconds"])
     got = nbytes = 0
-    capped = False
-    while got < p["n"]:
-        if _now() > deadline:
-            capped = True
-            break
+    while got < p["n"] and not w.over():
         for msg in c.consume(num_messages=10_000, timeout=1.0):
             if msg.error() is None:
                 got += 1
                 nbytes += len(msg.value() or b"")
     t1 = _now()
     c.close()
-    return dict(
-        messages=got,
-        bytes=nbytes,
-        t_start=t0,
-        t_end=t1,
-        capped=capped,
-        cpu_s=time.process_time() - c0,
-    )
+    return w.result(got, nbytes, t1)
 
 
 def produce(
@@ -244,13 +198,10 @@ def produce(
     server_pid: int | None = None,
 ) -> Result:
     spec = dict(topic=ref.name, n=n, size=size, idempotent=idempotent, max_seconds=max_seconds)
-    cpu0 = cpu_seconds(server_pid) if server_pid else 0.0
-    parts = _run_workers(t, [(_produce_worker, spec)], timeout=max_seconds + 180)
+    run = measure(t, [(_produce_worker, spec)], max_seconds, server_pid)
     label = "idempotent" if idempotent else "acks=all"
-    res = _merge_throughput(
-        t,
+    return run.row(
         f"kafka produce P=1 {size}B {label}",
-        parts,
         dict(
             target_messages=n,
             size=size,
@@ -258,8 +209,6 @@ def produce(
             "linger.ms=5, 1 MB batches, flush() at the end",
         ),
     )
-    add_cpu(res, parts, server_pid, cpu0)
-    return res
 
 
 def consume(
@@ -271,17 +220,12 @@ def consume(
     server_pid: int | None = None,
 ) -> Result:
     spec = dict(topic=ref.name, n=available, max_seconds=max_seconds)
-    cpu0 = cpu_seconds(server_pid) if server_pid else 0.0
-    parts = _run_workers(t, [(_consume_worker, spec)], timeout=max_seconds + 180)
-    res = _merge_throughput(
-        t,
+    run = measure(t, [(_consume_worker, spec)], max_seconds, server_pid)
+    return run.row(
         f"kafka consume C=1 {size}B",
-        parts,
         dict(available=available, size=size, how="confluent-kafka Consumer, assigned partition"),
+        available=available,
     )
-    res.extra["unread"] = available - res.messages
-    add_cpu(res, parts, server_pid, cpu0)
-    return res
 
 
 def produce_transactions(
@@ -296,20 +240,15 @@ def produce_transactions(
     """N messages of ``size`` bytes from one confluent-kafka transactional producer, in
     transactions of ``txn`` messages."""
     spec = dict(topic=ref.name, n=n, size=size, txn=txn, max_seconds=max_seconds)
-    cpu0 = cpu_seconds(server_pid) if server_pid else 0.0
-    parts = _run_workers(t, [(_produce_txn_worker, spec)], timeout=max_seconds + 180)
-    res = _merge_throughput(
-        t,
+    run = measure(t, [(_produce_txn_worker, spec)], max_seconds, server_pid)
+    return run.row(
         f"kafka produce txn={txn} {size}B",
-        parts,
         dict(
             target_messages=n,
             size=size,
             txn_messages=txn,
-            transactions=parts[0]["txns"],
+            transactions=run.parts[0]["txns"],
             how="confluent-kafka Producer with transactional.id: begin_transaction, "
             f"produce() {txn} messages, commit_transaction; linger.ms=5, 1 MB batches",
         ),
     )
-    add_cpu(res, parts, server_pid, cpu0)
-    return res

@@ -25,8 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.peers import servers
-from bench.peers.workloads import Gate, Result, Target, _merge_throughput, _now, _run_workers
-from bench.weir_workloads import ROOT, add_cpu, cpu_seconds
+from bench.peers.workloads import Gate, Result, Target, _now
+from bench.throughput import Window, measure
+from bench.weir_workloads import ROOT
 
 SYSTEM_WEIR = "weir-pulsar"
 SYSTEM_NULL = "pulsar-null"
@@ -103,7 +104,6 @@ def _client(t: Target) -> Any:
 
 
 def _produce_worker(t: Target, p: dict[str, Any], gate: Gate) -> dict[str, Any]:
-    import time
 
     import pulsar
 
@@ -125,39 +125,24 @@ def _produce_worker(t: Target, p: dict[str, Any], gate: Gate) -> dict[str, Any]:
             with lock:
                 counts["ok" if res == pulsar.Result.Ok else "failed"] += 1
 
-        gate.wait()
-        c0 = time.process_time()
-        t0 = _now()
-        deadline = t0 + int(p["max_seconds"] * 1e9)
+        w = Window(gate, p["max_seconds"])
         sent = 0
-        capped = False
         while sent < n:
-            if sent % 1000 == 0 and _now() > deadline:
-                capped = True
+            if sent % 1000 == 0 and w.over():
                 break
             producer.send_async(payloads[sent & 255], done)
             sent += 1
         producer.flush()
         t1 = _now()
-        cpu = time.process_time() - c0
+        cpu = w.cpu()
         producer.close()
     finally:
         client.close()
     acked = counts["ok"]
-    return dict(
-        messages=acked,
-        bytes=acked * p["size"],
-        t_start=t0,
-        t_end=t1,
-        sent=sent,
-        failed=sent - acked,
-        capped=capped,
-        cpu_s=cpu,
-    )
+    return w.result(acked, acked * p["size"], t1, cpu, sent=sent, failed=sent - acked)
 
 
 def _consume_worker(t: Target, p: dict[str, Any], gate: Gate) -> dict[str, Any]:
-    import time
 
     import pulsar
 
@@ -169,16 +154,11 @@ def _consume_worker(t: Target, p: dict[str, Any], gate: Gate) -> dict[str, Any]:
             initial_position=pulsar.InitialPosition.Earliest,
             receiver_queue_size=1000,
         )
-        gate.wait()
-        c0 = time.process_time()
-        t0 = _now()
-        deadline = t0 + int(p["max_seconds"] * 1e9)
+        w = Window(gate, p["max_seconds"])
         count = nbytes = 0
-        t_last = t0
-        capped = False
+        t_last = w.t0
         while count < p["n"]:
-            if count % 1000 == 0 and _now() > deadline:
-                capped = True
+            if count % 1000 == 0 and w.over():
                 break
             try:
                 m = consumer.receive(int(p["max_idle"] * 1000))
@@ -188,11 +168,11 @@ def _consume_worker(t: Target, p: dict[str, Any], gate: Gate) -> dict[str, Any]:
             nbytes += len(m.data())
             consumer.acknowledge(m)
             t_last = _now()
-        cpu = time.process_time() - c0
+        cpu = w.cpu()
         consumer.close()
     finally:
         client.close()
-    return dict(messages=count, bytes=nbytes, t_start=t0, t_end=t_last, capped=capped, cpu_s=cpu)
+    return w.result(count, nbytes, t_last, cpu)
 
 
 # --------------------------------------------------------------------------
@@ -204,20 +184,15 @@ def produce(
     t: Target, ref: TopicRef, n: int, size: int, max_seconds: float, server_pid: int | None = None
 ) -> Result:
     spec = dict(topic=ref.topic, n=n, size=size, max_seconds=max_seconds)
-    cpu0 = cpu_seconds(server_pid) if server_pid else 0.0
-    parts = _run_workers(t, [(_produce_worker, spec)], timeout=max_seconds + 180)
-    res = _merge_throughput(
-        t,
+    run = measure(t, [(_produce_worker, spec)], max_seconds, server_pid)
+    return run.row(
         f"pulsar produce P=1 {size_label(size)} batched",
-        parts,
         dict(
             target_messages=n,
             size=size,
             how="pulsar-client producer, batching on (defaults), send_async + callback, flush()",
         ),
     )
-    add_cpu(res, parts, server_pid, cpu0)
-    return res
 
 
 def consume(
@@ -229,17 +204,12 @@ def consume(
     server_pid: int | None = None,
 ) -> Result:
     spec = dict(topic=ref.topic, n=available, size=size, max_idle=5.0, max_seconds=max_seconds)
-    cpu0 = cpu_seconds(server_pid) if server_pid else 0.0
-    parts = _run_workers(t, [(_consume_worker, spec)], timeout=max_seconds + 180)
-    res = _merge_throughput(
-        t,
+    run = measure(t, [(_consume_worker, spec)], max_seconds, server_pid)
+    return run.row(
         f"pulsar consume C=1 {size_label(size)}",
-        parts,
         dict(available=available, size=size, how="pulsar-client receive() + acknowledge()"),
+        available=available,
     )
-    res.extra["unread"] = available - res.messages
-    add_cpu(res, parts, server_pid, cpu0)
-    return res
 
 
 def size_label(size: int) -> str:

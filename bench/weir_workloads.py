@@ -38,7 +38,6 @@ import os
 import re
 import sys
 import time
-import urllib.request
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -54,13 +53,13 @@ from bench.peers.workloads import (
     Result,
     Target,
     _Lat,
-    _merge_throughput,
     _now,
     _run_workers,
     _size_label,
     _split,
-    percentile,
+    latency_rows,
 )
+from bench.throughput import Window, measure, scrape
 
 SYSTEM = "weir-native"
 ROOT = Path(__file__).resolve().parents[1]
@@ -138,47 +137,6 @@ def target_of(h: Any, system: str = SYSTEM) -> Target:
 
 def endpoint(t: Target) -> str:
     return f"{t.host}:{t.port}"
-
-
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of a process (from /proc): server CPU is robust on a noisy machine."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-_LE = re.compile(r'le="([^"]+)"')
-
-
-def scrape(metrics_port: int | None, timeout: float = 10.0) -> dict[str, float]:
-    """Samples of the server's /metrics page, summed over labels; histogram buckets
-    are kept per bound as ``name|le``.  Empty without a metrics port or on error."""
-    if not metrics_port:
-        return {}
-    url = f"http://{servers.LOOPBACK}:{metrics_port}/metrics"
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:
-            text = resp.read().decode()
-    except OSError:
-        return {}
-    out: dict[str, float] = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        name_labels, _, value = line.rpartition(" ")
-        name = name_labels.split("{", 1)[0]
-        if name.endswith("_bucket"):
-            m = _LE.search(name_labels)
-            if not m:
-                continue
-            name = f"{name}|{m.group(1)}"
-        try:
-            out[name] = out.get(name, 0.0) + float(value)
-        except ValueError:
-            continue
-    return out
 
 
 def commit_stats(
@@ -294,17 +252,10 @@ def _produce_worker(t: Target, p: dict[str, Any], gate: Gate) -> dict[str, Any]:
     ]
     payload = os.urandom(p["size"])
     n, run, k = p["n"], p["run"], len(writers)
-    gate.wait()
-    c0 = time.process_time()
-    t0 = _now()
-    deadline = t0 + int(p["max_seconds"] * 1e9)
+    win = Window(gate, p["max_seconds"])
     sent = 0
-    capped = False
     i = 0
-    while sent < n:
-        if _now() > deadline:
-            capped = True
-            break
+    while sent < n and not win.over():
         write = writers[i % k].write
         m = min(run, n - sent)
         for _ in range(m):
@@ -320,21 +271,13 @@ def _produce_worker(t: Target, p: dict[str, Any], gate: Gate) -> dict[str, Any]:
             ack_timeout = True
             failed += w._core.unacknowledged
     t1 = _now()
-    cpu = time.process_time() - c0
+    cpu = win.cpu()
     for w in writers:
         w.close(timeout=5)
     client.close()
     acked = sent - failed
-    return dict(
-        messages=acked,
-        bytes=acked * p["size"],
-        t_start=t0,
-        t_end=t1,
-        sent=sent,
-        failed=failed,
-        capped=capped,
-        ack_timeout=ack_timeout,
-        cpu_s=cpu,
+    return win.result(
+        acked, acked * p["size"], t1, cpu, sent=sent, failed=failed, ack_timeout=ack_timeout
     )
 
 
@@ -346,17 +289,10 @@ def _produce_txn_worker(t: Target, p: dict[str, Any], gate: Gate) -> dict[str, A
     parts = p["partitions"]
     payload = os.urandom(p["size"])
     n, run, size = p["n"], p["run"], p["txn"]
-    gate.wait()
-    c0 = time.process_time()
-    t0 = _now()
-    deadline = t0 + int(p["max_seconds"] * 1e9)
+    win = Window(gate, p["max_seconds"])
     sent = txns = 0
-    capped = False
     i = 0
-    while sent < n:
-        if _now() > deadline:
-            capped = True
-            break
+    while sent < n and not win.over():
         with client.transaction() as tx:
             writers: dict[int, Any] = {}
             left = min(size, n - sent)
@@ -376,18 +312,9 @@ def _produce_txn_worker(t: Target, p: dict[str, Any], gate: Gate) -> dict[str, A
                 i += 1
         txns += 1
     t1 = _now()
-    cpu = time.process_time() - c0
+    cpu = win.cpu()
     client.close()
-    return dict(
-        messages=sent,
-        bytes=sent * p["size"],
-        t_start=t0,
-        t_end=t1,
-        sent=sent,
-        capped=capped,
-        cpu_s=cpu,
-        txns=txns,
-    )
+    return win.result(sent, sent * p["size"], t1, cpu, sent=sent, txns=txns)
 
 
 def produce_transactions(
@@ -411,12 +338,9 @@ def produce_transactions(
         txn=txn,
         max_seconds=max_seconds,
     )
-    cpu0 = cpu_seconds(server_pid) if server_pid else 0.0
-    parts = _run_workers(t, [(_produce_txn_worker, spec)], timeout=max_seconds + 180)
-    res = _merge_throughput(
-        t,
+    measured = measure(t, [(_produce_txn_worker, spec)], max_seconds, server_pid)
+    return measured.row(
         f"produce txn={txn} {_size_label(size)}",
-        parts,
         dict(
             target_messages=n,
             size=size,
@@ -424,13 +348,11 @@ def produce_transactions(
             mode="processes",
             partitions=ref.partitions,
             txn_messages=txn,
-            transactions=parts[0]["txns"],
+            transactions=measured.parts[0]["txns"],
             how=f"with client.transaction(): tx.writer() per partition, write() per message; "
             f"{txn} messages per transaction over {ref.partitions} partitions",
         ),
     )
-    add_cpu(res, parts, server_pid, cpu0)
-    return res
 
 
 def _consume_worker(t: Target, p: dict[str, Any], gate: Gate) -> dict[str, Any]:
@@ -443,20 +365,17 @@ def _consume_worker(t: Target, p: dict[str, Any], gate: Gate) -> dict[str, Any]:
         with hw.get_lock():
             return all(hw[i] >= ends[i] for i in parts)
 
-    gate.wait()
-    c0 = time.process_time()
-    t0 = _now()
+    win = Window(gate, p["max_seconds"])
+    t0 = win.t0
     reader = client.reader(p["topic"], consumer=p["consumer"], buffer_bytes=p["buffer_bytes"])
-    deadline = t0 + int(p["max_seconds"] * 1e9)
     count = nbytes = 0
     t_last = t0
     first_ms: float | None = None
     idle_since = _now()
-    capped = stalled = False
+    stalled = False
     while not group_done():
         now = _now()
-        if now > deadline:
-            capped = True
+        if win.over(now):
             break
         b = reader.receive_batch(timeout=0.1)
         if b is None:
@@ -475,19 +394,17 @@ def _consume_worker(t: Target, p: dict[str, Any], gate: Gate) -> dict[str, Any]:
             if hw[b.partition] < end:
                 hw[b.partition] = end
         t_last = idle_since = _now()
-    cpu = time.process_time() - c0
+    cpu = win.cpu()
     core = reader._inner._core
     reconnects = core.reconnects  # a broken read stream shows here
     held = [ps.partition for ps in core.partitions]
     reader.close(timeout=10)
     client.close()
-    return dict(
-        messages=count,
-        bytes=nbytes,
-        t_start=t0,
-        t_end=t_last,
-        capped=capped,
-        cpu_s=cpu,
+    return win.result(
+        count,
+        nbytes,
+        t_last,
+        cpu,
         reconnects=reconnects,
         stalled=stalled,
         held=held,
@@ -590,16 +507,9 @@ def _spread_worker(t: Target, p: dict[str, Any], gate: Gate) -> dict[str, Any]:
     n, k = p["n"], len(fns)
     gate.wait()  # every writer is connected: worker 0 scrapes while the others wait
     before = scrape(p["metrics_port"]) if p["scraper"] else {}
-    gate.wait()
-    c0 = time.process_time()
-    t0 = _now()
-    deadline = t0 + int(p["max_seconds"] * 1e9)
+    win = Window(gate, p["max_seconds"])
     sent = 0
-    capped = False
-    while sent < n:
-        if _now() > deadline:
-            capped = True
-            break
+    while sent < n and not win.over():
         m = min(1000, n - sent)
         for j in range(sent, sent + m):
             fns[j % k](payload)
@@ -607,7 +517,7 @@ def _spread_worker(t: Target, p: dict[str, Any], gate: Gate) -> dict[str, Any]:
     for w in writers:
         w.flush(timeout=120)
     t1 = _now()
-    cpu = time.process_time() - c0
+    cpu = win.cpu()
     with gate.done.get_lock():
         gate.done.value += 1
     after: dict[str, float] = {}
@@ -621,13 +531,11 @@ def _spread_worker(t: Target, p: dict[str, Any], gate: Gate) -> dict[str, Any]:
     for w in writers:
         w.close(timeout=10)
     client.close()
-    return dict(
-        messages=sent,
-        bytes=sent * p["size"],
-        t_start=t0,
-        t_end=t1,
-        capped=capped,
-        cpu_s=cpu,
+    return win.result(
+        sent,
+        sent * p["size"],
+        t1,
+        cpu,
         before=before,
         after=after,
         t_scrape=t_scrape,
@@ -637,15 +545,6 @@ def _spread_worker(t: Target, p: dict[str, Any], gate: Gate) -> dict[str, Any]:
 # --------------------------------------------------------------------------
 # public API: the same workloads as the peers
 # --------------------------------------------------------------------------
-
-
-def add_cpu(res: Result, parts: list[dict[str, Any]], server_pid: int | None, cpu0: float) -> None:
-    res.extra["client_cpu_s"] = round(sum(p.get("cpu_s", 0.0) for p in parts), 3)
-    if server_pid is not None:
-        cpu = cpu_seconds(server_pid) - cpu0
-        res.extra["server_cpu_s"] = round(cpu, 3)
-        if res.messages:
-            res.extra["server_cpu_us_per_msg"] = round(cpu / res.messages * 1e6, 3)
 
 
 def produce(
@@ -673,14 +572,9 @@ def produce(
         )
         for parts, c in zip(plan, _split(n, producers), strict=True)
     ]
-    cpu0 = cpu_seconds(server_pid) if server_pid else 0.0
-    before = scrape(metrics_port)
-    parts = _run_workers(t, specs, timeout=max_seconds + 180)
-    after = scrape(metrics_port)
-    res = _merge_throughput(
-        t,
+    measured = measure(t, specs, max_seconds, server_pid, metrics_port)
+    res = measured.row(
         f"produce P={producers} {_size_label(size)}",
-        parts,
         dict(
             target_messages=n,
             size=size,
@@ -691,8 +585,7 @@ def produce(
             + ("one writer per partition" if producers == 1 else "one writer per process"),
         ),
     )
-    add_cpu(res, parts, server_pid, cpu0)
-    res.extra.update(commit_stats(before, after, res.seconds))
+    res.extra.update(commit_stats(measured.before, measured.after, res.seconds))
     return res
 
 
@@ -720,14 +613,10 @@ def consume(
         max_seconds=max_seconds,
     )
     specs = [(_consume_worker, dict(common)) for _ in range(consumers)]
-    cpu0 = cpu_seconds(server_pid) if server_pid else 0.0
-    before = scrape(metrics_port)
-    parts = _run_workers(t, specs, timeout=max_seconds + 180)
-    after = scrape(metrics_port)
-    res = _merge_throughput(
-        t,
+    measured = measure(t, specs, max_seconds, server_pid, metrics_port)
+    parts = measured.parts
+    res = measured.merge(
         f"consume C={consumers} {_size_label(size)}",
-        parts,
         dict(
             available=available,
             size=size,
@@ -747,8 +636,8 @@ def consume(
     res.extra["stalled_readers"] = sum(1 for p in parts if p.get("stalled"))
     res.extra["held_at_end"] = [p.get("held") for p in parts]
     res.extra["first_batch_ms"] = [p.get("first_batch_ms") for p in parts]
-    add_cpu(res, parts, server_pid, cpu0)
-    res.extra.update(commit_stats(before, after, res.seconds))
+    measured.add_cpu(res)  # per message read once
+    res.extra.update(commit_stats(measured.before, measured.after, res.seconds))
     return res
 
 
@@ -786,74 +675,6 @@ def latency(
     return rows
 
 
-def latency_rows(
-    t: Target,
-    prod: dict[str, Any],
-    cons: dict[str, Any],
-    rate: int,
-    duration: float,
-    size: int,
-    how: str,
-) -> list[Result]:
-    """Two rows (ack, e2e) with the peers' saturation rule (see bench/peers/workloads.py)."""
-    ack = sorted(prod["ack_ms"])
-    e2e = sorted(cons["e2e_ms"])
-    t0 = prod["t_start"]
-    send_secs = (prod["t_end"] - t0) / 1e9
-    ack_secs = max(send_secs, (prod["last_ns"] - t0) / 1e9)
-    e2e_secs = max(send_secs, (cons["last_ns"] - t0) / 1e9)
-    want = int(rate * duration)
-    saturated = (
-        prod["sent"] < want
-        or len(ack) < prod["sent"]
-        or len(e2e) < prod["sent"]
-        or len(ack) / ack_secs < 0.95 * rate
-        or len(e2e) / e2e_secs < 0.95 * rate
-    )
-    base = dict(
-        target_rate=rate,
-        duration_s=duration,
-        size=size,
-        sent=prod["sent"],
-        achieved_send_rate=prod["sent"] / send_secs if send_secs > 0 else 0.0,
-        max_batch_per_tick=prod.get("max_pipeline"),
-        saturated=saturated,
-        acked=len(ack),
-        consumed=len(e2e),
-        how=how,
-    )
-    label = f"@{rate}/s {_size_label(size)}"
-    return [
-        Result(
-            t.system,
-            f"latency-ack {label}",
-            len(ack),
-            len(ack) * size,
-            ack_secs,
-            t.fsync_before_ack,
-            percentile(ack, 50),
-            percentile(ack, 99),
-            dict(base, p999_ms=percentile(ack, 99.9), max_ms=ack[-1] if ack else None),
-        ),
-        Result(
-            t.system,
-            f"latency-e2e {label}",
-            len(e2e),
-            len(e2e) * size,
-            e2e_secs,
-            t.fsync_before_ack,
-            percentile(e2e, 50),
-            percentile(e2e, 99),
-            dict(
-                base,
-                p999_ms=percentile(e2e, 99.9),
-                max_ms=e2e[-1] if e2e else None,
-                lost=prod["sent"] - len(e2e),
-            ),
-        ),
-    ]
-
-
 def many_partitions(
     t: Target,
     metrics_port: int,
@@ -887,17 +708,14 @@ def many_partitions(
             )
             for i, (parts, c) in enumerate(zip(plan, _split(n, producers), strict=True))
         ]
-        cpu0 = cpu_seconds(server_pid) if server_pid else 0.0
-        parts = _run_workers(t, specs, timeout=max_seconds + 300)
+        measured = measure(t, specs, max_seconds, server_pid, slack=300)
     finally:
         drop_topic(t, ref)
-    scraper = parts[0]
+    scraper = measured.parts[0]
     window = max(1e-9, (scraper["t_scrape"] - scraper["t_start"]) / 1e9)
     stats = commit_stats(scraper["before"], scraper["after"], window)
-    res = _merge_throughput(
-        t,
+    res = measured.merge(
         f"partitions={partitions} round-robin {_size_label(size)}",
-        parts,
         dict(
             partitions=partitions,
             size=size,
@@ -909,5 +727,5 @@ def many_partitions(
     res.extra.update(stats)
     if stats.get("commits"):
         res.extra["msgs_per_commit"] = res.messages / stats["commits"]
-    add_cpu(res, parts, server_pid, cpu0)
+    measured.add_cpu(res)
     return res

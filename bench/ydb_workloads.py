@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.peers import servers
-from bench.peers.workloads import Gate, Result, Target, _merge_throughput, _now, _run_workers
-from bench.weir_workloads import ROOT, add_cpu, cpu_seconds
+from bench.peers.workloads import Gate, Result, Target, _now
+from bench.throughput import Window, measure
+from bench.weir_workloads import ROOT
 
 DATABASE = "/local"
 SYSTEM_WEIR = "weir-ydb"
@@ -94,7 +95,6 @@ def drop_topic(t: Target, ref: TopicRef) -> None:
 
 def _produce_worker(t: Target, p: dict[str, Any], gate: Gate) -> dict[str, Any]:
     """One sync SDK writer: ``write(msg)`` or ``write([per_call msgs])``, then ``flush()``."""
-    import time
 
     import ydb
 
@@ -103,16 +103,9 @@ def _produce_worker(t: Target, p: dict[str, Any], gate: Gate) -> dict[str, Any]:
     with _driver(t) as driver:
         writer = driver.topic_client.writer(p["path"], producer_id=f"ydb-{uuid.uuid4().hex[:8]}")
         writer.wait_init(timeout=15)
-        gate.wait()
-        c0 = time.process_time()
-        t0 = _now()
-        deadline = t0 + int(p["max_seconds"] * 1e9)
+        w = Window(gate, p["max_seconds"])
         sent = 0
-        capped = False
-        while sent < n:
-            if _now() > deadline:
-                capped = True
-                break
+        while sent < n and not w.over():
             if per_call == 1:
                 for i in range(sent, min(n, sent + 100)):
                     writer.write(ydb.TopicWriterMessage(payloads[i & 255]))
@@ -127,41 +120,27 @@ def _produce_worker(t: Target, p: dict[str, Any], gate: Gate) -> dict[str, Any]:
         except Exception:  # TimeoutError or an SDK error: not acked
             ack_timeout = True
         t1 = _now()
-        cpu = time.process_time() - c0
+        cpu = w.cpu()
         with contextlib.suppress(Exception):
             writer.close(flush=False)
     acked = 0 if ack_timeout else sent
-    return dict(
-        messages=acked,
-        bytes=acked * p["size"],
-        t_start=t0,
-        t_end=t1,
-        sent=sent,
-        failed=sent - acked,
-        capped=capped,
-        ack_timeout=ack_timeout,
-        cpu_s=cpu,
+    return w.result(
+        acked, acked * p["size"], t1, cpu, sent=sent, failed=sent - acked, ack_timeout=ack_timeout
     )
 
 
 def _consume_worker(t: Target, p: dict[str, Any], gate: Gate) -> dict[str, Any]:
     """The SDK's sync reader of a fresh consumer; commits every batch."""
-    import time
 
     with _driver(t) as driver:
-        gate.wait()
-        c0 = time.process_time()
-        t0 = _now()
+        w = Window(gate, p["max_seconds"])
         reader = driver.topic_client.reader(p["path"], consumer=p["consumer"])
-        deadline = t0 + int(p["max_seconds"] * 1e9)
         count = nbytes = 0
-        t_last = t0
+        t_last = w.t0
         idle_since = _now()
-        capped = False
         while count < p["n"]:
             now = _now()
-            if now > deadline:
-                capped = True
+            if w.over(now):
                 break
             try:
                 batch = reader.receive_batch(timeout=0.2)
@@ -175,10 +154,10 @@ def _consume_worker(t: Target, p: dict[str, Any], gate: Gate) -> dict[str, Any]:
             nbytes += sum(len(m.data) for m in batch.messages)
             reader.commit(batch)
             t_last = idle_since = _now()
-        cpu = time.process_time() - c0
+        cpu = w.cpu()
         with contextlib.suppress(Exception):
             reader.close(flush=True, timeout=10)  # waits for the commit acks
-    return dict(messages=count, bytes=nbytes, t_start=t0, t_end=t_last, capped=capped, cpu_s=cpu)
+    return w.result(count, nbytes, t_last, cpu)
 
 
 # --------------------------------------------------------------------------
@@ -201,12 +180,9 @@ def produce(
 ) -> Result:
     """One SDK writer process writing ``n`` messages, ``per_call`` per ``write()``."""
     spec = dict(path=ref.path, n=n, size=size, per_call=per_call, max_seconds=max_seconds)
-    cpu0 = cpu_seconds(server_pid) if server_pid else 0.0
-    parts = _run_workers(t, [(_produce_worker, spec)], timeout=max_seconds + 180)
-    res = _merge_throughput(
-        t,
+    run = measure(t, [(_produce_worker, spec)], max_seconds, server_pid)
+    return run.row(
         f"ydb produce P=1 {size}B {pattern_label(per_call)}",
-        parts,
         dict(
             target_messages=n,
             size=size,
@@ -214,8 +190,6 @@ def produce(
             how=f"ydb sync TopicWriter, {pattern_label(per_call)}, flush() at the end",
         ),
     )
-    add_cpu(res, parts, server_pid, cpu0)
-    return res
 
 
 def consume(
@@ -234,14 +208,9 @@ def consume(
         max_idle=5.0,
         max_seconds=max_seconds,
     )
-    cpu0 = cpu_seconds(server_pid) if server_pid else 0.0
-    parts = _run_workers(t, [(_consume_worker, spec)], timeout=max_seconds + 180)
-    res = _merge_throughput(
-        t,
+    run = measure(t, [(_consume_worker, spec)], max_seconds, server_pid)
+    return run.row(
         f"ydb consume C=1 {size}B",
-        parts,
         dict(available=available, size=size, how="ydb sync TopicReader, commit per batch"),
+        available=available,
     )
-    res.extra["unread"] = available - res.messages
-    add_cpu(res, parts, server_pid, cpu0)
-    return res

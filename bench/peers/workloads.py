@@ -1022,6 +1022,20 @@ def latency(
         prod, cons = _run_workers(t, specs, timeout=duration + grace + 180)
     finally:
         drop_stream(t, ref)
+    return latency_rows(t, prod, cons, rate, duration, common["size"])
+
+
+def latency_rows(
+    t: Target,
+    prod: dict[str, Any],
+    cons: dict[str, Any],
+    rate: int,
+    duration: float,
+    size: int,
+    how: str | None = None,
+) -> list[Result]:
+    """The ack and end-to-end rows of a paced producer's and a consumer's results
+    (weir's own latency workload makes its rows here too, ``how`` naming its API)."""
     ack = sorted(prod["ack_ms"])
     e2e = sorted(cons["e2e_ms"])
     t0 = prod["t_start"]
@@ -1043,7 +1057,7 @@ def latency(
     base = dict(
         target_rate=rate,
         duration_s=duration,
-        size=common["size"],
+        size=size,
         sent=prod["sent"],
         achieved_send_rate=prod["sent"] / send_secs if send_secs > 0 else 0.0,
         max_batch_per_tick=prod.get("max_pipeline"),
@@ -1051,13 +1065,15 @@ def latency(
         acked=len(ack),
         consumed=len(e2e),
     )
-    label = f"@{rate}/s {_size_label(common['size'])}"
+    if how is not None:
+        base["how"] = how
+    label = f"@{rate}/s {_size_label(size)}"
     return [
         Result(
             t.system,
             f"latency-ack {label}",
             len(ack),
-            len(ack) * common["size"],
+            len(ack) * size,
             ack_secs,
             t.fsync_before_ack,
             percentile(ack, 50),
@@ -1068,7 +1084,7 @@ def latency(
             t.system,
             f"latency-e2e {label}",
             len(e2e),
-            len(e2e) * common["size"],
+            len(e2e) * size,
             e2e_secs,
             t.fsync_before_ack,
             percentile(e2e, 50),

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import socket
 import struct
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 import weir
 from tests.conftest import ServerProcess
 from tests.kafka_fuzz import Mutation, mutated, sample_batches
+from tests.reliability.atheris_run import fuzz_for
 from weir.protocols.kafka import messages as m
 from weir.protocols.kafka.codec import decode_request, decode_response_frame, encode_request_frame
 from weir.protocols.kafka.errors import ErrorCode
@@ -189,22 +188,4 @@ def test_oversized_records_are_message_too_large(srv: ServerProcess) -> None:
 
 
 def test_atheris_fuzzes_the_kafka_decoder_and_record_parser(tmp_path: Path) -> None:
-    pytest.importorskip("atheris")
-    corpus = tmp_path / "corpus"
-    corpus.mkdir()
-    out = subprocess.run(
-        [
-            sys.executable,
-            str(Path(__file__).parents[1] / "reliability" / "fuzz_kafka.py"),
-            "-max_total_time=10",
-            "-rss_limit_mb=2048",
-            f"-artifact_prefix={tmp_path}/",
-            str(corpus),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=tmp_path,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert "Done" in out.stderr, out.stderr[-2000:]
+    fuzz_for("fuzz_kafka.py", 10, tmp_path)

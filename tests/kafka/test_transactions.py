@@ -24,6 +24,7 @@ import weir
 from tests.conftest import ServerProcess
 from tests.doc_blocks import block
 from weir.protocols.kafka import messages as km
+from weir.protocols.kafka import txn_messages as ktm
 from weir.protocols.kafka.codec import Api, decode_response_frame, encode_request_frame
 from weir.protocols.kafka.errors import ErrorCode
 from weir.protocols.kafka.records import ATTR_TRANSACTIONAL, build_batch
@@ -303,7 +304,10 @@ def _call(srv: ServerProcess, api: Api, version: int, body: dict) -> dict:
 
 def _init(srv: ServerProcess, tid: str, timeout_ms: int = 60_000) -> tuple[int, int, int]:
     r = _call(
-        srv, km.INIT_PRODUCER_ID, 4, {"transactional_id": tid, "transaction_timeout_ms": timeout_ms}
+        srv,
+        ktm.INIT_PRODUCER_ID,
+        4,
+        {"transactional_id": tid, "transaction_timeout_ms": timeout_ms},
     )
     return r["error_code"], r["producer_id"], r["producer_epoch"]
 
@@ -315,7 +319,7 @@ def _end_txn(srv: ServerProcess, tid: str, pid: int, epoch: int, commit: bool) -
         "producer_epoch": epoch,
         "committed": commit,
     }
-    return int(_call(srv, km.END_TXN, 3, body)["error_code"])
+    return int(_call(srv, ktm.END_TXN, 3, body)["error_code"])
 
 
 def _add(srv: ServerProcess, tid: str, pid: int, epoch: int, topic: str) -> int:
@@ -326,7 +330,7 @@ def _add(srv: ServerProcess, tid: str, pid: int, epoch: int, topic: str) -> int:
         "topics": [{"name": topic, "partitions": [0]}],
     }
     return int(
-        _call(srv, km.ADD_PARTITIONS_TO_TXN, 3, body)["results"][0]["results"][0]["error_code"]
+        _call(srv, ktm.ADD_PARTITIONS_TO_TXN, 3, body)["results"][0]["results"][0]["error_code"]
     )
 
 
@@ -353,7 +357,7 @@ def _produce(srv: ServerProcess, tid: str, pid: int, epoch: int, seq: int, topic
 
 def _add_offsets(srv: ServerProcess, tid: str, pid: int, epoch: int, group: str) -> int:
     body = {"transactional_id": tid, "producer_id": pid, "producer_epoch": epoch, "group_id": group}
-    return int(_call(srv, km.ADD_OFFSETS_TO_TXN, 3, body)["error_code"])
+    return int(_call(srv, ktm.ADD_OFFSETS_TO_TXN, 3, body)["error_code"])
 
 
 def _txn_offset_commit(
@@ -368,7 +372,7 @@ def _txn_offset_commit(
             {"name": "tx-bad", "partitions": [{"partition_index": 0, "committed_offset": offset}]}
         ],
     }
-    r = _call(srv, km.TXN_OFFSET_COMMIT, 3, body)
+    r = _call(srv, ktm.TXN_OFFSET_COMMIT, 3, body)
     return int(r["topics"][0]["partitions"][0]["error_code"])
 
 

@@ -5,6 +5,8 @@ Python object, every rule a few dictionaries. It needs about 1.4 KB per acknowle
 message, too much for a soak, but it is short enough to read rule by rule.
 `test_checker_reference.py` records random small histories into both and asserts that
 they report exactly the same violations; the rules are described in `checker.py`.
+The records (`Stored`, `Ack`, the commit observations, message ids) are the history's own;
+the rules here are independent of it.
 """
 
 from __future__ import annotations
@@ -14,47 +16,15 @@ from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Collection
 from dataclasses import dataclass, field
-from typing import NamedTuple
 
-TOPIC_STRIDE = 1000  # partition key = topic index * TOPIC_STRIDE + partition
-
-
-def parse_id(mid: str) -> tuple[str, int] | None:
-    """(producer, n) of a well-formed id, else None."""
-    parts = mid.split(":")
-    if len(parts) != 3 or parts[0] != "id" or not parts[2].isdigit():
-        return None
-    return parts[1], int(parts[2])
-
-
-class Stored(NamedTuple):
-    """One message of the final contents of a partition."""
-
-    offset: int
-    mid: str
-    producer_id: str = ""  # as the server stored it ("" when it had none)
-    seq_no: int = 0
-
-
-class Ack(NamedTuple):
-    key: int  # partition key
-    offset: int | None  # None: skipped as a duplicate by the broker (offset unknown)
-
-
-class CommitAck(NamedTuple):
-    clock: int  # history clock when the ack arrived
-    consumer: str
-    key: int
-    offset: int
-
-
-class CommitSeen(NamedTuple):
-    clock: int  # history clock before the server was asked
-    consumer: str
-    key: int
-    offset: int
-    when: str  # "restart 12", "final"...
-
+from tests.reliability.history import (
+    TOPIC_STRIDE,
+    Ack,
+    CommitAck,
+    CommitSeen,
+    Stored,
+    parse_id,
+)
 
 VIOLATIONS = (
     "lost",

@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 import weir
 from tests.batch_fuzz import Mutation, decode_or_refuse, mutated_batches
 from tests.conftest import ServerProcess
+from tests.reliability.atheris_run import fuzz_for
 from weir.errors import BatchFormatError
 from weir.protocols.native import weir_pb2 as pb
 from weir.protocols.native import weir_pb2_grpc as pb_grpc
@@ -320,25 +321,4 @@ def test_damaged_batches_are_refused_or_stored_exactly_and_never_crash_the_serve
 
 
 def test_atheris_fuzzes_the_batch_decoder_for_a_bounded_time(tmp_path: Path) -> None:
-    import subprocess
-    import sys
-
-    pytest.importorskip("atheris")
-    corpus = tmp_path / "corpus"
-    corpus.mkdir()
-    out = subprocess.run(
-        [
-            sys.executable,
-            str(Path(__file__).with_name("fuzz_batch.py")),
-            "-max_total_time=15",
-            "-rss_limit_mb=2048",
-            f"-artifact_prefix={tmp_path}/",
-            str(corpus),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=tmp_path,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert "Done" in out.stderr, out.stderr[-2000:]
+    fuzz_for("fuzz_batch.py", 15, tmp_path)

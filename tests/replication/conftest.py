@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,18 @@ from weir.replication.local_cluster import BookieProcess
 from weir.replication.zkserver import ZooKeeperServer
 
 _roots = itertools.count(1)
+
+
+@contextmanager
+def running(procs: list[BookieProcess]) -> Iterator[list[BookieProcess]]:
+    """Start every bookie of ``procs``; stop them all on the way out (a failed start too)."""
+    try:
+        for b in procs:
+            b.start()
+        yield procs
+    finally:
+        for b in procs:
+            b.stop()
 
 
 @pytest.fixture
@@ -57,13 +70,8 @@ def bookies(
         BookieProcess(tmp_path / f"bookie-{i}", zookeeper.hosts, zk_root, *bookie_args)
         for i in range(bookie_count)
     ]
-    try:
-        for b in procs:
-            b.start()
+    with running(procs):
         yield procs
-    finally:
-        for b in procs:
-            b.stop()
 
 
 @pytest.fixture(scope="module")
@@ -73,20 +81,28 @@ def shared_root(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture(scope="module")
+def shared_bookie_args() -> tuple[str, ...]:
+    """More options for every bookie of `shared_bookies`: none, or a module's override
+    (TLS, in test_bookie_tls.py)."""
+    return ()
+
+
+@pytest.fixture(scope="module")
 def shared_bookies(
-    zookeeper: ZooKeeperServer, shared_root: str, tmp_path_factory: pytest.TempPathFactory
+    zookeeper: ZooKeeperServer,
+    shared_root: str,
+    shared_bookie_args: tuple[str, ...],
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[list[BookieProcess]]:
     """Three bookies serving a whole test module (its tests use ledgers and logs of their
     own); a test that stops one starts it again, or `client` does before the next test."""
     base = tmp_path_factory.mktemp("shared-bookies")
-    procs = [BookieProcess(base / f"b{i}", zookeeper.hosts, shared_root) for i in range(3)]
-    try:
-        for b in procs:
-            b.start()
+    procs = [
+        BookieProcess(base / f"b{i}", zookeeper.hosts, shared_root, *shared_bookie_args)
+        for i in range(3)
+    ]
+    with running(procs):
         yield procs
-    finally:
-        for b in procs:
-            b.stop()
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ a plain, unknown or certificate-less client gets a clear error and stores nothin
 from __future__ import annotations
 
 import ssl
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,29 +25,10 @@ def ca(tmp_path_factory: pytest.TempPathFactory) -> Authority:
 
 
 @pytest.fixture(scope="module")
-def tls_root() -> str:
-    return "/module-bookie-tls"
-
-
-@pytest.fixture(scope="module")
-def tls_bookies(
-    zookeeper: ZooKeeperServer,
-    tls_root: str,
-    tmp_path_factory: pytest.TempPathFactory,
-    ca: Authority,
-) -> Iterator[list[BookieProcess]]:
-    """Three bookies that speak mutual TLS only, for the module."""
-    base = tmp_path_factory.mktemp("tls-bookies")
+def shared_bookie_args(ca: Authority) -> tuple[str, ...]:
+    """The module's `shared_bookies` (tests/replication/conftest.py) speak mutual TLS only."""
     server = ca.issue("bookie", server=True)
-    tls = ("--tls-cert", str(server.cert), "--tls-key", str(server.key), "--tls-ca", str(ca.path))
-    procs = [BookieProcess(base / f"bookie-{i}", zookeeper.hosts, tls_root, *tls) for i in range(3)]
-    try:
-        for b in procs:
-            b.start()
-        yield procs
-    finally:
-        for b in procs:
-            b.stop()
+    return ("--tls-cert", str(server.cert), "--tls-key", str(server.key), "--tls-ca", str(ca.path))
 
 
 def client_tls(ca: Authority, issued: Issued) -> BookieTls:
@@ -57,13 +37,13 @@ def client_tls(ca: Authority, issued: Issued) -> BookieTls:
 
 async def test_only_clients_with_a_certificate_of_the_ca_reach_tls_bookies(
     zookeeper: ZooKeeperServer,
-    tls_root: str,
-    tls_bookies: list[BookieProcess],
+    shared_root: str,
+    shared_bookies: list[BookieProcess],
     ca: Authority,
     tmp_path: Path,
 ) -> None:
     good = client_tls(ca, ca.issue("ledger-client", server=False))
-    async with LedgerClient(zookeeper.hosts, root=tls_root, tls=good) as client:
+    async with LedgerClient(zookeeper.hosts, root=shared_root, tls=good) as client:
         lh = await client.create_ledger(3, 3, 2)
         for i in range(20):
             await lh.add(b"secret %d" % i)
@@ -81,7 +61,7 @@ async def test_only_clients_with_a_certificate_of_the_ca_reach_tls_bookies(
     refused = {"plain TCP": None, "a rogue CA's certificate": rogue_ctx, "no certificate": no_cert}
     victim = lh.ledger_id + 100
     for ctx in refused.values():
-        for b in tls_bookies:
+        for b in shared_bookies:
             intruder = BookieClient(b.address, tls=ctx, request_timeout=10)
             try:
                 with pytest.raises(BookieUnavailableError, match=b.address):
@@ -94,17 +74,17 @@ async def test_only_clients_with_a_certificate_of_the_ca_reach_tls_bookies(
     # a client that does not trust the CA refuses the bookies in turn (it verifies them)
     stranger = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     stranger.load_verify_locations(cafile=str(rogue_ca.path))
-    bc = BookieClient(tls_bookies[0].address, tls=stranger)
+    bc = BookieClient(shared_bookies[0].address, tls=stranger)
     try:
         with pytest.raises(BookieUnavailableError, match="CERTIFICATE_VERIFY_FAILED"):
             await bc.read(lh.ledger_id, 0)
     finally:
         await bc.close()
 
-    async with LedgerClient(zookeeper.hosts, root=tls_root, tls=good) as client:
+    async with LedgerClient(zookeeper.hosts, root=shared_root, tls=good) as client:
         rh = await client.open_ledger(lh.ledger_id)
         assert rh.closed and rh.last_add_confirmed == 19  # not fenced again, not changed
-        for b in tls_bookies:
+        for b in shared_bookies:
             bc = client.pool.get(b.address)
             with pytest.raises(NoSuchLedgerError):
                 await bc.read(victim, 0)  # the forged add stored nothing
@@ -122,15 +102,15 @@ def test_tls_options_come_together_and_bad_files_are_a_clear_error(tmp_path: Pat
 
 
 async def test_operator_commands_reach_tls_bookies_with_the_env_files(
-    zookeeper: ZooKeeperServer, tls_root: str, tls_bookies: list[BookieProcess], ca: Authority
+    zookeeper: ZooKeeperServer, shared_root: str, shared_bookies: list[BookieProcess], ca: Authority
 ) -> None:
     operator = ca.issue("operator", server=False)
     good = client_tls(ca, ca.issue("writer", server=False))
-    async with LedgerClient(zookeeper.hosts, root=tls_root, tls=good) as client:
+    async with LedgerClient(zookeeper.hosts, root=shared_root, tls=good) as client:
         lh = await client.create_ledger(3, 3, 2)
         for i in range(5):
             await lh.add(b"%d" % i)
-    zk = ["--zk", zookeeper.hosts, "--zk-root", tls_root]
+    zk = ["--zk", zookeeper.hosts, "--zk-root", shared_root]
     env = {
         "WEIR_BOOKIE_TLS_CA": str(ca.path),
         "WEIR_BOOKIE_TLS_CERT": str(operator.cert),

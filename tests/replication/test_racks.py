@@ -13,6 +13,7 @@ from weir.replication.ledger import LedgerClient
 from weir.replication.local_cluster import BookieProcess
 from weir.replication.zkserver import ZooKeeperServer
 
+from .conftest import running
 from .test_faults import History, check_closed_ledger, write
 
 RACKS = ("a", "b", "c", "a", "b")  # bookie i's rack
@@ -26,13 +27,8 @@ def racked_bookies(
         BookieProcess(tmp_path / f"bookie-{i}", zookeeper.hosts, zk_root, "--rack", rack)
         for i, rack in enumerate(RACKS)
     ]
-    try:
-        for b in procs:
-            b.start()
+    with running(procs):
         yield procs
-    finally:
-        for b in procs:
-            b.stop()
 
 
 async def test_an_ensemble_change_keeps_the_ensemble_on_distinct_racks(

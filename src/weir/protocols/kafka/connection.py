@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from weir.errors import PermissionDeniedError, UnauthorizedError, WeirError
 from weir.protocols.kafka import messages as m
+from weir.protocols.kafka import txn_messages as tm
 from weir.protocols.kafka.admin import AdminHandlers
 from weir.protocols.kafka.codec import (
     Api,
@@ -102,11 +103,11 @@ class KafkaConnection(asyncio.BufferedProtocol):
             m.SASL_AUTHENTICATE.key: self.handle_sasl_authenticate,
             m.METADATA.key: admin.handle_metadata,
             m.PRODUCE.key: produce.handle_produce,
-            m.INIT_PRODUCER_ID.key: produce.handle_init_producer_id,
-            m.ADD_PARTITIONS_TO_TXN.key: txns.handle_add_partitions,
-            m.ADD_OFFSETS_TO_TXN.key: txns.handle_add_offsets,
-            m.TXN_OFFSET_COMMIT.key: txns.handle_txn_offset_commit,
-            m.END_TXN.key: txns.handle_end_txn,
+            tm.INIT_PRODUCER_ID.key: produce.handle_init_producer_id,
+            tm.ADD_PARTITIONS_TO_TXN.key: txns.handle_add_partitions,
+            tm.ADD_OFFSETS_TO_TXN.key: txns.handle_add_offsets,
+            tm.TXN_OFFSET_COMMIT.key: txns.handle_txn_offset_commit,
+            tm.END_TXN.key: txns.handle_end_txn,
             m.FETCH.key: fetch.handle_fetch,
             m.LIST_OFFSETS.key: fetch.handle_list_offsets,
             m.FIND_COORDINATOR.key: groups.handle_find_coordinator,
