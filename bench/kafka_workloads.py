@@ -4,6 +4,10 @@ The null server (``bench/kafka_null_server.py``) acknowledges produce requests w
 storing anything, so the same producer against it is the ceiling any server gives
 confluent-kafka on this machine; ``weir-kafka / kafka-null`` is the share weir
 delivers (the goal: at least 80 %, and 300,000 msgs/s of 100 B with acks=all).
+``kafka-null-fsync`` is the same server appending each Produce's records to a file and
+answering after an fdatasync (group commit, nothing else): the floor any durable
+server has on this disk, so ``weir-kafka / kafka-null-fsync`` tells a slow disk from a
+slow server.
 
 Rows: ``kafka produce P=1 {size}B acks=all`` (librdkafka defaults but linger.ms=5 and
 1 MB batches), the same with ``enable.idempotence`` (librdkafka sends one request per
@@ -26,6 +30,7 @@ from bench.weir_workloads import ROOT
 
 SYSTEM_WEIR = "weir-kafka"
 SYSTEM_NULL = "kafka-null"
+SYSTEM_NULL_FSYNC = "kafka-null-fsync"
 
 
 def client_version() -> str:
@@ -34,8 +39,21 @@ def client_version() -> str:
     return f"confluent-kafka {confluent_kafka.version()[0]} (librdkafka {confluent_kafka.libversion()[0]})"
 
 
-def start_null_server(data_dir: Path, timeout: float = 60.0) -> Any:
-    """bench/kafka_null_server.py: acks without storing, the ceiling of confluent-kafka."""
+def start_null_server(data_dir: Path, timeout: float = 60.0, fsync: bool = False) -> Any:
+    """bench/kafka_null_server.py: acks without storing, the ceiling of confluent-kafka;
+    with ``fsync`` the durable floor (append + fdatasync before the answer)."""
+    if fsync:
+        return servers.start_null_server(
+            ROOT / "bench" / "kafka_null_server.py",
+            data_dir,
+            system=SYSTEM_NULL_FSYNC,
+            version=f"kafka null server + fdatasync ({client_version()})",
+            notes="appends the records and fdatasyncs before it acks: the floor of any "
+            "durable server on this disk",
+            args=("--fsync", str(data_dir / "records.log")),
+            timeout=timeout,
+            fsync_before_ack=True,
+        )
     return servers.start_null_server(
         ROOT / "bench" / "kafka_null_server.py",
         data_dir,
@@ -51,7 +69,7 @@ def weir_target(h: Any) -> Target:
 
 
 def null_target(h: Any) -> Target:
-    return Target(SYSTEM_NULL, "kafka", h.host, h.port, False, h.version)
+    return Target(h.system, "kafka", h.host, h.port, h.fsync_before_ack, h.version)
 
 
 @dataclass

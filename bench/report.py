@@ -34,6 +34,7 @@ WEIR_PULSAR = "weir-pulsar"
 PULSAR_NULL = "pulsar-null"
 WEIR_KAFKA = "weir-kafka"
 KAFKA_NULL = "kafka-null"
+KAFKA_NULL_FSYNC = "kafka-null-fsync"  # the durable floor: append + fdatasync, nothing else
 DISK = "disk append+fdatasync"
 SYSTEM_ORDER = (
     WEIR,
@@ -44,6 +45,7 @@ SYSTEM_ORDER = (
     PULSAR_NULL,
     WEIR_KAFKA,
     KAFKA_NULL,
+    KAFKA_NULL_FSYNC,
     *PEERS,
     DISK,
 )
@@ -450,7 +452,8 @@ def goals(rows: Rows) -> list[Goal]:
             Goal(
                 f"Kafka front, {wl.split('P=1 ', 1)[-1]}: weir / null server",
                 "≥ 0.80",
-                f"{ratio:.2f} ({_f(c.mps)} vs {_f(null.mps)} msgs/s{rng})",
+                f"{ratio:.2f} ({_f(c.mps)} vs {_f(null.mps)} msgs/s{rng})"
+                + _floor(c, cs.get((KAFKA_NULL_FSYNC, wl)), null),
                 ratio >= 0.8,
                 (wl,),
             )
@@ -477,6 +480,21 @@ def goals(rows: Rows) -> list[Goal]:
             )
         )
     return out
+
+
+def _floor(c: Cell, floor: Cell | None, null: Cell) -> str:
+    """What the durable floor (null server + fdatasync) says about a weir / null ratio:
+    weir's share of it, and the floor's own share of the null server (a floor below 0.80
+    means no server that fsyncs before it acks reaches the goal on this disk)."""
+    if floor is None or not floor.mps:
+        return ""
+    paired = _paired_ratios(c.rows, floor.rows)
+    rng = f", per repetition {min(paired):.2f}-{max(paired):.2f}" if paired else ""
+    share = floor.mps / null.mps if null.mps else 0.0
+    return (
+        f"; weir / null+fdatasync {c.mps / floor.mps:.2f} ({_f(floor.mps)} msgs/s{rng}), "
+        f"null+fdatasync / null {share:.2f}"
+    )
 
 
 def _paired_ratios(a: Rows, b: Rows) -> list[float]:

@@ -77,6 +77,7 @@ ALL = [
     "pulsar-null",
     "weir-kafka",
     "kafka-null",
+    "kafka-null-fsync",
     "weir-bookies",
     "disk",
 ]
@@ -228,6 +229,11 @@ class Lab:
             self.handles["kafka-null"] = h
             self.kafka["kafka-null"] = (kafka_wl.null_target(h), h.pid)
             _say(f"kafka-null: pid {h.pid}, port {h.port}")
+        if "kafka-null-fsync" in chosen:
+            h = kafka_wl.start_null_server(self.data_root / "kafka-null-fsync", fsync=True)
+            self.handles["kafka-null-fsync"] = h
+            self.kafka["kafka-null-fsync"] = (kafka_wl.null_target(h), h.pid)
+            _say(f"kafka-null-fsync: pid {h.pid}, port {h.port}")
         if "ydb-null" in chosen:
             h = ydb_wl.start_null_server(self.data_root / "ydb-null")
             self.handles["ydb-null"] = h

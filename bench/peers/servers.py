@@ -298,9 +298,11 @@ def start_null_server(
     notes: str,
     args: tuple[str, ...] = (),
     timeout: float = 60.0,
+    fsync_before_ack: bool = False,
 ) -> ServerHandle:
-    """A front's null server (bench/*_null_server.py: it answers without storing) on a
-    free loopback port; ready once it prints LISTENING."""
+    """A front's null server (bench/*_null_server.py: it answers without storing, or
+    with ``fsync_before_ack`` after an fdatasync of what it was sent) on a free loopback
+    port; ready once it prints LISTENING."""
     data_dir.mkdir(parents=True, exist_ok=True)
     (port,) = free_ports(1)
     log = data_dir / "null.log"
@@ -315,7 +317,7 @@ def start_null_server(
             proc=proc,
             data_dir=data_dir,
             log_path=log,
-            fsync_before_ack=False,
+            fsync_before_ack=fsync_before_ack,
             notes=notes,
         )
     )

@@ -98,6 +98,7 @@ class PulsarConfig:
     listen: str = ""  # empty: the host of server.listen, DEFAULT_PULSAR_PORT
     max_message_size: int = 5 << 20
     batch_index_ack: bool = False
+    keep_alive_s: float = 30.0
 
 
 @dataclass(frozen=True)
@@ -213,6 +214,7 @@ class Config:
         out["pulsar.listen"] = self.pulsar.listen
         out["pulsar.max_message_size"] = self.pulsar.max_message_size
         out["pulsar.batch_index_ack"] = self.pulsar.batch_index_ack
+        out["pulsar.keep_alive_s"] = self.pulsar.keep_alive_s
         out["http.enabled"] = self.http.enabled
         out["http.listen"] = self.http.listen
         out["http.admin"] = self.http.admin
@@ -332,6 +334,7 @@ def _build(values: dict[str, Any], sources: dict[str, str]) -> Config:
             value=values["storage.low_watermark"],
             source=sources["storage.low_watermark"],
         )
+    _check_cluster(values, sources)
     tls = TlsConfig(
         values["tls.cert_file"],
         values["tls.key_file"],
@@ -367,6 +370,7 @@ def _build(values: dict[str, Any], sources: dict[str, str]) -> Config:
             values["pulsar.listen"],
             values["pulsar.max_message_size"],
             values["pulsar.batch_index_ack"],
+            values["pulsar.keep_alive_s"],
         ),
         http=HttpConfig(values["http.enabled"], values["http.listen"], values["http.admin"]),
         console=ConsoleConfig(values["console.enabled"]),
@@ -383,6 +387,42 @@ def _build(values: dict[str, Any], sources: dict[str, str]) -> Config:
         ),
         sources=sources,
     )
+
+
+def _check_cluster(values: dict[str, Any], sources: dict[str, str]) -> None:
+    """The [cluster] keys agree with each other and with storage.mode."""
+    e, wq, aq = (values[f"cluster.{k}"] for k in ("ensemble_size", "write_quorum", "ack_quorum"))
+    for name, value, bound, bound_name in (
+        ("write_quorum", wq, e, "ensemble_size"),
+        ("ack_quorum", aq, wq, "write_quorum"),
+    ):
+        if value > bound:
+            raise ConfigError(
+                f"must not exceed cluster.{bound_name} ({bound})",
+                key=f"cluster.{name}",
+                value=value,
+                source=sources[f"cluster.{name}"],
+            )
+    if values["storage.mode"] != "replicated":
+        return
+    if not values["cluster.zookeeper"].strip():
+        raise ConfigError(
+            "storage.mode = 'replicated' needs the cluster's ZooKeeper: set cluster.zookeeper "
+            '(e.g. "127.0.0.1:2181")',
+            key="cluster.zookeeper",
+            value=values["cluster.zookeeper"],
+            source=sources["cluster.zookeeper"],
+        )
+    # not supported on replicated storage yet: say so rather than ignore the setting
+    tier_set = [k.path for k in KEYS if k.section == "tier" and sources[k.path] != "default"]
+    if tier_set:
+        raise ConfigError(
+            "tiered storage is not supported with storage.mode = 'replicated' (the ledgers "
+            "are the durable tier; docs/cluster.md)",
+            key=tier_set[0],
+            value=values[tier_set[0]],
+            source=sources[tier_set[0]],
+        )
 
 
 def _did_you_mean(word: str, options: list[str] | tuple[str, ...]) -> str:

@@ -12,6 +12,7 @@ from weir.broker.config import BrokerConfig
 from weir.config_values import (
     ADDRESS,
     BOOL,
+    COUNT,
     DURATION_MS,
     DURATION_S,
     LEVEL,
@@ -25,8 +26,10 @@ from weir.config_values import (
     SECRET,
     SIZE,
     SIZE_OR_ZERO,
+    STORAGE_MODE,
     STRING,
     USERS,
+    ZK_PATH,
     Kind,
 )
 from weir.storage.kv import DEFAULT_MAP_SIZE
@@ -132,6 +135,86 @@ KEYS: tuple[Key, ...] = (
         "Memory for the read cache all partitions share: a big blob is checked once, then "
         "served to every reader from memory. 0 turns it off.",
         "read_cache_bytes",
+    ),
+    Key(
+        "storage",
+        "inline_commit_bytes",
+        SIZE_OR_ZERO,
+        _B.inline_commit_bytes,
+        "A commit up to this size is made in the event loop itself when the committer "
+        "thread is idle (no thread hand-off: lower ack latency); larger ones, and all of "
+        "them while the thread is busy, go to the committer thread. 0: always the thread. "
+        "Off by default: while an inline fsync is slow or stalls, every connection waits.",
+        "inline_commit_bytes",
+    ),
+    Key(
+        "storage",
+        "mode",
+        STORAGE_MODE,
+        _B.storage_mode,
+        "'embedded': partitions in the LMDB environment of data_dir (one server). "
+        "'replicated': partitions on ledgers of the bookies, each owned by one broker of "
+        "the cluster through ZooKeeper ([cluster] keys; docs/cluster.md).",
+        "storage_mode",
+    ),
+    Key(
+        "cluster",
+        "zookeeper",
+        STRING,
+        _B.cluster_zookeeper,
+        'ZooKeeper hosts of the cluster, "host:port,host:port" (storage.mode = '
+        "'replicated' needs it).",
+        "cluster_zookeeper",
+    ),
+    Key(
+        "cluster",
+        "root",
+        ZK_PATH,
+        _B.cluster_root,
+        "The cluster's ZooKeeper root: the bookies' registry, ledgers, partitions and claims "
+        "live under it (the same root as the bookies').",
+        "cluster_root",
+    ),
+    Key(
+        "cluster",
+        "broker_id",
+        STRING,
+        _B.cluster_broker_id,
+        "This broker's name in the cluster, unique among brokers ('': its server.listen address).",
+        "cluster_broker_id",
+    ),
+    Key(
+        "cluster",
+        "ensemble_size",
+        COUNT,
+        _B.cluster_ensemble_size,
+        "Bookies each ledger of a partition is spread over (E).",
+        "cluster_ensemble_size",
+    ),
+    Key(
+        "cluster",
+        "write_quorum",
+        COUNT,
+        _B.cluster_write_quorum,
+        "Bookies each entry is written to (WQ <= E).",
+        "cluster_write_quorum",
+    ),
+    Key(
+        "cluster",
+        "ack_quorum",
+        COUNT,
+        _B.cluster_ack_quorum,
+        "Bookies that must have an entry before the write is acknowledged (AQ <= WQ).",
+        "cluster_ack_quorum",
+    ),
+    Key(
+        "cluster",
+        "session_timeout_s",
+        DURATION_S,
+        _B.cluster_session_timeout_s,
+        "ZooKeeper session timeout: a broker cut off this long loses its partitions (it "
+        "stops serving them at once when the connection drops).",
+        "cluster_session_timeout_s",
     ),
     Key(
         "tier",
@@ -477,6 +560,15 @@ KEYS: tuple[Key, ...] = (
         "Pulsar's acknowledgmentAtBatchIndexLevelEnabled: consumers are given parts of a "
         "batch (ack sets), so Key_Shared routes every message by its own key and no acked "
         "message of a batch comes back; the clients must set batch_index_ack_enabled too.",
+    ),
+    Key(
+        "pulsar",
+        "keep_alive_s",
+        DURATION_S,
+        30.0,
+        "Pulsar's keepAliveIntervalSeconds: a client silent this long is sent a Ping, and "
+        "closed if it stays silent as long again (a dead peer's producers and consumers "
+        "go); 0: never.",
     ),
     Key(
         "http",

@@ -199,6 +199,23 @@ def _level(value: object) -> str:
     return text
 
 
+STORAGE_MODES = ("embedded", "replicated")
+
+
+def _storage_mode(value: object) -> str:
+    text = _str(value).strip().lower()
+    if text not in STORAGE_MODES:
+        raise ValueError(f"expected one of {', '.join(STORAGE_MODES)}")
+    return text
+
+
+def _zk_root(value: object) -> str:
+    text = _str(value).strip()
+    if not text.startswith("/") or text.endswith("/") or "//" in text:
+        raise ValueError('expected a ZooKeeper path such as "/weir" (no trailing "/")')
+    return text
+
+
 def _users(value: object) -> dict[str, str]:
     if not isinstance(value, dict):
         raise ValueError('expected a table of user = "password"')
@@ -288,4 +305,7 @@ DURATION_MS = Kind("duration", _ms, render=_render_duration_ms)
 OPTIONAL_DURATION_MS = Kind("duration or none", _optional(_ms), render=_render_duration_ms)
 DURATION_S = Kind("duration", _seconds, render=_render_seconds)
 LEVEL = Kind("level", _level)
+STORAGE_MODE = Kind("mode", _storage_mode)
+ZK_PATH = Kind("ZooKeeper path", _zk_root)
+COUNT = Kind("integer", _positive_int, _int_text, str)
 USERS = Kind("table", _users, _users_text, _render_users)

@@ -153,7 +153,7 @@ async def test_a_broker_that_loses_its_session_stops_serving_at_once(
     cluster: Cluster, zookeeper: ZooKeeperServer
 ) -> None:
     a = await cluster.start("a")
-    b = await cluster.start("b")
+    await cluster.start("b")
     await a.add_partitions(KEYS[:6])
     await until(lambda: len(cluster.owners()) == 6 and spread(cluster) == [3, 3])
     a_keys = sorted(a.owned)
@@ -163,10 +163,16 @@ async def test_a_broker_that_loses_its_session_stops_serving_at_once(
     await asyncio.to_thread(killer.start, 30)
     await asyncio.to_thread(killer.stop)
     await asyncio.to_thread(killer.close)
-    await until(lambda: not a.owned and all(b.serving(k) for k in a_keys), 60)
-    assert all(a.serving(k) is None for k in a_keys)
-    assert {("release", k, False) for k in a_keys} <= set(cluster.homes["a"].events)
-    assert all(b.serving(k) == 2 for k in a_keys)  # claimed again: a new generation
+
+    def handed_over() -> bool:
+        # judged by the hosts' events, not by polling who serves now: once b holds them,
+        # a (with its new session) may soon take its share back, and a loaded machine
+        # can miss that window
+        lost = {k for e, k, g in cluster.homes["a"].events if e == "release" and g is False}
+        taken = {k for e, k, g in cluster.homes["b"].events if e == "acquire" and g == 2}
+        return set(a_keys) <= lost and set(a_keys) <= taken  # claimed again: a new generation
+
+    await until(handed_over, 60)
     # a comes back with a new session and takes its share again
     await until(lambda: spread(cluster) == [3, 3], 60)
 

@@ -22,6 +22,7 @@ from weir.broker.config import BrokerConfig
 from weir.broker.consumer_offsets import ConsumerOffsets
 from weir.broker.consumer_readers import ConsumerReaders
 from weir.broker.consumers import OFFSETS, OffsetStore
+from weir.broker.loop_commits import LoopCommits
 from weir.broker.non_persistent import LiveSubscriptions
 from weir.broker.observer import NULL_OBSERVER, BrokerObserver
 from weir.broker.producer_admission import PRODUCER_EPOCHS, ProducerAdmission, stored_epochs
@@ -38,7 +39,7 @@ from weir.broker.topics import NEXT_ID_KEY, TOPICS, TopicConfig, short_topic
 from weir.broker.transactions.coordinator import TxnCoordinator
 from weir.broker.transactions.facade import TransactionFacade
 from weir.broker.transactions.producers import TXN_PRODUCERS
-from weir.errors import UnavailableError
+from weir.errors import BadRequestError, UnavailableError
 from weir.storage.kv import delete, put
 from weir.storage.store import Store
 from weir.storage.tiered.remote_storage import RemoteStorage, S3Settings, open_storage
@@ -102,6 +103,7 @@ class Broker(
         self.store = store
         self.generation = generation
         self.offsets = OffsetStore(store.kv, store.committer)
+        self.commits = LoopCommits(store.committer, config.inline_commit_bytes)
         self._topics = {}
         self._backlog_quota = {}
         self._actors = {}
@@ -145,6 +147,12 @@ class Broker(
     @classmethod
     async def open(cls, config: BrokerConfig, *, observer: BrokerObserver | None = None) -> Broker:
         """Open (or create) the data directory, recover every partition, start retention."""
+        if config.storage_mode != "embedded":
+            raise BadRequestError(
+                f"storage.mode = {config.storage_mode!r}: this server serves embedded storage "
+                "only so far; replicated partitions are not wired into the broker yet "
+                "(docs/cluster.md, 'Not done yet')"
+            )
         store = await asyncio.to_thread(
             Store,
             config.data_dir,

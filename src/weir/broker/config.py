@@ -26,6 +26,20 @@ class BrokerConfig:
     min_disk_free: int = 64 << 20
     verify_on_start: bool = False
     read_cache_bytes: int = DEFAULT_READ_CACHE_BYTES  # shared by all partitions; 0: off
+    # storage mode (docs/cluster.md): "embedded" (LMDB in data_dir, one server) or
+    # "replicated" (partitions on ledgers of the bookies, owned through ZooKeeper)
+    storage_mode: str = "embedded"
+    cluster_zookeeper: str = ""  # ZooKeeper hosts "h1:2181,h2:2181" (replicated mode)
+    cluster_root: str = "/weir"  # the cluster's ZooKeeper root (bookies' and brokers')
+    cluster_broker_id: str = ""  # this broker's name in the cluster ("": its listen address)
+    cluster_ensemble_size: int = 3  # bookies a partition's ledger is spread over
+    cluster_write_quorum: int = 3  # copies of each entry
+    cluster_ack_quorum: int = 2  # copies acknowledged before a write is
+    cluster_session_timeout_s: float = 10.0  # ZooKeeper session: ownership lapses after it
+    # a commit up to this size is made in the event loop when the committer thread is
+    # idle (no thread hand-off); 0 (the default): every commit goes to the thread. Off
+    # by default: a stalled fsync would freeze every connection (docs/performance.md)
+    inline_commit_bytes: int = 0
     # tiered storage (docs/tiered-storage.md): where offloaded segments go
     tier_backend: str = "local"  # "local" (a directory) or "s3"
     tier_local_dir: Path | None = None  # None: <data_dir>/tier

@@ -2,8 +2,9 @@
 
 Writes join an incoming queue. When the actor is Idle it switches to Writing,
 takes everything queued (up to `max_commit_bytes`), prepares one storage change,
-hands its ops to the group committer (one fsync shared with other partitions)
-and waits. On success it applies the change, so EndOffset moves and waiting
+hands its ops to the commit (`weir.broker.loop_commits`: a short one is committed in
+the event loop when the committer thread is idle, otherwise the group committer's
+thread takes it; either way one fsync shared with other partitions) and waits. On success it applies the change, so EndOffset moves and waiting
 readers wake; then it answers every write. On failure it rolls the change back
 and fails the whole queue: a later write of the same producer must never
 overtake a failed one, or the failed one could never be written (dedup would
@@ -17,6 +18,16 @@ transaction in one KV transaction and applies them all at once; the actor waits
 for that before it takes its next item. Markers of different transactions are
 queued on all their partitions in one step, so every actor meets them in the
 same order and no two ends can wait for each other.
+
+How a prepared change becomes durable is chosen when the actor is built: by
+default the LMDB group committer takes its KV ops (the embedded mode); a
+replicated partition passes ``commit`` (its log appends the change as one entry
+acknowledged by the bookies). Everything else, prepare, apply, abort, the queue,
+is the same path for both. The actor is generic in its log (`PartitionActor` alone
+is the embedded one); a replicated partition also passes ``read`` (its log reads
+entries off the bookies or its cache, asynchronously) and ``retain`` (its log drops
+whole ledgers, in the actor's turn like any change). What only the embedded log
+has (transactions, the tier, synchronous reads) is refused on a replicated one.
 """
 
 from __future__ import annotations
@@ -27,18 +38,35 @@ import enum
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, cast
+
+from typing_extensions import TypeVar
 
 from weir.broker.observer import NULL_OBSERVER, BrokerObserver
 from weir.broker.transactions.commit_group import CommitGroup
-from weir.errors import ClosedError, InternalError, OverloadedError, UnavailableError, WeirError
+from weir.errors import (
+    BadRequestError,
+    ClosedError,
+    InternalError,
+    OverloadedError,
+    UnavailableError,
+    WeirError,
+)
 from weir.storage.committer import GroupCommitter
 from weir.storage.incoming import IncomingBatch
+from weir.storage.log_interface import PartitionLogLike
 from weir.storage.partition import BatchResult, PartitionLog, PreparedChange, ReadResult
 
 log = logging.getLogger("weir.partition")
+
+# the log an actor drives: the embedded PartitionLog unless said otherwise
+LogT = TypeVar("LogT", bound=PartitionLogLike[Any], default=PartitionLog)
+# a replicated log's read: (from_offset, max_bytes, to_offset) -> whole batches
+AsyncRead = Callable[[int, int, int | None], Awaitable[ReadResult]]
+# a replicated log's retention: (now_ms, protect_from) -> what it dropped (whole ledgers)
+AsyncRetain = Callable[[int, int | None], Awaitable[int]]
 
 
 class ActorState(enum.Enum):
@@ -79,13 +107,13 @@ class _Change:
     future: asyncio.Future[bool]
 
 
-class PartitionActor:
-    """Owns one PartitionLog inside the event loop; see the module docstring."""
+class PartitionActor(Generic[LogT]):
+    """Owns one partition log inside the event loop; see the module docstring."""
 
     def __init__(
         self,
-        log: PartitionLog,
-        committer: GroupCommitter,
+        log: LogT,
+        committer: GroupCommitter | None,
         *,
         topic: str,
         partition: int,
@@ -93,9 +121,18 @@ class PartitionActor:
         max_queue_bytes: int,
         max_commit_bytes: int,
         observer: BrokerObserver = NULL_OBSERVER,
+        commit: Callable[[Any], Awaitable[None]] | None = None,
+        read: AsyncRead | None = None,
+        retain: AsyncRetain | None = None,
     ) -> None:
         self.log = log
         self.committer = committer
+        # how a prepared change is made durable (see the module docstring): embedded,
+        # `LoopCommits.commit_change` (short ones inline in the loop) or the committer
+        # thread; replicated, the log's own commit
+        self._commit: Callable[[Any], Awaitable[None]] = commit or self._commit_kv
+        self._read = read  # None: the embedded log's reads
+        self._retain_log = retain  # None: the embedded log's retention steps
         self.topic = topic
         self.partition = partition
         self.generation = generation
@@ -143,8 +180,9 @@ class PartitionActor:
         ``control`` to get transaction markers too, for the Kafka front, ``fill_cache``
         False for a scan that must not evict what readers share). An offloaded blob not in
         the tier's cache is fetched, blocking; prefer `read_async` in the event loop."""
-        return self.log.fill_payloads(
-            self.log.read(
+        plog = self._embedded("synchronous reads")
+        return plog.fill_payloads(
+            plog.read(
                 from_offset,
                 max_bytes,
                 to_offset,
@@ -166,17 +204,20 @@ class PartitionActor:
     ) -> ReadResult:
         """`read`, with an offloaded blob at ``from_offset`` fetched into the tier's cache
         off the event loop first (one object request); the read itself is the same one
-        path. TierUnavailableError (retryable) while the object store is unreachable."""
-        rec = self.log.remote_at(from_offset)
+        path. TierUnavailableError (retryable) while the object store is unreachable.
+        A replicated partition reads through its log (no transactions there: every
+        message is committed, there are no markers)."""
+        if self._read is not None:
+            return await self._read(from_offset, max_bytes, to_offset)
+        plog = self._embedded("reads")
+        rec = plog.remote_at(from_offset)
         scan = None
         if rec is not None and fill_cache:
-            await asyncio.wrap_future(
-                self.log.tier.prefetch(self.log.cache_owner, rec, self.log.label)
-            )
+            await asyncio.wrap_future(plog.tier.prefetch(plog.cache_owner, rec, plog.label))
         elif rec is not None:  # a scan: loaded for this read only, the tier's cache untouched
-            blob = await asyncio.to_thread(self.log.tier.load, rec, self.log.label)
+            blob = await asyncio.to_thread(plog.tier.load, rec, plog.label)
             scan = (rec.first_offset, blob)
-        res = self.log.read(
+        res = plog.read(
             from_offset,
             max_bytes,
             to_offset,
@@ -186,8 +227,18 @@ class PartitionActor:
             scan=scan,
         )
         if res.refs:  # large payloads: fetched back from their objects, off the event loop
-            res = await asyncio.to_thread(self.log.fill_payloads, res)
+            res = await asyncio.to_thread(plog.fill_payloads, res)
         return res
+
+    def _embedded(self, what: str) -> PartitionLog:
+        """The embedded log, for what only it has; BadRequestError on a replicated one."""
+        plog = self.log
+        if not isinstance(plog, PartitionLog):
+            raise BadRequestError(
+                f"partition {self.topic}/{self.partition}: {what} are not supported on "
+                "replicated storage yet"
+            )
+        return plog
 
     async def wait_for_data(
         self, offset: int, timeout: float | None, *, committed: bool = False
@@ -268,6 +319,11 @@ class PartitionActor:
         self._queue.append(_Change(prepare, fut))
         self._kick()
         return await fut
+
+    def _commit_kv(self, change: PreparedChange) -> asyncio.Future[None]:
+        """The embedded mode's commit: the change's KV ops join the next group commit."""
+        assert self.committer is not None, "an embedded partition needs the group committer"
+        return asyncio.wrap_future(self.committer.submit(change.ops, change.nbytes))
 
     def _kick(self) -> None:
         if self._task is None:
@@ -358,7 +414,7 @@ class PartitionActor:
             self._fail_queue(bug)
             return
         try:
-            await asyncio.wrap_future(self.committer.submit(change.ops, change.nbytes))
+            await self._commit(change)
         except BaseException as exc:
             self.log.abort(change)
             err = (
@@ -389,13 +445,21 @@ class PartitionActor:
         self.observer.on_write(self.topic, self.partition, written, change.nbytes, skipped)
 
     async def _retain(self, item: _Retention) -> None:
+        if self._retain_log is not None:  # a replicated log: it drops whole ledgers itself
+            try:
+                _resolve(item.future, await self._retain_log(item.now_ms, item.protect_from))
+            except Exception as exc:
+                _fail(item.future, exc)
+            return
         try:
-            change = self.log.prepare_retention(item.now_ms, item.protect_from)
+            change = self._embedded("retention steps").prepare_retention(
+                item.now_ms, item.protect_from
+            )
             if change is None:
                 _resolve(item.future, 0)
                 return
             try:
-                await asyncio.wrap_future(self.committer.submit(change.ops))
+                await self._commit_kv(change)  # deletes: to the thread, never inline
             except BaseException:
                 self.log.abort(change)
                 raise
@@ -406,14 +470,16 @@ class PartitionActor:
 
     async def _end_txn(self, item: _TxnEnd) -> None:
         try:
-            change = self.log.prepare_marker(item.txn_id, item.committed)
+            change = self._embedded("transactions").prepare_marker(item.txn_id, item.committed)
         except Exception as exc:
             item.group.failed(exc)
             return
+        # only an embedded actor gets here (_embedded above): its group commits KV ops
+        me = cast("PartitionActor[PartitionLog]", self)
         if change is None:  # the transaction wrote nothing here
-            item.group.prepared(self, None)
+            item.group.prepared(me, None)
             return
-        item.group.prepared(self, change)
+        item.group.prepared(me, change)
         # the group commits every partition's marker in one KV transaction and applies
         # (or aborts) this change with the others; nothing else of this partition may be
         # prepared meanwhile
@@ -427,7 +493,7 @@ class PartitionActor:
                     item.future.set_result(False)
                 return
             try:
-                await asyncio.wrap_future(self.committer.submit(change.ops, change.nbytes))
+                await self._commit(change)
             except BaseException:
                 self.log.abort(change)
                 raise

@@ -22,6 +22,7 @@ from weir import logs
 from weir.broker.observer import BrokerObserver
 from weir.cli.common import CliError
 from weir.errors import DataDirLockedError, WeirError
+from weir.malloc_tuning import keep_freed_memory
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -102,6 +103,7 @@ async def run(cfg: configuration.Config) -> None:
         pulsar_listen=cfg.pulsar_listen,
         pulsar_max_message_size=cfg.pulsar.max_message_size,
         pulsar_batch_index_ack=cfg.pulsar.batch_index_ack,
+        pulsar_keep_alive_s=cfg.pulsar.keep_alive_s,
         kafka=KafkaFrontConfig(
             enabled=cfg.kafka.enabled,
             listen=cfg.kafka_listen or "",
@@ -350,6 +352,7 @@ def serve(
             f"cannot write the audit log {cfg.log.audit_file}: {err.strerror}", 2
         ) from None
     data = cfg.broker.data_dir
+    keep_freed_memory()  # large writes reuse freed buffers: see weir.malloc_tuning
     try:
         asyncio.run(run(cfg))
     except DataDirLockedError:

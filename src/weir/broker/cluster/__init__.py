@@ -3,7 +3,9 @@
 `claims` (the records: partitions, assignments, claims with generations),
 `placement` (where partitions should live), `ownership` (one broker's side:
 membership, claims, placement when leader, session loss), `log_host` (partitions
-served from replicated logs opened under their claims).
+served from replicated logs opened under their claims), `partitions` (a replicated
+broker's partition actors over those logs; who to ask for a partition served
+elsewhere), `topic_catalog` (the cluster's topics in ZooKeeper).
 """
 
 from weir.broker.cluster.claims import Assignment, ClusterRecords, Owner, partition_key

@@ -38,6 +38,7 @@ from kazoo.retry import KazooRetry
 from weir.broker.cluster.claims import (
     Assignment,
     ClusterRecords,
+    Owner,
     brokers_path,
     epoch_path,
     leader_path,
@@ -101,6 +102,9 @@ class Ownership:
         self._stopped = False
         self._lost: set[asyncio.Task[None]] = set()
         self._lock = asyncio.Lock()
+        # the claims as of the last reconcile (partition -> owner): a synchronous answer to
+        # "who serves it", possibly a reconcile old (`lookup` asks ZooKeeper)
+        self.owners_seen: dict[str, Owner] = {}
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -316,6 +320,7 @@ class Ownership:
     async def _follow(self) -> None:
         assignments = await self.records.assignments()
         owners = await self.records.owners()
+        self.owners_seen = owners
         # claims we hold that are gone or newer than ours: someone else owns it now
         for key, gen in list(self.owned.items()):
             o = owners.get(key)

@@ -31,7 +31,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from weir.errors import CorruptDataError, PartitionOverflowError, WeirError
+from weir.errors import BadRequestError, CorruptDataError, PartitionOverflowError, WeirError
 from weir.replication.ledger.client import LedgerClient
 from weir.replication.managed_log import LogEntry, ManagedLog, ManagedLogConfig, Position
 from weir.replication.partition_log.records import DATA, encode_data, encode_state
@@ -39,6 +39,7 @@ from weir.replication.partition_log.stamping import stamp_batches
 from weir.replication.partition_log.state import PartitionState
 from weir.storage.batch import iter_batches
 from weir.storage.incoming import IncomingBatch
+from weir.storage.log_interface import PartitionLogLike
 from weir.storage.partition import BatchResult, PartitionConfig, ReadResult
 from weir.storage.producers import ProducerState
 
@@ -167,6 +168,11 @@ class ReplicatedPartitionLog:
         return self.state.end_offset
 
     @property
+    def stable_offset(self) -> int:
+        """No transactions here (they are refused): every message is stable."""
+        return self.state.end_offset
+
+    @property
     def message_count(self) -> int:
         return self.end_offset - self.start_offset
 
@@ -182,7 +188,8 @@ class ReplicatedPartitionLog:
     def positions(self) -> dict[str, bytes]:
         return self.state.positions
 
-    def last_seq_no(self, producer_id: str) -> int | None:
+    def last_seq_no(self, producer_id: str, txn_id: int = 0) -> int | None:
+        """The producer's highest stored seq_no (``txn_id``: no transaction is ever open)."""
         st = self.state.producers.get(producer_id)
         return None if st is None else st.max_seq_no
 
@@ -194,9 +201,17 @@ class ReplicatedPartitionLog:
         self.mlog._check_open()
 
     def prepare_write(
-        self, batches: Sequence[IncomingBatch], now_ms: int | None = None
+        self,
+        batches: Sequence[IncomingBatch],
+        now_ms: int | None = None,
+        txn_ids: Sequence[int] | None = None,
     ) -> ReplicatedChange:
-        """Dedup and stamp (as the embedded log does); the change to commit."""
+        """Dedup and stamp (as the embedded log does); the change to commit. Writes in a
+        transaction (``txn_ids`` not all 0) are refused: not supported here yet."""
+        if txn_ids is not None and any(txn_ids):
+            raise BadRequestError(
+                f"partition {self.label}: transactions are not supported on replicated storage"
+            )
         self._begin()
         cfg = self.config
         incoming = sum(len(b.buf) for b in batches)
@@ -409,3 +424,7 @@ def batches_of(
         raise CorruptDataError("no stored batch holds this offset", partition=label, offset=start)
     result.first_offset = first
     return result
+
+
+def _conforms(log: ReplicatedPartitionLog) -> PartitionLogLike[ReplicatedChange]:
+    return log  # mypy checks here that the replicated log satisfies the broker's Protocol

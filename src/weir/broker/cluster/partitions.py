@@ -1,0 +1,132 @@
+"""`ClusterPartitions`: the partitions a broker of the cluster serves, as partition actors.
+
+The `PartitionHost` a replicated broker gives its `Ownership`: acquiring a
+partition opens its replicated log under the claim (`ReplicatedLogHost`: the
+previous owner is fenced) and builds the one `PartitionActor` that writes it,
+committing each change as one managed-log entry (``commit=plog.commit``),
+reading through the log (``read=plog.read``) and dropping whole ledgers in its
+retention steps (``retain=plog.retain``). Releasing closes the actor first
+(the commit in flight finishes, queued writes fail with a retryable error), then
+the log: gracefully (a snapshot, the next owner replays nothing) or, when the
+session was lost, abandoned at once (the next owner recovers and fences).
+
+`actor` answers a write or read: the partition's actor when this broker serves
+it, else `UnavailableError` (retryable) naming the broker that does (its endpoints
+too, asked of ZooKeeper), so a client can go there; `actor_now` is the synchronous
+twin for synchronous callers, naming the owner as of the last reconcile.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from weir.broker.cluster.claims import partition_key, split_key
+from weir.broker.cluster.log_host import ReplicatedLogHost
+from weir.broker.cluster.ownership import Ownership
+from weir.broker.partition_actor import PartitionActor
+from weir.errors import UnavailableError
+from weir.replication.partition_log import ReplicatedPartitionLog
+
+log = logging.getLogger("weir.cluster")
+
+ReplicatedActor = PartitionActor[ReplicatedPartitionLog]
+
+
+@dataclass(frozen=True, slots=True)
+class ActorLimits:
+    """The per-partition write limits of `weir.broker.config.BrokerConfig`."""
+
+    max_queue_bytes: int = 128 << 20
+    max_commit_bytes: int = 16 << 20
+
+
+class ClusterPartitions:
+    """See the module docstring. Give it to `Ownership` as its host, then `attach` that
+    Ownership (lookups name owners through it)."""
+
+    def __init__(self, logs: ReplicatedLogHost, limits: ActorLimits | None = None) -> None:
+        self.logs = logs
+        self.limits = limits or ActorLimits()
+        self.actors: dict[str, ReplicatedActor] = {}
+        self.ownership: Ownership | None = None
+
+    def attach(self, ownership: Ownership) -> None:
+        self.ownership = ownership
+
+    # ------------------------------------------------------------------ PartitionHost
+
+    async def acquire(self, key: str, generation: int) -> None:
+        await self.logs.acquire(key, generation)
+        plog = self.logs.log(key)
+        topic, partition = split_key(key)
+        self.actors[key] = PartitionActor(
+            plog,
+            None,
+            topic=topic,
+            partition=partition,
+            generation=generation,
+            max_queue_bytes=self.limits.max_queue_bytes,
+            max_commit_bytes=self.limits.max_commit_bytes,
+            commit=plog.commit,
+            read=plog.read,
+            retain=plog.retain,
+        )
+
+    async def release(self, key: str, *, graceful: bool) -> None:
+        actor = self.actors.pop(key, None)
+        try:
+            if actor is not None:
+                await actor.close()
+        finally:
+            await self.logs.release(key, graceful=graceful)
+
+    # ------------------------------------------------------------------ lookups
+
+    def _serving(self, key: str) -> ReplicatedActor | None:
+        own = self.ownership
+        actor = self.actors.get(key)
+        if actor is not None and own is not None and own.serving(key) is not None:
+            return actor
+        return None
+
+    async def actor(self, topic: str, partition: int) -> ReplicatedActor:
+        """The actor of a partition this broker serves now; UnavailableError (retryable)
+        naming the owner otherwise."""
+        key = partition_key(topic, partition)
+        actor = self._serving(key)
+        if actor is None:
+            raise UnavailableError(await self._not_here(key))
+        return actor
+
+    def actor_now(self, topic: str, partition: int) -> ReplicatedActor:
+        """`actor` without waiting: the owner named is the one the last reconcile saw."""
+        key = partition_key(topic, partition)
+        actor = self._serving(key)
+        if actor is not None:
+            return actor
+        me = self.logs.broker_id
+        seen = None if self.ownership is None else self.ownership.owners_seen.get(key)
+        if seen is None or seen.broker == me:
+            raise UnavailableError(
+                f"partition {key} has no owner now (it is moving): retry shortly"
+            )
+        raise UnavailableError(
+            f"partition {key} is owned by broker {seen.broker} (generation "
+            f"{seen.generation}), not by {me}"
+        )
+
+    async def _not_here(self, key: str) -> str:
+        own = self.ownership
+        me = self.logs.broker_id
+        if own is None:
+            return f"partition {key} is not served by broker {me}"
+        got = await own.lookup(key)
+        if got is None or got[0] == me:
+            return f"partition {key} has no owner now (it is moving): retry shortly"
+        broker, endpoints, generation = got
+        where = ", ".join(f"{k} {v}" for k, v in sorted(endpoints.items()))
+        return (
+            f"partition {key} is owned by broker {broker} (generation {generation}"
+            f"{'; ' + where if where else ''}), not by {me}"
+        )
