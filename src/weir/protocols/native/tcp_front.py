@@ -41,6 +41,7 @@ from weir.protocols.native.service import NativeService
 from weir.protocols.native.stream import error_proto
 from weir.protocols.native.wire import decode_write_request
 from weir.protocols.native.write_session import WriteSession
+from weir.protocols.tcp_listener import start_listener
 from weir.security import Security, current_principal
 from weir.security.authenticator import ClientCertificate, Credential
 from weir.security.principal import current_checks
@@ -137,19 +138,9 @@ class NativeTcpFront:
         return f"{self.host}:{self.port}"
 
     async def start(self) -> None:
-        try:
-            self._server = await asyncio.start_server(
-                self._serve,
-                self.host,
-                self.port,
-                ssl=self.tls.ssl_context() if self.tls is not None else None,
-                reuse_address=True,
-                limit=1 << 20,
-            )
-        except OSError as exc:
-            raise OSError(
-                f"cannot listen on {self.host}:{self.port} (native TCP): {exc.strerror or exc}"
-            ) from None
+        self._server = await start_listener(
+            self._serve, self.host, self.port, self.tls, "native TCP clients"
+        )
         self.port = self._server.sockets[0].getsockname()[1]
         log.debug("native TCP front started", extra={"endpoint": self.endpoint})
 

@@ -16,6 +16,7 @@ import ssl
 from weir.broker.broker import Broker
 from weir.protocols.pulsar.connection import PulsarConnection
 from weir.protocols.pulsar.connection_state import FrontSettings, FrontState
+from weir.protocols.tcp_listener import start_listener
 from weir.security import Security
 from weir.security.tls import ServerTls
 
@@ -81,20 +82,9 @@ class PulsarFront:
         return f"{scheme}://{host}:{self.port}"
 
     async def start(self) -> None:
-        try:
-            self._server = await asyncio.start_server(
-                self._serve,
-                self.host,
-                self.port,
-                ssl=self.tls.ssl_context() if self.tls is not None else None,
-                reuse_address=True,
-                limit=1 << 20,
-            )
-        except OSError as exc:
-            raise OSError(
-                f"cannot listen for Pulsar clients on {self.host}:{self.port}: "
-                f"{exc.strerror or exc}"
-            ) from None
+        self._server = await start_listener(
+            self._serve, self.host, self.port, self.tls, "Pulsar clients"
+        )
         self.port = self._server.sockets[0].getsockname()[1]
         self._settings = FrontSettings(
             self.url,
