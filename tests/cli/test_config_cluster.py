@@ -69,11 +69,11 @@ def test_bad_cluster_settings_name_the_key(tmp_path: Path, toml: str, message: s
     assert "\n" not in err.value.message
 
 
-async def test_a_broker_refuses_replicated_mode_before_touching_the_data_dir(
+async def test_a_broker_refuses_an_unknown_storage_mode_before_touching_the_data_dir(
     tmp_path: Path,
 ) -> None:
     data = tmp_path / "data"
-    cfg = BrokerConfig(data_dir=data, storage_mode="replicated", cluster_zookeeper="127.0.0.1:1")
-    with pytest.raises(BadRequestError, match="replicated partitions are not wired"):
+    cfg = BrokerConfig(data_dir=data, storage_mode="raft")
+    with pytest.raises(BadRequestError, match=r"storage\.mode must be 'embedded' or 'replicated'"):
         await Broker.open(cfg)
     assert not data.exists()

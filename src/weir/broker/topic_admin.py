@@ -37,6 +37,7 @@ from weir.errors import (
     UnknownConsumerError,
     UnknownTopicError,
 )
+from weir.replication.partition_log.lacks import refuse
 from weir.storage.codecs import codec_id
 from weir.storage.kv import Op, delete, put
 from weir.storage.partition import PartitionConfig
@@ -166,8 +167,11 @@ class TopicAdmin(TenancyFacade):
             if cname in self._topics:
                 raise AlreadyExistsError(f"topic {short_topic(cname)!r} already exists")
             inherited = self.namespace_policies(self.tenancy.namespace(full.namespace_path).path)
-            raw = self.store.kv.get(TOPICS, NEXT_ID_KEY)
-            topic_id = _U32.unpack(raw)[0] if raw else 1
+            if self.cluster is not None:
+                topic_id = 0  # the catalog hands out cluster-wide ids
+            else:
+                raw = self.store.kv.get(TOPICS, NEXT_ID_KEY)
+                topic_id = _U32.unpack(raw)[0] if raw else 1
             now = _now_ms()
             cfg = TopicConfig(
                 name=cname,
@@ -187,15 +191,22 @@ class TopicAdmin(TenancyFacade):
                 kind=kind,
             )
             cfg = self.resolved(cfg)
-            await self._commit(
-                [
-                    put(TOPICS, topic_key(cname), cfg.to_json()),
-                    put(TOPICS, NEXT_ID_KEY, _U32.pack(topic_id + 1)),
-                ]
-            )
-            self._remember(cfg)
-            for p in range(cfg.partitions):
-                self._open_partition(cfg, p)
+            if self.cluster is not None:  # every broker sees it; partitions open when claimed
+                cfg = self.resolved(await self.cluster.catalog.create(cfg))
+                self._remember(cfg)
+                if cfg.kind != PERSISTENT:
+                    for p in range(cfg.partitions):
+                        self._open_partition(cfg, p)
+            else:
+                await self._commit(
+                    [
+                        put(TOPICS, topic_key(cname), cfg.to_json()),
+                        put(TOPICS, NEXT_ID_KEY, _U32.pack(topic_id + 1)),
+                    ]
+                )
+                self._remember(cfg)
+                for p in range(cfg.partitions):
+                    self._open_partition(cfg, p)
         log.info("topic created", extra={"topic": short_topic(cname), "partitions": cfg.partitions})
         return cfg
 
@@ -220,6 +231,7 @@ class TopicAdmin(TenancyFacade):
         ``policies`` set the topic's own values; ``inherit`` names policies that
         follow the namespace again."""
         self._check_open()
+        self._embedded_admin("altering a topic")
         async with self._lock:
             cfg = self.topic(name, database)
             changes: dict[str, Any] = {}
@@ -306,8 +318,13 @@ class TopicAdmin(TenancyFacade):
             if actor is not None:
                 actor.log.config = pcfg
 
+    def _embedded_admin(self, what: str) -> None:
+        if self.cluster is not None:
+            refuse(what)
+
     async def drop_topic(self, name: str, database: str = "") -> None:
         self._check_open()
+        self._embedded_admin("dropping a topic")
         async with self._lock:
             cfg = self.topic(name, database)
             job = self._compactions.pop(cfg.name, None)
@@ -348,6 +365,7 @@ class TopicAdmin(TenancyFacade):
         log.info("topic dropped", extra={"topic": short_topic(cfg.name)})
 
     def partitions(self, topic: str, database: str = "") -> list[PartitionInfo]:
+        """The topic's partitions (replicated mode: those this broker serves now)."""
         cfg = self.topic(topic, database)
         out = []
         for p in range(cfg.partitions):
@@ -367,8 +385,10 @@ class TopicAdmin(TenancyFacade):
                     )
                 )
                 continue
-            a = self._actors[(cfg.name, p)]
-            blobs = a.log.blobs
+            a = self._actors.get((cfg.name, p))
+            if a is None:  # replicated mode: served by another broker (listed there)
+                continue
+            blobs = a.log.blobs if self.cluster is None else []
             out.append(
                 PartitionInfo(
                     p,

@@ -1,0 +1,166 @@
+"""`weir serve` in storage.mode = "replicated": two broker processes of one cluster (real
+ZooKeeper, three real bookies), the native SDK. A topic created on one broker is seen by
+both; the broker that claimed its partition takes writes and serves them back; the other
+answers with the retryable not-owner error naming the owner; what a replicated partition
+lacks is refused per request with a clear error."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Iterator
+
+import pytest
+from kazoo.client import KazooClient
+
+import weir.aio
+from tests.conftest import ServerProcess
+from weir.broker.cluster import ClusterRecords, partition_key
+from weir.errors import (
+    BadRequestError,
+    DeliveryTimeoutError,
+    UnavailableError,
+    UnknownTopicError,
+    WeirError,
+)
+from weir.replication.local_cluster import BookieProcess
+from weir.replication.zkserver import ZooKeeperServer
+
+TOPIC = "public/default/replicated"
+
+
+@pytest.fixture(scope="module")
+def brokers(
+    zookeeper: ZooKeeperServer,
+    shared_root: str,
+    shared_bookies: list[BookieProcess],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[dict[str, ServerProcess]]:
+    out: dict[str, ServerProcess] = {}
+    try:
+        for name in ("a", "b"):
+            srv = ServerProcess(
+                tmp_path_factory.mktemp(f"broker-{name}"),
+                env={
+                    "WEIR_STORAGE_MODE": "replicated",
+                    "WEIR_CLUSTER_ZOOKEEPER": zookeeper.hosts,
+                    "WEIR_CLUSTER_ROOT": shared_root,
+                    "WEIR_CLUSTER_BROKER_ID": name,
+                    "WEIR_CLUSTER_SESSION_TIMEOUT_S": "4",
+                },
+            )
+            out[name] = srv
+            srv.start()
+        yield out
+    finally:
+        for srv in out.values():
+            srv.stop()
+
+
+def owner_of(zookeeper: ZooKeeperServer, root: str, key: str, timeout: float = 60) -> str:
+    """The broker holding the claim on ``key`` (polled to a deadline)."""
+    zk = KazooClient(hosts=zookeeper.hosts, timeout=10)
+    zk.start(timeout=30)
+    try:
+        records = ClusterRecords(zk, root)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            got = asyncio.run(records.owner(key))
+            if got is not None:
+                return got[0].broker
+            time.sleep(0.1)
+        raise AssertionError(f"nobody claimed {key} in {timeout} s")
+    finally:
+        zk.stop()
+        zk.close()
+
+
+async def read_n(endpoint: str, n: int, timeout: float = 60) -> list[tuple[int, bytes]]:
+    out: list[tuple[int, bytes]] = []
+    async with weir.aio.Client(endpoint) as client:
+        reader = client.reader(TOPIC)
+        try:
+            deadline = time.monotonic() + timeout
+            while len(out) < n and time.monotonic() < deadline:
+                msg = await reader.receive_message(timeout=1.0)
+                if msg is not None:
+                    out.append((msg.offset, msg.data))
+        finally:
+            await reader.close()
+    return out
+
+
+async def test_the_owner_serves_the_topic_and_the_other_broker_names_it(
+    brokers: dict[str, ServerProcess], zookeeper: ZooKeeperServer, shared_root: str
+) -> None:
+    async with weir.aio.Client(brokers["a"].endpoint) as admin:
+        await admin.create_topic(TOPIC, partitions=1)
+    owner = await asyncio.to_thread(owner_of, zookeeper, shared_root, partition_key(TOPIC, 0))
+    other = "b" if owner == "a" else "a"
+
+    async with (
+        weir.aio.Client(brokers[owner].endpoint) as client,
+        client.writer(TOPIC, producer_id="w", partition=0) as writer,
+    ):
+        for i in range(20):
+            await writer.write(b"m%d" % i)
+        await writer.flush(timeout=60)
+    got = await read_n(brokers[owner].endpoint, 20)
+    assert got == [(i, b"m%d" % i) for i in range(20)]
+
+    # the other broker knows the topic (from the catalog; its watch may still be on its
+    # way) and lists no partition of it: it serves none
+    async with weir.aio.Client(brokers[other].endpoint) as client:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                info = await client.describe_topic(TOPIC, timeout=2)
+                break
+            except UnknownTopicError:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.1)
+        assert info.partitions == 1
+        assert [p.partition for p in info.partition_info] == []
+        # a write there is refused with the retryable error naming the owner: the writer
+        # retries it until its delivery timeout
+        writer = client.writer(TOPIC, producer_id="x", partition=0, delivery_timeout=2)
+        fut = await writer.write_future(b"elsewhere")
+        with pytest.raises(DeliveryTimeoutError, match=f"owned by broker {owner} "):
+            await fut
+        assert isinstance(writer.last_error, UnavailableError)
+        assert f"owned by broker {owner} " in writer.last_error.message
+        with contextlib.suppress(WeirError):
+            await writer.close(timeout=1)
+        # and so is a read
+        reader = client.reader(TOPIC)
+        try:
+            deadline = time.monotonic() + 30
+            while reader.last_error is None and time.monotonic() < deadline:
+                assert await reader.receive_message(timeout=0.2) is None
+            assert isinstance(reader.last_error, UnavailableError)
+            assert f"owned by broker {owner} " in reader.last_error.message
+        finally:
+            await reader.close()
+
+    # nothing the other broker refused was written
+    assert await read_n(brokers[owner].endpoint, 20) == got
+
+
+async def test_what_a_replicated_partition_lacks_is_refused_per_request(
+    brokers: dict[str, ServerProcess], zookeeper: ZooKeeperServer, shared_root: str
+) -> None:
+    name = TOPIC + "-lacks"
+    async with weir.aio.Client(brokers["a"].endpoint) as admin:
+        await admin.create_topic(name, partitions=1)
+    owner = await asyncio.to_thread(owner_of, zookeeper, shared_root, partition_key(name, 0))
+    async with weir.aio.Client(brokers[owner].endpoint) as client:
+        with pytest.raises(BadRequestError, match=r"seeking by time .* replicated partition"):
+            await client.offsets_for_time(name, 0, timeout=10)
+        with pytest.raises(BadRequestError, match=r"altering a topic .* replicated"):
+            await client.alter_topic(name, partitions=2, timeout=10)
+        # and the broker still serves the topic
+        async with client.writer(name, producer_id="w", partition=0) as writer:
+            await writer.write(b"still here")
+            await writer.flush(timeout=60)
