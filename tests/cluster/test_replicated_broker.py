@@ -9,14 +9,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 from kazoo.client import KazooClient
 
 import weir.aio
 from tests.conftest import ServerProcess
-from weir.broker.cluster import ClusterRecords, partition_key
+from weir.broker.cluster import Assignment, ClusterRecords, partition_key
 from weir.errors import (
     BadRequestError,
     DeliveryTimeoutError,
@@ -58,28 +58,63 @@ def brokers(
             srv.stop()
 
 
-def owner_of(zookeeper: ZooKeeperServer, root: str, key: str, timeout: float = 60) -> str:
-    """The broker holding the claim on ``key`` (polled to a deadline)."""
-    zk = KazooClient(hosts=zookeeper.hosts, timeout=10)
-    zk.start(timeout=30)
-    try:
-        records = ClusterRecords(zk, root)
+class Claims:
+    """The cluster's claims, read (and an unload written) with a ZooKeeper client of the
+    test's own, as an operator's tool would."""
+
+    def __init__(self, zookeeper: ZooKeeperServer, root: str) -> None:
+        self.zk = KazooClient(hosts=zookeeper.hosts, timeout=10)
+        self.records = ClusterRecords(self.zk, root)
+
+    async def owner(self, key: str, other_than: str = "", timeout: float = 60) -> str:
+        """The broker holding the claim on ``key`` (not ``other_than``), polled to a deadline."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            got = asyncio.run(records.owner(key))
-            if got is not None:
+            got = await self.records.owner(key)
+            if got is not None and got[0].broker != other_than:
                 return got[0].broker
-            time.sleep(0.1)
-        raise AssertionError(f"nobody claimed {key} in {timeout} s")
+            await asyncio.sleep(0.1)
+        raise AssertionError(f"nobody (else) claimed {key} in {timeout} s")
+
+    async def unload(self, key: str, to: str) -> None:
+        """Assign ``key`` to broker ``to`` (pinned), as `Ownership.unload` does."""
+        while True:
+            got = await self.records.assignment(key)
+            assert got is not None
+            a, version = got
+            new = Assignment(to, None, a.generation, pinned=True)
+            if await self.records.set_assignment(key, new, version):
+                await self.records.bump_epoch()
+                return
+
+
+@pytest.fixture
+async def claims(zookeeper: ZooKeeperServer, shared_root: str) -> AsyncIterator[Claims]:
+    c = Claims(zookeeper, shared_root)
+    await asyncio.to_thread(c.zk.start, 30)
+    try:
+        yield c
     finally:
-        zk.stop()
-        zk.close()
+        await asyncio.to_thread(c.zk.stop)
+        await asyncio.to_thread(c.zk.close)
 
 
-async def read_n(endpoint: str, n: int, timeout: float = 60) -> list[tuple[int, bytes]]:
+async def write_n(endpoint: str, topic: str, first: int, n: int) -> None:
+    async with (
+        weir.aio.Client(endpoint) as client,
+        client.writer(topic, producer_id="w", partition=0) as writer,
+    ):
+        for i in range(first, first + n):
+            await writer.write(b"m%d" % i)
+        await writer.flush(timeout=60)
+
+
+async def read_n(
+    endpoint: str, n: int, topic: str = TOPIC, timeout: float = 60
+) -> list[tuple[int, bytes]]:
     out: list[tuple[int, bytes]] = []
     async with weir.aio.Client(endpoint) as client:
-        reader = client.reader(TOPIC)
+        reader = client.reader(topic)
         try:
             deadline = time.monotonic() + timeout
             while len(out) < n and time.monotonic() < deadline:
@@ -92,20 +127,14 @@ async def read_n(endpoint: str, n: int, timeout: float = 60) -> list[tuple[int, 
 
 
 async def test_the_owner_serves_the_topic_and_the_other_broker_names_it(
-    brokers: dict[str, ServerProcess], zookeeper: ZooKeeperServer, shared_root: str
+    brokers: dict[str, ServerProcess], claims: Claims
 ) -> None:
     async with weir.aio.Client(brokers["a"].endpoint) as admin:
         await admin.create_topic(TOPIC, partitions=1)
-    owner = await asyncio.to_thread(owner_of, zookeeper, shared_root, partition_key(TOPIC, 0))
+    owner = await claims.owner(partition_key(TOPIC, 0))
     other = "b" if owner == "a" else "a"
 
-    async with (
-        weir.aio.Client(brokers[owner].endpoint) as client,
-        client.writer(TOPIC, producer_id="w", partition=0) as writer,
-    ):
-        for i in range(20):
-            await writer.write(b"m%d" % i)
-        await writer.flush(timeout=60)
+    await write_n(brokers[owner].endpoint, TOPIC, 0, 20)
     got = await read_n(brokers[owner].endpoint, 20)
     assert got == [(i, b"m%d" % i) for i in range(20)]
 
@@ -149,12 +178,12 @@ async def test_the_owner_serves_the_topic_and_the_other_broker_names_it(
 
 
 async def test_what_a_replicated_partition_lacks_is_refused_per_request(
-    brokers: dict[str, ServerProcess], zookeeper: ZooKeeperServer, shared_root: str
+    brokers: dict[str, ServerProcess], claims: Claims
 ) -> None:
     name = TOPIC + "-lacks"
     async with weir.aio.Client(brokers["a"].endpoint) as admin:
         await admin.create_topic(name, partitions=1)
-    owner = await asyncio.to_thread(owner_of, zookeeper, shared_root, partition_key(name, 0))
+    owner = await claims.owner(partition_key(name, 0))
     async with weir.aio.Client(brokers[owner].endpoint) as client:
         with pytest.raises(BadRequestError, match=r"seeking by time .* replicated partition"):
             await client.offsets_for_time(name, 0, timeout=10)
@@ -164,3 +193,30 @@ async def test_what_a_replicated_partition_lacks_is_refused_per_request(
         async with client.writer(name, producer_id="w", partition=0) as writer:
             await writer.write(b"still here")
             await writer.flush(timeout=60)
+
+
+async def test_a_moved_partition_leaves_the_old_owner_and_keeps_everything(
+    brokers: dict[str, ServerProcess], claims: Claims
+) -> None:
+    name = TOPIC + "-moved"
+    key = partition_key(name, 0)
+    async with weir.aio.Client(brokers["b"].endpoint) as admin:
+        await admin.create_topic(name, partitions=1)
+    first = await claims.owner(key)
+    second = "b" if first == "a" else "a"
+    await write_n(brokers[first].endpoint, name, 0, 10)
+
+    await claims.unload(key, to=second)
+    assert await claims.owner(key, other_than=first) == second
+    # the new owner continues the log where the old one left it
+    await write_n(brokers[second].endpoint, name, 10, 10)
+    assert await read_n(brokers[second].endpoint, 20, name) == [(i, b"m%d" % i) for i in range(20)]
+    # the old owner's actor left with its claim: it names the new owner
+    async with weir.aio.Client(brokers[first].endpoint) as client:
+        writer = client.writer(name, producer_id="w", partition=0, delivery_timeout=2)
+        fut = await writer.write_future(b"stale")
+        with pytest.raises(DeliveryTimeoutError, match=f"owned by broker {second} "):
+            await fut
+        with contextlib.suppress(WeirError):
+            await writer.close(timeout=1)
+    assert len(await read_n(brokers[second].endpoint, 21, name, timeout=3)) == 20
