@@ -20,6 +20,7 @@ from weir.broker.cluster import Assignment, ClusterRecords, partition_key
 from weir.errors import (
     BadRequestError,
     DeliveryTimeoutError,
+    PartitionOverflowError,
     UnavailableError,
     UnknownTopicError,
     WeirError,
@@ -220,3 +221,21 @@ async def test_a_moved_partition_leaves_the_old_owner_and_keeps_everything(
         with contextlib.suppress(WeirError):
             await writer.close(timeout=1)
     assert len(await read_n(brokers[second].endpoint, 21, name, timeout=3)) == 20
+
+
+async def test_a_claimed_partition_opens_with_its_topics_limits(
+    brokers: dict[str, ServerProcess], claims: Claims
+) -> None:
+    name = TOPIC + "-limits"
+    async with weir.aio.Client(brokers["a"].endpoint) as admin:
+        await admin.create_topic(name, partitions=1, max_partition_messages=3)
+    owner = await claims.owner(partition_key(name, 0))
+    await write_n(brokers[owner].endpoint, name, 0, 3)
+    async with weir.aio.Client(brokers[owner].endpoint) as client:
+        writer = client.writer(name, producer_id="w", partition=0, delivery_timeout=2)
+        fut = await writer.write_future(b"one too many")
+        with pytest.raises(DeliveryTimeoutError, match="3"):
+            await fut
+        assert isinstance(writer.last_error, PartitionOverflowError)
+        with contextlib.suppress(WeirError):
+            await writer.close(timeout=1)

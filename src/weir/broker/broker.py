@@ -42,6 +42,7 @@ from weir.broker.transactions.facade import TransactionFacade
 from weir.broker.transactions.producers import TXN_PRODUCERS
 from weir.errors import BadRequestError, UnavailableError
 from weir.storage.kv import delete, put
+from weir.storage.partition import PartitionConfig
 from weir.storage.store import Store
 from weir.storage.tiered.remote_storage import RemoteStorage, S3Settings, open_storage
 
@@ -185,7 +186,12 @@ class Broker(
             broker = cls(config, store, generation, observer=observer)
             catalog = None
             if replicated:
-                broker.cluster = ClusterMode(config, broker._actors, endpoints=endpoints)
+                broker.cluster = ClusterMode(
+                    config,
+                    broker._actors,
+                    endpoints=endpoints,
+                    partition_config=broker._claimed_config,
+                )
                 catalog = await broker.cluster.connect()
             await asyncio.to_thread(broker._load, catalog)
             # a transaction open at the last stop ends now, before anyone reads
@@ -249,6 +255,11 @@ class Broker(
             self.store.committer.commit(legacy)
             log.info("dropped %d stored producer pins: pins follow producer state", len(legacy))
 
+    def _claimed_config(self, topic: str, partition: int) -> PartitionConfig | None:
+        """Replicated mode: the config a partition this broker claims opens with."""
+        cfg = self._topics.get(topic)
+        return None if cfg is None else self._partition_config(cfg)
+
     async def _catalog_changed(self, catalog: dict[str, TopicConfig]) -> None:
         """Replicated mode: topics another broker created or changed (dropped ones stay
         known here until this broker restarts: dropping is not wired yet)."""
@@ -264,7 +275,7 @@ class Broker(
                 cfg = self.resolved(cfg)
                 if known and self._topics[cfg.name] == cfg:
                     continue
-                self._remember(cfg)
+                self._apply_topic_config(cfg)  # and to the partitions served here
                 if not known and cfg.kind != PERSISTENT:
                     for p in range(cfg.partitions):
                         self._open_partition(cfg, p)

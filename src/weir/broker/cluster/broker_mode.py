@@ -33,6 +33,7 @@ from weir.broker.topics import TopicConfig
 from weir.replication.ledger import LedgerClient
 from weir.replication.managed_log import ManagedLogConfig
 from weir.replication.partition_log import ReplicationConfig
+from weir.storage.partition import PartitionConfig
 
 log = logging.getLogger("weir.cluster")
 
@@ -65,7 +66,10 @@ class ClusterMode:
         *,
         endpoints: Mapping[str, str] | None = None,
         ownership: OwnershipConfig | None = None,
+        partition_config: Callable[[str, int], PartitionConfig | None] | None = None,
     ) -> None:
+        """``partition_config(topic, partition)``: the config a claimed partition opens
+        with (its topic's retention, limits, dedup; None: the defaults)."""
         self.config = config
         self.broker_id = config.cluster_broker_id or (endpoints or {}).get("native", "")
         if not self.broker_id:
@@ -84,7 +88,14 @@ class ClusterMode:
             )
         )
         self.partitions = ClusterPartitions(
-            ReplicatedLogHost(self.client, self.broker_id, replication),
+            ReplicatedLogHost(
+                self.client,
+                self.broker_id,
+                replication,
+                config_of=None
+                if partition_config is None
+                else lambda key: partition_config(*split_key(key)),
+            ),
             ActorLimits(config.max_partition_queue_bytes, config.max_commit_bytes),
         )
         self.ownership = Ownership(
