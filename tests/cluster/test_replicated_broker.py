@@ -161,6 +161,7 @@ async def test_the_owner_serves_the_topic_and_the_other_broker_names_it(
             await fut
         assert isinstance(writer.last_error, UnavailableError)
         assert f"owned by broker {owner} " in writer.last_error.message
+        assert f"native {brokers[owner].endpoint}" in writer.last_error.message  # where to go
         with contextlib.suppress(WeirError):
             await writer.close(timeout=1)
         # and so is a read
