@@ -189,8 +189,8 @@ async def test_what_a_replicated_partition_lacks_is_refused_per_request(
     async with weir.aio.Client(brokers[owner].endpoint) as client:
         with pytest.raises(BadRequestError, match=r"seeking by time .* replicated partition"):
             await client.offsets_for_time(name, 0, timeout=10)
-        with pytest.raises(BadRequestError, match=r"altering a topic .* replicated"):
-            await client.alter_topic(name, partitions=2, timeout=10)
+        with pytest.raises(BadRequestError, match=r"dropping a topic .* replicated"):
+            await client.drop_topic(name, timeout=10)
         # and the broker still serves the topic
         async with client.writer(name, producer_id="w", partition=0) as writer:
             await writer.write(b"still here")
@@ -240,3 +240,33 @@ async def test_a_claimed_partition_opens_with_its_topics_limits(
         assert isinstance(writer.last_error, PartitionOverflowError)
         with contextlib.suppress(WeirError):
             await writer.close(timeout=1)
+
+
+async def test_a_topic_altered_on_one_broker_changes_on_every_broker(
+    brokers: dict[str, ServerProcess], claims: Claims
+) -> None:
+    name = TOPIC + "-altered"
+    async with weir.aio.Client(brokers["a"].endpoint) as admin:
+        await admin.create_topic(name, partitions=1)
+    async with weir.aio.Client(brokers["b"].endpoint) as admin:
+        deadline = time.monotonic() + 30
+        while True:  # b's catalog watch may still be on its way
+            try:
+                altered = await admin.alter_topic(name, partitions=2, timeout=2)
+                break
+            except UnknownTopicError:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.1)
+    assert altered.partitions == 2
+    new_owner = await claims.owner(partition_key(name, 1))  # the new partition is placed
+    async with weir.aio.Client(brokers["a"].endpoint) as client:
+        deadline = time.monotonic() + 30
+        while (await client.describe_topic(name)).partitions != 2:
+            assert time.monotonic() < deadline, "broker a never saw the new partition"
+            await asyncio.sleep(0.1)
+    async with (
+        weir.aio.Client(brokers[new_owner].endpoint) as client,
+        client.writer(name, producer_id="w", partition=1) as writer,
+    ):
+        assert (await writer.write_with_result(b"on the new partition")).offset == 0

@@ -231,61 +231,73 @@ class TopicAdmin(TenancyFacade):
         ``policies`` set the topic's own values; ``inherit`` names policies that
         follow the namespace again."""
         self._check_open()
-        self._embedded_admin("altering a topic")
         async with self._lock:
             cfg = self.topic(name, database)
-            changes: dict[str, Any] = {}
-            own = dict(policies or {})
-            for key, value in (
-                ("retention_ms", retention_ms),
-                ("retention_bytes", retention_bytes),
-            ):
-                if value is not UNSET:
-                    own[key] = value
-            own_policies = cfg.policies.updated(own, tuple(inherit), topic=True)
-            if own_policies != cfg.policies:
-                changes["policies"] = own_policies
-            if partitions is not None:
-                if partitions < cfg.partitions:
-                    raise BadRequestError(
-                        f"topic {short_topic(cfg.name)!r} has {cfg.partitions} partitions; "
-                        "partitions can be added, never removed"
-                    )
-                changes["partitions"] = partitions
-            for attr, value in (
-                ("max_partition_bytes", max_partition_bytes),
-                ("max_partition_messages", max_partition_messages),
-            ):
-                if value is not UNSET:
-                    changes[attr] = value
-            if codecs is not None:
-                changes["codecs"] = tuple(codec_id(c) for c in codecs)
-            if scaling is not None:
-                changes["scaling"] = scaling
-            consumers = dict(cfg.consumers)
-            now = _now_ms()
-            for c in add_consumers:
-                check_consumer_name(c.name)
-                consumers[c.name] = dataclasses.replace(c, created_at_ms=c.created_at_ms or now)
-            dropped = []
-            for cname in drop_consumers:
-                if cname not in consumers:
-                    raise UnknownConsumerError(
-                        f"consumer {cname!r} is not registered on {short_topic(cfg.name)!r}"
-                    )
-                del consumers[cname]
-                dropped.append(cname)
-            changes["consumers"] = consumers
-            new = self.resolved(dataclasses.replace(cfg, **changes))
-            ops: list[Op] = [put(TOPICS, topic_key(new.name), new.to_json())]
+
+            def plan(cfg: TopicConfig) -> tuple[TopicConfig, dict[str, Any], list[str]]:
+                """The altered config of ``cfg``, the changed fields, consumers dropped."""
+                changes: dict[str, Any] = {}
+                own = dict(policies or {})
+                for key, value in (
+                    ("retention_ms", retention_ms),
+                    ("retention_bytes", retention_bytes),
+                ):
+                    if value is not UNSET:
+                        own[key] = value
+                own_policies = cfg.policies.updated(own, tuple(inherit), topic=True)
+                if own_policies != cfg.policies:
+                    changes["policies"] = own_policies
+                if partitions is not None:
+                    if partitions < cfg.partitions:
+                        raise BadRequestError(
+                            f"topic {short_topic(cfg.name)!r} has {cfg.partitions} partitions; "
+                            "partitions can be added, never removed"
+                        )
+                    changes["partitions"] = partitions
+                for attr, value in (
+                    ("max_partition_bytes", max_partition_bytes),
+                    ("max_partition_messages", max_partition_messages),
+                ):
+                    if value is not UNSET:
+                        changes[attr] = value
+                if codecs is not None:
+                    changes["codecs"] = tuple(codec_id(c) for c in codecs)
+                if scaling is not None:
+                    changes["scaling"] = scaling
+                consumers = dict(cfg.consumers)
+                now = _now_ms()
+                for c in add_consumers:
+                    check_consumer_name(c.name)
+                    consumers[c.name] = dataclasses.replace(c, created_at_ms=c.created_at_ms or now)
+                dropped = []
+                for cname in drop_consumers:
+                    if cname not in consumers:
+                        raise UnknownConsumerError(
+                            f"consumer {cname!r} is not registered on {short_topic(cfg.name)!r}"
+                        )
+                    del consumers[cname]
+                    dropped.append(cname)
+                changes["consumers"] = consumers
+                return self.resolved(dataclasses.replace(cfg, **changes)), changes, dropped
+
+            new, changes, dropped = plan(cfg)
+            if self.cluster is not None:  # the change applies to the catalog's latest record
+                stored, _ = await self.cluster.catalog.update(
+                    cfg.name, lambda latest: plan(self.resolved(latest))[0]
+                )
+                new = self.resolved(stored)
+            ops: list[Op] = []
+            if self.cluster is None:
+                ops.append(put(TOPICS, topic_key(new.name), new.to_json()))
             for cname in dropped:
                 ops.extend(self.offsets.drop_ops(cfg.topic_id, cname))
             await self._commit(ops)
             for cname in dropped:
                 self.offsets.forget(cfg.topic_id, cname)
             self._apply_topic_config(new)
-            for p in range(cfg.partitions, new.partitions):
-                self._open_partition(new, p)
+            if self.cluster is None or new.kind != PERSISTENT:  # else: opened when claimed
+                for p in range(cfg.partitions, new.partitions):
+                    self._open_partition(new, p)
             for sub in self.live_subscriptions.of_topic(new.name):
                 sub.partitions = new.partitions
             if new.partitions != cfg.partitions:

@@ -20,7 +20,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from typing import Any
 
-from kazoo.recipe.watchers import ChildrenWatch
+from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
 from weir.broker.cluster.claims import split_key
 from weir.broker.cluster.log_host import ReplicatedLogHost
@@ -123,10 +123,12 @@ class ClusterMode:
         """Follow the catalog (``on_topics`` hears every topic after a change) and start
         claiming partitions."""
         self._on_topics = on_topics
-        ChildrenWatch(self.client.zk, topics_path(self.config.cluster_root), self._topics_changed)
+        path = topics_path(self.config.cluster_root)
+        ChildrenWatch(self.client.zk, path, self._topics_changed)  # created, deleted
+        DataWatch(self.client.zk, path, self._topics_changed)  # changed (TopicCatalog.update)
         await self.ownership.start()
 
-    def _topics_changed(self, _children: list[str]) -> bool | None:
+    def _topics_changed(self, *_: object) -> bool | None:
         loop = self._loop
         if self._stopped or loop is None or loop.is_closed():
             return False  # stop watching
