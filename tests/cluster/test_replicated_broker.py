@@ -191,6 +191,15 @@ async def test_what_a_replicated_partition_lacks_is_refused_per_request(
             await client.offsets_for_time(name, 0, timeout=10)
         with pytest.raises(BadRequestError, match=r"dropping a topic .* replicated"):
             await client.drop_topic(name, timeout=10)
+        with pytest.raises(BadRequestError, match=r"a durable subscription .* replicated"):
+            await client.create_subscription(name, "s", timeout=10)
+        consumer = client.subscribe(name, "s")
+        try:
+            with pytest.raises(BadRequestError, match=r"a durable subscription .* replicated"):
+                await consumer.wait_connected(timeout=10)
+        finally:
+            with contextlib.suppress(WeirError):
+                await consumer.close(timeout=1)
         # and the broker still serves the topic
         async with client.writer(name, producer_id="w", partition=0) as writer:
             await writer.write(b"still here")
