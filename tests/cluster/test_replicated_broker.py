@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+import urllib.request
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
@@ -256,7 +257,7 @@ async def test_a_topic_altered_on_one_broker_changes_on_every_broker(
 ) -> None:
     name = TOPIC + "-altered"
     async with weir.aio.Client(brokers["a"].endpoint) as admin:
-        await admin.create_topic(name, partitions=1)
+        await admin.create_topic(name, partitions=1, consumers=["c"])
     async with weir.aio.Client(brokers["b"].endpoint) as admin:
         deadline = time.monotonic() + 30
         while True:  # b's catalog watch may still be on its way
@@ -279,3 +280,12 @@ async def test_a_topic_altered_on_one_broker_changes_on_every_broker(
         client.writer(name, producer_id="w", partition=1) as writer,
     ):
         assert (await writer.write_with_result(b"on the new partition")).offset == 0
+    # each broker describes (and exports metrics of) the partitions it serves
+    for srv in brokers.values():
+        text = await asyncio.to_thread(get, srv.http_url + "/metrics")
+        assert b"weir_topics" in text
+
+
+def get(url: str) -> bytes:
+    with urllib.request.urlopen(url, timeout=30) as r:
+        return bytes(r.read())

@@ -120,7 +120,7 @@ class Broker(
         self.subscriptions = Subscriptions(
             store.kv,
             store.committer,
-            lambda t, p: self._actors[(t, p)],
+            lambda t, p: self._actors.get((t, p)) or self._not_served(t, p),
             self._write_dead_letters,
             self.offsets,
             lambda *commit: self.observer.on_consumer_commit(*commit),
