@@ -289,3 +289,34 @@ async def test_a_topic_altered_on_one_broker_changes_on_every_broker(
 def get(url: str) -> bytes:
     with urllib.request.urlopen(url, timeout=30) as r:
         return bytes(r.read())
+
+
+async def test_a_killed_owner_hands_its_partition_over_with_every_ack_and_dedup(
+    brokers: dict[str, ServerProcess], claims: Claims
+) -> None:
+    """kill -9 of the owning `weir serve`: the other broker claims the partition once the
+    session expires, fences the ledger, and serves every acknowledged message in order;
+    the producer's state moved too (its next seq_no follows the last acknowledged one)."""
+    name = TOPIC + "-killed"
+    key = partition_key(name, 0)
+    async with weir.aio.Client(brokers["a"].endpoint) as admin:
+        await admin.create_topic(name, partitions=1)
+    owner = await claims.owner(key)
+    other = "b" if owner == "a" else "a"
+    await write_n(brokers[owner].endpoint, name, 0, 10)
+    brokers[owner].kill()
+    try:
+        assert await claims.owner(key, other_than=owner) == other
+        async with (
+            weir.aio.Client(brokers[other].endpoint) as client,
+            client.writer(name, producer_id="w", partition=0) as writer,
+        ):
+            await writer.wait_init(timeout=60)
+            assert writer.last_seq_no == 10  # the dedup state survived the kill
+            for i in range(10, 15):
+                await writer.write(b"m%d" % i)
+            await writer.flush(timeout=60)
+        got = await read_n(brokers[other].endpoint, 15, name)
+        assert got == [(i, b"m%d" % i) for i in range(15)]
+    finally:
+        brokers[owner].start()  # the module's other tests may still want two brokers
