@@ -98,6 +98,7 @@ class PulsarConfig:
     listen: str = ""  # empty: the host of server.listen, DEFAULT_PULSAR_PORT
     max_message_size: int = 5 << 20
     batch_index_ack: bool = False
+    keep_alive_s: float = 30.0
 
 
 @dataclass(frozen=True)
@@ -213,6 +214,7 @@ class Config:
         out["pulsar.listen"] = self.pulsar.listen
         out["pulsar.max_message_size"] = self.pulsar.max_message_size
         out["pulsar.batch_index_ack"] = self.pulsar.batch_index_ack
+        out["pulsar.keep_alive_s"] = self.pulsar.keep_alive_s
         out["http.enabled"] = self.http.enabled
         out["http.listen"] = self.http.listen
         out["http.admin"] = self.http.admin
@@ -368,6 +370,7 @@ def _build(values: dict[str, Any], sources: dict[str, str]) -> Config:
             values["pulsar.listen"],
             values["pulsar.max_message_size"],
             values["pulsar.batch_index_ack"],
+            values["pulsar.keep_alive_s"],
         ),
         http=HttpConfig(values["http.enabled"], values["http.listen"], values["http.admin"]),
         console=ConsoleConfig(values["console.enabled"]),

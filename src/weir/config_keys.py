@@ -138,6 +138,17 @@ KEYS: tuple[Key, ...] = (
     ),
     Key(
         "storage",
+        "inline_commit_bytes",
+        SIZE_OR_ZERO,
+        _B.inline_commit_bytes,
+        "A commit up to this size is made in the event loop itself when the committer "
+        "thread is idle (no thread hand-off: lower ack latency); larger ones, and all of "
+        "them while the thread is busy, go to the committer thread. 0: always the thread. "
+        "Off by default: while an inline fsync is slow or stalls, every connection waits.",
+        "inline_commit_bytes",
+    ),
+    Key(
+        "storage",
         "mode",
         STORAGE_MODE,
         _B.storage_mode,
@@ -549,6 +560,15 @@ KEYS: tuple[Key, ...] = (
         "Pulsar's acknowledgmentAtBatchIndexLevelEnabled: consumers are given parts of a "
         "batch (ack sets), so Key_Shared routes every message by its own key and no acked "
         "message of a batch comes back; the clients must set batch_index_ack_enabled too.",
+    ),
+    Key(
+        "pulsar",
+        "keep_alive_s",
+        DURATION_S,
+        30.0,
+        "Pulsar's keepAliveIntervalSeconds: a client silent this long is sent a Ping, and "
+        "closed if it stays silent as long again (a dead peer's producers and consumers "
+        "go); 0: never.",
     ),
     Key(
         "http",

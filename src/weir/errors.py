@@ -189,6 +189,12 @@ class UnknownSubscriptionError(NotFoundError):
     code = "UNKNOWN_SUBSCRIPTION"
 
 
+class TopicTerminatedError(FatalError):
+    """The topic was terminated (Pulsar's terminate): it takes no more messages, ever."""
+
+    code = "TOPIC_TERMINATED"
+
+
 class AlreadyExistsError(FatalError):
     code = "ALREADY_EXISTS"
 

@@ -117,6 +117,7 @@ class Server:
         pulsar_listen: str | None = None,
         pulsar_max_message_size: int = 5 << 20,
         pulsar_batch_index_ack: bool = False,
+        pulsar_keep_alive_s: float = 30.0,
         kafka: KafkaFrontConfig | None = None,
     ) -> None:
         self.config = config
@@ -124,6 +125,7 @@ class Server:
         self.pulsar_listen = pulsar_listen
         self.pulsar_max_message_size = pulsar_max_message_size
         self.pulsar_batch_index_ack = pulsar_batch_index_ack
+        self.pulsar_keep_alive_s = pulsar_keep_alive_s
         self.pulsar: PulsarFront | None = None
         # the Kafka listener (off unless configured); started with the broker, stopped before it
         self.kafka_config = kafka or KafkaFrontConfig(enabled=False)
@@ -210,6 +212,7 @@ class Server:
                     tls=self.tls,
                     max_message_size=self.pulsar_max_message_size,
                     batch_index_ack=self.pulsar_batch_index_ack,
+                    keep_alive_s=self.pulsar_keep_alive_s,
                     stopping=self.stopping_event,
                 )
                 await self.pulsar.start()

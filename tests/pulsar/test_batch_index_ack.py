@@ -5,6 +5,7 @@ a batch by its own key (consumers are given their part of a batch with an ack se
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import threading
 from collections.abc import Iterator
@@ -14,21 +15,26 @@ import pulsar
 import pytest
 
 from tests.conftest import ServerProcess
-from tests.pulsar.conftest import make_client
+from tests.pulsar.conftest import make_client, quiet
 
 _topics = itertools.count(1)
 
 
 @pytest.fixture(scope="module")
-def bia_client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[pulsar.Client]:
+def bia_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     srv = ServerProcess(
         Path(tmp_path_factory.mktemp("pulsar-bia")), env={"WEIR_PULSAR_BATCH_INDEX_ACK": "true"}
     )
     srv.start()
-    c = make_client(srv.pulsar_url)
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def bia_client(bia_server: ServerProcess) -> Iterator[pulsar.Client]:
+    c = make_client(bia_server.pulsar_url)
     yield c
     c.close()
-    srv.stop()
 
 
 @pytest.fixture
@@ -135,3 +141,53 @@ def test_key_shared_splits_batches_of_several_keys_by_key(
         entries.setdefault(entry, set()).add(name)
     assert all(len(o) == 1 for o in owners.values())  # a key to one consumer
     assert any(len(e) > 1 for e in entries.values())  # batches were shared out
+
+
+def test_asyncio_api_batch_index_acks(bia_server: ServerProcess, topic: str) -> None:
+    """The asyncio twins: acknowledged messages of a batch never come back, and a
+    cumulative ack inside a batch covers the messages before it."""
+    import pulsar.asyncio as apulsar
+
+    async def subscribe(c: apulsar.Client, name: str) -> apulsar.Consumer:
+        kind = pulsar.ConsumerType.Shared if name == "i" else pulsar.ConsumerType.Exclusive
+        return await c.subscribe(
+            topic,
+            name,
+            consumer_type=kind,
+            initial_position=pulsar.InitialPosition.Earliest,
+            batch_index_ack_enabled=True,
+        )
+
+    async def receive(consumer: apulsar.Consumer, n: int) -> list[pulsar.Message]:
+        return [await asyncio.wait_for(consumer.receive(), 10) for _ in range(n)]
+
+    async def run() -> None:
+        c = apulsar.Client(bia_server.pulsar_url, operation_timeout_seconds=5, logger=quiet())
+        try:
+            producer = await c.create_producer(
+                topic, batching_max_messages=10, batching_max_publish_delay_ms=500
+            )
+            ids = await asyncio.gather(*(producer.send(b"%d" % i) for i in range(10)))
+            assert len({m.entry_id() for m in ids}) == 1  # one entry
+            individual, cumulative = await subscribe(c, "i"), await subscribe(c, "c")
+            got = await receive(individual, 10)
+            for m in got[::2]:
+                await individual.acknowledge(m)  # 0, 2, 4, 6, 8
+            await individual.close()  # answered once those acks are durable
+            got = await receive(cumulative, 10)
+            await cumulative.acknowledge_cumulative(got[3])  # 0..3
+            await cumulative.close()
+            again = await subscribe(c, "i")
+            assert [m.data() for m in await receive(again, 5)] == [b"1", b"3", b"5", b"7", b"9"]
+            rest = await subscribe(c, "c")
+            assert [m.data() for m in await receive(rest, 6)] == [b"%d" % i for i in range(4, 10)]
+            for consumer in (again, rest):  # and nothing more
+                with pytest.raises(asyncio.TimeoutError):
+                    await asyncio.wait_for(consumer.receive(), 0.3)
+            await again.close()
+            await rest.close()
+            await producer.close()
+        finally:
+            await c.close()
+
+    asyncio.run(run())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 
@@ -10,7 +11,7 @@ import pytest
 
 import weir
 from tests.conftest import ServerProcess
-from tests.pulsar.conftest import make_client
+from tests.pulsar.conftest import make_client, quiet
 
 
 def _drain(consumer: pulsar.Consumer, n: int, timeout_ms: int = 5000) -> list[pulsar.Message]:
@@ -310,6 +311,42 @@ def test_negative_ack_and_ack_timeout_redeliver_with_a_count(
         consumer.receive(300)  # nothing acknowledged comes back
     consumer.close()
     producer.close()
+
+
+def test_asyncio_api_ack_timeout_redelivers_with_a_count(
+    pulsar_server: ServerProcess, topic: str
+) -> None:
+    """The asyncio consumer's ack timeout (10 s, the client's smallest): a message it
+    neither acks nor nacks comes back once, with its redelivery count."""
+    import pulsar.asyncio as apulsar
+
+    async def run() -> None:
+        c = apulsar.Client(pulsar_server.pulsar_url, operation_timeout_seconds=5, logger=quiet())
+        try:
+            producer = await c.create_producer(topic, batching_enabled=False)
+            consumer = await c.subscribe(
+                topic,
+                "s",
+                consumer_type=pulsar.ConsumerType.Shared,
+                initial_position=pulsar.InitialPosition.Earliest,
+                unacked_messages_timeout_ms=10_000,
+            )
+            for data in (b"acked", b"forgotten"):
+                await producer.send(data)
+            first = {m.data(): m for m in [await consumer.receive() for _ in range(2)]}
+            assert [m.redelivery_count() for m in first.values()] == [0, 0]
+            await consumer.acknowledge(first[b"acked"])
+            late = await asyncio.wait_for(consumer.receive(), 20)
+            assert (late.data(), late.redelivery_count()) == (b"forgotten", 1)
+            await consumer.acknowledge(late)
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(consumer.receive(), 0.3)  # nothing acked comes back
+            await consumer.close()
+            await producer.close()
+        finally:
+            await c.close()
+
+    asyncio.run(run())
 
 
 def test_cumulative_ack_and_a_restarted_consumer_resumes(client: pulsar.Client, topic: str) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import itertools
 import re
 import time
 
@@ -13,6 +14,7 @@ from pulsar.schema import AvroSchema, Integer, JsonSchema, Record, String, Strin
 
 import weir
 from tests.conftest import ServerProcess
+from tests.pulsar.conftest import quiet
 
 
 def _all(consumer: pulsar.Consumer, n: int) -> list[pulsar.Message]:
@@ -24,43 +26,96 @@ def _all(consumer: pulsar.Consumer, n: int) -> list[pulsar.Message]:
     return out
 
 
-@pytest.mark.parametrize(
-    "mode",
-    [
-        pulsar.PartitionsRoutingMode.RoundRobinDistribution,
-        pulsar.PartitionsRoutingMode.UseSinglePartition,
-        "key",
-    ],
-)
+ROUTING_MODES = ["round-robin", "single", "key", "custom"]
+
+
+def _routing(mode: str) -> dict[str, object]:
+    """create_producer options of a routing mode; message i is b"i", keyed k{i % 4} in
+    the key mode. Round robin without batching: with it the client moves on per batch."""
+    if mode == "round-robin":
+        return dict(
+            message_routing_mode=pulsar.PartitionsRoutingMode.RoundRobinDistribution,
+            batching_enabled=False,
+        )
+    if mode == "single":
+        return dict(message_routing_mode=pulsar.PartitionsRoutingMode.UseSinglePartition)
+    if mode == "custom":  # CustomPartition: the application's router picks
+        return dict(message_router=lambda msg, n: int(msg.data()) % n)
+    return {}
+
+
+def _check_routing(mode: str, sent: list[int], got: dict[bytes, int], n: int = 3) -> None:
+    """``sent[i]``: the partition message i's id names; ``got``: message -> the partition
+    its consumer read it from. Each message is read where its id says, and each mode
+    placed it where that mode places messages."""
+    assert got == {b"%d" % i: p for i, p in enumerate(sent)}
+    if mode == "round-robin":
+        assert all(b == (a + 1) % n for a, b in itertools.pairwise(sent))
+    elif mode == "single":
+        assert len(set(sent)) == 1
+    elif mode == "custom":
+        assert sent == [i % n for i in range(len(sent))]
+    else:
+        by_key: dict[int, set[int]] = {}
+        for i, p in enumerate(sent):
+            by_key.setdefault(i % 4, set()).add(p)
+        assert all(len(v) == 1 for v in by_key.values())  # a key stays in one partition
+
+
+def _partition_of(m: pulsar.Message) -> int:
+    return int(re.search(r"-partition-(\d+)$", m.topic_name()).group(1))  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("mode", ROUTING_MODES)
 def test_partitioned_topic_with_every_routing_mode(
-    pulsar_server: ServerProcess, client: pulsar.Client, topic: str, mode: object
+    pulsar_server: ServerProcess, client: pulsar.Client, topic: str, mode: str
 ) -> None:
     from tests.pulsar.test_admin_rest import call
 
     call(pulsar_server.http_url, "PUT", f"/persistent/public/default/{topic}/partitions", 3)
     consumer = client.subscribe(topic, "s", initial_position=pulsar.InitialPosition.Earliest)
-    if mode == "key":
-        producer = client.create_producer(topic)
-        ids = [producer.send(b"%d" % i, partition_key=f"k{i % 4}") for i in range(24)]
-        by_key: dict[str, set[int]] = {}
-        got = _all(consumer, 24)
-        for m in got:
-            by_key.setdefault(m.partition_key(), set()).add(
-                int(re.search(r"-partition-(\d+)", m.topic_name()).group(1))  # type: ignore[union-attr]
-            )
-        assert all(len(v) == 1 for v in by_key.values())  # a key stays in one partition
-    else:
-        producer = client.create_producer(topic, message_routing_mode=mode)
-        ids = [producer.send(b"%d" % i) for i in range(24)]
-        got = _all(consumer, 24)
-    partitions = {mid.partition() for mid in ids}
-    if mode == pulsar.PartitionsRoutingMode.UseSinglePartition:
-        assert len(partitions) == 1
-    elif mode == pulsar.PartitionsRoutingMode.RoundRobinDistribution:
-        assert partitions == {0, 1, 2}
-    assert sorted(m.data() for m in got) == sorted(b"%d" % i for i in range(24))
+    producer = client.create_producer(topic, **_routing(mode))  # type: ignore[arg-type]
+    key = (lambda i: f"k{i % 4}") if mode == "key" else (lambda i: None)
+    ids = [producer.send(b"%d" % i, partition_key=key(i)) for i in range(12)]
+    got = {m.data(): _partition_of(m) for m in _all(consumer, 12)}
+    _check_routing(mode, [mid.partition() for mid in ids], got)
     consumer.close()
     producer.close()
+
+
+def test_asyncio_api_every_routing_mode(pulsar_server: ServerProcess, topic: str) -> None:
+    """The asyncio producer's routing modes (its create_producer takes the same options)."""
+    import pulsar.asyncio as apulsar
+
+    from tests.pulsar.test_admin_rest import call
+
+    async def one(c: apulsar.Client, mode: str) -> None:
+        name = f"{topic}-{mode}"
+        call(pulsar_server.http_url, "PUT", f"/persistent/public/default/{name}/partitions", 3)
+        consumer = await c.subscribe(name, "s", initial_position=pulsar.InitialPosition.Earliest)
+        producer = await c.create_producer(name, **_routing(mode))  # type: ignore[arg-type]
+        ids = []
+        for i in range(12):
+            ids.append(
+                await producer.send(b"%d" % i, partition_key=f"k{i % 4}" if mode == "key" else None)
+            )
+        got = {}
+        for _ in range(12):
+            m = await asyncio.wait_for(consumer.receive(), 10)
+            await consumer.acknowledge(m)
+            got[m.data()] = _partition_of(m)
+        _check_routing(mode, [mid.partition() for mid in ids], got)
+        await consumer.close()
+        await producer.close()
+
+    async def run() -> None:
+        c = apulsar.Client(pulsar_server.pulsar_url, operation_timeout_seconds=5, logger=quiet())
+        try:
+            await asyncio.gather(*(one(c, mode) for mode in ROUTING_MODES))
+        finally:
+            await c.close()
+
+    asyncio.run(run())
 
 
 def test_multi_topic_and_regex_consumers(client: pulsar.Client, topic: str) -> None:

@@ -35,7 +35,8 @@ the synced bytes.
 Run as ``python -m tests.reliability.lazyfs BACKING MOUNT``; it prints
 ``ready`` once mounted and reads commands on stdin: ``cut`` (power loss),
 ``release`` (blocked operations fail), ``hold`` / ``unhold`` (fsync waits: a slow
-disk), ``waiting`` (fsyncs held), ``stats``; it exits when the mount is
+disk), ``fail`` / ``unfail`` (fsync and O_DSYNC writes fail with EIO: a dying disk),
+``waiting`` (fsyncs held), ``stats``; it exits when the mount is
 unmounted (``fusermount3 -u MOUNT``).
 """
 
@@ -89,6 +90,7 @@ def _make_ops() -> Any:
             self.fsync_open = threading.Event()  # cleared by `hold`: fsync waits (a slow disk)
             self.fsync_open.set()
             self.fsyncs_waiting = 0
+            self.failing = False  # set by `fail`: every fsync and O_DSYNC write fails with EIO
             self.syncs = 0
             self.cuts = 0
             self.dropped_pages = 0
@@ -334,6 +336,8 @@ def _make_ops() -> Any:
                     take = min(PAGE - lo, end - pos)
                     page[lo : lo + take] = data[pos - offset : pos - offset + take]
                     pos += take
+                if h.sync_writes and self.failing:  # a durable write the disk refuses
+                    raise mfusepy.FuseOSError(errno.EIO)
                 p = self.pending[h.path]
                 if end > size or p.size is not None:
                     p.size = max(size, end)
@@ -374,6 +378,8 @@ def _make_ops() -> Any:
                     self.fsyncs_waiting -= 1
             with self.mutex:
                 self._alive()
+                if self.failing:  # the disk refuses: nothing is persisted, the pages stay pending
+                    raise mfusepy.FuseOSError(errno.EIO)
                 h = self.handles[fh]
                 self._persist(h.fd, h.path)
                 return 0
@@ -402,6 +408,12 @@ def main() -> None:
             elif cmd == "unhold":
                 fs.fsync_open.set()
                 print("unheld", flush=True)
+            elif cmd == "fail":
+                fs.failing = True
+                print("failing", flush=True)
+            elif cmd == "unfail":
+                fs.failing = False
+                print("unfailed", flush=True)
             elif cmd == "waiting":
                 print(fs.fsyncs_waiting, flush=True)
             elif cmd == "stats":
@@ -512,6 +524,14 @@ class LazyMount:
 
     def unhold_fsync(self) -> None:
         self._command("unhold")
+
+    def fail_fsync(self) -> None:
+        """From now on every fsync / fdatasync and every O_DSYNC write fails with EIO (a
+        dying disk); nothing more is persisted until `unfail_fsync`."""
+        self._command("fail")
+
+    def unfail_fsync(self) -> None:
+        self._command("unfail")
 
     def fsyncs_waiting(self) -> int:
         return int(self._command("waiting"))

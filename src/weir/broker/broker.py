@@ -24,6 +24,7 @@ from weir.broker.config import BrokerConfig
 from weir.broker.consumer_offsets import ConsumerOffsets
 from weir.broker.consumer_readers import ConsumerReaders
 from weir.broker.consumers import OFFSETS, OffsetStore
+from weir.broker.loop_commits import LoopCommits
 from weir.broker.non_persistent import LiveSubscriptions
 from weir.broker.observer import NULL_OBSERVER, BrokerObserver
 from weir.broker.producer_admission import PRODUCER_EPOCHS, ProducerAdmission, stored_epochs
@@ -105,6 +106,7 @@ class Broker(
         self.store = store
         self.generation = generation
         self.offsets = OffsetStore(store.kv, store.committer)
+        self.commits = LoopCommits(store.committer, config.inline_commit_bytes)
         self._topics = {}
         self._backlog_quota = {}
         self._actors = {}

@@ -36,6 +36,10 @@ class BrokerConfig:
     cluster_write_quorum: int = 3  # copies of each entry
     cluster_ack_quorum: int = 2  # copies acknowledged before a write is
     cluster_session_timeout_s: float = 10.0  # ZooKeeper session: ownership lapses after it
+    # a commit up to this size is made in the event loop when the committer thread is
+    # idle (no thread hand-off); 0 (the default): every commit goes to the thread. Off
+    # by default: a stalled fsync would freeze every connection (docs/performance.md)
+    inline_commit_bytes: int = 0
     # tiered storage (docs/tiered-storage.md): where offloaded segments go
     tier_backend: str = "local"  # "local" (a directory) or "s3"
     tier_local_dir: Path | None = None  # None: <data_dir>/tier

@@ -2,8 +2,9 @@
 
 Writes join an incoming queue. When the actor is Idle it switches to Writing,
 takes everything queued (up to `max_commit_bytes`), prepares one storage change,
-hands its ops to the group committer (one fsync shared with other partitions)
-and waits. On success it applies the change, so EndOffset moves and waiting
+hands its ops to the commit (`weir.broker.loop_commits`: a short one is committed in
+the event loop when the committer thread is idle, otherwise the group committer's
+thread takes it; either way one fsync shared with other partitions) and waits. On success it applies the change, so EndOffset moves and waiting
 readers wake; then it answers every write. On failure it rolls the change back
 and fails the whole queue: a later write of the same producer must never
 overtake a failed one, or the failed one could never be written (dedup would
@@ -126,7 +127,9 @@ class PartitionActor(Generic[LogT]):
     ) -> None:
         self.log = log
         self.committer = committer
-        # how a prepared change is made durable (see the module docstring)
+        # how a prepared change is made durable (see the module docstring): embedded,
+        # `LoopCommits.commit_change` (short ones inline in the loop) or the committer
+        # thread; replicated, the log's own commit
         self._commit: Callable[[Any], Awaitable[None]] = commit or self._commit_kv
         self._read = read  # None: the embedded log's reads
         self._retain_log = retain  # None: the embedded log's retention steps
@@ -456,7 +459,7 @@ class PartitionActor(Generic[LogT]):
                 _resolve(item.future, 0)
                 return
             try:
-                await self._commit(change)
+                await self._commit_kv(change)  # deletes: to the thread, never inline
             except BaseException:
                 self.log.abort(change)
                 raise

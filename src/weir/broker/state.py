@@ -18,6 +18,7 @@ from weir.broker.compaction.job import CompactionJob
 from weir.broker.config import BrokerConfig
 from weir.broker.consumer_readers import ConsumerReaders
 from weir.broker.consumers import ConsumerGroup, OffsetStore
+from weir.broker.loop_commits import LoopCommits
 from weir.broker.non_persistent import LivePartition, LiveSubscriptions
 from weir.broker.observer import BrokerObserver
 from weir.broker.partition_actor import PartitionActor
@@ -55,6 +56,7 @@ class BrokerState:
     store: Store
     generation: int
     offsets: OffsetStore
+    commits: LoopCommits  # how the partition actors' commits reach the disk
     pins: ProducerPins
     tenancy: Tenancy
     producer_sessions: SessionCounter

@@ -125,6 +125,7 @@ class TopicAdmin(TenancyFacade):
             max_queue_bytes=self.config.max_partition_queue_bytes,
             max_commit_bytes=self.config.max_commit_bytes,
             observer=self.observer,
+            commit=self.commits.commit_change,
         )
         self._actors[(cfg.name, partition)] = actor
         return actor
@@ -310,6 +311,34 @@ class TopicAdmin(TenancyFacade):
             "topic altered", extra={"topic": short_topic(new.name), "changed": ",".join(changed)}
         )
         return new
+
+    async def terminate_topic(self, name: str, database: str = "") -> list[int]:
+        """Terminate a topic (Pulsar's terminate): from now on every write to it is
+        refused (TopicTerminatedError), durably. Returns each partition's end offset: what
+        it holds is all it will ever hold. Writes queued before it are committed first."""
+        self._check_open()
+        async with self._lock:
+            cfg = self.topic(name, database)
+            if cfg.kind != PERSISTENT:
+                raise BadRequestError(
+                    f"topic {short_topic(cfg.name)!r} is {cfg.kind}: only a persistent "
+                    "topic can be terminated"
+                )
+            if not cfg.terminated:
+                new = dataclasses.replace(cfg, terminated=True)
+                self._remember(new)  # refused from now on: no write passes the commit below
+                try:
+                    await self._commit([put(TOPICS, topic_key(new.name), new.to_json())])
+                except BaseException:
+                    self._remember(cfg)
+                    raise
+                log.info("topic terminated", extra={"topic": short_topic(new.name)})
+            ends = []
+            for p in range(cfg.partitions):
+                actor = self.actor(cfg.name, p)
+                await actor.submit([], 0)  # resolves after every write queued before it
+                ends.append(actor.end_offset)
+            return ends
 
     def _remember(self, cfg: TopicConfig) -> None:
         """Make ``cfg`` (resolved) the live config of its topic; its backlog quota with it,

@@ -139,6 +139,8 @@ class TopicConfig:
     # "persistent" (stored, fsync'd) or "non-persistent" (only to consumers connected
     # now, never stored): chosen at creation, never changed
     kind: str = PERSISTENT
+    # terminated (Pulsar's terminate): no more messages are taken, for good
+    terminated: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in TOPIC_KINDS:

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from weir.broker.backlog_quota import BacklogQuotas
 from weir.broker.topics import PERSISTENT, short_topic
-from weir.errors import BadRequestError
+from weir.errors import BadRequestError, TopicTerminatedError
 from weir.storage.codecs import Codec, codec_name
 from weir.storage.incoming import IncomingBatch
 from weir.storage.partition import BatchResult
@@ -42,6 +42,10 @@ class Writes(BacklogQuotas):
         `weir.broker.transactions.facade`)."""
         self._check_open()
         cfg = self.topic(topic)
+        if cfg.terminated:
+            raise TopicTerminatedError(
+                f"topic {short_topic(cfg.name)!r} is terminated: it takes no more messages"
+            )
         if cfg.kind != PERSISTENT:  # handed to the consumers connected now, acknowledged
             fut: asyncio.Future[list[BatchResult]] = asyncio.get_running_loop().create_future()
             fut.set_result(self.live_partition(cfg.name, partition).publish(batches))

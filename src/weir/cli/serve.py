@@ -103,6 +103,7 @@ async def run(cfg: configuration.Config) -> None:
         pulsar_listen=cfg.pulsar_listen,
         pulsar_max_message_size=cfg.pulsar.max_message_size,
         pulsar_batch_index_ack=cfg.pulsar.batch_index_ack,
+        pulsar_keep_alive_s=cfg.pulsar.keep_alive_s,
         kafka=KafkaFrontConfig(
             enabled=cfg.kafka.enabled,
             listen=cfg.kafka_listen or "",

@@ -5,6 +5,11 @@ hands its prepared KV ops to the one `GroupCommitter` of the environment; a
 worker thread takes everything pending, applies it in a single transaction and
 fsyncs once. While that fsync runs, new work piles up and rides the next commit,
 so the number of fsyncs per second stays flat as partitions multiply.
+
+`commit_here` is the other way in: a caller with a short commit and an idle
+worker commits in its own thread (the broker's event loop), saving the two
+thread hand-offs of a round trip through the worker; at most one commit runs
+at a time either way.
 """
 
 from __future__ import annotations
@@ -60,6 +65,7 @@ class GroupCommitter:
         self._pending: deque[_Job] = deque()
         self._cond = threading.Condition()
         self._closing = False
+        self._busy = False  # a commit is running (in the worker or in `commit_here`)
         self.stats = CommitStats()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
@@ -73,6 +79,26 @@ class GroupCommitter:
             self._pending.append(job)
             self._cond.notify()
         return job.future
+
+    def commit_here(self, work: Sequence[tuple[Sequence[Op], int]]) -> list[Future[None]] | None:
+        """Commit ``work`` (ops, nbytes each) in the calling thread, as one group commit,
+        when nothing is pending or committing: the futures are done on return (a failed
+        job's holds its error, as with `submit`). None when the worker is busy or has
+        work queued: submit instead, and ride its next commit."""
+        with self._cond:
+            if self._busy or self._pending or self._closing:
+                return None
+            self._busy = True
+        try:
+            jobs = [_Job(ops, nbytes) for ops, nbytes in work]
+            for job in jobs:
+                job.future.set_running_or_notify_cancel()
+            self._commit(jobs)
+        finally:
+            with self._cond:
+                self._busy = False
+                self._cond.notify_all()
+        return [j.future for j in jobs]
 
     def commit(self, ops: Sequence[Op], nbytes: int = 0) -> None:
         """Submit and wait (for synchronous callers)."""
@@ -96,8 +122,8 @@ class GroupCommitter:
 
     def _take(self) -> list[_Job] | None:
         with self._cond:
-            while not self._pending:
-                if self._closing:
+            while not self._pending or self._busy:
+                if self._closing and not self._pending:
                     return None
                 self._cond.wait()
             jobs: list[_Job] = []
@@ -111,6 +137,7 @@ class GroupCommitter:
                 if job.future.set_running_or_notify_cancel():
                     total += job.nbytes
                     jobs.append(job)
+            self._busy = bool(jobs)
             return jobs
 
     def _run(self) -> None:
@@ -119,7 +146,12 @@ class GroupCommitter:
             if jobs is None:
                 return
             if jobs:
-                self._commit(jobs)
+                try:
+                    self._commit(jobs)
+                finally:
+                    with self._cond:
+                        self._busy = False
+                        self._cond.notify_all()
 
     @staticmethod
     def _ops(jobs: list[_Job]) -> Iterator[Op]:

@@ -44,6 +44,7 @@ from weir.security import Security
 from weir.security.authenticator import BearerToken, Credential, UserPassword
 from weir.security.grants import Permission
 from weir.security.principal import Principal
+from weir.storage.batch import iter_batches
 
 PREFIX = "/admin/v2"
 MAX_BODY = 1 << 20
@@ -132,6 +133,7 @@ class PulsarAdmin:
             ("POST", t + "/subscription/{sub}/resetcursor", self.reset_to_id),
             ("POST", t + "/subscription/{sub}/skip/{count}", self.skip),
             ("POST", t + "/subscription/{sub}/skip_all", self.skip_all),
+            ("POST", t + "/terminate", self.terminate),
             ("PUT", t + "/compaction", self.trigger_compaction),
             ("GET", t + "/compaction", self.compaction_status),
             ("GET", PREFIX + "/schemas/{tenant}/{namespace}/{topic}/schema", self.get_schema),
@@ -574,6 +576,30 @@ class PulsarAdmin:
                 "cursors": cursors,
             }
         )
+
+    async def terminate(self, request: web.Request) -> web.Response:
+        """Pulsar's terminate: the topic takes no more messages (producers are refused
+        with TopicTerminatedError; a consumer that reads to its end is told so). Answers
+        the id of its last message (ledgerId -1 when it holds none). A partitioned
+        topic is terminated whole, by its own name (its partitions' names are refused)."""
+        cfg = self._topic(request, Permission.ADMIN, "terminate")
+        name = request.match_info["topic"]
+        if "-partition-" in name or cfg.partitions != 1:
+            raise BadRequestError(
+                f"topic {short_topic(cfg.name)!r} has {cfg.partitions} partitions: weir "
+                "terminates a topic whole, and only one of a single partition here"
+            )
+        (end,) = await self.broker.terminate_topic(cfg.name)
+        actor = self.broker.actor(cfg.name, 0)
+        if end <= actor.start_offset:
+            return _json({"ledgerId": -1, "entryId": -1, "partitionIndex": -1})
+        res = await actor.read_async(end - 1, 1, end)
+        base, count = end - 1, 1
+        for _, h in iter_batches(res.chunks[0], verify=False) if res.chunks else ():
+            if h.base_offset < end <= h.next_offset:
+                base, count = h.base_offset, h.record_count
+        index = end - 1 - base if count > 1 else -1
+        return _json({"ledgerId": 0, "entryId": base, "partitionIndex": -1, "batchIndex": index})
 
     async def trigger_compaction(self, request: web.Request) -> web.Response:
         """Start a compaction run (Pulsar's triggerCompaction): the whole topic, every

@@ -44,15 +44,18 @@ class PulsarConnection(Handshake, LookupCommands, SchemaCommands):
     """One connection: the read loop and the dispatch of each frame to its handler."""
 
     async def run(self) -> None:
+        if self.settings.keep_alive_s > 0:
+            self._spawn(self._keep_alive(self.settings.keep_alive_s))
         try:
             while not self._closed:
                 data = await self.reader.read(1 << 16)
                 if not data:
                     break
+                self.heard = True
                 for frame in self.decoder.feed(data):
                     self.dispatch(frame)
-                if self.writer.transport.get_write_buffer_size() > (8 << 20):
-                    await self.writer.drain()
+                if self.queued_bytes > (8 << 20):  # the client reads slower than it asks
+                    await self.drained()
         except ProtocolError as err:
             log.info("pulsar connection closed: %s", err.message, extra={"peer": self.peer})
         except (ConnectionError, asyncio.IncompleteReadError):
@@ -63,6 +66,29 @@ class PulsarConnection(Handshake, LookupCommands, SchemaCommands):
             log.exception("pulsar connection failed", extra={"peer": self.peer})
         finally:
             await self.close()
+
+    async def _keep_alive(self, interval: float) -> None:
+        """Pulsar's keep-alive: a client silent for ``interval`` is sent a Ping (answered
+        with a Pong by every client); one still silent an interval later, or that never
+        sent Connect, is taken for dead and its connection closed, so that its producers
+        and consumers go (an Exclusive subscription or a producer name is free again)."""
+        pinged = False
+        while not self._closed:
+            self.heard = False
+            await asyncio.sleep(interval)
+            if self.heard:
+                pinged = False
+            elif pinged or self.principal is None:
+                log.info(
+                    "pulsar client silent for %.1f s: connection closed",
+                    interval * (2 if pinged else 1),
+                    extra={"peer": self.peer},
+                )
+                self.writer.transport.abort()  # the read loop sees the end and closes
+                return
+            else:
+                self.send(T(type=T.PING, ping=pb.CommandPing()))
+                pinged = True
 
     # ------------------------------------------------------------------ dispatch
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -41,6 +42,11 @@ from weir.security.principal import ANONYMOUS, Principal, current_checks
 log = logging.getLogger("weir.pulsar")
 
 T = pb.BaseCommand
+# Bytes the transport may hold before frames wait in the connection's own queue. asyncio's
+# socket transport copies what it cannot send at once into one bytearray and shifts the
+# rest down after every send: a delivery of megabytes written in one go is copied several
+# times over. Queued frames are not copied; they go to the transport as it drains.
+WRITE_HIGH = 256 << 10
 
 
 @dataclass(frozen=True)
@@ -52,6 +58,8 @@ class FrontSettings:
     tls: bool = False
     # Pulsar's acknowledgmentAtBatchIndexLevelEnabled: frames carry ack sets (see consumers.py)
     batch_index_ack: bool = False
+    # Pulsar's keepAliveIntervalSeconds: Ping a silent client, close one silent after it
+    keep_alive_s: float = 30.0
 
 
 class FrontState:
@@ -95,6 +103,12 @@ class ConnectionState:
         self.tasks: set[asyncio.Task[Any]] = set()
         self.peer = str(writer.get_extra_info("peername") or "")
         self._closed = False
+        self._queued: deque[bytes] = deque()  # frames waiting for the transport to drain
+        self.queued_bytes = 0
+        self.heard = False  # a frame came since the keep-alive last looked
+        self._flusher: asyncio.Task[None] | None = None
+        with contextlib.suppress(AttributeError, NotImplementedError):
+            writer.transport.set_write_buffer_limits(high=WRITE_HIGH, low=WRITE_HIGH // 4)
         self._stop_watching: Callable[[], None] | None = None
 
     # ------------------------------------------------------------------ transport
@@ -103,13 +117,49 @@ class ConnectionState:
         self.write(encode_command(cmd))
 
     def write(self, data: bytes) -> None:
-        if not self._closed:
+        """Write ``data`` after everything written before it: to the transport while it
+        holds less than `WRITE_HIGH`, else into the queue that `_flush` empties."""
+        if self._closed:
+            return
+        if self._queued:
+            self._queued.append(data)
+            self.queued_bytes += len(data)
+        elif self.writer.transport.get_write_buffer_size() >= WRITE_HIGH:
+            self._queued.append(data)
+            self.queued_bytes += len(data)
+            self._flusher = asyncio.get_running_loop().create_task(self._flush())
+        else:
             self.writer.write(data)
+
+    async def _flush(self) -> None:
+        queued = self._queued
+        transport = self.writer.transport
+        try:
+            while queued and not self._closed:
+                await self.writer.drain()  # until the transport is below its low mark
+                while queued and transport.get_write_buffer_size() < WRITE_HIGH:
+                    data = queued.popleft()
+                    self.queued_bytes -= len(data)
+                    self.writer.write(data)
+        except (ConnectionError, RuntimeError):
+            queued.clear()  # the connection is gone: its read loop closes it
+            self.queued_bytes = 0
+        finally:
+            self._flusher = None
+
+    async def drained(self) -> None:
+        """Return once the queued frames are with the transport (or the connection ended)."""
+        if self._flusher is not None:
+            await asyncio.wait({self._flusher})
 
     async def close(self) -> None:
         if self._closed:
             return
         self._closed = True
+        self._queued.clear()
+        self.queued_bytes = 0
+        if self._flusher is not None:
+            self._flusher.cancel()
         if self._stop_watching is not None:
             self._stop_watching()
         for t in list(self.tasks):

@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from bisect import bisect_left
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -47,12 +48,15 @@ from weir.protocols.pulsar.message_ids import (
     offset_of,
 )
 from weir.protocols.pulsar.records import BATCHED, entry_of
-from weir.storage.batch import decode_payload, iter_batches, parse_header
+from weir.storage.batch import BatchHeader, decode_payload, iter_batches, parse_header
 
 log = logging.getLogger("weir.pulsar")
 
 Write = Callable[[bytes], None]
 MAX_READ_BYTES = 1 << 20
+# A payload this big goes to the connection apart from its frame's head: a copy of it
+# would cost more than a write of its own
+SEPARATE_PAYLOAD = 32 << 10
 
 
 class EntryCache:
@@ -67,10 +71,14 @@ class EntryCache:
         )
         self._bytes = 0
 
-    def part(self, topic: str, partition: int, buf: Any, pos: int) -> tuple[bytes, bytes, int, int]:
+    def part(
+        self, topic: str, partition: int, buf: Any, pos: int, h: BatchHeader | None = None
+    ) -> tuple[bytes, bytes, int, int]:
         """(message prefix, payload, base offset, record count) of the stored batch at
-        ``pos``; the message part is prefix + payload (`codec.message_prefix`)."""
-        h = parse_header(buf, pos)
+        ``pos`` (its header ``h`` if parsed already); the message part is prefix + payload
+        (`codec.message_prefix`)."""
+        if h is None:
+            h = parse_header(buf, pos)
         # the count too: a compacted view's batch may start where a stored one does, with
         # fewer of its records (and its write time)
         key = (topic, partition, h.base_offset, h.written_at, h.record_count)
@@ -144,23 +152,22 @@ class ConsumerBase:
     last_given: tuple[int, int] | None = None
 
     def _frames(
-        self, chunks: Iterable[Any], wanted: set[int] | None, counts: dict[int, int]
+        self, chunks: Iterable[Any], wanted: list[int] | None, counts: dict[int, int]
     ) -> int:
-        """Send the stored batches of ``chunks`` that hold a wanted offset (None: all of them),
-        each whole; returns how many messages went."""
+        """Send the stored batches of ``chunks`` that hold a wanted offset (``wanted``
+        ascending; None: all of them), each whole; returns how many messages went."""
         sent = 0
-        out: list[bytes] = []  # joined once: each payload is copied once into the frames
         for chunk in chunks:
             for pos, h in iter_batches(chunk, verify=False):
                 base, end = h.base_offset, h.next_offset
                 if wanted is None:
                     mine = list(range(base, end))
                 else:
-                    mine = [o for o in range(base, end) if o in wanted]
+                    mine = wanted[bisect_left(wanted, base) : bisect_left(wanted, end)]
                     if not mine:
                         continue
                 prefix, payload, base, count = self.cache.part(
-                    self.topic, self.partition, chunk, pos
+                    self.topic, self.partition, chunk, pos, h
                 )
                 known = self.delivered.get(base)
                 if self.live:  # nothing to acknowledge: only the last id is remembered
@@ -174,17 +181,22 @@ class ConsumerBase:
                     message_id=pb.MessageIdData(
                         ledgerId=LEDGER, entryId=base, partition=self.id_partition
                     ),
-                    redelivery_count=max((counts.get(o, 0) for o in mine), default=0),
+                    redelivery_count=max((counts.get(o, 0) for o in mine), default=0)
+                    if counts
+                    else 0,
                 )
                 if len(mine) < count:
                     self.debt += count - len(mine)
                     if self.batch_index_ack or self.live:
                         msg.ack_set.extend(ack_set(base, count, mine))
                 cmd = pb.BaseCommand(type=pb.BaseCommand.MESSAGE, message=msg).SerializeToString()
-                out += (frame_head(cmd, len(prefix) + len(payload)), prefix, payload)
+                head = frame_head(cmd, len(prefix) + len(payload)) + prefix
+                if len(payload) < SEPARATE_PAYLOAD:
+                    self.write(head + payload)
+                else:  # written as it is (cached, shared): not copied into a frame
+                    self.write(head)
+                    self.write(payload)
                 sent += count
-        if out:
-            self.write(b"".join(out))
         return sent
 
     async def ack_ranges(self, mid: pb.MessageIdData) -> list[tuple[int, int]]:
@@ -278,7 +290,7 @@ class PulsarConsumer(ConsumerBase):
             if any(d.redelivery_counts)
             else {}
         )
-        self._frames(d.chunks, set(d.offsets), counts)
+        self._frames(d.chunks, sorted(d.offsets), counts)
 
     def close(self, err: WeirError) -> None:
         """The broker dropped this consumer (a seek, the subscription deleted): the client

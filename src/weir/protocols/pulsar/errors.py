@@ -13,6 +13,7 @@ from weir.errors import (
     ProducerFencedError,
     TooManyConsumersError,
     TooManyProducersError,
+    TopicTerminatedError,
     UnauthorizedError,
     UnknownSubscriptionError,
     WeirError,
@@ -46,6 +47,8 @@ def server_error(err: WeirError) -> pb.ServerError.ValueType:
         return pb.ConsumerBusy
     if isinstance(err, BacklogQuotaExceededError):
         return pb.ProducerBlockedQuotaExceededError
+    if isinstance(err, TopicTerminatedError):
+        return pb.TopicTerminatedError
     if isinstance(err, IncompatibleSchemaError):
         return pb.IncompatibleSchema
     if isinstance(err, NotServedError | TopicKindError | InvalidTopicNameError):

@@ -51,6 +51,7 @@ class PulsarFront:
         tls: ServerTls | None = None,
         max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
         batch_index_ack: bool = False,
+        keep_alive_s: float = 30.0,
         advertised_host: str = "",
         stopping: asyncio.Event | None = None,
     ) -> None:
@@ -62,6 +63,7 @@ class PulsarFront:
         self.max_message_size = max(1024, min(max_message_size, broker.config.message_limit))
         self.advertised_host = advertised_host
         self.batch_index_ack = batch_index_ack
+        self.keep_alive_s = keep_alive_s
         self.stopping = stopping or asyncio.Event()
         self.state = FrontState()
         self.connections: set[PulsarConnection] = set()
@@ -95,7 +97,11 @@ class PulsarFront:
             ) from None
         self.port = self._server.sockets[0].getsockname()[1]
         self._settings = FrontSettings(
-            self.url, self.max_message_size, self.tls is not None, self.batch_index_ack
+            self.url,
+            self.max_message_size,
+            self.tls is not None,
+            self.batch_index_ack,
+            self.keep_alive_s,
         )
         log.debug("pulsar front started", extra={"endpoint": self.url})
 

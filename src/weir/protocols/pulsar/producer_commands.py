@@ -9,6 +9,7 @@ from weir.errors import (
     BadRequestError,
     ProducerBusyError,
     ProducerFencedError,
+    TopicTerminatedError,
 )
 from weir.protocols.pulsar import names
 from weir.protocols.pulsar import pulsar_api_pb2 as pb
@@ -33,6 +34,8 @@ class ProducerCommands(ConnectionState):
         checks: list[tuple[object, str, str]] = []
         self._allow(Permission.PRODUCE, t, "write to", checks)
         cfg = await self._topic_for_use(t)
+        if cfg.terminated:
+            raise TopicTerminatedError(f"topic {t.url()} is terminated: it takes no more messages")
         partition, id_partition = self._partition(t, cfg)
         schema_version = await self._schema_version(
             cfg, req.schema if req.HasField("schema") else None

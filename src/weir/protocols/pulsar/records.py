@@ -291,7 +291,7 @@ def entry_of(buf: bytes | memoryview, pos: int, h: BatchHeader) -> tuple[bytes, 
     codec = h.data_codec
     if codec != Codec.RAW and not is_opaque(codec):
         data = [decompress_message(codec, bytes(d)) for d in data]
-    keys, all_headers, created_at = p.key_list(), p.header_list(), p.created_list()
+    created_at = p.created_list()
     # A batch without a producer id (a Kafka producer's that is not idempotent) has no
     # seq_nos of its own: its offsets stand in, since pulsar-client drops a message whose
     # (producer name, sequence id) it has seen before.
@@ -301,6 +301,10 @@ def entry_of(buf: bytes | memoryview, pos: int, h: BatchHeader) -> tuple[bytes, 
         sequence_id=seq_nos[0],
         publish_time=max(0, h.written_at),
     )
+    plain = p.key_lens is None and p.header_lens is None
+    if plain and h.record_count > 1 and min(created_at) > 0:
+        return _plain_batch(md, data, created_at, seq_nos)
+    keys, all_headers = p.key_list(), p.header_list()
     if h.record_count == 1 and BATCHED not in all_headers[0]:
         headers = all_headers[0]
         _message_fields(md, keys[0], headers, created_at[0])
@@ -338,4 +342,30 @@ def entry_of(buf: bytes | memoryview, pos: int, h: BatchHeader) -> tuple[bytes, 
         parts.append(pack(len(s)))
         parts.append(s)
         parts.append(d)
+    return md.SerializeToString(), b"".join(parts)
+
+
+def _plain_batch(
+    md: pb.MessageMetadata,
+    data: Sequence[bytes | memoryview],
+    created_at: Sequence[int],
+    seq_nos: Sequence[int],
+) -> tuple[bytes, bytes]:
+    """`entry_of` for the common batch (no keys, no properties, every time set): the same
+    three fields for every message, set over the previous message's values rather than
+    cleared and filled again (a third of the per-message cost, profiled)."""
+    md.num_messages_in_batch = len(data)
+    md.highest_sequence_id = seq_nos[-1]
+    parts: list[bytes | memoryview] = []
+    add = parts.append
+    pack = _U32.pack
+    smm = pb.SingleMessageMetadata()
+    serialize = smm.SerializeToString
+    for d, created, seq in zip(data, created_at, seq_nos, strict=True):
+        smm.payload_size = len(d)
+        smm.event_time = created
+        smm.sequence_id = seq
+        s = serialize()
+        add(pack(len(s)) + s)
+        add(d)
     return md.SerializeToString(), b"".join(parts)
