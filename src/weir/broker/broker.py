@@ -273,14 +273,17 @@ class Broker(
             if adopted:
                 await self._commit(adopted)
             for cfg in new:
-                known = cfg.name in self._topics
+                before = self._topics.get(cfg.name)
                 cfg = self.resolved(cfg)
-                if known and self._topics[cfg.name] == cfg:
+                if before == cfg:
                     continue
                 self._apply_topic_config(cfg)  # and to the partitions served here
-                if not known and cfg.kind != PERSISTENT:
-                    for p in range(cfg.partitions):
-                        self._open_partition(cfg, p)
+                if before is None:
+                    if cfg.kind != PERSISTENT:
+                        for p in range(cfg.partitions):
+                            self._open_partition(cfg, p)
+                elif cfg.partitions > before.partitions:
+                    self._grown(before, cfg)  # another broker added partitions
 
     def _tier_names(self, log_id: int) -> tuple[str, int]:
         """(topic, partition) of a storage log id, for the rows of offloaded segments."""

@@ -296,16 +296,7 @@ class TopicAdmin(TenancyFacade):
             for cname in dropped:
                 self.offsets.forget(cfg.topic_id, cname)
             self._apply_topic_config(new)
-            if self.cluster is None or new.kind != PERSISTENT:  # else: opened when claimed
-                for p in range(cfg.partitions, new.partitions):
-                    self._open_partition(new, p)
-            for sub in self.live_subscriptions.of_topic(new.name):
-                sub.partitions = new.partitions
-            if new.partitions != cfg.partitions:
-                self.subscriptions.on_partitions(new)
-                for (tname, _), group in self._groups.items():
-                    if tname == new.name:
-                        group.set_partitions(new.partitions)
+            self._grown(cfg, new)
         changed = sorted(k for k in changes if k != "consumers" or new.consumers != cfg.consumers)
         log.info(
             "topic altered", extra={"topic": short_topic(new.name), "changed": ",".join(changed)}
@@ -339,6 +330,20 @@ class TopicAdmin(TenancyFacade):
                 await actor.submit([], 0)  # resolves after every write queued before it
                 ends.append(actor.end_offset)
             return ends
+
+    def _grown(self, old: TopicConfig, new: TopicConfig) -> None:
+        """The partitions ``new`` adds to ``old`` opened (replicated mode: persistent ones
+        open when claimed), and every reader of the topic told."""
+        if self.cluster is None or new.kind != PERSISTENT:
+            for p in range(old.partitions, new.partitions):
+                self._open_partition(new, p)
+        for sub in self.live_subscriptions.of_topic(new.name):
+            sub.partitions = new.partitions
+        if new.partitions != old.partitions:
+            self.subscriptions.on_partitions(new)
+            for (tname, _), group in self._groups.items():
+                if tname == new.name:
+                    group.set_partitions(new.partitions)
 
     def _remember(self, cfg: TopicConfig) -> None:
         """Make ``cfg`` (resolved) the live config of its topic; its backlog quota with it,
