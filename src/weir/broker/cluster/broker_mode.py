@@ -30,6 +30,7 @@ from weir.broker.cluster.topic_catalog import TopicCatalog, topics_path
 from weir.broker.config import BrokerConfig
 from weir.broker.partition_actor import PartitionActor
 from weir.broker.topics import TopicConfig
+from weir.errors import UnavailableError
 from weir.replication.ledger import LedgerClient
 from weir.replication.managed_log import ManagedLogConfig
 from weir.replication.partition_log import ReplicationConfig
@@ -115,7 +116,14 @@ class ClusterMode:
     async def connect(self) -> dict[str, TopicConfig]:
         """Connect to ZooKeeper, lay out the cluster's nodes; the topics of the cluster."""
         self._loop = asyncio.get_running_loop()
-        await self.client.start()
+        zk = self.config.cluster_zookeeper
+        try:
+            await self.client.start(timeout=max(self.config.cluster_session_timeout_s, 1.0))
+        except Exception as exc:  # kazoo's timeout: no server answered
+            await self.client.close()
+            raise UnavailableError(
+                f"cannot reach the cluster's ZooKeeper at {zk} (cluster.zookeeper): {exc!r}"
+            ) from None
         await self.catalog.ensure_layout()
         return await self.catalog.topics()
 
