@@ -70,6 +70,7 @@ PEERS = list(PEER_KINDS)
 ALL = [
     *PEERS,
     "weir-native",
+    "weir-native-tcp",
     "weir-native-tls",
     "weir-ydb",
     "ydb-null",
@@ -200,17 +201,30 @@ class Lab:
                 )
                 self.brokers[name] = peer_broker(t)
                 _say(f"{name}: {h.version}, pid {h.pid}, ready in {time.monotonic() - t0:.1f}s")
-        if {"weir-native", "weir-ydb", "weir-pulsar", "weir-kafka"} & set(chosen):
-            (kport,) = servers.free_ports(1)
+        if {"weir-native", "weir-native-tcp", "weir-ydb", "weir-pulsar", "weir-kafka"} & set(
+            chosen
+        ):
+            kport, tport = servers.free_ports(2)
             h = weir_wl.start_server(
-                self.data_root / "weir", env={"WEIR_KAFKA_LISTEN": f"{servers.LOOPBACK}:{kport}"}
+                self.data_root / "weir",
+                env={
+                    "WEIR_KAFKA_LISTEN": f"{servers.LOOPBACK}:{kport}",
+                    "WEIR_NATIVE_TCP_ENABLED": "true",
+                    "WEIR_NATIVE_TCP_LISTEN": f"{servers.LOOPBACK}:{tport}",
+                },
             )
             h.ports["kafka"] = kport
+            h.ports["native_tcp"] = tport
             self.handles["weir"] = h
             _say(f"weir: {h.version}, pid {h.pid}, ports {h.ports}")
             if "weir-native" in chosen:
                 self.brokers["weir-native"] = weir_broker(
                     weir_wl.target_of(h), h.pid, h.ports["metrics"]
+                )
+            if "weir-native-tcp" in chosen:
+                # the same server, its writers on the native TCP port instead of gRPC
+                self.brokers["weir-native-tcp"] = weir_broker(
+                    weir_wl.tcp_target_of(h), h.pid, h.ports["metrics"]
                 )
             if "weir-ydb" in chosen:
                 self.ydb["weir-ydb"] = (ydb_wl.weir_target(h), h.pid)

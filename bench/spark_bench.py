@@ -1,6 +1,7 @@
 """Rows per second through the weir Spark connector on a local Spark (local[2]).
 
     python bench/spark_bench.py [--messages 1000000] [--size 100] [--partitions 2 4] [--repeat 5]
+                                [--only read|sink]
 
 Starts `weir serve` in a child process (fresh data directory, ephemeral port)
 and a local[2] SparkSession, then measures:
@@ -172,6 +173,9 @@ def main() -> None:
         "--partitions", type=int, nargs="+", default=[2, 4], help="read topics with these counts"
     )
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument(
+        "--only", choices=["read", "sink"], help="measure only the read or only the sink rows"
+    )
     ap.add_argument("--json", type=Path, help="also write the results here")
     args = ap.parse_args()
     n, size = args.messages, args.size
@@ -183,8 +187,13 @@ def main() -> None:
     results: list[Result] = []
     load_before = os.getloadavg()
     try:
+        # Spark first: forking its JVM while gRPC's threads run fails now and then
+        t = time.perf_counter()
+        spark = make_spark(work)
+        print(f"SparkSession local[2] started in {time.perf_counter() - t:.1f} s")
         client = weir.Client(server.endpoint)
-        topics = [(f"bench-{p}", p) for p in args.partitions]
+        parts_read = [] if args.only == "sink" else args.partitions
+        topics = [(f"bench-{p}", p) for p in parts_read]
         for topic, parts in topics:
             client.create_topic(topic, partitions=parts)
             t = time.perf_counter()
@@ -192,9 +201,6 @@ def main() -> None:
             print(
                 f"filled {topic}: {n:,} messages of {size} B in {time.perf_counter() - t:.1f} s (SDK)"
             )
-        t = time.perf_counter()
-        spark = make_spark(work)
-        print(f"SparkSession local[2] started in {time.perf_counter() - t:.1f} s")
         from pyspark.sql import functions as F
 
         def reader(topic: str) -> Any:
@@ -210,29 +216,30 @@ def main() -> None:
             name = f"read -> noop ({parts} partitions, {parts} tasks)"
             results.append(measure(name, n, args.repeat, read))
 
-        rows = spark.range(n, numPartitions=2).select(
-            F.lpad(F.col("id").cast("string"), size, "x").cast("binary").alias("value"),
-            (F.col("id") % 1000).cast("string").alias("key"),
-        )
-        print(f"sink: {n:,} rows of {size} B from 2 Spark tasks")
-        results.append(
-            measure(
-                "generate -> noop (baseline)",
-                n,
-                args.repeat,
-                lambda i: rows.write.format("noop").mode("overwrite").save(),
+        if args.only != "read":
+            rows = spark.range(n, numPartitions=2).select(
+                F.lpad(F.col("id").cast("string"), size, "x").cast("binary").alias("value"),
+                (F.col("id") % 1000).cast("string").alias("key"),
             )
-        )
-        for label, df in (("value", rows.select("value")), ("value + key", rows)):
+            print(f"sink: {n:,} rows of {size} B from 2 Spark tasks")
+            results.append(
+                measure(
+                    "generate -> noop (baseline)",
+                    n,
+                    args.repeat,
+                    lambda i: rows.write.format("noop").mode("overwrite").save(),
+                )
+            )
+            for label, df in (("value", rows.select("value")), ("value + key", rows)):
 
-            def sink(i: int, df: Any = df, label: str = label) -> None:
-                topic = f"sink-{label.replace(' + ', '-')}-{i + 1}"  # a fresh topic per run
-                client.create_topic(topic, partitions=4)
-                df.write.format("weir").mode("append").option("endpoint", server.endpoint).option(
-                    "topic", topic
-                ).save()
+                def sink(i: int, df: Any = df, label: str = label) -> None:
+                    topic = f"sink-{label.replace(' + ', '-')}-{i + 1}"  # a fresh topic per run
+                    client.create_topic(topic, partitions=4)
+                    df.write.format("weir").mode("append").option(
+                        "endpoint", server.endpoint
+                    ).option("topic", topic).save()
 
-            results.append(measure(f"generate -> weir sink ({label})", n, args.repeat, sink))
+                results.append(measure(f"generate -> weir sink ({label})", n, args.repeat, sink))
         client.close()
     finally:
         if spark is not None:

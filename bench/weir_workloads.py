@@ -200,9 +200,24 @@ class SecureTarget(Target):
     token: str = field(default="", repr=False)
 
 
+@dataclass(frozen=True)
+class TcpTarget(Target):
+    """A weir server whose writers use its native TCP port (``transport="tcp"``)."""
+
+    tcp_port: int = 0
+
+
+def tcp_target_of(h: Any) -> TcpTarget:
+    return TcpTarget(
+        "weir-native-tcp", "weir", h.host, h.port, True, h.version, h.ports["native_tcp"]
+    )
+
+
 def _client(t: Target) -> Any:
     import weir
 
+    if isinstance(t, TcpTarget):
+        return weir.Client(endpoint(t), transport="tcp", tcp_endpoint=f"{t.host}:{t.tcp_port}")
     if isinstance(t, SecureTarget):
         return weir.Client(endpoint(t), tls=weir.Tls(ca=t.ca), credentials=weir.Token(t.token))
     return weir.Client(endpoint(t))

@@ -21,12 +21,14 @@ _LISTEN = re.compile(r"weir listening on (\S+):(\d+)")
 _PULSAR = re.compile(r"weir Pulsar protocol on (pulsar(?:\+ssl)?://\S+)")
 _ADMIN = re.compile(r"weir Pulsar admin REST on (\S+)/admin/v2")
 _KAFKA = re.compile(r"weir kafka listening on (\S+:\d+)")
+_NATIVE_TCP = re.compile(r"weir native TCP on (\S+:\d+)")
 
 # Every server a test starts listens for Pulsar clients and HTTP on ports of its own
 # (by default they would share 6650 and 8080); a test that needs a fixed one says so.
 os.environ.setdefault("WEIR_PULSAR_LISTEN", "127.0.0.1:0")
 os.environ.setdefault("WEIR_HTTP_LISTEN", "127.0.0.1:0")
 os.environ.setdefault("WEIR_KAFKA_LISTEN", "127.0.0.1:0")  # and for Kafka (9092)
+os.environ.setdefault("WEIR_NATIVE_TCP_LISTEN", "127.0.0.1:0")  # native TCP (2137), when on
 
 # One chaos seed for the whole run, drawn here (before xdist starts its workers, which
 # inherit it), printed at the end, replayed with WEIR_CHAOS_SEED=... (tests/reliability).
@@ -69,6 +71,11 @@ class ServerProcess(ListeningProcess):
     def kafka(self) -> str:
         """bootstrap.servers of this run of the server's Kafka listener."""
         return self._found(_KAFKA)
+
+    @property
+    def native_tcp(self) -> str:
+        """HOST:PORT of this run of the server's native TCP port (native_tcp.enabled)."""
+        return self._found(_NATIVE_TCP)
 
     @property
     def kafka_port(self) -> int:

@@ -17,6 +17,7 @@ PAGES = [
     "README.md",
     "docs/cli.md",
     "docs/sdk.md",
+    "docs/native-protocol.md",
     "docs/topics.md",
     "docs/producers.md",
     "docs/subscriptions.md",

@@ -68,6 +68,10 @@ ILLUSTRATIONS = {
         "needs a streaming DataFrame; tests/spark/test_examples.py runs the examples' "
         "pipeline, which writes one into a topic"
     ),
+    ("docs/tiered-storage.md", "weir.spark.read(spark"): (
+        "needs a SparkSession and an offloaded topic; tests/spark/test_tier.py reads "
+        "one that way and compares the rows with the SDK's"
+    ),
 }
 
 _PULSAR_LOG = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+ [A-Z]+ ")

@@ -24,6 +24,7 @@ from weir.config_keys import (
     DEFAULT_KAFKA_PORT,
     DEFAULT_LISTEN,
     DEFAULT_METRICS_LISTEN,
+    DEFAULT_NATIVE_TCP_PORT,
     DEFAULT_PULSAR_PORT,
     ENV_PREFIX,
     KEYS,
@@ -40,6 +41,7 @@ __all__ = [
     "DEFAULT_KAFKA_PORT",
     "DEFAULT_LISTEN",
     "DEFAULT_METRICS_LISTEN",
+    "DEFAULT_NATIVE_TCP_PORT",
     "DEFAULT_PULSAR_PORT",
     "ENV_PREFIX",
     "KEYS",
@@ -53,6 +55,7 @@ __all__ = [
     "Key",
     "LogConfig",
     "MetricsConfig",
+    "NativeTcpConfig",
     "PulsarConfig",
     "TlsConfig",
     "default_toml",
@@ -99,6 +102,14 @@ class PulsarConfig:
     max_message_size: int = 5 << 20
     batch_index_ack: bool = False
     keep_alive_s: float = 30.0
+
+
+@dataclass(frozen=True)
+class NativeTcpConfig:
+    """The ``[native_tcp]`` section: the native write stream over framed TCP."""
+
+    enabled: bool = False
+    listen: str = ""  # empty: the host of server.listen, DEFAULT_NATIVE_TCP_PORT
 
 
 @dataclass(frozen=True)
@@ -161,6 +172,7 @@ class Config:
     shutdown_grace_s: float = 5.0
     metrics: MetricsConfig = dataclasses.field(default_factory=MetricsConfig)
     pulsar: PulsarConfig = dataclasses.field(default_factory=PulsarConfig)
+    native_tcp: NativeTcpConfig = dataclasses.field(default_factory=NativeTcpConfig)
     http: HttpConfig = dataclasses.field(default_factory=HttpConfig)
     console: ConsoleConfig = dataclasses.field(default_factory=ConsoleConfig)
     tls: TlsConfig = dataclasses.field(default_factory=TlsConfig)
@@ -179,6 +191,13 @@ class Config:
         if not self.pulsar.enabled:
             return None
         return self.pulsar.listen or f"{self.listen_host}:{DEFAULT_PULSAR_PORT}"
+
+    @property
+    def native_tcp_listen(self) -> str | None:
+        """Where the native TCP port listens (None: off)."""
+        if not self.native_tcp.enabled:
+            return None
+        return self.native_tcp.listen or f"{self.listen_host}:{DEFAULT_NATIVE_TCP_PORT}"
 
     @property
     def kafka_listen(self) -> str | None:
@@ -215,6 +234,8 @@ class Config:
         out["pulsar.max_message_size"] = self.pulsar.max_message_size
         out["pulsar.batch_index_ack"] = self.pulsar.batch_index_ack
         out["pulsar.keep_alive_s"] = self.pulsar.keep_alive_s
+        out["native_tcp.enabled"] = self.native_tcp.enabled
+        out["native_tcp.listen"] = self.native_tcp.listen
         out["http.enabled"] = self.http.enabled
         out["http.listen"] = self.http.listen
         out["http.admin"] = self.http.admin
@@ -372,6 +393,7 @@ def _build(values: dict[str, Any], sources: dict[str, str]) -> Config:
             values["pulsar.batch_index_ack"],
             values["pulsar.keep_alive_s"],
         ),
+        native_tcp=NativeTcpConfig(values["native_tcp.enabled"], values["native_tcp.listen"]),
         http=HttpConfig(values["http.enabled"], values["http.listen"], values["http.admin"]),
         console=ConsoleConfig(values["console.enabled"]),
         tls=tls,

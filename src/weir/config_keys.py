@@ -32,6 +32,7 @@ from weir.config_values import (
     ZK_PATH,
     Kind,
 )
+from weir.protocols.native.framing import DEFAULT_PORT
 from weir.storage.kv import DEFAULT_MAP_SIZE
 
 ENV_PREFIX = "WEIR_"
@@ -40,6 +41,7 @@ DEFAULT_METRICS_LISTEN = "127.0.0.1:9464"
 DEFAULT_KAFKA_PORT = 9092
 DEFAULT_PULSAR_PORT = 6650
 DEFAULT_HTTP_PORT = 8080
+DEFAULT_NATIVE_TCP_PORT = DEFAULT_PORT  # the native protocol's framed TCP port
 
 
 @dataclass(frozen=True, eq=False)
@@ -569,6 +571,23 @@ KEYS: tuple[Key, ...] = (
         "Pulsar's keepAliveIntervalSeconds: a client silent this long is sent a Ping, and "
         "closed if it stays silent as long again (a dead peer's producers and consumers "
         "go); 0: never.",
+    ),
+    Key(
+        "native_tcp",
+        "enabled",
+        BOOL,
+        False,
+        "Serve the native protocol's write stream over framed TCP on native_tcp.listen too "
+        "(lower latency than gRPC; docs/native-protocol.md). Reads and admin stay on gRPC.",
+    ),
+    Key(
+        "native_tcp",
+        "listen",
+        OPTIONAL_ADDRESS,
+        "",
+        f'Address of the native TCP port; "" is the host of server.listen, port '
+        f"{DEFAULT_NATIVE_TCP_PORT}. TLS and authentication follow [tls] and [auth], as on "
+        "the gRPC port.",
     ),
     Key(
         "http",

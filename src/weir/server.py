@@ -22,6 +22,7 @@ from weir.protocols.kafka.front import DEFAULT_PORT as KAFKA_PORT
 from weir.protocols.kafka.front import KafkaFront, KafkaFrontConfig
 from weir.protocols.native.service import NativeService
 from weir.protocols.native.service import add_to_server as add_native
+from weir.protocols.native.tcp_front import NativeTcpFront
 from weir.protocols.pulsar.front import PulsarFront
 from weir.security import Security
 from weir.security.tls import ServerTls
@@ -119,8 +120,12 @@ class Server:
         pulsar_batch_index_ack: bool = False,
         pulsar_keep_alive_s: float = 30.0,
         kafka: KafkaFrontConfig | None = None,
+        native_tcp_listen: str | None = None,
     ) -> None:
         self.config = config
+        # the native protocol's framed TCP port (None: off); started with the broker
+        self.native_tcp_listen = native_tcp_listen
+        self.native_tcp: NativeTcpFront | None = None
         # the Pulsar port (None: off); started with the broker, stopped before it
         self.pulsar_listen = pulsar_listen
         self.pulsar_max_message_size = pulsar_max_message_size
@@ -216,8 +221,21 @@ class Server:
                     stopping=self.stopping_event,
                 )
                 await self.pulsar.start()
+            if self.native_tcp_listen is not None:
+                host, port = parse_listen(self.native_tcp_listen)
+                self.native_tcp = NativeTcpFront(
+                    self.broker,
+                    self._security,
+                    host,
+                    port,
+                    tls=self.tls,
+                    stopping=self.stopping_event,
+                )
+                await self.native_tcp.start()
             await server.start()
         except BaseException:
+            if self.native_tcp is not None:
+                await self.native_tcp.stop()
             if self.pulsar is not None:
                 await self.pulsar.stop()
             await server.stop(None)
@@ -242,6 +260,8 @@ class Server:
             self.kafka = None
         if self.pulsar is not None:
             await self.pulsar.stop()
+        if self.native_tcp is not None:
+            await self.native_tcp.stop(grace)
         if self._grpc is not None:
             await self._grpc.stop(grace)
             self._grpc = None

@@ -89,6 +89,18 @@ from weir.spark.writer import (
         ({"topic": "t", "endingOffsets": "latest"}, True, "are for batch reads"),
         ({"topic": "t", "endingTimestamp": "5"}, True, "are for batch reads"),
         ({"topic": "t", "maxOffsetsPerTrigger": "0"}, True, "must be at least 1"),
+        ({"topic": "t", "offsetRanges": "{oops"}, False, "offsetRanges: expected JSON"),
+        ({"topic": "t", "offsetRanges": '{"t": 1}'}, False, r"\[topic, partition, start, end\]"),
+        ({"topic": "t", "offsetRanges": '[["u", 0, 1, 2]]'}, False, "with a topic read"),
+        ({"topic": "t", "offsetRanges": '[["t", 0, 5, 2]]'}, False, "0 <= start <= end"),
+        ({"topic": "t", "offsetRanges": '[["t", -1, 0, 2]]'}, False, "got \\['t', -1"),
+        ({"topic": "t", "offsetRanges": '[["t", 0, true, 2]]'}, False, "got \\['t', 0, True"),
+        (
+            {"topic": "t", "offsetRanges": "[]", "startingOffsets": "earliest"},
+            False,
+            "either offsetRanges or startingOffsets",
+        ),
+        ({"topic": "t", "offsetRanges": "[]"}, True, "offsetRanges is for batch reads"),
     ],
 )
 def test_every_bad_reader_option_is_refused_naming_it(

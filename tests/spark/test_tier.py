@@ -8,14 +8,17 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 import weir
+import weir.spark
 from tests.conftest import ServerProcess
 from tests.spark.topics import Rec, produce, read_topic
 from tests.tiered.conftest import CREDS, S3Server, make_bucket, s3_server  # noqa: F401
+from weir.spark import tier_files
 from weir.spark.batch_reader import WeirBatchReader
 from weir.spark.offsets import to_json
 from weir.spark.options import ReaderOptions
@@ -126,6 +129,25 @@ def test_half_offloaded_topic_every_offset_once_and_plan_reads_the_store(
     }
     assert got == {k: (d, key, h) for k, (d, key, h) in expected.items()}
     assert {row.topic for row in rows} == {topic}
+    # weir.spark.read: the same rows, the offloaded part read by Spark's own Parquet scan of
+    # the store's files (local directory) and only the live tail by the Python source
+    df = weir.spark.read(spark, {"endpoint": srv.endpoint, "topic": topic, **opts})
+    plan_text = df._jdf.queryExecution().executedPlan().toString()
+    native = [(row.partition, row.offset, bytes(row.value)) for row in df.collect()]
+    assert sorted(native) == sorted((p, o, v[0]) for (p, o), v in got.items())
+    if st.store["backend"] == "local":
+        assert "FileScan parquet" in plan_text, plan_text
+        assert f"InMemoryFileIndex({len({r.object_key for r in tier})} paths)" in plan_text
+        # the files' rows are exactly the offloaded offsets, the Python source's the rest
+        _, files, rest = tier_files.plan({"endpoint": srv.endpoint, "topic": topic})
+        assert sorted((r.partition, r.start, r.end) for r in files) == sorted(
+            (r.partition, r.start, r.end) for r in tier
+        )
+        assert sorted((tp[1], s, e) for tp, s, e in rest) == sorted(
+            (r.partition, r.start, r.end) for r in broker
+        )
+    else:  # no S3 connector in this Spark: the Python source reads the store
+        assert "FileScan" not in plan_text, plan_text
     # a TierRange task needs no broker: read one with the server stopped
     srv.stop()
     try:
@@ -134,3 +156,36 @@ def test_half_offloaded_topic_every_offset_once_and_plan_reads_the_store(
         assert batches[0].column("offset")[0].as_py() == tier[0].start
     finally:
         srv.start()
+
+
+def test_spark_parquet_scan_refuses_a_damaged_object(
+    spark: Any, tier_server: tuple[ServerProcess, dict[str, str]]
+) -> None:
+    """A byte flipped inside an offloaded object's ``value`` pages: `weir.spark.read`'s
+    Parquet scan checks the page checksums the segment was written with and fails the
+    query, rather than serving the damaged value (the values do not compress, so zstd
+    stores them as they are: without the checksums Spark reads the flipped byte as data)."""
+    import os
+
+    import pyarrow.parquet as pq
+
+    srv, opts = tier_server
+    if opts:
+        pytest.skip("Spark's own Parquet scan reads the local-directory store only")
+    topic = f"flip-{uuid.uuid4().hex[:6]}"
+    with weir.Client(srv.endpoint) as client:
+        client.create_topic(topic, partitions=1)
+        for _ in range(3):
+            produce(client, topic, {0: [Rec(value=os.urandom(700)) for _ in range(100)]})
+        assert client.offload_topic(topic, force=True)[0] >= 1
+        st = client.tier_status(topic)
+    seg = st.partitions[0].segments[0]
+    obj = Path(st.store["path"]) / seg.object_key
+    col = pq.ParquetFile(obj).metadata.row_group(0).column(4)  # value
+    assert col.path_in_schema == "value"
+    data = bytearray(obj.read_bytes())
+    data[col.data_page_offset + col.total_compressed_size // 2] ^= 0x5A
+    obj.write_bytes(data)
+    df = weir.spark.read(spark, endpoint=srv.endpoint, topic=topic)
+    with pytest.raises(Exception, match=r"(?s)FAILED_READ_FILE.*checksum verification failed"):
+        df.select("value").collect()

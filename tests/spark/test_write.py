@@ -178,6 +178,18 @@ def test_a_bad_dataframe_is_refused_before_any_row_is_written(
         _write(df, weir_server, topic_name)
 
 
+@pytest.mark.parametrize("bad", [2, -1])
+def test_a_row_naming_a_partition_the_topic_lacks_fails_the_task_writing_nothing(
+    spark: Any, weir_server: ServerProcess, client: weir.Client, topic_name: str, bad: int
+) -> None:
+    client.create_topic(topic_name, partitions=2)
+    rows = [("k", "a", None), ("k", "b", 1), (None, "c", bad), ("k", "d", 0)]
+    df = spark.createDataFrame(rows, "key string, value string, partition int").coalesce(1)
+    with pytest.raises(PySparkException, match=f"row 2: partition {bad} is not one of 0..1"):
+        _write(df, weir_server, topic_name)
+    assert not any(read_topic(client, topic_name).values())  # the batch failed whole
+
+
 def test_overwrite_and_unknown_topics_are_refused(
     spark: Any, weir_server: ServerProcess, topic_name: str
 ) -> None:

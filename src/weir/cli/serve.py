@@ -104,6 +104,7 @@ async def run(cfg: configuration.Config) -> None:
         pulsar_max_message_size=cfg.pulsar.max_message_size,
         pulsar_batch_index_ack=cfg.pulsar.batch_index_ack,
         pulsar_keep_alive_s=cfg.pulsar.keep_alive_s,
+        native_tcp_listen=cfg.native_tcp_listen,
         kafka=KafkaFrontConfig(
             enabled=cfg.kafka.enabled,
             listen=cfg.kafka_listen or "",
@@ -209,6 +210,12 @@ async def run(cfg: configuration.Config) -> None:
                 f"weir Pulsar protocol on {server.pulsar.url}",
                 pulsar=server.pulsar.url,
             )
+        if server.native_tcp is not None:
+            announce(
+                cfg,
+                f"weir native TCP on {server.native_tcp.endpoint}",
+                native_tcp=server.native_tcp.endpoint,
+            )
         if admin is not None and endpoint is not None:
             announce(
                 cfg,
@@ -255,8 +262,14 @@ def is_loopback(host: str) -> bool:
 
 def insecure_bind(cfg: configuration.Config) -> bool:
     """An open server (no authentication) on an address other machines can reach (its
-    gRPC, Pulsar, Kafka or HTTP port)."""
-    listens = [cfg.listen, cfg.pulsar_listen, cfg.kafka_listen, cfg.http_listen]
+    gRPC, Pulsar, Kafka, HTTP or native TCP port)."""
+    listens = [
+        cfg.listen,
+        cfg.pulsar_listen,
+        cfg.kafka_listen,
+        cfg.http_listen,
+        cfg.native_tcp_listen,
+    ]
     hosts = {a.rpartition(":")[0] for a in listens if a is not None}
     return cfg.broker.allow_anonymous and not all(is_loopback(h) for h in hosts)
 

@@ -10,14 +10,18 @@ from typing import Any, TypeVar
 import grpc
 
 from weir.client.credentials import AuthedCall, CredentialsArg, TokenSource, as_credentials, bearer
+from weir.client.tcp_call import TcpWriteCall
 from weir.client.tls import TlsArg, as_tls
 from weir.errors import BadRequestError, UnavailableError, WeirError, error_from_code
 from weir.protocols.native import weir_pb2 as pb
 from weir.protocols.native import weir_pb2_grpc as pb_grpc
 from weir.protocols.native import wire
+from weir.protocols.native.framing import DEFAULT_PORT as DEFAULT_TCP_PORT
 from weir.protocols.native.status import CODE_KEY, code_from_grpc
 
 T = TypeVar("T")
+
+TRANSPORTS = ("grpc", "tcp")
 
 CHANNEL_OPTIONS: list[tuple[str, int]] = [
     ("grpc.max_receive_message_length", 256 << 20),
@@ -174,16 +178,34 @@ class Connection:
 
     With ``credentials`` every call carries a token from ``Login`` (see
     `weir.client.credentials`); without, calls are anonymous.
+
+    ``transport="tcp"``: write streams go to the server's native TCP port
+    (``tcp_endpoint``, by default port 2137 of the endpoint's host; `TcpWriteCall`),
+    with the same TLS and credentials; everything else stays on gRPC.
     """
 
     def __init__(
-        self, endpoint: str, credentials: CredentialsArg = None, tls: TlsArg = None
+        self,
+        endpoint: str,
+        credentials: CredentialsArg = None,
+        tls: TlsArg = None,
+        transport: str = "grpc",
+        tcp_endpoint: str | None = None,
     ) -> None:
         self.endpoint, scheme_tls = parse_endpoint(endpoint)
+        if transport not in TRANSPORTS:
+            raise BadRequestError(f"transport must be 'grpc' or 'tcp', got {transport!r}")
+        self.transport = transport
+        if tcp_endpoint is not None:
+            self.tcp_endpoint = parse_endpoint(tcp_endpoint)[0]
+        else:
+            self.tcp_endpoint = f"{self.endpoint.rpartition(':')[0]}:{DEFAULT_TCP_PORT}"
         self.tls = as_tls(tls, scheme_tls)
+        self._ssl_context: Any = None
         creds = as_credentials(credentials)
         self.tokens = TokenSource(creds) if creds is not None else None
         self.ever_connected = False
+        self.tcp_ever_connected = False  # the native TCP port's streams, apart
         self._closed_since: float | None = None  # first contacts closed before an answer
         if self.tls is None:
             self.channel = grpc.aio.insecure_channel(self.endpoint, options=CHANNEL_OPTIONS)
@@ -225,7 +247,14 @@ class Connection:
         return AuthedCall(self.tokens, multicallable, *args)
 
     def stream_write(self) -> Any:
-        """A StreamWrite call (write / read / done_writing / cancel)."""
+        """A StreamWrite call (write / read / done_writing / cancel), on the native TCP
+        port with ``transport="tcp"``."""
+        if self.transport == "tcp":
+            if self.tls is not None and self._ssl_context is None:
+                self._ssl_context = self.tls.ssl_context()
+            host = self.tcp_endpoint.rpartition(":")[0].strip("[]")
+            server_name = (self.tls.server_name or host) if self.tls is not None else None
+            return TcpWriteCall(self.tcp_endpoint, self._ssl_context, server_name, self.tokens)
         return self._open(self._stream_write)
 
     def stream_read(self) -> Any:
@@ -281,6 +310,12 @@ class Connection:
                 self.ever_connected = True
                 return result
 
+    def got_through(self, call: Any) -> None:
+        """A stream opened on ``call`` was answered: later refusals are outages."""
+        self.ever_connected = True
+        if isinstance(call, TcpWriteCall):
+            self.tcp_ever_connected = True
+
     def explained(self, err: WeirError) -> WeirError:
         """``err`` as a call that gives up reports it: a first contact that kept being closed
         before any answer names the likely TLS mismatch (even before CLOSED_PATIENCE_S)."""
@@ -288,12 +323,18 @@ class Connection:
             return cannot_connect(self.endpoint, err, self.tls is not None) or err
         return err
 
-    def unreachable(self, err: WeirError) -> WeirError | None:
+    def unreachable(self, err: WeirError, endpoint: str | None = None) -> WeirError | None:
         """The error to fail fast with, when this connection never got through and ``err``
-        says nothing listens at the endpoint; None when retrying makes sense."""
-        if self.ever_connected:
+        says nothing listens at the endpoint (``endpoint``: the one the failed call went
+        to, when not the gRPC one); None when retrying makes sense."""
+        tcp = endpoint is not None and endpoint == self.tcp_endpoint
+        if self.tcp_ever_connected if tcp else self.ever_connected:
             return None
-        fast = cannot_connect(self.endpoint, err, self.tls is not None)
+        fast = cannot_connect(endpoint or self.endpoint, err, self.tls is not None)
+        if fast is not None and tcp and fast.message.endswith("connection refused"):
+            fast = UnavailableError(
+                f"{fast.message} (is the native TCP port on: native_tcp.enabled?)"
+            )
         if fast is not None and closed_before_answer(err):
             # a TLS mismatch, or a proxy whose server is restarting: wait and see (the chaos
             # suite's proxy resets clients while the server is down; they must not give up)

@@ -341,7 +341,8 @@ class Client(SyncTenancyCalls, SyncSecurityCalls, SyncTierCalls):
     ``credentials`` (``weir.UserPassword(user, password)`` or a ``(user, password)``
     tuple) logs in to a server with users; every call then carries the token.
     ``tls`` (``weir.Tls(ca=..., cert=..., key=...)``) or a ``grpcs://`` endpoint
-    speaks TLS.
+    speaks TLS. ``transport="tcp"``: writers use the server's native TCP port
+    (``tcp_endpoint``, by default port 2137 of the endpoint's host), as in `weir.aio`.
     """
 
     def __init__(
@@ -350,10 +351,18 @@ class Client(SyncTenancyCalls, SyncSecurityCalls, SyncTierCalls):
         *,
         credentials: CredentialsArg = None,
         tls: TlsArg = None,
+        transport: str = "grpc",
+        tcp_endpoint: str | None = None,
     ) -> None:
         self.endpoint = endpoint
         self._loop = LoopThread()
-        self._aio = aio.Client(endpoint, credentials=credentials, tls=tls)
+        self._aio = aio.Client(
+            endpoint,
+            credentials=credentials,
+            tls=tls,
+            transport=transport,
+            tcp_endpoint=tcp_endpoint,
+        )
         self._closed = False
         self._loop.run(self._connect())
 

@@ -8,6 +8,8 @@ one (mTLS). Giving ``tls=`` turns TLS on whatever the endpoint's scheme.
 
 from __future__ import annotations
 
+import ssl
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,6 +41,22 @@ class Tls:
             private_key=_pem(self.key, "client key file"),
             certificate_chain=_pem(self.cert, "client certificate file"),
         )
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """The same trust and client certificate for a plain socket (the native TCP port)."""
+        ca = _pem(self.ca, "CA file")
+        ctx = ssl.create_default_context(cadata=ca.decode("ascii") if ca is not None else None)
+        cert = _pem(self.cert, "client certificate file")
+        key = _pem(self.key, "client key file")
+        if cert is not None and key is not None:
+            # load_cert_chain takes files only: PEM given as bytes goes through a private one
+            with tempfile.TemporaryDirectory() as tmp:
+                cert_path, key_path = Path(tmp) / "cert.pem", Path(tmp) / "key.pem"
+                cert_path.write_bytes(cert)
+                key_path.touch(mode=0o600)
+                key_path.write_bytes(key)
+                ctx.load_cert_chain(cert_path, key_path)
+        return ctx
 
     def channel_options(self) -> list[tuple[str, str]]:
         if self.server_name:

@@ -59,7 +59,7 @@ class WriteStream(WriterState):
                     raise error_from_code(resp.error.code, resp.error.message)
                 if kind != "init":
                     raise UnavailableError(f"unexpected {kind} before init result")
-                self.conn.ever_connected = True
+                self.conn.got_through(call)
                 self._on_init(resp.init)
                 self._call_id += 1
                 self._call = call
@@ -84,7 +84,7 @@ class WriteStream(WriterState):
                 self._call = None
                 if call is not None:
                     call.cancel()
-                fast = self.conn.unreachable(err)
+                fast = self.conn.unreachable(err, getattr(call, "endpoint", None))
                 if fast is not None:
                     err = fast
                 if not err.retryable or fast is not None:
@@ -257,7 +257,13 @@ class WriteStream(WriterState):
                 raise  # the writer is closing
             # grpc.aio raises CancelledError on a call the session loop cancelled
             self._not_ready(call)
-        except (grpc.aio.AioRpcError, grpc.aio.UsageError, asyncio.InvalidStateError) as exc:
+        except (
+            grpc.aio.AioRpcError,
+            grpc.aio.UsageError,
+            asyncio.InvalidStateError,
+            OSError,  # the native TCP port's connection (weir.client.tcp_call)
+            UnavailableError,
+        ) as exc:
             # the stream broke; the session loop reconnects and we resend
             log.debug("write stream broke while sending: %r", exc)
             self._not_ready(call)

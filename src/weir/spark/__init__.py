@@ -1,4 +1,5 @@
-"""weir as a PySpark data source: `weir.spark.register(spark)`, then `format("weir")`.
+"""weir as a PySpark data source: `weir.spark.register(spark)`, then `format("weir")`;
+`weir.spark.read(spark, ...)` for a batch read whose offloaded part is Spark's Parquet scan.
 
 See docs/spark.md for the options, the schema and the exactly-once sink.
 """
@@ -17,5 +18,6 @@ except ImportError as exc:
 
 from weir.spark.schema import ARROW_SCHEMA, SCHEMA
 from weir.spark.source import WeirDataSource, register
+from weir.spark.tier_files import read
 
-__all__ = ["ARROW_SCHEMA", "SCHEMA", "WeirDataSource", "register"]
+__all__ = ["ARROW_SCHEMA", "SCHEMA", "WeirDataSource", "read", "register"]

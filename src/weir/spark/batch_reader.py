@@ -77,28 +77,41 @@ class WeirBatchReader(DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         o = self.options
         with Client(o.endpoint) as client:
-            bounds = fetch_bounds(client, o.topics, o.read_committed)
-            if o.starting_timestamp is not None:
-                starts = offsets_for_time(client, o.topics, o.starting_timestamp)
-            else:
-                starts = resolve(o.starting, bounds, "startingOffsets", True)
-            if o.ending_timestamp is not None:
-                ends = offsets_for_time(client, o.topics, o.ending_timestamp)
-            else:
-                ends = resolve(o.ending, bounds, "endingOffsets", False)
-            if self.written_lo_ms is not None:
-                lo = offsets_for_time(client, o.topics, self.written_lo_ms)
-                starts = {tp: max(s, lo[tp]) for tp, s in starts.items()}
-            if self.written_hi_ms is not None:
-                hi = offsets_for_time(client, o.topics, self.written_hi_ms)
-                ends = {tp: min(e, hi[tp]) for tp, e in ends.items()}
-            ranges = self._ranges(bounds, starts, ends)
+            ranges = self.resolve_ranges(client)
             # offloaded offsets: read from the object store, the rest through the broker
             tier, rest = plan_tier(client, ranges, o.tier)
         return [
             *tier,
             *(TopicRange(t, p, s, e) for (t, p), s, e in split(rest, o.min_partitions)),
         ]
+
+    def resolve_ranges(self, client: Client) -> list[tuple[tuple[str, int], int, int]]:
+        """The offsets ``[start, end)`` of each partition this read covers, as they are now."""
+        o = self.options
+        if o.offset_ranges is not None:
+            given = [((t, p), s, e) for t, p, s, e in o.offset_ranges]
+            return [
+                (tp, max(s, self.offset_lo), min(e, self.offset_hi))
+                for tp, s, e in given
+                if (self.partition_set is None or tp[1] in self.partition_set)
+                and tp[1] not in self.partition_excluded
+            ]
+        bounds = fetch_bounds(client, o.topics, o.read_committed)
+        if o.starting_timestamp is not None:
+            starts = offsets_for_time(client, o.topics, o.starting_timestamp)
+        else:
+            starts = resolve(o.starting, bounds, "startingOffsets", True)
+        if o.ending_timestamp is not None:
+            ends = offsets_for_time(client, o.topics, o.ending_timestamp)
+        else:
+            ends = resolve(o.ending, bounds, "endingOffsets", False)
+        if self.written_lo_ms is not None:
+            lo = offsets_for_time(client, o.topics, self.written_lo_ms)
+            starts = {tp: max(s, lo[tp]) for tp, s in starts.items()}
+        if self.written_hi_ms is not None:
+            hi = offsets_for_time(client, o.topics, self.written_hi_ms)
+            ends = {tp: min(e, hi[tp]) for tp, e in ends.items()}
+        return self._ranges(bounds, starts, ends)
 
     def _ranges(
         self, bounds: Iterable[tuple[str, int]], starts: dict[Any, int], ends: dict[Any, int]

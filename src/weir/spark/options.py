@@ -6,8 +6,10 @@ every mistake is reported here, naming the option, before any task runs.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from weir.client.aio import DEFAULT_ENDPOINT
 from weir.errors import BadRequestError
@@ -64,6 +66,42 @@ def _topics(options: Mapping[str, str]) -> list[str]:
     return topics
 
 
+def _offset_ranges(
+    options: Mapping[str, str], topics: list[str], streaming: bool
+) -> tuple[tuple[str, int, int, int], ...] | None:
+    raw = _get(options, "offsetRanges")
+    if raw is None:
+        return None
+    if streaming:
+        raise BadRequestError("option offsetRanges is for batch reads")
+    for other in ("startingOffsets", "endingOffsets", "startingTimestamp", "endingTimestamp"):
+        if _get(options, other) is not None:
+            raise BadRequestError(f"give either offsetRanges or {other}, not both")
+    example = '[["orders", 0, 100, 200]]'
+    try:
+        obj: Any = json.loads(raw)
+    except ValueError:
+        raise BadRequestError(f"option offsetRanges: expected JSON like {example}") from None
+    out = []
+    item: Any
+    for item in obj if isinstance(obj, list) else [None]:
+        ok = (
+            isinstance(item, list)
+            and len(item) == 4
+            and item[0] in topics
+            and all(isinstance(v, int) and not isinstance(v, bool) for v in item[1:])
+            and item[1] >= 0
+            and 0 <= item[2] <= item[3]
+        )
+        if not ok:
+            raise BadRequestError(
+                f"option offsetRanges: expected [topic, partition, start, end] with a topic "
+                f"read ({topics}) and 0 <= start <= end, like {example}; got {item!r}"
+            )
+        out.append((str(item[0]), int(item[1]), int(item[2]), int(item[3])))
+    return tuple(out)
+
+
 @dataclass(frozen=True)
 class TierSettings:
     """What an executor needs to reach the store (from the query's options)."""
@@ -106,6 +144,9 @@ class ReaderOptions:
     compacted: bool = False
     assemble_chunks: bool = False
     tier: TierSettings = field(default_factory=TierSettings)
+    # option offsetRanges: exactly these [topic, partition, start, end) (weir.spark.read's
+    # broker part: the ranges it planned once, so the two parts neither gap nor overlap)
+    offset_ranges: tuple[tuple[str, int, int, int], ...] | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str], streaming: bool) -> ReaderOptions:
@@ -151,6 +192,7 @@ class ReaderOptions:
             compacted=_bool(options, "readCompacted", False),
             assemble_chunks=_bool(options, "assembleChunks", False),
             tier=TierSettings.parse(options),
+            offset_ranges=_offset_ranges(options, topics, streaming),
         )
 
 

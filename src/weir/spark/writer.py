@@ -35,8 +35,8 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark import TaskContext
@@ -158,27 +158,39 @@ class TaskWriter:
             self.writers[target] = w
         return w
 
-    def _targets(self, batch: pa.RecordBatch, keys: list[Any] | None) -> list[int | None]:
+    def _targets(self, batch: pa.RecordBatch) -> np.ndarray | None:
+        """Each row's target partition (-1: the task's pinned producer), column-wise; None
+        when every row goes to the pinned producer."""
         n = batch.num_rows
-        parts: list[int | None] = (
-            batch.column("partition").to_pylist() if self.layout.partition else [None] * n
-        )
         count = self.partitions
-        out: list[int | None] = []
-        for i, p in enumerate(parts):
-            if p is not None:
-                if not 0 <= p < count:
+        out: np.ndarray | None = None
+        if self.layout.key:
+            keys = batch.column("key")
+            if keys.null_count < n:
+                # hash each distinct key once (keys repeat: that is why rows have them)
+                enc = pc.dictionary_encode(keys)
+                parts = [
+                    self.key_hash.partition(k.encode() if isinstance(k, str) else k, count)
+                    if k
+                    else -1
+                    for k in enc.dictionary.to_pylist()
+                ]
+                parts.append(-1)  # a null key
+                ix = pc.fill_null(enc.indices, len(parts) - 1).to_numpy()
+                out = np.asarray(parts, dtype=np.int64)[ix]
+        if self.layout.partition:
+            col = batch.column("partition")
+            if col.null_count < n:
+                valid = col.is_valid().to_numpy(zero_copy_only=False)
+                given = pc.fill_null(col, 0).to_numpy().astype(np.int64)
+                bad = np.flatnonzero(valid & ((given < 0) | (given >= count)))
+                if bad.size:
+                    i = int(bad[0])
                     raise BadRequestError(
-                        f"row {self.rows + i}: partition {p} is not one of 0..{count - 1} of {self.topic!r}"
+                        f"row {self.rows + i}: partition {given[i]} is not one of "
+                        f"0..{count - 1} of {self.topic!r}"
                     )
-                out.append(p)
-                continue
-            k = keys[i] if keys is not None else None
-            if k:
-                kb = k.encode() if isinstance(k, str) else k
-                out.append(self.key_hash.partition(kb, count))
-            else:
-                out.append(None)
+                out = np.where(valid, given, -1 if out is None else out)
         return out
 
     def add(self, batch: pa.RecordBatch) -> None:
@@ -192,35 +204,45 @@ class TaskWriter:
         if batch.column("value").null_count:
             raise BadRequestError("column 'value' is null in some rows; every message needs one")
         seq0 = self.seq_base + self.rows
-        values = batch.column("value").to_pylist()
         lay = self.layout
-        keys = batch.column("key").to_pylist() if lay.key else None
         if not (lay.key or lay.partition or lay.headers or lay.created_at):
+            values = batch.column("value").to_pylist()
             self._writer(None).write_many(values, seq_nos=range(seq0, seq0 + n))
+            self.rows += n
+            return
+        targets = self._targets(batch)
+        if targets is None or bool((targets < 0).all()):
+            groups: list[tuple[int | None, np.ndarray | None]] = [(None, None)]
         else:
-            none: list[Any] = [None] * n
-            ks = keys if keys is not None else none
-            hs = batch.column("headers").to_pylist() if lay.headers else none
-            cs = none
+            # one group per target partition, each in row order (a stable sort)
+            order = np.argsort(targets, kind="stable")
+            cuts = np.flatnonzero(np.diff(targets[order])) + 1
+            groups = [
+                (None if targets[g[0]] < 0 else int(targets[g[0]]), g)
+                for g in np.split(order, cuts)
+            ]
+        now = int(time.time() * 1000)
+        for target, rows in groups:
+            # one bulk call per target: columns of this producer's rows, in order, taken by Arrow
+            sub = batch if rows is None else batch.take(pa.array(rows))
+            seqs = range(seq0, seq0 + n) if rows is None else (rows + seq0).tolist()
+            keys = None
+            if lay.key:
+                keys = pc.cast(sub.column("key"), pa.binary()).to_pylist()
+            headers = None
+            if lay.headers:
+                headers = [dict(h) if h else None for h in sub.column("headers").to_pylist()]
+            created = None
             if lay.created_at:
-                us = pc.cast(batch.column("created_at"), pa.int64())
-                cs = pc.divide(us, 1000).to_pylist()  # ms
-            # one pass per target partition: each producer gets its rows in order
-            groups: dict[int | None, list[int]] = {}
-            for i, t in enumerate(self._targets(batch, keys)):
-                groups.setdefault(t, []).append(i)
-            for target, rows in groups.items():
-                # one bulk call per target: columns of this producer's rows, in order
-                now = int(time.time() * 1000)
-                self._writer(target).write_many(
-                    [values[i] for i in rows],
-                    keys=[ks[i] for i in rows] if lay.key else None,
-                    headers=[dict(hs[i]) if hs[i] else None for i in rows] if lay.headers else None,
-                    seq_nos=[seq0 + i for i in rows],
-                    created_at=[cs[i] if cs[i] is not None else now for i in rows]
-                    if lay.created_at
-                    else None,
-                )
+                us = pc.cast(sub.column("created_at"), pa.int64())
+                created = pc.fill_null(pc.divide(us, 1000), now).to_pylist()  # ms
+            self._writer(target).write_many(
+                sub.column("value").to_pylist(),
+                keys=keys,
+                headers=headers,
+                seq_nos=seqs,
+                created_at=created,
+            )
         self.rows += n
 
     def finish(self) -> None:

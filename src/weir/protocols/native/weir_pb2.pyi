@@ -161,6 +161,74 @@ class Error(_message.Message):
 Global___Error: _TypeAlias = Error  # noqa: Y015
 
 @_typing.final
+class TcpHello(_message.Message):
+    """---------------------------------------------------------------- native TCP port
+
+    The native TCP port (docs/native-protocol.md) carries one stream per connection as
+    frames: a 4-byte big-endian length, then one message. A connection opens with the
+    4 bytes "weir", then a TcpHello frame; the server answers with a TcpHelloResult frame,
+    then the stream's own messages follow both ways (for StreamWrite: WriteRequest in,
+    WriteResponse out), with the same meaning as on the gRPC stream. The client may send
+    its first stream message right after the hello, without waiting for the result.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VERSION_FIELD_NUMBER: _builtins.int
+    METHOD_FIELD_NUMBER: _builtins.int
+    AUTHORIZATION_FIELD_NUMBER: _builtins.int
+    version: _builtins.int
+    """The framing version the client speaks (1)."""
+    method: _builtins.str
+    """The stream this connection carries: "StreamWrite" (the only one served so far)."""
+    authorization: _builtins.str
+    """What the gRPC metadata `authorization` would carry: "Bearer <token>"; empty for none
+    (anonymous, or the client certificate of a TLS connection).
+    """
+    def __init__(
+        self,
+        *,
+        version: _builtins.int = ...,
+        method: _builtins.str = ...,
+        authorization: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["authorization", b"authorization", "method", b"method", "version", b"version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TcpHello: _TypeAlias = TcpHello  # noqa: Y015
+
+@_typing.final
+class TcpHelloResult(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VERSION_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    version: _builtins.int
+    """The framing version the server speaks."""
+    @_builtins.property
+    def error(self) -> Global___Error:
+        """Set when the connection is refused (authentication, unknown method or version); the
+        server closes the connection after it.
+        """
+
+    def __init__(
+        self,
+        *,
+        version: _builtins.int = ...,
+        error: Global___Error | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "version", b"version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TcpHelloResult: _TypeAlias = TcpHelloResult  # noqa: Y015
+
+@_typing.final
 class LoginRequest(_message.Message):
     """---------------------------------------------------------------- login"""
 

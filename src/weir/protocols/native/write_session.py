@@ -16,7 +16,7 @@ import operator
 import uuid
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable
-from typing import Any
+from typing import Any, Protocol
 
 import grpc
 
@@ -44,7 +44,12 @@ from weir.storage.partition import BatchResult
 
 log = logging.getLogger("weir.native")
 
-log = logging.getLogger("weir.native")
+
+class Responses(Protocol):
+    """Where a session's answers go: the gRPC call's context, or a connection of the
+    native TCP port (`weir.protocols.native.tcp_front`)."""
+
+    async def write(self, message: Any) -> None: ...
 
 
 class WriteSession:
@@ -53,7 +58,7 @@ class WriteSession:
     def __init__(
         self,
         broker: Broker,
-        context: grpc.aio.ServicerContext,
+        context: grpc.aio.ServicerContext | Responses,
         stopping: asyncio.Event | None = None,
         allow: Allow | None = None,
     ) -> None:

@@ -13,7 +13,9 @@ reads only the columns asked for).
 The file's key-value metadata names the blob (``weir.first_offset``,
 ``weir.count``, ``weir.log_id``), and the whole file's CRC32C is kept in the
 tier's metadata record, so a damaged or truncated object is caught before any
-of it is parsed, and each batch's own CRCs are checked again after.
+of it is parsed, and each batch's own CRCs are checked again after. Every page
+also carries its CRC32 (Parquet's page checksum), for readers that get the file
+without the record (Spark's own Parquet scan, `weir.spark.read`).
 """
 
 from __future__ import annotations
@@ -102,6 +104,7 @@ def encode_segment(
         row_group_size=max(1, count),
         use_dictionary=["topic", "producer_id"],
         write_statistics=["offset", "written_at", "created_at"],
+        write_page_checksum=True,  # Spark's own scan of the file checks them (tier_files.py)
     )
     return bytes(sink.getvalue())
 

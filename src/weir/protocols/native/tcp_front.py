@@ -1,0 +1,272 @@
+"""The native TCP port: weir.proto's write stream over framed TCP, without gRPC.
+
+A grpc.aio stream costs about 0.5 ms and several thread and task hops per
+message more than a plain asyncio socket (docs/performance.md, issue 26), so
+the native protocol's hot stream is also served here: the same messages
+(`WriteRequest` in, `WriteResponse` out), the same session
+(`weir.protocols.native.write_session.WriteSession`: validation, seq_no dedup,
+acks after the commit is durable, typed errors), one stream per connection,
+framed as `weir.protocols.native.framing` says. Reads and admin stay on gRPC.
+
+Authentication is the gRPC port's: the hello carries what the ``authorization``
+metadata would (a bearer token), or the TLS connection's client certificate
+stands for the caller; `weir.security` decides, and a stream whose caller loses
+its right (a revoke, an expired token) ends with the reason, as on gRPC.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import ssl
+from typing import Any
+
+from google.protobuf.message import DecodeError
+
+from weir.broker.broker import Broker
+from weir.errors import BadRequestError, UnavailableError, WeirError
+from weir.protocols.native import weir_pb2 as pb
+from weir.protocols.native.auth import bearer_token
+from weir.protocols.native.framing import (
+    MAX_HELLO_BYTES,
+    METHOD_WRITE,
+    VERSION,
+    frame,
+    read_frame,
+    read_magic,
+)
+from weir.protocols.native.service import NativeService
+from weir.protocols.native.stream import error_proto
+from weir.protocols.native.wire import decode_write_request
+from weir.protocols.native.write_session import WriteSession
+from weir.security import Security, current_principal
+from weir.security.authenticator import ClientCertificate, Credential
+from weir.security.principal import current_checks
+from weir.security.tls import ServerTls
+
+log = logging.getLogger("weir.native")
+
+# The biggest frame taken: the gRPC port's message limit (weir.server.MAX_MESSAGE_BYTES).
+MAX_FRAME_BYTES = 256 << 20
+# How long a new connection may take to send its magic and hello.
+HELLO_TIMEOUT_S = 10.0
+# After its last answer the server reads (and drops) what the client still sends, for up
+# to this long, so that closing with unread input does not reset the connection and lose
+# that answer (the error that ended the stream) on its way to the client.
+LINGER_S = 2.0
+# How long stop() lets connections end on their own (sessions ack what is in flight), by
+# default: the server passes its shutdown grace.
+STOP_GRACE_S = 5.0
+_WRITE_HIGH_WATER = 1 << 20
+
+
+def _common_name(ssl_object: ssl.SSLObject | None) -> str | None:
+    """The verified client certificate's common name, if the connection has one."""
+    if ssl_object is None:
+        return None
+    cert = ssl_object.getpeercert()
+    for rdn in (cert or {}).get("subject", ()):
+        for pair in rdn:
+            if pair[0] == "commonName":
+                return str(pair[1])
+    return None
+
+
+class FrameResponses:
+    """A session's answers as frames on the connection (`write_session.Responses`)."""
+
+    def __init__(self, writer: asyncio.StreamWriter) -> None:
+        self.writer = writer
+
+    async def write(self, message: Any) -> None:
+        if self.writer.is_closing():
+            raise ConnectionResetError("the client's connection is closed")
+        self.writer.write(frame(message.SerializeToString()))
+        if self.writer.transport.get_write_buffer_size() > _WRITE_HIGH_WATER:
+            await self.writer.drain()
+
+
+async def _write_requests(reader: asyncio.StreamReader, limit: int) -> Any:
+    """The client's WriteRequests, decoded as the gRPC port decodes them."""
+    while True:
+        try:
+            data = await read_frame(reader, limit)
+        except OSError as exc:
+            raise UnavailableError(f"the client's connection was lost: {exc}") from None
+        if data is None:
+            return
+        try:
+            request = decode_write_request(data)
+        except DecodeError:
+            raise BadRequestError(
+                f"a frame of {len(data)} bytes is not a WriteRequest message"
+            ) from None
+        yield request
+
+
+class NativeTcpFront:
+    """Start with `start`, stop with `stop`; ``port`` is the bound one (0 picks a free port)."""
+
+    def __init__(
+        self,
+        broker: Broker,
+        security: Security,
+        host: str,
+        port: int,
+        *,
+        tls: ServerTls | None = None,
+        stopping: asyncio.Event | None = None,
+        max_frame_bytes: int = MAX_FRAME_BYTES,
+    ) -> None:
+        self.broker = broker
+        self.security = security
+        self.host = host
+        self.port = port
+        self.tls = tls
+        self.stopping = stopping or asyncio.Event()
+        self.max_frame_bytes = max_frame_bytes
+        # the gRPC service's authorization of a caller, so both ports decide alike
+        self._allow = NativeService(broker, self.stopping, security)._allow
+        self._server: asyncio.Server | None = None
+        self._connections: set[asyncio.Task[Any]] = set()
+
+    @property
+    def endpoint(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    async def start(self) -> None:
+        try:
+            self._server = await asyncio.start_server(
+                self._serve,
+                self.host,
+                self.port,
+                ssl=self.tls.ssl_context() if self.tls is not None else None,
+                reuse_address=True,
+                limit=1 << 20,
+            )
+        except OSError as exc:
+            raise OSError(
+                f"cannot listen on {self.host}:{self.port} (native TCP): {exc.strerror or exc}"
+            ) from None
+        self.port = self._server.sockets[0].getsockname()[1]
+        log.debug("native TCP front started", extra={"endpoint": self.endpoint})
+
+    async def stop(self, grace: float = STOP_GRACE_S) -> None:
+        """Stop accepting; open streams see the server stopping, ack what is in flight and
+        end with UNAVAILABLE (within ``grace`` seconds, else they are cut)."""
+        if self._server is not None:
+            self._server.close()
+        live = list(self._connections)
+        if live:
+            _, pending = await asyncio.wait(live, timeout=grace)
+            for t in pending:
+                t.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+        self._server = None
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections.add(task)
+        sock = writer.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            await self._connection(reader, writer)
+        except (OSError, asyncio.IncompleteReadError):
+            pass  # the client went away
+        except Exception:
+            log.exception("native TCP connection failed")
+        finally:
+            self._connections.discard(task)
+            writer.close()
+
+    def _credential(self, hello: pb.TcpHello, writer: asyncio.StreamWriter) -> Credential | None:
+        if hello.authorization:
+            return bearer_token(((("authorization", hello.authorization)),))
+        name = _common_name(writer.get_extra_info("ssl_object"))
+        return ClientCertificate(name) if name is not None else None
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        out = FrameResponses(writer)
+        try:
+            try:
+                await asyncio.wait_for(read_magic(reader), HELLO_TIMEOUT_S)
+                data = await asyncio.wait_for(read_frame(reader, MAX_HELLO_BYTES), HELLO_TIMEOUT_S)
+            except TimeoutError:
+                raise BadRequestError(
+                    f"no hello within {HELLO_TIMEOUT_S:g} s of connecting"
+                ) from None
+            if data is None:
+                return
+            try:
+                hello = pb.TcpHello.FromString(data)
+            except DecodeError:
+                raise BadRequestError("the first frame is not a TcpHello message") from None
+            if hello.version != VERSION:
+                raise BadRequestError(
+                    f"framing version {hello.version} is not served (this server speaks {VERSION})"
+                )
+            if hello.method != METHOD_WRITE:
+                raise BadRequestError(
+                    f"{hello.method!r} is not served on the native TCP port (only "
+                    f"{METHOD_WRITE}); use the gRPC port"
+                )
+            credential = self._credential(hello, writer)
+            principal = self.security.authenticate(credential)
+        except WeirError as err:
+            log.info(
+                "native TCP connection refused: %s",
+                err.message,
+                extra={"peer": str(writer.get_extra_info("peername"))},
+            )
+            await out.write(pb.TcpHelloResult(version=VERSION, error=error_proto(err)))
+            await _linger(reader, writer)
+            return
+        await out.write(pb.TcpHelloResult(version=VERSION))
+        current_principal.set(principal)
+        checks: list[tuple[object, str, str]] = []
+        current_checks.set(checks)  # filled by the authorization checks the stream passes
+        session = WriteSession(self.broker, out, self.stopping, allow=self._allow)
+        task = asyncio.ensure_future(session.run(_write_requests(reader, self.max_frame_bytes)))
+        ended: list[WeirError] = []
+
+        def recheck() -> None:  # users or grants changed, or the token expired
+            if ended or task.done():
+                return
+            err = self.security.still_allowed(credential, principal, checks)
+            if err is not None:
+                ended.append(err)
+                task.cancel()  # before the changing call answers: nothing lands after it
+
+        stop_watching = self.security.watch(recheck, lambda: credential)
+        try:
+            try:
+                await task
+            except asyncio.CancelledError:
+                if not ended:
+                    raise
+                with contextlib.suppress(OSError):
+                    await out.write(pb.WriteResponse(error=error_proto(ended[0])))
+        finally:
+            stop_watching()
+            task.cancel()
+        await _linger(reader, writer)
+
+
+async def _linger(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Flush the last answers, half-close, and drop what the client still sends until it
+    closes (LINGER_S at most); see LINGER_S."""
+    with contextlib.suppress(Exception):
+        await writer.drain()
+        if writer.can_write_eof():
+            writer.write_eof()
+
+        async def discard() -> None:
+            while await reader.read(1 << 16):
+                pass
+
+        await asyncio.wait_for(discard(), LINGER_S)

@@ -1,0 +1,153 @@
+"""Hostile bytes at the native TCP port: each gets a clear error, the server stays up, and
+stored data does not change.
+
+Each case is a real connection with hand-made bytes (tests/native_tcp_raw.py): another
+protocol's bytes, truncated frames, hostile lengths, protobuf garbage, a method or version
+the port does not serve, bad batches; then seeded random damage to a valid connection's
+bytes. Afterwards a real SDK writer still writes through the port, and the topic written
+before is byte for byte what it was.
+"""
+
+from __future__ import annotations
+
+import random
+import struct
+from collections.abc import Iterator
+
+import pytest
+
+import weir
+from tests import native_tcp_raw as raw
+from tests.conftest import ServerProcess
+from tests.reliability.test_hostile import fingerprint, good_batch
+from weir.protocols.native.framing import MAGIC
+
+ENV = {
+    "WEIR_LIMITS_MAX_BATCH_BYTES": "64KiB",
+    "WEIR_METRICS_ENABLED": "false",
+    "WEIR_NATIVE_TCP_ENABLED": "true",
+}
+
+
+@pytest.fixture(scope="module")
+def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    s = ServerProcess(tmp_path_factory.mktemp("tcp-hostile") / "data", env=ENV).start()
+    with weir.Client(s.endpoint, transport="tcp", tcp_endpoint=s.native_tcp) as c:
+        c.create_topic("target", partitions=2)
+        c.create_topic("fuzzed", partitions=1)
+        with c.writer("target", producer_id="good") as w:
+            for i in range(500):
+                w.write(b"good-%d" % i)
+    yield s
+    s.stop()
+
+
+START = MAGIC + raw.hello()
+INIT = raw.init("target", "evil")
+
+
+def alive(srv: ServerProcess) -> None:
+    assert srv.proc is not None and srv.proc.poll() is None, "the server died"
+
+
+def test_bad_starts_are_refused_with_a_hello_error(srv: ServerProcess) -> None:
+    before = fingerprint(srv)
+    cases = {
+        "another protocol (HTTP/2)": (b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", "BAD_REQUEST"),
+        "a wrong magic": (b"we", "BAD_REQUEST"),
+        "hello length past the limit": (MAGIC + struct.pack(">I", 0xFFFFFFFF), "MESSAGE_TOO_LARGE"),
+        "truncated hello header": (MAGIC + b"\x00\x00", "BAD_REQUEST"),
+        "truncated hello": (MAGIC + raw.hello()[:-3], "BAD_REQUEST"),
+        "hello that is not protobuf": (MAGIC + raw.frame(b"\x0a\xff\xff"), "BAD_REQUEST"),
+        "unknown framing version": (MAGIC + raw.hello(version=9), "BAD_REQUEST"),
+        "a method not served here": (MAGIC + raw.hello(method="StreamRead"), "BAD_REQUEST"),
+        "a bad authorization": (MAGIC + raw.hello(authorization="Basic abc"), "UNAUTHORIZED"),
+        "a forged token": (MAGIC + raw.hello(authorization="Bearer forged"), "UNAUTHORIZED"),
+    }
+    for name, (data, code) in cases.items():
+        frames, rest = raw.exchange(srv.native_tcp, data + INIT + raw.batches(good_batch()))
+        got = raw.error_code(frames)
+        assert got == code, f"{name}: got {got!r} ({frames!r})"
+        assert len(frames) <= 1 and not rest, f"{name}: more than the hello result: {frames!r}"
+        alive(srv)
+    assert fingerprint(srv) == before
+
+
+def test_bad_stream_frames_get_typed_errors_and_store_nothing(srv: ServerProcess) -> None:
+    before = fingerprint(srv)
+    flipped = bytearray(good_batch())
+    flipped[-1] ^= 0xFF
+    cases = {
+        "batches before init": (raw.batches(good_batch()), "BAD_REQUEST"),
+        "a frame length past the limit": (
+            INIT + struct.pack(">I", 0xFFFFFFF0),
+            "MESSAGE_TOO_LARGE",
+        ),
+        "a truncated frame": (INIT + raw.batches(good_batch())[:-5], "BAD_REQUEST"),
+        "protobuf garbage": (INIT + raw.frame(b"\x12\xff\xff\xff\xff\x0f"), "BAD_REQUEST"),
+        "a batch with a wrong CRC": (INIT + raw.batches(bytes(flipped)), "BAD_BATCH"),
+        "garbage for a batch": (INIT + raw.batches(b"\x00" * 100), "BAD_BATCH"),
+        "another producer's batch": (
+            INIT + raw.batches(good_batch(producer="someone-else")),
+            "BAD_REQUEST",
+        ),
+        "an oversized batch": (
+            INIT + raw.batches(good_batch(n=1) + b"z" * 70_000),
+            "MESSAGE_TOO_LARGE",
+        ),
+        "an unknown topic's namespace": (
+            raw.init("no_such_ns/t", "evil") + raw.batches(good_batch()),
+            "UNKNOWN_NAMESPACE",
+        ),
+    }
+    for name, (data, code) in cases.items():
+        frames, _ = raw.exchange(srv.native_tcp, START + data)
+        result, _ = raw.answers(frames)
+        assert result is not None and not result.HasField("error"), name
+        got = raw.error_code(frames)
+        assert got == code, f"{name}: got {got!r}"
+        alive(srv)
+    assert fingerprint(srv) == before
+
+
+def test_a_valid_raw_stream_is_acked_after_its_init(srv: ServerProcess) -> None:
+    """The framing as docs/native-protocol.md spells it: what a client in another language
+    sends (the hello and init pipelined, then batches) is stored and acked in order."""
+    data = START + raw.init("fuzzed", "raw") + raw.batches(good_batch(producer="raw"))
+    frames, rest = raw.exchange(srv.native_tcp, data + raw.batches(good_batch(2, "raw", 4)))
+    result, responses = raw.answers(frames)
+    assert result is not None and result.version == 1 and not result.HasField("error")
+    assert [r.WhichOneof("kind") for r in responses] == ["init", "ack", "ack"] and not rest
+    assert [a.written for r in responses[1:] for a in r.ack.acks] == [3, 2]
+
+
+def test_random_damage_to_a_valid_connection_never_hurts_the_server(srv: ServerProcess) -> None:
+    """Seeded damage (truncation, bit flips, hostile lengths, inserted junk) anywhere in a
+    valid connection's bytes: every answer is a frame that parses, and the server lives."""
+    before = fingerprint(srv)
+    rnd = random.Random(20261126)
+    valid = START + raw.init("fuzzed", "fuzz") + raw.batches(good_batch(producer="fuzz"))
+    for _ in range(40):
+        b = bytearray(valid)
+        kind = rnd.randrange(4)
+        if kind == 0:
+            b = b[: rnd.randrange(len(b))]
+        elif kind == 1:
+            for _ in range(rnd.randrange(1, 6)):
+                b[rnd.randrange(len(b))] ^= 1 << rnd.randrange(8)
+        elif kind == 2:  # a hostile length at one of the frame headers
+            at = rnd.choice([len(MAGIC), len(START), len(START) + len(raw.init("fuzzed", "fuzz"))])
+            struct.pack_into(">I", b, at, rnd.choice([0, 1, 0x7FFFFFFF, 0xFFFFFFFF]))
+        else:
+            at = rnd.randrange(len(b))
+            b[at:at] = bytes(rnd.randrange(256) for _ in range(rnd.randrange(1, 32)))
+        frames, _ = raw.exchange(srv.native_tcp, bytes(b))
+        raw.answers(frames)  # whatever came back parses
+        alive(srv)
+    assert fingerprint(srv) == before
+    # and the port still serves a real writer
+    with (
+        weir.Client(srv.endpoint, transport="tcp", tcp_endpoint=srv.native_tcp) as c,
+        c.writer("fuzzed", producer_id="after") as w,
+    ):
+        assert w.write_with_result(b"still here").offset is not None
