@@ -215,7 +215,6 @@ class Broker(
             extra={
                 "data_dir": str(config.data_dir),
                 "generation": generation,
-                "storage_mode": config.storage_mode,
                 "topics": len(broker._topics),
                 "partitions": len(broker._actors),
             },
