@@ -186,7 +186,9 @@ class Server:
             )
         self.port = port
         try:
-            self.broker = await Broker.open(self.config, observer=self.observer)
+            self.broker = await Broker.open(
+                self.config, observer=self.observer, endpoints={"native": self.endpoint}
+            )
             self._security = Security.for_broker(
                 self.broker,
                 superusers=self.auth.superusers,

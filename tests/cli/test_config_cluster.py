@@ -9,7 +9,7 @@ import pytest
 from weir.broker.broker import Broker
 from weir.broker.config import BrokerConfig
 from weir.config import ConfigError, load
-from weir.errors import BadRequestError
+from weir.errors import BadRequestError, UnavailableError
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -69,11 +69,29 @@ def test_bad_cluster_settings_name_the_key(tmp_path: Path, toml: str, message: s
     assert "\n" not in err.value.message
 
 
-async def test_a_broker_refuses_replicated_mode_before_touching_the_data_dir(
+async def test_a_broker_refuses_an_unknown_storage_mode_before_touching_the_data_dir(
     tmp_path: Path,
 ) -> None:
     data = tmp_path / "data"
-    cfg = BrokerConfig(data_dir=data, storage_mode="replicated", cluster_zookeeper="127.0.0.1:1")
-    with pytest.raises(BadRequestError, match="replicated partitions are not wired"):
+    cfg = BrokerConfig(data_dir=data, storage_mode="raft")
+    with pytest.raises(BadRequestError, match=r"storage\.mode must be 'embedded' or 'replicated'"):
         await Broker.open(cfg)
     assert not data.exists()
+
+
+async def test_a_replicated_broker_without_its_zookeeper_says_so_and_leaves_the_data_dir(
+    tmp_path: Path,
+) -> None:
+    data = tmp_path / "data"
+    cfg = BrokerConfig(
+        data_dir=data,
+        storage_mode="replicated",
+        cluster_zookeeper="127.0.0.1:1",
+        cluster_broker_id="b1",
+        cluster_session_timeout_s=1.0,
+    )
+    with pytest.raises(UnavailableError, match=r"cannot reach the cluster's ZooKeeper"):
+        await Broker.open(cfg)
+    # the local store was closed again: an embedded broker opens the same directory
+    broker = await Broker.open(BrokerConfig(data_dir=data))
+    await broker.close()

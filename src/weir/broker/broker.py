@@ -15,8 +15,10 @@ import asyncio
 import contextlib
 import logging
 import struct
+from collections.abc import Mapping
 
 from weir.broker.access import ProducerAccess
+from weir.broker.cluster.broker_mode import ClusterMode
 from weir.broker.compaction.facade import Compaction
 from weir.broker.config import BrokerConfig
 from weir.broker.consumer_offsets import ConsumerOffsets
@@ -35,12 +37,13 @@ from weir.broker.subscriptions.facade import SubscriptionFacade
 from weir.broker.tenancy.limits import SessionCounter
 from weir.broker.tenancy.registry import NAMESPACES, Tenancy
 from weir.broker.tiering import Tiering
-from weir.broker.topics import NEXT_ID_KEY, TOPICS, TopicConfig, short_topic
+from weir.broker.topics import NEXT_ID_KEY, PERSISTENT, TOPICS, TopicConfig, short_topic
 from weir.broker.transactions.coordinator import TxnCoordinator
 from weir.broker.transactions.facade import TransactionFacade
 from weir.broker.transactions.producers import TXN_PRODUCERS
 from weir.errors import BadRequestError, UnavailableError
 from weir.storage.kv import delete, put
+from weir.storage.partition import PartitionConfig
 from weir.storage.store import Store
 from weir.storage.tiered.remote_storage import RemoteStorage, S3Settings, open_storage
 
@@ -119,7 +122,7 @@ class Broker(
         self.subscriptions = Subscriptions(
             store.kv,
             store.committer,
-            lambda t, p: self._actors[(t, p)],
+            lambda t, p: self._actors.get((t, p)) or self._not_served(t, p),
             self._write_dead_letters,
             self.offsets,
             lambda *commit: self.observer.on_consumer_commit(*commit),
@@ -141,17 +144,29 @@ class Broker(
         self._tier_last_error = ""
         self._closed = False
         self._lock = asyncio.Lock()
+        self.cluster = None
 
     # ------------------------------------------------------------------ lifecycle
 
     @classmethod
-    async def open(cls, config: BrokerConfig, *, observer: BrokerObserver | None = None) -> Broker:
-        """Open (or create) the data directory, recover every partition, start retention."""
-        if config.storage_mode != "embedded":
+    async def open(
+        cls,
+        config: BrokerConfig,
+        *,
+        observer: BrokerObserver | None = None,
+        endpoints: Mapping[str, str] | None = None,
+    ) -> Broker:
+        """Open (or create) the data directory, recover every partition, start retention.
+
+        ``storage.mode = "replicated"``: the data directory keeps the broker's own tables
+        only; topics come from the cluster's catalog and partitions from the claims this
+        broker wins (`weir.broker.cluster.broker_mode`). ``endpoints`` ({"native":
+        "host:port"}) are published with the broker, so that clients asking another
+        broker for a partition served here are told where to go."""
+        replicated = config.storage_mode == "replicated"
+        if config.storage_mode not in ("embedded", "replicated"):
             raise BadRequestError(
-                f"storage.mode = {config.storage_mode!r}: this server serves embedded storage "
-                "only so far; replicated partitions are not wired into the broker yet "
-                "(docs/cluster.md, 'Not done yet')"
+                f"storage.mode must be 'embedded' or 'replicated', not {config.storage_mode!r}"
             )
         store = await asyncio.to_thread(
             Store,
@@ -161,25 +176,40 @@ class Broker(
             min_disk_free=config.min_disk_free,
             observer=(observer or NULL_OBSERVER).on_commit,
             read_cache_bytes=config.read_cache_bytes,
-            tier_storage=tier_storage(config),
+            tier_storage=None if replicated else tier_storage(config),
             tier_cache_bytes=config.tier_cache_bytes,
             tier_payload_grace_ms=int(config.tier_payload_grace_s * 1000),
         )
+        broker: Broker | None = None
         try:
             raw = store.kv.get(SERVER, _EPOCH_KEY)
             generation = (_U64.unpack(raw)[0] if raw else 0) + 1
             store.committer.commit([put(SERVER, _EPOCH_KEY, _U64.pack(generation))])
             broker = cls(config, store, generation, observer=observer)
-            await asyncio.to_thread(broker._load)
+            catalog = None
+            if replicated:
+                broker.cluster = ClusterMode(
+                    config,
+                    broker._actors,
+                    endpoints=endpoints,
+                    partition_config=broker._claimed_config,
+                )
+                catalog = await broker.cluster.connect()
+            await asyncio.to_thread(broker._load, catalog)
             # a transaction open at the last stop ends now, before anyone reads
             await broker.transactions.recover((t, p, a) for (t, p), a in broker._actors.items())
+            if broker.cluster is not None:
+                await broker.cluster.start(broker._catalog_changed)
         except BaseException:
+            if broker is not None and broker.cluster is not None:
+                await broker.cluster.stop()
             store.close()
             raise
         loop = asyncio.get_running_loop()
         broker._retention_task = loop.create_task(broker._retention_loop())
-        broker._compaction_task = loop.create_task(broker._compaction_loop())
-        broker._tier_task = loop.create_task(broker._tier_loop())
+        if not replicated:  # replicated logs have neither compaction nor a tier yet
+            broker._compaction_task = loop.create_task(broker._compaction_loop())
+            broker._tier_task = loop.create_task(broker._tier_loop())
         log.info(
             "broker open",
             extra={
@@ -191,10 +221,15 @@ class Broker(
         )
         return broker
 
-    def _load(self) -> None:
-        stored = [
-            TopicConfig.from_json(v) for k, v in self.store.kv.scan(TOPICS) if k != NEXT_ID_KEY
-        ]
+    def _load(self, catalog: Mapping[str, TopicConfig] | None = None) -> None:
+        """Recover the broker's state; ``catalog``: the cluster's topics (replicated mode:
+        their persistent partitions are opened when this broker claims them)."""
+        if catalog is None:
+            stored = [
+                TopicConfig.from_json(v) for k, v in self.store.kv.scan(TOPICS) if k != NEXT_ID_KEY
+            ]
+        else:
+            stored = list(catalog.values())
         # public/default, and the namespace of every topic stored before namespaces existed
         adopted = self.tenancy.adopt(sorted({c.name.rsplit("/", 1)[0] for c in stored}))
         if adopted:
@@ -202,6 +237,8 @@ class Broker(
         for cfg in stored:
             cfg = self.resolved(cfg)
             self._remember(cfg)
+            if catalog is not None and cfg.kind == PERSISTENT:
+                continue  # opened when claimed (ClusterMode)
             for p in range(cfg.partitions):
                 self._open_partition(cfg, p)
         self.access = ProducerAccess(stored_epochs(self.store.kv))
@@ -218,6 +255,34 @@ class Broker(
         if legacy:
             self.store.committer.commit(legacy)
             log.info("dropped %d stored producer pins: pins follow producer state", len(legacy))
+
+    def _claimed_config(self, topic: str, partition: int) -> PartitionConfig | None:
+        """Replicated mode: the config a partition this broker claims opens with."""
+        cfg = self._topics.get(topic)
+        return None if cfg is None else self._partition_config(cfg)
+
+    async def _catalog_changed(self, catalog: dict[str, TopicConfig]) -> None:
+        """Replicated mode: topics another broker created or changed (dropped ones stay
+        known here until this broker restarts: dropping is not wired yet)."""
+        if self._closed:
+            return
+        async with self._lock:
+            new = [c for name, c in catalog.items() if self._topics.get(name) != c]
+            adopted = self.tenancy.adopt(sorted({c.name.rsplit("/", 1)[0] for c in new}))
+            if adopted:
+                await self._commit(adopted)
+            for cfg in new:
+                before = self._topics.get(cfg.name)
+                cfg = self.resolved(cfg)
+                if before == cfg:
+                    continue
+                self._apply_topic_config(cfg)  # and to the partitions served here
+                if before is None:
+                    if cfg.kind != PERSISTENT:
+                        for p in range(cfg.partitions):
+                            self._open_partition(cfg, p)
+                elif cfg.partitions > before.partitions:
+                    self._grown(before, cfg)  # another broker added partitions
 
     def _tier_names(self, log_id: int) -> tuple[str, int]:
         """(topic, partition) of a storage log id, for the rows of offloaded segments."""
@@ -243,6 +308,8 @@ class Broker(
         for group in self._groups.values():
             group.close()
         await self.subscriptions.close()
+        if self.cluster is not None:  # gives the partitions back (their actors close)
+            await self.cluster.stop()
         await asyncio.gather(*(a.close() for a in self._actors.values()))
         for live in self._live.values():
             live.close(UnavailableError("server is shutting down"))

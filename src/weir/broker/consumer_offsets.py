@@ -159,7 +159,11 @@ class ConsumerOffsets(TopicAdmin, Retention):
         self.consumer(topic, consumer)
         out = []
         for p in range(cfg.partitions):
-            a = self.actor(cfg.name, p)
+            a = self._actors.get((cfg.name, p))
+            if a is None:
+                if self.cluster is not None:
+                    continue  # served by another broker (described there)
+                a = self.actor(cfg.name, p)
             committed = self.offsets.get(cfg.topic_id, p, consumer)
             out.append(
                 ConsumerPartitionInfo(

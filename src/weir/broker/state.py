@@ -41,6 +41,7 @@ from weir.storage.store import Store
 
 if TYPE_CHECKING:
     from weir.broker.backlog_quota import BacklogQuota
+    from weir.broker.cluster.broker_mode import ClusterMode
 
 
 def now_ms() -> int:
@@ -81,6 +82,9 @@ class BrokerState:
     live_subscriptions: LiveSubscriptions
     _closed: bool
     _lock: asyncio.Lock  # serializes registry changes
+    # storage.mode = "replicated": the cluster side (topics from ZooKeeper, partitions
+    # owned through it); None in embedded mode
+    cluster: ClusterMode | None
 
     @property
     def closed(self) -> bool:
@@ -116,7 +120,16 @@ class BrokerState:
                 "read by offset or consumer position; read it with a reader or a subscription "
                 "connected while it is written"
             )
-        return self._actors[(cfg.name, partition)]
+        actor = self._actors.get((cfg.name, partition))
+        if actor is None:  # replicated mode: served by another broker, or moving
+            return self._not_served(cfg.name, partition)
+        return actor
+
+    def _not_served(self, topic: str, partition: int) -> PartitionActor:
+        if self.cluster is None:
+            raise UnavailableError(f"partition {short_topic(topic)}/{partition} is not open")
+        self.cluster.actor_now(topic, partition)  # raises, naming the owner
+        raise UnavailableError(f"partition {short_topic(topic)}/{partition} is moving")
 
     def live_partition(self, topic: str, partition: int) -> LivePartition:
         """A partition of a non-persistent topic."""
@@ -129,4 +142,6 @@ class BrokerState:
     def _producer_tables(self, cfg: TopicConfig) -> ProducerTables:
         if cfg.kind != PERSISTENT:
             return [{} for _ in range(cfg.partitions)]  # no producer state is kept
-        return [self._actors[(cfg.name, p)].log.producers for p in range(cfg.partitions)]
+        # replicated mode: the partitions served here (the others' owners pin their producers)
+        actors = (self._actors.get((cfg.name, p)) for p in range(cfg.partitions))
+        return [{} if a is None else a.log.producers for a in actors]

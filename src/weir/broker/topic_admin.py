@@ -37,6 +37,7 @@ from weir.errors import (
     UnknownConsumerError,
     UnknownTopicError,
 )
+from weir.replication.partition_log.lacks import refuse
 from weir.storage.codecs import codec_id
 from weir.storage.kv import Op, delete, put
 from weir.storage.partition import PartitionConfig
@@ -167,8 +168,11 @@ class TopicAdmin(TenancyFacade):
             if cname in self._topics:
                 raise AlreadyExistsError(f"topic {short_topic(cname)!r} already exists")
             inherited = self.namespace_policies(self.tenancy.namespace(full.namespace_path).path)
-            raw = self.store.kv.get(TOPICS, NEXT_ID_KEY)
-            topic_id = _U32.unpack(raw)[0] if raw else 1
+            if self.cluster is not None:
+                topic_id = 0  # the catalog hands out cluster-wide ids
+            else:
+                raw = self.store.kv.get(TOPICS, NEXT_ID_KEY)
+                topic_id = _U32.unpack(raw)[0] if raw else 1
             now = _now_ms()
             cfg = TopicConfig(
                 name=cname,
@@ -188,15 +192,22 @@ class TopicAdmin(TenancyFacade):
                 kind=kind,
             )
             cfg = self.resolved(cfg)
-            await self._commit(
-                [
-                    put(TOPICS, topic_key(cname), cfg.to_json()),
-                    put(TOPICS, NEXT_ID_KEY, _U32.pack(topic_id + 1)),
-                ]
-            )
-            self._remember(cfg)
-            for p in range(cfg.partitions):
-                self._open_partition(cfg, p)
+            if self.cluster is not None:  # every broker sees it; partitions open when claimed
+                cfg = self.resolved(await self.cluster.catalog.create(cfg))
+                self._apply_topic_config(cfg)  # to a partition claimed meanwhile too
+                if cfg.kind != PERSISTENT:
+                    for p in range(cfg.partitions):
+                        self._open_partition(cfg, p)
+            else:
+                await self._commit(
+                    [
+                        put(TOPICS, topic_key(cname), cfg.to_json()),
+                        put(TOPICS, NEXT_ID_KEY, _U32.pack(topic_id + 1)),
+                    ]
+                )
+                self._remember(cfg)
+                for p in range(cfg.partitions):
+                    self._open_partition(cfg, p)
         log.info("topic created", extra={"topic": short_topic(cname), "partitions": cfg.partitions})
         return cfg
 
@@ -223,65 +234,69 @@ class TopicAdmin(TenancyFacade):
         self._check_open()
         async with self._lock:
             cfg = self.topic(name, database)
-            changes: dict[str, Any] = {}
-            own = dict(policies or {})
-            for key, value in (
-                ("retention_ms", retention_ms),
-                ("retention_bytes", retention_bytes),
-            ):
-                if value is not UNSET:
-                    own[key] = value
-            own_policies = cfg.policies.updated(own, tuple(inherit), topic=True)
-            if own_policies != cfg.policies:
-                changes["policies"] = own_policies
-            if partitions is not None:
-                if partitions < cfg.partitions:
-                    raise BadRequestError(
-                        f"topic {short_topic(cfg.name)!r} has {cfg.partitions} partitions; "
-                        "partitions can be added, never removed"
-                    )
-                changes["partitions"] = partitions
-            for attr, value in (
-                ("max_partition_bytes", max_partition_bytes),
-                ("max_partition_messages", max_partition_messages),
-            ):
-                if value is not UNSET:
-                    changes[attr] = value
-            if codecs is not None:
-                changes["codecs"] = tuple(codec_id(c) for c in codecs)
-            if scaling is not None:
-                changes["scaling"] = scaling
-            consumers = dict(cfg.consumers)
-            now = _now_ms()
-            for c in add_consumers:
-                check_consumer_name(c.name)
-                consumers[c.name] = dataclasses.replace(c, created_at_ms=c.created_at_ms or now)
-            dropped = []
-            for cname in drop_consumers:
-                if cname not in consumers:
-                    raise UnknownConsumerError(
-                        f"consumer {cname!r} is not registered on {short_topic(cfg.name)!r}"
-                    )
-                del consumers[cname]
-                dropped.append(cname)
-            changes["consumers"] = consumers
-            new = self.resolved(dataclasses.replace(cfg, **changes))
-            ops: list[Op] = [put(TOPICS, topic_key(new.name), new.to_json())]
+
+            def plan(cfg: TopicConfig) -> tuple[TopicConfig, dict[str, Any], list[str]]:
+                """The altered config of ``cfg``, the changed fields, consumers dropped."""
+                changes: dict[str, Any] = {}
+                own = dict(policies or {})
+                for key, value in (
+                    ("retention_ms", retention_ms),
+                    ("retention_bytes", retention_bytes),
+                ):
+                    if value is not UNSET:
+                        own[key] = value
+                own_policies = cfg.policies.updated(own, tuple(inherit), topic=True)
+                if own_policies != cfg.policies:
+                    changes["policies"] = own_policies
+                if partitions is not None:
+                    if partitions < cfg.partitions:
+                        raise BadRequestError(
+                            f"topic {short_topic(cfg.name)!r} has {cfg.partitions} partitions; "
+                            "partitions can be added, never removed"
+                        )
+                    changes["partitions"] = partitions
+                for attr, value in (
+                    ("max_partition_bytes", max_partition_bytes),
+                    ("max_partition_messages", max_partition_messages),
+                ):
+                    if value is not UNSET:
+                        changes[attr] = value
+                if codecs is not None:
+                    changes["codecs"] = tuple(codec_id(c) for c in codecs)
+                if scaling is not None:
+                    changes["scaling"] = scaling
+                consumers = dict(cfg.consumers)
+                now = _now_ms()
+                for c in add_consumers:
+                    check_consumer_name(c.name)
+                    consumers[c.name] = dataclasses.replace(c, created_at_ms=c.created_at_ms or now)
+                dropped = []
+                for cname in drop_consumers:
+                    if cname not in consumers:
+                        raise UnknownConsumerError(
+                            f"consumer {cname!r} is not registered on {short_topic(cfg.name)!r}"
+                        )
+                    del consumers[cname]
+                    dropped.append(cname)
+                changes["consumers"] = consumers
+                return self.resolved(dataclasses.replace(cfg, **changes)), changes, dropped
+
+            new, changes, dropped = plan(cfg)
+            if self.cluster is not None:  # the change applies to the catalog's latest record
+                stored, _ = await self.cluster.catalog.update(
+                    cfg.name, lambda latest: plan(self.resolved(latest))[0]
+                )
+                new = self.resolved(stored)
+            ops: list[Op] = []
+            if self.cluster is None:
+                ops.append(put(TOPICS, topic_key(new.name), new.to_json()))
             for cname in dropped:
                 ops.extend(self.offsets.drop_ops(cfg.topic_id, cname))
             await self._commit(ops)
             for cname in dropped:
                 self.offsets.forget(cfg.topic_id, cname)
             self._apply_topic_config(new)
-            for p in range(cfg.partitions, new.partitions):
-                self._open_partition(new, p)
-            for sub in self.live_subscriptions.of_topic(new.name):
-                sub.partitions = new.partitions
-            if new.partitions != cfg.partitions:
-                self.subscriptions.on_partitions(new)
-                for (tname, _), group in self._groups.items():
-                    if tname == new.name:
-                        group.set_partitions(new.partitions)
+            self._grown(cfg, new)
         changed = sorted(k for k in changes if k != "consumers" or new.consumers != cfg.consumers)
         log.info(
             "topic altered", extra={"topic": short_topic(new.name), "changed": ",".join(changed)}
@@ -316,6 +331,20 @@ class TopicAdmin(TenancyFacade):
                 ends.append(actor.end_offset)
             return ends
 
+    def _grown(self, old: TopicConfig, new: TopicConfig) -> None:
+        """The partitions ``new`` adds to ``old`` opened (replicated mode: persistent ones
+        open when claimed), and every reader of the topic told."""
+        if self.cluster is None or new.kind != PERSISTENT:
+            for p in range(old.partitions, new.partitions):
+                self._open_partition(new, p)
+        for sub in self.live_subscriptions.of_topic(new.name):
+            sub.partitions = new.partitions
+        if new.partitions != old.partitions:
+            self.subscriptions.on_partitions(new)
+            for (tname, _), group in self._groups.items():
+                if tname == new.name:
+                    group.set_partitions(new.partitions)
+
     def _remember(self, cfg: TopicConfig) -> None:
         """Make ``cfg`` (resolved) the live config of its topic; its backlog quota with it,
         so that a write checks it with one lookup."""
@@ -335,8 +364,13 @@ class TopicAdmin(TenancyFacade):
             if actor is not None:
                 actor.log.config = pcfg
 
+    def _embedded_admin(self, what: str) -> None:
+        if self.cluster is not None:
+            refuse(what)
+
     async def drop_topic(self, name: str, database: str = "") -> None:
         self._check_open()
+        self._embedded_admin("dropping a topic")
         async with self._lock:
             cfg = self.topic(name, database)
             job = self._compactions.pop(cfg.name, None)
@@ -377,6 +411,7 @@ class TopicAdmin(TenancyFacade):
         log.info("topic dropped", extra={"topic": short_topic(cfg.name)})
 
     def partitions(self, topic: str, database: str = "") -> list[PartitionInfo]:
+        """The topic's partitions (replicated mode: those this broker serves now)."""
         cfg = self.topic(topic, database)
         out = []
         for p in range(cfg.partitions):
@@ -396,8 +431,10 @@ class TopicAdmin(TenancyFacade):
                     )
                 )
                 continue
-            a = self._actors[(cfg.name, p)]
-            blobs = a.log.blobs
+            a = self._actors.get((cfg.name, p))
+            if a is None:  # replicated mode: served by another broker (listed there)
+                continue
+            blobs = a.log.blobs if self.cluster is None else []
             out.append(
                 PartitionInfo(
                     p,

@@ -9,6 +9,8 @@ nothing), a lost session abandons it (the next owner recovers and fences).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from weir.errors import UnavailableError
 from weir.replication.ledger import LedgerClient
 from weir.replication.partition_log import ReplicatedPartitionLog, ReplicationConfig
@@ -22,8 +24,12 @@ class ReplicatedLogHost:
         broker_id: str,
         replication: ReplicationConfig | None = None,
         config: PartitionConfig | None = None,
+        config_of: Callable[[str], PartitionConfig | None] | None = None,
     ) -> None:
+        """``config``: the partitions' config; ``config_of(key)``: a partition's own (its
+        topic's retention, limits, dedup), ``config`` when it answers None."""
         self.client = client
+        self.config_of = config_of
         self.broker_id = broker_id
         self.replication = replication or ReplicationConfig()
         self.config = config
@@ -31,10 +37,11 @@ class ReplicatedLogHost:
         self.generations: dict[str, int] = {}
 
     async def acquire(self, key: str, generation: int) -> None:
+        own = self.config_of(key) if self.config_of is not None else None
         plog = await ReplicatedPartitionLog.open(
             self.client,
             key,
-            self.config,
+            own or self.config,
             self.replication,
             owner=f"{self.broker_id}@{generation}",
             claim=generation,

@@ -105,6 +105,7 @@ class Ownership:
         # the claims as of the last reconcile (partition -> owner): a synchronous answer to
         # "who serves it", possibly a reconcile old (`lookup` asks ZooKeeper)
         self.owners_seen: dict[str, Owner] = {}
+        self.brokers_seen: dict[str, dict[str, Any]] = {}  # live brokers -> their endpoints
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -321,6 +322,7 @@ class Ownership:
         assignments = await self.records.assignments()
         owners = await self.records.owners()
         self.owners_seen = owners
+        self.brokers_seen = await self.brokers()
         # claims we hold that are gone or newer than ours: someone else owns it now
         for key, gen in list(self.owned.items()):
             o = owners.get(key)

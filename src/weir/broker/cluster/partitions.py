@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 from weir.broker.cluster.claims import partition_key, split_key
 from weir.broker.cluster.log_host import ReplicatedLogHost
@@ -111,10 +112,8 @@ class ClusterPartitions:
             raise UnavailableError(
                 f"partition {key} has no owner now (it is moving): retry shortly"
             )
-        raise UnavailableError(
-            f"partition {key} is owned by broker {seen.broker} (generation "
-            f"{seen.generation}), not by {me}"
-        )
+        endpoints = self.ownership.brokers_seen.get(seen.broker, {}) if self.ownership else {}
+        raise UnavailableError(_owned_by(key, seen.broker, endpoints, seen.generation, me))
 
     async def _not_here(self, key: str) -> str:
         own = self.ownership
@@ -125,8 +124,13 @@ class ClusterPartitions:
         if got is None or got[0] == me:
             return f"partition {key} has no owner now (it is moving): retry shortly"
         broker, endpoints, generation = got
-        where = ", ".join(f"{k} {v}" for k, v in sorted(endpoints.items()))
-        return (
-            f"partition {key} is owned by broker {broker} (generation {generation}"
-            f"{'; ' + where if where else ''}), not by {me}"
-        )
+        return _owned_by(key, broker, endpoints, generation, me)
+
+
+def _owned_by(key: str, broker: str, endpoints: dict[str, Any], generation: int, me: str) -> str:
+    """The not-owner message: the owner, its generation and where to reach it."""
+    where = ", ".join(f"{k} {v}" for k, v in sorted(endpoints.items()))
+    return (
+        f"partition {key} is owned by broker {broker} (generation {generation}"
+        f"{'; ' + where if where else ''}), not by {me}"
+    )

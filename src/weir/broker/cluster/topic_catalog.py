@@ -5,6 +5,8 @@ Under ``{root}/cluster``:
 - ``topics/{name}`` (the name quoted): persistent, the topic's `TopicConfig` as
   JSON (partition count, retention, limits, consumers, policies). The node's
   ZooKeeper version is the record's version.
+- ``topics`` itself: its data changes with every change of a record (brokers watch
+  its children for topics created or deleted and its data for topics changed).
 - ``topic-ids``: the last topic id handed out (ids are cluster-wide: a partition's
   managed log and its claims are named after the topic).
 
@@ -122,16 +124,20 @@ class TopicCatalog:
                 raise BadRequestError(
                     f"topic {name!r} has {old.partitions} partitions; partitions are only added"
                 )
-            try:
-                stat = await asyncio.to_thread(
-                    self.zk.set, _node(self.root, name), new.to_json(), version=version
-                )
-            except BadVersionError:
+            # the record and the parent's data change together: brokers watch the parent
+            tx = self.zk.transaction()
+            tx.set_data(_node(self.root, name), new.to_json(), version=version)
+            tx.set_data(topics_path(self.root), f"{name} {version + 1}".encode())
+            results = await asyncio.to_thread(tx.commit)
+            if isinstance(results[0], BadVersionError):
                 continue
-            except NoNodeError:
-                raise UnknownTopicError(f"topic {name!r} does not exist in the cluster") from None
+            if isinstance(results[0], NoNodeError):
+                raise UnknownTopicError(f"topic {name!r} does not exist in the cluster")
+            failed = [r for r in results if isinstance(r, Exception)]
+            if failed:
+                raise next((r for r in failed if not isinstance(r, RolledBackError)), failed[0])
             await self._record_partitions(new, old.partitions)
-            return new, int(stat.version)
+            return new, version + 1
 
     async def delete(self, name: str) -> None:
         """Forget the topic and its partitions' placement records."""

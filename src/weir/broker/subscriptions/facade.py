@@ -38,6 +38,7 @@ class SubscriptionFacade(TopicAdmin, Writes):
         self._check_open()
         cfg = self.topic(topic)
         self._durable_only(cfg)
+        self._embedded_admin("a durable subscription")
         sub = await self.subscriptions.create(
             cfg,
             name,
@@ -190,7 +191,9 @@ class SubscriptionFacade(TopicAdmin, Writes):
         if ack_timeout_ms < 0:
             raise BadRequestError(f"ack timeout must be >= 0 ms, got {ack_timeout_ms}")
         cfg = self.topic(topic)
-        if cfg.kind != PERSISTENT:
+        if cfg.kind == PERSISTENT:
+            self._embedded_admin("a durable subscription")  # its reads are synchronous
+        else:
             if hash_ranges is not None:
                 raise BadRequestError(
                     f"topic {short_topic(cfg.name)!r} is non-persistent: sticky hash ranges "

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from weir.errors import BadRequestError, CorruptDataError, PartitionOverflowError, WeirError
 from weir.replication.ledger.client import LedgerClient
 from weir.replication.managed_log import LogEntry, ManagedLog, ManagedLogConfig, Position
+from weir.replication.partition_log.lacks import EmbeddedOnly
 from weir.replication.partition_log.records import DATA, encode_data, encode_state
 from weir.replication.partition_log.stamping import stamp_batches
 from weir.replication.partition_log.state import PartitionState
@@ -75,7 +76,7 @@ class ReplicatedChange:
         return self.first_offset + self.count
 
 
-class ReplicatedPartitionLog:
+class ReplicatedPartitionLog(EmbeddedOnly):
     """Open with `ReplicatedPartitionLog.open`; see the module docstring."""
 
     def __init__(

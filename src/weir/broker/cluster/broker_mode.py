@@ -1,0 +1,179 @@
+"""`ClusterMode`: what a `Broker` in ``storage.mode = "replicated"`` runs besides its local store.
+
+The broker keeps its LMDB store for the tables that are its own (namespaces,
+consumer offsets, subscriptions, producer ids, schemas); its topics come from the
+cluster's `TopicCatalog` in ZooKeeper and its partitions from `Ownership`: when
+this broker claims a partition, `ClusterPartitions` opens its replicated log under
+the claim and builds its actor, and `ClusterMode` puts that actor into the
+broker's actor table (the dict every broker path looks partitions up in); when it
+loses or gives back the claim the actor leaves the table first, so a write that
+arrives after that finds no actor and gets the retryable `UnavailableError`
+naming the owner (`actor_now`). A watch on the catalog tells the broker of topics
+other brokers create or change (``on_topics``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping
+from typing import Any
+
+from kazoo.recipe.watchers import ChildrenWatch, DataWatch
+
+from weir.broker.cluster.claims import split_key
+from weir.broker.cluster.log_host import ReplicatedLogHost
+from weir.broker.cluster.ownership import Ownership, OwnershipConfig
+from weir.broker.cluster.partitions import ActorLimits, ClusterPartitions, ReplicatedActor
+from weir.broker.cluster.topic_catalog import TopicCatalog, topics_path
+from weir.broker.config import BrokerConfig
+from weir.broker.partition_actor import PartitionActor
+from weir.broker.topics import TopicConfig
+from weir.errors import UnavailableError
+from weir.replication.ledger import LedgerClient
+from weir.replication.managed_log import ManagedLogConfig
+from weir.replication.partition_log import ReplicationConfig
+from weir.storage.partition import PartitionConfig
+
+log = logging.getLogger("weir.cluster")
+
+ActorTable = MutableMapping[tuple[str, int], PartitionActor[Any]]
+
+
+class _BrokerHost:
+    """`ClusterPartitions` whose actors also live in the broker's actor table."""
+
+    def __init__(self, parts: ClusterPartitions, actors: ActorTable) -> None:
+        self.parts = parts
+        self.actors = actors
+
+    async def acquire(self, key: str, generation: int) -> None:
+        await self.parts.acquire(key, generation)
+        self.actors[split_key(key)] = self.parts.actors[key]
+
+    async def release(self, key: str, *, graceful: bool) -> None:
+        self.actors.pop(split_key(key), None)  # no new request reaches it from now on
+        await self.parts.release(key, graceful=graceful)
+
+
+class ClusterMode:
+    """The ledger client, topic catalog, partitions and ownership of a replicated broker."""
+
+    def __init__(
+        self,
+        config: BrokerConfig,
+        actors: ActorTable,
+        *,
+        endpoints: Mapping[str, str] | None = None,
+        ownership: OwnershipConfig | None = None,
+        partition_config: Callable[[str, int], PartitionConfig | None] | None = None,
+    ) -> None:
+        """``partition_config(topic, partition)``: the config a claimed partition opens
+        with (its topic's retention, limits, dedup; None: the defaults)."""
+        self.config = config
+        self.broker_id = config.cluster_broker_id or (endpoints or {}).get("native", "")
+        if not self.broker_id:
+            raise ValueError("a replicated broker needs cluster.broker_id or a listen address")
+        self.client = LedgerClient(
+            config.cluster_zookeeper,
+            root=config.cluster_root,
+            zk_timeout=config.cluster_session_timeout_s,
+        )
+        self.catalog = TopicCatalog(self.client.zk, config.cluster_root)
+        replication = ReplicationConfig(
+            ManagedLogConfig(
+                ensemble_size=config.cluster_ensemble_size,
+                write_quorum=config.cluster_write_quorum,
+                ack_quorum=config.cluster_ack_quorum,
+            )
+        )
+        self.partitions = ClusterPartitions(
+            ReplicatedLogHost(
+                self.client,
+                self.broker_id,
+                replication,
+                config_of=None
+                if partition_config is None
+                else lambda key: partition_config(*split_key(key)),
+            ),
+            ActorLimits(config.max_partition_queue_bytes, config.max_commit_bytes),
+        )
+        self.ownership = Ownership(
+            config.cluster_zookeeper,
+            config.cluster_root,
+            self.broker_id,
+            _BrokerHost(self.partitions, actors),
+            endpoints=endpoints,
+            config=ownership or OwnershipConfig(session_timeout=config.cluster_session_timeout_s),
+        )
+        self.partitions.attach(self.ownership)
+        self._on_topics: Callable[[dict[str, TopicConfig]], Awaitable[None]] | None = None
+        self._refresh: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopped = False
+
+    async def connect(self) -> dict[str, TopicConfig]:
+        """Connect to ZooKeeper, lay out the cluster's nodes; the topics of the cluster."""
+        self._loop = asyncio.get_running_loop()
+        zk = self.config.cluster_zookeeper
+        try:
+            await self.client.start(timeout=max(self.config.cluster_session_timeout_s, 1.0))
+        except Exception as exc:  # kazoo's timeout: no server answered
+            await self.client.close()
+            raise UnavailableError(
+                f"cannot reach the cluster's ZooKeeper at {zk} (cluster.zookeeper): {exc!r}"
+            ) from None
+        await self.catalog.ensure_layout()
+        return await self.catalog.topics()
+
+    async def start(self, on_topics: Callable[[dict[str, TopicConfig]], Awaitable[None]]) -> None:
+        """Follow the catalog (``on_topics`` hears every topic after a change) and start
+        claiming partitions."""
+        self._on_topics = on_topics
+        path = topics_path(self.config.cluster_root)
+        ChildrenWatch(self.client.zk, path, self._topics_changed)  # created, deleted
+        DataWatch(self.client.zk, path, self._topics_changed)  # changed (TopicCatalog.update)
+        await self.ownership.start()
+
+    def _topics_changed(self, *_: object) -> bool | None:
+        loop = self._loop
+        if self._stopped or loop is None or loop.is_closed():
+            return False  # stop watching
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+            loop.call_soon_threadsafe(self._schedule_refresh)
+        return None
+
+    def _schedule_refresh(self) -> None:
+        if self._stopped or (self._refresh is not None and not self._refresh.done()):
+            return
+        self._refresh = asyncio.get_running_loop().create_task(self.refresh())
+
+    async def refresh(self) -> None:
+        """Read the catalog again and hand it to the broker."""
+        try:
+            topics = await self.catalog.topics()
+        except Exception:  # the watch fires again on the next change, and on reconnect
+            log.warning("cannot read the topic catalog", exc_info=True)
+            return
+        if self._on_topics is not None and not self._stopped:
+            await self._on_topics(topics)
+
+    def actor_now(self, topic: str, partition: int) -> ReplicatedActor:
+        """The actor if this broker serves the partition; else UnavailableError naming the
+        owner (retryable: the client goes there or tries again)."""
+        return self.partitions.actor_now(topic, partition)
+
+    async def stop(self) -> None:
+        """Give every partition back gracefully, leave the cluster, close the client."""
+        if self._stopped:
+            return
+        self._stopped = True
+        if self._refresh is not None:
+            self._refresh.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._refresh
+        try:
+            await self.ownership.stop()
+        finally:
+            await self.client.close()

@@ -1,0 +1,322 @@
+"""`weir serve` in storage.mode = "replicated": two broker processes of one cluster (real
+ZooKeeper, three real bookies), the native SDK. A topic created on one broker is seen by
+both; the broker that claimed its partition takes writes and serves them back; the other
+answers with the retryable not-owner error naming the owner; what a replicated partition
+lacks is refused per request with a clear error."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import urllib.request
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+from kazoo.client import KazooClient
+
+import weir.aio
+from tests.conftest import ServerProcess
+from weir.broker.cluster import Assignment, ClusterRecords, partition_key
+from weir.errors import (
+    BadRequestError,
+    DeliveryTimeoutError,
+    PartitionOverflowError,
+    UnavailableError,
+    UnknownTopicError,
+    WeirError,
+)
+from weir.replication.local_cluster import BookieProcess
+from weir.replication.zkserver import ZooKeeperServer
+
+TOPIC = "public/default/replicated"
+
+
+@pytest.fixture(scope="module")
+def brokers(
+    zookeeper: ZooKeeperServer,
+    shared_root: str,
+    shared_bookies: list[BookieProcess],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[dict[str, ServerProcess]]:
+    out: dict[str, ServerProcess] = {}
+    try:
+        for name in ("a", "b"):
+            srv = ServerProcess(
+                tmp_path_factory.mktemp(f"broker-{name}"),
+                env={
+                    "WEIR_STORAGE_MODE": "replicated",
+                    "WEIR_CLUSTER_ZOOKEEPER": zookeeper.hosts,
+                    "WEIR_CLUSTER_ROOT": shared_root,
+                    "WEIR_CLUSTER_BROKER_ID": name,
+                    "WEIR_CLUSTER_SESSION_TIMEOUT_S": "4",
+                },
+            )
+            out[name] = srv
+            srv.start()
+        yield out
+    finally:
+        for srv in out.values():
+            srv.stop()
+
+
+class Claims:
+    """The cluster's claims, read (and an unload written) with a ZooKeeper client of the
+    test's own, as an operator's tool would."""
+
+    def __init__(self, zookeeper: ZooKeeperServer, root: str) -> None:
+        self.zk = KazooClient(hosts=zookeeper.hosts, timeout=10)
+        self.records = ClusterRecords(self.zk, root)
+
+    async def owner(self, key: str, other_than: str = "", timeout: float = 60) -> str:
+        """The broker holding the claim on ``key`` (not ``other_than``), polled to a deadline."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            got = await self.records.owner(key)
+            if got is not None and got[0].broker != other_than:
+                return got[0].broker
+            await asyncio.sleep(0.1)
+        raise AssertionError(f"nobody (else) claimed {key} in {timeout} s")
+
+    async def unload(self, key: str, to: str) -> None:
+        """Assign ``key`` to broker ``to`` (pinned), as `Ownership.unload` does."""
+        while True:
+            got = await self.records.assignment(key)
+            assert got is not None
+            a, version = got
+            new = Assignment(to, None, a.generation, pinned=True)
+            if await self.records.set_assignment(key, new, version):
+                await self.records.bump_epoch()
+                return
+
+
+@pytest.fixture
+async def claims(zookeeper: ZooKeeperServer, shared_root: str) -> AsyncIterator[Claims]:
+    c = Claims(zookeeper, shared_root)
+    await asyncio.to_thread(c.zk.start, 30)
+    try:
+        yield c
+    finally:
+        await asyncio.to_thread(c.zk.stop)
+        await asyncio.to_thread(c.zk.close)
+
+
+async def write_n(endpoint: str, topic: str, first: int, n: int) -> None:
+    async with (
+        weir.aio.Client(endpoint) as client,
+        client.writer(topic, producer_id="w", partition=0) as writer,
+    ):
+        for i in range(first, first + n):
+            await writer.write(b"m%d" % i)
+        await writer.flush(timeout=60)
+
+
+async def read_n(
+    endpoint: str, n: int, topic: str = TOPIC, timeout: float = 60
+) -> list[tuple[int, bytes]]:
+    out: list[tuple[int, bytes]] = []
+    async with weir.aio.Client(endpoint) as client:
+        reader = client.reader(topic)
+        try:
+            deadline = time.monotonic() + timeout
+            while len(out) < n and time.monotonic() < deadline:
+                msg = await reader.receive_message(timeout=1.0)
+                if msg is not None:
+                    out.append((msg.offset, msg.data))
+        finally:
+            await reader.close()
+    return out
+
+
+async def test_the_owner_serves_the_topic_and_the_other_broker_names_it(
+    brokers: dict[str, ServerProcess], claims: Claims
+) -> None:
+    async with weir.aio.Client(brokers["a"].endpoint) as admin:
+        await admin.create_topic(TOPIC, partitions=1)
+    owner = await claims.owner(partition_key(TOPIC, 0))
+    other = "b" if owner == "a" else "a"
+
+    await write_n(brokers[owner].endpoint, TOPIC, 0, 20)
+    got = await read_n(brokers[owner].endpoint, 20)
+    assert got == [(i, b"m%d" % i) for i in range(20)]
+
+    # the other broker knows the topic (from the catalog; its watch may still be on its
+    # way) and lists no partition of it: it serves none
+    async with weir.aio.Client(brokers[other].endpoint) as client:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                info = await client.describe_topic(TOPIC, timeout=2)
+                break
+            except UnknownTopicError:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.1)
+        assert info.partitions == 1
+        assert [p.partition for p in info.partition_info] == []
+        # a write there is refused with the retryable error naming the owner: the writer
+        # retries it until its delivery timeout
+        writer = client.writer(TOPIC, producer_id="x", partition=0, delivery_timeout=2)
+        fut = await writer.write_future(b"elsewhere")
+        with pytest.raises(DeliveryTimeoutError, match=f"owned by broker {owner} "):
+            await fut
+        assert isinstance(writer.last_error, UnavailableError)
+        assert f"owned by broker {owner} " in writer.last_error.message
+        assert f"native {brokers[owner].endpoint}" in writer.last_error.message  # where to go
+        with contextlib.suppress(WeirError):
+            await writer.close(timeout=1)
+        # and so is a read
+        reader = client.reader(TOPIC)
+        try:
+            deadline = time.monotonic() + 30
+            while reader.last_error is None and time.monotonic() < deadline:
+                assert await reader.receive_message(timeout=0.2) is None
+            assert isinstance(reader.last_error, UnavailableError)
+            assert f"owned by broker {owner} " in reader.last_error.message
+        finally:
+            await reader.close()
+
+    # nothing the other broker refused was written
+    assert await read_n(brokers[owner].endpoint, 20) == got
+
+
+async def test_what_a_replicated_partition_lacks_is_refused_per_request(
+    brokers: dict[str, ServerProcess], claims: Claims
+) -> None:
+    name = TOPIC + "-lacks"
+    async with weir.aio.Client(brokers["a"].endpoint) as admin:
+        await admin.create_topic(name, partitions=1)
+    owner = await claims.owner(partition_key(name, 0))
+    async with weir.aio.Client(brokers[owner].endpoint) as client:
+        with pytest.raises(BadRequestError, match=r"seeking by time .* replicated partition"):
+            await client.offsets_for_time(name, 0, timeout=10)
+        with pytest.raises(BadRequestError, match=r"dropping a topic .* replicated"):
+            await client.drop_topic(name, timeout=10)
+        with pytest.raises(BadRequestError, match=r"a durable subscription .* replicated"):
+            await client.create_subscription(name, "s", timeout=10)
+        consumer = client.subscribe(name, "s")
+        try:
+            with pytest.raises(BadRequestError, match=r"a durable subscription .* replicated"):
+                await consumer.wait_connected(timeout=10)
+        finally:
+            with contextlib.suppress(WeirError):
+                await consumer.close(timeout=1)
+        # and the broker still serves the topic
+        async with client.writer(name, producer_id="w", partition=0) as writer:
+            await writer.write(b"still here")
+            await writer.flush(timeout=60)
+
+
+async def test_a_moved_partition_leaves_the_old_owner_and_keeps_everything(
+    brokers: dict[str, ServerProcess], claims: Claims
+) -> None:
+    name = TOPIC + "-moved"
+    key = partition_key(name, 0)
+    async with weir.aio.Client(brokers["b"].endpoint) as admin:
+        await admin.create_topic(name, partitions=1)
+    first = await claims.owner(key)
+    second = "b" if first == "a" else "a"
+    await write_n(brokers[first].endpoint, name, 0, 10)
+
+    await claims.unload(key, to=second)
+    assert await claims.owner(key, other_than=first) == second
+    # the new owner continues the log where the old one left it
+    await write_n(brokers[second].endpoint, name, 10, 10)
+    assert await read_n(brokers[second].endpoint, 20, name) == [(i, b"m%d" % i) for i in range(20)]
+    # the old owner's actor left with its claim: it names the new owner
+    async with weir.aio.Client(brokers[first].endpoint) as client:
+        writer = client.writer(name, producer_id="w", partition=0, delivery_timeout=2)
+        fut = await writer.write_future(b"stale")
+        with pytest.raises(DeliveryTimeoutError, match=f"owned by broker {second} "):
+            await fut
+        with contextlib.suppress(WeirError):
+            await writer.close(timeout=1)
+    assert len(await read_n(brokers[second].endpoint, 21, name, timeout=3)) == 20
+
+
+async def test_a_claimed_partition_opens_with_its_topics_limits(
+    brokers: dict[str, ServerProcess], claims: Claims
+) -> None:
+    name = TOPIC + "-limits"
+    async with weir.aio.Client(brokers["a"].endpoint) as admin:
+        await admin.create_topic(name, partitions=1, max_partition_messages=3)
+    owner = await claims.owner(partition_key(name, 0))
+    await write_n(brokers[owner].endpoint, name, 0, 3)
+    async with weir.aio.Client(brokers[owner].endpoint) as client:
+        writer = client.writer(name, producer_id="w", partition=0, delivery_timeout=2)
+        fut = await writer.write_future(b"one too many")
+        with pytest.raises(DeliveryTimeoutError, match="3"):
+            await fut
+        assert isinstance(writer.last_error, PartitionOverflowError)
+        with contextlib.suppress(WeirError):
+            await writer.close(timeout=1)
+
+
+async def test_a_topic_altered_on_one_broker_changes_on_every_broker(
+    brokers: dict[str, ServerProcess], claims: Claims
+) -> None:
+    name = TOPIC + "-altered"
+    async with weir.aio.Client(brokers["a"].endpoint) as admin:
+        await admin.create_topic(name, partitions=1, consumers=["c"])
+    async with weir.aio.Client(brokers["b"].endpoint) as admin:
+        deadline = time.monotonic() + 30
+        while True:  # b's catalog watch may still be on its way
+            try:
+                altered = await admin.alter_topic(name, partitions=2, timeout=2)
+                break
+            except UnknownTopicError:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.1)
+    assert altered.partitions == 2
+    new_owner = await claims.owner(partition_key(name, 1))  # the new partition is placed
+    async with weir.aio.Client(brokers["a"].endpoint) as client:
+        deadline = time.monotonic() + 30
+        while (await client.describe_topic(name)).partitions != 2:
+            assert time.monotonic() < deadline, "broker a never saw the new partition"
+            await asyncio.sleep(0.1)
+    async with (
+        weir.aio.Client(brokers[new_owner].endpoint) as client,
+        client.writer(name, producer_id="w", partition=1) as writer,
+    ):
+        assert (await writer.write_with_result(b"on the new partition")).offset == 0
+    # each broker describes (and exports metrics of) the partitions it serves
+    for srv in brokers.values():
+        text = await asyncio.to_thread(get, srv.http_url + "/metrics")
+        assert b"weir_topics" in text
+
+
+def get(url: str) -> bytes:
+    with urllib.request.urlopen(url, timeout=30) as r:
+        return bytes(r.read())
+
+
+async def test_a_killed_owner_hands_its_partition_over_with_every_ack_and_dedup(
+    brokers: dict[str, ServerProcess], claims: Claims
+) -> None:
+    """kill -9 of the owning `weir serve`: the other broker claims the partition once the
+    session expires, fences the ledger, and serves every acknowledged message in order;
+    the producer's state moved too (its next seq_no follows the last acknowledged one)."""
+    name = TOPIC + "-killed"
+    key = partition_key(name, 0)
+    async with weir.aio.Client(brokers["a"].endpoint) as admin:
+        await admin.create_topic(name, partitions=1)
+    owner = await claims.owner(key)
+    other = "b" if owner == "a" else "a"
+    await write_n(brokers[owner].endpoint, name, 0, 10)
+    brokers[owner].kill()
+    try:
+        assert await claims.owner(key, other_than=owner) == other
+        async with (
+            weir.aio.Client(brokers[other].endpoint) as client,
+            client.writer(name, producer_id="w", partition=0) as writer,
+        ):
+            await writer.wait_init(timeout=60)
+            assert writer.last_seq_no == 10  # the dedup state survived the kill
+            for i in range(10, 15):
+                await writer.write(b"m%d" % i)
+            await writer.flush(timeout=60)
+        got = await read_n(brokers[other].endpoint, 15, name)
+        assert got == [(i, b"m%d" % i) for i in range(15)]
+    finally:
+        brokers[owner].start()  # the module's other tests may still want two brokers
