@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import ssl
 import time
 from typing import Any, TypeVar
 
@@ -250,12 +251,19 @@ class Connection:
         """A StreamWrite call (write / read / done_writing / cancel), on the native TCP
         port with ``transport="tcp"``."""
         if self.transport == "tcp":
-            if self.tls is not None and self._ssl_context is None:
-                self._ssl_context = self.tls.ssl_context()
+            if self.tls is not None:
+                self.tcp_ssl_context()
             host = self.tcp_endpoint.rpartition(":")[0].strip("[]")
             server_name = (self.tls.server_name or host) if self.tls is not None else None
             return TcpWriteCall(self.tcp_endpoint, self._ssl_context, server_name, self.tokens)
         return self._open(self._stream_write)
+
+    def tcp_ssl_context(self) -> ssl.SSLContext:
+        """The TLS context of the native TCP port's connections (made once; needs ``tls``)."""
+        assert self.tls is not None
+        if self._ssl_context is None:
+            self._ssl_context = self.tls.ssl_context()
+        return self._ssl_context  # type: ignore[no-any-return]
 
     def stream_read(self) -> Any:
         """A StreamRead call."""
@@ -310,10 +318,11 @@ class Connection:
                 self.ever_connected = True
                 return result
 
-    def got_through(self, call: Any) -> None:
-        """A stream opened on ``call`` was answered: later refusals are outages."""
+    def got_through(self, call: Any, tcp: bool = False) -> None:
+        """A stream opened on ``call`` (``tcp``: on the native TCP port) was answered:
+        later refusals are outages."""
         self.ever_connected = True
-        if isinstance(call, TcpWriteCall):
+        if tcp or isinstance(call, TcpWriteCall):
             self.tcp_ever_connected = True
 
     def explained(self, err: WeirError) -> WeirError:

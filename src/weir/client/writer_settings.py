@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from weir.access_mode import AccessMode
 from weir.client.delivery import DEFAULT_DELIVERY_TIMEOUT
@@ -85,3 +86,20 @@ class WriterSettings:
             raise BadRequestError(
                 f"delivery_timeout must be > 0 seconds or None, got {self.delivery_timeout!r}"
             )
+
+
+def writer_settings(
+    producer_id: str | None,
+    partition: int | None,
+    codec: str | Codec,
+    access_mode: str | AccessMode,
+    settings: dict[str, Any],
+) -> WriterSettings:
+    """`WriterSettings` from ``Client.writer``'s arguments (sync and asyncio alike)."""
+    return WriterSettings(
+        producer_id=producer_id,
+        partition=partition,
+        codec=Codec.parse(codec),
+        access_mode=AccessMode.parse(access_mode),
+        **settings,
+    )
