@@ -1,0 +1,174 @@
+"""The sync writer on the native TCP port that the caller's thread drives
+(`weir.client.direct_writer`): same results, order, dedup and errors as the loop's
+writer, with no task of its own in the client's loop; what the caller leaves behind
+(a message buffered behind one in flight, a future nobody waits on) still arrives;
+a full buffer, several threads and a silent server are handled.
+
+Restarts, authentication and TLS of this writer are in test_tcp_transport.py
+(``routing="pinned"`` there takes this writer)."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+import weir
+from tests.client.test_tcp_transport import client_of, read_all, tcp_env
+from tests.conftest import ServerProcess
+from weir.client.direct_writer import DirectWriterCore
+from weir.errors import BadRequestError, ClosedError, DeliveryTimeoutError, UnknownNamespaceError
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    srv = ServerProcess(tmp_path_factory.mktemp("direct-writer"), env=tcp_env())
+    srv.start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+def client(server: ServerProcess) -> Iterator[weir.Client]:
+    with client_of(server, "tcp") as c:
+        yield c
+
+
+def wait_for(cond: object, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():  # type: ignore[operator]
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.01)
+
+
+def writer_tasks(client: weir.Client) -> list[str]:
+    loop = client._loop.loop
+
+    async def names() -> list[str]:
+        return [t.get_name() for t in asyncio.all_tasks()]
+
+    return [n for n in asyncio.run_coroutine_threadsafe(names(), loop).result(10) if "writer" in n]
+
+
+def test_results_order_and_dedup_with_no_task_in_the_loop(
+    client: weir.Client, topic_name: str
+) -> None:
+    client.create_topic(topic_name, partitions=2)
+    with client.writer(topic_name, partition=1, producer_id="d") as w:
+        assert isinstance(w._core, DirectWriterCore)
+        first = w.write_with_result(b"a", key="k", headers={"h": "1"})
+        for i in range(5000):
+            w.write(b"%d" % i)
+        w.write_many([b"m1", b"m2"], keys=[b"x", None])
+        futs = [w.write_future(b"f") for _ in range(3)]
+        assert writer_tasks(client) == []
+        w.flush()
+        assert [f.result(10).offset for f in futs] == [5003, 5004, 5005]
+        assert w.unacknowledged == 0
+    assert (first.partition, first.offset, first.seq_no) == (1, 0, 1)
+    # the producer's next writer continues its seq_nos; a resent seq_no is skipped
+    with client.writer(topic_name, partition=1, producer_id="d") as w2:
+        assert w2.wait_init().last_seq_no == 5006
+    with client.writer(topic_name, partition=1, producer_id="m") as w3:
+        w3.write_many([b"s1", b"s2"], seq_nos=[10, 11])
+        with pytest.raises(BadRequestError, match="either give every message a seq_no"):
+            w3.write(b"auto")
+    with client.writer(topic_name, partition=1, producer_id="m") as w4:
+        again = w4.write_with_result(b"again", seq_no=11)
+        assert again.skipped and again.offset is None
+    msgs = read_all(client, topic_name)
+    assert msgs[0].key == b"k" and msgs[0].headers == {"h": "1"}
+    assert [m.data for m in msgs[1:5001]] == [b"%d" % i for i in range(5000)]
+    assert [m.data for m in msgs[5001:]] == [b"m1", b"m2", b"f", b"f", b"f", b"s1", b"s2"]
+    assert msgs[5001].key == b"x"
+    with pytest.raises(ClosedError):
+        w.write(b"late")
+
+
+def test_what_the_caller_leaves_behind_arrives(client: weir.Client, topic_name: str) -> None:
+    """A message buffered behind one in flight, and a future nobody waits on, with the
+    caller doing nothing more: the idle tick sends the one and resolves the other."""
+    client.create_topic(topic_name)
+    w = client.writer(topic_name, partition=0)
+    try:
+        w.wait_init()
+        done = threading.Event()
+        w.write(b"one")  # goes at once: nothing in flight
+        w.write(b"two")  # waits behind it
+        w.write_future(b"three").add_done_callback(lambda f: done.set())
+        assert done.wait(20)
+        wait_for(lambda: len(read_all(client, topic_name)) == 3)
+        assert [m.data for m in read_all(client, topic_name)] == [b"one", b"two", b"three"]
+    finally:
+        w.close()
+
+
+def test_a_full_buffer_waits_for_acks(client: weir.Client, topic_name: str) -> None:
+    client.create_topic(topic_name)
+    with client.writer(
+        topic_name,
+        partition=0,
+        max_buffer_messages=7,
+        max_batch_messages=3,
+        max_inflight_requests=1,
+    ) as w:
+        for i in range(400):
+            w.write(b"%d" % i)
+            assert w.unacknowledged <= 7
+    assert [int(m.data) for m in read_all(client, topic_name)] == list(range(400))
+
+
+def test_threads_share_one_writer(client: weir.Client, topic_name: str) -> None:
+    client.create_topic(topic_name)
+    with client.writer(topic_name, partition=0) as w:
+
+        def produce(t: int) -> None:
+            for i in range(500):
+                w.write(b"%d:%d" % (t, i))
+                if i % 100 == 0:
+                    w.write_with_result(b"%d:r%d" % (t, i), timeout=30)
+
+        threads = [threading.Thread(target=produce, args=(t,)) for t in range(4)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join(60)
+        w.flush(timeout=30)
+    by_thread: dict[bytes, list[bytes]] = {}
+    for m in read_all(client, topic_name):
+        t, _, i = m.data.partition(b":")
+        by_thread.setdefault(t, []).append(i)
+    for t in range(4):
+        got = by_thread[b"%d" % t]
+        assert [i for i in got if not i.startswith(b"r")] == [b"%d" % i for i in range(500)]
+        assert len(got) == 505
+
+
+def test_errors_are_typed(client: weir.Client) -> None:
+    w = client.writer("no_such_namespace/topic", partition=0)
+    with pytest.raises(UnknownNamespaceError, match="no_such_namespace does not exist"):
+        w.wait_init()
+    with pytest.raises(UnknownNamespaceError):
+        w.write(b"x")
+    w.close()
+
+
+def test_a_silent_server_ends_in_the_delivery_timeout(server: ServerProcess) -> None:
+    """A TCP port that accepts and never answers (a hung server): the writer gives up
+    after its delivery timeout, naming it, instead of waiting for ever."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        port = silent.getsockname()[1]
+        with weir.Client(server.endpoint, transport="tcp", tcp_endpoint=f"127.0.0.1:{port}") as c:
+            w = c.writer("t", partition=0, delivery_timeout=0.5)
+            w.write(b"never acked")
+            with pytest.raises(DeliveryTimeoutError, match="delivery_timeout"):
+                w.flush(timeout=20)
+            with pytest.raises(DeliveryTimeoutError):
+                w.write(b"after")
+            w.close()
