@@ -294,6 +294,7 @@ def _free_port() -> int:
 
 
 def _start(data: Path, stamps: Path, env: dict[str, str]) -> tuple[subprocess.Popen[bytes], str]:
+    """The stamped server; with ``WEIR_NATIVE_TCP_LISTEN`` in ``env`` its TCP port too."""
     port = _free_port()
     cmd = [sys.executable, "-m", "bench.latency_breakdown", "--serve-child", str(stamps), "--"]
     cmd += ["serve", "--data-dir", str(data), "--listen", f"127.0.0.1:{port}"]
@@ -331,7 +332,12 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 def _produce(
-    addr: str, rate: int, seconds: float, size: int, serial: bool = False
+    addr: str,
+    rate: int,
+    seconds: float,
+    size: int,
+    serial: bool = False,
+    tcp: str | None = None,
 ) -> list[tuple[int, int, int]]:
     """Paced write_future per message (``serial``: ``write_future().result()`` each, one message in
     flight, the next one at its tick or at once when late); (call ns, offset, acked ns)."""
@@ -339,7 +345,8 @@ def _produce(
 
     out: list[tuple[int, int, int]] = []
     lock = threading.Lock()
-    with weir.Client(addr) as client:
+    kw: dict[str, Any] = {"transport": "tcp", "tcp_endpoint": tcp} if tcp else {}
+    with weir.Client(addr, **kw) as client:
         topic = f"lb{os.getpid()}x{_now() % 100000}"
         client.create_topic(topic, partitions=1, timeout=60)
         w = client.writer(topic, producer_id="lb", partition=0)
@@ -451,14 +458,23 @@ def table(res: dict[str, Any], title: str) -> str:
 
 
 def run_once(
-    rate: int, seconds: float, size: int, env: dict[str, str], serial: bool = False
+    rate: int,
+    seconds: float,
+    size: int,
+    env: dict[str, str],
+    serial: bool = False,
+    transport: str = "grpc",
 ) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="weir-lb-") as d:
         root = Path(d)
         stamps = root / "stamps.json"
+        tcp = None
+        if transport == "tcp":
+            tcp = f"127.0.0.1:{_free_port()}"
+            env = {**env, "WEIR_NATIVE_TCP_ENABLED": "true", "WEIR_NATIVE_TCP_LISTEN": tcp}
         proc, addr = _start(root / "data", stamps, env)
         try:
-            msgs = _produce(addr, rate, seconds, size, serial)
+            msgs = _produce(addr, rate, seconds, size, serial, tcp)
         finally:
             _stop(proc)
         batches = json.loads(stamps.read_text()) if stamps.exists() else []
@@ -479,6 +495,17 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="one message in flight: write_future(..).result() each",
     )
+    ap.add_argument(
+        "--transport",
+        choices=("grpc", "tcp"),
+        default="grpc",
+        help="the SDK's transport: gRPC, or the native TCP port (its caller-driven sync writer)",
+    )
+    ap.add_argument(
+        "--loop-writer",
+        action="store_true",
+        help="with --transport tcp: the sync writer of the client's loop thread instead",
+    )
     ap.add_argument("--env", action="append", default=[], help="KEY=VALUE for the server")
     ap.add_argument(
         "--uvloop", action="store_true", help="run the server's event loop on uvloop (bench extra)"
@@ -490,10 +517,15 @@ def main(argv: list[str] | None = None) -> int:
         env["LB_UVLOOP"] = "1"
     merged: dict[str, Any] = {"hops": {h[2]: [] for h in HOPS}, "total": [], "messages": 0}
     merged["batches"] = 0
-    mode = f"{'serial, ' if args.serial else ''}{args.rate}/s"
+    if args.loop_writer:
+        import weir.client.sync
+
+        weir.client.sync.DIRECT_TCP_WRITERS = False
+    mode = f"{args.transport}{' loop writer' if args.loop_writer else ''}, "
+    mode += f"{'serial, ' if args.serial else ''}{args.rate}/s"
     for rep in range(args.reps):
         load = Path("/proc/loadavg").read_text().split()[:3]
-        res = run_once(args.rate, args.seconds, args.size, env, args.serial)
+        res = run_once(args.rate, args.seconds, args.size, env, args.serial, args.transport)
         print(table(res, f"rep {rep + 1}, {mode}, load {' '.join(load)}"), flush=True)
         print()
         for k, v in res["hops"].items():
