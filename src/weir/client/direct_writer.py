@@ -8,9 +8,10 @@ one in the way httpcore's sync connection is: it owns a plain socket, and the
 caller's own calls drive it.
 
 * ``write()`` buffers (the same buffer, batches and seq_nos as `WriterCore`), then
-  sends at once when nothing is in flight (one message in flight costs no wait),
-  or when a full batch is buffered and the in-flight window has room; otherwise the
-  message waits for the next call, so a fast producer sends big requests.
+  sends at once when nothing is in flight (one message in flight costs no wait), and
+  otherwise at most once a millisecond, or when a part of a batch is buffered, as the
+  in-flight window allows: a fast producer sends a request per millisecond or bigger
+  ones (what waits for the window piles up), with no thread hand-off.
 * Acks are read when the caller waits (``flush()``, ``wait_init()``, a future's
   ``result()``, a full buffer) and whenever it sends: a non-blocking read.
 * A lost connection or a retryable refusal: the next call that drives reconnects
@@ -19,8 +20,8 @@ caller's own calls drive it.
 * A caller that leaves work behind (a message buffered behind one in flight, acks
   for futures nobody waits on) is not left stranded: a timer in the client's loop
   thread looks every `IDLE_TICK_S` while there is work, and drives the writer only
-  when the caller has not touched it since the last look. While the caller writes,
-  the tick does no I/O at all, so the hot path has no hand-off.
+  when the caller has not written since the last look. While the caller writes, the
+  tick does no I/O at all, so the hot path has no hand-off.
 
 Used by `weir.Client.writer` for ``transport="tcp"`` writers with one session (a
 ``partition=`` or ``routing="pinned"``); routing writers and gRPC keep the loop's
@@ -63,6 +64,7 @@ from weir.protocols.native.framing import HEADER, MAGIC, METHOD_WRITE, VERSION, 
 from weir.protocols.native.wire import RawWriteRequest, encode_write_request
 
 IDLE_TICK_S = 0.001
+IDLE_TICKS_KEPT = 100  # ticks with nothing to do before the tick stops
 CONNECT_TIMEOUT_S = 10.0
 MAX_RESPONSE_BYTES = 16 << 20  # an ack is small: what a broken server could make us hold
 _SLICE_S = 0.05  # a waiting caller lets other threads at the socket this often
@@ -113,7 +115,9 @@ class DirectWriterCore(WriterCore):
         # buffered bytes that make a write() drive the socket: 0 when nothing is in flight
         # (or no connection: it reconnects once the backoff allows), else part of a batch
         self._pump_at = 0
+        self._pumped_ms = 0  # the millisecond of the caller's last time-driven step
         self._seen_written = -1  # for the idle tick: has the caller written since?
+        self._idle_ticks = 0  # ticks with nothing pending and nothing written
         # the inlined write: automatic seq_nos, no error, open; and the buffer's bounds
         self._fast = False  # until a write has set the seq_no mode
         self._max_n = settings.max_buffer_messages
@@ -222,7 +226,11 @@ class DirectWriterCore(WriterCore):
                     self._unacked_bytes += size
                     self._written += 1
             if ok:
-                if self._buf_bytes >= self._pump_at:
+                if ms != self._pumped_ms:  # at most once a millisecond: what is buffered goes
+                    self._pumped_ms = ms
+                    with self._io:
+                        self._step(0.0, True)
+                elif self._buf_bytes >= self._pump_at:
                     with self._io:
                         self._step(0.0)
                 if not self._armed:
@@ -243,9 +251,11 @@ class DirectWriterCore(WriterCore):
     def _wrote_threadsafe(self, wake: bool) -> None:
         """After a buffered write (not the inlined one): send now when nothing is in
         flight, or a batch is full (see `_pump_at`)."""
-        if self._buf_bytes >= self._pump_at:
+        ms = int(_time() * 1000)
+        if ms != self._pumped_ms or self._buf_bytes >= self._pump_at:
+            self._pumped_ms = ms
             with self._io:
-                self._step(0.0)
+                self._step(0.0, True)
         if not self._armed:
             self._arm()
 
@@ -324,8 +334,11 @@ class DirectWriterCore(WriterCore):
             finally:
                 self._io.release()
         with self._lock:
-            if self._closed or not self._pending():
+            # a writer that goes quiet keeps its tick a while: a paced producer arms it once
+            self._idle_ticks = 0 if self._pending() else self._idle_ticks + 1
+            if self._closed or self._idle_ticks > IDLE_TICKS_KEPT:
                 self._armed = False
+                self._idle_ticks = 0
                 return
         self._schedule()
 
