@@ -184,6 +184,39 @@ def test_tcp_writer_to_a_server_without_the_port_fails_at_once(
         w.close()
 
 
+@pytest.mark.parametrize("routing", [None, "pinned"])
+def test_the_tcp_port_is_learned_from_the_server(
+    tcp_server: ServerProcess, topic_name: str, routing: str | None
+) -> None:
+    """No tcp_endpoint: the client asks the server (DescribeServer) for its TCP port,
+    here an ephemeral one, instead of assuming 2137."""
+    with weir.Client(tcp_server.endpoint, transport="tcp") as c:
+        c.create_topic(topic_name)
+        with c.writer(topic_name, routing=routing) as w:
+            assert w.write_with_result(b"found").offset == 0
+        assert c._aio.conn.tcp_endpoint == tcp_server.native_tcp
+
+    async def aio() -> int | None:
+        async with weir.aio.Client(tcp_server.endpoint, transport="tcp") as ac:
+            w = ac.writer(topic_name, routing=routing)
+            offset = (await w.write_with_result(b"found too")).offset
+            await w.close()
+            return offset
+
+    assert asyncio.run(aio()) == 1
+
+
+@pytest.mark.parametrize("routing", [None, "pinned"])
+def test_a_server_whose_tcp_port_is_off_says_so(
+    shared_server: ServerProcess, topic_name: str, routing: str | None
+) -> None:
+    with weir.Client(shared_server.endpoint, transport="tcp") as c:
+        w = c.writer(topic_name, routing=routing)
+        with pytest.raises(UnavailableError, match=r"native_tcp\.enabled = false"):
+            w.wait_init(timeout=20)
+        w.close()
+
+
 def test_unknown_transport_is_refused(shared_server: ServerProcess) -> None:
     with pytest.raises(BadRequestError, match="transport must be"):
         weir.Client(shared_server.endpoint, transport="udp")

@@ -322,8 +322,8 @@ class Client(
     tuple) logs in to a server with users; every call then carries the token.
     ``tls`` (``weir.aio.Tls(ca=..., cert=..., key=...)``) or a ``grpcs://`` endpoint
     speaks TLS. ``transport="tcp"`` sends writers' streams to the server's native TCP
-    port (``native_tcp.enabled``; ``tcp_endpoint``, by default port 2137 of the
-    endpoint's host) instead of gRPC, for lower ack latency; the rest stays on gRPC.
+    port (``native_tcp.enabled``; ``tcp_endpoint``, by default the port the server
+    reports, on the endpoint's host) instead of gRPC, for lower ack latency; the rest stays on gRPC.
     """
 
     def __init__(

@@ -23,6 +23,7 @@ from weir.protocols.native.status import CODE_KEY, code_from_grpc
 T = TypeVar("T")
 
 TRANSPORTS = ("grpc", "tcp")
+TCP_OFF = "native_tcp.enabled = false"
 
 CHANNEL_OPTIONS: list[tuple[str, int]] = [
     ("grpc.max_receive_message_length", 256 << 20),
@@ -181,7 +182,8 @@ class Connection:
     `weir.client.credentials`); without, calls are anonymous.
 
     ``transport="tcp"``: write streams go to the server's native TCP port
-    (``tcp_endpoint``, by default port 2137 of the endpoint's host; `TcpWriteCall`),
+    (``tcp_endpoint``, by default the port the server reports: `learn_tcp_endpoint`;
+    `TcpWriteCall`, or `weir.client.direct_writer` for the sync client's pinned writers),
     with the same TLS and credentials; everything else stays on gRPC.
     """
 
@@ -197,6 +199,9 @@ class Connection:
         if transport not in TRANSPORTS:
             raise BadRequestError(f"transport must be 'grpc' or 'tcp', got {transport!r}")
         self.transport = transport
+        # given, or learned from the server (DescribeServer) before the first TCP stream;
+        # port 2137 of the endpoint's host until then (and from a server without the call)
+        self.tcp_known = tcp_endpoint is not None
         if tcp_endpoint is not None:
             self.tcp_endpoint = parse_endpoint(tcp_endpoint)[0]
         else:
@@ -255,8 +260,32 @@ class Connection:
                 self.tcp_ssl_context()
             host = self.tcp_endpoint.rpartition(":")[0].strip("[]")
             server_name = (self.tls.server_name or host) if self.tls is not None else None
-            return TcpWriteCall(self.tcp_endpoint, self._ssl_context, server_name, self.tokens)
+            learn = None if self.tcp_known else self.learn_tcp_endpoint
+            return TcpWriteCall(
+                self.tcp_endpoint, self._ssl_context, server_name, self.tokens, learn
+            )
         return self._open(self._stream_write)
+
+    async def learn_tcp_endpoint(self) -> str:
+        """The native TCP port's ``host:port``: the one given, else the port the server
+        reports (``DescribeServer``) on the endpoint's host; port 2137 from a server that
+        does not know the call. A server whose port is off fails fast, naming the setting."""
+        if self.tcp_known:
+            return self.tcp_endpoint
+        try:
+            desc = await self.call("DescribeServer", pb.DescribeServerRequest(), timeout=30.0)
+        except BadRequestError:  # UNIMPLEMENTED: a server from before the call
+            self.tcp_known = True
+            return self.tcp_endpoint
+        host = self.endpoint.rpartition(":")[0]
+        if not desc.native_tcp_port:
+            raise UnavailableError(
+                f"cannot reach the weir native TCP port of {self.endpoint}: the server has it "
+                f"off ({TCP_OFF})"
+            )
+        self.tcp_endpoint = f"{host}:{desc.native_tcp_port}"
+        self.tcp_known = True
+        return self.tcp_endpoint
 
     def tcp_ssl_context(self) -> ssl.SSLContext:
         """The TLS context of the native TCP port's connections (made once; needs ``tls``)."""
@@ -336,6 +365,8 @@ class Connection:
         """The error to fail fast with, when this connection never got through and ``err``
         says nothing listens at the endpoint (``endpoint``: the one the failed call went
         to, when not the gRPC one); None when retrying makes sense."""
+        if isinstance(err, UnavailableError) and err.message.endswith(f"({TCP_OFF})"):
+            return err  # the server says so: no point in retrying
         tcp = endpoint is not None and endpoint == self.tcp_endpoint
         if self.tcp_ever_connected if tcp else self.ever_connected:
             return None

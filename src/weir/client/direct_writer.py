@@ -497,10 +497,12 @@ class DirectWriterCore(WriterCore):
 
     def _connect(self) -> None:
         conn = self.conn
+        endpoint = conn.tcp_endpoint
+        if not conn.tcp_known:
+            endpoint = self._runner.run(conn.learn_tcp_endpoint())
         tokens = conn.tokens
         if tokens is not None:
             self._token = self._runner.run(tokens.token())
-        endpoint = conn.tcp_endpoint
         host, _, port = endpoint.rpartition(":")
         host = host.strip("[]")
         try:

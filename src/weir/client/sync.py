@@ -360,7 +360,7 @@ class Client(SyncTenancyCalls, SyncSecurityCalls, SyncTierCalls):
     tuple) logs in to a server with users; every call then carries the token.
     ``tls`` (``weir.Tls(ca=..., cert=..., key=...)``) or a ``grpcs://`` endpoint
     speaks TLS. ``transport="tcp"``: writers use the server's native TCP port
-    (``tcp_endpoint``, by default port 2137 of the endpoint's host), as in `weir.aio`.
+    (``tcp_endpoint``, by default the port the server reports), as in `weir.aio`.
     """
 
     def __init__(
