@@ -261,14 +261,53 @@ def _instrument(stamps_path: str) -> None:
 
     ws.pb = _Pb()  # type: ignore[assignment]
 
+    gc_spans = _gc_recorder()
+
     def dump() -> None:
         for r in done:
             off = r.get("offset")
             if off is not None and off in acked:
                 r["ack"] = acked[off]
         Path(stamps_path).write_text(json.dumps(done))
+        Path(stamps_path + ".gc").write_text(json.dumps(gc_spans))
 
     atexit.register(dump)
+
+
+def _gc_recorder() -> list[tuple[int, int, int]]:
+    """This process's garbage collections from now on: (start ns, end ns, generation)."""
+    import gc
+
+    spans: list[tuple[int, int, int]] = []
+    start = [0]
+
+    def cb(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            start[0] = _now()
+        else:
+            spans.append((start[0], _now(), int(info["generation"])))
+
+    gc.callbacks.append(cb)
+    return spans
+
+
+def gc_note(msgs: list[tuple[int, int, int]], spans: dict[str, list[Any]]) -> str:
+    """How many acks slower than the p99 overlapped a garbage collection, per process."""
+    if not msgs:
+        return ""
+    totals = sorted(z - a for a, _, z in msgs)
+    cut = totals[min(len(totals) - 1, int(0.99 * len(totals)))]
+    tail = [(a, z) for a, _, z in msgs if z - a > cut]
+    parts = []
+    for who, ss in spans.items():
+        long = [s for s in ss if s[1] - s[0] > 1_000_000]
+        hit = sum(1 for a, z in tail if any(ga < z and gb > a for ga, gb, _ in ss))
+        worst = max((b - a for a, b, _ in ss), default=0) / 1e6
+        parts.append(
+            f"{who}: {len(ss)} GCs ({len(long)} over 1 ms, longest {worst:.2f} ms), "
+            f"{hit} of {len(tail)} acks above p99 overlapped one"
+        )
+    return "; ".join(parts)
 
 
 def serve_child(stamps: str, argv: list[str]) -> int:
@@ -346,6 +385,7 @@ def _produce(
     out: list[tuple[int, int, int]] = []
     lock = threading.Lock()
     kw: dict[str, Any] = {"transport": "tcp", "tcp_endpoint": tcp} if tcp else {}
+    CLIENT_GC[:] = []
     with weir.Client(addr, **kw) as client:
         topic = f"lb{os.getpid()}x{_now() % 100000}"
         client.create_topic(topic, partitions=1, timeout=60)
@@ -355,6 +395,7 @@ def _produce(
             w.write(os.urandom(size))
         payload = os.urandom(size)
         total = int(rate * seconds)
+        spans = _gc_recorder()
         interval = 1e9 / rate
 
         def on_ack(t_call: int) -> Callable[[Any], None]:
@@ -390,7 +431,11 @@ def _produce(
         while len(out) < seq and time.monotonic() < deadline:
             time.sleep(0.01)
         w.close(timeout=5)
+        CLIENT_GC.extend(spans)
     return out
+
+
+CLIENT_GC: list[tuple[int, int, int]] = []  # the last _produce's collections
 
 
 def _pct(xs: list[float], q: float) -> float:
@@ -478,7 +523,11 @@ def run_once(
         finally:
             _stop(proc)
         batches = json.loads(stamps.read_text()) if stamps.exists() else []
-    return breakdown(msgs, batches)
+        gc_path = Path(str(stamps) + ".gc")
+        server_gc = json.loads(gc_path.read_text()) if gc_path.exists() else []
+    res = breakdown(msgs, batches)
+    res["gc"] = gc_note(msgs, {"server": server_gc, "client": list(CLIENT_GC)})
+    return res
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -527,7 +576,7 @@ def main(argv: list[str] | None = None) -> int:
         load = Path("/proc/loadavg").read_text().split()[:3]
         res = run_once(args.rate, args.seconds, args.size, env, args.serial, args.transport)
         print(table(res, f"rep {rep + 1}, {mode}, load {' '.join(load)}"), flush=True)
-        print()
+        print(f"\n{res['gc']}\n")
         for k, v in res["hops"].items():
             merged["hops"][k].extend(v)
         merged["total"].extend(res["total"])
