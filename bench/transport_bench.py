@@ -175,6 +175,28 @@ def _produce(h: Any, transport: str, topic: str, n: int) -> float:
         return n / dt
 
 
+def _produce_only(h: Any, args: argparse.Namespace) -> None:
+    """The produce run alone, ``--pairs`` times: gRPC, TCP (the caller-driven sync writer)
+    and TCP with the loop thread's writer, in turn, first one rotating."""
+    import weir.client.sync
+
+    systems = [("grpc", "grpc", True), ("tcp", "tcp", True), ("tcp loop writer", "tcp", False)]
+    print("| run | 100 B msg/s | srv CPU us/msg | cli CPU us/msg | load |")
+    print("|---|---:|---:|---:|---:|")
+    rates: dict[str, list[float]] = {name: [] for name, _, _ in systems}
+    for i in range(args.pairs):
+        for name, transport, direct in systems[i % 3 :] + systems[: i % 3]:
+            weir.client.sync.DIRECT_TCP_WRITERS = direct
+            cpu0, own0 = cpu_seconds(h.pid), time.process_time()
+            rate = _produce(h, transport, "transport-bench", args.produce_msgs)
+            srv = (cpu_seconds(h.pid) - cpu0) / args.produce_msgs * 1e6
+            cli = (time.process_time() - own0) / args.produce_msgs * 1e6
+            rates[name].append(rate)
+            print(f"| {i} {name} | {rate:,.0f} | {srv:.2f} | {cli:.2f} | {_load()} |", flush=True)
+    for name, rs in rates.items():
+        print(f"| median {name} | {statistics.median(rs):,.0f} | | | {_load()} |")
+
+
 def _run(
     h: Any, transport: str, args: argparse.Namespace, lat: list[float], runner: asyncio.Runner
 ) -> dict[str, float]:
@@ -233,6 +255,11 @@ def main() -> None:
         help="produce over TCP with the sync writer of the client's loop thread (as before "
         "the caller-driven writer, weir.client.direct_writer)",
     )
+    ap.add_argument(
+        "--produce-only",
+        action="store_true",
+        help="only the produce runs, alternating gRPC, TCP, and TCP with the loop writer",
+    )
     args = ap.parse_args()
     import weir
     import weir.client.sync
@@ -259,6 +286,9 @@ def main() -> None:
             rows: dict[str, list[dict[str, float]]] = {"grpc": [], "tcp": []}
             print("| run | " + " | ".join(t for _, t, _ in COLUMNS) + " | load |")
             print("|---|" + "---:|" * len(COLUMNS) + "---:|")
+            if args.produce_only:
+                _produce_only(h, args)
+                return
             # one event loop for every asyncio part: grpc.aio's poller outlives a loop that
             # asyncio.run closes, and said "Event loop is closed" into the table
             runner = stack.enter_context(asyncio.Runner())
