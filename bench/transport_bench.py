@@ -283,12 +283,12 @@ def main() -> None:
             stack = contextlib.ExitStack()
             with weir.Client(f"{h.host}:{h.port}") as c:
                 c.create_topic("transport-bench", partitions=2)
-            rows: dict[str, list[dict[str, float]]] = {"grpc": [], "tcp": []}
-            print("| run | " + " | ".join(t for _, t, _ in COLUMNS) + " | load |")
-            print("|---|" + "---:|" * len(COLUMNS) + "---:|")
             if args.produce_only:
                 _produce_only(h, args)
                 return
+            rows: dict[str, list[dict[str, float]]] = {"grpc": [], "tcp": []}
+            print("| run | " + " | ".join(t for _, t, _ in COLUMNS) + " | load |")
+            print("|---|" + "---:|" * len(COLUMNS) + "---:|")
             # one event loop for every asyncio part: grpc.aio's poller outlives a loop that
             # asyncio.run closes, and said "Event loop is closed" into the table
             runner = stack.enter_context(asyncio.Runner())

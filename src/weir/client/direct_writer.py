@@ -9,10 +9,10 @@ caller's own calls drive it.
 
 * ``write()`` buffers (the same buffer, batches and seq_nos as `WriterCore`), then
   sends at once when nothing is in flight (one message in flight costs no wait), and
-  otherwise at most every 100 µs (`PUMPS_PER_S`: a non-blocking read of the acks, then
-  what is buffered goes as the in-flight window allows), or when a part of a batch is
-  buffered: what waits for the window piles up into bigger requests, with no thread
-  hand-off.
+  otherwise when the message is alone in the buffer (a slow producer's), once a
+  millisecond, or when a part of a batch is buffered (a non-blocking read of the acks,
+  then what is buffered goes as the in-flight window allows): what waits for the window
+  piles up into bigger requests, with no thread hand-off.
 * Acks are read when the caller waits (``flush()``, ``wait_init()``, a future's
   ``result()``, a full buffer) and whenever it sends: a non-blocking read.
 * A lost connection or a retryable refusal: the next call that drives reconnects
@@ -65,7 +65,6 @@ from weir.protocols.native.framing import HEADER, MAGIC, METHOD_WRITE, VERSION, 
 from weir.protocols.native.wire import RawWriteRequest, encode_write_request
 
 IDLE_TICK_S = 0.001
-PUMPS_PER_S = 10_000  # a writing caller reads acks and sends at most this often
 IDLE_TICKS_KEPT = 100  # ticks with nothing to do before the tick stops
 CONNECT_TIMEOUT_S = 10.0
 MAX_RESPONSE_BYTES = 16 << 20  # an ack is small: what a broken server could make us hold
@@ -117,7 +116,7 @@ class DirectWriterCore(WriterCore):
         # buffered bytes that make a write() drive the socket: 0 when nothing is in flight
         # (or no connection: it reconnects once the backoff allows), else part of a batch
         self._pump_at = 0
-        self._pumped = 0  # the time slot (1 / PUMPS_PER_S s) of the caller's last step
+        self._pumped = 0  # the millisecond of the caller's last time-driven step
         self._seen_written = -1  # for the idle tick: has the caller written since?
         self._idle_ticks = 0  # ticks with nothing pending and nothing written
         # the inlined write: automatic seq_nos, no error, open; and the buffer's bounds
@@ -213,8 +212,7 @@ class DirectWriterCore(WriterCore):
             and len(data) <= self.limit.bytes
         ):
             size = len(data)
-            now = _time()
-            ms = int(now * 1000)
+            ms = int(_time() * 1000)
             with self._lock:
                 ok = (
                     self._fast and self._unacked < self._max_n and self._unacked_bytes < self._max_b
@@ -229,9 +227,11 @@ class DirectWriterCore(WriterCore):
                     self._unacked_bytes += size
                     self._written += 1
             if ok:
-                slot = int(now * PUMPS_PER_S)
-                if slot != self._pumped:  # at most every 100 µs: acks in, what is buffered out
-                    self._pumped = slot
+                # acks in, what is buffered out: once a millisecond, and whenever the
+                # message is alone in the buffer (a slow producer's, or the first since the
+                # last look); each look costs a read of the socket
+                if ms != self._pumped or self._buf_bytes == size:
+                    self._pumped = ms
                     with self._io:
                         self._step(0.0, True)
                 elif self._buf_bytes >= self._pump_at:
@@ -255,9 +255,9 @@ class DirectWriterCore(WriterCore):
     def _wrote_threadsafe(self, wake: bool) -> None:
         """After a buffered write (not the inlined one): send now when nothing is in
         flight, or a batch is full (see `_pump_at`)."""
-        slot = int(_time() * PUMPS_PER_S)
-        if slot != self._pumped or self._buf_bytes >= self._pump_at:
-            self._pumped = slot
+        ms = int(_time() * 1000)
+        if ms != self._pumped or self._buf_bytes >= self._pump_at:
+            self._pumped = ms
             with self._io:
                 self._step(0.0, True)
         if not self._armed:
