@@ -172,3 +172,14 @@ def test_a_silent_server_ends_in_the_delivery_timeout(server: ServerProcess) -> 
             with pytest.raises(DeliveryTimeoutError):
                 w.write(b"after")
             w.close()
+
+
+def test_closing_the_client_closes_its_writers(server: ServerProcess, topic_name: str) -> None:
+    with client_of(server, "tcp") as c:
+        c.create_topic(topic_name)
+        w = c.writer(topic_name, partition=0)
+        assert w.write_with_result(b"kept").offset == 0
+    with pytest.raises(ClosedError):
+        w.write(b"after the client")
+    with client_of(server, "tcp") as c:
+        assert [m.data for m in read_all(c, topic_name)] == [b"kept"]

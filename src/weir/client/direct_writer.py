@@ -177,6 +177,17 @@ class DirectWriterCore(WriterCore):
                 self._drop_socket()
                 self._fail_pending(ClosedError("writer closed before the message was acknowledged"))
 
+    def abandon(self) -> None:
+        """The client closes under the writer: drop the connection (what is not acknowledged
+        fails with ClosedError, as the loop's writers' tasks end with the client's loop)."""
+        with self._io:
+            with self._lock:
+                self._closing = self._closed = True
+                self._fast = False
+                self._space.notify_all()
+            self._drop_socket()
+            self._fail_pending(ClosedError("client closed before the message was acknowledged"))
+
     def _closed_flush(self, timeout: float | None) -> None:
         with self._lock:
             target = self._written

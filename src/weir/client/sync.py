@@ -10,6 +10,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import datetime as dt
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any
@@ -382,6 +383,8 @@ class Client(SyncTenancyCalls, SyncSecurityCalls, SyncTierCalls):
             tcp_endpoint=tcp_endpoint,
         )
         self._closed = False
+        # the caller-driven writers (no task in the loop to end): closed with the client
+        self._direct_writers: weakref.WeakSet[DirectWriterCore] = weakref.WeakSet()
         self._loop.run(self._connect())
 
     async def _connect(self) -> None:
@@ -397,6 +400,8 @@ class Client(SyncTenancyCalls, SyncSecurityCalls, SyncTierCalls):
         if self._closed:
             return
         self._closed = True
+        for core in list(self._direct_writers):
+            core.abandon()
         self._loop.run(self._aio.close())
         self._loop.stop()
 
@@ -730,6 +735,7 @@ class Client(SyncTenancyCalls, SyncSecurityCalls, SyncTierCalls):
         if direct and parse_routing(routing, partition, key_hash) is None:
             s = writer_settings(producer_id, partition, codec, access_mode, settings)
             core = DirectWriterCore(conn, topic, s, self._loop)
+            self._direct_writers.add(core)
             core.start()
             return Writer(aio.Writer(core), self._loop)
 
