@@ -10,6 +10,7 @@ Restarts, authentication and TLS of this writer are in test_tcp_transport.py
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import threading
 import time
@@ -155,6 +156,56 @@ def test_errors_are_typed(client: weir.Client) -> None:
     with pytest.raises(UnknownNamespaceError):
         w.write(b"x")
     w.close()
+
+
+class Garbage(threading.Thread):
+    """A TCP port that answers every connection with ``reply`` and closes it."""
+
+    def __init__(self, reply: bytes) -> None:
+        super().__init__(daemon=True)
+        self.reply = reply
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen()
+        self.port = self.sock.getsockname()[1]
+        self.connections = 0
+
+    def run(self) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                conn, _ = self.sock.accept()
+                self.connections += 1
+                with conn:
+                    conn.sendall(self.reply)
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        b"\x00\x00\x00\x05\xff\xff\xff\xff\xff",  # a frame that is not protobuf
+        b"\x7f\xff\xff\xff",  # a length of 2 GiB
+        b"HTTP/1.1 400 Bad Request\r\n\r\n",  # not this protocol at all
+    ],
+)
+def test_a_server_speaking_garbage_is_retried_then_given_up_on(
+    server: ServerProcess, reply: bytes
+) -> None:
+    """Hostile or foreign bytes from the TCP port: a typed, retryable loss of the
+    connection (never a parser's exception in the caller), then the delivery timeout."""
+    garbage = Garbage(reply)
+    garbage.start()
+    try:
+        with weir.Client(
+            server.endpoint, transport="tcp", tcp_endpoint=f"127.0.0.1:{garbage.port}"
+        ) as c:
+            w = c.writer("t", partition=0, delivery_timeout=1.0)
+            w.write(b"never acked")
+            with pytest.raises(DeliveryTimeoutError, match=r"not the weir native protocol|exceeds"):
+                w.flush(timeout=30)
+            w.close()
+        assert garbage.connections >= 2  # it reconnected
+    finally:
+        garbage.sock.close()
 
 
 def test_a_silent_server_ends_in_the_delivery_timeout(server: ServerProcess) -> None:

@@ -44,6 +44,8 @@ from collections.abc import Callable, Mapping
 from time import time as _time
 from typing import Any
 
+from google.protobuf.message import DecodeError
+
 from weir.client.connection import Connection
 from weir.client.delivery import StallClock
 from weir.client.loop import LoopThread
@@ -474,15 +476,24 @@ class DirectWriterCore(WriterCore):
                 return
             payload = bytes(buf[4 : 4 + n])
             del buf[: 4 + n]
+            try:
+                if not self._hello_done:
+                    result = pb.TcpHelloResult.FromString(payload)
+                else:
+                    resp = pb.WriteResponse.FromString(payload)
+            except DecodeError:
+                raise UnavailableError(
+                    f"the write stream's connection was lost: {self.conn.tcp_endpoint} sent "
+                    "bytes that are not the weir native protocol"
+                ) from None
             if not self._hello_done:
-                self._on_hello(payload)
+                self._on_hello(result)
             else:
-                self._on_response(pb.WriteResponse.FromString(payload))
+                self._on_response(resp)
             if self._sock is None:
                 return
 
-    def _on_hello(self, payload: bytes) -> None:
-        result = pb.TcpHelloResult.FromString(payload)
+    def _on_hello(self, result: pb.TcpHelloResult) -> None:
         self._hello_done = True
         if result.HasField("error"):
             err = error_from_code(result.error.code, result.error.message)
