@@ -17,6 +17,8 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import weir
 from tests.client.test_tcp_transport import client_of, read_all, tcp_env
@@ -234,3 +236,55 @@ def test_closing_the_client_closes_its_writers(server: ServerProcess, topic_name
         w.write(b"after the client")
     with client_of(server, "tcp") as c:
         assert [m.data for m in read_all(c, topic_name)] == [b"kept"]
+
+
+OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("write"), st.binary(max_size=300), st.none()),
+        st.tuples(st.just("keyed"), st.binary(max_size=50), st.binary(min_size=1, max_size=8)),
+        st.tuples(st.just("future"), st.binary(max_size=50), st.none()),
+        st.tuples(st.just("many"), st.binary(max_size=50), st.integers(1, 40)),
+        st.tuples(st.just("flush"), st.none(), st.none()),
+    ),
+    min_size=1,
+    max_size=60,
+)
+
+
+@settings(
+    max_examples=15,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(ops=OPS, batch=st.sampled_from([1, 7, 1 << 20]))
+def test_any_mix_of_calls_is_stored_in_order(
+    client: weir.Client, ops: list[tuple[str, object, object]], batch: int
+) -> None:
+    """Whatever mix of write / keyed write / future / write_many / flush, with batches of
+    1, 7 or many messages: the partition holds exactly what was written, in order, and
+    each future names its message's offset."""
+    topic = f"mix-{time.monotonic_ns()}"
+    client.create_topic(topic)
+    expected: list[tuple[bytes, bytes | None]] = []
+    futures: list[tuple[int, object]] = []
+    with client.writer(topic, partition=0, max_batch_messages=batch, max_inflight_requests=2) as w:
+        for kind, data, extra in ops:
+            if kind == "write":
+                w.write(data)  # type: ignore[arg-type]
+                expected.append((data, None))  # type: ignore[arg-type]
+            elif kind == "keyed":
+                w.write(data, key=extra)  # type: ignore[arg-type]
+                expected.append((data, extra))  # type: ignore[arg-type]
+            elif kind == "future":
+                futures.append((len(expected), w.write_future(data)))  # type: ignore[arg-type]
+                expected.append((data, None))  # type: ignore[arg-type]
+            elif kind == "many":
+                values = [data] * extra  # type: ignore[operator]
+                w.write_many(values)
+                expected.extend((v, None) for v in values)  # type: ignore[misc]
+            else:
+                w.flush(timeout=30)
+    stored = [(m.data, m.key or None) for m in read_all(client, topic)]
+    assert stored == expected
+    for index, fut in futures:
+        assert fut.result(10).offset == index  # type: ignore[attr-defined]
