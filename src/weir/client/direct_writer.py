@@ -154,9 +154,11 @@ class DirectWriterCore(WriterCore):
         done = self.drive_until(lambda: self._acked >= target, timeout, force=True)
         self._raise_error()
         if not done:
+            if self._closed:
+                raise ClosedError(f"writer to {self.topic!r} was closed during the flush")
             raise WeirTimeoutError(
                 f"flush timed out: {target - self._acked} messages to {self.topic!r} not "
-                f"acknowledged after {timeout:g} s{self._why()}"
+                f"acknowledged after {timeout or 0:g} s{self._why()}"
             )
 
     def close_sync(self, timeout: float | None) -> None:
@@ -195,9 +197,11 @@ class DirectWriterCore(WriterCore):
             target = self._written
         if not self.drive_until(lambda: self._acked >= target, timeout, force=True):
             self._raise_error()
+            if self._closed:
+                raise ClosedError(f"writer to {self.topic!r} was closed during the flush")
             raise WeirTimeoutError(
                 f"flush timed out: {target - self._acked} messages to {self.topic!r} not "
-                f"acknowledged after {timeout:g} s{self._why()}"
+                f"acknowledged after {timeout or 0:g} s{self._why()}"
             )
         self._raise_error()
 
