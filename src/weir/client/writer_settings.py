@@ -31,7 +31,9 @@ class WriterSettings:
     writer connects; 32 MiB until then), a number lowers it. ``delivery_timeout``:
     seconds messages may wait with none acknowledged before the writer gives up
     (None: never). ``on_reconnect(error)``: called in the client's event loop
-    each time the writer is about to reconnect (keep it quick; no sync weir calls).
+    each time the writer is about to reconnect (keep it quick; no sync weir calls);
+    for the sync client's caller-driven TCP writer (`weir.client.direct_writer`), in
+    the thread that drives it.
     ``access_mode``: how the producer shares the topic (`weir.access_mode.AccessMode`;
     a name such as ``"exclusive"`` is accepted). ``chunking``: a message over the message
     size limit is split into chunks that readers put back together (`weir.client.chunks`),
