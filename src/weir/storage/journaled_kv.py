@@ -1,0 +1,321 @@
+"""A KV whose commits are durable after one journal append: LMDB is brought up to date later.
+
+`storage.journal = true` (issue 26, docs/storage.md). `write` appends the ops to the
+journal and fdatasyncs it: one sequential durable write per group commit, against
+LMDB's two (data pages, then the meta page). The commit is then visible at once through
+the overlay of deltas not yet in LMDB (`weir.storage.overlay`), and an applier thread
+writes them to LMDB in batches, each a normal durable LMDB commit that also records the
+last journal record it holds; segments LMDB holds are then deleted (a checkpoint).
+
+LMDB is only ever changed by durable commits: with ``sync`` off it may be torn by a power
+cut (its own documentation), which a journal that starts after the last sync could not
+repair. So the journal takes the acknowledgement off LMDB's fsyncs, not the fsyncs off
+the disk: LMDB still makes two per apply, but per batch of commits and off the ack path.
+
+At open the journal is replayed: records after the one LMDB last recorded are applied
+in order, in one durable commit with the new mark, so replay is idempotent at every
+stage of a crash; then the segments are deleted.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import AbstractContextManager, ExitStack, contextmanager
+from itertools import chain
+from pathlib import Path
+
+from weir.errors import CommitFailedError, CorruptDataError, StorageFullError, WeirError
+from weir.storage.journal import DEFAULT_SEGMENT_BYTES, Journal, replay
+from weir.storage.kv import (
+    DEFAULT_MAP_SIZE,
+    KV,
+    UNSAFE_NO_FSYNC_ENV,
+    LmdbKV,
+    Op,
+    RangeEnd,
+    ReadView,
+    Usage,
+    put,
+)
+from weir.storage.overlay import Delta, OverlayView
+
+log = logging.getLogger("weir.storage.journaled_kv")
+
+JOURNAL_TABLE = "_journal"  # in LMDB: the last journal record it holds
+_APPLIED_KEY = b"applied"
+_U64 = struct.Struct(">Q")
+_OP = struct.Struct(">BBHI")  # kind, table name length, key length, value length
+_PUT, _DELETE, _RANGE = 0, 1, 2
+
+DEFAULT_APPLY_INTERVAL_S = 0.05  # how long deltas may wait to be applied (fewer LMDB commits)
+DEFAULT_APPLY_BYTES = 16 << 20  # ... unless this much is waiting
+DEFAULT_MAX_UNAPPLIED_BYTES = 256 << 20  # writers wait for the applier beyond this
+_REPLAY_TXN_BYTES = 64 << 20
+
+
+def encode_ops(ops: Iterable[Op]) -> bytes:
+    """A journal record's payload: the ops, in order."""
+    parts: list[bytes | memoryview] = []
+    for table, key, value in ops:
+        t = table.encode()
+        if value is None:
+            parts += (_OP.pack(_DELETE, len(t), len(key), 0), t, key)
+        elif isinstance(value, RangeEnd):
+            parts += (_OP.pack(_RANGE, len(t), len(key), len(value.stop)), t, key, value.stop)
+        else:
+            v = memoryview(value)
+            parts += (_OP.pack(_PUT, len(t), len(key), v.nbytes), t, key, v)
+    return b"".join(parts)
+
+
+def decode_ops(payload: memoryview) -> list[Op]:
+    """The ops of a payload; put values are views of it (no copy)."""
+    ops = []
+    pos = 0
+    end = len(payload)
+    while pos < end:
+        kind, tl, kl, vl = _OP.unpack_from(payload, pos)
+        pos += _OP.size
+        table = bytes(payload[pos : pos + tl]).decode()
+        pos += tl
+        key = bytes(payload[pos : pos + kl])
+        pos += kl
+        value = payload[pos : pos + vl]
+        pos += vl
+        if pos > end or kind not in (_PUT, _DELETE, _RANGE):
+            raise CorruptDataError("journal record holds a malformed op")
+        if kind == _PUT:
+            ops.append(Op(table, key, value))
+        elif kind == _DELETE:
+            ops.append(Op(table, key, None))
+        else:
+            ops.append(Op(table, key, RangeEnd(bytes(value))))
+    return ops
+
+
+def applied_seq(kv: KV) -> int:
+    raw = kv.get(JOURNAL_TABLE, _APPLIED_KEY)
+    return _U64.unpack(raw)[0] if raw else 0
+
+
+def replay_into(kv: KV, directory: Path) -> int:
+    """Apply the journal's records past ``kv``'s mark to it, durably, and delete the
+    journal; the new mark. ``kv`` must have `JOURNAL_TABLE`. Idempotent."""
+    mark = applied_seq(kv)
+    if not directory.exists():
+        return mark
+    batch: list[Op] = []
+    size = 0
+    count = 0
+    for rec in replay(directory, mark):
+        batch += decode_ops(rec.payload)
+        size += len(rec.payload)
+        mark = rec.seq
+        count += 1
+        if size >= _REPLAY_TXN_BYTES:
+            kv.write([*batch, put(JOURNAL_TABLE, _APPLIED_KEY, _U64.pack(mark))])
+            batch, size = [], 0
+    if batch:
+        kv.write([*batch, put(JOURNAL_TABLE, _APPLIED_KEY, _U64.pack(mark))])
+    if count:
+        log.info("journal %s: replayed %d records up to %d", directory, count, mark)
+    Journal(directory, mark + 1, sync=False).delete_all()
+    return mark
+
+
+class JournaledKV(KV):
+    """LMDB in ``path`` behind a journal in ``journal_dir`` (see the module docstring)."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        journal_dir: str | os.PathLike[str],
+        tables: Iterable[str],
+        *,
+        map_size: int = DEFAULT_MAP_SIZE,
+        sync: bool = True,
+        apply_interval_s: float = DEFAULT_APPLY_INTERVAL_S,
+        apply_bytes: int = DEFAULT_APPLY_BYTES,
+        max_unapplied_bytes: int = DEFAULT_MAX_UNAPPLIED_BYTES,
+        segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+        start_applier: bool = True,
+    ) -> None:
+        self.lmdb = LmdbKV(path, (*tables, JOURNAL_TABLE), map_size=map_size, sync=sync)
+        self.tables = self.lmdb.tables
+        self.journal_dir = Path(journal_dir)
+        try:
+            mark = replay_into(self.lmdb, self.journal_dir)
+            if os.environ.get(UNSAFE_NO_FSYNC_ENV) == "1":
+                sync = False
+            self.journal = Journal(
+                self.journal_dir, mark + 1, sync=sync, segment_bytes=segment_bytes
+            )
+        except BaseException:
+            self.lmdb.close()
+            raise
+        self._max_key = self.lmdb.max_key_size()
+        self._apply_interval = apply_interval_s
+        self._apply_bytes = apply_bytes
+        self._max_unapplied = max_unapplied_bytes
+        self._journal_lock = threading.Lock()  # the journal: appends, segment deletes
+        self._cond = threading.Condition()  # the overlay, the applier's state
+        self._pending: list[tuple[int, Delta]] = []  # journaled, not in LMDB, oldest first
+        self._deltas: tuple[Delta, ...] = ()  # the same deltas, for read views
+        self._unapplied_bytes = 0
+        self._first_pending_at = 0.0
+        self._failed: WeirError | None = None  # the applier could not apply: writes refused
+        self._closing = False
+        self._closed = False
+        self.applies = 0
+        self._applier: threading.Thread | None = None
+        if start_applier:
+            self._applier = threading.Thread(
+                target=self._run, name="weir-journal-apply", daemon=True
+            )
+            self._applier.start()
+
+    # --- reads ---------------------------------------------------------------------
+
+    def snapshot(self) -> AbstractContextManager[ReadView]:
+        return self._snapshot()
+
+    @contextmanager
+    def _snapshot(self) -> Iterator[ReadView]:
+        with ExitStack() as stack:
+            # the deltas and the LMDB snapshot are taken together: the applier drops a
+            # delta (under the lock) only after LMDB holds it
+            with self._cond:
+                deltas = self._deltas
+                base = stack.enter_context(self.lmdb.snapshot())
+            yield OverlayView(base, deltas) if deltas else base
+
+    # --- writes --------------------------------------------------------------------
+
+    def _check(self, ops: list[Op]) -> None:
+        for table, key, _value in ops:
+            if table not in self.tables:
+                raise CommitFailedError(f"KV commit failed: no table {table!r}")
+            if not 0 < len(key) <= self._max_key:
+                raise CommitFailedError(
+                    f"KV commit failed: key of {len(key)} bytes (1 to {self._max_key})"
+                )
+
+    def write(self, ops: Iterable[Op]) -> None:
+        """Durable once the journal record is (one fdatasync); readable at once."""
+        oplist = list(ops)
+        self._check(oplist)
+        payload = encode_ops(oplist)
+        with self._cond:
+            while (
+                self._unapplied_bytes > self._max_unapplied
+                and self._failed is None
+                and not self._closing
+            ):
+                self._cond.wait(1.0)
+            if self._failed is not None:
+                raise self._failed
+        delta = Delta(decode_ops(memoryview(payload)))
+        with self._journal_lock:
+            seq = self.journal.append(payload)
+            with self._cond:
+                if not self._pending:
+                    self._first_pending_at = time.monotonic()
+                self._pending.append((seq, delta))
+                self._deltas = (*self._deltas, delta)
+                self._unapplied_bytes += delta.nbytes
+                self._cond.notify_all()
+
+    # --- the applier ---------------------------------------------------------------
+
+    def _due(self) -> bool:
+        if not self._pending:
+            return False
+        if self._closing or self._unapplied_bytes >= self._apply_bytes:
+            return True
+        return time.monotonic() - self._first_pending_at >= self._apply_interval
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._due():
+                    if self._closing and not self._pending:
+                        return
+                    wait = None
+                    if self._pending:
+                        wait = max(
+                            0.0,
+                            self._apply_interval - (time.monotonic() - self._first_pending_at),
+                        )
+                    self._cond.wait(wait)
+            if not self.apply_pending():
+                return
+
+    def apply_pending(self, limit: int | None = None) -> bool:
+        """Apply the oldest ``limit`` (all) deltas to LMDB in one durable commit, then drop
+        them from the overlay and delete the journal segments LMDB now holds. False when
+        it failed: writes are refused from then on, reads still see every delta."""
+        with self._cond:
+            batch = self._pending[:limit] if limit is not None else list(self._pending)
+        if not batch:
+            return True
+        upto = batch[-1][0]
+        ops = chain(
+            chain.from_iterable(d.ops() for _, d in batch),
+            (put(JOURNAL_TABLE, _APPLIED_KEY, _U64.pack(upto)),),
+        )
+        try:
+            self.lmdb.write(ops)
+        except Exception as exc:
+            err = exc if isinstance(exc, WeirError) else CommitFailedError(repr(exc))
+            if not isinstance(err, StorageFullError):
+                err = CommitFailedError(f"journal apply to LMDB failed, writes stopped: {err}")
+            log.error("%s (the journal keeps every acknowledged write; restart)", err)
+            with self._cond:
+                self._failed = err
+                self._cond.notify_all()
+            return False
+        with self._cond:
+            del self._pending[: len(batch)]
+            self._deltas = self._deltas[len(batch) :]
+            self._unapplied_bytes -= sum(d.nbytes for _, d in batch)
+            if self._pending:
+                self._first_pending_at = time.monotonic()
+            self.applies += 1
+            self._cond.notify_all()
+        with self._journal_lock:
+            self.journal.delete_applied(upto)
+        return True
+
+    @property
+    def unapplied(self) -> int:
+        """Journaled commits not yet in LMDB."""
+        return len(self._pending)
+
+    # --- the rest ------------------------------------------------------------------
+
+    def usage(self) -> Usage:
+        return self.lmdb.usage()
+
+    def close(self) -> None:
+        """Apply what is pending, delete the journal, close LMDB."""
+        if self._closed:
+            return
+        self._closed = True
+        with self._cond:
+            self._closing = True
+            self._cond.notify_all()
+        if self._applier is not None:
+            self._applier.join()
+        elif self._failed is None:
+            self.apply_pending()
+        with self._journal_lock:
+            if self._failed is None and not self._pending:
+                self.journal.delete_all()
+            else:
+                self.journal.close()
+        self.lmdb.close()
