@@ -42,7 +42,7 @@ from weir.storage.kv import (
     Usage,
     put,
 )
-from weir.storage.overlay import Delta, OverlayView
+from weir.storage.overlay import Delta, MergedCache, OverlayView
 
 log = logging.getLogger("weir.storage.journaled_kv")
 
@@ -54,8 +54,10 @@ _PUT, _DELETE, _RANGE = 0, 1, 2
 
 DEFAULT_APPLY_INTERVAL_S = 0.05  # how long deltas may wait to be applied (fewer LMDB commits)
 DEFAULT_APPLY_BYTES = 16 << 20  # ... unless this much is waiting
+DEFAULT_APPLY_COUNT = 64  # ... or this many commits (a read view merges them)
 DEFAULT_MAX_UNAPPLIED_BYTES = 256 << 20  # writers wait for the applier beyond this
 _REPLAY_TXN_BYTES = 64 << 20
+_RETRY_S = 0.5  # between tries of an apply that failed
 
 
 def encode_ops(ops: Iterable[Op]) -> bytes:
@@ -141,6 +143,7 @@ class JournaledKV(KV):
         sync: bool = True,
         apply_interval_s: float = DEFAULT_APPLY_INTERVAL_S,
         apply_bytes: int = DEFAULT_APPLY_BYTES,
+        apply_count: int = DEFAULT_APPLY_COUNT,
         max_unapplied_bytes: int = DEFAULT_MAX_UNAPPLIED_BYTES,
         segment_bytes: int = DEFAULT_SEGMENT_BYTES,
         start_applier: bool = True,
@@ -161,12 +164,14 @@ class JournaledKV(KV):
         self._max_key = self.lmdb.max_key_size()
         self._apply_interval = apply_interval_s
         self._apply_bytes = apply_bytes
+        self._apply_count = apply_count
         self._max_unapplied = max_unapplied_bytes
         self._journal_lock = threading.Lock()  # the journal: appends, segment deletes
         self._cond = threading.Condition()  # the overlay, the applier's state
         self._pending: list[tuple[int, Delta]] = []  # journaled, not in LMDB, oldest first
         self._deltas: tuple[Delta, ...] = ()  # the same deltas, for read views
         self._unapplied_bytes = 0
+        self._view_cache: tuple[tuple[Delta, ...], MergedCache] = ((), {})
         self._first_pending_at = 0.0
         self._failed: WeirError | None = None  # the applier could not apply: writes refused
         self._closing = False
@@ -191,8 +196,11 @@ class JournaledKV(KV):
             # delta (under the lock) only after LMDB holds it
             with self._cond:
                 deltas = self._deltas
+                if deltas and self._view_cache[0] is not deltas:
+                    self._view_cache = (deltas, {})
+                cache = self._view_cache[1]
                 base = stack.enter_context(self.lmdb.snapshot())
-            yield OverlayView(base, deltas) if deltas else base
+            yield OverlayView(base, deltas, cache) if deltas else base
 
     # --- writes --------------------------------------------------------------------
 
@@ -217,8 +225,8 @@ class JournaledKV(KV):
                 and not self._closing
             ):
                 self._cond.wait(1.0)
-            if self._failed is not None:
-                raise self._failed
+            if (failed := self._failed) is not None:
+                raise type(failed)(str(failed))
         delta = Delta(decode_ops(memoryview(payload)))
         with self._journal_lock:
             seq = self.journal.append(payload)
@@ -235,7 +243,11 @@ class JournaledKV(KV):
     def _due(self) -> bool:
         if not self._pending:
             return False
-        if self._closing or self._unapplied_bytes >= self._apply_bytes:
+        if (
+            self._closing
+            or self._unapplied_bytes >= self._apply_bytes
+            or len(self._pending) >= self._apply_count
+        ):
             return True
         return time.monotonic() - self._first_pending_at >= self._apply_interval
 
@@ -253,12 +265,16 @@ class JournaledKV(KV):
                         )
                     self._cond.wait(wait)
             if not self.apply_pending():
-                return
+                with self._cond:  # retried: a disk that failed may come back
+                    if self._closing:
+                        return
+                    self._cond.wait(_RETRY_S)
 
     def apply_pending(self, limit: int | None = None) -> bool:
         """Apply the oldest ``limit`` (all) deltas to LMDB in one durable commit, then drop
         them from the overlay and delete the journal segments LMDB now holds. False when
-        it failed: writes are refused from then on, reads still see every delta."""
+        it failed: writes are refused (with its error, retryable) until an apply succeeds;
+        reads still see every delta, and the journal keeps them."""
         with self._cond:
             batch = self._pending[:limit] if limit is not None else list(self._pending)
         if not batch:
@@ -271,15 +287,21 @@ class JournaledKV(KV):
         try:
             self.lmdb.write(ops)
         except Exception as exc:
-            err = exc if isinstance(exc, WeirError) else CommitFailedError(repr(exc))
-            if not isinstance(err, StorageFullError):
-                err = CommitFailedError(f"journal apply to LMDB failed, writes stopped: {err}")
-            log.error("%s (the journal keeps every acknowledged write; restart)", err)
+            err: WeirError = (
+                exc
+                if isinstance(exc, StorageFullError)
+                else CommitFailedError(f"journal apply to LMDB failed, writes refused: {exc}")
+            )
+            if self._failed is None:
+                log.error("%s (the journal keeps every acknowledged write; retrying)", err)
             with self._cond:
                 self._failed = err
                 self._cond.notify_all()
             return False
         with self._cond:
+            if self._failed is not None:
+                log.warning("journal apply to LMDB works again; writes accepted")
+                self._failed = None
             del self._pending[: len(batch)]
             self._deltas = self._deltas[len(batch) :]
             self._unapplied_bytes -= sum(d.nbytes for _, d in batch)

@@ -18,23 +18,11 @@ from weir.storage.kv import Buffer, Op, RangeEnd, ReadView
 
 
 class _TableDelta:
-    __slots__ = ("points", "ranges", "sorted_keys")
+    __slots__ = ("points", "ranges")
 
     def __init__(self) -> None:
         self.points: dict[bytes, memoryview | None] = {}
         self.ranges: list[tuple[bytes, bytes]] = []
-        self.sorted_keys: list[bytes] | None = None
-
-    def covered(self, key: bytes) -> bool:
-        return any(a <= key < b for a, b in self.ranges)
-
-    def keys_in(self, start: bytes, stop: bytes | None) -> list[bytes]:
-        keys = self.sorted_keys
-        if keys is None:
-            keys = self.sorted_keys = sorted(self.points)
-        lo = bisect_left(keys, start)
-        hi = len(keys) if stop is None else bisect_left(keys, stop)
-        return keys[lo:hi]
 
 
 def _readonly(value: Buffer) -> memoryview:
@@ -58,7 +46,6 @@ class Delta:
         t = self.tables.get(table)
         if t is None:
             t = self.tables[table] = _TableDelta()
-        t.sorted_keys = None
         if isinstance(value, RangeEnd):
             stop = value.stop
             for k in [k for k in t.points if key <= k < stop]:
@@ -79,31 +66,64 @@ class Delta:
                 yield Op(table, k, v)
 
 
-_MISS = object()
+class _Merged:
+    """One table's net effect of a stack of deltas: what a view consults per key."""
 
+    __slots__ = ("keys", "points", "ranges")
 
-class OverlayView:
-    """A `ReadView` of ``deltas`` (oldest first) stacked on ``base``."""
-
-    __slots__ = ("_base", "_deltas")
-
-    def __init__(self, base: ReadView, deltas: Sequence[Delta]) -> None:
-        self._base = base
-        self._deltas = deltas
-
-    def _lookup(self, table: str, key: bytes) -> memoryview | object | None:
-        for d in reversed(self._deltas):
+    def __init__(self, deltas: Sequence[Delta], table: str) -> None:
+        points: dict[bytes, memoryview | None] = {}
+        ranges: list[tuple[bytes, bytes]] = []
+        for d in deltas:
             t = d.tables.get(table)
             if t is None:
                 continue
-            if key in t.points:
-                return t.points[key]
-            if t.ranges and t.covered(key):
-                return None
+            for a, b in t.ranges:
+                # a range hides older points, and (below) LMDB's keys; newer points win
+                for k in [k for k in points if a <= k < b]:
+                    del points[k]
+                ranges.append((a, b))
+            points.update(t.points)
+        self.points = points
+        self.ranges = ranges
+        self.keys = sorted(points)
+
+    def lookup(self, key: bytes) -> memoryview | object | None:
+        if key in self.points:
+            return self.points[key]
+        if self.ranges and any(a <= key < b for a, b in self.ranges):
+            return None
         return _MISS
 
+
+_MISS = object()
+
+# table -> its merged deltas; shared by the views of one stack of deltas
+MergedCache = dict[str, _Merged]
+
+
+class OverlayView:
+    """A `ReadView` of ``deltas`` (oldest first) stacked on ``base``. ``cache`` holds the
+    per-table merge of these deltas, built on first use and shared by every view of
+    the same stack (a view costs one dict lookup per key, whatever the stack's depth)."""
+
+    __slots__ = ("_base", "_cache", "_deltas")
+
+    def __init__(
+        self, base: ReadView, deltas: Sequence[Delta], cache: MergedCache | None = None
+    ) -> None:
+        self._base = base
+        self._deltas = deltas
+        self._cache: MergedCache = {} if cache is None else cache
+
+    def _merged(self, table: str) -> _Merged:
+        m = self._cache.get(table)
+        if m is None:
+            m = self._cache[table] = _Merged(self._deltas, table)
+        return m
+
     def get(self, table: str, key: bytes) -> memoryview | None:
-        v = self._lookup(table, key)
+        v = self._merged(table).lookup(key)
         if v is _MISS:
             return self._base.get(table, key)
         return v  # type: ignore[return-value]
@@ -111,32 +131,29 @@ class OverlayView:
     def scan(
         self, table: str, start: bytes, stop: bytes | None = None, *, values: bool = True
     ) -> Iterator[tuple[bytes, memoryview]]:
-        mine = [t for d in self._deltas if (t := d.tables.get(table)) is not None]
-        if not mine:
+        m = self._merged(table)
+        if not m.points and not m.ranges:
             yield from self._base.scan(table, start, stop, values=values)
             return
-        extra = sorted({k for t in mine for k in t.keys_in(start, stop)})
+        keys = m.keys
+        i = bisect_left(keys, start)
+        hi = len(keys) if stop is None else bisect_left(keys, stop)
         empty = memoryview(b"")
-        i = 0
+        points = m.points
         for k, v in self._base.scan(table, start, stop, values=values):
-            while i < len(extra) and extra[i] < k:
-                yield from self._own(table, extra[i], values, empty)
+            while i < hi and keys[i] < k:
+                if (o := points[keys[i]]) is not None:
+                    yield keys[i], (o if values else empty)
                 i += 1
-            if i < len(extra) and extra[i] == k:
+            if i < hi and keys[i] == k:
                 i += 1
-                yield from self._own(table, k, values, empty)
+                if (o := points[k]) is not None:
+                    yield k, (o if values else empty)
                 continue
-            o = self._lookup(table, k)
-            if o is _MISS:
-                yield k, v
-            elif o is not None:
-                yield k, (o if values else empty)  # type: ignore[misc]
-        for k in extra[i:]:
-            yield from self._own(table, k, values, empty)
-
-    def _own(
-        self, table: str, key: bytes, values: bool, empty: memoryview
-    ) -> Iterator[tuple[bytes, memoryview]]:
-        v = self._lookup(table, key)
-        if v is not None and v is not _MISS:
-            yield key, (v if values else empty)  # type: ignore[misc]
+            if m.ranges and any(a <= k < b for a, b in m.ranges):
+                continue
+            yield k, v
+        while i < hi:
+            if (o := points[keys[i]]) is not None:
+                yield keys[i], (o if values else empty)
+            i += 1
