@@ -11,14 +11,23 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.storage.conftest import make_batch
 from tests.storage.journal_crash_child import TABLES, commit_ops
 from weir.errors import CorruptDataError
 from weir.storage.journal import Journal, replay
 from weir.storage.journaled_kv import JOURNAL_TABLE, JournaledKV, applied_seq
 from weir.storage.kv import LmdbKV, Op, RangeEnd, delete, delete_range, put
+from weir.storage import keys
+from weir.storage.batch import decode_records, iter_batches
+from weir.storage.committer import GroupCommitter
+from weir.storage.compaction import COMPACTION_TABLES
+from weir.storage.partition import PartitionConfig, PartitionLog
 from weir.storage.store import Store
+from weir.storage.tiered.payloads import PAYLOAD_REFS
+from weir.storage.tiered.remote_metadata import REMOTE_SEGMENTS
 
 ROOT = Path(__file__).resolve().parents[2]
+STORAGE_TABLES_ALL = (*keys.STORAGE_TABLES, REMOTE_SEGMENTS, PAYLOAD_REFS, *COMPACTION_TABLES)
 
 
 def _model(ops: list[Op], into: dict[str, dict[bytes, bytes]]) -> None:
@@ -214,4 +223,51 @@ def test_the_applier_catches_up_and_deletes_the_journal(tmp_path: Path) -> None:
         finally:
             lm.close()
     finally:
+        kv.close()
+
+
+def _read_all(log: PartitionLog) -> list[bytes]:
+    out = []
+    pos = log.start_offset
+    while pos < log.end_offset:
+        res = log.read(pos, 1 << 20)
+        for chunk in res.chunks:
+            for bpos, _ in iter_batches(chunk):
+                out += [bytes(r.data) for r in decode_records(chunk, bpos)]
+        pos = res.next_offset
+    return out
+
+
+def test_a_partition_reads_its_writes_before_they_are_applied(tmp_path: Path) -> None:
+    """Every acknowledged write is readable while it is only in the journal, through
+    compactions (blobs rewritten, head pieces range-deleted) that are not applied
+    either; the same after the apply, and after a reopen."""
+    cfg = PartitionConfig(low_watermark=4 << 10, max_blob_size=16 << 10, head_merge_fanout=4)
+    kv = JournaledKV(tmp_path / "kv", tmp_path / "journal", STORAGE_TABLES_ALL, start_applier=False)
+    committer = GroupCommitter(kv)
+    try:
+        log = PartitionLog.load(kv, committer, 7, cfg, label="j/7")
+        written: list[bytes] = []
+        for i in range(60):
+            (batch,) = make_batch(5, producer="p", first_seq=1 + 5 * i, size=200)
+            (res,) = log.write([batch])
+            assert res.written
+            written += [bytes(r.data) for r in decode_records(batch.buf, 0)]
+            if i % 20 == 19:
+                assert kv.unapplied > 0
+                assert _read_all(log) == written  # served from the overlay
+        assert kv.lmdb.scan(keys.PARTITIONS) == []  # none applied yet
+        kv.apply_pending()
+        assert kv.unapplied == 0
+        assert _read_all(log) == written
+    finally:
+        committer.close()
+        kv.close()
+    kv = JournaledKV(tmp_path / "kv", tmp_path / "journal", STORAGE_TABLES_ALL)
+    committer = GroupCommitter(kv)
+    try:
+        log = PartitionLog.load(kv, committer, 7, cfg, label="j/7", verify_all=True)
+        assert _read_all(log) == written
+    finally:
+        committer.close()
         kv.close()
