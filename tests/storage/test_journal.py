@@ -14,13 +14,13 @@ from hypothesis import strategies as st
 from tests.storage.conftest import make_batch
 from tests.storage.journal_crash_child import TABLES, commit_ops
 from weir.errors import CorruptDataError
-from weir.storage.journal import Journal, replay
-from weir.storage.journaled_kv import JOURNAL_TABLE, JournaledKV, applied_seq
-from weir.storage.kv import LmdbKV, Op, RangeEnd, delete, delete_range, put
 from weir.storage import keys
 from weir.storage.batch import decode_records, iter_batches
 from weir.storage.committer import GroupCommitter
 from weir.storage.compaction import COMPACTION_TABLES
+from weir.storage.journal import Journal, replay
+from weir.storage.journaled_kv import JOURNAL_TABLE, JournaledKV, applied_seq
+from weir.storage.kv import LmdbKV, Op, RangeEnd, delete, delete_range, put
 from weir.storage.partition import PartitionConfig, PartitionLog
 from weir.storage.store import Store
 from weir.storage.tiered.payloads import PAYLOAD_REFS
