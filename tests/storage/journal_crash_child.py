@@ -50,6 +50,11 @@ def main(path: str, stage: str, first: int, n: int) -> None:
         kv.apply_pending()
         kv.write(commit_ops(first + n))
         sys.stdout.write(f"ACK {first + n}\n")
+    elif stage == "direct":
+        kv._direct_bytes = 1  # the next commit goes to LMDB directly, after the deltas
+        kv.write(commit_ops(first + n))
+        sys.stdout.write(f"ACK {first + n}\n")
+        assert kv.direct_commits == 1 and kv.unapplied == 0
     elif stage == "torn":
         last = sorted((root / "journal").iterdir())[-1]
         with open(last, "ab") as f:

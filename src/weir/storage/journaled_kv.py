@@ -12,6 +12,10 @@ cut (its own documentation), which a journal that starts after the last sync cou
 repair. So the journal takes the acknowledgement off LMDB's fsyncs, not the fsyncs off
 the disk: LMDB still makes two per apply, but per batch of commits and off the ack path.
 
+A commit of ``direct_bytes`` (1 MiB) or more skips the journal: the deltas before it
+are applied, then it is committed to LMDB directly. Large commits gain nothing from the
+journal (two fsyncs per MB are cheap) and would write every byte twice.
+
 At open the journal is replayed: records after the one LMDB last recorded are applied
 in order, in one durable commit with the new mark, so replay is idempotent at every
 stage of a crash; then the segments are deleted.
@@ -55,6 +59,7 @@ _PUT, _DELETE, _RANGE = 0, 1, 2
 DEFAULT_APPLY_INTERVAL_S = 0.05  # how long deltas may wait to be applied (fewer LMDB commits)
 DEFAULT_APPLY_BYTES = 16 << 20  # ... unless this much is waiting
 DEFAULT_APPLY_COUNT = 64  # ... or this many commits (a read view merges them)
+DEFAULT_DIRECT_BYTES = 1 << 20  # a commit this big goes to LMDB directly (0: never)
 DEFAULT_MAX_UNAPPLIED_BYTES = 256 << 20  # writers wait for the applier beyond this
 _REPLAY_TXN_BYTES = 64 << 20
 _RETRY_S = 0.5  # between tries of an apply that failed
@@ -98,6 +103,15 @@ def decode_ops(payload: memoryview) -> list[Op]:
         else:
             ops.append(Op(table, key, RangeEnd(bytes(value))))
     return ops
+
+
+def _op_bytes(ops: list[Op]) -> int:
+    n = 0
+    for _t, key, value in ops:
+        n += len(key)
+        if value is not None and not isinstance(value, RangeEnd):
+            n += memoryview(value).nbytes
+    return n
 
 
 def applied_seq(kv: KV) -> int:
@@ -144,6 +158,7 @@ class JournaledKV(KV):
         apply_interval_s: float = DEFAULT_APPLY_INTERVAL_S,
         apply_bytes: int = DEFAULT_APPLY_BYTES,
         apply_count: int = DEFAULT_APPLY_COUNT,
+        direct_bytes: int = DEFAULT_DIRECT_BYTES,
         max_unapplied_bytes: int = DEFAULT_MAX_UNAPPLIED_BYTES,
         segment_bytes: int = DEFAULT_SEGMENT_BYTES,
         start_applier: bool = True,
@@ -167,6 +182,9 @@ class JournaledKV(KV):
         self._apply_count = apply_count
         self._max_unapplied = max_unapplied_bytes
         self._journal_lock = threading.Lock()  # the journal: appends, segment deletes
+        self._apply_lock = threading.Lock()  # one apply (or direct commit) at a time
+        self._direct_bytes = direct_bytes
+        self.direct_commits = 0
         self._cond = threading.Condition()  # the overlay, the applier's state
         self._pending: list[tuple[int, Delta]] = []  # journaled, not in LMDB, oldest first
         self._deltas: tuple[Delta, ...] = ()  # the same deltas, for read views
@@ -214,10 +232,11 @@ class JournaledKV(KV):
                 )
 
     def write(self, ops: Iterable[Op]) -> None:
-        """Durable once the journal record is (one fdatasync); readable at once."""
+        """Durable once the journal record is (one fdatasync); readable at once. A commit
+        of ``direct_bytes`` or more goes to LMDB directly instead (after the deltas
+        before it): its bytes are written once, and its two fsyncs are few per MB."""
         oplist = list(ops)
         self._check(oplist)
-        payload = encode_ops(oplist)
         with self._cond:
             while (
                 self._unapplied_bytes > self._max_unapplied
@@ -227,6 +246,10 @@ class JournaledKV(KV):
                 self._cond.wait(1.0)
             if (failed := self._failed) is not None:
                 raise type(failed)(str(failed))
+        if self._direct_bytes and _op_bytes(oplist) >= self._direct_bytes:
+            self._write_direct(oplist)
+            return
+        payload = encode_ops(oplist)
         delta = Delta(decode_ops(memoryview(payload)))
         with self._journal_lock:
             seq = self.journal.append(payload)
@@ -237,6 +260,24 @@ class JournaledKV(KV):
                 self._deltas = (*self._deltas, delta)
                 self._unapplied_bytes += delta.nbytes
                 self._cond.notify_all()
+
+    def _write_direct(self, ops: list[Op]) -> None:
+        """One durable LMDB commit of ``ops``, with the overlay empty: every delta is
+        applied first (a view stacks deltas over LMDB, so LMDB must never hold a change
+        newer than a delta still stacked), and no record can be journaled meanwhile."""
+        with self._journal_lock, self._apply_lock:
+            if self._pending:
+                upto = self._apply_locked(None)
+                if upto is None:
+                    failed = self._failed
+                    raise (
+                        CommitFailedError(str(failed))
+                        if failed
+                        else CommitFailedError("journal apply failed")
+                    )
+                self.journal.delete_applied(upto)
+            self.lmdb.write(ops)
+            self.direct_commits += 1
 
     # --- the applier ---------------------------------------------------------------
 
@@ -275,10 +316,22 @@ class JournaledKV(KV):
         them from the overlay and delete the journal segments LMDB now holds. False when
         it failed: writes are refused (with its error, retryable) until an apply succeeds;
         reads still see every delta, and the journal keeps them."""
+        with self._apply_lock:
+            upto = self._apply_locked(limit)
+        if upto is None:
+            return False
+        if upto:
+            with self._journal_lock:
+                self.journal.delete_applied(upto)
+        return True
+
+    def _apply_locked(self, limit: int | None) -> int | None:
+        """The apply itself (under ``_apply_lock``): the last record applied (0: none
+        pending), None when it failed."""
         with self._cond:
             batch = self._pending[:limit] if limit is not None else list(self._pending)
         if not batch:
-            return True
+            return 0
         upto = batch[-1][0]
         ops = chain(
             chain.from_iterable(d.ops() for _, d in batch),
@@ -297,7 +350,7 @@ class JournaledKV(KV):
             with self._cond:
                 self._failed = err
                 self._cond.notify_all()
-            return False
+            return None
         with self._cond:
             if self._failed is not None:
                 log.warning("journal apply to LMDB works again; writes accepted")
@@ -309,9 +362,7 @@ class JournaledKV(KV):
                 self._first_pending_at = time.monotonic()
             self.applies += 1
             self._cond.notify_all()
-        with self._journal_lock:
-            self.journal.delete_applied(upto)
-        return True
+        return upto
 
     @property
     def unapplied(self) -> int:
