@@ -170,11 +170,12 @@ class Journal:
             assert self._fd is not None
             seqb = _SEQ.pack(seq)
             head = _HEAD.pack(len(payload), crc32c(payload, crc32c(seqb)), seq)
-            data = head + payload
-            view = memoryview(data)
-            while view:
-                n = os.write(self._fd, view)
-                view = view[n:]
+            size = len(head) + len(payload)
+            n = os.writev(self._fd, (head, payload))  # no copy of the payload
+            if n < size:  # a short write (rare on a file): the rest, then the flush
+                rest = memoryview(head + payload)[n:]
+                while rest:
+                    rest = rest[os.write(self._fd, rest) :]
             if self._sync:
                 os.fdatasync(self._fd)
         except OSError as exc:
@@ -182,7 +183,7 @@ class Journal:
             if exc.errno in (errno.ENOSPC, errno.EDQUOT):
                 raise StorageFullError(f"disk full writing the journal: {exc}") from None
             raise CommitFailedError(f"journal write failed: {exc}") from None
-        self._size += len(data)
+        self._size += size
         self.next_seq = seq + 1
         return seq
 
