@@ -56,9 +56,9 @@ _U64 = struct.Struct(">Q")
 _OP = struct.Struct(">BBHI")  # kind, table name length, key length, value length
 _PUT, _DELETE, _RANGE = 0, 1, 2
 
-DEFAULT_APPLY_INTERVAL_S = 0.05  # how long deltas may wait to be applied (fewer LMDB commits)
+DEFAULT_APPLY_INTERVAL_S = 0.01  # how long deltas may wait to be applied (fewer LMDB commits)
 DEFAULT_APPLY_BYTES = 16 << 20  # ... unless this much is waiting
-DEFAULT_APPLY_COUNT = 64  # ... or this many commits (a read view merges them)
+DEFAULT_APPLY_COUNT = 16  # ... or this many commits (a read view merges them)
 DEFAULT_DIRECT_BYTES = 1 << 20  # a commit this big goes to LMDB directly (0: never)
 DEFAULT_MAX_UNAPPLIED_BYTES = 256 << 20  # writers wait for the applier beyond this
 _REPLAY_TXN_BYTES = 64 << 20
