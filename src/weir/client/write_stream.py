@@ -73,6 +73,9 @@ class WriteStream(WriterState):
                 # no backoff.reset() here: refusals (partition full, overloaded) come after
                 # the init; the first ack on this stream resets it (see _on_ack)
                 await self._receive(call)
+                if self._closing:  # close() half-closed it: the server let go of the session
+                    self._stream_ended.set()
+                    return
                 raise UnavailableError("server ended the write stream")
             except asyncio.CancelledError:
                 if call is not None:

@@ -68,6 +68,7 @@ class WriterState:
         self._call: Any = None
         self._call_id = 0
         self._init_done = asyncio.Event()
+        self._stream_ended = asyncio.Event()  # the server ended the stream close() half-closed
         self.partition: int | None = settings.partition
         self.generation: int | None = None
         self.last_seq_no: int | None = None
