@@ -108,6 +108,7 @@ class WriterCore(WriteBatching, WriteStream):
         call = self._call
         if call is None or self._unacked:
             return
+        self._half_closed = True
         with contextlib.suppress(Exception):
             await call.done_writing()
             # the server answers at once (nothing is pending); the bound is for a server that
