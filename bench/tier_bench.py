@@ -235,9 +235,13 @@ def _offloaded_topic(
 
     import weir
 
-    srv = ServerProcess(
-        d / f"data-{blob_mb}", env={"WEIR_STORAGE_MAX_BLOB_SIZE": f"{blob_mb}MiB"}
-    ).start()
+    # compaction cuts a blob when the head reaches the low watermark (6 of 8 MiB by
+    # default): raise both, in the same proportion, for larger blobs
+    env = {
+        "WEIR_STORAGE_MAX_BLOB_SIZE": f"{blob_mb}MiB",
+        "WEIR_STORAGE_LOW_WATERMARK": f"{blob_mb * 3 // 4}MiB",
+    }
+    srv = ServerProcess(d / f"data-{blob_mb}", env=env).start()
     topic = "bench-tier"
     t0 = time.perf_counter()
     with weir.Client(srv.endpoint) as client:
@@ -434,8 +438,9 @@ def main() -> None:
     ap.add_argument(
         "--spark-blob-mb",
         default="8",
-        help="storage.max_blob_size (MiB) of the servers to compare, comma-separated: one "
-        "segment object per blob, so this sets the size of the files Spark scans",
+        help="storage.max_blob_size (MiB; low_watermark 3/4 of it) of the servers to compare, "
+        "comma-separated: one segment object per blob, so this sets the size of the files "
+        "Spark scans",
     )
     ap.add_argument("--seconds", type=float, default=8.0)
     ap.add_argument("--json")
