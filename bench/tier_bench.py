@@ -14,6 +14,8 @@ Spark over offloaded Parquet against the broker, and offload while producing.
   bytes, default 2,000,000 x 500 B = 1 GB): `weir.spark.read` (Spark's own Parquet
   scan of the offloaded files), `format("weir")` reading the objects in Python tasks,
   and `format("weir")` through the broker; best of runs 2.. of each, alternated.
+  ``--spark-blob-mb 8,64`` does it for servers with other `storage.max_blob_size`
+  (one segment object per blob: Spark's scan pays a fixed cost per file).
 - offload: an SDK producer's MB/s for a few seconds with no offload, then with an
   offload policy that copies every sealed blob as it is made.
 

@@ -7,7 +7,6 @@ same cut."""
 from __future__ import annotations
 
 import json
-
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
