@@ -14,6 +14,8 @@ Spark over offloaded Parquet against the broker, and offload while producing.
   bytes, default 2,000,000 x 500 B = 1 GB): `weir.spark.read` (Spark's own Parquet
   scan of the offloaded files), `format("weir")` reading the objects in Python tasks,
   and `format("weir")` through the broker; best of runs 2.. of each, alternated.
+  ``--spark-blob-mb 8,64`` does it for servers with other `storage.max_blob_size`
+  (one segment object per blob: Spark's scan pays a fixed cost per file).
 - offload: an SDK producer's MB/s for a few seconds with no offload, then with an
   offload policy that copies every sealed blob as it is made.
 
@@ -225,104 +227,155 @@ def run_query(df: Any, query: str) -> None:
         df.selectExpr("count(*) as n", "sum(length(value)) as b").collect()
 
 
-def bench_spark(
-    messages: int, size: int, repeat: int, python_tier: bool = False
-) -> list[dict[str, Any]]:
-    """A topic of ``messages`` x ``size`` B (random bytes, 2 partitions) offloaded whole
-    (but the head), read by Spark three ways, A B C A B C...: `weir.spark.read` (the
-    offloaded files as Spark's own Parquet scan), `format("weir")` reading the objects in
-    Python tasks, and `format("weir")` through the broker. Two queries each: a full scan
-    of every column into `noop`, and count + sum(length(value))."""
+def _offloaded_topic(
+    d: Path, messages: int, size: int, blob_mb: int
+) -> tuple[ServerProcess, str, dict[str, Any]]:
+    """A server whose blobs (and so segment objects) are at most ``blob_mb`` MiB, with
+    ``messages`` x ``size`` B (the same random bytes every time, 2 partitions) written by
+    the SDK and offloaded whole but the head."""
     import random
 
     import weir
+
+    # compaction cuts a blob when the head reaches the low watermark (6 of 8 MiB by
+    # default): raise both, in the same proportion, for larger blobs
+    env = {
+        "WEIR_STORAGE_MAX_BLOB_SIZE": f"{blob_mb}MiB",
+        "WEIR_STORAGE_LOW_WATERMARK": f"{blob_mb * 3 // 4}MiB",
+    }
+    srv = ServerProcess(d / f"data-{blob_mb}", env=env).start()
+    topic = "bench-tier"
+    t0 = time.perf_counter()
+    with weir.Client(srv.endpoint) as client:
+        client.create_topic(topic, partitions=2)
+        rnd = random.Random(1)
+        with client.writer(topic, producer_id="bench", routing="round-robin") as w:
+            for i in range(messages):
+                w.write(b"%012d" % i + rnd.randbytes(size - 12))
+        t1 = time.perf_counter()
+        client.offload_topic(topic, force=True)
+        t2 = time.perf_counter()
+        st = client.tier_status(topic)
+    info = {
+        "offloaded": sum(p.first_local_offset - p.start_offset for p in st.partitions),
+        "total": sum(p.end_offset - p.start_offset for p in st.partitions),
+        "objects": sum(len(p.segments) for p in st.partitions),
+    }
+    remote = sum(p.remote_bytes for p in st.partitions)
+    print(
+        f"max_blob_size {blob_mb} MiB: wrote {info['total']} rows "
+        f"({info['total'] * size / 1e6:.0f} MB) in {t1 - t0:.0f} s; offloaded {info['offloaded']} "
+        f"rows into {info['objects']} objects ({remote / 1e6:.0f} MB) in {t2 - t1:.0f} s",
+        flush=True,
+    )
+    return srv, topic, info
+
+
+def bench_spark(
+    messages: int,
+    size: int,
+    repeat: int,
+    python_tier: bool = False,
+    blob_mbs: tuple[int, ...] = (8,),
+) -> list[dict[str, Any]]:
+    """A topic of ``messages`` x ``size`` B (random bytes, 2 partitions) offloaded whole
+    (but the head), once per blob size in ``blob_mbs`` (a server each: one segment
+    object per blob), read by Spark, every frame in turn, A B C A B C...:
+    `weir.spark.read` (the offloaded files as Spark's own Parquet scan; its two parts
+    alone too), `format("weir")` reading the objects in Python tasks (optional), and
+    `format("weir")` through the broker. Two queries each: a full scan of every column
+    into `noop`, and count + sum(length(value))."""
     import weir.spark
     from tests.spark.session import make_spark
     from weir.spark import tier_files
 
     rows = []
     with tempfile.TemporaryDirectory(prefix="weir-tier-spark-", dir=os.environ.get("TMPDIR")) as d:
-        srv = ServerProcess(Path(d) / "data").start()
-        spark = make_spark(Path(d) / "spark", "tier-bench")
+        servers: list[tuple[int, ServerProcess, str, dict[str, Any]]] = []
+        spark = None
         try:
-            topic = "bench-tier"
-            t0 = time.perf_counter()
-            with weir.Client(srv.endpoint) as client:
-                client.create_topic(topic, partitions=2)
-                rnd = random.Random(1)
-                with client.writer(topic, producer_id="bench", routing="round-robin") as w:
-                    for i in range(messages):
-                        w.write(b"%012d" % i + rnd.randbytes(size - 12))
-                t1 = time.perf_counter()
-                client.offload_topic(topic, force=True)
-                t2 = time.perf_counter()
-                st = client.tier_status(topic)
-                offloaded = sum(p.first_local_offset - p.start_offset for p in st.partitions)
-                total = sum(p.end_offset - p.start_offset for p in st.partitions)
-                remote = sum(p.remote_bytes for p in st.partitions)
-                nseg = sum(len(p.segments) for p in st.partitions)
-            print(
-                f"wrote {total} rows ({total * size / 1e6:.0f} MB) in {t1 - t0:.0f} s; offloaded "
-                f"{offloaded} rows into {nseg} objects ({remote / 1e6:.0f} MB) in {t2 - t1:.0f} s",
-                flush=True,
-            )
+            for mb in blob_mbs:
+                servers.append((mb, *_offloaded_topic(Path(d), messages, size, mb)))
+            spark = make_spark(Path(d) / "spark", "tier-bench")
 
-            def frames() -> dict[str, Any]:
-                base = spark.read.format("weir").option("endpoint", srv.endpoint)
-                out = {
-                    "weir.spark.read (Spark's Parquet scan)": weir.spark.read(
-                        spark, endpoint=srv.endpoint, topic=topic
-                    ),
-                    'format("weir") through the broker': base.option("topic", topic)
-                    .option("readFromTier", "false")
-                    .load(),
-                }
-                # the two parts of weir.spark.read alone: what is per row, what is fixed
-                ro, native, rest = tier_files.plan({"endpoint": srv.endpoint, "topic": topic})
-                out["  its Parquet scan alone (offloaded rows)"] = tier_files.files_frame(
-                    spark, topic, native, ro
-                )
-                out["  its Python source alone (live tail)"] = (
-                    base.option("topic", topic)
-                    .option("offsetRanges", json.dumps([[t, p, s, e] for (t, p), s, e in rest]))
-                    .load()
-                )
-                if python_tier:
-                    out['format("weir"), objects read in Python'] = (
-                        base.option("topic", topic).option("readFromTier", "true").load()
+            def frames() -> dict[str, tuple[Any, int]]:
+                out: dict[str, tuple[Any, int]] = {}
+                for mb, srv, topic, info in servers:
+                    tag = f" [{mb} MiB blobs, {info['objects']} objects]"
+                    base = spark.read.format("weir").option("endpoint", srv.endpoint)
+                    out["weir.spark.read (Spark's Parquet scan)" + tag] = (
+                        weir.spark.read(spark, endpoint=srv.endpoint, topic=topic),
+                        info["total"],
                     )
+                    if mb == blob_mbs[0]:  # the broker's path does not depend on objects
+                        out['format("weir") through the broker'] = (
+                            base.option("topic", topic).option("readFromTier", "false").load(),
+                            info["total"],
+                        )
+                    # the two parts of weir.spark.read alone: what is per row, what is fixed
+                    ro, native, rest = tier_files.plan({"endpoint": srv.endpoint, "topic": topic})
+                    out["  its Parquet scan alone (offloaded rows)" + tag] = (
+                        tier_files.files_frame(spark, topic, native, ro),
+                        info["offloaded"],
+                    )
+                    if mb == blob_mbs[0]:
+                        ranges = json.dumps([[t, p, s, e] for (t, p), s, e in rest])
+                        out["  its Python source alone (live tail)"] = (
+                            base.option("topic", topic).option("offsetRanges", ranges).load(),
+                            info["total"] - info["offloaded"],
+                        )
+                    if python_tier and mb == blob_mbs[0]:
+                        out['format("weir"), objects read in Python' + tag] = (
+                            base.option("topic", topic).option("readFromTier", "true").load(),
+                            info["total"],
+                        )
                 return out
 
-            first = next(iter(frames().values()))
+            first = next(iter(frames().values()))[0]
             print("plan of weir.spark.read:\n" + plan_excerpt(first), flush=True)
-            times: dict[tuple[str, str], list[tuple[float, float]]] = {}
+            times: dict[tuple[str, str], list[tuple[float, float, str]]] = {}
+            counts: dict[str, int] = {}
             for _ in range(repeat):
-                for name, df in frames().items():
+                for name, (df, n) in frames().items():
+                    counts[name] = n
                     for query in QUERIES:
                         t, c = time.perf_counter(), tree_cpu()
                         run_query(df, query)
-                        took = (time.perf_counter() - t, tree_cpu() - c)
+                        took = (time.perf_counter() - t, tree_cpu() - c, loadavg1())
                         times.setdefault((name, query), []).append(took)
-                        print(name, query, f"{took[0]:.2f} s, {took[1]:.2f} CPU s", flush=True)
+                        print(
+                            name,
+                            query,
+                            f"{took[0]:.2f} s, {took[1]:.2f} CPU s, load {took[2]}",
+                            flush=True,
+                        )
             for (name, query), ts in times.items():
                 later = ts[1:] or ts  # not the first: it pays the Python workers' imports
-                best = min(t for t, _ in later)
-                cpu_s = min(c for _, c in later)
+                n = counts[name]
+                best = min(t for t, _, _ in later)
+                cpu_s = min(c for _, c, _ in later)
                 rows.append(
                     {
                         "read": name,
                         "query": query,
-                        "rows": total,
-                        "wall s (runs 2..)": " ".join(f"{t:.2f}" for t, _ in later),
-                        "rows/s": total / best,
+                        "rows": n,
+                        "wall s (runs 2..)": " ".join(f"{t:.2f}" for t, _, _ in later),
+                        "load": " ".join(ld for _, _, ld in later),
+                        "rows/s": n / best,
                         "CPU s": cpu_s,
-                        "rows per CPU s": total / cpu_s,
+                        "CPU us/row": 1e6 * cpu_s / max(1, n),
                     }
                 )
         finally:
-            spark.stop()
-            srv.stop()
+            if spark is not None:
+                spark.stop()
+            for _, srv, _, _ in servers:
+                srv.stop()
     return rows
+
+
+def loadavg1() -> str:
+    return Path("/proc/loadavg").read_text().split(" ", 1)[0]
 
 
 # ------------------------------------------------------------------ offload while producing
@@ -384,6 +437,13 @@ def main() -> None:
     ap.add_argument("--spark-size", type=int, default=500)
     ap.add_argument("--spark-repeat", type=int, default=3)
     ap.add_argument("--spark-python-tier", action="store_true")
+    ap.add_argument(
+        "--spark-blob-mb",
+        default="8",
+        help="storage.max_blob_size (MiB; low_watermark 3/4 of it) of the servers to compare, "
+        "comma-separated: one segment object per blob, so this sets the size of the files "
+        "Spark scans",
+    )
     ap.add_argument("--seconds", type=float, default=8.0)
     ap.add_argument("--json")
     a = ap.parse_args()
@@ -402,7 +462,11 @@ def main() -> None:
             s3.stop()
     if "spark" in only:
         out["spark"] = bench_spark(
-            a.spark_messages, a.spark_size, a.spark_repeat, a.spark_python_tier
+            a.spark_messages,
+            a.spark_size,
+            a.spark_repeat,
+            a.spark_python_tier,
+            tuple(int(x) for x in a.spark_blob_mb.split(",")),
         )
         table("Spark over an offloaded topic", out["spark"])
     if "offload" in only:

@@ -6,6 +6,7 @@ same cut."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -137,7 +138,9 @@ def test_half_offloaded_topic_every_offset_once_and_plan_reads_the_store(
     assert sorted(native) == sorted((p, o, v[0]) for (p, o), v in got.items())
     if st.store["backend"] == "local":
         assert "FileScan parquet" in plan_text, plan_text
+        # every object is read whole: one scan of all of them, and no offset filter
         assert f"InMemoryFileIndex({len({r.object_key for r in tier})} paths)" in plan_text
+        assert "PushedFilters: []" in plan_text, plan_text
         # the files' rows are exactly the offloaded offsets, the Python source's the rest
         _, files, rest = tier_files.plan({"endpoint": srv.endpoint, "topic": topic})
         assert sorted((r.partition, r.start, r.end) for r in files) == sorted(
@@ -146,6 +149,28 @@ def test_half_offloaded_topic_every_offset_once_and_plan_reads_the_store(
         assert sorted((tp[1], s, e) for tp, s, e in rest) == sorted(
             (r.partition, r.start, r.end) for r in broker
         )
+        # a range that starts and ends inside objects: those two are scanned with the
+        # offset filter, the objects between them whole, and each planned offset read once
+        objs = sorted((r for r in tier if r.partition == 0), key=lambda r: r.start)
+        lo, hi = objs[0].start + 7, objs[-1].end - 5
+        cut = weir.spark.read(
+            spark,
+            {
+                "endpoint": srv.endpoint,
+                "topic": topic,
+                "startingOffsets": json.dumps({topic: {"0": lo, "1": -1}}),
+                "endingOffsets": json.dumps({topic: {"0": hi, "1": -1}}),
+                **opts,
+            },
+        )
+        cut_plan = cut._jdf.queryExecution().executedPlan().toString()
+        ends = min(2, len(objs))
+        assert f"InMemoryFileIndex({ends} paths)" in cut_plan, cut_plan
+        if len(objs) > ends:
+            assert f"InMemoryFileIndex({len(objs) - ends} paths)" in cut_plan, cut_plan
+        assert "PushedFilters: [IsNotNull(partition), EqualTo(partition,0)" in cut_plan, cut_plan
+        got_cut = sorted((row.partition, row.offset) for row in cut.collect())
+        assert got_cut == [(0, o) for o in range(lo, hi)]
     else:  # no S3 connector in this Spark: the Python source reads the store
         assert "FileScan" not in plan_text, plan_text
     # a TierRange task needs no broker: read one with the server stopped

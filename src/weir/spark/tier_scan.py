@@ -57,6 +57,8 @@ class TierRange(InputPartition):
     object_size: int
     object_crc: int
     store: tuple[tuple[str, str], ...]  # where the objects are, as the broker described it
+    # [start, end) is every offset the object holds (a scan of it needs no offset filter)
+    whole: bool = False
 
     def __repr__(self) -> str:
         where = dict(self.store)
@@ -95,7 +97,15 @@ def plan_tier(
             lo, hi = max(pos, seg.first_offset), min(e, seg.end_offset)
             tier.append(
                 TierRange(
-                    tp[0], tp[1], lo, hi, seg.object_key, seg.object_size, seg.object_crc, store
+                    tp[0],
+                    tp[1],
+                    lo,
+                    hi,
+                    seg.object_key,
+                    seg.object_size,
+                    seg.object_crc,
+                    store,
+                    whole=(lo, hi) == (seg.first_offset, seg.end_offset),
                 )
             )
             pos = hi
