@@ -24,6 +24,7 @@ from weir.client.credentials import CredentialsArg
 from weir.client.deliver_at import with_deliver_at
 from weir.client.loop import LoopThread
 from weir.client.messages import Batch, Message
+from weir.client.owners import PartitionOwner
 from weir.client.reader import PartitionSession, Start
 from weir.client.routing import CustomRouter
 from weir.client.security_admin import SyncSecurityCalls
@@ -432,6 +433,10 @@ class Client(SyncTenancyCalls, SyncSecurityCalls, SyncTierCalls):
 
     def describe_topic(self, name: str, *, timeout: float | None = 30.0) -> TopicInfo:
         return self._run(self._aio.describe_topic(name, timeout=timeout))  # type: ignore[no-any-return]
+
+    def owners(self, topic: str, *, timeout: float | None = 30.0) -> list[PartitionOwner]:
+        """Which broker serves each partition of ``topic``; see `weir.aio.Client.owners`."""
+        return self._run(self._aio.owners(topic, timeout=timeout))  # type: ignore[no-any-return]
 
     def alter_topic(
         self,

@@ -17,12 +17,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Mapping, MutableMapping
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
-from weir.broker.cluster.claims import split_key
+from weir.broker.cluster.claims import partition_key, split_key
 from weir.broker.cluster.log_host import ReplicatedLogHost
 from weir.broker.cluster.ownership import Ownership, OwnershipConfig
 from weir.broker.cluster.partitions import ActorLimits, ClusterPartitions, ReplicatedActor
@@ -39,6 +40,18 @@ from weir.storage.partition import PartitionConfig
 log = logging.getLogger("weir.cluster")
 
 ActorTable = MutableMapping[tuple[str, int], PartitionActor[Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionOwner:
+    """Who serves a partition (the answer to a client's Lookup): ``broker`` empty when
+    nobody does now (it is moving); ``local`` when the broker asked does."""
+
+    partition: int
+    broker: str = ""
+    generation: int = 0
+    endpoints: Mapping[str, str] = field(default_factory=dict)
+    local: bool = False
 
 
 class _BrokerHost:
@@ -163,6 +176,29 @@ class ClusterMode:
         """The actor if this broker serves the partition; else UnavailableError naming the
         owner (retryable: the client goes there or tries again)."""
         return self.partitions.actor_now(topic, partition)
+
+    async def owners(self, topic: str, partitions: Sequence[int]) -> list[PartitionOwner]:
+        """Who serves each of ``partitions`` of ``topic``, as ZooKeeper says now (a partition
+        claimed here but not open yet counts as moving)."""
+        own = self.ownership
+        live: dict[str, dict[str, Any]] | None = None
+        out: list[PartitionOwner] = []
+        for p in partitions:
+            key = partition_key(topic, p)
+            gen = own.serving(key)
+            if gen is not None and key in self.partitions.actors:
+                out.append(PartitionOwner(p, self.broker_id, gen, dict(own.endpoints), True))
+                continue
+            got = await own.records.owner(key)
+            if got is None or got[0].broker == self.broker_id:
+                out.append(PartitionOwner(p))
+                continue
+            if live is None:
+                live = await own.brokers()
+            owner = got[0]
+            eps = {str(k): str(v) for k, v in live.get(owner.broker, {}).items()}
+            out.append(PartitionOwner(p, owner.broker, owner.generation, eps))
+        return out
 
     async def stop(self) -> None:
         """Give every partition back gracefully, leave the cluster, close the client."""

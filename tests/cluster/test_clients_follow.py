@@ -1,0 +1,233 @@
+"""Clients follow partition owners: three `weir serve` processes of one cluster (real
+ZooKeeper, three real bookies) and the native SDK, sync and asyncio. A writer and a
+reader given any broker's endpoint reach the partition's owner (told NOT_OWNER, they
+ask `Lookup` and go there); when the owner is killed with SIGKILL under load, the
+writes go on at the new owner, and the history checker finds every acknowledged
+message exactly once, in order."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+from kazoo.client import KazooClient
+
+import weir
+import weir.aio
+from tests.conftest import ServerProcess
+from tests.reliability.checker import check
+from tests.reliability.history import History, make_data, message_id
+from weir.broker.cluster import ClusterRecords, partition_key
+from weir.errors import NotOwnerError, UnknownTopicError
+from weir.replication.local_cluster import BookieProcess
+from weir.replication.zkserver import ZooKeeperServer
+
+NAMES = ("a", "b", "c")
+KEY = 0  # the history's partition key (one topic, partition 0)
+
+
+@pytest.fixture(scope="module")
+def brokers(
+    zookeeper: ZooKeeperServer,
+    shared_root: str,
+    shared_bookies: list[BookieProcess],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[dict[str, ServerProcess]]:
+    out: dict[str, ServerProcess] = {}
+    try:
+        for name in NAMES:
+            srv = ServerProcess(
+                tmp_path_factory.mktemp(f"broker-{name}"),
+                env={
+                    "WEIR_STORAGE_MODE": "replicated",
+                    "WEIR_CLUSTER_ZOOKEEPER": zookeeper.hosts,
+                    "WEIR_CLUSTER_ROOT": shared_root,
+                    "WEIR_CLUSTER_BROKER_ID": name,
+                    "WEIR_CLUSTER_SESSION_TIMEOUT_S": "4",
+                },
+            )
+            out[name] = srv
+            srv.start()
+        yield out
+    finally:
+        for srv in out.values():
+            srv.stop()
+
+
+@pytest.fixture
+async def records(zookeeper: ZooKeeperServer, shared_root: str) -> AsyncIterator[ClusterRecords]:
+    """The cluster's claims, read with a ZooKeeper client of the test's own."""
+    zk = KazooClient(hosts=zookeeper.hosts, timeout=10)
+    await asyncio.to_thread(zk.start, 30)
+    try:
+        yield ClusterRecords(zk, shared_root)
+    finally:
+        await asyncio.to_thread(zk.stop)
+        await asyncio.to_thread(zk.close)
+
+
+async def owner_of(
+    records: ClusterRecords, key: str, other_than: str = "", timeout: float = 60
+) -> str:
+    """The broker holding the claim on ``key`` (not ``other_than``), polled to a deadline."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = await records.owner(key)
+        if got is not None and got[0].broker != other_than:
+            return got[0].broker
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"nobody (else) claimed {key} in {timeout} s")
+
+
+async def created(brokers: dict[str, ServerProcess], records: ClusterRecords, name: str) -> str:
+    """Create ``name`` (one partition) and wait for its owner; every broker knows it then."""
+    async with weir.aio.Client(brokers["a"].endpoint) as admin:
+        await admin.create_topic(name, partitions=1)
+        owner = await owner_of(records, partition_key(name, 0))
+    for srv in brokers.values():  # the catalog watch reaches every broker
+        async with weir.aio.Client(srv.endpoint) as c:
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    await c.describe_topic(name, timeout=10)
+                    break
+                except UnknownTopicError:
+                    assert time.monotonic() < deadline, f"{srv.endpoint} never saw {name}"
+                    await asyncio.sleep(0.1)
+    return owner
+
+
+async def read_all(endpoint: str, topic: str, n: int, timeout: float = 60) -> list[tuple[int, str]]:
+    """(offset, message id) of the first ``n`` messages of ``topic``, read through ``endpoint``."""
+    out: list[tuple[int, str]] = []
+    async with weir.aio.Client(endpoint) as client:
+        reader = client.reader(topic, start="earliest")
+        try:
+            deadline = time.monotonic() + timeout
+            while len(out) < n and time.monotonic() < deadline:
+                msg = await reader.receive_message(timeout=1.0)
+                if msg is not None:
+                    out.append((msg.offset, message_id(msg.data)))
+        finally:
+            await reader.close()
+    return out
+
+
+async def test_an_asyncio_writer_and_reader_reach_the_owner_through_any_broker(
+    brokers: dict[str, ServerProcess], records: ClusterRecords
+) -> None:
+    name = "public/default/follow-aio"
+    owner = await created(brokers, records, name)
+    home = next(n for n in NAMES if n != owner)
+    async with weir.aio.Client(brokers[home].endpoint) as client:
+        # the typed lookup: the owner, its claim and where to reach it
+        [found] = await client.owners(name)
+        assert (found.partition, found.broker, found.local) == (0, owner, False)
+        assert found.endpoints["native"] == brokers[owner].endpoint
+        assert found.generation >= 1
+        async with client.writer(name, producer_id="w", partition=0) as writer:
+            for i in range(20):
+                await writer.write(make_data("w", i, 16))
+            await writer.flush(timeout=60)
+            # the writer was told NOT_OWNER once (typed: who owns it) and went there
+            assert isinstance(writer.last_error, NotOwnerError)
+            assert writer.last_error.owner == owner
+            assert writer.last_error.endpoints["native"] == brokers[owner].endpoint
+    rows = await read_all(brokers[home].endpoint, name, 20)  # the reader follows too
+    assert rows == [(i, f"id:w:{i}") for i in range(20)]
+    async with weir.aio.Client(brokers[owner].endpoint) as client:
+        assert [o.local for o in await client.owners(name)] == [True]
+
+
+def test_a_sync_writer_and_reader_reach_the_owner_through_any_broker(
+    brokers: dict[str, ServerProcess],
+    zookeeper: ZooKeeperServer,
+    shared_root: str,
+) -> None:
+    name = "public/default/follow-sync"
+
+    async def setup() -> str:
+        zk = KazooClient(hosts=zookeeper.hosts, timeout=10)
+        await asyncio.to_thread(zk.start, 30)
+        try:
+            return await created(brokers, ClusterRecords(zk, shared_root), name)
+        finally:
+            await asyncio.to_thread(zk.stop)
+            await asyncio.to_thread(zk.close)
+
+    owner = asyncio.run(setup())
+    home = next(n for n in NAMES if n != owner)
+    with weir.Client(brokers[home].endpoint) as client:
+        assert client.owners(name)[0].broker == owner
+        with client.writer(name, producer_id="s", partition=0) as writer:
+            for i in range(10):
+                writer.write(make_data("s", i, 16))
+            writer.flush(timeout=60)
+        reader = client.reader(name, start="earliest")
+        got: list[tuple[int, str]] = []
+        deadline = time.monotonic() + 60
+        while len(got) < 10 and time.monotonic() < deadline:
+            msg = reader.receive_message(timeout=1.0)
+            if msg is not None:
+                got.append((msg.offset, message_id(msg.data)))
+        reader.close()
+    assert got == [(i, f"id:s:{i}") for i in range(10)]
+
+
+async def test_writes_through_a_non_owner_go_on_across_kill_9_of_the_owner(
+    brokers: dict[str, ServerProcess], records: ClusterRecords
+) -> None:
+    """The writer talks to a broker that does not own the partition; the owner is killed
+    (SIGKILL) while messages are in flight; the partition moves (session timeout, claim,
+    fencing); the writer finds the new owner and resends what was not acknowledged. Every
+    acknowledged message is stored once, in order (dedup moved with the partition)."""
+    name = "public/default/follow-kill"
+    key = partition_key(name, 0)
+    owner = await created(brokers, records, name)
+    home = next(n for n in NAMES if n != owner)
+    history = History()
+    total, kill_after = 300, 60
+    acked = 0
+    killed = asyncio.Event()
+    try:
+        async with (
+            weir.aio.Client(brokers[home].endpoint) as client,
+            client.writer(name, producer_id="w", partition=0, delivery_timeout=90) as writer,
+        ):
+            pending: list[tuple[str, asyncio.Future[weir.WriteResult]]] = []
+
+            def settle() -> None:
+                nonlocal acked
+                while pending and pending[0][1].done():
+                    mid, fut = pending.pop(0)
+                    res = fut.result()
+                    history.acked(mid, KEY, None if res.skipped else res.offset)
+                    acked += 1
+
+            for n in range(total):
+                mid = f"id:w:{n}"
+                history.attempted(mid)
+                pending.append((mid, await writer.write_future(make_data("w", n, 32))))
+                settle()
+                if acked >= kill_after and not killed.is_set():
+                    brokers[owner].kill()  # under load: requests in flight to it
+                    killed.set()
+                if n % 20 == 19:
+                    await asyncio.sleep(0.01)  # let acks come back between bursts
+            await writer.flush(timeout=90)
+            settle()
+            assert killed.is_set()
+            assert not pending
+        new_owner = await owner_of(records, key, other_than=owner)
+        rows = await read_all(brokers[home].endpoint, name, total)
+        report = check(history, {KEY: rows}, {KEY: 0})
+        assert report.violations() == {}, report.violations()
+        assert report.acknowledged == total
+        assert [r[0] for r in rows] == list(range(total))  # dense, in write order
+        assert [r[1] for r in rows] == [f"id:w:{n}" for n in range(total)]
+        assert new_owner != owner
+    finally:
+        if brokers[owner].proc is None:
+            brokers[owner].start()
