@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
 import pytest
+from kafka import KafkaAdminClient, KafkaProducer
 from kazoo.client import KazooClient
 
 import weir
@@ -21,6 +22,7 @@ from tests.reliability.checker import check
 from tests.reliability.history import History, make_data, message_id
 from weir.broker.cluster import ClusterRecords, partition_key
 from weir.errors import NotOwnerError, UnknownTopicError
+from weir.protocols.kafka.cluster_view import node_id
 from weir.replication.local_cluster import BookieProcess
 from weir.replication.zkserver import ZooKeeperServer
 
@@ -220,6 +222,7 @@ async def test_writes_through_a_non_owner_go_on_across_kill_9_of_the_owner(
             settle()
             assert killed.is_set()
             assert not pending
+            assert writer.reconnects >= 2  # told NOT_OWNER, then its owner died
         new_owner = await owner_of(records, key, other_than=owner)
         rows = await read_all(brokers[home].endpoint, name, total)
         report = check(history, {KEY: rows}, {KEY: 0})
@@ -229,5 +232,72 @@ async def test_writes_through_a_non_owner_go_on_across_kill_9_of_the_owner(
         assert [r[1] for r in rows] == [f"id:w:{n}" for n in range(total)]
         assert new_owner != owner
     finally:
+        if brokers[owner].proc is None:
+            brokers[owner].start()
+
+
+def kafka_leader(bootstrap: str, topic: str) -> int:
+    """The node id Metadata (asked of ``bootstrap``) names as the leader of ``topic``'s
+    partition 0 (-1: none now), as kafka-python's admin client reads it."""
+    client = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000)
+    try:
+        [meta] = client.describe_topics([topic])
+        [part] = meta["partitions"]
+        return int(part["leader_id"])
+    finally:
+        client.close()
+
+
+def test_kafka_metadata_names_the_owner_and_a_producer_follows_it_across_kill_9(
+    brokers: dict[str, ServerProcess],
+    zookeeper: ZooKeeperServer,
+    shared_root: str,
+) -> None:
+    """kafka-python bootstrapped at a broker that does not own the partition: Metadata
+    names the owner's Kafka listener as the leader; when the owner is killed, the
+    producer's requests fail, it refreshes its metadata (LEADER_NOT_AVAILABLE while the
+    partition moves) and produces to the new owner; every acknowledged message is stored."""
+    name, kname = "public/default/kfollow", "kfollow"
+    key = partition_key(name, 0)
+
+    async def in_zk(fn: Callable[[ClusterRecords], Awaitable[str]]) -> str:
+        zk = KazooClient(hosts=zookeeper.hosts, timeout=10)
+        await asyncio.to_thread(zk.start, 30)
+        try:
+            return await fn(ClusterRecords(zk, shared_root))
+        finally:
+            await asyncio.to_thread(zk.stop)
+            await asyncio.to_thread(zk.close)
+
+    owner = asyncio.run(in_zk(lambda r: created(brokers, r, name)))
+    home = next(n for n in NAMES if n != owner)
+    assert kafka_leader(brokers[home].kafka, kname) == node_id(owner)
+    producer = KafkaProducer(
+        bootstrap_servers=brokers[home].kafka,
+        acks="all",
+        retry_backoff_ms=200,
+        max_in_flight_requests_per_connection=1,
+        delivery_timeout_ms=90_000,
+    )
+    acked: list[int] = []
+    try:
+        futures = []
+        for n in range(120):
+            futures.append(producer.send(kname, value=b"id:k:%d|" % n, partition=0))
+            if n == 40:
+                producer.flush(timeout=60)
+                brokers[owner].kill()  # the leader dies; 80 more go to whoever owns it next
+        producer.flush(timeout=90)
+        for n, fut in enumerate(futures):
+            fut.get(timeout=1)  # every send was acknowledged in the end
+            acked.append(n)
+        new_owner = asyncio.run(in_zk(lambda r: owner_of(r, key, other_than=owner)))
+        assert kafka_leader(brokers[home].kafka, kname) == node_id(new_owner)
+        rows = asyncio.run(read_all(brokers[home].endpoint, name, 120))
+        stored = [mid for _, mid in rows]
+        assert {f"id:k:{n}" for n in acked} <= set(stored)  # nothing acknowledged is lost
+        assert [o for o, _ in rows] == list(range(len(rows)))
+    finally:
+        producer.close(timeout=10)
         if brokers[owner].proc is None:
             brokers[owner].start()

@@ -162,7 +162,7 @@ async def test_the_owner_serves_the_topic_and_the_other_broker_names_it(
         assert isinstance(writer.last_error, NotOwnerError)
         assert f"owned by broker {owner} " in writer.last_error.message
         assert writer.last_error.owner == owner
-        assert writer.last_error.endpoints == {"native": brokers[owner].endpoint}
+        assert writer.last_error.endpoints["native"] == brokers[owner].endpoint
         await writer.close(timeout=10)
         # and so does a reader
         assert await read_n(brokers[other].endpoint, 21) == [*got, (20, b"elsewhere")]

@@ -19,7 +19,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
@@ -30,12 +30,15 @@ from weir.broker.cluster.partitions import ActorLimits, ClusterPartitions, Repli
 from weir.broker.cluster.topic_catalog import TopicCatalog, topics_path
 from weir.broker.config import BrokerConfig
 from weir.broker.partition_actor import PartitionActor
-from weir.broker.topics import TopicConfig
+from weir.broker.topics import PERSISTENT, TopicConfig
 from weir.errors import UnavailableError
 from weir.replication.ledger import LedgerClient
 from weir.replication.managed_log import ManagedLogConfig
 from weir.replication.partition_log import ReplicationConfig
 from weir.storage.partition import PartitionConfig
+
+if TYPE_CHECKING:
+    from weir.broker.broker import Broker
 
 log = logging.getLogger("weir.cluster")
 
@@ -126,6 +129,20 @@ class ClusterMode:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopped = False
 
+    @classmethod
+    def of_broker(cls, broker: Broker, endpoints: Mapping[str, str] | None) -> ClusterMode:
+        """The cluster side of ``broker``: claimed partitions open with their topic's
+        config and enter its actor table; catalog changes reach its topics
+        (`catalog_changed`, once `start` runs)."""
+        mode = cls(
+            broker.config,
+            broker._actors,
+            endpoints=endpoints,
+            partition_config=lambda topic, partition: claimed_config(broker, topic, partition),
+        )
+        mode._on_topics = lambda catalog: catalog_changed(broker, catalog)
+        return mode
+
     async def connect(self) -> dict[str, TopicConfig]:
         """Connect to ZooKeeper, lay out the cluster's nodes; the topics of the cluster."""
         self._loop = asyncio.get_running_loop()
@@ -140,10 +157,13 @@ class ClusterMode:
         await self.catalog.ensure_layout()
         return await self.catalog.topics()
 
-    async def start(self, on_topics: Callable[[dict[str, TopicConfig]], Awaitable[None]]) -> None:
-        """Follow the catalog (``on_topics`` hears every topic after a change) and start
-        claiming partitions."""
-        self._on_topics = on_topics
+    async def start(
+        self, on_topics: Callable[[dict[str, TopicConfig]], Awaitable[None]] | None = None
+    ) -> None:
+        """Follow the catalog (``on_topics``, else the broker's `catalog_changed`, hears
+        every topic after a change) and start claiming partitions."""
+        if on_topics is not None:
+            self._on_topics = on_topics
         path = topics_path(self.config.cluster_root)
         ChildrenWatch(self.client.zk, path, self._topics_changed)  # created, deleted
         DataWatch(self.client.zk, path, self._topics_changed)  # changed (TopicCatalog.update)
@@ -176,6 +196,17 @@ class ClusterMode:
         """The actor if this broker serves the partition; else UnavailableError naming the
         owner (retryable: the client goes there or tries again)."""
         return self.partitions.actor_now(topic, partition)
+
+    async def publish(self, endpoints: Mapping[str, str]) -> None:
+        """Publish more of this broker's endpoints (fronts started after it joined)."""
+        await self.ownership.publish(endpoints)
+
+    async def live_brokers(self) -> dict[str, dict[str, str]]:
+        """The live brokers of the cluster and their endpoints by front."""
+        return {
+            b: {str(k): str(v) for k, v in eps.items()}
+            for b, eps in (await self.ownership.brokers()).items()
+        }
 
     async def owners(self, topic: str, partitions: Sequence[int]) -> list[PartitionOwner]:
         """Who serves each of ``partitions`` of ``topic``, as ZooKeeper says now (a partition
@@ -213,3 +244,33 @@ class ClusterMode:
             await self.ownership.stop()
         finally:
             await self.client.close()
+
+
+def claimed_config(broker: Broker, topic: str, partition: int) -> PartitionConfig | None:
+    """The config a partition ``broker`` claims opens with (None: its topic is unknown)."""
+    cfg = broker._topics.get(topic)
+    return None if cfg is None else broker._partition_config(cfg)
+
+
+async def catalog_changed(broker: Broker, catalog: dict[str, TopicConfig]) -> None:
+    """Topics another broker created or changed reach ``broker`` (dropped ones stay known
+    until it restarts: dropping is not wired yet)."""
+    if broker.closed:
+        return
+    async with broker._lock:
+        new = [c for name, c in catalog.items() if broker._topics.get(name) != c]
+        adopted = broker.tenancy.adopt(sorted({c.name.rsplit("/", 1)[0] for c in new}))
+        if adopted:
+            await broker._commit(adopted)
+        for cfg in new:
+            before = broker._topics.get(cfg.name)
+            cfg = broker.resolved(cfg)
+            if before == cfg:
+                continue
+            broker._apply_topic_config(cfg)  # and to the partitions served here
+            if before is None:
+                if cfg.kind != PERSISTENT:
+                    for p in range(cfg.partitions):
+                        broker._open_partition(cfg, p)
+            elif cfg.partitions > before.partitions:
+                broker._grown(before, cfg)  # another broker added partitions
