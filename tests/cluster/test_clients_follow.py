@@ -11,6 +11,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
+import pulsar
 import pytest
 from kafka import KafkaAdminClient, KafkaProducer
 from kazoo.client import KazooClient
@@ -299,5 +300,54 @@ def test_kafka_metadata_names_the_owner_and_a_producer_follows_it_across_kill_9(
         assert [o for o, _ in rows] == list(range(len(rows)))
     finally:
         producer.close(timeout=10)
+        if brokers[owner].proc is None:
+            brokers[owner].start()
+
+
+def test_a_pulsar_producer_is_sent_to_the_owner_and_follows_it_across_kill_9(
+    brokers: dict[str, ServerProcess],
+    zookeeper: ZooKeeperServer,
+    shared_root: str,
+) -> None:
+    """pulsar-client given a broker that does not own the topic: Lookup answers the
+    owner's Pulsar URL and the producer connects there; when the owner is killed the
+    producer reconnects, looks the topic up again (refused while it moves) and goes to
+    the new owner; every acknowledged message is stored once, in order."""
+    name = "public/default/pfollow"
+    key = partition_key(name, 0)
+
+    async def in_zk(fn: Callable[[ClusterRecords], Awaitable[str]]) -> str:
+        zk = KazooClient(hosts=zookeeper.hosts, timeout=10)
+        await asyncio.to_thread(zk.start, 30)
+        try:
+            return await fn(ClusterRecords(zk, shared_root))
+        finally:
+            await asyncio.to_thread(zk.stop)
+            await asyncio.to_thread(zk.close)
+
+    owner = asyncio.run(in_zk(lambda r: created(brokers, r, name)))
+    home = next(n for n in NAMES if n != owner)
+    client = pulsar.Client(
+        brokers[home].pulsar_url,
+        operation_timeout_seconds=10,
+        logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
+    )
+    acked: list[int] = []
+    try:
+        producer = client.create_producer(
+            f"persistent://{name}", producer_name="pf", send_timeout_millis=90_000
+        )
+        for n in range(80):
+            producer.send(b"id:p:%d|" % n)  # waits for the receipt
+            acked.append(n)
+            if n == 30:
+                brokers[owner].kill()
+        new_owner = asyncio.run(in_zk(lambda r: owner_of(r, key, other_than=owner)))
+        assert new_owner != owner
+        rows = asyncio.run(read_all(brokers[home].endpoint, name, 80))
+        assert [mid for _, mid in rows] == [f"id:p:{n}" for n in acked]
+        assert [o for o, _ in rows] == list(range(80))
+    finally:
+        client.close()
         if brokers[owner].proc is None:
             brokers[owner].start()
