@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
 import pulsar
 import pytest
+import ydb
 from kafka import KafkaAdminClient, KafkaProducer
 from kazoo.client import KazooClient
 
@@ -22,8 +23,8 @@ from tests.conftest import ServerProcess
 from tests.reliability.checker import check
 from tests.reliability.history import History, make_data, message_id
 from weir.broker.cluster import ClusterRecords, partition_key
+from weir.broker.cluster.broker_mode import node_id
 from weir.errors import NotOwnerError, UnknownTopicError
-from weir.protocols.kafka.cluster_view import node_id
 from weir.replication.local_cluster import BookieProcess
 from weir.replication.zkserver import ZooKeeperServer
 
@@ -351,3 +352,42 @@ def test_a_pulsar_producer_is_sent_to_the_owner_and_follows_it_across_kill_9(
         client.close()
         if brokers[owner].proc is None:
             brokers[owner].start()
+
+
+def test_ydb_discovery_lists_every_broker_and_a_ydb_writer_reaches_the_owner(
+    brokers: dict[str, ServerProcess],
+    zookeeper: ZooKeeperServer,
+    shared_root: str,
+) -> None:
+    """The ydb SDK given a broker that does not own the partition: Discovery lists every
+    live broker, the SDK's connections spread over them, and a write session the non-owner
+    refuses (UNAVAILABLE) is retried on the next broker until it reaches the owner."""
+    name = "public/default/yfollow"
+
+    async def setup() -> str:
+        zk = KazooClient(hosts=zookeeper.hosts, timeout=10)
+        await asyncio.to_thread(zk.start, 30)
+        try:
+            return await created(brokers, ClusterRecords(zk, shared_root), name)
+        finally:
+            await asyncio.to_thread(zk.stop)
+            await asyncio.to_thread(zk.close)
+
+    owner = asyncio.run(setup())
+    home = next(n for n in NAMES if n != owner)
+    driver = ydb.Driver(endpoint=f"grpc://{brokers[home].endpoint}", database="/local")
+    try:
+        driver.wait(timeout=15, fail_fast=True)
+        listed = driver.discovery_debug_details()
+        for srv in brokers.values():
+            assert srv.endpoint in listed, listed
+        writer = driver.topic_client.writer(
+            "/local/yfollow", producer_id="y", partition_id=0, codec=ydb.TopicCodec.RAW
+        )
+        writer.write([ydb.TopicWriterMessage(b"id:y:%d|" % n) for n in range(10)])
+        writer.flush()
+        writer.close()
+    finally:
+        driver.stop(timeout=5)
+    rows = asyncio.run(read_all(brokers[home].endpoint, name, 10))
+    assert rows == [(n, f"id:y:{n}") for n in range(10)]

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import zlib
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -43,6 +44,12 @@ if TYPE_CHECKING:
 log = logging.getLogger("weir.cluster")
 
 ActorTable = MutableMapping[tuple[str, int], PartitionActor[Any]]
+
+
+def node_id(broker_id: str) -> int:
+    """A broker's number for fronts that name nodes by number (Kafka's node id, YDB's
+    node_id): derived from its id, so every broker computes the same one (>= 1)."""
+    return (zlib.crc32(broker_id.encode()) & 0x7FFF_FFFF) or 1
 
 
 @dataclass(frozen=True, slots=True)

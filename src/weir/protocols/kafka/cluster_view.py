@@ -2,7 +2,8 @@
 
 Every broker of the cluster is a Kafka node: its node id is derived from its broker
 id (`node_id`: the same on every broker, so clients see one consistent cluster),
-its address is the Kafka endpoint it published. Metadata names each partition's
+its address is the Kafka endpoint it published (`node_id` is the one YDB
+Discovery uses as well). Metadata names each partition's
 current owner as its leader (the claim's generation as the leader epoch); a
 partition with no owner now (it is moving), or whose owner has no Kafka listener,
 is answered LEADER_NOT_AVAILABLE. A produce or fetch sent to a broker that does not
@@ -12,20 +13,15 @@ metadata and goes to the leader, as it does when a Kafka partition's leader move
 
 from __future__ import annotations
 
-import zlib
 from typing import TYPE_CHECKING
 
+from weir.broker.cluster.broker_mode import node_id
 from weir.protocols.kafka.codec import Message
 from weir.protocols.kafka.errors import ErrorCode
 
 if TYPE_CHECKING:
     from weir.broker.broker import Broker
     from weir.broker.topics import TopicConfig
-
-
-def node_id(broker_id: str) -> int:
-    """The Kafka node id of a broker of the cluster (an int32 >= 0, stable)."""
-    return zlib.crc32(broker_id.encode()) & 0x7FFF_FFFF
 
 
 def node_entry(broker_id: str, kafka: str) -> Message:

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from weir.broker.broker import Broker
+from weir.broker.cluster.broker_mode import node_id
 from weir.protocols.kafka.admin import NODE_ID
-from weir.protocols.kafka.cluster_view import node_id
 from weir.protocols.kafka.group_api import members_reading
 from weir.protocols.kafka.groups import Coordinator
 from weir.protocols.kafka.idempotence import Sequences
