@@ -25,6 +25,12 @@ NODE_ID = 1
 _WILDCARDS = {"", "0.0.0.0", "::", "[::]"}
 
 
+def node_of(cluster: ClusterMode | None) -> int:
+    """This server's YDB node id: NODE_ID alone, derived from the broker id in a cluster
+    (the SDK routes a query session's calls to the node its CreateSession named)."""
+    return NODE_ID if cluster is None else node_id(cluster.broker_id)
+
+
 class DiscoveryServicer(ydb_discovery_v1_pb2_grpc.DiscoveryServiceServicer):
     """``Ydb.Discovery.V1.DiscoveryService``: ListEndpoints (WhoAmI stays unimplemented)."""
 
@@ -43,10 +49,6 @@ class DiscoveryServicer(ydb_discovery_v1_pb2_grpc.DiscoveryServiceServicer):
         self.ssl = ssl
         self.address = address  # read per call: the port is known only once the server bound it
 
-    @property
-    def node_id(self) -> int:
-        return NODE_ID if self.cluster is None else node_id(self.cluster.broker_id)
-
     async def ListEndpoints(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         try:
             self.auth.check(context)
@@ -57,7 +59,11 @@ class DiscoveryServicer(ydb_discovery_v1_pb2_grpc.DiscoveryServiceServicer):
             host = socket.gethostname()
         endpoints = [
             ydb_discovery_pb2.EndpointInfo(
-                address=host, port=port, ssl=self.ssl, location=LOCATION, node_id=self.node_id
+                address=host,
+                port=port,
+                ssl=self.ssl,
+                location=LOCATION,
+                node_id=node_of(self.cluster),
             )
         ]
         if self.cluster is not None:
