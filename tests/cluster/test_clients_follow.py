@@ -139,6 +139,13 @@ async def test_an_asyncio_writer_and_reader_reach_the_owner_through_any_broker(
             assert isinstance(writer.last_error, NotOwnerError)
             assert writer.last_error.owner == owner
             assert writer.last_error.endpoints["native"] == brokers[owner].endpoint
+        # an offset-range read (what the Spark connector does) goes to the owner as well
+        got = [
+            (m.offset, message_id(m.data))
+            async for rc in client.read_range(name, 0, 0, timeout=30)
+            for m in rc.messages()
+        ]
+        assert got == [(i, f"id:w:{i}") for i in range(20)]
     rows = await read_all(brokers[home].endpoint, name, 20)  # the reader follows too
     assert rows == [(i, f"id:w:{i}") for i in range(20)]
     async with weir.aio.Client(brokers[owner].endpoint) as client:

@@ -57,6 +57,9 @@ class Owners:
     def __init__(self, home: Connection) -> None:
         self.home = home
         self._conns: dict[str, Connection] = {}
+        # (topic, partition) -> the owner's connection, as the last lookup found it (range
+        # reads go straight there; streams keep their own)
+        self._known: dict[tuple[str, int], Connection] = {}
         self.lookups = 0  # Lookup calls answered (tests and metrics read it)
 
     def connection(self, endpoint: str) -> Connection:
@@ -96,6 +99,17 @@ class Owners:
                 return None  # moving
             return self.connection(endpoint)
         return None
+
+    def known(self, topic: str, partition: int) -> Connection | None:
+        """The owner of ``topic``/``partition`` the last lookup found (None: ask the home)."""
+        conn = self._known.get((topic, partition))
+        return None if conn is None or conn.closed else conn
+
+    def remember(self, topic: str, partition: int, conn: Connection | None) -> None:
+        if conn is None or conn is self.home:
+            self._known.pop((topic, partition), None)
+        else:
+            self._known[(topic, partition)] = conn
 
     async def close(self) -> None:
         for conn in self._conns.values():
