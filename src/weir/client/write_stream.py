@@ -41,17 +41,7 @@ class WriteStream(WriterState):
             call = None
             try:
                 call = self.target.stream_write()
-                init = pb.WriteInit(topic=self.topic, producer_id=self.producer_id)
-                if self.settings.partition is not None:
-                    init.partition = self.settings.partition
-                elif self.routed and self.partition is not None:
-                    init.partition = self.partition  # reconnect: the home stays where it was
-                init.routed = self.routed
-                init.transaction_id = self.settings.transaction_id
-                init.access_mode = int(self.settings.access_mode)  # type: ignore[assignment]
-                if self.producer_epoch is not None and self.settings.access_mode.exclusive:
-                    init.producer_epoch = self.producer_epoch  # fenced if it grew since
-                await call.write(pb.WriteRequest(init=init))
+                await call.write(self._init_request())
                 resp = await call.read()
                 if resp is grpc.aio.EOF:
                     raise UnavailableError("server closed the write stream during init")
@@ -137,6 +127,20 @@ class WriteStream(WriterState):
         # a fresh owner gets the stream at once; the backoff still grows (reset by an
         # ack), so brokers disagreeing about the owner cannot make a tight loop
         return self.target is not before and self._backoff.attempt <= 3
+
+    def _init_request(self) -> pb.WriteRequest:
+        """The request that opens (or reopens) this writer's session."""
+        init = pb.WriteInit(topic=self.topic, producer_id=self.producer_id)
+        if self.settings.partition is not None:
+            init.partition = self.settings.partition
+        elif self.routed and self.partition is not None:
+            init.partition = self.partition  # reconnect: the home stays where it was
+        init.routed = self.routed
+        init.transaction_id = self.settings.transaction_id
+        init.access_mode = int(self.settings.access_mode)  # type: ignore[assignment]
+        if self.producer_epoch is not None and self.settings.access_mode.exclusive:
+            init.producer_epoch = self.producer_epoch  # fenced if it grew since
+        return pb.WriteRequest(init=init)
 
     def _on_init(self, r: Any) -> None:
         self.partition = r.partition
