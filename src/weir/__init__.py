@@ -26,6 +26,7 @@ _SDK = {
     "NamespaceInfo",
     "PartitionCompactionInfo",
     "PartitionInfo",
+    "PartitionOwner",
     "PartitionSession",
     "PartitionSessionClosedError",
     "RangeChunk",

@@ -7,6 +7,7 @@ wire as (code, message) and is rebuilt as the same class on the client side.
 
 from __future__ import annotations
 
+import re
 from typing import ClassVar
 
 
@@ -41,6 +42,32 @@ class UnavailableError(RetryableError):
     """The server is shutting down, starting, or the connection was lost."""
 
     code = "UNAVAILABLE"
+
+
+class NotOwnerError(UnavailableError):
+    """Cluster mode: this broker does not serve the partition. Another broker owns it
+    (``owner``, at ``generation``, reachable at ``endpoints``: {"native": "host:port",
+    ...}), or nobody does while it moves (``owner`` empty). Retryable: the SDK asks a
+    broker who owns it (the Lookup call) and goes there."""
+
+    code = "NOT_OWNER"
+
+    def __init__(
+        self,
+        message: str = "",
+        *,
+        topic: str = "",
+        partition: int = -1,
+        owner: str = "",
+        generation: int = 0,
+        endpoints: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.topic = topic
+        self.partition = partition
+        self.owner = owner
+        self.generation = generation
+        self.endpoints = dict(endpoints or {})
 
 
 class OverloadedError(RetryableError):
@@ -331,9 +358,41 @@ _BY_CODE["UNAVAILABLE"] = UnavailableError
 _BY_CODE["INTERNAL"] = InternalError
 
 
+# "partition T/P is owned by broker B (generation G; native host:port, ...), not by X" or
+# "partition T/P has no owner now ..." (weir.broker.cluster.partitions.not_owned)
+_NOT_OWNER = re.compile(
+    r"^partition (?P<topic>\S+)/(?P<partition>\d+) "
+    r"(?:is owned by broker (?P<owner>\S+) \(generation (?P<generation>\d+)"
+    r"(?:; (?P<endpoints>[^)]*))?\))?"
+)
+
+
+def not_owner_from_message(message: str) -> NotOwnerError:
+    """A NOT_OWNER error from the wire with the fields its message names (the Lookup
+    call is the way to learn the current owner; these say which partition to ask for)."""
+    m = _NOT_OWNER.match(message)
+    if m is None:
+        return NotOwnerError(message)
+    endpoints = {}
+    for part in (m["endpoints"] or "").split(", "):
+        front, _, where = part.partition(" ")
+        if front and where:
+            endpoints[front] = where
+    return NotOwnerError(
+        message,
+        topic=m["topic"],
+        partition=int(m["partition"]),
+        owner=m["owner"] or "",
+        generation=int(m["generation"] or 0),
+        endpoints=endpoints,
+    )
+
+
 def error_from_code(code: str, message: str) -> WeirError:
     """Rebuild the error class named by a wire code (unknown codes become InternalError)."""
     cls = _BY_CODE.get(code, InternalError)
     if cls is CorruptDataError:
         return CorruptDataError(message)
+    if cls is NotOwnerError:
+        return not_owner_from_message(message)
     return cls(message)

@@ -235,6 +235,8 @@ class Server:
                     stopping=self.stopping_event,
                 )
                 await self.native_tcp.start()
+            if self.broker.cluster is not None:  # where other brokers send clients
+                await self.broker.cluster.publish(self._front_endpoints())
             await server.start()
         except BaseException:
             if self.native_tcp is not None:
@@ -253,6 +255,16 @@ class Server:
             "grpc server started",
             extra={"endpoint": self.endpoint, "data_dir": self.config.data_dir},
         )
+
+    def _front_endpoints(self) -> dict[str, str]:
+        """The Kafka and Pulsar addresses clients are told (cluster mode: the owner's)."""
+        out: dict[str, str] = {}
+        if self.kafka is not None:
+            host, port = self.kafka.advertised
+            out["kafka"] = f"{host}:{port}"
+        if self.pulsar is not None:
+            out["pulsar"] = self.pulsar.url
+        return out
 
     async def stop(self, grace: float = 5.0) -> None:
         """Stop accepting calls, give streams `grace` seconds, finish commits, close LMDB."""

@@ -21,8 +21,8 @@ from weir.broker.cluster import Assignment, ClusterRecords, partition_key
 from weir.errors import (
     BadRequestError,
     DeliveryTimeoutError,
+    NotOwnerError,
     PartitionOverflowError,
-    UnavailableError,
     UnknownTopicError,
     WeirError,
 )
@@ -154,30 +154,18 @@ async def test_the_owner_serves_the_topic_and_the_other_broker_names_it(
                 await asyncio.sleep(0.1)
         assert info.partitions == 1
         assert [p.partition for p in info.partition_info] == []
-        # a write there is refused with the retryable error naming the owner: the writer
-        # retries it until its delivery timeout
-        writer = client.writer(TOPIC, producer_id="x", partition=0, delivery_timeout=2)
+        # a write there is answered with the typed not-owner error naming the owner and
+        # where to reach it: the writer looks the owner up and writes there
+        writer = client.writer(TOPIC, producer_id="x", partition=0, delivery_timeout=30)
         fut = await writer.write_future(b"elsewhere")
-        with pytest.raises(DeliveryTimeoutError, match=f"owned by broker {owner} "):
-            await fut
-        assert isinstance(writer.last_error, UnavailableError)
+        assert (await fut).offset == 20
+        assert isinstance(writer.last_error, NotOwnerError)
         assert f"owned by broker {owner} " in writer.last_error.message
-        assert f"native {brokers[owner].endpoint}" in writer.last_error.message  # where to go
-        with contextlib.suppress(WeirError):
-            await writer.close(timeout=1)
-        # and so is a read
-        reader = client.reader(TOPIC)
-        try:
-            deadline = time.monotonic() + 30
-            while reader.last_error is None and time.monotonic() < deadline:
-                assert await reader.receive_message(timeout=0.2) is None
-            assert isinstance(reader.last_error, UnavailableError)
-            assert f"owned by broker {owner} " in reader.last_error.message
-        finally:
-            await reader.close()
-
-    # nothing the other broker refused was written
-    assert await read_n(brokers[owner].endpoint, 20) == got
+        assert writer.last_error.owner == owner
+        assert writer.last_error.endpoints["native"] == brokers[owner].endpoint
+        await writer.close(timeout=10)
+        # and so does a reader
+        assert await read_n(brokers[other].endpoint, 21) == [*got, (20, b"elsewhere")]
 
 
 async def test_what_a_replicated_partition_lacks_is_refused_per_request(
@@ -223,15 +211,16 @@ async def test_a_moved_partition_leaves_the_old_owner_and_keeps_everything(
     # the new owner continues the log where the old one left it
     await write_n(brokers[second].endpoint, name, 10, 10)
     assert await read_n(brokers[second].endpoint, 20, name) == [(i, b"m%d" % i) for i in range(20)]
-    # the old owner's actor left with its claim: it names the new owner
+    # the old owner's actor left with its claim: it names the new owner, and a writer
+    # given the old owner's endpoint goes on at the new one (its producer state moved)
     async with weir.aio.Client(brokers[first].endpoint) as client:
-        writer = client.writer(name, producer_id="w", partition=0, delivery_timeout=2)
-        fut = await writer.write_future(b"stale")
-        with pytest.raises(DeliveryTimeoutError, match=f"owned by broker {second} "):
-            await fut
-        with contextlib.suppress(WeirError):
-            await writer.close(timeout=1)
-    assert len(await read_n(brokers[second].endpoint, 21, name, timeout=3)) == 20
+        writer = client.writer(name, producer_id="w", partition=0, delivery_timeout=30)
+        fut = await writer.write_future(b"m20")
+        assert (await fut).offset == 20
+        assert isinstance(writer.last_error, NotOwnerError)
+        assert writer.last_error.owner == second
+        await writer.close(timeout=10)
+    assert await read_n(brokers[second].endpoint, 21, name) == [(i, b"m%d" % i) for i in range(21)]
 
 
 async def test_a_claimed_partition_opens_with_its_topics_limits(

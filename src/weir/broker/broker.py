@@ -43,7 +43,6 @@ from weir.broker.transactions.facade import TransactionFacade
 from weir.broker.transactions.producers import TXN_PRODUCERS
 from weir.errors import BadRequestError, UnavailableError
 from weir.storage.kv import delete, put
-from weir.storage.partition import PartitionConfig
 from weir.storage.store import Store
 from weir.storage.tiered.remote_storage import RemoteStorage, S3Settings, open_storage
 
@@ -189,18 +188,13 @@ class Broker(
             broker = cls(config, store, generation, observer=observer)
             catalog = None
             if replicated:
-                broker.cluster = ClusterMode(
-                    config,
-                    broker._actors,
-                    endpoints=endpoints,
-                    partition_config=broker._claimed_config,
-                )
+                broker.cluster = ClusterMode.of_broker(broker, endpoints)
                 catalog = await broker.cluster.connect()
             await asyncio.to_thread(broker._load, catalog)
             # a transaction open at the last stop ends now, before anyone reads
             await broker.transactions.recover((t, p, a) for (t, p), a in broker._actors.items())
             if broker.cluster is not None:
-                await broker.cluster.start(broker._catalog_changed)
+                await broker.cluster.start()
         except BaseException:
             if broker is not None and broker.cluster is not None:
                 await broker.cluster.stop()
@@ -256,34 +250,6 @@ class Broker(
         if legacy:
             self.store.committer.commit(legacy)
             log.info("dropped %d stored producer pins: pins follow producer state", len(legacy))
-
-    def _claimed_config(self, topic: str, partition: int) -> PartitionConfig | None:
-        """Replicated mode: the config a partition this broker claims opens with."""
-        cfg = self._topics.get(topic)
-        return None if cfg is None else self._partition_config(cfg)
-
-    async def _catalog_changed(self, catalog: dict[str, TopicConfig]) -> None:
-        """Replicated mode: topics another broker created or changed (dropped ones stay
-        known here until this broker restarts: dropping is not wired yet)."""
-        if self._closed:
-            return
-        async with self._lock:
-            new = [c for name, c in catalog.items() if self._topics.get(name) != c]
-            adopted = self.tenancy.adopt(sorted({c.name.rsplit("/", 1)[0] for c in new}))
-            if adopted:
-                await self._commit(adopted)
-            for cfg in new:
-                before = self._topics.get(cfg.name)
-                cfg = self.resolved(cfg)
-                if before == cfg:
-                    continue
-                self._apply_topic_config(cfg)  # and to the partitions served here
-                if before is None:
-                    if cfg.kind != PERSISTENT:
-                        for p in range(cfg.partitions):
-                            self._open_partition(cfg, p)
-                elif cfg.partitions > before.partitions:
-                    self._grown(before, cfg)  # another broker added partitions
 
     def _tier_names(self, log_id: int) -> tuple[str, int]:
         """(topic, partition) of a storage log id, for the rows of offloaded segments."""

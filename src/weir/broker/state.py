@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from weir.broker.access import ProducerAccess
+from weir.broker.cluster.broker_mode import PartitionOwner
 from weir.broker.compaction.job import CompactionJob
 from weir.broker.config import BrokerConfig
 from weir.broker.consumer_readers import ConsumerReaders
@@ -31,6 +32,7 @@ from weir.broker.tenancy.registry import Tenancy
 from weir.broker.topics import PERSISTENT, TopicConfig, canonical_topic, short_topic
 from weir.errors import (
     BadRequestError,
+    NotOwnerError,
     UnavailableError,
     UnknownPartitionError,
     UnknownTopicError,
@@ -129,7 +131,24 @@ class BrokerState:
         if self.cluster is None:
             raise UnavailableError(f"partition {short_topic(topic)}/{partition} is not open")
         self.cluster.actor_now(topic, partition)  # raises, naming the owner
-        raise UnavailableError(f"partition {short_topic(topic)}/{partition} is moving")
+        raise NotOwnerError(
+            f"partition {short_topic(topic)}/{partition} is moving",
+            topic=topic,
+            partition=partition,
+        )
+
+    async def owners(
+        self, topic: str, partitions: Sequence[int] = (), database: str = ""
+    ) -> list[PartitionOwner]:
+        """Who serves each partition of ``topic`` (all when ``partitions`` is empty): this
+        broker in embedded mode, the claim's owner in replicated mode (a client's Lookup)."""
+        cfg = self.topic(topic, database)
+        wanted = list(partitions) or list(range(cfg.partitions))
+        for p in wanted:
+            self._check_partition(cfg, p)
+        if self.cluster is None or cfg.kind != PERSISTENT:
+            return [PartitionOwner(p, local=True) for p in wanted]
+        return await self.cluster.owners(cfg.name, wanted)
 
     def live_partition(self, topic: str, partition: int) -> LivePartition:
         """A partition of a non-persistent topic."""

@@ -16,6 +16,7 @@ from weir.client.admin import (
 from weir.client.aio import RangeChunk
 from weir.client.credentials import Token, UserPassword
 from weir.client.messages import Batch, Message
+from weir.client.owners import PartitionOwner
 from weir.client.reader import PartitionSession, PartitionSessionClosedError, Start
 from weir.client.routing import key_shared_slot
 from weir.client.subscription import DeadLetterPolicy, ReceivedMessage
@@ -37,6 +38,7 @@ __all__ = [
     "NamespaceInfo",
     "PartitionCompactionInfo",
     "PartitionInfo",
+    "PartitionOwner",
     "PartitionSession",
     "PartitionSessionClosedError",
     "RangeChunk",

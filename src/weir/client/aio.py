@@ -25,6 +25,7 @@ from weir.client.connection import Connection
 from weir.client.credentials import CredentialsArg
 from weir.client.deliver_at import with_deliver_at
 from weir.client.messages import Batch, Message
+from weir.client.owners import PartitionOwner
 from weir.client.range_reads import AsyncRangeReads, RangeChunk
 from weir.client.reader import PartitionSession, ReaderCore, Start
 from weir.client.routed_writer import RoutedWriterCore
@@ -442,6 +443,13 @@ class Client(
         return topic_info(
             await self.conn.call("DescribeTopic", pb.DescribeTopicRequest(topic=name), timeout)
         )
+
+    async def owners(self, topic: str, *, timeout: float | None = 30.0) -> list[PartitionOwner]:
+        """Which broker serves each partition of ``topic`` and where to reach it (cluster
+        mode, docs/cluster.md; writers and readers follow owners on their own). An
+        embedded server serves every partition itself (``local``)."""
+        resp = await self.conn.call("Lookup", pb.LookupRequest(topic=topic), timeout)
+        return [PartitionOwner.from_proto(o) for o in resp.partitions]
 
     async def alter_topic(
         self,

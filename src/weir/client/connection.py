@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 import grpc
 
 from weir.client.credentials import AuthedCall, CredentialsArg, TokenSource, as_credentials, bearer
+from weir.client.owners import Owners
 from weir.client.tcp_call import TcpWriteCall
 from weir.client.tls import TlsArg, as_tls
 from weir.errors import BadRequestError, UnavailableError, WeirError, error_from_code
@@ -208,6 +209,8 @@ class Connection:
             self.tcp_endpoint = f"{self.endpoint.rpartition(':')[0]}:{DEFAULT_TCP_PORT}"
         self.tls = as_tls(tls, scheme_tls)
         self._ssl_context: Any = None
+        self._credentials = credentials
+        self._owners: Owners | None = None
         creds = as_credentials(credentials)
         self.tokens = TokenSource(creds) if creds is not None else None
         self.ever_connected = False
@@ -409,7 +412,25 @@ class Connection:
             pass  # the channel is closed (or gRPC could not watch it)
         await asyncio.sleep(delay)
 
+    @property
+    def owners(self) -> Owners:
+        """The connections to the brokers owning partitions (cluster mode: `weir.client.owners`)."""
+        if self._owners is None:
+            self._owners = Owners(self)
+        return self._owners
+
+    def sibling(self, endpoint: str) -> Connection:
+        """A connection to another broker of the same cluster, with this one's credentials,
+        TLS and transport (its native TCP port learnt from it: ``DescribeServer``). Its
+        refusals are outages (the broker was named by the cluster: it died or is
+        restarting), never a wrong address to fail fast on."""
+        conn = Connection(endpoint, self._credentials, self.tls, self.transport)
+        conn.ever_connected = conn.tcp_ever_connected = True
+        return conn
+
     async def close(self) -> None:
         if not self.closed:
             self.closed = True
+            if self._owners is not None:
+                await self._owners.close()
             await self.channel.close()

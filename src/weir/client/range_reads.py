@@ -14,8 +14,11 @@ import grpc
 from weir.client.chunks import CHUNK_ID, CHUNK_UUID, RangeAssembler
 from weir.client.connection import Connection, error_from_rpc
 from weir.client.messages import Message
-from weir.errors import WeirTimeoutError
+from weir.errors import NotOwnerError, WeirTimeoutError
 from weir.protocols.native import weir_pb2 as pb
+
+# a range read told NOT_OWNER looks the owner up and starts again there, this many times
+FOLLOW_ATTEMPTS = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,33 +158,45 @@ class AsyncRangeReads:
             compacted=q.compacted,
             read_committed=q.read_committed,
         )
-        conn = self.conn
-        call = conn.read_range(req)
-        try:
-            while True:
-                try:
-                    r = await asyncio.wait_for(call.read(), q.timeout)
-                except TimeoutError:
-                    raise WeirTimeoutError(
-                        f"no answer from {conn.endpoint} for {q.timeout:g} s while reading "
-                        f"{q.topic}/{q.partition} from offset {q.from_offset}"
-                    ) from None
-                if r is grpc.aio.EOF:
-                    return
-                conn.ever_connected = True
-                yield RangeChunk(
-                    q.topic,
-                    q.partition,
-                    list(r.chunks),
-                    r.first_offset,
-                    r.next_offset,
-                    r.start_offset,
-                    r.end_offset,
-                    q.from_offset,
-                    q.to_offset,
-                )
-        except grpc.aio.AioRpcError as exc:
-            err = error_from_rpc(exc)
-            raise (conn.unreachable(err) or err) from None
-        finally:
-            call.cancel()  # the caller may stop early: do not leave the call pending
+        owners = self.conn.owners
+        for attempt in range(FOLLOW_ATTEMPTS):
+            # cluster mode: the partition's owner, as the last lookup found it
+            conn = owners.known(q.topic, q.partition) or self.conn
+            call = conn.read_range(req)
+            got_any = False
+            try:
+                while True:
+                    try:
+                        r = await asyncio.wait_for(call.read(), q.timeout)
+                    except TimeoutError:
+                        raise WeirTimeoutError(
+                            f"no answer from {conn.endpoint} for {q.timeout:g} s while reading "
+                            f"{q.topic}/{q.partition} from offset {q.from_offset}"
+                        ) from None
+                    if r is grpc.aio.EOF:
+                        return
+                    conn.ever_connected = True
+                    got_any = True
+                    yield RangeChunk(
+                        q.topic,
+                        q.partition,
+                        list(r.chunks),
+                        r.first_offset,
+                        r.next_offset,
+                        r.start_offset,
+                        r.end_offset,
+                        q.from_offset,
+                        q.to_offset,
+                    )
+            except grpc.aio.AioRpcError as exc:
+                err = error_from_rpc(exc)
+                moved = isinstance(err, NotOwnerError) or conn is not self.conn
+                if got_any or not err.retryable or not moved or attempt + 1 == FOLLOW_ATTEMPTS:
+                    raise (conn.unreachable(err) or err) from None
+                # another broker owns it (or the owner we knew failed): ask, then read there
+                owner = await owners.lookup(q.topic, q.partition)
+                owners.remember(q.topic, q.partition, owner)
+                if owner is None or owner is conn:
+                    raise err from None  # moving: retryable, the caller tries again later
+            finally:
+                call.cancel()  # the caller may stop early: do not leave the call pending

@@ -38,6 +38,7 @@ from weir.client.messages import Batch, Message, decode_parts
 from weir.errors import (
     BadRequestError,
     ClosedError,
+    NotOwnerError,
     UnavailableError,
     WeirError,
     WeirTimeoutError,
@@ -123,6 +124,9 @@ class ReaderCore:
         self.compacted = compacted
         self.chunk_expiry = float(chunk_expiry)
         self.conn = conn
+        # where the read stream goes: ``conn``, or (cluster mode) the connection to the
+        # broker that owns the topic's partitions (`weir.client.owners`)
+        self.target = conn
         self.topics = topics
         self.consumer = consumer
         self.start = start
@@ -314,7 +318,7 @@ class ReaderCore:
         while not self._closing:
             call = None
             try:
-                call = self.conn.stream_read()
+                call = self.target.stream_read()
                 init = pb.ReadInit(
                     topics=self.topics,
                     consumer=self.consumer,
@@ -355,7 +359,7 @@ class ReaderCore:
                         self.session_id = resp.init.session_id
                         got_init = True
                         backoff.reset()
-                        self.conn.ever_connected = True
+                        self.target.ever_connected = True
                         self._live = True
                         self._down_since = None
                         self._connected.set()
@@ -369,7 +373,7 @@ class ReaderCore:
                 raise
             except (WeirError, grpc.aio.AioRpcError) as exc:
                 err = error_from_rpc(exc) if isinstance(exc, grpc.aio.AioRpcError) else exc
-                fast = self.conn.unreachable(err)
+                fast = self.target.unreachable(err)
                 if fast is not None:
                     err = fast
                 self.last_error = err
@@ -389,13 +393,35 @@ class ReaderCore:
                         self.on_reconnect(err)
                     except Exception:
                         log.exception("on_reconnect callback of the reader failed")
-                await self.conn.pause(delay)
+                if await self._follow_owner(err, backoff):
+                    continue  # the owner is elsewhere: go there now
+                await self.target.pause(delay)
             except Exception as exc:
                 log.exception("reader failed")
                 self._end_stream(call, UnavailableError(repr(exc)))
                 self._error = UnavailableError(f"reader failed: {exc!r}")
                 self._queue_event.set()
                 return
+
+    async def _follow_owner(self, err: WeirError, backoff: Backoff) -> bool:
+        """Cluster mode: after a not-owner answer, or a failure of the owner's broker, read
+        from the broker owning the partition the error names (the topic's first partition
+        after a failure); True when that is another broker than the last one (go at once).
+
+        One stream reads from one broker: a topic whose partitions are served by several
+        brokers needs a reader per broker for now (docs/cluster.md)."""
+        if not isinstance(err, NotOwnerError) and self.target is self.conn:
+            return False
+        before = self.target
+        if isinstance(err, NotOwnerError) and err.topic:
+            topic, part = err.topic, (err.partition if err.partition >= 0 else None)
+        else:
+            topic, part = self.topics[0], None
+        found = await self.conn.owners.lookup(topic, part)
+        self.target = found or self.conn
+        if self.target is not before:
+            log.info("reader: %s/%s is served at %s now", topic, part, self.target.endpoint)
+        return self.target is not before and backoff.attempt <= 3
 
     def _end_stream(self, call: Any, err: WeirError) -> None:
         self._call = None

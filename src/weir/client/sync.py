@@ -26,6 +26,7 @@ from weir.client.deliver_at import with_deliver_at
 from weir.client.direct_writer import DirectWriterCore, DrivenFuture
 from weir.client.loop import LoopThread
 from weir.client.messages import Batch, Message
+from weir.client.owners import PartitionOwner
 from weir.client.reader import PartitionSession, Start
 from weir.client.routing import CustomRouter, parse_routing
 from weir.client.security_admin import SyncSecurityCalls
@@ -455,6 +456,10 @@ class Client(SyncTenancyCalls, SyncSecurityCalls, SyncTierCalls):
 
     def describe_topic(self, name: str, *, timeout: float | None = 30.0) -> TopicInfo:
         return self._run(self._aio.describe_topic(name, timeout=timeout))  # type: ignore[no-any-return]
+
+    def owners(self, topic: str, *, timeout: float | None = 30.0) -> list[PartitionOwner]:
+        """Which broker serves each partition of ``topic``; see `weir.aio.Client.owners`."""
+        return self._run(self._aio.owners(topic, timeout=timeout))  # type: ignore[no-any-return]
 
     def alter_topic(
         self,

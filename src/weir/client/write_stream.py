@@ -17,6 +17,7 @@ from weir.client.writer_settings import WriteResult
 from weir.client.writer_state import WriterState
 from weir.errors import (
     DeliveryTimeoutError,
+    NotOwnerError,
     UnavailableError,
     WeirError,
     error_from_code,
@@ -39,7 +40,7 @@ class WriteStream(WriterState):
         while not self._closed:
             call = None
             try:
-                call = self.conn.stream_write()
+                call = self.target.stream_write()
                 await call.write(self._init_request())
                 resp = await call.read()
                 if resp is grpc.aio.EOF:
@@ -49,7 +50,7 @@ class WriteStream(WriterState):
                     raise error_from_code(resp.error.code, resp.error.message)
                 if kind != "init":
                     raise UnavailableError(f"unexpected {kind} before init result")
-                self.conn.got_through(call)
+                self.target.got_through(call)
                 self._on_init(resp.init)
                 self._call_id += 1
                 self._call = call
@@ -80,7 +81,7 @@ class WriteStream(WriterState):
                 if self._half_closed:  # by close(), all acknowledged: nothing to fail or resend
                     self._stream_ended.set()
                     return
-                fast = self.conn.unreachable(err, getattr(call, "endpoint", None))
+                fast = self.target.unreachable(err, getattr(call, "endpoint", None))
                 if fast is not None:
                     err = fast
                 if not err.retryable or fast is not None:
@@ -96,11 +97,42 @@ class WriteStream(WriterState):
                     "writer to %s: %s; reconnecting within %.2f s", self.topic, err.message, delay
                 )
                 self._notify_reconnect(err)
-                await self.conn.pause(delay)  # ends early when the connection is back
+                if await self._follow_owner(err):
+                    continue  # the owner is elsewhere: go there now
+                await self.target.pause(delay)  # ends early when the connection is back
             except Exception as exc:  # a bug: fail loudly rather than hang
                 log.exception("writer session failed")
                 self._fail(UnavailableError(f"writer failed: {exc!r}"))
                 return
+
+    async def _follow_owner(self, err: WeirError) -> bool:
+        """Cluster mode: after a not-owner answer, or a failure of the owner's broker, find
+        the partition's owner and send the next stream there; True when that is another
+        broker than the last one (go at once), False when it is the same (back off)."""
+        if not isinstance(err, NotOwnerError) and self.target is self.conn:
+            return False  # the client's own broker failed: nothing to look up
+        if self.settings.partition is not None:
+            part: int | None = self.settings.partition
+        elif self.partition is not None:
+            part = self.partition
+        elif isinstance(err, NotOwnerError) and err.partition >= 0:
+            part = err.partition
+        else:
+            part = None
+        before = self.target
+        if isinstance(err, NotOwnerError) or self.target is not self.conn:
+            found = await self.conn.owners.lookup(self.topic, part)
+            self.target = found or self.conn
+        if self.target is not before:
+            log.info(
+                "writer to %s: partition %s is served at %s now",
+                self.topic,
+                part,
+                self.target.endpoint,
+            )
+        # a fresh owner gets the stream at once; the backoff still grows (reset by an
+        # ack), so brokers disagreeing about the owner cannot make a tight loop
+        return self.target is not before and self._backoff.attempt <= 3
 
     def _init_request(self) -> pb.WriteRequest:
         """The request that opens (or reopens) this writer's session."""

@@ -33,6 +33,9 @@ class WriterState:
         routed: bool = False,
     ) -> None:
         self.conn = conn
+        # where the write streams go: ``conn``, or (cluster mode) the connection to the
+        # broker that owns the partition (`weir.client.owners`)
+        self.target = conn
         # one of a routing writer's per-partition cores (see weir.client.routing): no pin,
         # dedup per (producer, partition); the partition of its first session is kept
         self.routed = routed

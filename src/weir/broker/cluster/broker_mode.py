@@ -17,28 +17,51 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Mapping, MutableMapping
-from typing import Any
+import zlib
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
-from weir.broker.cluster.claims import split_key
+from weir.broker.cluster.claims import partition_key, split_key
 from weir.broker.cluster.log_host import ReplicatedLogHost
 from weir.broker.cluster.ownership import Ownership, OwnershipConfig
 from weir.broker.cluster.partitions import ActorLimits, ClusterPartitions, ReplicatedActor
 from weir.broker.cluster.topic_catalog import TopicCatalog, topics_path
 from weir.broker.config import BrokerConfig
 from weir.broker.partition_actor import PartitionActor
-from weir.broker.topics import TopicConfig
+from weir.broker.topics import PERSISTENT, TopicConfig
 from weir.errors import UnavailableError
 from weir.replication.ledger import LedgerClient
 from weir.replication.managed_log import ManagedLogConfig
 from weir.replication.partition_log import ReplicationConfig
 from weir.storage.partition import PartitionConfig
 
+if TYPE_CHECKING:
+    from weir.broker.broker import Broker
+
 log = logging.getLogger("weir.cluster")
 
 ActorTable = MutableMapping[tuple[str, int], PartitionActor[Any]]
+
+
+def node_id(broker_id: str) -> int:
+    """A broker's number for fronts that name nodes by number (Kafka's node id, YDB's
+    node_id): derived from its id, so every broker computes the same one (>= 1)."""
+    return (zlib.crc32(broker_id.encode()) & 0x7FFF_FFFF) or 1
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionOwner:
+    """Who serves a partition (the answer to a client's Lookup): ``broker`` empty when
+    nobody does now (it is moving); ``local`` when the broker asked does."""
+
+    partition: int
+    broker: str = ""
+    generation: int = 0
+    endpoints: Mapping[str, str] = field(default_factory=dict)
+    local: bool = False
 
 
 class _BrokerHost:
@@ -113,6 +136,20 @@ class ClusterMode:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopped = False
 
+    @classmethod
+    def of_broker(cls, broker: Broker, endpoints: Mapping[str, str] | None) -> ClusterMode:
+        """The cluster side of ``broker``: claimed partitions open with their topic's
+        config and enter its actor table; catalog changes reach its topics
+        (`catalog_changed`, once `start` runs)."""
+        mode = cls(
+            broker.config,
+            broker._actors,
+            endpoints=endpoints,
+            partition_config=lambda topic, partition: claimed_config(broker, topic, partition),
+        )
+        mode._on_topics = lambda catalog: catalog_changed(broker, catalog)
+        return mode
+
     async def connect(self) -> dict[str, TopicConfig]:
         """Connect to ZooKeeper, lay out the cluster's nodes; the topics of the cluster."""
         self._loop = asyncio.get_running_loop()
@@ -127,10 +164,13 @@ class ClusterMode:
         await self.catalog.ensure_layout()
         return await self.catalog.topics()
 
-    async def start(self, on_topics: Callable[[dict[str, TopicConfig]], Awaitable[None]]) -> None:
-        """Follow the catalog (``on_topics`` hears every topic after a change) and start
-        claiming partitions."""
-        self._on_topics = on_topics
+    async def start(
+        self, on_topics: Callable[[dict[str, TopicConfig]], Awaitable[None]] | None = None
+    ) -> None:
+        """Follow the catalog (``on_topics``, else the broker's `catalog_changed`, hears
+        every topic after a change) and start claiming partitions."""
+        if on_topics is not None:
+            self._on_topics = on_topics
         path = topics_path(self.config.cluster_root)
         ChildrenWatch(self.client.zk, path, self._topics_changed)  # created, deleted
         DataWatch(self.client.zk, path, self._topics_changed)  # changed (TopicCatalog.update)
@@ -164,6 +204,40 @@ class ClusterMode:
         owner (retryable: the client goes there or tries again)."""
         return self.partitions.actor_now(topic, partition)
 
+    async def publish(self, endpoints: Mapping[str, str]) -> None:
+        """Publish more of this broker's endpoints (fronts started after it joined)."""
+        await self.ownership.publish(endpoints)
+
+    async def live_brokers(self) -> dict[str, dict[str, str]]:
+        """The live brokers of the cluster and their endpoints by front."""
+        return {
+            b: {str(k): str(v) for k, v in eps.items()}
+            for b, eps in (await self.ownership.brokers()).items()
+        }
+
+    async def owners(self, topic: str, partitions: Sequence[int]) -> list[PartitionOwner]:
+        """Who serves each of ``partitions`` of ``topic``, as ZooKeeper says now (a partition
+        claimed here but not open yet counts as moving)."""
+        own = self.ownership
+        live: dict[str, dict[str, Any]] | None = None
+        out: list[PartitionOwner] = []
+        for p in partitions:
+            key = partition_key(topic, p)
+            gen = own.serving(key)
+            if gen is not None and key in self.partitions.actors:
+                out.append(PartitionOwner(p, self.broker_id, gen, dict(own.endpoints), True))
+                continue
+            got = await own.records.owner(key)
+            if got is None or got[0].broker == self.broker_id:
+                out.append(PartitionOwner(p))
+                continue
+            if live is None:
+                live = await own.brokers()
+            owner = got[0]
+            eps = {str(k): str(v) for k, v in live.get(owner.broker, {}).items()}
+            out.append(PartitionOwner(p, owner.broker, owner.generation, eps))
+        return out
+
     async def stop(self) -> None:
         """Give every partition back gracefully, leave the cluster, close the client."""
         if self._stopped:
@@ -177,3 +251,33 @@ class ClusterMode:
             await self.ownership.stop()
         finally:
             await self.client.close()
+
+
+def claimed_config(broker: Broker, topic: str, partition: int) -> PartitionConfig | None:
+    """The config a partition ``broker`` claims opens with (None: its topic is unknown)."""
+    cfg = broker._topics.get(topic)
+    return None if cfg is None else broker._partition_config(cfg)
+
+
+async def catalog_changed(broker: Broker, catalog: dict[str, TopicConfig]) -> None:
+    """Topics another broker created or changed reach ``broker`` (dropped ones stay known
+    until it restarts: dropping is not wired yet)."""
+    if broker.closed:
+        return
+    async with broker._lock:
+        new = [c for name, c in catalog.items() if broker._topics.get(name) != c]
+        adopted = broker.tenancy.adopt(sorted({c.name.rsplit("/", 1)[0] for c in new}))
+        if adopted:
+            await broker._commit(adopted)
+        for cfg in new:
+            before = broker._topics.get(cfg.name)
+            cfg = broker.resolved(cfg)
+            if before == cfg:
+                continue
+            broker._apply_topic_config(cfg)  # and to the partitions served here
+            if before is None:
+                if cfg.kind != PERSISTENT:
+                    for p in range(cfg.partitions):
+                        broker._open_partition(cfg, p)
+            elif cfg.partitions > before.partitions:
+                broker._grown(before, cfg)  # another broker added partitions

@@ -173,6 +173,21 @@ class Ownership:
                 out[child] = json.loads(data or b"{}").get("endpoints", {})
         return out
 
+    async def publish(self, endpoints: Mapping[str, str]) -> None:
+        """Add ``endpoints`` to this broker's (fronts that listen only once the broker is
+        open: Kafka, Pulsar), so lookups elsewhere name them."""
+        self.endpoints.update(endpoints)
+        async with self._lock:
+            if self._stopped or self.suspended:
+                return  # the next registration writes them
+            path = f"{brokers_path(self.root)}/{self.broker_id}"
+            value = json.dumps({"endpoints": self.endpoints}, sort_keys=True).encode()
+            session = self.zk.client_id[0] if self.zk.client_id else None
+            with contextlib.suppress(NoNodeError):
+                _, stat = await asyncio.to_thread(self.zk.get, path)
+                if stat.ephemeralOwner == session:
+                    await asyncio.to_thread(self.zk.set, path, value, stat.version)
+
     # ------------------------------------------------------------------ admin
 
     async def add_partitions(self, keys: list[str]) -> None:

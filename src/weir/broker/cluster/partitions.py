@@ -26,7 +26,7 @@ from weir.broker.cluster.claims import partition_key, split_key
 from weir.broker.cluster.log_host import ReplicatedLogHost
 from weir.broker.cluster.ownership import Ownership
 from weir.broker.partition_actor import PartitionActor
-from weir.errors import UnavailableError
+from weir.errors import NotOwnerError
 from weir.replication.partition_log import ReplicatedPartitionLog
 
 log = logging.getLogger("weir.cluster")
@@ -97,7 +97,7 @@ class ClusterPartitions:
         key = partition_key(topic, partition)
         actor = self._serving(key)
         if actor is None:
-            raise UnavailableError(await self._not_here(key))
+            raise await self._not_here(key)
         return actor
 
     def actor_now(self, topic: str, partition: int) -> ReplicatedActor:
@@ -109,28 +109,46 @@ class ClusterPartitions:
         me = self.logs.broker_id
         seen = None if self.ownership is None else self.ownership.owners_seen.get(key)
         if seen is None or seen.broker == me:
-            raise UnavailableError(
-                f"partition {key} has no owner now (it is moving): retry shortly"
-            )
+            raise not_owned(key, me)
         endpoints = self.ownership.brokers_seen.get(seen.broker, {}) if self.ownership else {}
-        raise UnavailableError(_owned_by(key, seen.broker, endpoints, seen.generation, me))
+        raise not_owned(key, me, seen.broker, endpoints, seen.generation)
 
-    async def _not_here(self, key: str) -> str:
+    async def _not_here(self, key: str) -> NotOwnerError:
         own = self.ownership
         me = self.logs.broker_id
         if own is None:
-            return f"partition {key} is not served by broker {me}"
+            return not_owned(key, me)
         got = await own.lookup(key)
         if got is None or got[0] == me:
-            return f"partition {key} has no owner now (it is moving): retry shortly"
+            return not_owned(key, me)
         broker, endpoints, generation = got
-        return _owned_by(key, broker, endpoints, generation, me)
+        return not_owned(key, me, broker, endpoints, generation)
 
 
-def _owned_by(key: str, broker: str, endpoints: dict[str, Any], generation: int, me: str) -> str:
-    """The not-owner message: the owner, its generation and where to reach it."""
-    where = ", ".join(f"{k} {v}" for k, v in sorted(endpoints.items()))
-    return (
+def not_owned(
+    key: str,
+    me: str,
+    broker: str = "",
+    endpoints: dict[str, Any] | None = None,
+    generation: int = 0,
+) -> NotOwnerError:
+    """The not-owner error: the owner, its generation and where to reach it (no owner:
+    the partition is moving)."""
+    topic, partition = split_key(key)
+    if not broker:
+        return NotOwnerError(
+            f"partition {key} has no owner now (it is moving): retry shortly",
+            topic=topic,
+            partition=partition,
+        )
+    eps = {str(k): str(v) for k, v in (endpoints or {}).items()}
+    where = ", ".join(f"{k} {v}" for k, v in sorted(eps.items()))
+    return NotOwnerError(
         f"partition {key} is owned by broker {broker} (generation {generation}"
-        f"{'; ' + where if where else ''}), not by {me}"
+        f"{'; ' + where if where else ''}), not by {me}",
+        topic=topic,
+        partition=partition,
+        owner=broker,
+        generation=generation,
+        endpoints=eps,
     )

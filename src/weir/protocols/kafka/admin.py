@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from weir.errors import AlreadyExistsError, BadRequestError, UnknownTopicError, WeirError
+from weir.protocols.kafka.cluster_view import cluster_nodes, partition_leaders
 from weir.protocols.kafka.codec import Message, RequestHeader
 from weir.protocols.kafka.errors import ErrorCode, KafkaError, error_code
 from weir.protocols.kafka.names import kafka_name, topic_uuid, weir_topic
@@ -55,7 +56,16 @@ class AdminHandlers:
 
     def _broker_entry(self) -> Message:
         host, port = self.conn.front.advertised
-        return {"node_id": NODE_ID, "broker_id": NODE_ID, "host": host, "port": port, "rack": None}
+        nid = self.conn.front.node_id
+        return {"node_id": nid, "broker_id": nid, "host": host, "port": port, "rack": None}
+
+    async def _brokers(self) -> list[Message]:
+        """Metadata's brokers: this one, and in a cluster every live broker's Kafka listener."""
+        me = self._broker_entry()
+        if self.broker.cluster is None:
+            return [me]
+        others = [n for n in await cluster_nodes(self.broker) if n["node_id"] != me["node_id"]]
+        return [me, *others]
 
     # ------------------------------------------------------------------ metadata
 
@@ -73,9 +83,9 @@ class AdminHandlers:
         auto = body["allow_auto_topic_creation"] if header.api_version >= 4 else True
         topics = [await self._topic_metadata(name, auto) for name in names]
         return {
-            "brokers": [self._broker_entry()],
+            "brokers": await self._brokers(),
             "cluster_id": self.conn.front.cluster_id,
-            "controller_id": NODE_ID,
+            "controller_id": self.conn.front.node_id,
             "topics": topics,
         }
 
@@ -99,27 +109,32 @@ class AdminHandlers:
             "name": name,
             "topic_id": topic_uuid(cfg),
             "is_internal": False,
-            "partitions": [
-                {
-                    "error_code": 0,
-                    "partition_index": p,
-                    "leader_id": NODE_ID,
-                    "leader_epoch": 0,
-                    "replica_nodes": [NODE_ID],
-                    "isr_nodes": [NODE_ID],
-                    "offline_replicas": [],
-                }
-                for p in range(cfg.partitions)
-            ],
+            "partitions": await self._partitions(cfg),
         }
+
+    async def _partitions(self, cfg: TopicConfig) -> list[Message]:
+        if self.broker.cluster is not None:  # each partition led by its owner
+            return await partition_leaders(self.broker, cfg, self.conn.front.node_id)
+        return [
+            {
+                "error_code": 0,
+                "partition_index": p,
+                "leader_id": NODE_ID,
+                "leader_epoch": 0,
+                "replica_nodes": [NODE_ID],
+                "isr_nodes": [NODE_ID],
+                "offline_replicas": [],
+            }
+            for p in range(cfg.partitions)
+        ]
 
     async def handle_describe_cluster(self, header: RequestHeader, body: Message) -> Message:
         self.conn.require_principal()
         return {
             "error_code": 0,
             "cluster_id": self.conn.front.cluster_id,
-            "controller_id": NODE_ID,
-            "brokers": [self._broker_entry()],
+            "controller_id": self.conn.front.node_id,
+            "brokers": await self._brokers(),
         }
 
     # ------------------------------------------------------------------ topics

@@ -11,6 +11,7 @@ from weir.errors import (
     CommitFailedError,
     MessageTooLargeError,
     NotEmptyError,
+    NotOwnerError,
     OffsetOutOfRangeError,
     OverloadedError,
     PartitionOverflowError,
@@ -140,6 +141,8 @@ def error_code(exc: BaseException, *, group: bool = False) -> ErrorCode:
         return ErrorCode.KAFKA_STORAGE_ERROR
     if isinstance(exc, WeirTimeoutError):
         return ErrorCode.REQUEST_TIMED_OUT
+    if isinstance(exc, NotOwnerError):
+        return ErrorCode.NOT_LEADER_OR_FOLLOWER  # the client refreshes its metadata
     if isinstance(exc, UnavailableError):
         return ErrorCode.LEADER_NOT_AVAILABLE
     if isinstance(exc, BadRequestError):

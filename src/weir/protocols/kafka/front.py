@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from weir.broker.broker import Broker
+from weir.broker.cluster.broker_mode import node_id
+from weir.protocols.kafka.admin import NODE_ID
 from weir.protocols.kafka.group_api import members_reading
 from weir.protocols.kafka.groups import Coordinator
 from weir.protocols.kafka.idempotence import Sequences
@@ -68,8 +70,21 @@ class KafkaFront:
         self.port = 0
         self._server: asyncio.Server | None = None
         self._connections: set[KafkaConnection] = set()
-        digest = hashlib.sha256(str(broker.config.data_dir.resolve()).encode()).hexdigest()
+        c = broker.config
+        # one id per cluster: every broker of a replicated cluster answers the same one
+        where = (
+            f"{c.cluster_zookeeper}{c.cluster_root}"
+            if c.storage_mode == "replicated"
+            else str(c.data_dir.resolve())
+        )
+        digest = hashlib.sha256(where.encode()).hexdigest()
         self.cluster_id = f"weir-{digest[:16]}"
+
+    @property
+    def node_id(self) -> int:
+        """This broker's Kafka node id: 0 alone, derived from the broker id in a cluster."""
+        cluster = self.broker.cluster
+        return NODE_ID if cluster is None else node_id(cluster.broker_id)
 
     @property
     def advertised(self) -> tuple[str, int]:

@@ -83,7 +83,7 @@ class GroupHandlers:
 
     def _me(self) -> Message:
         host, port = self.conn.front.advertised
-        return {"node_id": 0, "host": host, "port": port}
+        return {"node_id": self.conn.front.node_id, "host": host, "port": port}
 
     async def handle_find_coordinator(self, header: RequestHeader, body: Message) -> Message:
         self.conn.require_principal()

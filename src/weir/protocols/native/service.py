@@ -183,6 +183,25 @@ class NativeService(
         return describe(self.broker, self.broker.topic(request.topic))
 
     @_unary
+    async def Lookup(
+        self, request: pb.LookupRequest, context: grpc.aio.ServicerContext
+    ) -> pb.LookupResponse:
+        self._allow(None, request.topic, "describe")
+        owners = await self.broker.owners(request.topic, list(request.partitions))
+        return pb.LookupResponse(
+            partitions=[
+                pb.PartitionOwner(
+                    partition=o.partition,
+                    broker=o.broker,
+                    generation=o.generation,
+                    endpoints=dict(o.endpoints),
+                    local=o.local,
+                )
+                for o in owners
+            ]
+        )
+
+    @_unary
     async def AlterTopic(
         self, request: pb.AlterTopicRequest, context: grpc.aio.ServicerContext
     ) -> pb.TopicDescription:

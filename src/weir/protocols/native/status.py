@@ -41,6 +41,7 @@ _GRPC: dict[str, grpc.StatusCode] = {
     "STORAGE_FULL": grpc.StatusCode.RESOURCE_EXHAUSTED,
     "COMMIT_FAILED": grpc.StatusCode.UNAVAILABLE,
     "UNAVAILABLE": grpc.StatusCode.UNAVAILABLE,
+    "NOT_OWNER": grpc.StatusCode.UNAVAILABLE,
     "STALE_GENERATION": grpc.StatusCode.FAILED_PRECONDITION,
     "PRODUCER_FENCED": grpc.StatusCode.FAILED_PRECONDITION,
     "PRODUCER_BUSY": grpc.StatusCode.FAILED_PRECONDITION,

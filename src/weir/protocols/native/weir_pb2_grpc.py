@@ -89,6 +89,11 @@ class WeirStub:
                 request_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.ListTopicsRequest.SerializeToString,
                 response_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.ListTopicsResponse.FromString,
                 _registered_method=True)
+        self.Lookup = channel.unary_unary(
+                '/weir.v1.Weir/Lookup',
+                request_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.LookupRequest.SerializeToString,
+                response_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.LookupResponse.FromString,
+                _registered_method=True)
         self.DescribeConsumer = channel.unary_unary(
                 '/weir.v1.Weir/DescribeConsumer',
                 request_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.DescribeConsumerRequest.SerializeToString,
@@ -341,6 +346,14 @@ class WeirServicer:
 
     def ListTopics(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Lookup(self, request, context):
+        """Cluster mode (docs/cluster.md): which broker serves each partition of a topic and
+        where to reach it. A client told NOT_OWNER asks here and goes to the owner.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -637,6 +650,11 @@ def add_WeirServicer_to_server(servicer, server):
                     servicer.ListTopics,
                     request_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.ListTopicsRequest.FromString,
                     response_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.ListTopicsResponse.SerializeToString,
+            ),
+            'Lookup': grpc.unary_unary_rpc_method_handler(
+                    servicer.Lookup,
+                    request_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.LookupRequest.FromString,
+                    response_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.LookupResponse.SerializeToString,
             ),
             'DescribeConsumer': grpc.unary_unary_rpc_method_handler(
                     servicer.DescribeConsumer,
@@ -1094,6 +1112,33 @@ class Weir:
             '/weir.v1.Weir/ListTopics',
             weir_dot_protocols_dot_native_dot_weir__pb2.ListTopicsRequest.SerializeToString,
             weir_dot_protocols_dot_native_dot_weir__pb2.ListTopicsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Lookup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/weir.v1.Weir/Lookup',
+            weir_dot_protocols_dot_native_dot_weir__pb2.LookupRequest.SerializeToString,
+            weir_dot_protocols_dot_native_dot_weir__pb2.LookupResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -7,8 +7,9 @@ from __future__ import annotations
 import contextlib
 import re
 
-from weir.broker.topics import NON_PERSISTENT
+from weir.broker.topics import NON_PERSISTENT, TopicConfig
 from weir.errors import (
+    NotOwnerError,
     WeirError,
 )
 from weir.protocols.pulsar import pulsar_api_pb2 as pb
@@ -27,7 +28,8 @@ class LookupCommands(ConnectionState):
         try:
             t = self._topic_name(req.topic)
             self._allow(None, t, "look up")
-            self._known_topic(t)  # a name of the other kind is refused here already
+            cfg = self._known_topic(t)  # a name of the other kind is refused here already
+            owner = await self._owner_url(cfg, t.partition or 0)
         except WeirError as err:
             resp.response = pb.CommandLookupTopicResponse.Failed
             resp.error = server_error(err)
@@ -35,12 +37,35 @@ class LookupCommands(ConnectionState):
         else:
             resp.response = pb.CommandLookupTopicResponse.Connect
             resp.authoritative = True
-            resp.proxy_through_service_url = True  # one server: the address the client used
+            # served here: the address the client used (one server, or this broker of a
+            # cluster); else the owner's own URL, where the client connects next
+            resp.proxy_through_service_url = owner is None
+            url = owner or self.settings.broker_url
             if self.settings.tls:
-                resp.brokerServiceUrlTls = self.settings.broker_url
+                resp.brokerServiceUrlTls = url
             else:
-                resp.brokerServiceUrl = self.settings.broker_url
+                resp.brokerServiceUrl = url
         self.send(T(type=T.LOOKUP_RESPONSE, lookupTopicResponse=resp))
+
+    async def _owner_url(self, cfg: TopicConfig | None, partition: int) -> str | None:
+        """Cluster mode: the Pulsar URL of the broker owning the partition when it is not
+        this one (None: served here, or not a cluster); NotOwnerError while it moves, or
+        when its owner has no Pulsar listener (the client backs off and looks up again)."""
+        if cfg is None or self.broker.cluster is None:
+            return None
+        [o] = await self.broker.owners(cfg.name, [partition])
+        if o.local:
+            return None
+        url = o.endpoints.get("pulsar")
+        if not o.broker or not url:
+            raise NotOwnerError(
+                f"partition {cfg.name}/{partition} has no owner with a Pulsar listener now "
+                "(it is moving): look it up again shortly",
+                topic=cfg.name,
+                partition=partition,
+                owner=o.broker,
+            )
+        return url
 
     async def handle_partitioned_metadata(self, req: pb.CommandPartitionedTopicMetadata) -> None:
         resp = pb.CommandPartitionedTopicMetadataResponse(request_id=req.request_id)

@@ -36,7 +36,8 @@ def install(grpc_server: grpc.aio.Server, broker: Broker, server: Server) -> Non
         return server.host, server.port
 
     ydb_discovery_v1_pb2_grpc.add_DiscoveryServiceServicer_to_server(  # type: ignore[no-untyped-call]
-        DiscoveryServicer(auth, address, ssl=server.tls is not None), grpc_server
+        DiscoveryServicer(auth, address, ssl=server.tls is not None, cluster=broker.cluster),
+        grpc_server,
     )
     ydb_auth_v1_pb2_grpc.add_AuthServiceServicer_to_server(AuthServicer(auth), grpc_server)  # type: ignore[no-untyped-call]
     ydb_topic_v1_pb2_grpc.add_TopicServiceServicer_to_server(  # type: ignore[no-untyped-call]

@@ -30,7 +30,7 @@ import grpc
 from weir.broker.broker import Broker
 from weir.errors import UnknownTransactionError, WeirError
 from weir.protocols.ydb.auth import Authenticator
-from weir.protocols.ydb.discovery import NODE_ID
+from weir.protocols.ydb.discovery import node_of
 from weir.protocols.ydb.protos import ydb_query_pb2, ydb_query_v1_pb2_grpc
 from weir.protocols.ydb.shutdown import ServerState, Shutdown
 from weir.protocols.ydb.status import (
@@ -131,7 +131,9 @@ class QueryServicer(ydb_query_v1_pb2_grpc.QueryServiceServicer):
     async def CreateSession(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         s = QuerySession(f"weir-qs-{uuid.uuid4().hex}", self.auth.check(context))
         self.sessions[s.id] = s
-        return ydb_query_pb2.CreateSessionResponse(status=SUCCESS, session_id=s.id, node_id=NODE_ID)
+        return ydb_query_pb2.CreateSessionResponse(
+            status=SUCCESS, session_id=s.id, node_id=node_of(self.broker.cluster)
+        )
 
     @_answer(ydb_query_pb2.DeleteSessionResponse)
     async def DeleteSession(self, request: Any, context: grpc.aio.ServicerContext) -> Any:

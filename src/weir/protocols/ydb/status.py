@@ -28,6 +28,7 @@ SUCCESS = StatusIds.SUCCESS
 # WeirError.code -> Ydb.StatusIds. Codes not listed fall back to INTERNAL_ERROR.
 STATUS_BY_CODE: dict[str, int] = {
     "UNAVAILABLE": StatusIds.UNAVAILABLE,  # shutting down: reconnect elsewhere/later
+    "NOT_OWNER": StatusIds.UNAVAILABLE,  # cluster: another broker serves the partition
     "CLOSED": StatusIds.UNAVAILABLE,  # the partition went away under the session
     "OVERLOADED": StatusIds.OVERLOADED,  # backpressure: the SDK backs off and resends
     "PARTITION_OVERFLOW": StatusIds.OVERLOADED,  # space returns as retention runs

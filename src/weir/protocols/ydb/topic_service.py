@@ -34,7 +34,7 @@ from weir.protocols.ydb.conversions import (
     topic_codecs,
     ydb_codecs,
 )
-from weir.protocols.ydb.discovery import NODE_ID
+from weir.protocols.ydb.discovery import node_of
 from weir.protocols.ydb.protos import (
     StreamRead,
     StreamWrite,
@@ -150,8 +150,8 @@ class TopicServicer(ydb_topic_v1_pb2_grpc.TopicServiceServicer):
             if p.last_write_ms:
                 set_ts(st.last_write_time, p.last_write_ms)
                 last_writes.append(p.last_write_ms)
-            st.partition_node_id = NODE_ID
-            info.partition_location.node_id = NODE_ID
+            st.partition_node_id = node_of(self.broker.cluster)
+            info.partition_location.node_id = node_of(self.broker.cluster)
             info.partition_location.generation = p.generation
             total += p.size_bytes
         result.topic_stats.store_size_bytes = total
@@ -232,9 +232,9 @@ class TopicServicer(ydb_topic_v1_pb2_grpc.TopicServiceServicer):
             st.store_size_bytes = p.size_bytes
             if p.last_write_ms:
                 set_ts(st.last_write_time, p.last_write_ms)
-            st.partition_node_id = NODE_ID
+            st.partition_node_id = node_of(self.broker.cluster)
             info.partition_consumer_stats.committed_offset = c.committed_offset
-            info.partition_location.node_id = NODE_ID
+            info.partition_location.node_id = node_of(self.broker.cluster)
             info.partition_location.generation = p.generation
         return result
 

@@ -1,0 +1,400 @@
+"""Clients follow partition owners: three `weir serve` processes of one cluster (real
+ZooKeeper, three real bookies) and the native SDK, sync and asyncio. A writer and a
+reader given any broker's endpoint reach the partition's owner (told NOT_OWNER, they
+ask `Lookup` and go there); when the owner is killed with SIGKILL under load, the
+writes go on at the new owner, and the history checker finds every acknowledged
+message exactly once, in order."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+
+import pulsar
+import pytest
+import ydb
+from kafka import KafkaAdminClient, KafkaProducer
+from kazoo.client import KazooClient
+
+import weir
+import weir.aio
+from tests.conftest import ServerProcess
+from tests.reliability.checker import check
+from tests.reliability.history import History, make_data, message_id
+from weir.broker.cluster import ClusterRecords, partition_key
+from weir.broker.cluster.broker_mode import node_id
+from weir.errors import NotOwnerError, UnknownTopicError
+from weir.replication.local_cluster import BookieProcess
+from weir.replication.zkserver import ZooKeeperServer
+
+NAMES = ("a", "b", "c")
+KEY = 0  # the history's partition key (one topic, partition 0)
+
+
+@pytest.fixture(scope="module")
+def brokers(
+    zookeeper: ZooKeeperServer,
+    shared_root: str,
+    shared_bookies: list[BookieProcess],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[dict[str, ServerProcess]]:
+    out: dict[str, ServerProcess] = {}
+    try:
+        for name in NAMES:
+            srv = ServerProcess(
+                tmp_path_factory.mktemp(f"broker-{name}"),
+                env={
+                    "WEIR_STORAGE_MODE": "replicated",
+                    "WEIR_CLUSTER_ZOOKEEPER": zookeeper.hosts,
+                    "WEIR_CLUSTER_ROOT": shared_root,
+                    "WEIR_CLUSTER_BROKER_ID": name,
+                    "WEIR_CLUSTER_SESSION_TIMEOUT_S": "4",
+                },
+            )
+            out[name] = srv
+            srv.start()
+        yield out
+    finally:
+        for srv in out.values():
+            srv.stop()
+
+
+@pytest.fixture
+async def records(zookeeper: ZooKeeperServer, shared_root: str) -> AsyncIterator[ClusterRecords]:
+    """The cluster's claims, read with a ZooKeeper client of the test's own."""
+    zk = KazooClient(hosts=zookeeper.hosts, timeout=10)
+    await asyncio.to_thread(zk.start, 30)
+    try:
+        yield ClusterRecords(zk, shared_root)
+    finally:
+        await asyncio.to_thread(zk.stop)
+        await asyncio.to_thread(zk.close)
+
+
+async def owner_of(
+    records: ClusterRecords, key: str, other_than: str = "", timeout: float = 60
+) -> str:
+    """The broker holding the claim on ``key`` (not ``other_than``), polled to a deadline."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = await records.owner(key)
+        if got is not None and got[0].broker != other_than:
+            return got[0].broker
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"nobody (else) claimed {key} in {timeout} s")
+
+
+async def created(brokers: dict[str, ServerProcess], records: ClusterRecords, name: str) -> str:
+    """Create ``name`` (one partition) and wait for its owner; every broker knows it then."""
+    async with weir.aio.Client(brokers["a"].endpoint) as admin:
+        await admin.create_topic(name, partitions=1)
+        owner = await owner_of(records, partition_key(name, 0))
+    for srv in brokers.values():  # the catalog watch reaches every broker
+        async with weir.aio.Client(srv.endpoint) as c:
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    await c.describe_topic(name, timeout=10)
+                    break
+                except UnknownTopicError:
+                    assert time.monotonic() < deadline, f"{srv.endpoint} never saw {name}"
+                    await asyncio.sleep(0.1)
+    return owner
+
+
+async def read_all(endpoint: str, topic: str, n: int, timeout: float = 60) -> list[tuple[int, str]]:
+    """(offset, message id) of the first ``n`` messages of ``topic``, read through ``endpoint``."""
+    out: list[tuple[int, str]] = []
+    async with weir.aio.Client(endpoint) as client:
+        reader = client.reader(topic, start="earliest")
+        try:
+            deadline = time.monotonic() + timeout
+            while len(out) < n and time.monotonic() < deadline:
+                msg = await reader.receive_message(timeout=1.0)
+                if msg is not None:
+                    out.append((msg.offset, message_id(msg.data)))
+        finally:
+            await reader.close()
+    return out
+
+
+async def test_an_asyncio_writer_and_reader_reach_the_owner_through_any_broker(
+    brokers: dict[str, ServerProcess], records: ClusterRecords
+) -> None:
+    name = "public/default/follow-aio"
+    owner = await created(brokers, records, name)
+    home = next(n for n in NAMES if n != owner)
+    async with weir.aio.Client(brokers[home].endpoint) as client:
+        # the typed lookup: the owner, its claim and where to reach it
+        [found] = await client.owners(name)
+        assert (found.partition, found.broker, found.local) == (0, owner, False)
+        assert found.endpoints["native"] == brokers[owner].endpoint
+        assert found.generation >= 1
+        async with client.writer(name, producer_id="w", partition=0) as writer:
+            for i in range(20):
+                await writer.write(make_data("w", i, 16))
+            await writer.flush(timeout=60)
+            # the writer was told NOT_OWNER once (typed: who owns it) and went there
+            assert isinstance(writer.last_error, NotOwnerError)
+            assert writer.last_error.owner == owner
+            assert writer.last_error.endpoints["native"] == brokers[owner].endpoint
+        # an offset-range read (what the Spark connector does) goes to the owner as well
+        got = [
+            (m.offset, message_id(m.data))
+            async for rc in client.read_range(name, 0, 0, timeout=30)
+            for m in rc.messages()
+        ]
+        assert got == [(i, f"id:w:{i}") for i in range(20)]
+    rows = await read_all(brokers[home].endpoint, name, 20)  # the reader follows too
+    assert rows == [(i, f"id:w:{i}") for i in range(20)]
+    async with weir.aio.Client(brokers[owner].endpoint) as client:
+        assert [o.local for o in await client.owners(name)] == [True]
+
+
+def test_a_sync_writer_and_reader_reach_the_owner_through_any_broker(
+    brokers: dict[str, ServerProcess],
+    zookeeper: ZooKeeperServer,
+    shared_root: str,
+) -> None:
+    name = "public/default/follow-sync"
+
+    async def setup() -> str:
+        zk = KazooClient(hosts=zookeeper.hosts, timeout=10)
+        await asyncio.to_thread(zk.start, 30)
+        try:
+            return await created(brokers, ClusterRecords(zk, shared_root), name)
+        finally:
+            await asyncio.to_thread(zk.stop)
+            await asyncio.to_thread(zk.close)
+
+    owner = asyncio.run(setup())
+    home = next(n for n in NAMES if n != owner)
+    with weir.Client(brokers[home].endpoint) as client:
+        assert client.owners(name)[0].broker == owner
+        with client.writer(name, producer_id="s", partition=0) as writer:
+            for i in range(10):
+                writer.write(make_data("s", i, 16))
+            writer.flush(timeout=60)
+        reader = client.reader(name, start="earliest")
+        got: list[tuple[int, str]] = []
+        deadline = time.monotonic() + 60
+        while len(got) < 10 and time.monotonic() < deadline:
+            msg = reader.receive_message(timeout=1.0)
+            if msg is not None:
+                got.append((msg.offset, message_id(msg.data)))
+        reader.close()
+    assert got == [(i, f"id:s:{i}") for i in range(10)]
+
+
+async def test_writes_through_a_non_owner_go_on_across_kill_9_of_the_owner(
+    brokers: dict[str, ServerProcess], records: ClusterRecords
+) -> None:
+    """The writer talks to a broker that does not own the partition; the owner is killed
+    (SIGKILL) while messages are in flight; the partition moves (session timeout, claim,
+    fencing); the writer finds the new owner and resends what was not acknowledged. Every
+    acknowledged message is stored once, in order (dedup moved with the partition)."""
+    name = "public/default/follow-kill"
+    key = partition_key(name, 0)
+    owner = await created(brokers, records, name)
+    home = next(n for n in NAMES if n != owner)
+    history = History()
+    total, kill_after = 300, 60
+    acked = 0
+    killed = asyncio.Event()
+    try:
+        async with (
+            weir.aio.Client(brokers[home].endpoint) as client,
+            client.writer(name, producer_id="w", partition=0, delivery_timeout=90) as writer,
+        ):
+            pending: list[tuple[str, asyncio.Future[weir.WriteResult]]] = []
+
+            def settle() -> None:
+                nonlocal acked
+                while pending and pending[0][1].done():
+                    mid, fut = pending.pop(0)
+                    res = fut.result()
+                    history.acked(mid, KEY, None if res.skipped else res.offset)
+                    acked += 1
+
+            for n in range(total):
+                mid = f"id:w:{n}"
+                history.attempted(mid)
+                pending.append((mid, await writer.write_future(make_data("w", n, 32))))
+                settle()
+                if acked >= kill_after and not killed.is_set():
+                    brokers[owner].kill()  # under load: requests in flight to it
+                    killed.set()
+                if n % 20 == 19:
+                    await asyncio.sleep(0.01)  # let acks come back between bursts
+            await writer.flush(timeout=90)
+            settle()
+            assert killed.is_set()
+            assert not pending
+            assert writer.reconnects >= 2  # told NOT_OWNER, then its owner died
+        new_owner = await owner_of(records, key, other_than=owner)
+        rows = await read_all(brokers[home].endpoint, name, total)
+        report = check(history, {KEY: rows}, {KEY: 0})
+        assert report.violations() == {}, report.violations()
+        assert report.acknowledged == total
+        assert [r[0] for r in rows] == list(range(total))  # dense, in write order
+        assert [r[1] for r in rows] == [f"id:w:{n}" for n in range(total)]
+        assert new_owner != owner
+    finally:
+        if brokers[owner].proc is None:
+            brokers[owner].start()
+
+
+def kafka_leader(bootstrap: str, topic: str) -> int:
+    """The node id Metadata (asked of ``bootstrap``) names as the leader of ``topic``'s
+    partition 0 (-1: none now), as kafka-python's admin client reads it."""
+    client = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000)
+    try:
+        [meta] = client.describe_topics([topic])
+        [part] = meta["partitions"]
+        return int(part["leader_id"])
+    finally:
+        client.close()
+
+
+def test_kafka_metadata_names_the_owner_and_a_producer_follows_it_across_kill_9(
+    brokers: dict[str, ServerProcess],
+    zookeeper: ZooKeeperServer,
+    shared_root: str,
+) -> None:
+    """kafka-python bootstrapped at a broker that does not own the partition: Metadata
+    names the owner's Kafka listener as the leader; when the owner is killed, the
+    producer's requests fail, it refreshes its metadata (LEADER_NOT_AVAILABLE while the
+    partition moves) and produces to the new owner; every acknowledged message is stored."""
+    name, kname = "public/default/kfollow", "kfollow"
+    key = partition_key(name, 0)
+
+    async def in_zk(fn: Callable[[ClusterRecords], Awaitable[str]]) -> str:
+        zk = KazooClient(hosts=zookeeper.hosts, timeout=10)
+        await asyncio.to_thread(zk.start, 30)
+        try:
+            return await fn(ClusterRecords(zk, shared_root))
+        finally:
+            await asyncio.to_thread(zk.stop)
+            await asyncio.to_thread(zk.close)
+
+    owner = asyncio.run(in_zk(lambda r: created(brokers, r, name)))
+    home = next(n for n in NAMES if n != owner)
+    assert kafka_leader(brokers[home].kafka, kname) == node_id(owner)
+    producer = KafkaProducer(
+        bootstrap_servers=brokers[home].kafka,
+        acks="all",
+        retry_backoff_ms=200,
+        max_in_flight_requests_per_connection=1,
+        delivery_timeout_ms=90_000,
+    )
+    acked: list[int] = []
+    try:
+        futures = []
+        for n in range(120):
+            futures.append(producer.send(kname, value=b"id:k:%d|" % n, partition=0))
+            if n == 40:
+                producer.flush(timeout=60)
+                brokers[owner].kill()  # the leader dies; 80 more go to whoever owns it next
+        producer.flush(timeout=90)
+        for n, fut in enumerate(futures):
+            fut.get(timeout=1)  # every send was acknowledged in the end
+            acked.append(n)
+        new_owner = asyncio.run(in_zk(lambda r: owner_of(r, key, other_than=owner)))
+        assert kafka_leader(brokers[home].kafka, kname) == node_id(new_owner)
+        rows = asyncio.run(read_all(brokers[home].endpoint, name, 120))
+        stored = [mid for _, mid in rows]
+        assert {f"id:k:{n}" for n in acked} <= set(stored)  # nothing acknowledged is lost
+        assert [o for o, _ in rows] == list(range(len(rows)))
+    finally:
+        producer.close(timeout=10)
+        if brokers[owner].proc is None:
+            brokers[owner].start()
+
+
+def test_a_pulsar_producer_is_sent_to_the_owner_and_follows_it_across_kill_9(
+    brokers: dict[str, ServerProcess],
+    zookeeper: ZooKeeperServer,
+    shared_root: str,
+) -> None:
+    """pulsar-client given a broker that does not own the topic: Lookup answers the
+    owner's Pulsar URL and the producer connects there; when the owner is killed the
+    producer reconnects, looks the topic up again (refused while it moves) and goes to
+    the new owner; every acknowledged message is stored once, in order."""
+    name = "public/default/pfollow"
+    key = partition_key(name, 0)
+
+    async def in_zk(fn: Callable[[ClusterRecords], Awaitable[str]]) -> str:
+        zk = KazooClient(hosts=zookeeper.hosts, timeout=10)
+        await asyncio.to_thread(zk.start, 30)
+        try:
+            return await fn(ClusterRecords(zk, shared_root))
+        finally:
+            await asyncio.to_thread(zk.stop)
+            await asyncio.to_thread(zk.close)
+
+    owner = asyncio.run(in_zk(lambda r: created(brokers, r, name)))
+    home = next(n for n in NAMES if n != owner)
+    client = pulsar.Client(
+        brokers[home].pulsar_url,
+        operation_timeout_seconds=10,
+        logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
+    )
+    acked: list[int] = []
+    try:
+        producer = client.create_producer(
+            f"persistent://{name}", producer_name="pf", send_timeout_millis=90_000
+        )
+        for n in range(80):
+            producer.send(b"id:p:%d|" % n)  # waits for the receipt
+            acked.append(n)
+            if n == 30:
+                brokers[owner].kill()
+        new_owner = asyncio.run(in_zk(lambda r: owner_of(r, key, other_than=owner)))
+        assert new_owner != owner
+        rows = asyncio.run(read_all(brokers[home].endpoint, name, 80))
+        assert [mid for _, mid in rows] == [f"id:p:{n}" for n in acked]
+        assert [o for o, _ in rows] == list(range(80))
+    finally:
+        client.close()
+        if brokers[owner].proc is None:
+            brokers[owner].start()
+
+
+def test_ydb_discovery_lists_every_broker_and_a_ydb_writer_reaches_the_owner(
+    brokers: dict[str, ServerProcess],
+    zookeeper: ZooKeeperServer,
+    shared_root: str,
+) -> None:
+    """The ydb SDK given a broker that does not own the partition: Discovery lists every
+    live broker, the SDK's connections spread over them, and a write session the non-owner
+    refuses (UNAVAILABLE) is retried on the next broker until it reaches the owner."""
+    name = "public/default/yfollow"
+
+    async def setup() -> str:
+        zk = KazooClient(hosts=zookeeper.hosts, timeout=10)
+        await asyncio.to_thread(zk.start, 30)
+        try:
+            return await created(brokers, ClusterRecords(zk, shared_root), name)
+        finally:
+            await asyncio.to_thread(zk.stop)
+            await asyncio.to_thread(zk.close)
+
+    owner = asyncio.run(setup())
+    home = next(n for n in NAMES if n != owner)
+    driver = ydb.Driver(endpoint=f"grpc://{brokers[home].endpoint}", database="/local")
+    try:
+        driver.wait(timeout=15, fail_fast=True)
+        listed = driver.discovery_debug_details()
+        for srv in brokers.values():
+            assert srv.endpoint in listed, listed
+        writer = driver.topic_client.writer(
+            "/local/yfollow", producer_id="y", partition_id=0, codec=ydb.TopicCodec.RAW
+        )
+        writer.write([ydb.TopicWriterMessage(b"id:y:%d|" % n) for n in range(10)])
+        writer.flush()
+        writer.close()
+    finally:
+        driver.stop(timeout=5)
+    rows = asyncio.run(read_all(brokers[home].endpoint, name, 10))
+    assert rows == [(n, f"id:y:{n}") for n in range(10)]
