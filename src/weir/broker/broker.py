@@ -19,6 +19,7 @@ from collections.abc import Mapping
 
 from weir.broker.access import ProducerAccess
 from weir.broker.cluster.broker_mode import ClusterMode
+from weir.broker.cluster.offsets import LogOffsets
 from weir.broker.compaction.facade import Compaction
 from weir.broker.config import BrokerConfig
 from weir.broker.consumer_offsets import ConsumerOffsets
@@ -194,12 +195,14 @@ class Broker(
                     endpoints=endpoints,
                     partition_config=broker._claimed_config,
                 )
+                broker.offsets = LogOffsets(broker._actors, broker._topics)  # in the logs
+                broker.tenancy = broker.cluster.tenancy  # namespaces in ZooKeeper
                 catalog = await broker.cluster.connect()
             await asyncio.to_thread(broker._load, catalog)
             # a transaction open at the last stop ends now, before anyone reads
             await broker.transactions.recover((t, p, a) for (t, p), a in broker._actors.items())
             if broker.cluster is not None:
-                await broker.cluster.start(broker._catalog_changed)
+                await broker.cluster.start(broker._catalog_changed, broker._namespaces_changed)
         except BaseException:
             if broker is not None and broker.cluster is not None:
                 await broker.cluster.stop()
@@ -262,11 +265,11 @@ class Broker(
         return None if cfg is None else self._partition_config(cfg)
 
     async def _catalog_changed(self, catalog: dict[str, TopicConfig]) -> None:
-        """Replicated mode: topics another broker created or changed (dropped ones stay
-        known here until this broker restarts: dropping is not wired yet)."""
+        """Replicated mode: topics another broker created, changed or dropped."""
         if self._closed:
             return
         async with self._lock:
+            await self._catalog_dropped(catalog)
             new = [c for name, c in catalog.items() if self._topics.get(name) != c]
             adopted = self.tenancy.adopt(sorted({c.name.rsplit("/", 1)[0] for c in new}))
             if adopted:

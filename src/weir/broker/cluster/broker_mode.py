@@ -22,11 +22,13 @@ from typing import Any
 
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
-from weir.broker.cluster.claims import split_key
+from weir.broker.cluster.claims import partition_key, split_key
 from weir.broker.cluster.log_host import ReplicatedLogHost
+from weir.broker.cluster.namespace_catalog import ClusterTenancy, NamespaceCatalog
 from weir.broker.cluster.ownership import Ownership, OwnershipConfig
 from weir.broker.cluster.partitions import ActorLimits, ClusterPartitions, ReplicatedActor
 from weir.broker.cluster.topic_catalog import TopicCatalog, topics_path
+from weir.broker.cluster.topic_drop import drop_partitions
 from weir.broker.config import BrokerConfig
 from weir.broker.partition_actor import PartitionActor
 from weir.broker.topics import TopicConfig
@@ -81,13 +83,14 @@ class ClusterMode:
             zk_timeout=config.cluster_session_timeout_s,
         )
         self.catalog = TopicCatalog(self.client.zk, config.cluster_root)
-        replication = ReplicationConfig(
-            ManagedLogConfig(
-                ensemble_size=config.cluster_ensemble_size,
-                write_quorum=config.cluster_write_quorum,
-                ack_quorum=config.cluster_ack_quorum,
-            )
+        self.namespaces = NamespaceCatalog(self.client.zk, config.cluster_root)
+        self.tenancy = ClusterTenancy(self.namespaces)  # the broker's, loaded at connect
+        self.managed_log = ManagedLogConfig(
+            ensemble_size=config.cluster_ensemble_size,
+            write_quorum=config.cluster_write_quorum,
+            ack_quorum=config.cluster_ack_quorum,
         )
+        replication = ReplicationConfig(self.managed_log)
         self.partitions = ClusterPartitions(
             ReplicatedLogHost(
                 self.client,
@@ -110,6 +113,9 @@ class ClusterMode:
         self.partitions.attach(self.ownership)
         self._on_topics: Callable[[dict[str, TopicConfig]], Awaitable[None]] | None = None
         self._refresh: asyncio.Task[None] | None = None
+        self._on_namespaces: Callable[[], Awaitable[None]] | None = None
+        self._ns_refresh: asyncio.Task[None] | None = None
+        self._dirty = self._ns_dirty = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopped = False
 
@@ -125,15 +131,24 @@ class ClusterMode:
                 f"cannot reach the cluster's ZooKeeper at {zk} (cluster.zookeeper): {exc!r}"
             ) from None
         await self.catalog.ensure_layout()
+        await self.namespaces.ensure_layout()
+        await self.tenancy.load()
         return await self.catalog.topics()
 
-    async def start(self, on_topics: Callable[[dict[str, TopicConfig]], Awaitable[None]]) -> None:
-        """Follow the catalog (``on_topics`` hears every topic after a change) and start
+    async def start(
+        self,
+        on_topics: Callable[[dict[str, TopicConfig]], Awaitable[None]],
+        on_namespaces: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        """Follow the catalogs (``on_topics`` hears every topic after a change;
+        ``on_namespaces``, after `tenancy` has read the namespaces again) and start
         claiming partitions."""
         self._on_topics = on_topics
+        self._on_namespaces = on_namespaces
         path = topics_path(self.config.cluster_root)
         ChildrenWatch(self.client.zk, path, self._topics_changed)  # created, deleted
         DataWatch(self.client.zk, path, self._topics_changed)  # changed (TopicCatalog.update)
+        DataWatch(self.client.zk, self.namespaces.path, self._namespaces_changed)
         await self.ownership.start()
 
     def _topics_changed(self, *_: object) -> bool | None:
@@ -144,10 +159,47 @@ class ClusterMode:
             loop.call_soon_threadsafe(self._schedule_refresh)
         return None
 
-    def _schedule_refresh(self) -> None:
-        if self._stopped or (self._refresh is not None and not self._refresh.done()):
+    def _namespaces_changed(self, *_: object) -> bool | None:
+        loop = self._loop
+        if self._stopped or loop is None or loop.is_closed():
+            return False  # stop watching
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(self._schedule_ns_refresh)
+        return None
+
+    def _schedule_ns_refresh(self) -> None:
+        if self._stopped:
             return
-        self._refresh = asyncio.get_running_loop().create_task(self.refresh())
+        self._ns_dirty = True  # a read already under way may predate the change: read again
+        if self._ns_refresh is None or self._ns_refresh.done():
+            self._ns_refresh = asyncio.get_running_loop().create_task(self._follow_namespaces())
+
+    async def _follow_namespaces(self) -> None:
+        while self._ns_dirty and not self._stopped:
+            self._ns_dirty = False
+            await self.refresh_namespaces()
+
+    async def refresh_namespaces(self) -> None:
+        """Read the tenants and namespaces again and tell the broker."""
+        try:
+            await self.tenancy.load()
+        except Exception:  # the watch fires again on the next change, and on reconnect
+            log.warning("cannot read the namespace catalog", exc_info=True)
+            return
+        if self._on_namespaces is not None and not self._stopped:
+            await self._on_namespaces()
+
+    def _schedule_refresh(self) -> None:
+        if self._stopped:
+            return
+        self._dirty = True  # a read already under way may predate the change: read again
+        if self._refresh is None or self._refresh.done():
+            self._refresh = asyncio.get_running_loop().create_task(self._follow_topics())
+
+    async def _follow_topics(self) -> None:
+        while self._dirty and not self._stopped:
+            self._dirty = False
+            await self.refresh()
 
     async def refresh(self) -> None:
         """Read the catalog again and hand it to the broker."""
@@ -159,6 +211,19 @@ class ClusterMode:
         if self._on_topics is not None and not self._stopped:
             await self._on_topics(topics)
 
+    async def drop_topic(self, cfg: TopicConfig) -> None:
+        """Drop the topic from the cluster: its partitions (their owners let go, their
+        managed logs and ledgers are deleted), then its catalog record
+        (`weir.broker.cluster.topic_drop`)."""
+        await drop_partitions(
+            self.client,
+            self.catalog.records,
+            [partition_key(cfg.name, p) for p in range(cfg.partitions)],
+            self.managed_log,
+            wait_s=2 * self.config.cluster_session_timeout_s,
+        )
+        await self.catalog.delete(cfg.name)
+
     def actor_now(self, topic: str, partition: int) -> ReplicatedActor:
         """The actor if this broker serves the partition; else UnavailableError naming the
         owner (retryable: the client goes there or tries again)."""
@@ -169,10 +234,11 @@ class ClusterMode:
         if self._stopped:
             return
         self._stopped = True
-        if self._refresh is not None:
-            self._refresh.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._refresh
+        for task in (self._refresh, self._ns_refresh):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         try:
             await self.ownership.stop()
         finally:
