@@ -13,7 +13,9 @@ import pytest
 from kazoo.client import KazooClient
 
 from weir.broker.cluster.namespace_catalog import ClusterTenancy, NamespaceCatalog
+from weir.broker.cluster.topic_catalog import TopicCatalog
 from weir.broker.tenancy.registry import Namespace
+from weir.broker.topics import TopicConfig
 from weir.errors import (
     AlreadyExistsError,
     BadRequestError,
@@ -39,9 +41,13 @@ async def tenancies(zookeeper: ZooKeeperServer) -> AsyncIterator[tuple[ClusterTe
     try:
         for zk in clients:
             await asyncio.to_thread(zk.start, 10)
-        out = tuple(ClusterTenancy(NamespaceCatalog(zk, root)) for zk in clients)
+        out = tuple(
+            ClusterTenancy(NamespaceCatalog(zk, root), TopicCatalog(zk, root).names)
+            for zk in clients
+        )
         for t in out:
             await t.catalog.ensure_layout()
+            await TopicCatalog(t.catalog.zk, root).ensure_layout()
             await t.load()
         yield out
     finally:
@@ -128,3 +134,36 @@ async def test_racing_creates_make_one_namespace_and_a_tenant_with_one_cannot_go
         assert isinstance(created, UnknownTenantError)
     else:
         assert isinstance(deleted, NotEmptyError)
+
+
+async def test_a_namespace_deleted_while_a_topic_is_created_in_it_keeps_one_of_them(
+    tenancies: tuple[ClusterTenancy, ClusterTenancy],
+) -> None:
+    """Broker a deletes a namespace while broker b creates a topic in it (b has the
+    namespace in its view): either the topic was made and the delete refused, or the
+    delete went and the topic was refused; never a topic in a deleted namespace."""
+    a, b = tenancies
+    topics = TopicCatalog(b.catalog.zk, b.catalog.root)
+    await a.create_tenant("del", no_commit)
+    for i in range(8):
+        path = f"del/ns-{i}"
+        await a.create_namespace(path, {}, no_commit)
+        name = f"{path}/t"
+        deleted, created = await asyncio.gather(
+            a.delete_namespace(path, [], no_commit),
+            topics.create(
+                TopicConfig(name=name, topic_id=0, partitions=1), guard=lambda n=name: b.guard(n)
+            ),
+            return_exceptions=True,
+        )
+        exists = await topics.get(name) is not None
+        if deleted is None:  # the namespace went: the topic was refused
+            assert isinstance(created, UnknownNamespaceError), created
+            assert not exists
+            assert await a.catalog.get_namespace("del", f"ns-{i}") is None
+        else:  # the topic was made first: the delete was refused, the namespace stays
+            assert isinstance(deleted, NotEmptyError), deleted
+            assert isinstance(created, TopicConfig) and exists
+            got = await a.catalog.get_namespace("del", f"ns-{i}")
+            assert got is not None
+            assert got[0].path == path and (await b.guard(name))[0]  # not left marked

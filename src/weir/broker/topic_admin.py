@@ -193,7 +193,7 @@ class TopicAdmin(TenancyFacade):
             )
             cfg = self.resolved(cfg)
             if self.cluster is not None:  # every broker sees it; partitions open when claimed
-                cfg = self.resolved(await self.cluster.catalog.create(cfg))
+                cfg = self.resolved(await self.cluster.create_topic(cfg))
                 self._apply_topic_config(cfg)  # to a partition claimed meanwhile too
                 if cfg.kind != PERSISTENT:
                     for p in range(cfg.partitions):

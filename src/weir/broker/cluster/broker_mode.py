@@ -84,7 +84,8 @@ class ClusterMode:
         )
         self.catalog = TopicCatalog(self.client.zk, config.cluster_root)
         self.namespaces = NamespaceCatalog(self.client.zk, config.cluster_root)
-        self.tenancy = ClusterTenancy(self.namespaces)  # the broker's, loaded at connect
+        # the broker's, loaded at connect
+        self.tenancy = ClusterTenancy(self.namespaces, self.catalog.names)
         self.managed_log = ManagedLogConfig(
             ensemble_size=config.cluster_ensemble_size,
             write_quorum=config.cluster_write_quorum,
@@ -210,6 +211,11 @@ class ClusterMode:
             return
         if self._on_topics is not None and not self._stopped:
             await self._on_topics(topics)
+
+    async def create_topic(self, cfg: TopicConfig) -> TopicConfig:
+        """Record a new topic in the catalog, in one transaction with a check that its
+        namespace is neither gone nor being deleted."""
+        return await self.catalog.create(cfg, guard=lambda: self.tenancy.guard(cfg.name))
 
     async def drop_topic(self, cfg: TopicConfig) -> None:
         """Drop the topic from the cluster: its partitions (their owners let go, their

@@ -18,6 +18,15 @@ meanwhile (no parent), a name is created once (the other admin gets
 `AlreadyExistsError`). A policy change is read-modify-write on the namespace node's
 version, retried on a conflict: two admins changing one namespace at once both get
 their change, applied one after the other to the latest record.
+
+Deleting a namespace while another admin creates a topic in it: the delete first marks
+the namespace ``deleting`` (a version bump), then looks for its topics in the topic
+catalog, then deletes the node at the marked version; a topic is created in the same
+transaction as a check of the namespace node's version read before (`guard`, refused
+when marked). So either the topic was created before the mark (the delete sees it and
+is refused with `NotEmptyError`, the mark undone) or its creation fails its check and
+sees the mark or the missing node (`UnknownNamespaceError`): never a topic in a deleted
+namespace.
 """
 
 from __future__ import annotations
@@ -26,7 +35,7 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 from urllib.parse import quote, unquote
 
@@ -211,17 +220,66 @@ class NamespaceCatalog:
             return None
         return _namespace_of(tenant, name, raw), int(stat.version)
 
-    async def delete_namespace(self, tenant: str, name: str, version: int = -1) -> None:
-        """Delete the namespace (at ``version``: BadVersionError if it changed since)."""
+    async def guard(self, tenant: str, name: str) -> tuple[str, int]:
+        """The namespace node and its version, for a topic created in it to check in its
+        transaction; UnknownNamespaceError if it is gone or being deleted."""
         node = _namespace_node(self.root, tenant, name)
-        results = await self._commit(
-            lambda tx: tx.delete(node, version=version), f"-namespace {tenant}/{name}"
-        )
-        if isinstance(results[0], NoNodeError):
-            raise UnknownNamespaceError(f"namespace {tenant}/{name} does not exist")
-        failed = _failure(results)
-        if failed is not None:
-            raise failed
+        try:
+            raw, stat = await asyncio.to_thread(self.zk.get, node)
+        except NoNodeError:
+            raise UnknownNamespaceError(f"namespace {tenant}/{name} does not exist") from None
+        if json.loads(raw or b"{}").get("deleting"):
+            raise UnknownNamespaceError(f"namespace {tenant}/{name} is being deleted")
+        return node, int(stat.version)
+
+    async def delete_namespace(
+        self, tenant: str, name: str, topics: Callable[[], Awaitable[list[str]]]
+    ) -> None:
+        """Mark, check ``topics()`` (the namespace's topics in the topic catalog: must be
+        none), delete at the marked version (the module docstring says why)."""
+        node = _namespace_node(self.root, tenant, name)
+        path = f"{tenant}/{name}"
+        while True:
+            try:
+                raw, stat = await asyncio.to_thread(self.zk.get, node)
+            except NoNodeError:
+                raise UnknownNamespaceError(f"namespace {path} does not exist") from None
+            doc = json.loads(raw or b"{}")
+            marked = json.dumps({**doc, "deleting": True}, sort_keys=True).encode()
+            try:
+                stat = await asyncio.to_thread(self.zk.set, node, marked, version=stat.version)
+            except BadVersionError:
+                continue
+            except NoNodeError:
+                raise UnknownNamespaceError(f"namespace {path} does not exist") from None
+            held = await topics()
+            if held:
+                unmarked = json.dumps({k: v for k, v in doc.items() if k != "deleting"})
+                with contextlib.suppress(BadVersionError, NoNodeError):
+                    await asyncio.to_thread(
+                        self.zk.set, node, unmarked.encode(), version=stat.version
+                    )
+                shown = ", ".join(held[:5]) + (
+                    f" and {len(held) - 5} more" if len(held) > 5 else ""
+                )
+                raise NotEmptyError(
+                    f"namespace {path} is not empty: it holds {len(held)} topic"
+                    f"{'s' if len(held) != 1 else ''} ({shown}); drop them first"
+                )
+            version = int(stat.version)
+
+            def delete(tx: Any, version: int = version) -> None:
+                tx.delete(node, version=version)
+
+            results = await self._commit(delete, f"-namespace {path}")
+            if isinstance(results[0], BadVersionError):
+                continue  # a policy change meanwhile (it dropped the mark): again
+            if isinstance(results[0], NoNodeError):
+                raise UnknownNamespaceError(f"namespace {path} does not exist")
+            failed = _failure(results)
+            if failed is not None:
+                raise failed
+            return
 
     async def update_namespace(
         self, tenant: str, name: str, change: Callable[[Namespace], Namespace]
@@ -256,8 +314,15 @@ class ClusterTenancy(Tenancy):
     brokers' admins cannot break the rules between them); reads are of the view loaded
     at open and refreshed by the catalog's watch (`load`)."""
 
-    def __init__(self, catalog: NamespaceCatalog) -> None:
+    def __init__(
+        self,
+        catalog: NamespaceCatalog,
+        topic_names: Callable[[], Awaitable[list[str]]] | None = None,
+    ) -> None:
+        """``topic_names()``: every topic of the cluster (the topic catalog's names), for
+        the check that a namespace being deleted holds none."""
         self.catalog = catalog
+        self.topic_names = topic_names
         self.tenants = {}
         self.namespaces = {}
 
@@ -292,17 +357,24 @@ class ClusterTenancy(Tenancy):
         return ns
 
     async def delete_namespace(self, path: str, topics: list[str], commit: Commit) -> None:
-        """``topics``: the namespace's topics as this broker knows them (must be none)."""
+        """``topics``: the namespace's topics as this broker knows them; the catalog's are
+        checked too, in the delete (a topic another broker creates meanwhile)."""
         tenant, name = parse_namespace(path)
-        got = await self.catalog.get_namespace(tenant, name)
-        if got is None:
-            raise UnknownNamespaceError(f"namespace {tenant}/{name} does not exist")
-        # the checks of the embedded registry (the default namespace, no topics)
-        self.namespaces[f"{tenant}/{name}"] = got[0]
-        self.tenants.setdefault(tenant, Tenant(tenant))
-        await super().delete_namespace(
-            path, topics, lambda _ops: self.catalog.delete_namespace(tenant, name)
-        )
+        if f"{tenant}/{name}" == f"{DEFAULT_TENANT}/{DEFAULT_NAMESPACE}":
+            raise BadRequestError(f"namespace {tenant}/{name} always exists; it cannot be deleted")
+        prefix = f"{tenant}/{name}/"
+
+        async def held() -> list[str]:
+            names = topics if self.topic_names is None else await self.topic_names()
+            return sorted({n for n in [*names, *topics] if n.startswith(prefix)})
+
+        await self.catalog.delete_namespace(tenant, name, held)
+        self.namespaces.pop(f"{tenant}/{name}", None)
+
+    async def guard(self, topic: str) -> tuple[str, int]:
+        """For `TopicCatalog.create`: the node of the topic's namespace and its version."""
+        tenant, name = parse_namespace(topic.rsplit("/", 1)[0])
+        return await self.catalog.guard(tenant, name)
 
     async def set_policies(
         self,
