@@ -4,7 +4,8 @@ In embedded mode a consumer's committed offsets are rows of the broker's LMDB
 ``offsets`` table (`weir.broker.consumers.OffsetStore`). A replicated partition
 moves between brokers, so its offsets must move with it: here each one is a
 named position of the partition's `ReplicatedPartitionLog`
-(``offset:{consumer}`` -> the next offset to read, 8 bytes little-endian). A commit
+(``offset:{consumer}`` -> the next offset to read and the consumer's registration time,
+two u64 little-endian). A commit
 is one managed-log entry, appended in its turn among the partition's writes
 (`PartitionActor.run_change`) and acknowledged by AQ bookies before the client
 hears "committed"; the positions are folded into the log's snapshots, so the next
@@ -15,6 +16,12 @@ partition is None (every caller first asks for the partition's actor, which name
 the owner), and a commit there is refused with the retryable `UnavailableError`.
 Offsets are not part of a transaction here (transactions are refused on
 replicated partitions).
+
+A consumer dropped from its topic loses its offsets: the broker that drops it clears
+them on the partitions it serves, but other brokers' partitions keep the positions
+until then; so a position also names the registration it belongs to (the consumer's
+``created_at_ms``), and one of an earlier registration reads as no offset. A consumer
+dropped and registered again starts afresh on every partition, as in embedded mode.
 """
 
 from __future__ import annotations
@@ -28,14 +35,14 @@ from typing import Any
 from weir.broker.consumers import OffsetStore
 from weir.broker.partition_actor import PartitionActor
 from weir.broker.topics import TopicConfig
-from weir.errors import BadRequestError, UnavailableError, WeirError
+from weir.errors import BadRequestError, UnavailableError, UnknownConsumerError, WeirError
 from weir.replication.partition_log import ReplicatedPartitionLog
 from weir.replication.partition_log.log import ReplicatedChange
 from weir.storage.kv import Op
 
 log = logging.getLogger("weir.cluster")
 
-_VAL = struct.Struct("<Q")
+_VAL = struct.Struct("<QQ")  # offset, the consumer's created_at_ms
 PREFIX = "offset:"
 
 
@@ -44,8 +51,14 @@ def position_key(consumer: str) -> str:
     return PREFIX + consumer
 
 
-def decode_offset(raw: bytes) -> int:
-    return int(_VAL.unpack(raw)[0])
+def encode_offset(offset: int, registered_ms: int) -> bytes:
+    return _VAL.pack(offset, registered_ms)
+
+
+def decode_offset(raw: bytes) -> tuple[int, int]:
+    """(offset, the consumer's created_at_ms when it was committed)."""
+    offset, registered = _VAL.unpack(raw)
+    return int(offset), int(registered)
 
 
 class LogOffsets(OffsetStore):
@@ -91,16 +104,28 @@ class LogOffsets(OffsetStore):
             )
         return actor
 
+    def _registered(self, topic_id: int, consumer: str) -> int | None:
+        """The consumer's created_at_ms on the topic; None if it is not registered."""
+        name = self._name(topic_id)
+        cfg = None if name is None else self._topics.get(name)
+        c = None if cfg is None else cfg.consumers.get(consumer)
+        return None if c is None else c.created_at_ms
+
     @staticmethod
-    def _read(plog: ReplicatedPartitionLog, consumer: str) -> int | None:
+    def _read(plog: ReplicatedPartitionLog, consumer: str, registered: int | None) -> int | None:
         raw = plog.positions.get(position_key(consumer))
-        return None if raw is None else decode_offset(raw)
+        if raw is None or registered is None:
+            return None
+        offset, at = decode_offset(raw)
+        return offset if at == registered else None  # else: an earlier registration's
 
     # ------------------------------------------------------------------ OffsetStore
 
     def get(self, topic_id: int, partition: int, consumer: str) -> int | None:
         actor = self._actor(topic_id, partition)
-        return None if actor is None else self._read(actor.log, consumer)
+        if actor is None:
+            return None
+        return self._read(actor.log, consumer, self._registered(topic_id, consumer))
 
     async def commit(
         self,
@@ -122,7 +147,10 @@ class LogOffsets(OffsetStore):
 
         def prepare() -> ReplicatedChange | None:
             nonlocal same
-            current = self._read(plog, consumer)
+            registered = self._registered(topic_id, consumer)
+            if registered is None:
+                raise UnknownConsumerError(f"consumer {consumer!r} is not registered")
+            current = self._read(plog, consumer, registered)
             if (
                 current is not None
                 and offset <= current
@@ -130,7 +158,8 @@ class LogOffsets(OffsetStore):
             ):
                 same = offset == current
                 return None
-            return plog.prepare_positions({position_key(consumer): _VAL.pack(offset)})
+            value = encode_offset(offset, registered)
+            return plog.prepare_positions({position_key(consumer): value})
 
         return await actor.run_change(prepare) or same
 
@@ -145,21 +174,22 @@ class LogOffsets(OffsetStore):
         actor = self._served(topic_id, partition)
         plog: ReplicatedPartitionLog = actor.log
 
+        had = self.get(topic_id, partition, consumer) is not None
+
         def prepare() -> ReplicatedChange | None:
             if position_key(consumer) not in plog.positions:
                 return None
             return plog.prepare_positions({position_key(consumer): None})
 
-        return await actor.run_change(prepare)
+        return await actor.run_change(prepare) and had
 
     def partitions_of(self, topic_id: int, consumer: str) -> list[int]:
         """The partitions served here the consumer has an offset on."""
         name = self._name(topic_id)
-        key = position_key(consumer)
         return sorted(
             p
-            for (t, p), a in list(self._actors.items())
-            if t == name and isinstance(a.log, ReplicatedPartitionLog) and key in a.log.positions
+            for (t, p) in list(self._actors)
+            if t == name and self.get(topic_id, p, consumer) is not None
         )
 
     def min_committed(self, topic_id: int, partition: int, consumers: Iterable[str]) -> int | None:
