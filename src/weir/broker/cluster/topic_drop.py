@@ -25,12 +25,15 @@ import time
 from collections.abc import Sequence
 
 from weir.broker.cluster.claims import ClusterRecords
+from weir.errors import UnavailableError, WeirError
+from weir.replication.errors import MetadataConflictError
 from weir.replication.ledger import LedgerClient
 from weir.replication.managed_log import ManagedLog, ManagedLogConfig
 from weir.replication.managed_log.metadata import ManagedLogStore
 from weir.replication.managed_log.open_op import delete_quietly
 
 log = logging.getLogger("weir.cluster")
+_ATTEMPTS = 8
 
 
 async def wait_released(records: ClusterRecords, keys: Sequence[str], wait_s: float) -> list[str]:
@@ -46,24 +49,38 @@ async def wait_released(records: ClusterRecords, keys: Sequence[str], wait_s: fl
 
 
 async def delete_managed_log(client: LedgerClient, name: str, config: ManagedLogConfig) -> bool:
-    """Fence the log's holder, then delete its ledgers and its metadata; False if there
-    was no such log."""
+    """Fence the log's holder, then delete its metadata and its ledgers; False if there
+    was no such log. Two admins dropping one topic at once: each open fences the other,
+    so a dropper deletes only a log it closed last (no ledger left open), else it opens
+    again; the one that finds the log gone is done."""
     store = ManagedLogStore(client.zk, client.root)
     if await store.read(name) is None:
         return False
-    mlog = await ManagedLog.open(client, name, config, owner="dropped")
-    await mlog.close()
-    got = await store.read(name)
-    if got is None:
+    for _ in range(_ATTEMPTS):
+        try:
+            mlog = await ManagedLog.open(client, name, config, owner="dropped")
+            await mlog.close()
+        except WeirError:  # fenced or outraced by another dropper
+            if await store.read(name) is None:
+                return True
+            continue
+        got = await store.read(name)
+        if got is None:
+            return True  # another dropper finished
+        md, version = got
+        if any(li.is_open for li in md.ledgers):
+            continue  # another dropper opened it after our close: fence it in turn
+        try:
+            await store.delete(name, version)  # first: a half-deleted log never reopens
+        except MetadataConflictError:
+            continue
+        ids = [li.ledger_id for li in md.ledgers]
+        if md.snapshot is not None:
+            ids.append(md.snapshot.ledger_id)
+        for ledger_id in ids:
+            await delete_quietly(client, ledger_id)
         return True
-    md, version = got
-    ids = [li.ledger_id for li in md.ledgers]
-    if md.snapshot is not None:
-        ids.append(md.snapshot.ledger_id)
-    await store.delete(name, version)  # first: a half-deleted log is never opened again
-    for ledger_id in ids:
-        await delete_quietly(client, ledger_id)
-    return True
+    raise UnavailableError(f"managed log {name!r} kept changing while being deleted: drop again")
 
 
 async def drop_partitions(
