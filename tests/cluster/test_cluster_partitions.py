@@ -21,11 +21,15 @@ from tests.reliability.checker import check
 from tests.reliability.history import History, message_id
 from weir.broker.cluster import Ownership, OwnershipConfig, ReplicatedLogHost, partition_key
 from weir.broker.cluster.partitions import ClusterPartitions
+from weir.broker.cluster.topic_drop import delete_managed_log
 from weir.broker.partition_actor import PartitionActor
 from weir.errors import BadRequestError, UnavailableError
+from weir.replication.errors import ManagedLogFencedError
 from weir.replication.ledger import LedgerClient
+from weir.replication.ledger.metadata import ledger_path, ledgers_path
 from weir.replication.local_cluster import BookieProcess
 from weir.replication.managed_log import ManagedLogConfig
+from weir.replication.managed_log.metadata import ManagedLogStore
 from weir.replication.partition_log import ReplicatedPartitionLog, ReplicationConfig
 from weir.replication.zkserver import ZooKeeperServer
 from weir.storage.batch import decode_records, encode_batch, iter_batches
@@ -254,3 +258,59 @@ async def test_retention_runs_in_the_actors_turn_between_writes(
     finally:
         await actor.close()
         await plog.close()
+
+
+async def test_dropping_a_partition_still_held_fences_its_owner_and_deletes_its_ledgers(
+    shared_client: LedgerClient,
+) -> None:
+    """A drop whose owner never let go (paused, or dead with its session still alive)
+    fences it: the owner's next write fails and is not acknowledged; the log's metadata
+    and every ledger it listed (data and snapshot) are gone."""
+    key = partition_key(TOPIC + "-dropped", 0)
+    held = await ReplicatedPartitionLog.open(shared_client, key, replication=REP, claim=1)
+    for seq in range(12):  # past a ledger and a snapshot
+        await held.write(validate_incoming(batch(seq)))
+    await held.snapshot()
+    ledgers = {li.ledger_id for li in held.mlog.ledgers}
+    snap = held.mlog.snapshot
+    assert snap is not None and len(ledgers) > 1
+    ledgers.add(snap.ledger_id)
+
+    assert await delete_managed_log(shared_client, key, REP.managed_log)
+
+    with pytest.raises(ManagedLogFencedError, match="fenced"):
+        await held.write(validate_incoming(batch(12)))
+    assert held.end_offset == 12  # the refused write was not applied
+    await held.abandon()
+    store = ManagedLogStore(shared_client.zk, shared_client.root)
+    assert await store.read(key) is None
+    for ledger_id in ledgers:
+        assert not shared_client.zk.exists(ledger_path(shared_client.root, ledger_id))
+    assert not await delete_managed_log(shared_client, key, REP.managed_log)  # done already
+
+
+async def test_two_admins_dropping_one_partition_at_once_leave_nothing(
+    shared_client: LedgerClient,
+) -> None:
+    """Both finish without an error, the log is gone and no ledger either of them opened
+    is left behind. (Here the two usually finish one after the other; the interleaving in
+    which one fences the other between its close and its delete, which
+    `delete_managed_log` retries, is not provoked.)"""
+    key = partition_key(TOPIC + "-dropped-twice", 0)
+    held = await ReplicatedPartitionLog.open(shared_client, key, replication=REP, claim=1)
+    for seq in range(3):
+        await held.write(validate_incoming(batch(seq)))
+    ledger_nodes = ledgers_path(shared_client.root)
+    before = set(shared_client.zk.get_children(ledger_nodes))
+    mine = {f"L{li.ledger_id:010d}" for li in held.mlog.ledgers}
+    assert mine <= before
+
+    done = await asyncio.gather(
+        delete_managed_log(shared_client, key, REP.managed_log),
+        delete_managed_log(shared_client, key, REP.managed_log),
+    )
+    assert done == [True, True]
+    await held.abandon()
+    assert await ManagedLogStore(shared_client.zk, shared_client.root).read(key) is None
+    after = set(shared_client.zk.get_children(ledger_nodes))
+    assert after <= before - mine, after - (before - mine)

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
 import urllib.request
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import TypeVar
 
 import pytest
 from kazoo.client import KazooClient
@@ -19,6 +21,7 @@ import weir.aio
 from tests.conftest import ServerProcess
 from weir.broker.cluster import Assignment, ClusterRecords, partition_key
 from weir.errors import (
+    AlreadyExistsError,
     BadRequestError,
     DeliveryTimeoutError,
     NotOwnerError,
@@ -26,10 +29,26 @@ from weir.errors import (
     UnknownTopicError,
     WeirError,
 )
+from weir.replication.ledger.metadata import ledger_path
 from weir.replication.local_cluster import BookieProcess
+from weir.replication.managed_log.metadata import ManagedLogStore
 from weir.replication.zkserver import ZooKeeperServer
 
 TOPIC = "public/default/replicated"
+T = TypeVar("T")
+
+
+async def until(check: Callable[[], Awaitable[T]], timeout: float = 30) -> T:
+    """``check()``'s answer once it raises no AssertionError / WeirError, polled to a
+    deadline (a broker's catalog watch is on its way)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return await check()
+        except (AssertionError, WeirError):
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.1)
 
 
 @pytest.fixture(scope="module")
@@ -178,8 +197,6 @@ async def test_what_a_replicated_partition_lacks_is_refused_per_request(
     async with weir.aio.Client(brokers[owner].endpoint) as client:
         with pytest.raises(BadRequestError, match=r"seeking by time .* replicated partition"):
             await client.offsets_for_time(name, 0, timeout=10)
-        with pytest.raises(BadRequestError, match=r"dropping a topic .* replicated"):
-            await client.drop_topic(name, timeout=10)
         with pytest.raises(BadRequestError, match=r"a durable subscription .* replicated"):
             await client.create_subscription(name, "s", timeout=10)
         consumer = client.subscribe(name, "s")
@@ -205,9 +222,22 @@ async def test_a_moved_partition_leaves_the_old_owner_and_keeps_everything(
     first = await claims.owner(key)
     second = "b" if first == "a" else "a"
     await write_n(brokers[first].endpoint, name, 0, 10)
+    async with weir.aio.Client(brokers[first].endpoint) as client:
+        assert await client.commit_offset(name, 0, "c", 6)
 
     await claims.unload(key, to=second)
     assert await claims.owner(key, other_than=first) == second
+    assert await committed(brokers[second].endpoint, name, "c") == 6  # it moved with the log
+    # the consumer dropped and registered again on the broker that does not serve the
+    # partition: on the owner it starts afresh (the old position is an old registration's)
+    async with weir.aio.Client(brokers[first].endpoint) as admin:
+        await admin.alter_topic(name, drop_consumers=["c"])
+        await admin.alter_topic(name, add_consumers=["c"])
+
+    async def afresh() -> None:
+        assert await committed(brokers[second].endpoint, name, "c") == 0
+
+    await until(afresh)
     # the new owner continues the log where the old one left it
     await write_n(brokers[second].endpoint, name, 10, 10)
     assert await read_n(brokers[second].endpoint, 20, name) == [(i, b"m%d" % i) for i in range(20)]
@@ -280,22 +310,55 @@ def get(url: str) -> bytes:
         return bytes(r.read())
 
 
-async def test_a_killed_owner_hands_its_partition_over_with_every_ack_and_dedup(
+async def committed(endpoint: str, topic: str, consumer: str, partition: int = 0) -> int:
+    """The consumer's committed offset of ``partition`` as the broker at ``endpoint``
+    describes it, once it serves the partition (its claim is seen in ZooKeeper before the
+    log is open: polled to a deadline)."""
+
+    async def described() -> int:
+        async with weir.aio.Client(endpoint) as client:
+            info = await client.describe_consumer(topic, consumer)
+        lags = [p for p in info.partitions if p.partition == partition]
+        assert len(lags) == 1, f"{endpoint} does not serve {topic}/{partition} yet"
+        return lags[0].committed_offset
+
+    return await until(described)
+
+
+async def test_a_killed_owner_hands_its_partition_over_with_acks_dedup_and_offsets(
     brokers: dict[str, ServerProcess], claims: Claims
 ) -> None:
     """kill -9 of the owning `weir serve`: the other broker claims the partition once the
     session expires, fences the ledger, and serves every acknowledged message in order;
-    the producer's state moved too (its next seq_no follows the last acknowledged one)."""
+    the producer's state moved too (its next seq_no follows the last acknowledged one),
+    and so did the consumers' committed offsets (no snapshot taken: replayed from the
+    log); a read session of the consumer starts there."""
     name = TOPIC + "-killed"
     key = partition_key(name, 0)
     async with weir.aio.Client(brokers["a"].endpoint) as admin:
-        await admin.create_topic(name, partitions=1)
+        await admin.create_topic(name, partitions=1, consumers=["c", "d"])
     owner = await claims.owner(key)
     other = "b" if owner == "a" else "a"
     await write_n(brokers[owner].endpoint, name, 0, 10)
+    async with weir.aio.Client(brokers[owner].endpoint) as client:
+        assert await client.commit_offset(name, 0, "c", 4)
+        assert await client.commit_offset(name, 0, "c", 7)
+        assert not await client.commit_offset(name, 0, "c", 5)  # never backwards
+        assert await client.commit_offset(name, 0, "d", 9)
+        assert await client.commit_offset(name, 0, "d", 2, allow_backwards=True)
+    assert await committed(brokers[owner].endpoint, name, "c") == 7
     brokers[owner].kill()
     try:
         assert await claims.owner(key, other_than=owner) == other
+        assert await committed(brokers[other].endpoint, name, "c") == 7
+        assert await committed(brokers[other].endpoint, name, "d") == 2
+        async with weir.aio.Client(brokers[other].endpoint) as client:
+            reader = client.reader(name, consumer="c")
+            try:
+                msg = await reader.receive_message(timeout=30)
+                assert msg is not None and (msg.offset, msg.data) == (7, b"m7")
+            finally:
+                await reader.close()
         async with (
             weir.aio.Client(brokers[other].endpoint) as client,
             client.writer(name, producer_id="w", partition=0) as writer,
@@ -309,3 +372,101 @@ async def test_a_killed_owner_hands_its_partition_over_with_every_ack_and_dedup(
         assert got == [(i, b"m%d" % i) for i in range(15)]
     finally:
         brokers[owner].start()  # the module's other tests may still want two brokers
+
+
+async def test_a_topic_dropped_on_one_broker_goes_everywhere_with_its_ledgers(
+    brokers: dict[str, ServerProcess], claims: Claims
+) -> None:
+    """Dropped on one broker: the owners let the partitions go, the managed logs and their
+    ledgers are deleted, the other broker forgets the topic; a topic made again under the
+    name starts empty (it inherits nothing)."""
+    name = TOPIC + "-dropped"
+    keys = [partition_key(name, p) for p in range(2)]
+    async with weir.aio.Client(brokers["a"].endpoint) as admin:
+        await admin.create_topic(name, partitions=2, consumers=["c"])
+    owners = [await claims.owner(k) for k in keys]
+    for p, owner in enumerate(owners):
+        async with (
+            weir.aio.Client(brokers[owner].endpoint) as client,
+            client.writer(name, producer_id=f"w{p}", partition=p) as writer,
+        ):
+            for i in range(5):
+                await writer.write(b"m%d" % i)
+            await writer.flush(timeout=60)
+        async with weir.aio.Client(brokers[owner].endpoint) as client:
+            assert await client.commit_offset(name, p, "c", 3)
+    logs = ManagedLogStore(claims.zk, claims.records.root)
+    ledgers = set()
+    for k in keys:
+        got = await logs.read(k)
+        assert got is not None
+        ledgers |= {li.ledger_id for li in got[0].ledgers}
+    assert ledgers and all(claims.zk.exists(ledger_path(claims.records.root, i)) for i in ledgers)
+
+    async def drop_on_b() -> None:
+        async with weir.aio.Client(brokers["b"].endpoint) as admin:
+            await admin.drop_topic(name, timeout=60)
+
+    await until(drop_on_b)  # b's watch may not have brought the topic yet
+
+    async def gone_from(srv: ServerProcess) -> None:
+        async with weir.aio.Client(srv.endpoint) as client:
+            try:
+                await client.describe_topic(name, timeout=5)
+            except UnknownTopicError:
+                pass
+            else:
+                raise AssertionError(f"{srv.endpoint} still has {name}")
+            assert name not in [t.name for t in await client.list_topics()]
+
+    for srv in brokers.values():
+        await until(functools.partial(gone_from, srv))
+    for k in keys:
+        assert await logs.read(k) is None  # the managed log is gone, and its ledgers
+        assert not any(claims.zk.exists(ledger_path(claims.records.root, i)) for i in ledgers)
+        assert await claims.records.owner(k) is None
+        assert await claims.records.assignment(k) is None
+
+    # the same name again: a new topic, from offset 0, with no committed offset
+    async with weir.aio.Client(brokers["a"].endpoint) as admin:
+        await admin.create_topic(name, partitions=1, consumers=["c"])
+    owner = await claims.owner(keys[0])
+    async with (
+        weir.aio.Client(brokers[owner].endpoint) as client,
+        client.writer(name, producer_id="w", partition=0) as writer,
+    ):
+        assert (await writer.write_with_result(b"new")).offset == 0
+    assert await committed(brokers[owner].endpoint, name, "c") == 0
+
+
+async def test_namespaces_and_their_policies_are_the_clusters(
+    brokers: dict[str, ServerProcess], claims: Claims
+) -> None:
+    """A tenant and namespace made on one broker exist on the other; a policy set there
+    reaches the topics served here; a name is made once across brokers."""
+    async with weir.aio.Client(brokers["a"].endpoint) as a:
+        await a.create_tenant("acme")
+        await a.create_namespace("acme/orders", {"retention_ms": 3_600_000})
+        with pytest.raises(AlreadyExistsError):
+            await a.create_namespace("acme/orders")
+    async with weir.aio.Client(brokers["b"].endpoint) as b:
+        with pytest.raises(AlreadyExistsError):  # ZooKeeper says so, whatever b has seen
+            await b.create_namespace("acme/orders")
+
+        async def seen_on_b() -> None:
+            info = await b.describe_namespace("acme/orders")
+            assert info.policies["retention_ms"] == 3_600_000
+
+        await until(seen_on_b)
+        await b.create_topic("acme/orders/t", partitions=1)
+        await b.set_namespace_policies("acme/orders", {"retention_ms": 7_200_000})
+
+    async with weir.aio.Client(brokers["a"].endpoint) as a:
+
+        async def followed_on_a() -> None:
+            info = await a.describe_namespace("acme/orders")
+            assert info.policies["retention_ms"] == 7_200_000
+            topic = await a.describe_topic("acme/orders/t")
+            assert topic.retention_ms == 7_200_000  # the topic follows its namespace
+
+        await until(followed_on_a)

@@ -103,7 +103,7 @@ class _Change:
     """A change other than a write or a retention step (a trim; the tier's: a finished
     copy, a freed local blob), prepared when its turn comes."""
 
-    prepare: Callable[[], PreparedChange | None]
+    prepare: Callable[[], Any]  # the log's change (PreparedChange, ReplicatedChange) or None
     future: asyncio.Future[bool]
 
 
@@ -310,7 +310,7 @@ class PartitionActor(Generic[LogT]):
         self._kick()
         return await fut
 
-    async def run_change(self, prepare: Callable[[], PreparedChange | None]) -> bool:
+    async def run_change(self, prepare: Callable[[], Any]) -> bool:
         """Prepare, commit and apply one change in its turn among the writes; False when
         ``prepare`` found nothing to do (returned None)."""
         if self._closed:

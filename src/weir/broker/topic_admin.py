@@ -193,7 +193,7 @@ class TopicAdmin(TenancyFacade):
             )
             cfg = self.resolved(cfg)
             if self.cluster is not None:  # every broker sees it; partitions open when claimed
-                cfg = self.resolved(await self.cluster.catalog.create(cfg))
+                cfg = self.resolved(await self.cluster.create_topic(cfg))
                 self._apply_topic_config(cfg)  # to a partition claimed meanwhile too
                 if cfg.kind != PERSISTENT:
                     for p in range(cfg.partitions):
@@ -369,46 +369,64 @@ class TopicAdmin(TenancyFacade):
             refuse(what)
 
     async def drop_topic(self, name: str, database: str = "") -> None:
+        """Drop a topic and everything of it. Replicated mode: from the whole cluster (its
+        ledgers, its catalog record; every broker's catalog watch forgets it)."""
         self._check_open()
-        self._embedded_admin("dropping a topic")
         async with self._lock:
             cfg = self.topic(name, database)
-            job = self._compactions.pop(cfg.name, None)
-            if job is not None and job.running:  # its blobs must not outlive the topic
-                job.cancel()
-                with contextlib.suppress(Exception):
-                    await job.wait()
-            actors = [
-                a for p in range(cfg.partitions) if (a := self._actors.pop((cfg.name, p), None))
-            ]
-            await asyncio.gather(*(a.close() for a in actors))
-            for p in range(cfg.partitions):
-                live = self._live.pop((cfg.name, p), None)
-                if live is not None:
-                    live.close(UnknownTopicError(f"topic {short_topic(cfg.name)!r} was dropped"))
-            self.live_subscriptions.forget_topic(cfg.name)
-            for key in [k for k in self._groups if k[0] == cfg.name]:
-                self._groups.pop(key).close()
-            ops: list[Op] = [delete(TOPICS, topic_key(cfg.name))]
+            if self.cluster is not None:
+                await self.cluster.drop_topic(cfg)
+            await self._forget_topic(cfg)
+        log.info("topic dropped", extra={"topic": short_topic(cfg.name)})
+
+    async def _catalog_dropped(self, catalog: Mapping[str, TopicConfig]) -> None:
+        """Replicated mode, under the broker's lock: forget the topics another broker
+        dropped (missing from ``catalog``, and still missing now: ``catalog`` may have been
+        read before a topic this broker created since)."""
+        assert self.cluster is not None
+        for name in [n for n in self._topics if n not in catalog]:
+            if await self.cluster.catalog.get(name) is None:
+                await self._forget_topic(self._topics[name])
+                log.info("topic dropped elsewhere", extra={"topic": short_topic(name)})
+
+    async def _forget_topic(self, cfg: TopicConfig) -> None:
+        """Everything this broker holds of a dropped topic goes (under the broker's lock)."""
+        job = self._compactions.pop(cfg.name, None)
+        if job is not None and job.running:  # its blobs must not outlive the topic
+            job.cancel()
+            with contextlib.suppress(Exception):
+                await job.wait()
+        actors = [a for p in range(cfg.partitions) if (a := self._actors.pop((cfg.name, p), None))]
+        await asyncio.gather(*(a.close() for a in actors))
+        for p in range(cfg.partitions):
+            live = self._live.pop((cfg.name, p), None)
+            if live is not None:
+                live.close(UnknownTopicError(f"topic {short_topic(cfg.name)!r} was dropped"))
+        self.live_subscriptions.forget_topic(cfg.name)
+        for key in [k for k in self._groups if k[0] == cfg.name]:
+            self._groups.pop(key).close()
+        ops: list[Op] = []
+        if self.cluster is None:  # replicated mode: the partitions are not in LMDB
+            ops.append(delete(TOPICS, topic_key(cfg.name)))
             for p in range(cfg.partitions):
                 ops.extend(self.store.drop_partition_ops(cfg.log_id(p)))
-            ops.extend(self.offsets.drop_ops(cfg.topic_id))
-            ops.append(drop_epoch_op(cfg.topic_id))
-            ops.extend(self.subscriptions.drop_topic_ops(cfg))
-            ops.extend(self.schemas.drop_ops(cfg.topic_id))
-            await self._commit(ops)
-            self.schemas.forget(cfg.topic_id)
-            await self.subscriptions.forget_topic(cfg)
-            for p in range(cfg.partitions):
+        ops.extend(self.offsets.drop_ops(cfg.topic_id))
+        ops.append(drop_epoch_op(cfg.topic_id))
+        ops.extend(self.subscriptions.drop_topic_ops(cfg))
+        ops.extend(self.schemas.drop_ops(cfg.topic_id))
+        await self._commit(ops)
+        self.schemas.forget(cfg.topic_id)
+        await self.subscriptions.forget_topic(cfg)
+        for p in range(cfg.partitions):
+            if self.cluster is None:
                 self.store.forget(cfg.log_id(p))
-                self._views.pop((cfg.name, p), None)
-                self._trim_floors.pop((cfg.name, p), None)
-            self.offsets.forget(cfg.topic_id)
-            self.pins.forget_topic(cfg.topic_id)
-            self.access.forget_topic(cfg.topic_id)
-            del self._topics[cfg.name]
-            self._backlog_quota.pop(cfg.name, None)
-        log.info("topic dropped", extra={"topic": short_topic(cfg.name)})
+            self._views.pop((cfg.name, p), None)
+            self._trim_floors.pop((cfg.name, p), None)
+        self.offsets.forget(cfg.topic_id)
+        self.pins.forget_topic(cfg.topic_id)
+        self.access.forget_topic(cfg.topic_id)
+        del self._topics[cfg.name]
+        self._backlog_quota.pop(cfg.name, None)
 
     def partitions(self, topic: str, database: str = "") -> list[PartitionInfo]:
         """The topic's partitions (replicated mode: those this broker serves now)."""

@@ -26,9 +26,12 @@ from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
 from weir.broker.cluster.claims import partition_key, split_key
 from weir.broker.cluster.log_host import ReplicatedLogHost
+from weir.broker.cluster.namespace_catalog import ClusterTenancy, NamespaceCatalog
+from weir.broker.cluster.offsets import LogOffsets
 from weir.broker.cluster.ownership import Ownership, OwnershipConfig
 from weir.broker.cluster.partitions import ActorLimits, ClusterPartitions, ReplicatedActor
 from weir.broker.cluster.topic_catalog import TopicCatalog, topics_path
+from weir.broker.cluster.topic_drop import drop_partitions
 from weir.broker.config import BrokerConfig
 from weir.broker.partition_actor import PartitionActor
 from weir.broker.topics import PERSISTENT, TopicConfig
@@ -104,13 +107,15 @@ class ClusterMode:
             zk_timeout=config.cluster_session_timeout_s,
         )
         self.catalog = TopicCatalog(self.client.zk, config.cluster_root)
-        replication = ReplicationConfig(
-            ManagedLogConfig(
-                ensemble_size=config.cluster_ensemble_size,
-                write_quorum=config.cluster_write_quorum,
-                ack_quorum=config.cluster_ack_quorum,
-            )
+        self.namespaces = NamespaceCatalog(self.client.zk, config.cluster_root)
+        # the broker's, loaded at connect
+        self.tenancy = ClusterTenancy(self.namespaces, self.catalog.names)
+        self.managed_log = ManagedLogConfig(
+            ensemble_size=config.cluster_ensemble_size,
+            write_quorum=config.cluster_write_quorum,
+            ack_quorum=config.cluster_ack_quorum,
         )
+        replication = ReplicationConfig(self.managed_log)
         self.partitions = ClusterPartitions(
             ReplicatedLogHost(
                 self.client,
@@ -133,6 +138,9 @@ class ClusterMode:
         self.partitions.attach(self.ownership)
         self._on_topics: Callable[[dict[str, TopicConfig]], Awaitable[None]] | None = None
         self._refresh: asyncio.Task[None] | None = None
+        self._on_namespaces: Callable[[], Awaitable[None]] | None = None
+        self._ns_refresh: asyncio.Task[None] | None = None
+        self._dirty = self._ns_dirty = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopped = False
 
@@ -148,6 +156,9 @@ class ClusterMode:
             partition_config=lambda topic, partition: claimed_config(broker, topic, partition),
         )
         mode._on_topics = lambda catalog: catalog_changed(broker, catalog)
+        mode._on_namespaces = broker._namespaces_changed
+        broker.offsets = LogOffsets(broker._actors, broker._topics)  # in the logs
+        broker.tenancy = mode.tenancy  # namespaces in ZooKeeper
         return mode
 
     async def connect(self) -> dict[str, TopicConfig]:
@@ -162,18 +173,26 @@ class ClusterMode:
                 f"cannot reach the cluster's ZooKeeper at {zk} (cluster.zookeeper): {exc!r}"
             ) from None
         await self.catalog.ensure_layout()
+        await self.namespaces.ensure_layout()
+        await self.tenancy.load()
         return await self.catalog.topics()
 
     async def start(
-        self, on_topics: Callable[[dict[str, TopicConfig]], Awaitable[None]] | None = None
+        self,
+        on_topics: Callable[[dict[str, TopicConfig]], Awaitable[None]] | None = None,
+        on_namespaces: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
-        """Follow the catalog (``on_topics``, else the broker's `catalog_changed`, hears
-        every topic after a change) and start claiming partitions."""
+        """Follow the catalogs (``on_topics``, else the broker's `catalog_changed`, hears
+        every topic after a change; ``on_namespaces``, after `tenancy` has read the
+        namespaces again) and start claiming partitions."""
         if on_topics is not None:
             self._on_topics = on_topics
+        if on_namespaces is not None:
+            self._on_namespaces = on_namespaces
         path = topics_path(self.config.cluster_root)
         ChildrenWatch(self.client.zk, path, self._topics_changed)  # created, deleted
         DataWatch(self.client.zk, path, self._topics_changed)  # changed (TopicCatalog.update)
+        DataWatch(self.client.zk, self.namespaces.path, self._namespaces_changed)
         await self.ownership.start()
 
     def _topics_changed(self, *_: object) -> bool | None:
@@ -184,10 +203,47 @@ class ClusterMode:
             loop.call_soon_threadsafe(self._schedule_refresh)
         return None
 
-    def _schedule_refresh(self) -> None:
-        if self._stopped or (self._refresh is not None and not self._refresh.done()):
+    def _namespaces_changed(self, *_: object) -> bool | None:
+        loop = self._loop
+        if self._stopped or loop is None or loop.is_closed():
+            return False  # stop watching
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(self._schedule_ns_refresh)
+        return None
+
+    def _schedule_ns_refresh(self) -> None:
+        if self._stopped:
             return
-        self._refresh = asyncio.get_running_loop().create_task(self.refresh())
+        self._ns_dirty = True  # a read already under way may predate the change: read again
+        if self._ns_refresh is None or self._ns_refresh.done():
+            self._ns_refresh = asyncio.get_running_loop().create_task(self._follow_namespaces())
+
+    async def _follow_namespaces(self) -> None:
+        while self._ns_dirty and not self._stopped:
+            self._ns_dirty = False
+            await self.refresh_namespaces()
+
+    async def refresh_namespaces(self) -> None:
+        """Read the tenants and namespaces again and tell the broker."""
+        try:
+            await self.tenancy.load()
+        except Exception:  # the watch fires again on the next change, and on reconnect
+            log.warning("cannot read the namespace catalog", exc_info=True)
+            return
+        if self._on_namespaces is not None and not self._stopped:
+            await self._on_namespaces()
+
+    def _schedule_refresh(self) -> None:
+        if self._stopped:
+            return
+        self._dirty = True  # a read already under way may predate the change: read again
+        if self._refresh is None or self._refresh.done():
+            self._refresh = asyncio.get_running_loop().create_task(self._follow_topics())
+
+    async def _follow_topics(self) -> None:
+        while self._dirty and not self._stopped:
+            self._dirty = False
+            await self.refresh()
 
     async def refresh(self) -> None:
         """Read the catalog again and hand it to the broker."""
@@ -198,6 +254,24 @@ class ClusterMode:
             return
         if self._on_topics is not None and not self._stopped:
             await self._on_topics(topics)
+
+    async def create_topic(self, cfg: TopicConfig) -> TopicConfig:
+        """Record a new topic in the catalog, in one transaction with a check that its
+        namespace is neither gone nor being deleted."""
+        return await self.catalog.create(cfg, guard=lambda: self.tenancy.guard(cfg.name))
+
+    async def drop_topic(self, cfg: TopicConfig) -> None:
+        """Drop the topic from the cluster: its partitions (their owners let go, their
+        managed logs and ledgers are deleted), then its catalog record
+        (`weir.broker.cluster.topic_drop`)."""
+        await drop_partitions(
+            self.client,
+            self.catalog.records,
+            [partition_key(cfg.name, p) for p in range(cfg.partitions)],
+            self.managed_log,
+            wait_s=2 * self.config.cluster_session_timeout_s,
+        )
+        await self.catalog.delete(cfg.name)
 
     def actor_now(self, topic: str, partition: int) -> ReplicatedActor:
         """The actor if this broker serves the partition; else UnavailableError naming the
@@ -243,10 +317,11 @@ class ClusterMode:
         if self._stopped:
             return
         self._stopped = True
-        if self._refresh is not None:
-            self._refresh.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._refresh
+        for task in (self._refresh, self._ns_refresh):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         try:
             await self.ownership.stop()
         finally:
@@ -260,11 +335,11 @@ def claimed_config(broker: Broker, topic: str, partition: int) -> PartitionConfi
 
 
 async def catalog_changed(broker: Broker, catalog: dict[str, TopicConfig]) -> None:
-    """Topics another broker created or changed reach ``broker`` (dropped ones stay known
-    until it restarts: dropping is not wired yet)."""
+    """Topics another broker created, changed or dropped reach ``broker``."""
     if broker.closed:
         return
     async with broker._lock:
+        await broker._catalog_dropped(catalog)
         new = [c for name, c in catalog.items() if broker._topics.get(name) != c]
         adopted = broker.tenancy.adopt(sorted({c.name.rsplit("/", 1)[0] for c in new}))
         if adopted:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from urllib.parse import quote, unquote
 
 from kazoo.client import KazooClient
@@ -61,17 +61,27 @@ class TopicCatalog:
         with contextlib.suppress(NodeExistsError):
             await asyncio.to_thread(self.zk.create, topic_ids_path(self.root), b"0")
 
-    async def create(self, config: TopicConfig) -> TopicConfig:
+    async def create(
+        self,
+        config: TopicConfig,
+        guard: Callable[[], Awaitable[tuple[str, int]]] | None = None,
+    ) -> TopicConfig:
         """Record a new topic with a fresh cluster-wide id (``config.topic_id`` is
-        ignored) and its partitions; AlreadyExistsError if the name is taken."""
+        ignored) and its partitions; AlreadyExistsError if the name is taken.
+        ``guard()``: a node and its version (the topic's namespace) that must not change
+        meanwhile: checked in the same transaction, read again on a conflict (it raises
+        when the namespace is gone or going)."""
         ids = topic_ids_path(self.root)
         while True:
+            checked = None if guard is None else await guard()
             raw, stat = await asyncio.to_thread(self.zk.get, ids)
             topic_id = int(raw or b"0") + 1
             created = dataclasses.replace(config, topic_id=topic_id)
             tx = self.zk.transaction()
             tx.set_data(ids, str(topic_id).encode(), version=stat.version)
             tx.create(_node(self.root, config.name), created.to_json())
+            if checked is not None:
+                tx.check(*checked)
             results = await asyncio.to_thread(tx.commit)
             if not any(isinstance(r, Exception) for r in results):
                 break
@@ -79,6 +89,8 @@ class TopicCatalog:
                 raise AlreadyExistsError(f"topic {config.name!r} already exists in the cluster")
             if isinstance(results[0], BadVersionError):
                 continue  # another topic took this id meanwhile
+            if checked is not None and isinstance(results[2], (BadVersionError, NoNodeError)):
+                continue  # the namespace changed: the guard reads it again
             raise next(r for r in results if not isinstance(r, RolledBackError))
         await self._record_partitions(created, 0)
         return created

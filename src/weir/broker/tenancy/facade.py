@@ -151,3 +151,12 @@ class TenancyFacade(BrokerState):
             for cfg in self.namespace_topics(ns.path):
                 self._apply_topic_config(self.resolved(cfg))
         return ns
+
+    async def _namespaces_changed(self) -> None:
+        """Replicated mode: another broker changed tenants or namespaces (the view is read
+        again already): every topic follows its namespace's policies again."""
+        if self._closed:
+            return
+        async with self._lock:
+            for cfg in list(self._topics.values()):
+                self._apply_topic_config(self.resolved(cfg))
