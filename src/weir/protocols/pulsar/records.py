@@ -356,6 +356,13 @@ def _plain_batch(
     cleared and filled again (a third of the per-message cost, profiled)."""
     md.num_messages_in_batch = len(data)
     md.highest_sequence_id = seq_nos[-1]
+    n = len(data)
+    if seq_nos[-1] - seq_nos[0] == n - 1 and created_at.count(created_at[0]) == n:
+        sizes = set(map(len, data))
+        if len(sizes) == 1:  # the usual producer batch: one size, one time, seq ids in a row
+            return md.SerializeToString(), uniform_messages(
+                data, sizes.pop(), created_at[0], seq_nos[0]
+            )
     parts: list[bytes | memoryview] = []
     add = parts.append
     pack = _U32.pack
@@ -369,3 +376,49 @@ def _plain_batch(
         add(pack(len(s)) + s)
         add(d)
     return md.SerializeToString(), b"".join(parts)
+
+
+def _varint(v: int) -> bytes:
+    out = bytearray()
+    while v > 0x7F:
+        out.append(0x80 | (v & 0x7F))
+        v >>= 7
+    out.append(v)
+    return bytes(out)
+
+
+_ONE_BYTE = [bytes([j]) for j in range(128)]  # varint of j < 128
+_LOW_BYTE = [bytes([0x80 | j]) for j in range(128)]  # first byte of a longer varint
+
+
+def uniform_messages(
+    data: Sequence[bytes | memoryview], size: int, event_time: int, first_seq: int
+) -> bytes:
+    """The messages part of a batch entry whose messages all have ``size`` bytes and
+    ``event_time``, sequence ids from ``first_seq`` up by one: byte for byte what
+    `_plain_batch`'s protobuf loop writes (fields 3, 5, 8 in that order), with no
+    Python call per message. The varint of ``seq`` is its low 7 bits (one byte) then the
+    varint of ``seq >> 7``, so within each run of 128 ids the metadata differs in one
+    byte: one list comprehension per run builds every message's size + metadata."""
+    fixed = b"\x18" + _varint(size) + b"\x28" + _varint(event_time) + b"\x40"
+    heads: list[bytes] = []
+    n = len(data)
+    seq = first_seq
+    done = 0
+    while done < n:
+        high = seq >> 7
+        low = seq & 0x7F
+        take = min(n - done, 128 - low)
+        if high:
+            tail = _varint(high)
+            pre = _U32.pack(len(fixed) + 1 + len(tail)) + fixed
+            heads += [pre + b + tail for b in _LOW_BYTE[low : low + take]]
+        else:
+            pre = _U32.pack(len(fixed) + 1) + fixed
+            heads += [pre + b for b in _ONE_BYTE[low : low + take]]
+        done += take
+        seq += take
+    parts: list[bytes | memoryview] = [b""] * (2 * n)
+    parts[0::2] = heads
+    parts[1::2] = data
+    return b"".join(parts)
