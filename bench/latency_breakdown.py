@@ -261,14 +261,53 @@ def _instrument(stamps_path: str) -> None:
 
     ws.pb = _Pb()  # type: ignore[assignment]
 
+    gc_spans = _gc_recorder()
+
     def dump() -> None:
         for r in done:
             off = r.get("offset")
             if off is not None and off in acked:
                 r["ack"] = acked[off]
         Path(stamps_path).write_text(json.dumps(done))
+        Path(stamps_path + ".gc").write_text(json.dumps(gc_spans))
 
     atexit.register(dump)
+
+
+def _gc_recorder() -> list[tuple[int, int, int]]:
+    """This process's garbage collections from now on: (start ns, end ns, generation)."""
+    import gc
+
+    spans: list[tuple[int, int, int]] = []
+    start = [0]
+
+    def cb(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            start[0] = _now()
+        else:
+            spans.append((start[0], _now(), int(info["generation"])))
+
+    gc.callbacks.append(cb)
+    return spans
+
+
+def gc_note(msgs: list[tuple[int, int, int]], spans: dict[str, list[Any]]) -> str:
+    """How many acks slower than the p99 overlapped a garbage collection, per process."""
+    if not msgs:
+        return ""
+    totals = sorted(z - a for a, _, z in msgs)
+    cut = totals[min(len(totals) - 1, int(0.99 * len(totals)))]
+    tail = [(a, z) for a, _, z in msgs if z - a > cut]
+    parts = []
+    for who, ss in spans.items():
+        long = [s for s in ss if s[1] - s[0] > 1_000_000]
+        hit = sum(1 for a, z in tail if any(ga < z and gb > a for ga, gb, _ in ss))
+        worst = max((b - a for a, b, _ in ss), default=0) / 1e6
+        parts.append(
+            f"{who}: {len(ss)} GCs ({len(long)} over 1 ms, longest {worst:.2f} ms), "
+            f"{hit} of {len(tail)} acks above p99 overlapped one"
+        )
+    return "; ".join(parts)
 
 
 def serve_child(stamps: str, argv: list[str]) -> int:
@@ -294,6 +333,7 @@ def _free_port() -> int:
 
 
 def _start(data: Path, stamps: Path, env: dict[str, str]) -> tuple[subprocess.Popen[bytes], str]:
+    """The stamped server; with ``WEIR_NATIVE_TCP_LISTEN`` in ``env`` its TCP port too."""
     port = _free_port()
     cmd = [sys.executable, "-m", "bench.latency_breakdown", "--serve-child", str(stamps), "--"]
     cmd += ["serve", "--data-dir", str(data), "--listen", f"127.0.0.1:{port}"]
@@ -331,7 +371,12 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 def _produce(
-    addr: str, rate: int, seconds: float, size: int, serial: bool = False
+    addr: str,
+    rate: int,
+    seconds: float,
+    size: int,
+    serial: bool = False,
+    tcp: str | None = None,
 ) -> list[tuple[int, int, int]]:
     """Paced write_future per message (``serial``: ``write_future().result()`` each, one message in
     flight, the next one at its tick or at once when late); (call ns, offset, acked ns)."""
@@ -339,7 +384,9 @@ def _produce(
 
     out: list[tuple[int, int, int]] = []
     lock = threading.Lock()
-    with weir.Client(addr) as client:
+    kw: dict[str, Any] = {"transport": "tcp", "tcp_endpoint": tcp} if tcp else {}
+    CLIENT_GC[:] = []
+    with weir.Client(addr, **kw) as client:
         topic = f"lb{os.getpid()}x{_now() % 100000}"
         client.create_topic(topic, partitions=1, timeout=60)
         w = client.writer(topic, producer_id="lb", partition=0)
@@ -348,6 +395,7 @@ def _produce(
             w.write(os.urandom(size))
         payload = os.urandom(size)
         total = int(rate * seconds)
+        spans = _gc_recorder()
         interval = 1e9 / rate
 
         def on_ack(t_call: int) -> Callable[[Any], None]:
@@ -383,7 +431,11 @@ def _produce(
         while len(out) < seq and time.monotonic() < deadline:
             time.sleep(0.01)
         w.close(timeout=5)
+        CLIENT_GC.extend(spans)
     return out
+
+
+CLIENT_GC: list[tuple[int, int, int]] = []  # the last _produce's collections
 
 
 def _pct(xs: list[float], q: float) -> float:
@@ -451,18 +503,31 @@ def table(res: dict[str, Any], title: str) -> str:
 
 
 def run_once(
-    rate: int, seconds: float, size: int, env: dict[str, str], serial: bool = False
+    rate: int,
+    seconds: float,
+    size: int,
+    env: dict[str, str],
+    serial: bool = False,
+    transport: str = "grpc",
 ) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="weir-lb-") as d:
         root = Path(d)
         stamps = root / "stamps.json"
+        tcp = None
+        if transport == "tcp":
+            tcp = f"127.0.0.1:{_free_port()}"
+            env = {**env, "WEIR_NATIVE_TCP_ENABLED": "true", "WEIR_NATIVE_TCP_LISTEN": tcp}
         proc, addr = _start(root / "data", stamps, env)
         try:
-            msgs = _produce(addr, rate, seconds, size, serial)
+            msgs = _produce(addr, rate, seconds, size, serial, tcp)
         finally:
             _stop(proc)
         batches = json.loads(stamps.read_text()) if stamps.exists() else []
-    return breakdown(msgs, batches)
+        gc_path = Path(str(stamps) + ".gc")
+        server_gc = json.loads(gc_path.read_text()) if gc_path.exists() else []
+    res = breakdown(msgs, batches)
+    res["gc"] = gc_note(msgs, {"server": server_gc, "client": list(CLIENT_GC)})
+    return res
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -479,6 +544,17 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="one message in flight: write_future(..).result() each",
     )
+    ap.add_argument(
+        "--transport",
+        choices=("grpc", "tcp"),
+        default="grpc",
+        help="the SDK's transport: gRPC, or the native TCP port (its caller-driven sync writer)",
+    )
+    ap.add_argument(
+        "--loop-writer",
+        action="store_true",
+        help="with --transport tcp: the sync writer of the client's loop thread instead",
+    )
     ap.add_argument("--env", action="append", default=[], help="KEY=VALUE for the server")
     ap.add_argument(
         "--uvloop", action="store_true", help="run the server's event loop on uvloop (bench extra)"
@@ -490,12 +566,17 @@ def main(argv: list[str] | None = None) -> int:
         env["LB_UVLOOP"] = "1"
     merged: dict[str, Any] = {"hops": {h[2]: [] for h in HOPS}, "total": [], "messages": 0}
     merged["batches"] = 0
-    mode = f"{'serial, ' if args.serial else ''}{args.rate}/s"
+    if args.loop_writer:
+        import weir.client.sync
+
+        weir.client.sync.DIRECT_TCP_WRITERS = False
+    mode = f"{args.transport}{' loop writer' if args.loop_writer else ''}, "
+    mode += f"{'serial, ' if args.serial else ''}{args.rate}/s"
     for rep in range(args.reps):
         load = Path("/proc/loadavg").read_text().split()[:3]
-        res = run_once(args.rate, args.seconds, args.size, env, args.serial)
+        res = run_once(args.rate, args.seconds, args.size, env, args.serial, args.transport)
         print(table(res, f"rep {rep + 1}, {mode}, load {' '.join(load)}"), flush=True)
-        print()
+        print(f"\n{res['gc']}\n")
         for k, v in res["hops"].items():
             merged["hops"][k].extend(v)
         merged["total"].extend(res["total"])

@@ -90,7 +90,10 @@ def kafka_address(config: KafkaFrontConfig, listen_host: str) -> tuple[str, int]
 
 
 def _install_native(server: grpc.aio.Server, broker: Broker, srv: Server) -> None:
-    add_native(NativeService(broker, srv.stopping_event, srv.security), server)
+    def tcp_port() -> int:
+        return srv.native_tcp.port if srv.native_tcp is not None else 0
+
+    add_native(NativeService(broker, srv.stopping_event, srv.security, tcp_port), server)
 
 
 def default_fronts() -> list[FrontInstaller]:

@@ -138,16 +138,18 @@ def test_errors_are_typed(tcp_server: ServerProcess, transport: str) -> None:
 
 
 # gRPC's twin: tests/client/test_writer.py::test_kill_9_mid_stream_loses_and_duplicates_nothing
+# routing="pinned": the writer the caller's thread drives (weir.client.direct_writer)
 @pytest.mark.parametrize("transport", ["tcp"])
+@pytest.mark.parametrize("routing", [None, "pinned"])
 def test_restart_mid_stream_loses_and_duplicates_nothing(
-    tmp_path: Path, topic_name: str, transport: str
+    tmp_path: Path, topic_name: str, transport: str, routing: str | None
 ) -> None:
     srv = ServerProcess(tmp_path / "data", env=tcp_env(free_port()))
     srv.start()
     try:
         with client_of(srv, transport) as c:
             c.create_topic(topic_name)
-            w = c.writer(topic_name, producer_id="survivor").wait_init()
+            w = c.writer(topic_name, producer_id="survivor", routing=routing).wait_init()
             n = 0
             for clean in (False, True):
                 for _ in range(2000):
@@ -168,15 +170,49 @@ def test_restart_mid_stream_loses_and_duplicates_nothing(
         srv.kill()
 
 
+@pytest.mark.parametrize("routing", [None, "pinned"])
 def test_tcp_writer_to_a_server_without_the_port_fails_at_once(
-    shared_server: ServerProcess, topic_name: str
+    shared_server: ServerProcess, topic_name: str, routing: str | None
 ) -> None:
     port = free_port()  # nothing listens there
     with weir.Client(
         shared_server.endpoint, transport="tcp", tcp_endpoint=f"127.0.0.1:{port}"
     ) as c:
-        w = c.writer(topic_name)
+        w = c.writer(topic_name, routing=routing)
         with pytest.raises(UnavailableError, match=r"connection refused.*native_tcp\.enabled"):
+            w.wait_init(timeout=20)
+        w.close()
+
+
+@pytest.mark.parametrize("routing", [None, "pinned"])
+def test_the_tcp_port_is_learned_from_the_server(
+    tcp_server: ServerProcess, topic_name: str, routing: str | None
+) -> None:
+    """No tcp_endpoint: the client asks the server (DescribeServer) for its TCP port,
+    here an ephemeral one, instead of assuming 2137."""
+    with weir.Client(tcp_server.endpoint, transport="tcp") as c:
+        c.create_topic(topic_name)
+        with c.writer(topic_name, routing=routing) as w:
+            assert w.write_with_result(b"found").offset == 0
+        assert c._aio.conn.tcp_endpoint == tcp_server.native_tcp
+
+    async def aio() -> int | None:
+        async with weir.aio.Client(tcp_server.endpoint, transport="tcp") as ac:
+            w = ac.writer(topic_name, routing=routing)
+            offset = (await w.write_with_result(b"found too")).offset
+            await w.close()
+            return offset
+
+    assert asyncio.run(aio()) == 1
+
+
+@pytest.mark.parametrize("routing", [None, "pinned"])
+def test_a_server_whose_tcp_port_is_off_says_so(
+    shared_server: ServerProcess, topic_name: str, routing: str | None
+) -> None:
+    with weir.Client(shared_server.endpoint, transport="tcp") as c:
+        w = c.writer(topic_name, routing=routing)
+        with pytest.raises(UnavailableError, match=r"native_tcp\.enabled = false"):
             w.wait_init(timeout=20)
         w.close()
 
@@ -212,18 +248,23 @@ def test_tcp_writer_needs_credentials_when_auth_is_on(
         c.create_topic(topic_name)
         with c.writer(topic_name, producer_id="authed") as w:
             assert w.write_with_result(b"ok").offset == 0
-        # no credentials: refused with the fatal error, not an open door
-        with client_of(auth_tcp_server, "tcp") as anon:
-            w = anon.writer(topic_name, producer_id="anon")
-            with pytest.raises(UnauthorizedError, match="authentication required"):
-                w.wait_init(timeout=20)
-            w.close()
-        # a token the server never issued: refused too
-        with client_of(auth_tcp_server, "tcp", credentials=weir.Token("forged")) as bad:
-            w = bad.writer(topic_name, producer_id="forged", delivery_timeout=2)
-            with pytest.raises((UnauthorizedError, TokenRejectedError)):
-                w.write_with_result(b"no", timeout=10)
-            w.close()
+        with c.writer(topic_name, producer_id="authed-pinned", routing="pinned") as w:
+            assert w.write_with_result(b"ok too").offset == 1
+        for routing in (None, "pinned"):
+            # no credentials: refused with the fatal error, not an open door
+            with client_of(auth_tcp_server, "tcp") as anon:
+                w = anon.writer(topic_name, producer_id="anon", routing=routing)
+                with pytest.raises(UnauthorizedError, match="authentication required"):
+                    w.wait_init(timeout=20)
+                w.close()
+            # a token the server never issued: refused too
+            with client_of(auth_tcp_server, "tcp", credentials=weir.Token("forged")) as bad:
+                w = bad.writer(
+                    topic_name, producer_id="forged", delivery_timeout=2, routing=routing
+                )
+                with pytest.raises((UnauthorizedError, TokenRejectedError)):
+                    w.write_with_result(b"no", timeout=10)
+                w.close()
         # raw bytes: a hello without a token, an init and a batch pipelined behind it are
         # answered with the refusal alone, and the batch is not stored
         start = MAGIC + raw.hello() + raw.init(topic_name, "raw")
@@ -231,7 +272,7 @@ def test_tcp_writer_needs_credentials_when_auth_is_on(
             auth_tcp_server.native_tcp, start + raw.batches(good_batch(producer="raw"))
         )
         assert raw.error_code(frames) == "UNAUTHORIZED" and len(frames) == 1 and not rest
-        assert [m.data for m in read_all(c, topic_name)] == [b"ok"]
+        assert [m.data for m in read_all(c, topic_name)] == [b"ok", b"ok too"]
 
 
 def test_tcp_writer_over_tls(tmp_path: Path, topic_name: str) -> None:
@@ -247,6 +288,8 @@ def test_tcp_writer_over_tls(tmp_path: Path, topic_name: str) -> None:
             c.create_topic(topic_name)
             with c.writer(topic_name) as w:
                 assert w.write_with_result(b"secret").offset == 0
+            with c.writer(topic_name, routing="pinned") as w:
+                assert w.write_with_result(b"secret too").offset == 1
         # a client that does not trust the server's CA is told why
         other = Authority(tmp_path / "other", "other CA")
         with weir.Client(
@@ -255,10 +298,11 @@ def test_tcp_writer_over_tls(tmp_path: Path, topic_name: str) -> None:
             tcp_endpoint=srv.native_tcp,
             tls=weir.Tls(ca=other.path),
         ) as c:
-            w = c.writer(topic_name)
-            with pytest.raises(UnavailableError, match="not signed by the trusted CA"):
-                w.wait_init(timeout=20)
-            w.close()
+            for routing in (None, "pinned"):
+                w = c.writer(topic_name, routing=routing)
+                with pytest.raises(UnavailableError, match="not signed by the trusted CA"):
+                    w.wait_init(timeout=20)
+                w.close()
     finally:
         srv.stop()
 

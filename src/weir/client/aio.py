@@ -42,7 +42,7 @@ from weir.client.timestamps import to_ms
 from weir.client.tls import TlsArg
 from weir.client.transaction import Transaction
 from weir.client.writer import WriterCore
-from weir.client.writer_settings import WriteResult, WriterSettings
+from weir.client.writer_settings import WriteResult, writer_settings
 from weir.errors import (
     AlreadyExistsError,
     TransactionCommittedError,
@@ -322,8 +322,8 @@ class Client(
     tuple) logs in to a server with users; every call then carries the token.
     ``tls`` (``weir.aio.Tls(ca=..., cert=..., key=...)``) or a ``grpcs://`` endpoint
     speaks TLS. ``transport="tcp"`` sends writers' streams to the server's native TCP
-    port (``native_tcp.enabled``; ``tcp_endpoint``, by default port 2137 of the
-    endpoint's host) instead of gRPC, for lower ack latency; the rest stays on gRPC.
+    port (``native_tcp.enabled``; ``tcp_endpoint``, by default the port the server
+    reports, on the endpoint's host) instead of gRPC, for lower ack latency; the rest stays on gRPC.
     """
 
     def __init__(
@@ -665,13 +665,7 @@ class Client(
         (takes the topic; the others fail with ProducerFencedError). The writer
         connects in the background: ``await writer.wait_init()`` to learn at once.
         """
-        s = WriterSettings(
-            producer_id=producer_id,
-            partition=partition,
-            codec=Codec.parse(codec),
-            access_mode=AccessMode.parse(access_mode),
-            **settings,
-        )
+        s = writer_settings(producer_id, partition, codec, access_mode, settings)
         router = parse_routing(routing, partition, key_hash)
         loop = asyncio.get_running_loop()
         core: WriterCore | RoutedWriterCore = (

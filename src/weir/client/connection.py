@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import ssl
 import time
 from typing import Any, TypeVar
 
@@ -22,6 +23,7 @@ from weir.protocols.native.status import CODE_KEY, code_from_grpc
 T = TypeVar("T")
 
 TRANSPORTS = ("grpc", "tcp")
+TCP_OFF = "native_tcp.enabled = false"
 
 CHANNEL_OPTIONS: list[tuple[str, int]] = [
     ("grpc.max_receive_message_length", 256 << 20),
@@ -180,7 +182,8 @@ class Connection:
     `weir.client.credentials`); without, calls are anonymous.
 
     ``transport="tcp"``: write streams go to the server's native TCP port
-    (``tcp_endpoint``, by default port 2137 of the endpoint's host; `TcpWriteCall`),
+    (``tcp_endpoint``, by default the port the server reports: `learn_tcp_endpoint`;
+    `TcpWriteCall`, or `weir.client.direct_writer` for the sync client's pinned writers),
     with the same TLS and credentials; everything else stays on gRPC.
     """
 
@@ -196,6 +199,9 @@ class Connection:
         if transport not in TRANSPORTS:
             raise BadRequestError(f"transport must be 'grpc' or 'tcp', got {transport!r}")
         self.transport = transport
+        # given, or learned from the server (DescribeServer) before the first TCP stream;
+        # port 2137 of the endpoint's host until then (and from a server without the call)
+        self.tcp_known = tcp_endpoint is not None
         if tcp_endpoint is not None:
             self.tcp_endpoint = parse_endpoint(tcp_endpoint)[0]
         else:
@@ -250,12 +256,43 @@ class Connection:
         """A StreamWrite call (write / read / done_writing / cancel), on the native TCP
         port with ``transport="tcp"``."""
         if self.transport == "tcp":
-            if self.tls is not None and self._ssl_context is None:
-                self._ssl_context = self.tls.ssl_context()
+            if self.tls is not None:
+                self.tcp_ssl_context()
             host = self.tcp_endpoint.rpartition(":")[0].strip("[]")
             server_name = (self.tls.server_name or host) if self.tls is not None else None
-            return TcpWriteCall(self.tcp_endpoint, self._ssl_context, server_name, self.tokens)
+            learn = None if self.tcp_known else self.learn_tcp_endpoint
+            return TcpWriteCall(
+                self.tcp_endpoint, self._ssl_context, server_name, self.tokens, learn
+            )
         return self._open(self._stream_write)
+
+    async def learn_tcp_endpoint(self) -> str:
+        """The native TCP port's ``host:port``: the one given, else the port the server
+        reports (``DescribeServer``) on the endpoint's host; port 2137 from a server that
+        does not know the call. A server whose port is off fails fast, naming the setting."""
+        if self.tcp_known:
+            return self.tcp_endpoint
+        try:
+            desc = await self.call("DescribeServer", pb.DescribeServerRequest(), timeout=30.0)
+        except BadRequestError:  # UNIMPLEMENTED: a server from before the call
+            self.tcp_known = True
+            return self.tcp_endpoint
+        host = self.endpoint.rpartition(":")[0]
+        if not desc.native_tcp_port:
+            raise UnavailableError(
+                f"cannot reach the weir native TCP port of {self.endpoint}: the server has it "
+                f"off ({TCP_OFF})"
+            )
+        self.tcp_endpoint = f"{host}:{desc.native_tcp_port}"
+        self.tcp_known = True
+        return self.tcp_endpoint
+
+    def tcp_ssl_context(self) -> ssl.SSLContext:
+        """The TLS context of the native TCP port's connections (made once; needs ``tls``)."""
+        assert self.tls is not None
+        if self._ssl_context is None:
+            self._ssl_context = self.tls.ssl_context()
+        return self._ssl_context  # type: ignore[no-any-return]
 
     def stream_read(self) -> Any:
         """A StreamRead call."""
@@ -310,10 +347,11 @@ class Connection:
                 self.ever_connected = True
                 return result
 
-    def got_through(self, call: Any) -> None:
-        """A stream opened on ``call`` was answered: later refusals are outages."""
+    def got_through(self, call: Any, tcp: bool = False) -> None:
+        """A stream opened on ``call`` (``tcp``: on the native TCP port) was answered:
+        later refusals are outages."""
         self.ever_connected = True
-        if isinstance(call, TcpWriteCall):
+        if tcp or isinstance(call, TcpWriteCall):
             self.tcp_ever_connected = True
 
     def explained(self, err: WeirError) -> WeirError:
@@ -327,6 +365,8 @@ class Connection:
         """The error to fail fast with, when this connection never got through and ``err``
         says nothing listens at the endpoint (``endpoint``: the one the failed call went
         to, when not the gRPC one); None when retrying makes sense."""
+        if isinstance(err, UnavailableError) and err.message.endswith(f"({TCP_OFF})"):
+            return err  # the server says so: no point in retrying
         tcp = endpoint is not None and endpoint == self.tcp_endpoint
         if self.tcp_ever_connected if tcp else self.ever_connected:
             return None

@@ -10,6 +10,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import datetime as dt
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any
@@ -22,10 +23,11 @@ from weir.client.aio import _KEEP, DEFAULT_ENDPOINT, RangeChunk
 from weir.client.chunks import DEFAULT_CHUNK_EXPIRY
 from weir.client.credentials import CredentialsArg
 from weir.client.deliver_at import with_deliver_at
+from weir.client.direct_writer import DirectWriterCore, DrivenFuture
 from weir.client.loop import LoopThread
 from weir.client.messages import Batch, Message
 from weir.client.reader import PartitionSession, Start
-from weir.client.routing import CustomRouter
+from weir.client.routing import CustomRouter, parse_routing
 from weir.client.security_admin import SyncSecurityCalls
 from weir.client.subscription import DeadLetterPolicy, ReceivedMessage
 from weir.client.subscription_sync import SubscriptionConsumer
@@ -33,10 +35,14 @@ from weir.client.tenancy import SyncTenancyCalls
 from weir.client.tier_admin import SyncTierCalls
 from weir.client.tls import TlsArg
 from weir.client.transaction import Transaction as AioTransaction
-from weir.client.writer_settings import WriteResult
+from weir.client.writer_settings import WriteResult, writer_settings
 from weir.errors import ClosedError, WeirError
 from weir.hashing import KeyHash
 from weir.storage.codecs import Codec
+
+# False: every sync writer runs in the client's loop thread, as before the direct writer
+# (bench/transport_bench.py compares the two)
+DIRECT_TCP_WRITERS = True
 
 
 class Writer:
@@ -46,6 +52,8 @@ class Writer:
         self._inner = inner
         self._core = inner._core
         self._loop = loop
+        # the caller's calls drive it (`weir.client.direct_writer`), not the loop
+        self._direct = self._core if isinstance(self._core, DirectWriterCore) else None
 
     @property
     def partition(self) -> int | None:
@@ -89,7 +97,10 @@ class Writer:
         return self._core.max_message_bytes
 
     def wait_init(self, timeout: float | None = 30.0) -> Writer:
-        self._loop.run(self._core.wait_init(timeout))
+        if self._direct is not None:
+            self._direct.wait_init_sync(timeout)
+        else:
+            self._loop.run(self._core.wait_init(timeout))
         return self
 
     def write(
@@ -137,7 +148,9 @@ class Writer:
         """Buffer a message; the future resolves with its WriteResult once acknowledged."""
         if deliver_at is not None or deliver_after is not None:  # (a call less per write)
             headers = with_deliver_at(headers, deliver_at, deliver_after)
-        fut: concurrent.futures.Future[WriteResult] = concurrent.futures.Future()
+        fut: concurrent.futures.Future[WriteResult] = (
+            concurrent.futures.Future() if self._direct is None else DrivenFuture(self._direct)
+        )
         self._core.write_threadsafe(data, key, headers, seq_no, created_at, timeout, fut)
         return fut
 
@@ -162,12 +175,18 @@ class Writer:
         return fut.result(timeout)
 
     def flush(self, timeout: float | None = None) -> None:
-        self._loop.run(self._core.flush(timeout))
+        if self._direct is not None:
+            self._direct.flush_sync(timeout)
+        else:
+            self._loop.run(self._core.flush(timeout))
 
     def close(self, timeout: float | None = None) -> None:
         if self._core.closed:
             return
-        self._loop.run(self._core.close(timeout))
+        if self._direct is not None:
+            self._direct.close_sync(timeout)
+        else:
+            self._loop.run(self._core.close(timeout))
 
     def __enter__(self) -> Writer:
         return self
@@ -342,7 +361,7 @@ class Client(SyncTenancyCalls, SyncSecurityCalls, SyncTierCalls):
     tuple) logs in to a server with users; every call then carries the token.
     ``tls`` (``weir.Tls(ca=..., cert=..., key=...)``) or a ``grpcs://`` endpoint
     speaks TLS. ``transport="tcp"``: writers use the server's native TCP port
-    (``tcp_endpoint``, by default port 2137 of the endpoint's host), as in `weir.aio`.
+    (``tcp_endpoint``, by default the port the server reports), as in `weir.aio`.
     """
 
     def __init__(
@@ -364,6 +383,8 @@ class Client(SyncTenancyCalls, SyncSecurityCalls, SyncTierCalls):
             tcp_endpoint=tcp_endpoint,
         )
         self._closed = False
+        # the caller-driven writers (no task in the loop to end): closed with the client
+        self._direct_writers: weakref.WeakSet[DirectWriterCore] = weakref.WeakSet()
         self._loop.run(self._connect())
 
     async def _connect(self) -> None:
@@ -379,6 +400,8 @@ class Client(SyncTenancyCalls, SyncSecurityCalls, SyncTierCalls):
         if self._closed:
             return
         self._closed = True
+        for core in list(self._direct_writers):
+            core.abandon()
         self._loop.run(self._aio.close())
         self._loop.stop()
 
@@ -702,7 +725,19 @@ class Client(SyncTenancyCalls, SyncSecurityCalls, SyncTierCalls):
         key_hash: str | KeyHash = KeyHash.MURMUR3,
         **settings: Any,
     ) -> Writer:
-        """A writer to ``topic``; see `weir.aio.Client.writer`."""
+        """A writer to ``topic``; see `weir.aio.Client.writer`. Over ``transport="tcp"``
+        a writer with one session (``partition=`` or ``routing="pinned"``) is driven by
+        the calling thread (`weir.client.direct_writer`)."""
+        if self._closed:
+            raise ClosedError("client is closed")
+        conn = self._aio.conn
+        direct = DIRECT_TCP_WRITERS and conn.transport == "tcp"
+        if direct and parse_routing(routing, partition, key_hash) is None:
+            s = writer_settings(producer_id, partition, codec, access_mode, settings)
+            core = DirectWriterCore(conn, topic, s, self._loop)
+            self._direct_writers.add(core)
+            core.start()
+            return Writer(aio.Writer(core), self._loop)
 
         async def make() -> aio.Writer:
             return self._aio.writer(

@@ -15,6 +15,7 @@ import contextlib
 import errno
 import socket
 import ssl
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
@@ -49,8 +50,10 @@ class TcpWriteCall:
         ssl_context: ssl.SSLContext | None,
         server_hostname: str | None,
         tokens: TokenSource | None,
+        learn: Callable[[], Awaitable[str]] | None = None,
     ) -> None:
         self.endpoint = endpoint
+        self._learn = learn  # asks the server for its TCP port (`Connection.learn_tcp_endpoint`)
         self._ssl = ssl_context
         self._server_hostname = server_hostname
         self._tokens = tokens
@@ -64,6 +67,8 @@ class TcpWriteCall:
         if self._cancelled:
             raise UnavailableError("the write stream was cancelled")
         if self._reader is None or self._writer is None:
+            if self._learn is not None:
+                self.endpoint = await self._learn()
             if self._tokens is not None:
                 self._token = await self._tokens.token()
             host, _, port = self.endpoint.rpartition(":")

@@ -222,8 +222,7 @@ class WriteBatching(WriterState):
                     wake = self._sender_idle
                     self._sender_idle = False
             if ok:
-                if wake:
-                    self.loop.call_soon_threadsafe(self._wake.set)
+                self._wrote_threadsafe(wake)
                 return
         d, k, size, ms = self._prepare(data, key, headers, seq_no, created_at)
         if self.limit.must_wait(size):
@@ -240,11 +239,10 @@ class WriteBatching(WriterState):
                             f"writer buffer full ({self._unacked} messages, {self._unacked_bytes} bytes) "
                             f"for {timeout} s"
                         )
-                    self._space.wait(remaining)
+                    self._wait_space_locked(remaining)
                     self._check_usable()
             wake = self._append_pieces(pieces, k, seq_no, ms, fut)
-        if wake:
-            self.loop.call_soon_threadsafe(self._wake.set)
+        self._wrote_threadsafe(wake)
 
     def _prepare_many(
         self,
@@ -355,11 +353,10 @@ class WriteBatching(WriterState):
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     raise WeirTimeoutError(f"writer buffer full for {timeout} s")
-                self._space.wait(remaining)
+                self._wait_space_locked(remaining)
                 self._check_usable()
             wake = self._append_many(data, ks, headers, seq_nos, created, sizes)
-        if wake:
-            self.loop.call_soon_threadsafe(self._wake.set)
+        self._wrote_threadsafe(wake)
 
     async def write_many_async(
         self,

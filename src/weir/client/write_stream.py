@@ -40,17 +40,7 @@ class WriteStream(WriterState):
             call = None
             try:
                 call = self.conn.stream_write()
-                init = pb.WriteInit(topic=self.topic, producer_id=self.producer_id)
-                if self.settings.partition is not None:
-                    init.partition = self.settings.partition
-                elif self.routed and self.partition is not None:
-                    init.partition = self.partition  # reconnect: the home stays where it was
-                init.routed = self.routed
-                init.transaction_id = self.settings.transaction_id
-                init.access_mode = int(self.settings.access_mode)  # type: ignore[assignment]
-                if self.producer_epoch is not None and self.settings.access_mode.exclusive:
-                    init.producer_epoch = self.producer_epoch  # fenced if it grew since
-                await call.write(pb.WriteRequest(init=init))
+                await call.write(self._init_request())
                 resp = await call.read()
                 if resp is grpc.aio.EOF:
                     raise UnavailableError("server closed the write stream during init")
@@ -105,6 +95,20 @@ class WriteStream(WriterState):
                 log.exception("writer session failed")
                 self._fail(UnavailableError(f"writer failed: {exc!r}"))
                 return
+
+    def _init_request(self) -> pb.WriteRequest:
+        """The request that opens (or reopens) this writer's session."""
+        init = pb.WriteInit(topic=self.topic, producer_id=self.producer_id)
+        if self.settings.partition is not None:
+            init.partition = self.settings.partition
+        elif self.routed and self.partition is not None:
+            init.partition = self.partition  # reconnect: the home stays where it was
+        init.routed = self.routed
+        init.transaction_id = self.settings.transaction_id
+        init.access_mode = int(self.settings.access_mode)  # type: ignore[assignment]
+        if self.producer_epoch is not None and self.settings.access_mode.exclusive:
+            init.producer_epoch = self.producer_epoch  # fenced if it grew since
+        return pb.WriteRequest(init=init)
 
     def _on_init(self, r: Any) -> None:
         self.partition = r.partition

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from weir.access_mode import AccessMode
 from weir.client.delivery import DEFAULT_DELIVERY_TIMEOUT
@@ -30,7 +31,9 @@ class WriterSettings:
     writer connects; 32 MiB until then), a number lowers it. ``delivery_timeout``:
     seconds messages may wait with none acknowledged before the writer gives up
     (None: never). ``on_reconnect(error)``: called in the client's event loop
-    each time the writer is about to reconnect (keep it quick; no sync weir calls).
+    each time the writer is about to reconnect (keep it quick; no sync weir calls);
+    for the sync client's caller-driven TCP writer (`weir.client.direct_writer`), in
+    the thread that drives it.
     ``access_mode``: how the producer shares the topic (`weir.access_mode.AccessMode`;
     a name such as ``"exclusive"`` is accepted). ``chunking``: a message over the message
     size limit is split into chunks that readers put back together (`weir.client.chunks`),
@@ -85,3 +88,20 @@ class WriterSettings:
             raise BadRequestError(
                 f"delivery_timeout must be > 0 seconds or None, got {self.delivery_timeout!r}"
             )
+
+
+def writer_settings(
+    producer_id: str | None,
+    partition: int | None,
+    codec: str | Codec,
+    access_mode: str | AccessMode,
+    settings: dict[str, Any],
+) -> WriterSettings:
+    """`WriterSettings` from ``Client.writer``'s arguments (sync and asyncio alike)."""
+    return WriterSettings(
+        producer_id=producer_id,
+        partition=partition,
+        codec=Codec.parse(codec),
+        access_mode=AccessMode.parse(access_mode),
+        **settings,
+    )

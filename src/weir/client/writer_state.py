@@ -84,6 +84,16 @@ class WriterState:
         # re-learns the partition count when a partition it wrote to is unknown
         self.on_failed: Callable[[WeirError], None] | None = None
 
+    def _wrote_threadsafe(self, wake: bool) -> None:
+        """A thread's write has been buffered; ``wake``: the sender idles and must be woken.
+        (`weir.client.direct_writer` sends from the caller's thread here instead.)"""
+        if wake:
+            self.loop.call_soon_threadsafe(self._wake.set)
+
+    def _wait_space_locked(self, remaining: float | None) -> None:
+        """Wait (the lock held) until acks make room in the buffer, or ``remaining`` passes."""
+        self._space.wait(remaining)
+
     def _why(self) -> str:
         """The last error behind a wait, for messages: "; last error: ..." or nothing."""
         return f"; last error: {self.last_error.message}" if self.last_error is not None else ""

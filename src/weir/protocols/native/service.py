@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import grpc
@@ -118,10 +118,19 @@ class NativeService(
         broker: Broker,
         stopping: asyncio.Event | None = None,
         security: Security | None = None,
+        native_tcp_port: Callable[[], int] | None = None,
     ) -> None:
         self.broker = broker
         self.stopping = stopping or asyncio.Event()
         self.security = security if security is not None else Security.for_broker(broker)
+        # the native TCP front's port once it listens (0: off); the front starts after this
+        self._native_tcp_port = native_tcp_port or (lambda: 0)
+
+    @_unary
+    async def DescribeServer(
+        self, request: pb.DescribeServerRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ServerDescription:
+        return pb.ServerDescription(native_tcp_port=self._native_tcp_port())
 
     @_unary
     async def Login(

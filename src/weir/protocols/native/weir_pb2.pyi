@@ -229,6 +229,45 @@ class TcpHelloResult(_message.Message):
 Global___TcpHelloResult: _TypeAlias = TcpHelloResult  # noqa: Y015
 
 @_typing.final
+class DescribeServerRequest(_message.Message):
+    """---------------------------------------------------------------- server"""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribeServerRequest: _TypeAlias = DescribeServerRequest  # noqa: Y015
+
+@_typing.final
+class ServerDescription(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NATIVE_TCP_PORT_FIELD_NUMBER: _builtins.int
+    native_tcp_port: _builtins.int
+    """The port of the native TCP front on this server's host (docs/native-protocol.md);
+    0 when it is off (native_tcp.enabled = false).
+    """
+    def __init__(
+        self,
+        *,
+        native_tcp_port: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["native_tcp_port", b"native_tcp_port"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ServerDescription: _TypeAlias = ServerDescription  # noqa: Y015
+
+@_typing.final
 class LoginRequest(_message.Message):
     """---------------------------------------------------------------- login"""
 

@@ -44,6 +44,11 @@ class WeirStub:
                 request_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.LoginRequest.SerializeToString,
                 response_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.LoginResponse.FromString,
                 _registered_method=True)
+        self.DescribeServer = channel.unary_unary(
+                '/weir.v1.Weir/DescribeServer',
+                request_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.DescribeServerRequest.SerializeToString,
+                response_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.ServerDescription.FromString,
+                _registered_method=True)
         self.StreamWrite = channel.stream_stream(
                 '/weir.v1.Weir/StreamWrite',
                 request_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.WriteRequest.SerializeToString,
@@ -276,6 +281,13 @@ class WeirServicer:
 
     def Login(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeServer(self, request, context):
+        """What a client learns of the server before it opens streams: the native TCP port.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -581,6 +593,11 @@ def add_WeirServicer_to_server(servicer, server):
                     request_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.LoginRequest.FromString,
                     response_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.LoginResponse.SerializeToString,
             ),
+            'DescribeServer': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeServer,
+                    request_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.DescribeServerRequest.FromString,
+                    response_serializer=weir_dot_protocols_dot_native_dot_weir__pb2.ServerDescription.SerializeToString,
+            ),
             'StreamWrite': grpc.stream_stream_rpc_method_handler(
                     servicer.StreamWrite,
                     request_deserializer=weir_dot_protocols_dot_native_dot_weir__pb2.WriteRequest.FromString,
@@ -834,6 +851,33 @@ class Weir:
             '/weir.v1.Weir/Login',
             weir_dot_protocols_dot_native_dot_weir__pb2.LoginRequest.SerializeToString,
             weir_dot_protocols_dot_native_dot_weir__pb2.LoginResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeServer(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/weir.v1.Weir/DescribeServer',
+            weir_dot_protocols_dot_native_dot_weir__pb2.DescribeServerRequest.SerializeToString,
+            weir_dot_protocols_dot_native_dot_weir__pb2.ServerDescription.FromString,
             options,
             channel_credentials,
             insecure,
