@@ -19,6 +19,8 @@ A message's hops:
     handed -> commit starts       hand-off to the committer thread (none when inline)
     LMDB puts                     txn begin .. commit start
     LMDB commit (2 durable writes) pwritev + fdatasync + meta page (O_DSYNC)
+                                  (--env WEIR_STORAGE_JOURNAL=true: encoding the ops,
+                                  then one journal append + fdatasync)
     commit -> loop resumes        thread -> event loop wake-up (none when inline)
     loop -> ack built             apply, EndOffset, the session's ack task
     ack built -> client acked     gRPC server write, loopback, gRPC client, SDK
@@ -68,8 +70,8 @@ HOPS = [
     ("queued", "taken", "queued -> actor takes it (previous commit)"),
     ("taken", "handed", "actor: prepare_write"),
     ("handed", "kv_begin", "hand-off to the commit (committer thread)"),
-    ("kv_begin", "kv_commit", "LMDB puts"),
-    ("kv_commit", "kv_end", "LMDB commit: pwritev + fdatasync + meta sync"),
+    ("kv_begin", "kv_commit", "LMDB puts (journal: encode the ops)"),
+    ("kv_commit", "kv_end", "commit: LMDB's 2 durable writes (journal: append + fdatasync)"),
     ("kv_end", "resumed", "commit done -> event loop resumes the actor"),
     ("resumed", "ack", "apply + session ack task"),
     ("ack", "acked", "ack -> client future (gRPC both ends, SDK)"),
@@ -230,6 +232,34 @@ def _instrument(stamps_path: str) -> None:
             tl.recs = None
 
     kvmod.LmdbKV.write = kv_write  # type: ignore[method-assign]
+
+    # storage.journal = true: the commit is JournaledKV.write (encode the ops, then one
+    # journal append + fdatasync); its LMDB writes happen later in the applier thread,
+    # which holds no batch (tl.recs unset), so they stamp nothing
+    from weir.storage import journal as jmod
+    from weir.storage import journaled_kv as jkv
+
+    orig_jwrite = jkv.JournaledKV.write
+    orig_append = jmod.Journal.append
+
+    def journal_append(self: Any, payload: Any) -> int:
+        tl.kv_commit = _now()
+        return orig_append(self, payload)
+
+    def jkv_write(self: Any, ops: Iterable[Any]) -> None:
+        tl.kv_begin = _now()
+        try:
+            orig_jwrite(self, ops)
+        finally:
+            t = _now()
+            for r in getattr(tl, "recs", None) or ():
+                r["kv_begin"] = tl.kv_begin
+                r["kv_commit"] = tl.kv_commit
+                r["kv_end"] = t
+            tl.recs = None
+
+    jmod.Journal.append = journal_append  # type: ignore[method-assign]
+    jkv.JournaledKV.write = jkv_write  # type: ignore[method-assign]
 
     orig_notify = pa.PartitionActor._notify
 

@@ -152,6 +152,16 @@ KEYS: tuple[Key, ...] = (
     ),
     Key(
         "storage",
+        "journal",
+        BOOL,
+        _B.journal,
+        "Acknowledge a commit after one journal append + fdatasync instead of LMDB's two "
+        "durable writes; LMDB is brought up to date behind it in batches and the journal "
+        "is replayed at start (docs/storage.md). Off by default (docs/performance.md).",
+        "journal",
+    ),
+    Key(
+        "storage",
         "mode",
         STORAGE_MODE,
         _B.storage_mode,

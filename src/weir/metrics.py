@@ -33,6 +33,7 @@ import weir
 from weir.broker.observer import BrokerObserver
 from weir.broker.topics import short_topic
 from weir.http_site import HttpSite
+from weir.storage.journaled_kv import JournaledKV
 
 if TYPE_CHECKING:
     from weir.broker.broker import Broker
@@ -234,6 +235,17 @@ class BrokerCollector:
             GaugeMetricFamily(
                 "weir_group_commit_pending_jobs", "Jobs waiting for the next group commit."
             ),
+            GaugeMetricFamily(
+                "weir_journal_unapplied_commits",
+                "Commits durable in the journal, not yet applied to LMDB (storage.journal).",
+            ),
+            CounterMetricFamily(
+                "weir_journal_applies", "Durable LMDB commits applying journaled commits."
+            ),
+            CounterMetricFamily(
+                "weir_journal_direct_commits",
+                "Commits of 1 MiB or more made to LMDB directly, past the journal.",
+            ),
             CounterMetricFamily(
                 "weir_read_cache_hits", "Big-blob reads served from the shared read cache."
             ),
@@ -319,6 +331,11 @@ class BrokerCollector:
         fams["weir_storage_capacity_bytes"].add_metric([], usage.capacity_bytes)
         fams["weir_storage_disk_free_bytes"].add_metric([], usage.disk_free_bytes)
         fams["weir_group_commit_pending_jobs"].add_metric([], broker.store.committer.pending)
+        kv = broker.store.kv
+        jkv = kv if isinstance(kv, JournaledKV) else None
+        fams["weir_journal_unapplied_commits"].add_metric([], jkv.unapplied if jkv else 0)
+        fams["weir_journal_applies"].add_metric([], jkv.applies if jkv else 0)
+        fams["weir_journal_direct_commits"].add_metric([], jkv.direct_commits if jkv else 0)
         cache = broker.store.read_cache.stats
         fams["weir_read_cache_hits"].add_metric([], cache.hits)
         fams["weir_read_cache_misses"].add_metric([], cache.misses)

@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 from google.protobuf.message import DecodeError
-from hypothesis import Phase, event, find, given, settings
+from hypothesis import event, find, given, settings
 from hypothesis import strategies as st
 from hypothesis.errors import NoSuchExample
 
-from tests.batch_fuzz import mutated_wire_messages
+from tests.batch_fuzz import mutated_wire_messages, reach_settings, same_examples_everywhere
 from weir.protocols.native import weir_pb2 as pb
 from weir.protocols.native import wire
 
@@ -168,12 +168,7 @@ def test_the_fuzzing_reaches_both_parsers_and_refusals() -> None:
         return wanted <= seen
 
     try:
-        find(
-            mutated_wire_messages(),
-            all_seen,
-            settings=settings(
-                max_examples=1000, phases=[Phase.generate], database=None, derandomize=True
-            ),
-        )
+        with same_examples_everywhere():
+            find(mutated_wire_messages(), all_seen, settings=reach_settings(1000))
     except NoSuchExample:
         pytest.fail(f"1000 damaged messages never reached {sorted(wanted - seen)}")

@@ -6,7 +6,8 @@ commit then fails at its fdatasync; a real SDK writer must see the commit's erro
 each try and finally give up on the message, never get an ack for it, and the message
 must not be readable, neither from the live server nor after a power cut and restart on
 what the disk kept. The commit path may change (committer thread, commit inline in the
-event loop (`storage.inline_commit_bytes`), a journal): this holds for all of them.
+event loop (`storage.inline_commit_bytes`), the journal in front of LMDB
+(`storage.journal`: its fdatasync fails): this holds for all of them.
 """
 
 from __future__ import annotations
@@ -27,14 +28,22 @@ def _stored(c: weir.Client, topic: str) -> list[bytes]:
     return [m.data for chunk in c.read_range(topic, 0, 0) for m in chunk.messages()]
 
 
-@pytest.mark.parametrize("inline", ["0", "64KiB"], ids=["thread-commit", "inline-commit"])
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"WEIR_STORAGE_INLINE_COMMIT_BYTES": "0"},
+        {"WEIR_STORAGE_INLINE_COMMIT_BYTES": "64KiB"},
+        {"WEIR_STORAGE_JOURNAL": "true"},
+    ],
+    ids=["thread-commit", "inline-commit", "journal"],
+)
 def test_a_write_whose_fsync_fails_is_never_acknowledged_nor_read_back(
-    tmp_path: Path, inline: str
+    tmp_path: Path, env: dict[str, str]
 ) -> None:
     if why := LazyMount.available():
         pytest.fail(f"this test needs FUSE: {why}")
     mount = LazyMount(tmp_path / "disk", tmp_path / "data", tmp_path / "outside").start()
-    server = ServerProcess(tmp_path / "data", env={"WEIR_STORAGE_INLINE_COMMIT_BYTES": inline})
+    server = ServerProcess(tmp_path / "data", env=env)
     try:
         server.start()
         errors: list[WeirError] = []

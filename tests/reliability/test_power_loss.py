@@ -42,6 +42,20 @@ def test_power_cut_catches_a_storage_layer_that_skips_fsync(
     assert rep.lost, f"seed {chaos_seed}: acknowledged messages must be lost: {rep.summary()}"
 
 
+@pytest.mark.slow
+def test_power_cut_catches_a_journal_that_skips_fsync(tmp_path: Path, chaos_seed: int) -> None:
+    """The same with storage.journal = true: the journal's fdatasync is what the acks
+    rest on (WEIR_UNSAFE_NO_FSYNC=1 skips it, and LMDB's); the checker must see the loss."""
+    result = run_chaos(
+        tmp_path,
+        power_cuts(chaos_seed),
+        env={"WEIR_UNSAFE_NO_FSYNC": "1", "WEIR_STORAGE_JOURNAL": "true"},
+    )
+    rep = result.report
+    assert result.faults["powercut"] == 2
+    assert rep.lost, f"seed {chaos_seed}: acknowledged messages must be lost: {rep.summary()}"
+
+
 def test_lazyfs_keeps_only_what_was_synced(tmp_path: Path) -> None:
     """The layer itself: synced bytes survive a cut, unsynced writes and truncates do not;
     mmap reads see writes made through the mount; O_DSYNC writes are durable at once."""

@@ -1,5 +1,6 @@
 """Child process of the crash test: writes to 4 partitions as fast as it can and prints
-an ACK line for every durable write. Killed with SIGKILL at random moments."""
+an ACK line for every durable write. Killed with SIGKILL at random moments. A third
+argument "journal" opens the store with the journal in front of LMDB."""
 
 from __future__ import annotations
 
@@ -17,8 +18,8 @@ CFG = PartitionConfig(low_watermark=64 << 10, max_blob_size=128 << 10, head_merg
 PARTITIONS = 4
 
 
-def main(path: str, seed: int) -> None:
-    store = Store(path)
+def main(path: str, seed: int, journal: bool = False) -> None:
+    store = Store(path, journal=journal)
     out_lock = threading.Lock()
     logs = [store.open_partition(p, CFG, label=f"crash/{p}") for p in range(PARTITIONS)]
     sys.stdout.write("READY\n")
@@ -52,4 +53,4 @@ def main(path: str, seed: int) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]))
+    main(sys.argv[1], int(sys.argv[2]), sys.argv[3:] == ["journal"])

@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import HealthCheck, Phase, event, find, given, settings
+from hypothesis import event, find, given, settings
 from hypothesis.errors import NoSuchExample
 
-from tests.batch_fuzz import Mutation, decode_or_refuse, mutated_batches, record_sets
+from tests.batch_fuzz import (
+    Mutation,
+    decode_or_refuse,
+    mutated_batches,
+    reach_settings,
+    record_sets,
+    same_examples_everywhere,
+)
 from weir.errors import BadRequestError, BatchFormatError
 from weir.storage.batch import (
     HEADER_SIZE,
@@ -126,19 +133,8 @@ def test_the_fuzzing_reaches_every_check_of_the_decoder() -> None:
         return seen >= REACHED
 
     try:
-        find(
-            mutated_batches(),
-            all_seen,
-            settings=settings(
-                max_examples=1500,
-                phases=[Phase.generate],
-                database=None,
-                derandomize=True,
-                # deterministic examples; a loaded machine must not turn slowness into a failure
-                deadline=None,
-                suppress_health_check=list(HealthCheck),
-            ),
-        )
+        with same_examples_everywhere():
+            find(mutated_batches(), all_seen, settings=reach_settings(1500))
     except NoSuchExample:
         pytest.fail(f"1500 damaged batches never reached: {sorted(REACHED - seen)}")
 

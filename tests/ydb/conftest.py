@@ -58,6 +58,25 @@ def nothing_more(reader: ydb.TopicReader, wait: float = 2.0) -> bool:
     return False
 
 
+def close_after_reconnect(
+    reader: ydb.TopicReader, session: str | None, timeout: float = 30
+) -> None:
+    """Close ``reader`` once the SDK has replaced its read session ``session`` with a new one.
+
+    After a rolled-back transaction (or a failed commit) the SDK drops its read stream
+    and opens another at once. A close() that lands in the event-loop turn where the new
+    stream's InitResponse arrives hangs for ever on Python 3.11: the SDK awaits that answer
+    through ``asyncio.wait_for``, which drops a cancellation that coincides with its result
+    (CPython gh-86296, fixed in 3.12 only), so the reconnect loop goes on to serve the new
+    stream and close() waits for it (ci43, 300 s). A new ``read_session_id`` is the event
+    that the reconnect is over; only then is close() safe."""
+    deadline = time.monotonic() + timeout
+    while reader.read_session_id in (session, None):
+        assert time.monotonic() < deadline, f"the reader did not reconnect in {timeout} s"
+        time.sleep(0.01)
+    reader.close()
+
+
 def reconnected(call: Callable[[], T], timeout: float = 20) -> T:
     """``call()`` once the sync driver has found the (restarted) server again: calls made
     while its channel reconnects fail at once with a connection error."""

@@ -7,6 +7,8 @@ the native SDK reads beside them, uncommitted, to show the messages are stored a
 
 from __future__ import annotations
 
+import asyncio
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,12 +16,13 @@ from pathlib import Path
 import pytest
 import ydb
 from ydb import _apis
+from ydb._grpc.grpcwrapper import common_utils
 from ydb._grpc.grpcwrapper import ydb_topic as wrapper
 from ydb._topic_common import common as topic_common
 
 import weir
 from tests.conftest import ServerProcess
-from tests.ydb.conftest import connect, nothing_more, path, receive
+from tests.ydb.conftest import close_after_reconnect, connect, nothing_more, path, receive
 
 PARTITIONS = 3
 
@@ -112,10 +115,12 @@ def test_retry_tx_writes_and_reads_with_offsets_in_the_transaction(
         with pool.checkout() as session, session.transaction() as tx:
             tx.begin()
             batch = reader.receive_batch_with_tx(tx, timeout=10)
+            before = reader.read_session_id
             tc.tx_writer(tx, dst).write([ydb.TopicWriterMessage(m.data) for m in batch.messages])
             tx.rollback()
         assert committed() == 0
-        reader.close()
+        # the rollback makes the SDK reconnect: closing during it can hang (see the helper)
+        close_after_reconnect(reader, before)
         reader = tc.reader(src, consumer="etl")
 
         def step(tx: ydb.QueryTxContext) -> int:
@@ -137,6 +142,64 @@ def test_retry_tx_writes_and_reads_with_offsets_in_the_transaction(
         assert nothing_more(check, 0.5)
     finally:
         check.close()
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 12), reason="asyncio.wait_for keeps cancellations")
+def test_a_close_in_the_turn_of_the_reconnect_answer_is_lost_so_close_waits_for_it(
+    driver: ydb.Driver, pool: ydb.QuerySessionPool, topic_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Why ``close_after_reconnect`` waits (ci43 hung 300 s in close()): with the timing
+    forced, a close() issued in the event-loop turn where the post-rollback reconnect's
+    InitResponse arrives is lost, and close() would wait for ever on the new stream; issued
+    after the new session is up, it returns. When this fails, the SDK (or Python) no longer
+    loses it and the helper can go."""
+    topic = path(topic_name)
+    tc = driver.topic_client
+    tc.create_topic(topic, consumers=["c"])
+    with tc.writer(topic, producer_id="p") as w:
+        w.write([ydb.TopicWriterMessage(b"m%d" % i) for i in range(4)])
+
+    loop = topic_common._get_shared_event_loop()
+    closing: list[asyncio.Future[None]] = []
+    armed: list[ydb.TopicReader] = []
+    real_next = common_utils.SyncToAsyncIterator.__anext__
+
+    async def next_then_close(self: common_utils.SyncToAsyncIterator) -> object:
+        msg = await real_next(self)
+        if armed and msg.HasField("init_response"):  # the reconnect's answer: close now
+            closing.append(asyncio.ensure_future(armed.pop()._async_reader.close(True)))
+        return msg
+
+    monkeypatch.setattr(common_utils.SyncToAsyncIterator, "__anext__", next_then_close)
+
+    def rolled_back_reader(arm: bool) -> tuple[ydb.TopicReader, str | None]:
+        reader = tc.reader(topic, consumer="c")
+        with pool.checkout() as session, session.transaction() as tx:
+            tx.begin()
+            reader.receive_batch_with_tx(tx, timeout=10)
+            before = reader.read_session_id
+            if arm:
+                armed.append(reader)
+            tx.rollback()
+        return reader, before
+
+    # forced: the close is lost, the reconnect loop serves the new stream and close() waits
+    reader, before = rolled_back_reader(arm=True)
+    deadline = time.monotonic() + 20
+    while not (closing and (closing[0].done() or reader.read_session_id not in (before, None))):
+        assert time.monotonic() < deadline, "the reader did not reconnect"
+        time.sleep(0.01)
+    assert not closing[0].done(), "close() was not lost: drop close_after_reconnect"
+    stream = reader._async_reader._reconnector._stream_reader
+    assert not stream._closed  # the new stream, served for ever: nothing else wakes close()
+    # free it: ending the new stream lets the reconnect loop see that it was closed
+    asyncio.run_coroutine_threadsafe(stream.close(False), loop).result(10)
+    asyncio.run_coroutine_threadsafe(asyncio.wait_for(closing[0], 10), loop).result(15)
+    reader._closed = True
+
+    # the helper closes only once the new session is up: close() returns
+    reader, before = rolled_back_reader(arm=False)
+    close_after_reconnect(reader, before)
 
 
 def _update_offsets(driver: ydb.Driver, tx: ydb.QueryTxContext, topic: str, end: int) -> None:

@@ -179,6 +179,7 @@ class Broker(
             tier_storage=None if replicated else tier_storage(config),
             tier_cache_bytes=config.tier_cache_bytes,
             tier_payload_grace_ms=int(config.tier_payload_grace_s * 1000),
+            journal=config.journal,
         )
         broker: Broker | None = None
         try:

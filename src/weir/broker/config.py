@@ -40,6 +40,9 @@ class BrokerConfig:
     # idle (no thread hand-off); 0 (the default): every commit goes to the thread. Off
     # by default: a stalled fsync would freeze every connection (docs/performance.md)
     inline_commit_bytes: int = 0
+    # a commit is durable after one journal append (LMDB applied behind it, replayed at
+    # start: weir.storage.journaled_kv); off by default (docs/performance.md)
+    journal: bool = False
     # tiered storage (docs/tiered-storage.md): where offloaded segments go
     tier_backend: str = "local"  # "local" (a directory) or "s3"
     tier_local_dir: Path | None = None  # None: <data_dir>/tier

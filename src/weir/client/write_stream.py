@@ -63,6 +63,9 @@ class WriteStream(WriterState):
                 # no backoff.reset() here: refusals (partition full, overloaded) come after
                 # the init; the first ack on this stream resets it (see _on_ack)
                 await self._receive(call)
+                if self._half_closed:  # by close(): the server let go of the session
+                    self._stream_ended.set()
+                    return
                 raise UnavailableError("server ended the write stream")
             except asyncio.CancelledError:
                 if call is not None:
@@ -74,6 +77,9 @@ class WriteStream(WriterState):
                 self._call = None
                 if call is not None:
                     call.cancel()
+                if self._half_closed:  # by close(), all acknowledged: nothing to fail or resend
+                    self._stream_ended.set()
+                    return
                 fast = self.conn.unreachable(err, getattr(call, "endpoint", None))
                 if fast is not None:
                     err = fast

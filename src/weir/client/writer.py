@@ -42,6 +42,9 @@ from weir.errors import (
     WeirTimeoutError,
 )
 
+# how long close() waits for the server to end the half-closed stream (it answers at once)
+END_STREAM_WAIT_S = 5.0
+
 
 class WriterCore(WriteBatching, WriteStream):
     """Shared by `weir.Writer` and `weir.aio.Writer`; see the module docstring.
@@ -97,6 +100,21 @@ class WriterCore(WriteBatching, WriteStream):
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._acked_event.wait(), remaining)
 
+    async def _end_stream(self) -> None:
+        """Half-close the stream and wait until the server ends it: it has then let go of
+        the session, so a producer opened right after this close (an exclusive one, or any
+        producer after an exclusive one) is not refused for it. Cancelling the stream
+        instead left the release to whenever the server saw the cancellation."""
+        call = self._call
+        if call is None or self._unacked:
+            return
+        self._half_closed = True
+        with contextlib.suppress(Exception):
+            await call.done_writing()
+            # the server answers at once (nothing is pending); the bound is for a server that
+            # does not, which close() then leaves to the cancellation below
+            await asyncio.wait_for(self._stream_ended.wait(), END_STREAM_WAIT_S)
+
     async def close(self, timeout: float | None = None) -> None:
         """Flush (up to ``timeout``; the delivery timeout bounds it too), then stop; later
         calls raise ClosedError. Raises the writer's error when it failed with messages
@@ -109,6 +127,7 @@ class WriterCore(WriteBatching, WriteStream):
         try:
             if self._error is None:
                 await self.flush(timeout)
+                await self._end_stream()
             elif self._unacked and not self._error_seen:
                 self._raise_error()
         finally:

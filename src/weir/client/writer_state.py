@@ -68,6 +68,8 @@ class WriterState:
         self._call: Any = None
         self._call_id = 0
         self._init_done = asyncio.Event()
+        self._half_closed = False  # close() sent done_writing: end, do not reconnect
+        self._stream_ended = asyncio.Event()  # the stream close() half-closed is over
         self.partition: int | None = settings.partition
         self.generation: int | None = None
         self.last_seq_no: int | None = None

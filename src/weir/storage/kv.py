@@ -241,6 +241,10 @@ class LmdbKV(KV):
                 raise StorageFullError(f"disk full: {exc}") from None
             raise CommitFailedError(f"KV commit failed: {exc}") from None
 
+    def max_key_size(self) -> int:
+        """The longest key LMDB takes (511 bytes in its default build)."""
+        return int(self._env.max_key_size())
+
     def usage(self) -> Usage:
         info = self._env.info()
         st = os.statvfs(self.path)

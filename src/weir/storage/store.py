@@ -10,7 +10,8 @@ from weir.errors import StorageFullError
 from weir.storage import compaction, keys
 from weir.storage.committer import CommitObserver, GroupCommitter
 from weir.storage.compaction import COMPACTION_TABLES
-from weir.storage.kv import DEFAULT_MAP_SIZE, LmdbKV, Op
+from weir.storage.journaled_kv import JOURNAL_TABLE, JournaledKV, replay_into
+from weir.storage.kv import DEFAULT_MAP_SIZE, KV, LmdbKV, Op
 from weir.storage.partition import PartitionConfig, PartitionLog
 from weir.storage.read_cache import DEFAULT_READ_CACHE_BYTES, ReadCache
 from weir.storage.tiered.manager import DEFAULT_TIER_CACHE_BYTES, TierManager
@@ -27,6 +28,9 @@ class Store:
     commit rides the same fsync as the writes around it. Its partitions share one
     read cache of ``read_cache_bytes`` (0 turns it off). With ``tier_storage`` (an
     object store) sealed blobs can be offloaded to it (`tier`, a `TierManager`).
+    With ``journal`` a commit is durable after one journal append and LMDB is brought
+    up to date behind it (`JournaledKV`); without, a journal left by an earlier run
+    with it on is replayed into LMDB first, so switching it off never loses a write.
     """
 
     def __init__(
@@ -42,20 +46,31 @@ class Store:
         tier_storage: RemoteStorage | None = None,
         tier_cache_bytes: int = DEFAULT_TIER_CACHE_BYTES,
         tier_payload_grace_ms: int = 600_000,
+        journal: bool = False,
     ) -> None:
         self.path = Path(path)
-        self.kv = LmdbKV(
-            self.path / "kv",
-            (
-                *keys.STORAGE_TABLES,
-                REMOTE_SEGMENTS,
-                PAYLOAD_REFS,
-                *COMPACTION_TABLES,
-                *extra_tables,
-            ),
-            map_size=map_size,
-            sync=sync,
+        tables = (
+            *keys.STORAGE_TABLES,
+            REMOTE_SEGMENTS,
+            PAYLOAD_REFS,
+            *COMPACTION_TABLES,
+            *extra_tables,
         )
+        self.kv: KV
+        if journal:
+            self.kv = JournaledKV(
+                self.path / "kv", self.path / "journal", tables, map_size=map_size, sync=sync
+            )
+        else:
+            lmdb_kv = LmdbKV(
+                self.path / "kv", (*tables, JOURNAL_TABLE), map_size=map_size, sync=sync
+            )
+            try:
+                replay_into(lmdb_kv, self.path / "journal")
+            except BaseException:
+                lmdb_kv.close()
+                raise
+            self.kv = lmdb_kv
         self.min_disk_free = min_disk_free
         self.committer = GroupCommitter(self.kv, observer=observer)
         self.partitions: dict[int, PartitionLog] = {}
