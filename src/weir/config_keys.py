@@ -135,7 +135,8 @@ KEYS: tuple[Key, ...] = (
         SIZE_OR_ZERO,
         _B.read_cache_bytes,
         "Memory for the read cache all partitions share: a big blob is checked once, then "
-        "served to every reader from memory. 0 turns it off.",
+        "served to every reader from memory; blobs just written enter it as they commit. "
+        "0 turns it off.",
         "read_cache_bytes",
     ),
     Key(

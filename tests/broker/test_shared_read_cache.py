@@ -58,10 +58,14 @@ async def test_consumers_share_the_cache_and_metrics_count_it(tmp_path: Path) ->
     for topic in ("a", "z"):
         for i in range(20):
             await b.write(topic, 0, make_batch(10, producer="p", first_seq=i * 10 + 1, size=200))
+    big = sum(1 for t in ("a", "z") for x in b.actor(t, 0).log.blobs if not x.is_head)
+    assert samples(metrics)["weir_read_cache_blobs"] == big  # cached as they were sealed
+    await b.close()
+    b = await open_broker(tmp_path, read_cache_bytes=1 << 20)  # now read back from LMDB
+    metrics.broker = b
     first = [read_values(b, t) for t in ("a", "z")]
     for _ in range(9):  # ten consumers of each topic
         assert [read_values(b, t) for t in ("a", "z")] == first
-    big = sum(1 for t in ("a", "z") for x in b.actor(t, 0).log.blobs if not x.is_head)
     s = samples(metrics)
     assert s["weir_read_cache_misses_total"] == big  # each blob fetched and checked once
     assert s["weir_read_cache_hits_total"] >= 9 * big
@@ -121,7 +125,8 @@ async def test_a_compaction_run_leaves_the_hot_blobs_cached(tmp_path: Path) -> N
         first = read_values(b, "hot")
         hot = [x for x in b.actor("hot", 0).log.blobs if not x.is_head]
         before = samples(metrics)
-        assert before["weir_read_cache_blobs"] == len(hot) > 0
+        # the hot blobs, and what is left of the log's (cached as they were written)
+        assert before["weir_read_cache_blobs"] >= len(hot) > 0
         st = await b.compact("log", wait=True)
         assert st.last_error == "" and st.keys == 200
         assert samples(metrics) == before  # nothing added, evicted, counted
@@ -131,6 +136,7 @@ async def test_a_compaction_run_leaves_the_hot_blobs_cached(tmp_path: Path) -> N
         assert after["weir_read_cache_hits_total"] >= before["weir_read_cache_hits_total"] + len(
             hot
         )
-        assert after["weir_read_cache_evictions_total"] == 0
+        # the run evicted nothing (the log's own writes did, before it)
+        assert after["weir_read_cache_evictions_total"] == before["weir_read_cache_evictions_total"]
     finally:
         await b.close()

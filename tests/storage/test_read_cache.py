@@ -143,11 +143,37 @@ def fill_big(log: PartitionLog, n: int, *, tag: bytes = b"", seq: int = 1) -> No
         log.write(make_batch(10, producer="p", first_seq=seq + 10 * i, size=200, tag=tag))
 
 
+def reopened(s: Store, path: Path) -> tuple[Store, PartitionLog]:
+    """The store closed and opened again: its read cache starts empty."""
+    s.close()
+    s = Store(path, sync=False, read_cache_bytes=1 << 20)
+    return s, s.open_partition(1, CFG)
+
+
+def test_blobs_made_in_memory_are_cached_as_they_commit(tmp_path: Path) -> None:
+    """A big blob sealed from the head (bytes checked as they came in) enters the cache
+    when it commits: a reader tailing the partition never fetches it back from LMDB,
+    and gets the same bytes as a reader after a restart, which checks them."""
+    s = Store(tmp_path / "d", sync=False, read_cache_bytes=1 << 20)
+    log = s.open_partition(1, CFG)
+    fill_big(log, 12)
+    blobs = big_blobs(log)
+    assert len(blobs) >= 3 and s.read_cache.stats.blobs == len(blobs)
+    tailing = [joined(log.read(o, 4000)) for o in range(0, log.end_offset, 7)]
+    stats = s.read_cache.stats
+    assert stats.misses == 0 and stats.hits > 0
+    s, log = reopened(s, tmp_path / "d")
+    assert [joined(log.read(o, 4000)) for o in range(0, log.end_offset, 7)] == tailing
+    assert s.read_cache.stats.misses == len(blobs)
+    s.close()
+
+
 def test_readers_share_verified_blobs(tmp_path: Path) -> None:
     s = Store(tmp_path / "d", sync=False, read_cache_bytes=1 << 20)
     log = s.open_partition(1, CFG)
     fill_big(log, 12)
     blobs = big_blobs(log)
+    s, log = reopened(s, tmp_path / "d")  # blobs as stored, not as just written
     assert len(blobs) >= 3
     for _consumer in range(10):  # ten consumers replaying the partition
         pos = 0
@@ -288,6 +314,7 @@ def test_cached_reads_are_zero_copy_views_of_one_verified_copy(tmp_path: Path) -
     s = Store(tmp_path / "d", sync=False, read_cache_bytes=1 << 20)
     log = s.open_partition(1, CFG)
     fill_big(log, 6, tag=os.urandom(8))
+    s, log = reopened(s, tmp_path / "d")
     a = log.read(0, 500)
     b = log.read(0, 500)
     assert isinstance(a.chunks[0], memoryview) and a.chunks[0].obj is b.chunks[0].obj

@@ -60,6 +60,32 @@ def index_blob(data: bytes | memoryview, b: BlobInfo, label: str) -> tuple[array
     return offsets, starts
 
 
+def index_written(data: bytes, b: BlobInfo) -> tuple[array[int], array[int]] | None:
+    """`index_blob` for a blob made from batches checked as they came in (their payload
+    CRCs are not computed again): headers and offsets only; None if they disagree."""
+    offsets: array[int] = array("q")
+    starts: array[int] = array("q")
+    pos = 0
+    expected = b.first_offset
+    n = len(data)
+    try:
+        while pos < n:
+            h = parse_header(data, pos)
+            if h.base_offset != expected:
+                return None
+            offsets.append(expected)
+            starts.append(pos)
+            pos += h.length
+            expected = h.next_offset
+    except BatchFormatError:
+        return None
+    if expected != b.end_offset or pos != n:
+        return None
+    offsets.append(expected)
+    starts.append(pos)
+    return offsets, starts
+
+
 def fetch_blob(view: ReadView, log_id: int, b: BlobInfo, label: str) -> memoryview:
     if b.parts == 1:
         v = view.get(keys.BLOBS, keys.blob_key(log_id, b.first_offset, b.count, 0))

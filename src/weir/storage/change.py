@@ -58,6 +58,9 @@ class NewBlob:
 
     info: BlobInfo
     segment: HeadSegment | None  # None: a big blob
+    # a big blob made from bytes in memory (checked when they came in): put into the
+    # read cache as it commits, so tailing readers do not fetch and check it again
+    data: bytes | None = None
 
 
 @dataclass(slots=True)

@@ -500,7 +500,9 @@ class PartitionLog(PartitionRetention):
         for b in head:
             if b.level == SEALABLE:
                 self._pack_run(change, run, deletes)
-                self._seal(change, dataclasses.replace(b, level=BIG))
+                self._seal(
+                    change, dataclasses.replace(b, level=BIG), self._head[b.first_offset].data
+                )
             else:
                 run.append((b, self._head[b.first_offset]))
         self._pack_last(change, run, units, deletes)
@@ -513,11 +515,11 @@ class PartitionLog(PartitionRetention):
         if not run:
             return
         if len(run) == 1 and run[0][1].pieces == 1:
-            self._seal(change, dataclasses.replace(run[0][0], level=BIG))
+            self._seal(change, dataclasses.replace(run[0][0], level=BIG), run[0][1].data)
         else:
             info, data = self._make_blob(run, (), BIG)
             self._put_blob(change, info, data)
-            change.add.append(NewBlob(info, None))
+            change.add.append(NewBlob(info, None, data))
             deletes.extend(self._delete_range_ops(info.first_offset, info.end_offset))
         run.clear()
 
@@ -557,14 +559,14 @@ class PartitionLog(PartitionRetention):
             else:
                 info, data = self._make_blob(stored, new, BIG)
                 self._put_blob(change, info, data)
-                change.add.append(NewBlob(info, None))
+                change.add.append(NewBlob(info, None, data))
                 if stored:
                     end = stored[-1][0].end_offset
                     deletes.extend(self._delete_range_ops(info.first_offset, end))
 
-    def _seal(self, change: PreparedChange, info: BlobInfo) -> None:
+    def _seal(self, change: PreparedChange, info: BlobInfo, data: bytes) -> None:
         change.ops.append(self._index_op(info))
-        change.add.append(NewBlob(info, None))
+        change.add.append(NewBlob(info, None, data))
 
     def _put_blob(self, change: PreparedChange, info: BlobInfo, data: bytes) -> None:
         for part, piece in enumerate(split_parts(data, self.config.max_blob_size)):
@@ -649,6 +651,8 @@ class PartitionLog(PartitionRetention):
             else:
                 # A big blob seals everything before it: the head is what follows it.
                 self._head_count = 0
+                if nb.data is not None:
+                    self._cache_written(nb.info, nb.data)
         for info in change.replace:
             i = bisect.bisect_left(self._firsts, info.first_offset)
             blobs[i] = info

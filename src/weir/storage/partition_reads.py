@@ -10,7 +10,13 @@ import dataclasses
 from weir.errors import CorruptDataError
 from weir.storage.batch import parse_header, reencode_from, stamp_header
 from weir.storage.blob import BlobInfo
-from weir.storage.blob_reads import fetch_blob, index_blob, slice_blob, time_in_blob
+from weir.storage.blob_reads import (
+    fetch_blob,
+    index_blob,
+    index_written,
+    slice_blob,
+    time_in_blob,
+)
 from weir.storage.change import ReadResult
 from weir.storage.head import HeadSegment
 from weir.storage.kv import ReadView
@@ -190,6 +196,17 @@ class PartitionReads(TieredLog):
             blob = CachedBlob(data, offsets, starts)
             self._cache.put(key, blob)
         return blob
+
+    def _cache_written(self, b: BlobInfo, data: bytes) -> None:
+        """A big blob just made from bytes in memory (the head, or batches checked as they
+        came in) goes into the read cache as it commits: a consumer tailing the partition
+        reads it from there instead of fetching it back from the KV and checking every
+        batch's CRC again (Pulsar's broker keeps recent entries cached the same way)."""
+        if not self._cache.admits(len(data)):
+            return
+        index = index_written(data, b)
+        if index is not None:
+            self._cache.put(self._cache_key(b), CachedBlob(data, *index))
 
     def offset_for_time(self, written_at_ms: int) -> int:
         """The first offset written at or after ``written_at_ms`` (EndOffset if none)."""

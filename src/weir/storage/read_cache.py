@@ -7,7 +7,10 @@ tablets of a node one shared blob cache; this is weir's: the first read of a big
 blob copies it, checks every batch (header and payload CRC, offsets) and indexes
 where each batch starts, and later reads slice it by bisection, zero-copy, with
 no check left to do. Head blobs are not cached: the partition keeps them in
-memory already.
+memory already. A big blob made from bytes in memory (the head packed or sealed,
+new batches: all checked as they came in) is put in as its write commits
+(`PartitionReads._cache_written`, headers indexed, payload CRCs not computed
+again), so readers of what was just written never fetch it back from LMDB.
 
 Bounded in bytes (blob bytes plus their batch index), least recently used out
 first; a blob larger than the whole cache is read the uncached way. A one-off scan

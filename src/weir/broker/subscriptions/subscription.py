@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+from bisect import bisect_left
 from collections.abc import Callable, Iterable
 from itertools import repeat
 from typing import Any
@@ -23,7 +24,7 @@ from typing import Any
 from weir.broker.partition_actor import PartitionActor
 from weir.broker.subscriptions.acks import Acknowledgements
 from weir.broker.subscriptions.consumer import AttachedConsumer, Delivery
-from weir.broker.subscriptions.cursor import Cursor
+from weir.broker.subscriptions.cursor import Cursor, drop_acked
 from weir.broker.subscriptions.dead_letter import DeadLetterPolicy
 from weir.broker.subscriptions.dispatcher import Dispatcher
 from weir.broker.subscriptions.info import (
@@ -306,16 +307,14 @@ class Subscription(Acknowledgements):
             st.wake.set()
             return None
         # acked meanwhile (a skip), or permits spent by another partition's delivery
-        take = [x for x in take if not cursor.is_acked(x)][
-            : min(c.permits, self.dispatcher.max_batch)
-        ]
+        take = drop_acked(cursor, take)[: min(c.permits, self.dispatcher.max_batch)]
         if not take:
             st.wake.set()
             return None
         if not res.chunks:
             st.read_pos = max(st.read_pos, res.next_offset)
             return None
-        take = [x for x in take if res.first_offset <= x < res.next_offset]
+        take = take[bisect_left(take, res.first_offset) : bisect_left(take, res.next_offset)]
         if take and actor.log.txns.active:
             # a transaction marker holds an offset and no message: nothing to deliver, so
             # it counts as acknowledged (subscriptions read uncommitted, as Pulsar's)
@@ -390,11 +389,12 @@ class Subscription(Acknowledgements):
                 # consumers and permits as they are now (they may have changed meanwhile)
                 consumers = self._consumers_of(partition)
                 sticky = any(c.whole_batches for c in consumers)
-                fresh = [
-                    x
-                    for x in fresh
-                    if res.first_offset <= x < res.next_offset and not cursor.is_acked(x)
-                ]
+                fresh = drop_acked(
+                    cursor,
+                    fresh[
+                        bisect_left(fresh, res.first_offset) : bisect_left(fresh, res.next_offset)
+                    ],
+                )
                 if fresh and sticky:  # the rest of the last batch: never cut one
                     o = fresh[-1] + 1
                     while (o := cursor.next_unacked(o)) < res.next_offset:

@@ -99,6 +99,14 @@ class EntryCache:
 
 
 def _ranges(offsets: Iterable[int]) -> list[tuple[int, int]]:
+    """Sorted offsets as ``[start, end)`` runs."""
+    if (
+        isinstance(offsets, list)
+        and offsets
+        and offsets[-1] - offsets[0] == len(offsets) - 1
+        and all(map(int.__lt__, offsets, offsets[1:]))
+    ):  # the usual case, a whole entry given in order: one run, found in C
+        return [(offsets[0], offsets[-1] + 1)]
     out: list[tuple[int, int]] = []
     for o in sorted(offsets):
         if out and out[-1][1] == o:

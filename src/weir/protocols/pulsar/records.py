@@ -42,11 +42,13 @@ from dataclasses import dataclass
 from itertools import pairwise
 
 import lz4.block
+import numpy as np
+import numpy.typing as npt
 import zstandard
 
 from weir.errors import BadRequestError
 from weir.protocols.pulsar import pulsar_api_pb2 as pb
-from weir.storage.batch import BatchHeader, decode_payload, encode_batch
+from weir.storage.batch import BatchHeader, Payload, decode_payload, encode_batch
 from weir.storage.codecs import Codec, decompress_message, is_opaque
 
 DELIVER_AT = "weir-deliver-at"  # the broker's delayed-delivery header (ms since the epoch)
@@ -285,6 +287,10 @@ def entry_of(buf: bytes | memoryview, pos: int, h: BatchHeader) -> tuple[bytes, 
     """(serialized MessageMetadata, payload) delivering the stored batch at ``pos`` as one
     Pulsar entry: a single message when the batch holds one record, else a batch."""
     p = decode_payload(buf, pos, h)
+    if h.record_count > 1 and h.data_codec == Codec.RAW:
+        small = _small_uniform_entry(p, h)
+        if small is not None:
+            return small
     # the messages' data as views of the payload: copied once, into the entry
     mv = memoryview(p.raw)
     data: list[bytes | memoryview] = [mv[a:b] for a, b in pairwise(p.data_offsets())]
@@ -345,6 +351,37 @@ def entry_of(buf: bytes | memoryview, pos: int, h: BatchHeader) -> tuple[bytes, 
     return md.SerializeToString(), b"".join(parts)
 
 
+SMALL_MESSAGE = 1024  # below it the per-message Python, not the copy, is the cost
+
+
+def _small_uniform_entry(p: Payload, h: BatchHeader) -> tuple[bytes, bytes] | None:
+    """`entry_of` for a batch of small messages of one size and one event time, without
+    keys or properties, seq ids in a row (the usual producer batch): laid out with numpy
+    from the stored data column, no object per message; None for any other batch."""
+    n = h.record_count
+    lens = p.data_lens
+    size = lens[0]
+    if p.key_lens is not None or p.header_lens is not None or size >= SMALL_MESSAGE:
+        return None
+    if lens.count(size) != n:
+        return None
+    created = p.created_list()
+    if created[0] <= 0 or created.count(created[0]) != n:
+        return None
+    first = h.first_seq if h.producer_id else h.base_offset
+    if h.producer_id and h.last_seq - h.first_seq != n - 1:
+        return None  # sparse seq ids (strictly increasing: a span of n - 1 is a row)
+    md = pb.MessageMetadata(
+        producer_name=h.producer_id,
+        sequence_id=first,
+        publish_time=max(0, h.written_at),
+        num_messages_in_batch=n,
+        highest_sequence_id=first + n - 1,
+    )
+    raw = np.frombuffer(p.raw, np.uint8, n * size, p.data_start).reshape(n, size)
+    return md.SerializeToString(), uniform_layout(raw, size, created[0], first)
+
+
 def _plain_batch(
     md: pb.MessageMetadata,
     data: Sequence[bytes | memoryview],
@@ -356,6 +393,13 @@ def _plain_batch(
     cleared and filled again (a third of the per-message cost, profiled)."""
     md.num_messages_in_batch = len(data)
     md.highest_sequence_id = seq_nos[-1]
+    n = len(data)
+    if seq_nos[-1] - seq_nos[0] == n - 1 and created_at.count(created_at[0]) == n:
+        sizes = set(map(len, data))
+        if len(sizes) == 1:  # the usual producer batch: one size, one time, seq ids in a row
+            return md.SerializeToString(), uniform_messages(
+                data, sizes.pop(), created_at[0], seq_nos[0]
+            )
     parts: list[bytes | memoryview] = []
     add = parts.append
     pack = _U32.pack
@@ -369,3 +413,83 @@ def _plain_batch(
         add(pack(len(s)) + s)
         add(d)
     return md.SerializeToString(), b"".join(parts)
+
+
+def _varint(v: int) -> bytes:
+    out = bytearray()
+    while v > 0x7F:
+        out.append(0x80 | (v & 0x7F))
+        v >>= 7
+    out.append(v)
+    return bytes(out)
+
+
+_ONE_BYTE = [bytes([j]) for j in range(128)]  # varint of j < 128
+_LOW_BYTE = [bytes([0x80 | j]) for j in range(128)]  # first byte of a longer varint
+
+
+def uniform_messages(
+    data: Sequence[bytes | memoryview], size: int, event_time: int, first_seq: int
+) -> bytes:
+    """The messages part of a batch entry whose messages all have ``size`` bytes and
+    ``event_time``, sequence ids from ``first_seq`` up by one: byte for byte what
+    `_plain_batch`'s protobuf loop writes (fields 3, 5, 8 in that order), with no
+    Python call per message. The varint of ``seq`` is its low 7 bits (one byte) then the
+    varint of ``seq >> 7``, so within each run of 128 ids the metadata differs in one
+    byte: one list comprehension per run builds every message's size + metadata."""
+    fixed = b"\x18" + _varint(size) + b"\x28" + _varint(event_time) + b"\x40"
+    heads: list[bytes] = []
+    n = len(data)
+    seq = first_seq
+    done = 0
+    while done < n:
+        high = seq >> 7
+        low = seq & 0x7F
+        take = min(n - done, 128 - low)
+        if high:
+            tail = _varint(high)
+            pre = _U32.pack(len(fixed) + 1 + len(tail)) + fixed
+            heads += [pre + b + tail for b in _LOW_BYTE[low : low + take]]
+        else:
+            pre = _U32.pack(len(fixed) + 1) + fixed
+            heads += [pre + b for b in _ONE_BYTE[low : low + take]]
+        done += take
+        seq += take
+    parts: list[bytes | memoryview] = [b""] * (2 * n)
+    parts[0::2] = heads
+    parts[1::2] = data
+    return b"".join(parts)
+
+
+def uniform_layout(
+    data: npt.NDArray[np.uint8], size: int, event_time: int, first_seq: int
+) -> bytes:
+    """`uniform_messages` for data given as an (n, size) array: each run of 128 ids is
+    one block of rows (header, then data) filled by three array assignments."""
+    n = len(data)
+    fixed = b"\x18" + _varint(size) + b"\x28" + _varint(event_time) + b"\x40"
+    runs: list[tuple[int, int, bytes, int, int]] = []  # (first row, rows, header, low, flag)
+    total = 0
+    seq = first_seq
+    done = 0
+    while done < n:
+        high = seq >> 7
+        low = seq & 0x7F
+        take = min(n - done, 128 - low)
+        tail = _varint(high) if high else b""
+        head = _U32.pack(len(fixed) + 1 + len(tail)) + fixed + b"\x00" + tail
+        runs.append((done, take, head, low, 0x80 if high else 0))
+        total += take * (len(head) + size)
+        done += take
+        seq += take
+    out = np.empty(total, np.uint8)
+    at = 0
+    low_at = 4 + len(fixed)
+    for row, rows, head, low, flag in runs:
+        width = len(head) + size
+        block = out[at : at + rows * width].reshape(rows, width)
+        block[:, : len(head)] = np.frombuffer(head, np.uint8)
+        block[:, low_at] = np.arange(low | flag, (low | flag) + rows, dtype=np.uint8)
+        block[:, len(head) :] = data[row : row + rows]
+        at += rows * width
+    return out.tobytes()
