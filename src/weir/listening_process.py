@@ -8,14 +8,34 @@ port 0 and the parent learns the port it got; a restart asks for that port again
 
 from __future__ import annotations
 
+import ctypes
 import os
 import re
 import signal
 import subprocess
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Self
+
+_PR_SET_PDEATHSIG = 1
+MAX_LOG_LINES = 10_000  # stderr lines kept in memory (a long-running child's log is its file)
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    """SIGTERM this child when the process that started it dies (Linux), so a supervisor
+    killed with -9 leaves no orphan behind."""
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def detached_popen_args(detach: bool) -> dict[str, Any]:
+    """Popen arguments for a child that a supervisor stops itself: its own session (a
+    Ctrl-C at the terminal reaches the supervisor only, which stops its children in
+    order) and SIGTERM when the supervisor dies."""
+    if not detach:
+        return {}
+    preexec: Callable[[], None] = _die_with_parent
+    return {"start_new_session": True, "preexec_fn": preexec}
 
 
 class ListeningProcess:
@@ -39,7 +59,10 @@ class ListeningProcess:
         self.cwd = cwd
         self.port = 0
         self.proc: subprocess.Popen[str] | None = None
-        self.log: list[str] = []
+        self.log: list[str] = []  # the last MAX_LOG_LINES (at most twice that) of stderr
+        self.log_file: Path | None = None  # every stderr line is appended here too when set
+        self.detach = False  # see detached_popen_args
+        self._ready = threading.Event()
 
     def command(self) -> Sequence[str]:
         """The command line; ``self.port`` is the port to ask for (0: any)."""
@@ -48,6 +71,12 @@ class ListeningProcess:
     def start(self, timeout: float = 60) -> Self:
         """Start it and wait until it listens; raises RuntimeError (with its last log
         lines) when it does not within ``timeout`` or exits first."""
+        self.launch()
+        return self.wait_ready(timeout)
+
+    def launch(self) -> None:
+        """Start the process without waiting (`wait_ready` waits): a supervisor starts
+        several at once, each from its main thread (see detached_popen_args)."""
         env = None if self.env is None else {**os.environ, **self.env}
         self.proc = subprocess.Popen(
             self.command(),
@@ -56,22 +85,34 @@ class ListeningProcess:
             text=True,
             cwd=self.cwd,
             env=env,
+            **detached_popen_args(self.detach),
         )
-        ready = threading.Event()
+        ready = self._ready = threading.Event()
         proc = self.proc
+        log_file = open(self.log_file, "a") if self.log_file is not None else None  # noqa: SIM115
 
         def pump() -> None:
             assert proc.stderr is not None
             for line in proc.stderr:
                 self.log.append(line)
+                if len(self.log) > 2 * MAX_LOG_LINES:
+                    del self.log[:MAX_LOG_LINES]
+                if log_file is not None:
+                    log_file.write(line)
+                    log_file.flush()
                 m = self.listening.search(line)
                 if m and not ready.is_set():
                     self.port = int(m.group(2))
                     ready.set()
+            if log_file is not None:
+                log_file.close()
             ready.set()
 
         threading.Thread(target=pump, daemon=True).start()
-        if not ready.wait(timeout) or self.proc.poll() is not None:
+
+    def wait_ready(self, timeout: float = 60) -> Self:
+        """Wait until the launched process listens (RuntimeError as `start` says)."""
+        if self.proc is None or not self._ready.wait(timeout) or self.proc.poll() is not None:
             self.kill()
             raise RuntimeError(f"{self.name} did not start:\n" + "".join(self.log[-30:]))
         return self

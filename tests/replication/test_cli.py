@@ -90,6 +90,8 @@ def test_cluster_up_starts_and_stops_everything(tmp_path: Path) -> None:
             str(tmp_path),
             "--bookies",
             "2",
+            "--brokers",
+            "0",
         ],
         stderr=subprocess.PIPE,
         stdout=subprocess.DEVNULL,

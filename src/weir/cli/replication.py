@@ -1,7 +1,7 @@
 """`weir bookie`, `weir ledger`, `weir cluster`: replicated ledgers from the command line.
 
-``weir bookie serve`` runs one bookie; ``weir cluster up`` a ZooKeeper and N bookies on
-loopback for development; ``weir cluster auditor`` an elected auditor; ``weir bookie
+``weir bookie serve`` runs one bookie; ``weir cluster up`` a ZooKeeper, N bookies and N
+brokers on loopback for development; ``weir cluster auditor`` an elected auditor; ``weir bookie
 list``, ``weir ledger list|describe|recover`` and ``weir cluster audit`` are for operators. Every command finds the cluster through ``--zk`` (``WEIR_ZK``) and
 ``--zk-root``.
 """
@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import sys
-import threading
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, TypeVar
@@ -38,7 +36,9 @@ Json = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
 bookie_app = typer.Typer(help="Run and list bookies.", no_args_is_help=True)
 ledger_app = typer.Typer(help="List, describe and recover ledgers.", no_args_is_help=True)
-cluster_app = typer.Typer(help="A local cluster for development.", no_args_is_help=True)
+cluster_app = typer.Typer(
+    help="A local cluster for development; audits of the bookies.", no_args_is_help=True
+)
 
 
 @bookie_app.command("serve")
@@ -242,29 +242,44 @@ def ledger_recover(
 
 @cluster_app.command("up")
 def cluster_up(
-    data_dir: Annotated[Path, typer.Option("--dir", help="Where ZooKeeper and bookies keep data.")],
+    data_dir: Annotated[
+        Path,
+        typer.Option(
+            "--data-dir",
+            "--dir",
+            help="Where ZooKeeper, bookies and brokers keep data (a directory each) and logs.",
+        ),
+    ] = Path("weir-cluster"),
+    brokers: Annotated[
+        int, typer.Option("--brokers", min=0, help="How many brokers (weir serve, replicated).")
+    ] = 3,
     bookies: Annotated[int, typer.Option("--bookies", min=1, help="How many bookies.")] = 3,
+    zookeeper: Annotated[
+        str,
+        typer.Option(
+            "--zookeeper", help="Use this ZooKeeper (host:port,...) instead of starting one."
+        ),
+    ] = "",
+    base_port: Annotated[
+        int,
+        typer.Option(
+            "--base-port",
+            min=0,
+            max=65535,
+            help="Consecutive ports from here: ZooKeeper, bookies, then native, Kafka, Pulsar "
+            "and HTTP of each broker (0: free ports, kept in DIR/cluster.json).",
+        ),
+    ] = 0,
     zk_root: ZkRoot = DEFAULT_ROOT,
 ) -> None:
-    """Start a ZooKeeper and bookies on loopback; stop them all on SIGTERM / Ctrl-C."""
-    from weir.replication.local_cluster import LocalCluster
+    """Start a cluster on loopback (ZooKeeper, bookies, brokers), print each broker's
+    endpoints once every broker has joined; SIGTERM / Ctrl-C stops every process it
+    started. For development and tests, not production."""
+    from weir.cli.cluster_up import cluster_up as run_cluster
 
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    cluster = LocalCluster(data_dir, bookies=bookies, root=zk_root)
-    try:
-        cluster.start()
-        sys.stderr.write(
-            f"cluster up: zookeeper {cluster.zookeeper.hosts}, root {zk_root}, bookies "
-            + " ".join(b.address for b in cluster.bookies)
-            + "\n"
-        )
-        sys.stderr.flush()
-        stop.wait()
-    finally:
-        cluster.stop()
-    sys.stderr.write("cluster stopped\n")
+    status = run_cluster(data_dir, brokers, bookies, zk_root, zookeeper, base_port)
+    if status:
+        raise typer.Exit(status)
 
 
 @cluster_app.command("audit")

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from weir.errors import UnavailableError
-from weir.listening_process import kill_process, terminate_process
+from weir.listening_process import detached_popen_args, kill_process, terminate_process
 
 ZOOKEEPER_JARS = ("/usr/share/java/zookeeper.jar", "/usr/share/java/slf4j-simple.jar")
 MAIN_CLASS = "org.apache.zookeeper.server.ZooKeeperServerMain"
@@ -40,10 +40,14 @@ def _ruok(port: int) -> bool:
 class ZooKeeperServer:
     """One ZooKeeper process in ``workdir`` (zoo.cfg, data/, zookeeper.log)."""
 
-    def __init__(self, workdir: str | os.PathLike[str], *, tick_ms: int = 200) -> None:
+    def __init__(
+        self, workdir: str | os.PathLike[str], *, tick_ms: int = 200, port: int = 0
+    ) -> None:
         self.workdir = Path(workdir)
         self.tick_ms = tick_ms
-        self.port = 0
+        self.port = port  # 0: a free one
+        self.fixed_port = port != 0  # a given port: a start that cannot bind it fails
+        self.detach = False  # see weir.listening_process.detached_popen_args
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -59,13 +63,24 @@ class ZooKeeperServer:
         if missing:
             raise UnavailableError(f"{missing[0]} not found: install Debian's zookeeper package")
         self.workdir.mkdir(parents=True, exist_ok=True)
+        if self.fixed_port:
+            attempts = 1
         for _ in range(attempts):
             port = self.port or _free_port()
             if self._start_on(java, port, timeout):
                 self.port = port
                 return self
+            if self.fixed_port:
+                raise UnavailableError(
+                    f"ZooKeeper did not start on 127.0.0.1:{port}; "
+                    f"see {self.workdir / 'zookeeper.log'}"
+                )
             self.port = 0  # the port was taken meanwhile: pick another
         raise UnavailableError(f"ZooKeeper did not start; see {self.workdir / 'zookeeper.log'}")
+
+    @property
+    def pid(self) -> int | None:
+        return None if self.proc is None else self.proc.pid
 
     def _start_on(self, java: str, port: int, timeout: float) -> bool:
         cfg = self.workdir / "zoo.cfg"
@@ -87,6 +102,7 @@ class ZooKeeperServer:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
+                **detached_popen_args(self.detach),
             )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
