@@ -187,6 +187,23 @@ async def test_the_owner_serves_the_topic_and_the_other_broker_names_it(
         assert await read_n(brokers[other].endpoint, 21) == [*got, (20, b"elsewhere")]
 
 
+async def test_a_writer_on_another_broker_right_after_the_create_finds_the_topic(
+    brokers: dict[str, ServerProcess],
+) -> None:
+    # the other broker's catalog watch may not have brought the topic yet: its
+    # auto-create finds it in the catalog and uses it (was AlreadyExistsError, fatal)
+    for i in range(5):
+        name = f"{TOPIC}-fresh-{i}"
+        async with weir.aio.Client(brokers["a"].endpoint) as admin:
+            await admin.create_topic(name, partitions=1)
+        async with (
+            weir.aio.Client(brokers["b"].endpoint) as client,
+            client.writer(name, producer_id="w", partition=0, delivery_timeout=60) as writer,
+        ):
+            await writer.write(b"first")
+            await writer.flush(timeout=60)
+
+
 async def test_what_a_replicated_partition_lacks_is_refused_per_request(
     brokers: dict[str, ServerProcess], claims: Claims
 ) -> None:

@@ -116,9 +116,11 @@ def plan_ports(
 
 
 def check_free(ports: Ports) -> None:
-    """CliError naming the first port another process holds (nothing is started yet)."""
+    """CliError naming the first port another process holds (nothing is started yet).
+    SO_REUSEADDR, as the servers bind: a port left in TIME_WAIT by the last run is free."""
     for name, port in ports.named():
         with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 s.bind(("127.0.0.1", port))
             except OSError as err:

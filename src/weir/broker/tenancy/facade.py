@@ -92,6 +92,9 @@ class TenancyFacade(BrokerState):
         try:
             return await self.create_topic(full.full, kind=kind)
         except Exception:
+            if full.full not in self._topics and self.cluster is not None:
+                # another broker created it: the catalog's watch may not have brought it yet
+                await self.cluster.refresh()
             if full.full in self._topics:  # another session created it first
                 return self._topics[full.full]
             raise
