@@ -163,9 +163,7 @@ def _free_run(n: int) -> int:
 
 
 @pytest.mark.parametrize("fault", ["java missing", "port taken"])
-def test_a_missing_zookeeper_or_a_taken_port_is_one_clear_error(
-    tmp_path: Path, fault: str
-) -> None:
+def test_a_missing_zookeeper_or_a_taken_port_is_one_clear_error(tmp_path: Path, fault: str) -> None:
     data = tmp_path / "cluster"
     args = ["--brokers", "1", "--bookies", "1", "--data-dir", str(data)]
     held = socket.socket()
