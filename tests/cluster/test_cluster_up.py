@@ -187,3 +187,27 @@ def test_a_missing_zookeeper_or_a_taken_port_is_one_clear_error(tmp_path: Path, 
     assert len(err.splitlines()) == 1, err  # one line
     pids = [int(d.name) for d in Path("/proc").iterdir() if d.name.isdigit()]
     assert [p for p in pids if alive(p, str(data))] == []  # nothing was left running
+
+
+def test_a_supervisor_killed_with_sigkill_leaves_no_orphan(tmp_path: Path) -> None:
+    data = tmp_path / "cluster"
+    proc = cluster_up("--brokers", "0", "--bookies", "1", "--data-dir", str(data))
+    pids: list[int] = []
+    try:
+        lines = Lines(proc)
+        pid_line = lines.until("pids: ")
+        pids = [int(part.split()[1]) for part in pid_line[6:].split(";")[0].split(", ")]
+        assert len(pids) == 2 and all(alive(p, str(data)) for p in pids)
+        proc.kill()  # no chance to stop anything: the children learn it from the kernel
+        proc.wait(30)
+        deadline = time.monotonic() + 60
+        while any(alive(p, str(data)) for p in pids) and time.monotonic() < deadline:
+            time.sleep(0.1)  # polling the process table to a deadline
+        assert [p for p in pids if alive(p, str(data))] == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
+        for pid in pids:
+            if alive(pid, str(data)):
+                os.kill(pid, signal.SIGKILL)
