@@ -78,10 +78,6 @@ class ZooKeeperServer:
             self.port = 0  # the port was taken meanwhile: pick another
         raise UnavailableError(f"ZooKeeper did not start; see {self.workdir / 'zookeeper.log'}")
 
-    @property
-    def pid(self) -> int | None:
-        return None if self.proc is None else self.proc.pid
-
     def _start_on(self, java: str, port: int, timeout: float) -> bool:
         cfg = self.workdir / "zoo.cfg"
         cfg.write_text(
