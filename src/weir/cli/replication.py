@@ -274,7 +274,7 @@ def cluster_up(
 ) -> None:
     """Start a cluster on loopback (ZooKeeper, bookies, brokers), print each broker's
     endpoints once every broker has joined; SIGTERM / Ctrl-C stops every process it
-    started. For development and tests, not production."""
+    started. For development and tests, not production (see docs/cluster.md)."""
     from weir.cli.cluster_up import cluster_up as run_cluster
 
     status = run_cluster(data_dir, brokers, bookies, zk_root, zookeeper, base_port)
