@@ -289,3 +289,17 @@ def test_a_partition_reads_its_writes_before_they_are_applied(tmp_path: Path) ->
     finally:
         committer.close()
         kv.close()
+
+
+def test_damage_before_the_last_record_is_not_taken_for_a_torn_tail(tmp_path: Path) -> None:
+    """A torn tail can only be the last record (each append is synced before the next
+    starts): a bad record with a valid one after it in the same segment lost acknowledged
+    writes, and replay must say so rather than stop quietly before them."""
+    _segment(tmp_path, 1, [(1, b"one"), (2, b"two"), (3, b"three")])
+    (seg,) = tmp_path.iterdir()
+    raw = bytearray(seg.read_bytes())
+    raw[16 + 3 + 16] ^= 0xFF  # the first payload byte of record 2 (records 3 follows)
+    seg.write_bytes(bytes(raw))
+    for mark in (0, 2):  # whether or not LMDB holds the damaged record, 3 must not vanish
+        with pytest.raises(CorruptDataError, match="record 3"):
+            list(replay(tmp_path, mark))

@@ -55,19 +55,51 @@ class Record:
     payload: memoryview
 
 
-def _records(data: memoryview) -> Iterator[Record]:
-    """The valid records at the start of a segment's bytes; stops at the first torn one."""
+def _valid_at(data: memoryview, pos: int) -> int | None:
+    """The sequence number of a whole, intact record at ``pos``, else None."""
+    if pos < 0 or pos + _HEAD.size > len(data):
+        return None
+    length, crc, seq = _HEAD.unpack_from(data, pos)
+    body = pos + _HEAD.size
+    if length > MAX_RECORD_BYTES or body + length > len(data):
+        return None
+    if crc32c(data[body : body + length], crc32c(data[pos + 8 : body])) != crc:
+        return None
+    return int(seq)
+
+
+_LOOKAHEAD = 8  # records after a bad one searched for (damage that spans several)
+
+
+def _records(data: memoryview, first: int, path: Path) -> Iterator[Record]:
+    """The valid records at the start of a segment's bytes; stops at a torn tail.
+
+    Each append is synced before the next starts, so only the last record of a segment
+    can be torn: a bad record followed by an intact later one is damage to acknowledged
+    records, raised (a crash mid-append leaves nothing valid after the torn record).
+    """
     pos = 0
     end = len(data)
-    while pos + _HEAD.size <= end:
-        length, crc, seq = _HEAD.unpack_from(data, pos)
+    prev = first - 1
+    while pos < end:
+        seq = _valid_at(data, pos)
+        if seq is None:
+            raw = data.obj if isinstance(data.obj, bytes) else bytes(data)
+            for later in range(prev + 2, prev + 2 + _LOOKAHEAD):
+                pat = _SEQ.pack(later)
+                hit = raw.find(pat, pos + 1)
+                while hit != -1:
+                    if _valid_at(data, hit - 8) == later:
+                        raise CorruptDataError(
+                            f"journal {path}: damaged record at byte {pos}, and record "
+                            f"{later} after it is intact: acknowledged writes are damaged"
+                        )
+                    hit = raw.find(pat, hit + 1)
+            return
+        length = _HEAD.unpack_from(data, pos)[0]
         body = pos + _HEAD.size
-        if length > MAX_RECORD_BYTES or body + length > end:
-            return
-        payload = data[body : body + length]
-        if crc32c(payload, crc32c(data[pos + 8 : body])) != crc:
-            return
-        yield Record(seq, payload)
+        yield Record(seq, data[body : body + length])
+        prev = seq
         pos = body + length
 
 
@@ -99,7 +131,7 @@ def replay(directory: Path, after: int) -> Iterator[Record]:
                 f"journal {path} starts at {first} but records end at {expect - 1}"
             )
         data = memoryview(path.read_bytes())
-        for rec in _records(data):
+        for rec in _records(data, first, path):
             if limit is not None and rec.seq >= limit:
                 break
             if rec.seq < expect:
