@@ -11,9 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.reliability.lazyfs import LazyMount
 from tests.storage.conftest import make_batch
 from tests.storage.journal_crash_child import TABLES, commit_ops
-from weir.errors import CorruptDataError
+from weir.errors import CommitFailedError, CorruptDataError
 from weir.storage import keys
 from weir.storage.batch import decode_records, iter_batches
 from weir.storage.committer import GroupCommitter
@@ -303,3 +304,36 @@ def test_damage_before_the_last_record_is_not_taken_for_a_torn_tail(tmp_path: Pa
     for mark in (0, 2):  # whether or not LMDB holds the damaged record, 3 must not vanish
         with pytest.raises(CorruptDataError, match="record 3"):
             list(replay(tmp_path, mark))
+
+
+def test_a_commit_whose_fdatasync_failed_is_not_replayed(tmp_path: Path) -> None:
+    """A dying disk (LazyFS fails every fsync with EIO): the commit whose journal
+    fdatasync failed was refused (CommitFailedError: "nothing was written"), yet its
+    bytes sit in the page cache. A process restart (no power cut) replays the journal
+    from that cache: the refused commit must not come back."""
+    if why := LazyMount.available():
+        pytest.fail(f"this test needs FUSE: {why}")
+    mount = LazyMount(tmp_path / "disk", tmp_path / "data", tmp_path / "outside").start()
+    try:
+        kv = JournaledKV(mount.mount / "kv", mount.mount / "journal", TABLES, start_applier=False)
+        try:
+            for i in range(3):
+                kv.write(commit_ops(i))
+            mount.fail_fsync()
+            with pytest.raises(CommitFailedError):
+                kv.write([put("t", b"refused", b"X")])
+            mount.unfail_fsync()
+            assert _state(kv) == _expected(range(3))
+        finally:
+            # the process dies here: nothing applied, nothing deleted
+            kv.journal.close()
+            kv.lmdb.close()
+        kv = JournaledKV(mount.mount / "kv", mount.mount / "journal", TABLES)
+        try:
+            assert _state(kv) == _expected(range(3))
+            kv.write(commit_ops(3))  # and the journal goes on from there
+            assert _state(kv) == _expected(range(4))
+        finally:
+            kv.close()
+    finally:
+        mount.stop()

@@ -167,6 +167,7 @@ class Journal:
         self._sync = sync
         self._fd: int | None = None
         self._size = 0
+        self._unsuperseded = False  # a failed record without a segment superseding it
         # first seq of every segment still on disk, oldest first (the open one last)
         self.segments: list[int] = [first for first, _ in read_segments(directory)]
 
@@ -211,13 +212,35 @@ class Journal:
             if self._sync:
                 os.fdatasync(self._fd)
         except OSError as exc:
-            self._abandon()
+            self._discard()
             if exc.errno in (errno.ENOSPC, errno.EDQUOT):
                 raise StorageFullError(f"disk full writing the journal: {exc}") from None
             raise CommitFailedError(f"journal write failed: {exc}") from None
         self._size += size
         self.next_seq = seq + 1
         return seq
+
+    def _discard(self) -> None:
+        """After a failed append: the record must never count. It may be whole in the page
+        cache (a process restart would replay it) or on disk, so it is cut off the file
+        (the page cache's view at once) and a new segment at the same sequence number is
+        opened now, durably, superseding it on disk; each best effort on a failing disk.
+        Until a superseding segment exists, `supersede` must succeed before anything may
+        be made durable outside the journal (a direct LMDB commit)."""
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, self._size)
+        self._abandon()
+        self._unsuperseded = True
+        with contextlib.suppress(OSError):
+            self.supersede()
+
+    def supersede(self) -> None:
+        """Open the segment that supersedes a failed record, if one is still needed
+        (raises OSError when the disk still fails)."""
+        if self._unsuperseded:
+            self._roll()
+            self._unsuperseded = False
 
     def _abandon(self) -> None:
         if self._fd is not None:
