@@ -15,6 +15,7 @@ from tests.reliability.lazyfs import LazyMount
 from tests.storage.conftest import make_batch
 from tests.storage.journal_crash_child import TABLES, commit_ops
 from weir.errors import CommitFailedError, CorruptDataError
+from weir.storage import journal as journal_mod
 from weir.storage import keys
 from weir.storage.batch import decode_records, iter_batches
 from weir.storage.committer import GroupCommitter
@@ -337,3 +338,27 @@ def test_a_commit_whose_fdatasync_failed_is_not_replayed(tmp_path: Path) -> None
             kv.close()
     finally:
         mount.stop()
+
+
+def test_the_journal_directory_itself_is_durable_before_a_record_counts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A segment's name is fsynced into the journal directory, and the journal directory's
+    own name must be fsynced into the data directory (a power cut may otherwise lose the
+    fresh directory and every acknowledged record in it). LazyFS does not model names,
+    so the directory fsyncs are recorded (and still made)."""
+    synced: list[Path] = []
+    real = journal_mod._fsync_dir
+
+    def spy(path: Path) -> None:
+        real(path)
+        synced.append(Path(path))
+
+    monkeypatch.setattr(journal_mod, "_fsync_dir", spy)
+    kv = JournaledKV(tmp_path / "kv", tmp_path / "journal", TABLES, start_applier=False)
+    try:
+        kv.write(commit_ops(0))
+        assert tmp_path / "journal" in synced  # the segment's name
+        assert tmp_path in synced  # the journal directory's name
+    finally:
+        kv.close()

@@ -162,6 +162,10 @@ class Journal:
     ) -> None:
         self.directory = directory
         self.directory.mkdir(parents=True, exist_ok=True)
+        if sync:
+            # the directory's own name: durable before any record in it counts (it may
+            # be new, or left unsynced by a run that crashed just after creating it)
+            _fsync_dir(self.directory.parent)
         self.next_seq = start_seq
         self._segment_bytes = segment_bytes
         self._sync = sync
