@@ -190,6 +190,7 @@ class Journal:
             raise
         self._fd = fd
         self._size = 0
+        self._unsuperseded = False  # this segment starts at the failed record, if any
         if self.segments and self.segments[-1] == self.next_seq:
             return  # a failed segment replaced by one starting at the same record
         self.segments.append(self.next_seq)
@@ -244,7 +245,6 @@ class Journal:
         (raises OSError when the disk still fails)."""
         if self._unsuperseded:
             self._roll()
-            self._unsuperseded = False
 
     def _abandon(self) -> None:
         if self._fd is not None:
