@@ -362,3 +362,20 @@ def test_the_journal_directory_itself_is_durable_before_a_record_counts(
         assert tmp_path in synced  # the journal directory's name
     finally:
         kv.close()
+
+
+def test_a_record_replay_would_take_for_torn_is_refused_not_acked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Replay ends a segment at a record longer than MAX_RECORD_BYTES (a torn length), so
+    append must refuse one rather than acknowledge a write replay will drop. The limit
+    is 2 GiB (unreachable through the store, whose commits of 1 MiB go to LMDB
+    directly): lowered here to show the contract."""
+    monkeypatch.setattr(journal_mod, "MAX_RECORD_BYTES", 8)
+    j = Journal(tmp_path, 1, sync=False)
+    assert j.append(b"short") == 1
+    with pytest.raises(CommitFailedError, match="too large"):
+        j.append(b"longer than eight")
+    assert j.append(b"next") == 2
+    j.close()
+    assert [bytes(r.payload) for r in replay(tmp_path, 0)] == [b"short", b"next"]

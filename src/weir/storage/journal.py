@@ -202,6 +202,10 @@ class Journal:
         segment at the same sequence number (never writing after a failed fsync).
         """
         seq = self.next_seq
+        if len(payload) > MAX_RECORD_BYTES:  # replay would take it for a torn length
+            raise CommitFailedError(
+                f"journal record of {len(payload)} bytes is too large (at most {MAX_RECORD_BYTES})"
+            )
         try:
             if self._fd is None or self._size >= self._segment_bytes:
                 self._roll()
