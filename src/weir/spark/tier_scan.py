@@ -80,6 +80,10 @@ def plan_tier(
     rest: list[Range] = []
     status = {}
     for topic in sorted({tp[0] for tp, _, _ in ranges}):
+        if any(o.broker for o in client.owners(topic)):
+            # a cluster's (replicated) partitions offload nothing yet: all through brokers
+            status[topic] = ((), {})
+            continue
         st = client.tier_status(topic)
         store = tuple(sorted(st.store.items()))
         status[topic] = (store, {p.partition: p.segments for p in st.partitions})
