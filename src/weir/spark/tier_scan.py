@@ -27,6 +27,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
 from weir.client import Client
+from weir.client.tier_admin import TierSegment
 from weir.errors import CorruptDataError, ObjectMissingError
 from weir.spark.options import TierSettings
 from weir.spark.scan import ScanSettings, TopicRange, read_range
@@ -78,7 +79,7 @@ def plan_tier(
         return [], list(ranges)
     tier: list[TierRange] = []
     rest: list[Range] = []
-    status = {}
+    status: dict[str, tuple[tuple[tuple[str, str], ...], dict[int, list[TierSegment]]]] = {}
     for topic in sorted({tp[0] for tp, _, _ in ranges}):
         if any(o.broker for o in client.owners(topic)):
             # a cluster's (replicated) partitions offload nothing yet: all through brokers
