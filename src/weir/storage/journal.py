@@ -55,19 +55,51 @@ class Record:
     payload: memoryview
 
 
-def _records(data: memoryview) -> Iterator[Record]:
-    """The valid records at the start of a segment's bytes; stops at the first torn one."""
+def _valid_at(data: memoryview, pos: int) -> int | None:
+    """The sequence number of a whole, intact record at ``pos``, else None."""
+    if pos < 0 or pos + _HEAD.size > len(data):
+        return None
+    length, crc, seq = _HEAD.unpack_from(data, pos)
+    body = pos + _HEAD.size
+    if length > MAX_RECORD_BYTES or body + length > len(data):
+        return None
+    if crc32c(data[body : body + length], crc32c(data[pos + 8 : body])) != crc:
+        return None
+    return int(seq)
+
+
+_LOOKAHEAD = 8  # records after a bad one searched for (damage that spans several)
+
+
+def _records(data: memoryview, first: int, path: Path) -> Iterator[Record]:
+    """The valid records at the start of a segment's bytes; stops at a torn tail.
+
+    Each append is synced before the next starts, so only the last record of a segment
+    can be torn: a bad record followed by an intact later one is damage to acknowledged
+    records, raised (a crash mid-append leaves nothing valid after the torn record).
+    """
     pos = 0
     end = len(data)
-    while pos + _HEAD.size <= end:
-        length, crc, seq = _HEAD.unpack_from(data, pos)
+    prev = first - 1
+    while pos < end:
+        seq = _valid_at(data, pos)
+        if seq is None:
+            raw = data.obj if isinstance(data.obj, bytes) else bytes(data)
+            for later in range(prev + 2, prev + 2 + _LOOKAHEAD):
+                pat = _SEQ.pack(later)
+                hit = raw.find(pat, pos + 1)
+                while hit != -1:
+                    if _valid_at(data, hit - 8) == later:
+                        raise CorruptDataError(
+                            f"journal {path}: damaged record at byte {pos}, and record "
+                            f"{later} after it is intact: acknowledged writes are damaged"
+                        )
+                    hit = raw.find(pat, hit + 1)
+            return
+        length = _HEAD.unpack_from(data, pos)[0]
         body = pos + _HEAD.size
-        if length > MAX_RECORD_BYTES or body + length > end:
-            return
-        payload = data[body : body + length]
-        if crc32c(payload, crc32c(data[pos + 8 : body])) != crc:
-            return
-        yield Record(seq, payload)
+        yield Record(seq, data[body : body + length])
+        prev = seq
         pos = body + length
 
 
@@ -99,7 +131,7 @@ def replay(directory: Path, after: int) -> Iterator[Record]:
                 f"journal {path} starts at {first} but records end at {expect - 1}"
             )
         data = memoryview(path.read_bytes())
-        for rec in _records(data):
+        for rec in _records(data, first, path):
             if limit is not None and rec.seq >= limit:
                 break
             if rec.seq < expect:
@@ -130,11 +162,16 @@ class Journal:
     ) -> None:
         self.directory = directory
         self.directory.mkdir(parents=True, exist_ok=True)
+        if sync:
+            # the directory's own name: durable before any record in it counts (it may
+            # be new, or left unsynced by a run that crashed just after creating it)
+            _fsync_dir(self.directory.parent)
         self.next_seq = start_seq
         self._segment_bytes = segment_bytes
         self._sync = sync
         self._fd: int | None = None
         self._size = 0
+        self._unsuperseded = False  # a failed record without a segment superseding it
         # first seq of every segment still on disk, oldest first (the open one last)
         self.segments: list[int] = [first for first, _ in read_segments(directory)]
 
@@ -153,6 +190,7 @@ class Journal:
             raise
         self._fd = fd
         self._size = 0
+        self._unsuperseded = False  # this segment starts at the failed record, if any
         if self.segments and self.segments[-1] == self.next_seq:
             return  # a failed segment replaced by one starting at the same record
         self.segments.append(self.next_seq)
@@ -164,6 +202,10 @@ class Journal:
         segment at the same sequence number (never writing after a failed fsync).
         """
         seq = self.next_seq
+        if len(payload) > MAX_RECORD_BYTES:  # replay would take it for a torn length
+            raise CommitFailedError(
+                f"journal record of {len(payload)} bytes is too large (at most {MAX_RECORD_BYTES})"
+            )
         try:
             if self._fd is None or self._size >= self._segment_bytes:
                 self._roll()
@@ -179,13 +221,34 @@ class Journal:
             if self._sync:
                 os.fdatasync(self._fd)
         except OSError as exc:
-            self._abandon()
+            self._discard()
             if exc.errno in (errno.ENOSPC, errno.EDQUOT):
                 raise StorageFullError(f"disk full writing the journal: {exc}") from None
             raise CommitFailedError(f"journal write failed: {exc}") from None
         self._size += size
         self.next_seq = seq + 1
         return seq
+
+    def _discard(self) -> None:
+        """After a failed append: the record must never count. It may be whole in the page
+        cache (a process restart would replay it) or on disk, so it is cut off the file
+        (the page cache's view at once) and a new segment at the same sequence number is
+        opened now, durably, superseding it on disk; each best effort on a failing disk.
+        Until a superseding segment exists, `supersede` must succeed before anything may
+        be made durable outside the journal (a direct LMDB commit)."""
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, self._size)
+        self._abandon()
+        self._unsuperseded = True
+        with contextlib.suppress(OSError):
+            self.supersede()
+
+    def supersede(self) -> None:
+        """Open the segment that supersedes a failed record, if one is still needed
+        (raises OSError when the disk still fails)."""
+        if self._unsuperseded:
+            self._roll()
 
     def _abandon(self) -> None:
         if self._fd is not None:

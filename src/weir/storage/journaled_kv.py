@@ -266,6 +266,12 @@ class JournaledKV(KV):
         applied first (a view stacks deltas over LMDB, so LMDB must never hold a change
         newer than a delta still stacked), and no record can be journaled meanwhile."""
         with self._journal_lock, self._apply_lock:
+            try:
+                # a record whose append failed may be on disk: superseded first, or a
+                # replay would apply it, refused, on top of this newer commit
+                self.journal.supersede()
+            except OSError as exc:
+                raise CommitFailedError(f"journal write failed: {exc}") from None
             if self._pending:
                 upto = self._apply_locked(None)
                 if upto is None:
