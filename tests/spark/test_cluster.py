@@ -123,7 +123,7 @@ def test_a_batch_read_through_one_broker_covers_partitions_owned_by_the_others(
     topic = "public/default/spark-spread"
     owners = fill(brokers["a"].endpoint, topic, cluster_zk)
     assert len(set(owners.values())) > 1, owners  # spread: some are another broker's
-    for name in NAMES:  # whichever broker the job is given
+    for name in ("b", "c"):  # not the broker written through: any one will do
         df = spark.read.format("weir").option("endpoint", brokers[name].endpoint)
         check_rows(df.option("topic", topic).load().collect())
 
