@@ -10,12 +10,23 @@ them as strings, so `to_json` always builds them in one order.
 from __future__ import annotations
 
 import json
+import logging
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from weir.client import Client
-from weir.errors import BadRequestError
+from weir.client.admin import PartitionInfo
+from weir.client.connection import Backoff
+from weir.errors import BadRequestError, UnavailableError, WeirError
+
+log = logging.getLogger("weir.spark")
+
+# how long planning and a task wait for a partition that is moving between brokers
+# (cluster mode: the old owner's ZooKeeper session must expire, then the new owner
+# recovers the partition's log) before they fail
+OWNER_WAIT_S = 120.0
 
 EARLIEST = -2
 LATEST = -1
@@ -83,11 +94,55 @@ def fetch_bounds(
     end: the last stable offset for a read-committed reader)."""
     out: dict[TopicPartition, Bounds] = {}
     for topic in topics:
-        info = client.describe_topic(topic)
-        for p in sorted(info.partition_info, key=lambda p: p.partition):
+        for p in partition_status(client, topic):
             end = p.stable_offset if read_committed else p.end_offset
             out[(topic, p.partition)] = Bounds(p.start_offset, end)
     return out
+
+
+def partition_status(client: Client, topic: str) -> list[PartitionInfo]:
+    """Every partition of ``topic`` as it is now, in partition order.
+
+    A broker of a cluster describes only the partitions it serves: the others are
+    described by their owners (found with `Client.owners`); a partition that is
+    moving is waited for, up to OWNER_WAIT_S."""
+    info = client.describe_topic(topic)
+    got = {p.partition: p for p in info.partition_info}
+    backoff = Backoff(cap=2.0)
+    deadline = time.monotonic() + OWNER_WAIT_S
+    while len(got) < info.partitions:
+        missing = set(range(info.partitions)) - set(got)
+        try:
+            _ask_owners(client, topic, missing, got)
+        except WeirError as err:
+            if not err.retryable:
+                raise
+            log.info("describing %s at its owners: %s (retrying)", topic, err)
+        if len(got) == info.partitions:
+            break
+        if time.monotonic() >= deadline:
+            raise UnavailableError(
+                f"partitions {sorted(set(range(info.partitions)) - set(got))} of {topic!r} "
+                f"have had no owner to describe them for {OWNER_WAIT_S:g} s"
+            )
+        time.sleep(backoff.next_delay())
+    return [got[p] for p in sorted(got)]
+
+
+def _ask_owners(
+    client: Client, topic: str, missing: set[int], got: dict[int, PartitionInfo]
+) -> None:
+    """Describe ``topic`` at the owners of the ``missing`` partitions, adding what they say."""
+    at: dict[str, set[int]] = {}
+    for o in client.owners(topic):
+        endpoint = o.endpoints.get("native")
+        if o.partition in missing and endpoint:  # no endpoint: moving now
+            at.setdefault(endpoint, set()).add(o.partition)
+    for endpoint, parts in at.items():
+        with Client(endpoint) as owner:
+            for p in owner.describe_topic(topic).partition_info:
+                if p.partition in parts:
+                    got[p.partition] = p
 
 
 def offsets_for_time(

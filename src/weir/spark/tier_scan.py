@@ -27,6 +27,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
 from weir.client import Client
+from weir.client.tier_admin import TierSegment
 from weir.errors import CorruptDataError, ObjectMissingError
 from weir.spark.options import TierSettings
 from weir.spark.scan import ScanSettings, TopicRange, read_range
@@ -78,8 +79,12 @@ def plan_tier(
         return [], list(ranges)
     tier: list[TierRange] = []
     rest: list[Range] = []
-    status = {}
+    status: dict[str, tuple[tuple[tuple[str, str], ...], dict[int, list[TierSegment]]]] = {}
     for topic in sorted({tp[0] for tp, _, _ in ranges}):
+        if any(o.broker for o in client.owners(topic)):
+            # a cluster's (replicated) partitions offload nothing yet: all through brokers
+            status[topic] = ((), {})
+            continue
         st = client.tier_status(topic)
         store = tuple(sorted(st.store.items()))
         status[topic] = (store, {p.partition: p.segments for p in st.partitions})
