@@ -6,7 +6,8 @@ import os
 import random
 import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -98,6 +99,38 @@ class ServerProcess(ListeningProcess):
     def restart(self) -> ServerProcess:
         self.stop()
         return self.start()
+
+
+@contextmanager
+def cluster_servers(
+    names: Iterable[str],
+    zookeeper_hosts: str,
+    root: str,
+    tmp_path_factory: pytest.TempPathFactory,
+    prefix: str = "broker",
+) -> Iterator[dict[str, ServerProcess]]:
+    """`weir serve` processes in replicated mode, one per broker id, joined to one cluster
+    (a 4 s ZooKeeper session, so a killed broker's partitions move within seconds); every
+    one started is stopped at the end."""
+    out: dict[str, ServerProcess] = {}
+    try:
+        for name in names:
+            srv = ServerProcess(
+                tmp_path_factory.mktemp(f"{prefix}-{name}"),
+                env={
+                    "WEIR_STORAGE_MODE": "replicated",
+                    "WEIR_CLUSTER_ZOOKEEPER": zookeeper_hosts,
+                    "WEIR_CLUSTER_ROOT": root,
+                    "WEIR_CLUSTER_BROKER_ID": name,
+                    "WEIR_CLUSTER_SESSION_TIMEOUT_S": "4",
+                },
+            )
+            out[name] = srv
+            srv.start()
+        yield out
+    finally:
+        for srv in out.values():
+            srv.stop()
 
 
 @pytest.fixture(scope="session")

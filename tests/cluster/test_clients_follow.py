@@ -19,7 +19,7 @@ from kazoo.client import KazooClient
 
 import weir
 import weir.aio
-from tests.conftest import ServerProcess
+from tests.conftest import ServerProcess, cluster_servers
 from tests.reliability.checker import check
 from tests.reliability.history import History, make_data, message_id
 from weir.broker.cluster import ClusterRecords, partition_key
@@ -39,25 +39,8 @@ def brokers(
     shared_bookies: list[BookieProcess],
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[dict[str, ServerProcess]]:
-    out: dict[str, ServerProcess] = {}
-    try:
-        for name in NAMES:
-            srv = ServerProcess(
-                tmp_path_factory.mktemp(f"broker-{name}"),
-                env={
-                    "WEIR_STORAGE_MODE": "replicated",
-                    "WEIR_CLUSTER_ZOOKEEPER": zookeeper.hosts,
-                    "WEIR_CLUSTER_ROOT": shared_root,
-                    "WEIR_CLUSTER_BROKER_ID": name,
-                    "WEIR_CLUSTER_SESSION_TIMEOUT_S": "4",
-                },
-            )
-            out[name] = srv
-            srv.start()
+    with cluster_servers(NAMES, zookeeper.hosts, shared_root, tmp_path_factory) as out:
         yield out
-    finally:
-        for srv in out.values():
-            srv.stop()
 
 
 @pytest.fixture

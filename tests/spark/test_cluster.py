@@ -20,7 +20,7 @@ import pytest
 from kazoo.client import KazooClient
 
 import weir
-from tests.conftest import ServerProcess
+from tests.conftest import ServerProcess, cluster_servers
 from tests.replication.conftest import running
 from weir.broker.cluster import ClusterRecords, partition_key
 from weir.replication.local_cluster import BookieProcess
@@ -46,26 +46,11 @@ def brokers(
 ) -> Iterator[dict[str, ServerProcess]]:
     base = tmp_path_factory.mktemp("spark-bookies")
     bookies = [BookieProcess(base / f"b{i}", cluster_zk.hosts, ROOT) for i in range(3)]
-    with running(bookies):
-        out: dict[str, ServerProcess] = {}
-        try:
-            for name in NAMES:
-                srv = ServerProcess(
-                    tmp_path_factory.mktemp(f"spark-broker-{name}"),
-                    env={
-                        "WEIR_STORAGE_MODE": "replicated",
-                        "WEIR_CLUSTER_ZOOKEEPER": cluster_zk.hosts,
-                        "WEIR_CLUSTER_ROOT": ROOT,
-                        "WEIR_CLUSTER_BROKER_ID": name,
-                        "WEIR_CLUSTER_SESSION_TIMEOUT_S": "4",
-                    },
-                )
-                out[name] = srv
-                srv.start()
-            yield out
-        finally:
-            for srv in out.values():
-                srv.stop()
+    with (
+        running(bookies),
+        cluster_servers(NAMES, cluster_zk.hosts, ROOT, tmp_path_factory, "spark-broker") as out,
+    ):
+        yield out
 
 
 def owners_now(hosts: str, topic: str, n: int) -> dict[int, str]:
