@@ -80,6 +80,10 @@ async def write(
         try:
             fut = lh.add_async(data)
         except WeirError as exc:
+            # the handle failed since this task last ran: adds it completed before the
+            # failure may still have their done callbacks queued behind this task's wake-up
+            # (they were acked first, in order); let them run before the refusal counts
+            await asyncio.sleep(0)
             history.errors.append(exc)
             break
         history.attempted[n] = data
