@@ -81,15 +81,21 @@ class AdminHandlers:
         else:
             names = [t["name"] for t in requested if t["name"] is not None]
         auto = body["allow_auto_topic_creation"] if header.api_version >= 4 else True
-        topics = [await self._topic_metadata(name, auto) for name in names]
+        leaders: dict[int, Message] = {}
+        topics = [await self._topic_metadata(name, auto, leaders) for name in names]
+        brokers = await self._brokers()
+        listed = {b["node_id"] for b in brokers}
+        brokers += [n for nid, n in sorted(leaders.items()) if nid not in listed]
         return {
-            "brokers": await self._brokers(),
+            "brokers": brokers,
             "cluster_id": self.conn.front.cluster_id,
             "controller_id": self.conn.front.node_id,
             "topics": topics,
         }
 
-    async def _topic_metadata(self, name: str, auto: bool) -> Message:
+    async def _topic_metadata(
+        self, name: str, auto: bool, leaders: dict[int, Message] | None = None
+    ) -> Message:
         try:
             topic = weir_topic(name)
             self.conn.allow(None, topic, "describe")
@@ -109,12 +115,14 @@ class AdminHandlers:
             "name": name,
             "topic_id": topic_uuid(cfg),
             "is_internal": False,
-            "partitions": await self._partitions(cfg),
+            "partitions": await self._partitions(cfg, leaders),
         }
 
-    async def _partitions(self, cfg: TopicConfig) -> list[Message]:
+    async def _partitions(
+        self, cfg: TopicConfig, leaders: dict[int, Message] | None = None
+    ) -> list[Message]:
         if self.broker.cluster is not None:  # each partition led by its owner
-            return await partition_leaders(self.broker, cfg, self.conn.front.node_id)
+            return await partition_leaders(self.broker, cfg, self.conn.front.node_id, leaders)
         return [
             {
                 "error_code": 0,

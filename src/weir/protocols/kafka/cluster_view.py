@@ -43,13 +43,20 @@ async def cluster_nodes(broker: Broker) -> list[Message]:
     return [node_entry(b, eps["kafka"]) for b, eps in sorted(live.items()) if "kafka" in eps]
 
 
-async def partition_leaders(broker: Broker, cfg: TopicConfig, me: int) -> list[Message]:
+async def partition_leaders(
+    broker: Broker, cfg: TopicConfig, me: int, leaders: dict[int, Message] | None = None
+) -> list[Message]:
     """Metadata's partitions of ``cfg``: each led by its owner (``me``: this broker's node
-    id, the leader of what it serves itself)."""
+    id, the leader of what it serves itself). ``leaders`` collects a node entry for each
+    other owner named, so Metadata can list every leader among its brokers (a leader id
+    missing there makes kafka-python fail every send to it with UnknownBrokerIdError,
+    e.g. when the owner list and the live-broker list were read a moment apart)."""
     out: list[Message] = []
     for o in await broker.owners(cfg.name):
         if o.local or (o.broker and "kafka" in o.endpoints):
             nid = me if o.local else node_id(o.broker)
+            if leaders is not None and not o.local:
+                leaders[nid] = node_entry(o.broker, str(o.endpoints["kafka"]))
             out.append(
                 {
                     "error_code": 0,
