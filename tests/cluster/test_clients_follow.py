@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager
 
 import pulsar
 import pytest
@@ -43,16 +44,34 @@ def brokers(
         yield out
 
 
-@pytest.fixture
-async def records(zookeeper: ZooKeeperServer, shared_root: str) -> AsyncIterator[ClusterRecords]:
+@asynccontextmanager
+async def cluster_records(zookeeper: ZooKeeperServer, root: str) -> AsyncIterator[ClusterRecords]:
     """The cluster's claims, read with a ZooKeeper client of the test's own."""
     zk = KazooClient(hosts=zookeeper.hosts, timeout=10)
     await asyncio.to_thread(zk.start, 30)
     try:
-        yield ClusterRecords(zk, shared_root)
+        yield ClusterRecords(zk, root)
     finally:
         await asyncio.to_thread(zk.stop)
         await asyncio.to_thread(zk.close)
+
+
+@pytest.fixture
+async def records(zookeeper: ZooKeeperServer, shared_root: str) -> AsyncIterator[ClusterRecords]:
+    async with cluster_records(zookeeper, shared_root) as found:
+        yield found
+
+
+def in_zk(
+    zookeeper: ZooKeeperServer, root: str, fn: Callable[[ClusterRecords], Awaitable[str]]
+) -> str:
+    """``fn`` over the cluster's claims, from a sync test (its own event loop)."""
+
+    async def run() -> str:
+        async with cluster_records(zookeeper, root) as found:
+            return await fn(found)
+
+    return asyncio.run(run())
 
 
 async def owner_of(
@@ -142,16 +161,7 @@ def test_a_sync_writer_and_reader_reach_the_owner_through_any_broker(
 ) -> None:
     name = "public/default/follow-sync"
 
-    async def setup() -> str:
-        zk = KazooClient(hosts=zookeeper.hosts, timeout=10)
-        await asyncio.to_thread(zk.start, 30)
-        try:
-            return await created(brokers, ClusterRecords(zk, shared_root), name)
-        finally:
-            await asyncio.to_thread(zk.stop)
-            await asyncio.to_thread(zk.close)
-
-    owner = asyncio.run(setup())
+    owner = in_zk(zookeeper, shared_root, lambda r: created(brokers, r, name))
     home = next(n for n in NAMES if n != owner)
     with weir.Client(brokers[home].endpoint) as client:
         assert client.owners(name)[0].broker == owner
@@ -252,16 +262,7 @@ def test_kafka_metadata_names_the_owner_and_a_producer_follows_it_across_kill_9(
     name, kname = "public/default/kfollow", "kfollow"
     key = partition_key(name, 0)
 
-    async def in_zk(fn: Callable[[ClusterRecords], Awaitable[str]]) -> str:
-        zk = KazooClient(hosts=zookeeper.hosts, timeout=10)
-        await asyncio.to_thread(zk.start, 30)
-        try:
-            return await fn(ClusterRecords(zk, shared_root))
-        finally:
-            await asyncio.to_thread(zk.stop)
-            await asyncio.to_thread(zk.close)
-
-    owner = asyncio.run(in_zk(lambda r: created(brokers, r, name)))
+    owner = in_zk(zookeeper, shared_root, lambda r: created(brokers, r, name))
     home = next(n for n in NAMES if n != owner)
     assert kafka_leader(brokers[home].kafka, kname) == node_id(owner)
     producer = KafkaProducer(
@@ -283,7 +284,7 @@ def test_kafka_metadata_names_the_owner_and_a_producer_follows_it_across_kill_9(
         for n, fut in enumerate(futures):
             fut.get(timeout=1)  # every send was acknowledged in the end
             acked.append(n)
-        new_owner = asyncio.run(in_zk(lambda r: owner_of(r, key, other_than=owner)))
+        new_owner = in_zk(zookeeper, shared_root, lambda r: owner_of(r, key, other_than=owner))
         assert kafka_leader(brokers[home].kafka, kname) == node_id(new_owner)
         rows = asyncio.run(read_all(brokers[home].endpoint, name, 120))
         stored = [mid for _, mid in rows]
@@ -307,16 +308,7 @@ def test_a_pulsar_producer_is_sent_to_the_owner_and_follows_it_across_kill_9(
     name = "public/default/pfollow"
     key = partition_key(name, 0)
 
-    async def in_zk(fn: Callable[[ClusterRecords], Awaitable[str]]) -> str:
-        zk = KazooClient(hosts=zookeeper.hosts, timeout=10)
-        await asyncio.to_thread(zk.start, 30)
-        try:
-            return await fn(ClusterRecords(zk, shared_root))
-        finally:
-            await asyncio.to_thread(zk.stop)
-            await asyncio.to_thread(zk.close)
-
-    owner = asyncio.run(in_zk(lambda r: created(brokers, r, name)))
+    owner = in_zk(zookeeper, shared_root, lambda r: created(brokers, r, name))
     home = next(n for n in NAMES if n != owner)
     client = pulsar.Client(
         brokers[home].pulsar_url,
@@ -333,7 +325,7 @@ def test_a_pulsar_producer_is_sent_to_the_owner_and_follows_it_across_kill_9(
             acked.append(n)
             if n == 30:
                 brokers[owner].kill()
-        new_owner = asyncio.run(in_zk(lambda r: owner_of(r, key, other_than=owner)))
+        new_owner = in_zk(zookeeper, shared_root, lambda r: owner_of(r, key, other_than=owner))
         assert new_owner != owner
         rows = asyncio.run(read_all(brokers[home].endpoint, name, 80))
         assert [mid for _, mid in rows] == [f"id:p:{n}" for n in acked]
@@ -354,16 +346,7 @@ def test_ydb_discovery_lists_every_broker_and_a_ydb_writer_reaches_the_owner(
     refuses (UNAVAILABLE) is retried on the next broker until it reaches the owner."""
     name = "public/default/yfollow"
 
-    async def setup() -> str:
-        zk = KazooClient(hosts=zookeeper.hosts, timeout=10)
-        await asyncio.to_thread(zk.start, 30)
-        try:
-            return await created(brokers, ClusterRecords(zk, shared_root), name)
-        finally:
-            await asyncio.to_thread(zk.stop)
-            await asyncio.to_thread(zk.close)
-
-    owner = asyncio.run(setup())
+    owner = in_zk(zookeeper, shared_root, lambda r: created(brokers, r, name))
     home = next(n for n in NAMES if n != owner)
     driver = ydb.Driver(endpoint=f"grpc://{brokers[home].endpoint}", database="/local")
     try:
