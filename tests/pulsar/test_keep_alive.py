@@ -97,7 +97,7 @@ def _frames(sock: socket.socket, decoder: FrameDecoder) -> list[pb.BaseCommand]:
 
 def test_a_peer_that_answers_nothing_is_closed(server: ServerProcess) -> None:
     host, port = server.pulsar_url.removeprefix("pulsar://").rsplit(":", 1)
-    with socket.create_connection((host, int(port)), timeout=10) as sock:
+    with socket.create_connection((host, int(port)), timeout=4 * INTERVAL) as sock:
         connect = pb.CommandConnect(client_version="silent", protocol_version=19)
         sock.sendall(encode_command(T(type=T.CONNECT, connect=connect)))
         decoder = FrameDecoder(1 << 20)
