@@ -358,6 +358,8 @@ def _gc_variant(how: str) -> None:
     serve`` once it is up), from ``--gc``: "" as shipped, "default" CPython's (nothing
     frozen, gen0 at 700), "freeze" frozen with CPython's thresholds, a number: frozen with
     that gen0 threshold."""
+    if not how:
+        return
     import weir.gc_tuning as gt
 
     if how == "default":

@@ -41,6 +41,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
+from concurrent.futures._base import PENDING
 from time import time as _time
 from typing import Any
 
@@ -77,10 +78,23 @@ _BLOCKED = (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWant
 
 class DrivenFuture(concurrent.futures.Future[WriteResult]):
     """A write's future whose ``result()`` / ``exception()`` drive the writer while they
-    wait (nothing else reads the acks while the caller is busy)."""
+    wait (nothing else reads the acks while the caller is busy).
+
+    The futures of one writer share one condition (the writer's): a plain Future makes
+    its own, 8 of its 11 new objects and about a microsecond, on every `write_future`;
+    the garbage collector then ran once per ~60 messages of a paced producer. Sharing is
+    safe because nobody sleeps on it: ``result()`` drives the socket instead of waiting,
+    and waits on it only with a timeout of 0 (`concurrent.futures.wait` and
+    ``as_completed`` wait on their own waiters, which ``set_result`` still notifies)."""
 
     def __init__(self, core: DirectWriterCore) -> None:
-        super().__init__()
+        # concurrent.futures.Future.__init__, with the condition shared
+        self._condition = core._futures_cond
+        self._state = PENDING
+        self._result = None
+        self._exception = None
+        self._waiters = []
+        self._done_callbacks: list[Callable[[concurrent.futures.Future[WriteResult]], object]] = []
         self._core = core
 
     def result(self, timeout: float | None = None) -> WriteResult:
@@ -107,6 +121,7 @@ class DirectWriterCore(WriterCore):
         super().__init__(conn, topic, settings, runner.loop)
         self._runner = runner
         self._io = threading.RLock()  # the socket and the in-flight requests: one driver
+        self._futures_cond = threading.Condition()  # every DrivenFuture's (see there)
         self._sock: socket.socket | None = None
         self._rbuf = bytearray()
         self._wq: deque[memoryview] = deque()  # bytes accepted for the socket, not yet sent
