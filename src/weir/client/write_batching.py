@@ -112,7 +112,6 @@ class WriteBatching(WriterState):
         i = len(b.data)
         b.data.append(d)
         b.created.append(ms)
-        b.sizes.append(size)
         if k:
             b.keys[i] = k
         if headers:
@@ -214,7 +213,6 @@ class WriteBatching(WriterState):
                     b = self._buf
                     b.data.append(data)
                     b.created.append(ms)
-                    b.sizes.append(size)
                     self._buf_bytes += size
                     self._unacked += 1
                     self._unacked_bytes += size
@@ -311,7 +309,6 @@ class WriteBatching(WriterState):
         base = len(b.data)
         b.data.extend(data)
         b.created.extend(created)
-        b.sizes.extend(sizes)
         if ks is not None:
             b.keys.update((base + i, k) for i, k in enumerate(ks) if k)
         if headers is not None:
@@ -432,7 +429,7 @@ class WriteBatching(WriterState):
             b = self._buf
             if not b.data:
                 return []
-            cum = list(accumulate(b.sizes))
+            cum = list(accumulate(b.sizes()))
             n = max(1, bisect_right(cum, s.max_request_bytes))  # how many fit one request
             if n == len(b.data):
                 taken, self._buf = b, Buffer()
