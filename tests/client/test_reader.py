@@ -62,6 +62,30 @@ def test_consumer_resumes_at_committed_offset(client: weir.Client, topic_name: s
         r.receive_batch(timeout=0.1)
 
 
+def test_iterating_a_reader_mixes_with_receive_message(
+    client: weir.Client, topic_name: str
+) -> None:
+    """``for m in reader`` builds messages one at a time; breaking out of it and calling
+    receive_message (or iterating again) goes on from the next message, none skipped."""
+    fill(client, topic_name, 3000)
+    with client.reader(topic_name, start="earliest") as r:
+        got: list[int] = []
+        for m in r:
+            got.append(int(m.data))
+            if len(got) in (5, 1500):
+                break
+        got.append(int(r.receive_message(timeout=20).data))  # type: ignore[union-attr]
+        for m in r:
+            got.append(int(m.data))
+            if len(got) == 1500:
+                break
+        while len(got) < 3000:
+            m = r.receive_message(timeout=20)
+            assert m is not None
+            got.append(int(m.data))
+        assert got == list(range(3000))
+
+
 def test_two_readers_share_partitions_and_nothing_is_read_twice_after_commit(
     client: weir.Client, topic_name: str
 ) -> None:
