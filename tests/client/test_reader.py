@@ -74,15 +74,47 @@ def test_iterating_a_reader_mixes_with_receive_message(
             got.append(int(m.data))
             if len(got) in (5, 1500):
                 break
-        got.append(int(r.receive_message(timeout=20).data))  # type: ignore[union-attr]
+        first = r.receive_message(timeout=20)
+        assert first is not None
+        got.append(int(first.data))
         for m in r:
             got.append(int(m.data))
             if len(got) == 1500:
                 break
         while len(got) < 3000:
-            m = r.receive_message(timeout=20)
-            assert m is not None
+            nxt = r.receive_message(timeout=20)
+            assert nxt is not None
+            got.append(int(nxt.data))
+        assert got == list(range(3000))
+
+
+async def test_async_iteration_mixes_with_receive_message(
+    shared_server: ServerProcess, topic_name: str
+) -> None:
+    """The asyncio twin of the test above."""
+    async with weir.aio.Client(shared_server.endpoint) as c:
+        await c.create_topic(topic_name)
+        w = c.writer(topic_name)
+        await w.write_many([b"%d" % i for i in range(3000)])
+        await w.close()
+        r = c.reader(topic_name, start="earliest")
+        got: list[int] = []
+        async for m in r:
             got.append(int(m.data))
+            if len(got) in (5, 1500):
+                break
+        first = await r.receive_message(timeout=20)
+        assert first is not None
+        got.append(int(first.data))
+        async for m in r:
+            got.append(int(m.data))
+            if len(got) == 1500:
+                break
+        while len(got) < 3000:
+            nxt = await r.receive_message(timeout=20)
+            assert nxt is not None
+            got.append(int(nxt.data))
+        await r.close()
         assert got == list(range(3000))
 
 
