@@ -84,8 +84,8 @@ class Batch:
     """Consecutive messages of one partition, as a reader receives them.
 
     Decoded by column: `values`, `keys` and `offsets` are plain lists, cheap to
-    use for high-volume consumers; `messages` (and iterating the batch) builds a
-    `Message` per record on first use.
+    use for high-volume consumers; `messages` builds (and keeps) a `Message` per
+    record on first use, iterating the batch builds each one as the loop takes it.
     """
 
     __slots__ = ("_messages", "_parts", "nbytes", "partition", "session", "topic")
