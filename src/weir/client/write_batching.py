@@ -10,7 +10,7 @@ import contextlib
 import time
 from bisect import bisect_right
 from collections.abc import Mapping, Sequence
-from itertools import accumulate, islice
+from itertools import accumulate, compress, count, islice
 from operator import lt
 from time import time as _time
 from typing import Any
@@ -321,9 +321,9 @@ class WriteBatching(WriterState):
         b.data.extend(data)
         b.created.extend(created)
         if ks is not None:
-            b.keys.update((base + i, k) for i, k in enumerate(ks) if k)
+            b.keys.update(compress(zip(count(base), ks), ks))  # the non-empty ones, in C
         if headers is not None:
-            b.headers.update((base + i, h) for i, h in enumerate(headers) if h)
+            b.headers.update(compress(zip(count(base), headers), headers))  # type: ignore[arg-type]  # (no None left)
         total = sum(sizes)
         self._buf_bytes += total
         self._unacked += len(data)
