@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from concurrent.futures import Future
 from contextlib import asynccontextmanager
 
 import pulsar
@@ -25,6 +26,7 @@ from tests.reliability.checker import check
 from tests.reliability.history import History, make_data, message_id
 from weir.broker.cluster import ClusterRecords, partition_key
 from weir.broker.cluster.broker_mode import node_id
+from weir.client.direct_writer import DirectWriterCore
 from weir.errors import NotOwnerError, UnknownTopicError
 from weir.replication.local_cluster import BookieProcess
 from weir.replication.zkserver import ZooKeeperServer
@@ -40,7 +42,9 @@ def brokers(
     shared_bookies: list[BookieProcess],
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[dict[str, ServerProcess]]:
-    with cluster_servers(NAMES, zookeeper.hosts, shared_root, tmp_path_factory) as out:
+    # the native TCP port on: the sync client's caller-driven writer (transport="tcp") too
+    tcp_on = {"WEIR_NATIVE_TCP_ENABLED": "true"}
+    with cluster_servers(NAMES, zookeeper.hosts, shared_root, tmp_path_factory, env=tcp_on) as out:
         yield out
 
 
@@ -233,6 +237,68 @@ async def test_writes_through_a_non_owner_go_on_across_kill_9_of_the_owner(
         assert [r[0] for r in rows] == list(range(total))  # dense, in write order
         assert [r[1] for r in rows] == [f"id:w:{n}" for n in range(total)]
         assert new_owner != owner
+    finally:
+        if brokers[owner].proc is None:
+            brokers[owner].start()
+
+
+def test_a_direct_tcp_writer_follows_the_owner_across_kill_9(
+    brokers: dict[str, ServerProcess],
+    zookeeper: ZooKeeperServer,
+    shared_root: str,
+) -> None:
+    """The sync client's caller-driven writer (``transport="tcp"``, one partition: its
+    socket driven by the caller's thread) given a broker that does not own the partition:
+    told NOT_OWNER it looks the owner up and connects to the owner's native TCP port; the
+    owner is killed (SIGKILL) with requests in flight; the writer looks the partition up
+    again until another broker claims it and resends what was not acknowledged there.
+    Every acknowledged message is stored once, in order."""
+    name = "public/default/follow-direct"
+    key = partition_key(name, 0)
+    owner = in_zk(zookeeper, shared_root, lambda r: created(brokers, r, name))
+    home = next(n for n in NAMES if n != owner)
+    history = History()
+    total, kill_after = 300, 60
+    pending: list[tuple[str, Future[weir.WriteResult]]] = []
+    acked = 0
+    killed = False
+
+    def settle() -> None:
+        nonlocal acked
+        while pending and pending[0][1].done():
+            mid, fut = pending.pop(0)
+            res = fut.result()
+            history.acked(mid, KEY, None if res.skipped else res.offset)
+            acked += 1
+
+    try:
+        with (
+            weir.Client(brokers[home].endpoint, transport="tcp") as client,
+            client.writer(name, producer_id="d", partition=0, delivery_timeout=90) as writer,
+        ):
+            assert isinstance(writer._core, DirectWriterCore)
+            for n in range(total):
+                mid = f"id:d:{n}"
+                history.attempted(mid)
+                pending.append((mid, writer.write_future(make_data("d", n, 32))))
+                settle()
+                if acked >= kill_after and not killed:
+                    brokers[owner].kill()  # under load: requests in flight to it
+                    killed = True
+                if n % 20 == 19:
+                    pending[-1][1].result(timeout=90)  # drives the socket: acks come in
+            writer.flush(timeout=90)
+            settle()
+            assert killed and not pending
+            assert writer.reconnects >= 2  # told NOT_OWNER, then its owner died
+        new_owner = in_zk(zookeeper, shared_root, lambda r: owner_of(r, key, other_than=owner))
+        assert new_owner != owner
+        rows = asyncio.run(read_all(brokers[home].endpoint, name, total))
+        report = check(history, {KEY: rows}, {KEY: 0})
+        assert report.violations() == {}, report.violations()
+        assert report.acknowledged == total
+        assert [r[1] for r in rows] == [f"id:d:{n}" for n in range(total)]
+        assert [r[0] for r in rows] == list(range(total))  # dense, in write order
     finally:
         if brokers[owner].proc is None:
             brokers[owner].start()
