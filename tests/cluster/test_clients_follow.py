@@ -91,11 +91,20 @@ async def owner_of(
     raise AssertionError(f"nobody (else) claimed {key} in {timeout} s")
 
 
-async def created(brokers: dict[str, ServerProcess], records: ClusterRecords, name: str) -> str:
-    """Create ``name`` (one partition) and wait for its owner; every broker knows it then."""
+async def created(
+    brokers: dict[str, ServerProcess],
+    records: ClusterRecords,
+    name: str,
+    partitions: int = 1,
+    consumers: tuple[str, ...] = (),
+) -> str:
+    """Create ``name`` and wait for the owner of each partition (partition 0's is
+    returned); every broker knows the topic then."""
     async with weir.aio.Client(brokers["a"].endpoint) as admin:
-        await admin.create_topic(name, partitions=1)
+        await admin.create_topic(name, partitions=partitions, consumers=consumers)
         owner = await owner_of(records, partition_key(name, 0))
+        for p in range(1, partitions):
+            await owner_of(records, partition_key(name, p))
     for srv in brokers.values():  # the catalog watch reaches every broker
         async with weir.aio.Client(srv.endpoint) as c:
             deadline = time.monotonic() + 30
@@ -131,7 +140,9 @@ async def test_an_asyncio_writer_and_reader_reach_the_owner_through_any_broker(
     name = "public/default/follow-aio"
     owner = await created(brokers, records, name)
     home = next(n for n in NAMES if n != owner)
-    async with weir.aio.Client(brokers[home].endpoint) as client:
+    # over the native TCP port (the asyncio writer's stream; the sync twin's caller-driven
+    # writer is the kill test below, gRPC writers the other tests)
+    async with weir.aio.Client(brokers[home].endpoint, transport="tcp") as client:
         # the typed lookup: the owner, its claim and where to reach it
         [found] = await client.owners(name)
         assert (found.partition, found.broker, found.local) == (0, owner, False)
@@ -302,6 +313,100 @@ def test_a_direct_tcp_writer_follows_the_owner_across_kill_9(
     finally:
         if brokers[owner].proc is None:
             brokers[owner].start()
+
+
+async def test_an_asyncio_reader_reads_each_partition_from_its_owner_across_kill_9(
+    brokers: dict[str, ServerProcess], records: ClusterRecords
+) -> None:
+    """A reader with a consumer, given a broker, of a topic whose partitions are served by
+    several brokers: one stream per owner, merged; it reads every partition and commits.
+    The owner of partition 0 is killed (SIGKILL) while writers go on: the reader's stream
+    there ends, the partitions it read are looked up again and read at their new owner
+    from the committed offsets (nothing committed is delivered again, nothing is lost);
+    the history checker finds every acknowledged message once, in order."""
+    name, parts, per = "public/default/follow-read", 6, 10
+    # the consumer registered with the topic (each owner's stream would register it at once)
+    owner = await created(brokers, records, name, parts, consumers=("c",))
+    home = next(n for n in NAMES if n != owner)
+    history = History()
+    rows: dict[int, list[tuple[int, str]]] = {p: [] for p in range(parts)}
+
+    async def write(client: weir.aio.Client, round_: int) -> None:
+        for p in range(parts):
+            async with client.writer(name, producer_id=f"p{p}", partition=p) as w:
+                futs = []
+                for i in range(round_ * per, (round_ + 1) * per):
+                    history.attempted(f"id:p{p}:{i}")
+                    futs.append((f"id:p{p}:{i}", await w.write_future(make_data(f"p{p}", i, 24))))
+                await w.flush(timeout=90)
+                for mid, fut in futs:
+                    res = fut.result()
+                    history.acked(mid, p, None if res.skipped else res.offset)
+
+    async def read(reader: weir.aio.Reader, n: int) -> None:
+        got = 0
+        deadline = time.monotonic() + 90
+        while got < n and time.monotonic() < deadline:
+            batch = await reader.receive_batch(timeout=1.0)
+            if batch is None:
+                continue
+            for m in batch.messages:
+                rows[m.partition].append((m.offset, message_id(m.data)))
+            got += len(batch.messages)
+            await reader.commit_with_ack(batch)
+
+    try:
+        async with weir.aio.Client(brokers[home].endpoint) as client:
+            owners = {o.broker for o in await client.owners(name)}
+            assert len(owners) >= 2, owners  # spread: one broker alone would be one stream
+            await write(client, 0)
+            # from the committed offsets (none yet: the earliest), after a move too
+            reader = client.reader(name, consumer="c")
+            try:
+                await read(reader, parts * per)
+                streams = reader._core._cores  # type: ignore[union-attr]
+                assert len(streams) == len(owners)  # one stream per owner
+                brokers[owner].kill()
+                await write(client, 1)  # the writers follow partition 0 to its new owner
+                await read(reader, parts * per)
+                assert reader.reconnects >= 1
+            finally:
+                await reader.close()
+        report = check(history, rows, {p: 0 for p in range(parts)})
+        assert report.violations() == {}, report.violations()
+        assert report.acknowledged == 2 * parts * per
+        for p in range(parts):  # committed positions kept: nothing read twice
+            assert [o for o, _ in rows[p]] == list(range(2 * per)), (p, rows[p])
+    finally:
+        if brokers[owner].proc is None:
+            brokers[owner].start()
+
+
+def test_a_sync_reader_reads_a_topic_spread_over_brokers(
+    brokers: dict[str, ServerProcess],
+    zookeeper: ZooKeeperServer,
+    shared_root: str,
+) -> None:
+    """The sync twin: a reader (no consumer) given one broker reads every partition of a
+    topic served by several brokers, each from its owner."""
+    name, parts = "public/default/follow-read-sync", 4
+    owner = in_zk(zookeeper, shared_root, lambda r: created(brokers, r, name, parts))
+    home = next(n for n in NAMES if n != owner)
+    with weir.Client(brokers[home].endpoint) as client:
+        assert len({o.broker for o in client.owners(name)}) >= 2
+        for p in range(parts):
+            with client.writer(name, producer_id=f"s{p}", partition=p) as w:
+                for i in range(5):
+                    w.write(make_data(f"s{p}", i, 16))
+        reader = client.reader(name)
+        got: set[tuple[int, int, str]] = set()
+        deadline = time.monotonic() + 60
+        while len(got) < parts * 5 and time.monotonic() < deadline:
+            msg = reader.receive_message(timeout=1.0)
+            if msg is not None:
+                got.add((msg.partition, msg.offset, message_id(msg.data)))
+        reader.close()
+    assert got == {(p, i, f"id:s{p}:{i}") for p in range(parts) for i in range(5)}
 
 
 def kafka_leader(bootstrap: str, topic: str) -> int:

@@ -57,7 +57,6 @@ from weir.client.writer import WriterCore
 from weir.client.writer_settings import WriteResult, WriterSettings
 from weir.errors import (
     ClosedError,
-    DeliveryTimeoutError,
     TokenRejectedError,
     UnauthorizedError,
     UnavailableError,
@@ -634,17 +633,5 @@ class DirectWriterCore(WriterCore):
             return
         if self._stall.observe(self._unacked, self._acked, time.monotonic()) < limit:
             return
-        reason = self.last_error
-        why = (
-            f"last error: {reason.message}"
-            if reason is not None
-            else f"the server at {self.target.tcp_endpoint} did not answer"
-        )
-        self._fail(
-            DeliveryTimeoutError(
-                f"writer to {self.topic!r} gave up: {self._unacked} messages not acknowledged "
-                f"for {limit:g} s (delivery_timeout); {why}",
-                reason,
-            )
-        )
+        self._fail(self._delivery_timeout(self._unacked, limit, self.target.tcp_endpoint))
         self._drop_socket()

@@ -26,7 +26,7 @@ import enum
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -93,6 +93,14 @@ class PartitionSession:
     chunks: ChunkAssembler = field(default_factory=ChunkAssembler)  # chunked messages
 
 
+def check_reader(topics: list[str], chunk_expiry: Any) -> None:
+    """Refuse a reader's settings at once (BadRequestError), before any stream opens."""
+    if not topics:
+        raise BadRequestError("a reader needs at least one topic")
+    if not isinstance(chunk_expiry, int | float) or not chunk_expiry > 0:
+        raise BadRequestError(f"chunk_expiry must be > 0 seconds, got {chunk_expiry!r}")
+
+
 @dataclass(slots=True)
 class _Entry:
     session: PartitionSession
@@ -116,11 +124,10 @@ class ReaderCore:
         read_committed: bool = False,
         compacted: bool = False,
         chunk_expiry: float = DEFAULT_CHUNK_EXPIRY,
+        partitions: Sequence[tuple[str, int]] = (),
+        on_moved: Callable[[ReaderCore, WeirError], None] | None = None,
     ) -> None:
-        if not topics:
-            raise BadRequestError("a reader needs at least one topic")
-        if not isinstance(chunk_expiry, int | float) or not chunk_expiry > 0:
-            raise BadRequestError(f"chunk_expiry must be > 0 seconds, got {chunk_expiry!r}")
+        check_reader(topics, chunk_expiry)
         self.compacted = compacted
         self.chunk_expiry = float(chunk_expiry)
         self.conn = conn
@@ -152,6 +159,11 @@ class ReaderCore:
         self.last_error: WeirError | None = None  # behind the latest reconnect
         self._live = False  # the current stream got its init result
         self._down_since: float | None = None  # monotonic time the stream was lost (None: up)
+        # cluster mode (`weir.client.owner_readers`): read only these (topic, partition)s, at
+        # the broker serving them; a not-owner answer or a failure of that broker ends this
+        # core and goes to ``on_moved``, which looks the partitions up again
+        self.named = list(partitions)
+        self.on_moved = on_moved
 
     @property
     def connected(self) -> bool:
@@ -327,6 +339,7 @@ class ReaderCore:
                     credit_bytes=self.buffer_bytes,
                     read_committed=self.read_committed,
                     compacted=self.compacted,
+                    partitions=[pb.ReadPartition(topic=t, partition=p) for t, p in self.named],
                 )
                 await call.write(pb.ReadRequest(init=init))
                 self._generation += 1
@@ -384,6 +397,11 @@ class ReaderCore:
                     self._queue_event.set()
                     return
                 if self._closing:
+                    return
+                if self.on_moved is not None and (
+                    isinstance(err, NotOwnerError) or self.target is not self.conn
+                ):
+                    self.on_moved(self, err)  # the owners are looked up again over there
                     return
                 self.reconnects += 1
                 delay = backoff.next_delay()

@@ -16,7 +16,6 @@ from weir.client.write_buffer import Request, Sent
 from weir.client.writer_settings import WriteResult
 from weir.client.writer_state import WriterState
 from weir.errors import (
-    DeliveryTimeoutError,
     UnavailableError,
     WeirError,
     error_from_code,
@@ -137,19 +136,7 @@ class WriteStream(WriterState):
             with self._lock:
                 unacked, acked = self._unacked, self._acked
             if clock.observe(unacked, acked, self.loop.time()) >= limit:
-                reason = self.last_error
-                why = (
-                    f"last error: {reason.message}"
-                    if reason is not None
-                    else f"the server at {self.conn.endpoint} did not answer"
-                )
-                self._give_up(
-                    DeliveryTimeoutError(
-                        f"writer to {self.topic!r} gave up: {unacked} messages not acknowledged "
-                        f"for {limit:g} s (delivery_timeout); {why}",
-                        reason,
-                    )
-                )
+                self._give_up(self._delivery_timeout(unacked, limit, self.conn.endpoint))
                 return
 
     def _give_up(self, err: WeirError) -> None:

@@ -18,6 +18,7 @@ from weir.client.write_buffer import AnyFuture, Buffer, Request
 from weir.client.writer_settings import WriterSettings
 from weir.errors import (
     ClosedError,
+    DeliveryTimeoutError,
     NotOwnerError,
     WeirError,
 )
@@ -155,6 +156,21 @@ class WriterState:
         log.warning("writer to %s: %s; reconnecting within %.2f s", self.topic, err.message, delay)
         self._notify_reconnect(err)
         return delay
+
+    def _delivery_timeout(self, unacked: int, limit: float, endpoint: str) -> DeliveryTimeoutError:
+        """The error a writer gives up with: ``unacked`` messages waited ``limit`` seconds
+        (``delivery_timeout``) with none acknowledged; names the last reason."""
+        reason = self.last_error
+        why = (
+            f"last error: {reason.message}"
+            if reason is not None
+            else f"the server at {endpoint} did not answer"
+        )
+        return DeliveryTimeoutError(
+            f"writer to {self.topic!r} gave up: {unacked} messages not acknowledged "
+            f"for {limit:g} s (delivery_timeout); {why}",
+            reason,
+        )
 
     def _notify_reconnect(self, err: WeirError) -> None:
         cb = self.settings.on_reconnect
