@@ -29,14 +29,16 @@ from typing import Any
 from weir.client.chunks import DEFAULT_CHUNK_EXPIRY
 from weir.client.connection import Backoff, Connection
 from weir.client.messages import Batch, Message
-from weir.client.reader import PartitionSession, ReaderCore, check_reader
-from weir.errors import BadRequestError, ClosedError, WeirError, WeirTimeoutError
+from weir.client.reader import PartitionSession, ReaderCore, check_commit, check_reader
+from weir.errors import ClosedError, WeirError, WeirTimeoutError
 from weir.protocols.native import weir_pb2 as pb
 
 log = logging.getLogger("weir.client.reader")
 
 # how long one Lookup may take before the reader tries again
 LOOKUP_TIMEOUT_S = 5.0
+# a stream that lived this long before its partitions moved: reopen them at once
+MOVE_SETTLED_S = 2.0
 
 Part = tuple[str, int]
 
@@ -63,6 +65,8 @@ class OwnerReaders:
         self._ended_reconnects = 0  # of streams that ended
         self._moves = 0
         self._last_error: WeirError | None = None
+        self._born: dict[ReaderCore, float] = {}  # when each stream was opened
+        self._backoff = Backoff()  # between moves that come right after the stream opened
 
     # ------------------------------------------------------------------ state
 
@@ -100,6 +104,7 @@ class OwnerReaders:
         core.target = target
         core._queue_event = self._event  # one wake-up for every stream's data
         core.start_session()
+        self._born[core] = time.monotonic()
         return core
 
     def _on_moved(self, core: ReaderCore, err: WeirError) -> None:
@@ -120,6 +125,12 @@ class OwnerReaders:
                 parts = core.named or None
                 log.info("reader: %s; looking up the owners of its partitions", err.message)
                 await core.close(0)
+                # a stream that ends right after it opened (brokers disagreeing about the
+                # owner for a moment) waits with backoff: no tight loop of lookups
+                if time.monotonic() - self._born.pop(core, 0.0) < MOVE_SETTLED_S:
+                    await asyncio.sleep(self._backoff.next_delay())
+                else:
+                    self._backoff.reset()
                 await self._open(parts, Backoff())
         except asyncio.CancelledError:
             raise
@@ -147,10 +158,9 @@ class OwnerReaders:
                     moving.append(part)
                 else:
                     by_conn[conn].append(part)
-            if parts is None and not moving and len(by_conn) == 1:
+            if parts is None and not moving and len(by_conn) <= 1:
                 # one broker serves them all: one stream as before (shared with the group)
-                [conn] = by_conn
-                self._cores.append(self._core(conn, []))
+                self._cores.append(self._core(next(iter(by_conn), self.conn), []))
                 return
             for conn, named in by_conn.items():
                 self._cores.append(self._core(conn, named))
@@ -169,7 +179,7 @@ class OwnerReaders:
         found: dict[Part, Connection | None] = {}
         for topic in self.topics:
             resp = None
-            for conn in [self.conn, *owners._conns.values()]:
+            for conn in [self.conn, *owners.connections()]:
                 if conn.closed:
                     continue
                 try:
@@ -253,12 +263,7 @@ class OwnerReaders:
         return core.commit(item)
 
     def check_commit(self, item: Any) -> None:
-        if self._closed or self._closing:
-            raise ClosedError("reader is closed")
-        if not isinstance(item, Message | Batch):
-            raise BadRequestError(f"commit takes a Message or a Batch, not {type(item).__name__}")
-        if not self.consumer:
-            raise BadRequestError("a reader without a consumer cannot commit; give it consumer=...")
+        check_commit(item, self.consumer, self._closed or self._closing)
 
     # ------------------------------------------------------------------ close
 

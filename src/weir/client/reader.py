@@ -101,6 +101,17 @@ def check_reader(topics: list[str], chunk_expiry: Any) -> None:
         raise BadRequestError(f"chunk_expiry must be > 0 seconds, got {chunk_expiry!r}")
 
 
+def check_commit(item: Any, consumer: str, closed: bool) -> None:
+    """Refuse a commit that can never work: reader closed, not a message or batch, or a
+    reader without a consumer (every reader's `check_commit`)."""
+    if closed:
+        raise ClosedError("reader is closed")
+    if not isinstance(item, Message | Batch):
+        raise BadRequestError(f"commit takes a Message or a Batch, not {type(item).__name__}")
+    if not consumer:
+        raise BadRequestError("a reader without a consumer cannot commit; give it consumer=...")
+
+
 @dataclass(slots=True)
 class _Entry:
     session: PartitionSession
@@ -291,12 +302,7 @@ class ReaderCore:
 
     def check_commit(self, item: Any) -> None:
         """Raise at once for a commit that can never work (safe to call from any thread)."""
-        if self._closed or self._closing:
-            raise ClosedError("reader is closed")
-        if not isinstance(item, Message | Batch):
-            raise BadRequestError(f"commit takes a Message or a Batch, not {type(item).__name__}")
-        if not self.consumer:
-            raise BadRequestError("a reader without a consumer cannot commit; give it consumer=...")
+        check_commit(item, self.consumer, self._closed or self._closing)
 
     def _on_commit_ack(self, ack: Any) -> None:
         ps = self._sessions.get(ack.assignment_id)
