@@ -258,6 +258,7 @@ class Load:
         self.delivered: set[str] = set()
         self.committed = 0  # the highest commit acknowledged (the next offset to read)
         self.stopping = asyncio.Event()
+        self.written_all = asyncio.Event()  # the writer flushed: every ack is in
         self.errors: list[BaseException] = []
 
     async def progress(self, more: int, timeout: float = 90) -> None:
@@ -288,6 +289,7 @@ class Load:
                     await asyncio.sleep(0.005)
                 await w.flush(timeout=120)
                 self.acks.settle()
+            self.written_all.set()
         except BaseException as exc:
             self.errors.append(exc)
             raise
@@ -297,7 +299,7 @@ class Load:
             async with weir.aio.Client(self.endpoint) as client:
                 reader = client.reader(self.name, consumer="rc")
                 try:
-                    while not (self.stopping.is_set() and self.delivered >= self.acked_ids()):
+                    while not (self.written_all.is_set() and self.delivered >= self.acked_ids()):
                         msg = await reader.receive_message(timeout=0.5)
                         if msg is None:
                             continue
@@ -320,15 +322,25 @@ class Load:
     def acked_ids(self) -> set[str]:
         return {f"id:r:{n}" for n in range(self.acks.count)}
 
-    async def observe_commit(self, endpoint: str, when: str) -> None:
-        """The consumer's committed offset as the partition's owner reports it now."""
+    async def observe_commit(self, brokers: dict[str, ServerProcess], when: str) -> None:
+        """The consumer's committed offset as the partition's owner reports it now (asked
+        of the live brokers in turn until one answers: one may have just stopped)."""
         since = self.history.clock()
-        async with weir.aio.Client(endpoint) as client:
-            [owner] = await client.owners(self.name)
-        async with weir.aio.Client(owner.endpoints["native"]) as client:
-            info = await client.describe_consumer(self.name, "rc")
-        [part] = [p for p in info.partitions if p.partition == 0]
-        self.history.commit_observed(since, "rc", KEY, part.committed_offset, when)
+        deadline = time.monotonic() + 60
+        while True:
+            for srv in [s for s in brokers.values() if s.proc is not None]:
+                try:
+                    async with weir.aio.Client(srv.endpoint) as client:
+                        [owner] = await client.owners(self.name, timeout=10)
+                    async with weir.aio.Client(owner.endpoints["native"]) as client:
+                        info = await client.describe_consumer(self.name, "rc", timeout=10)
+                except weir.errors.UnavailableError:
+                    continue  # that broker is down, or the partition is moving
+                [part] = [p for p in info.partitions if p.partition == 0]
+                self.history.commit_observed(since, "rc", KEY, part.committed_offset, when)
+                return
+            assert time.monotonic() < deadline, f"no owner answered {when}"
+            await asyncio.sleep(0.2)
 
 
 async def rolling_restart(
@@ -348,7 +360,8 @@ async def rolling_restart(
     async with weir.aio.Client(brokers["a"].endpoint) as admin:
         await admin.alter_topic(name, add_consumers=["rc"])
     history = History()
-    load = Load(brokers["b"].endpoint, name, history, limit)
+    home = brokers["b"]
+    load = Load(home.endpoint, name, history, limit)
     tasks = [asyncio.create_task(load.write()), asyncio.create_task(load.read())]
     try:
         await load.progress(step)
@@ -362,12 +375,14 @@ async def rolling_restart(
                 await asyncio.to_thread(proc.kill)
             else:
                 await asyncio.to_thread(proc.stop)
-            await load.progress(step)  # it goes on without it
+            if proc is not home:
+                # it goes on without it; not without the one broker the client was given
+                # when that one owned the partition: the SDK waits for it (docs/cluster.md)
+                await load.progress(step)
             await asyncio.to_thread(proc.start)
             history.fault(f"started {label}")
             await load.progress(step)
-            live = next(s for s in brokers.values() if s.proc is not None)
-            await load.observe_commit(live.endpoint, f"after {label}")
+            await load.observe_commit(brokers, f"after {label}")
         load.stopping.set()
         await asyncio.wait_for(asyncio.gather(*tasks), 180)
     finally:
@@ -376,7 +391,7 @@ async def rolling_restart(
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
     assert not load.errors, load.errors
-    await load.observe_commit(brokers["c"].endpoint, "at the end")
+    await load.observe_commit(brokers, "at the end")
     rows = await read_all(brokers["c"].endpoint, name, load.acks.count)
     report = check(history, {KEY: rows}, {KEY: 0})
     assert report.violations() == {}, report.violations()
