@@ -27,7 +27,9 @@ from tests.reliability.checker import check
 from tests.reliability.history import History, make_data, message_id
 from weir.broker.cluster import ClusterRecords, partition_key
 from weir.errors import NotOwnerError
+from weir.replication.ledger import LedgerClient
 from weir.replication.local_cluster import BookieProcess
+from weir.replication.partition_log import ReplicatedPartitionLog
 from weir.replication.zkserver import ZooKeeperServer
 
 NAMES = ("a", "b", "c")
@@ -146,6 +148,37 @@ async def test_a_paused_owner_acknowledges_nothing_after_its_session_expired(
         if paused and not resumed:
             brokers[owner].resume()
         restart_stopped(brokers)
+
+
+async def test_a_write_to_a_log_fenced_under_a_live_claim_is_retried_and_the_owner_claims_again(
+    brokers: dict[str, ServerProcess], records: ClusterRecords, shared_client: LedgerClient
+) -> None:
+    """Another opener (a tool, a drop) fences the owner's log while the owner's session
+    and claim live on. The owner's next commit is refused by the bookies; the client
+    hears the retryable NOT_OWNER (not a fatal internal error), the owner gives its claim
+    back and claims the partition afresh (a new generation, fencing that opener in turn),
+    and the retried commit and the writer's next messages land, once each, in order."""
+    name = "public/default/fence-live"
+    key = partition_key(name, 0)
+    owner = await created(brokers, records, name)
+    async with weir.aio.Client(brokers[owner].endpoint) as client:
+        [before] = await client.owners(name)
+        async with client.writer(name, producer_id="l", partition=0) as writer:
+            for i in range(5):
+                await writer.write(make_data("l", i, 16))
+            await writer.flush(timeout=60)
+        other = await ReplicatedPartitionLog.open(shared_client, key)  # fences the owner
+        await other.abandon()
+        assert await client.commit_offset(name, 0, "c", 3, timeout=60)  # retried, then taken
+        async with client.writer(name, producer_id="l", partition=0) as writer:
+            for i in range(5, 10):
+                await writer.write(make_data("l", i, 16))
+            await writer.flush(timeout=60)
+        [after] = await client.owners(name)
+        assert after.broker == owner and after.generation > before.generation
+        assert (await client.describe_consumer(name, "c")).partitions[0].committed_offset == 3
+    rows = await read_all(brokers[owner].endpoint, name, 10)
+    assert rows == [(i, f"id:l:{i}") for i in range(10)]
 
 
 def wait_done(futures: list[Future[Any]], timeout: float) -> None:
