@@ -141,7 +141,7 @@ async def test_a_paused_owner_acknowledges_nothing_after_its_session_expired(
                 await asyncio.sleep(0.1)
             assert not found.local
             with pytest.raises(NotOwnerError) as err:
-                await client.commit_offset(name, 0, "late", 1)
+                await client.commit_offset(name, 0, "late", 1, timeout=1)  # retried till then
             assert err.value.owner == new_owner
         assert brokers[owner].proc is not None and brokers[owner].proc.poll() is None
     finally:
