@@ -28,7 +28,7 @@ for the consumer's committed offset. At the end everything is read back: no
 acknowledged message lost, none stored twice, each producer's messages in write order,
 offsets dense, no committed consumer position gone backwards.
 
-8 faults in the default run; the ``slow`` one (`make soak`) runs ``WEIR_CLUSTER_FAULTS``
+8 faults in the default run; the ``slow`` one (`make soak`) runs ``WEIR_SOAK_CLUSTER_FAULTS``
 (300 by default);
 ``WEIR_CHAOS_SEED`` replays a schedule (the seed is printed with the summary).
 """
@@ -60,7 +60,7 @@ from weir.replication.registry import available_bookies
 from weir.replication.zkserver import ZooKeeperServer
 
 SHORT_FAULTS = 8  # the default run
-LONG_FAULTS = int(os.environ.get("WEIR_CLUSTER_FAULTS", "300"))  # `make soak`
+LONG_FAULTS = int(os.environ.get("WEIR_SOAK_CLUSTER_FAULTS", "300"))  # `make soak`
 SEED = int(os.environ.get("WEIR_CHAOS_SEED") or random.SystemRandom().randrange(1, 2**31))
 NAMES = ("a", "b", "c")
 PARTITIONS = 6
@@ -76,6 +76,7 @@ KINDS = (
     "client_cut",
     "client_cut",
 )
+ZK_S = 20.0  # a ZooKeeper read of the test's own, at most
 SETTLE_S = 120.0  # a fault's healing: owners back and writes going on, within this
 INFLIGHT = 64  # unacknowledged writes per writer at most
 
@@ -108,6 +109,8 @@ def brokers(
     with cluster_servers(
         NAMES, zookeeper.hosts, shared_root, tmp_path_factory, prefix="faults", env=env
     ) as out:
+        for srv in out.values():  # each restart's lines go on in the same file
+            srv.log_file = srv.data_dir.with_suffix(".log")
         yield out
 
 
@@ -292,7 +295,7 @@ class Cluster:
 
     async def registered(self, name: str) -> bool:
         path = f"{brokers_path(self.root)}/{name}"
-        return await asyncio.to_thread(self.kazoo.exists, path) is not None
+        return await asyncio.wait_for(asyncio.to_thread(self.kazoo.exists, path), ZK_S) is not None
 
     async def until(
         self, what: str, cond: Callable[[], Awaitable[bool]], timeout: float = SETTLE_S
@@ -300,8 +303,20 @@ class Cluster:
         deadline = time.monotonic() + timeout
         while not await cond():
             self.check_alive()
-            assert time.monotonic() < deadline, f"seed {SEED}: {what} within {timeout} s"
+            if time.monotonic() > deadline:
+                raise AssertionError(f"seed {SEED}: not {what} in {timeout} s\n{self.logs()}")
             await asyncio.sleep(0.05)
+
+    async def bookies_seen(self) -> dict[str, dict[str, str]]:
+        return await asyncio.wait_for(
+            asyncio.to_thread(available_bookies, self.kazoo, self.root), ZK_S
+        )
+
+    def logs(self) -> str:
+        """The last lines of each broker's log (for a failure's message)."""
+        return "".join(
+            f"--- broker {n}:\n" + "".join(srv.log[-15:]) for n, srv in self.brokers.items()
+        )
 
     def check_alive(self) -> None:
         for name, srv in self.brokers.items():
@@ -317,7 +332,7 @@ class Cluster:
         async def ready() -> bool:
             if not all([await self.registered(n) for n in NAMES]):
                 return False
-            owners = await self.records.owners()
+            owners = await asyncio.wait_for(self.records.owners(), ZK_S)
             return keys <= set(owners) and load.acked >= since_acked + 10 * PARTITIONS
 
         await self.until("the cluster settled", ready)
@@ -335,14 +350,14 @@ class Cluster:
             bookie.kill()
 
             async def gone() -> bool:  # its registration expired; writes went on meanwhile
-                view = await asyncio.to_thread(available_bookies, self.kazoo, self.root)
+                view = await self.bookies_seen()
                 return address not in view and load.acked >= acked + 5 * PARTITIONS
 
             await self.until(f"bookie {address} dropped", gone)
             await asyncio.to_thread(bookie.start)
 
             async def back() -> bool:
-                view = await asyncio.to_thread(available_bookies, self.kazoo, self.root)
+                view = await self.bookies_seen()
                 return address in view
 
             await self.until(f"bookie {address} registered again", back)
@@ -410,6 +425,7 @@ async def run_schedule(
     faults: Counter[str] = Counter()
     hit: Counter[str] = Counter()
     started = time.monotonic()
+    print(f"cluster fault schedule: seed {SEED}, {faults_wanted} faults", file=sys.stderr)
     tasks: list[asyncio.Task[None]] = []
     try:
         async with weir.aio.Client(brokers["a"].endpoint) as admin:
@@ -435,6 +451,7 @@ async def run_schedule(
                             raise AssertionError(f"seed {SEED}: a load task ended early")
                     kind = rng.choice(KINDS)
                     before = load.acked
+                    print(f"fault {i}: {kind}...", file=sys.stderr, flush=True)
                     target = await cluster.hit(kind, rng, load)
                     faults[kind] += 1
                     hit[target] += 1

@@ -3,7 +3,8 @@
 The `PartitionHost` a replicated broker gives its `Ownership`: acquiring a
 partition opens its replicated log under the claim (`ReplicatedLogHost`: the
 previous owner is fenced) and builds the one `PartitionActor` that writes it,
-committing each change as one managed-log entry (``commit=plog.commit``),
+committing each change as one managed-log entry (``plog.commit``; a log fenced
+under it by the next owner fails the write with the retryable `NotOwnerError`),
 reading through the log (``read=plog.read``) and dropping whole ledgers in its
 retention steps (``retain=plog.retain``). Releasing closes the actor first
 (the commit in flight finishes, queued writes fail with a retryable error), then
@@ -27,6 +28,7 @@ from weir.broker.cluster.log_host import ReplicatedLogHost
 from weir.broker.cluster.ownership import Ownership
 from weir.broker.partition_actor import PartitionActor
 from weir.errors import NotOwnerError
+from weir.replication.errors import ManagedLogFencedError
 from weir.replication.partition_log import ReplicatedPartitionLog
 
 log = logging.getLogger("weir.cluster")
@@ -60,6 +62,17 @@ class ClusterPartitions:
     async def acquire(self, key: str, generation: int) -> None:
         await self.logs.acquire(key, generation)
         plog = self.logs.log(key)
+        me = self.logs.broker_id
+
+        async def commit(change: Any) -> None:
+            """``plog.commit``; a log another broker's open fenced means that broker owns
+            the partition now: the writer is told NOT_OWNER (retryable, it looks the owner
+            up and resends there), not the log's fatal error (which killed it)."""
+            try:
+                await plog.commit(change)
+            except ManagedLogFencedError as exc:
+                raise taken_over(key, me, exc) from exc
+
         topic, partition = split_key(key)
         self.actors[key] = PartitionActor(
             plog,
@@ -69,7 +82,7 @@ class ClusterPartitions:
             generation=generation,
             max_queue_bytes=self.limits.max_queue_bytes,
             max_commit_bytes=self.limits.max_commit_bytes,
-            commit=plog.commit,
+            commit=commit,
             read=plog.read,
             retain=plog.retain,
         )
@@ -123,6 +136,17 @@ class ClusterPartitions:
             return not_owned(key, me)
         broker, endpoints, generation = got
         return not_owned(key, me, broker, endpoints, generation)
+
+
+def taken_over(key: str, me: str, exc: ManagedLogFencedError) -> NotOwnerError:
+    """The not-owner error of a partition whose log another owner fenced under this one."""
+    topic, partition = split_key(key)
+    return NotOwnerError(
+        f"partition {key} was taken over by another broker, not served by {me} any more "
+        f"({exc.message}): retry shortly",
+        topic=topic,
+        partition=partition,
+    )
 
 
 def not_owned(
