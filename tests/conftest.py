@@ -108,11 +108,13 @@ def cluster_servers(
     root: str,
     tmp_path_factory: pytest.TempPathFactory,
     prefix: str = "broker",
-    env: Mapping[str, Mapping[str, str]] | None = None,
+    env: dict[str, str] | None = None,
+    broker_env: Mapping[str, Mapping[str, str]] | None = None,
 ) -> Iterator[dict[str, ServerProcess]]:
     """`weir serve` processes in replicated mode, one per broker id, joined to one cluster
     (a 4 s ZooKeeper session, so a killed broker's partitions move within seconds); every
-    one started is stopped at the end. ``env``: more variables per broker id (they win)."""
+    one started is stopped at the end. ``env``: more settings for every broker;
+    ``broker_env``: more for each broker id (they win over both)."""
     out: dict[str, ServerProcess] = {}
     try:
         for name in names:
@@ -124,7 +126,8 @@ def cluster_servers(
                     "WEIR_CLUSTER_ROOT": root,
                     "WEIR_CLUSTER_BROKER_ID": name,
                     "WEIR_CLUSTER_SESSION_TIMEOUT_S": "4",
-                    **(env or {}).get(name, {}),
+                    **(env or {}),
+                    **(broker_env or {}).get(name, {}),
                 },
             )
             out[name] = srv

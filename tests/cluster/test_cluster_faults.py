@@ -107,7 +107,7 @@ def brokers(
 ) -> Iterator[dict[str, ServerProcess]]:
     env = {n: {"WEIR_CLUSTER_ZOOKEEPER": zk_proxies[n].endpoint} for n in NAMES}
     with cluster_servers(
-        NAMES, zookeeper.hosts, shared_root, tmp_path_factory, prefix="faults", env=env
+        NAMES, zookeeper.hosts, shared_root, tmp_path_factory, prefix="faults", broker_env=env
     ) as out:
         for srv in out.values():  # each restart's lines go on in the same file
             srv.log_file = srv.data_dir.with_suffix(".log")

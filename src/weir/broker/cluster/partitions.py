@@ -3,8 +3,7 @@
 The `PartitionHost` a replicated broker gives its `Ownership`: acquiring a
 partition opens its replicated log under the claim (`ReplicatedLogHost`: the
 previous owner is fenced) and builds the one `PartitionActor` that writes it,
-committing each change as one managed-log entry (``plog.commit``; a log fenced
-under it by the next owner fails the write with the retryable `NotOwnerError`),
+committing each change as one managed-log entry (``commit=plog.commit``),
 reading through the log (``read=plog.read``) and dropping whole ledgers in its
 retention steps (``retain=plog.retain``). Releasing closes the actor first
 (the commit in flight finishes, queued writes fail with a retryable error), then
@@ -20,6 +19,7 @@ twin for synchronous callers, naming the owner as of the last reconcile.
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +30,7 @@ from weir.broker.partition_actor import PartitionActor
 from weir.errors import NotOwnerError
 from weir.replication.errors import ManagedLogFencedError
 from weir.replication.partition_log import ReplicatedPartitionLog
+from weir.replication.partition_log.log import ReplicatedChange
 
 log = logging.getLogger("weir.cluster")
 
@@ -62,17 +63,6 @@ class ClusterPartitions:
     async def acquire(self, key: str, generation: int) -> None:
         await self.logs.acquire(key, generation)
         plog = self.logs.log(key)
-        me = self.logs.broker_id
-
-        async def commit(change: Any) -> None:
-            """``plog.commit``; a log another broker's open fenced means that broker owns
-            the partition now: the writer is told NOT_OWNER (retryable, it looks the owner
-            up and resends there), not the log's fatal error (which killed it)."""
-            try:
-                await plog.commit(change)
-            except ManagedLogFencedError as exc:
-                raise taken_over(key, me, exc) from exc
-
         topic, partition = split_key(key)
         self.actors[key] = PartitionActor(
             plog,
@@ -82,10 +72,34 @@ class ClusterPartitions:
             generation=generation,
             max_queue_bytes=self.limits.max_queue_bytes,
             max_commit_bytes=self.limits.max_commit_bytes,
-            commit=commit,
+            commit=self._committer(key, generation, plog),
             read=plog.read,
             retain=plog.retain,
         )
+
+    def _committer(
+        self, key: str, generation: int, plog: ReplicatedPartitionLog
+    ) -> Callable[[ReplicatedChange], Awaitable[None]]:
+        """``plog.commit``, where a fenced log (another broker opened it: this broker's
+        claim is gone, whether or not its session noticed yet) answers the retryable
+        not-owner error, so the client looks the owner up and resends there (its dedup
+        keeps the resent batches once), and the partition is given up at once."""
+
+        async def commit(change: ReplicatedChange) -> None:
+            try:
+                await plog.commit(change)
+            except ManagedLogFencedError as exc:
+                if self.ownership is not None:
+                    self.ownership.fenced(key, generation)
+                topic, partition = split_key(key)
+                raise NotOwnerError(
+                    f"partition {key} was taken over by another broker (its log was fenced "
+                    f"under generation {generation} on {self.logs.broker_id}): look it up again",
+                    topic=topic,
+                    partition=partition,
+                ) from exc
+
+        return commit
 
     async def release(self, key: str, *, graceful: bool) -> None:
         actor = self.actors.pop(key, None)
@@ -136,17 +150,6 @@ class ClusterPartitions:
             return not_owned(key, me)
         broker, endpoints, generation = got
         return not_owned(key, me, broker, endpoints, generation)
-
-
-def taken_over(key: str, me: str, exc: ManagedLogFencedError) -> NotOwnerError:
-    """The not-owner error of a partition whose log another owner fenced under this one."""
-    topic, partition = split_key(key)
-    return NotOwnerError(
-        f"partition {key} was taken over by another broker, not served by {me} any more "
-        f"({exc.message}): retry shortly",
-        topic=topic,
-        partition=partition,
-    )
 
 
 def not_owned(
