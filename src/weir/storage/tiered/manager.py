@@ -37,7 +37,7 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -527,11 +527,14 @@ class TierManager:
         self.committer.commit([record_op(r) for r in recs])
         try:
             topic, partition = self._names(plog.log_id)
-            parts = []
-            for b in blobs:
-                data = plog.read_blob(b)
-                parts.append(BlobRows(data, b.first_offset, b.count, self._rows(plog, b, data)))
-            obj = encode_packed(parts, topic, partition, plog.log_id)
+
+            def parts() -> Iterator[BlobRows]:  # one blob in memory at a time
+                for b in blobs:
+                    data = plog.read_blob(b)
+                    yield BlobRows(data, b.first_offset, b.count, self._rows(plog, b, data))
+
+            spans = [(b.first_offset, b.count) for b in blobs]
+            obj = encode_packed(parts(), topic, partition, plog.log_id, spans)
             crc = checksum(obj.data)
             try:
                 info = self.storage.put(key, obj.data)

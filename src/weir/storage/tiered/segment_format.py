@@ -29,7 +29,7 @@ from __future__ import annotations
 import io
 import itertools
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -164,37 +164,46 @@ class BlobRows:
 
 
 def encode_packed(
-    blobs: Sequence[BlobRows], topic: str, partition: int, log_id: int
+    blobs: Iterable[BlobRows],
+    topic: str,
+    partition: int,
+    log_id: int,
+    spans: Sequence[tuple[int, int]],
 ) -> PackedObject:
     """One Parquet file of several consecutive blobs, one row group each: fewer, larger
     objects for analytics readers (each file opened costs them milliseconds), while the
-    broker still reads back one blob by its column chunk's byte range."""
-    if not blobs or any(a.first + a.count != b.first for a, b in itertools.pairwise(blobs)):
+    broker still reads back one blob by its column chunk's byte range. ``spans`` are the
+    blobs' (first offset, count), ``blobs`` their bytes, taken one at a time (only one
+    blob's bytes and rows are in memory beside the file being written)."""
+    if not spans or any(a[0] + a[1] != b[0] for a, b in itertools.pairwise(spans)):
         raise InternalError("a packed object holds consecutive blobs only")
-    first, end = blobs[0].first, blobs[-1].first + blobs[-1].count
+    first, end = spans[0][0], spans[-1][0] + spans[-1][1]
     meta: dict[bytes | str, bytes | str] = {
         "weir.format": FORMAT_VERSION,
         "weir.log_id": str(log_id),
         "weir.first_offset": str(first),
         "weir.count": str(end - first),
-        "weir.blobs": json.dumps([[b.first, b.count] for b in blobs]),
+        "weir.blobs": json.dumps([list(sp) for sp in spans]),
     }
     sink = pa.BufferOutputStream()
     with pq.ParquetWriter(sink, SEGMENT_SCHEMA.with_metadata(meta), **_WRITE_OPTIONS) as w:
-        for b in blobs:
+        for b, (bfirst, bcount) in zip(blobs, spans, strict=True):
+            if (b.first, b.count) != (bfirst, bcount):
+                raise InternalError("a packed object's blobs are not the ones named")
             table = _blob_table(b.blob, topic, partition, b.first, b.count, b.rows)
             w.write_table(table.cast(SEGMENT_SCHEMA), row_group_size=max(1, b.count))
+            del table, b
     data = bytes(sink.getvalue())
     md = pq.ParquetFile(pa.BufferReader(data)).metadata
-    if md.num_row_groups != len(blobs) or any(
-        md.row_group(i).num_rows != b.count for i, b in enumerate(blobs)
+    if md.num_row_groups != len(spans) or any(
+        md.row_group(i).num_rows != count for i, (_, count) in enumerate(spans)
     ):
         raise InternalError("packed object: not one row group per blob (a blob of over 1 Mi rows)")
     # (the physical column: the headers map is two leaf columns)
     rg0 = md.row_group(0)
     col = next(j for j in range(rg0.num_columns) if rg0.column(j).path_in_schema == BATCH_COLUMN)
     places = []
-    for i in range(len(blobs)):
+    for i in range(len(spans)):
         c = md.row_group(i).column(col)
         start = c.dictionary_page_offset if c.has_dictionary_page else c.data_page_offset
         end_ = start + c.total_compressed_size
