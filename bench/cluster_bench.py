@@ -20,8 +20,7 @@ swapped every repetition):
 
 Besides the rate, each row carries what the capacity model of docs/cluster.md is built
 from: CPU seconds of every broker and bookie process (/proc/PID/stat) per message and
-per MB, bytes the brokers wrote and read (/proc/PID/io: sockets to clients, bookies
-and ZooKeeper), and from the bookies' /metrics the journal group commits (one fsync
+per MB, and from the bookies' /metrics the journal group commits (one fsync
 each) and the entry bytes stored (= WQ copies of each entry). Every process shares
 this machine's two cores and one disk: the cluster pays three brokers, three bookies
 and WQ fsyncs per entry on the same cores the embedded server has to itself.
@@ -62,17 +61,6 @@ def cluster_system(quorum: tuple[int, int, int]) -> str:
 # --------------------------------------------------------------------------
 # processes
 # --------------------------------------------------------------------------
-
-
-def io_bytes(pid: int) -> tuple[int, int]:
-    """(rchar, wchar) of a process: every read()/write() incl. sockets (/proc/PID/io)."""
-    try:
-        fields = dict(
-            line.split(": ", 1) for line in Path(f"/proc/{pid}/io").read_text().splitlines()
-        )
-        return int(fields["rchar"]), int(fields["wchar"])
-    except (OSError, KeyError, ValueError):
-        return 0, 0
 
 
 @dataclass
@@ -192,6 +180,15 @@ class System:
     brokers: list[int]
     bookies: list[int] = field(default_factory=list)
     bookie_metrics: list[int] = field(default_factory=list)
+    idle: tuple[float, float] = (0.0, 0.0)  # CPU s per s of brokers and bookies, idle
+
+    def measure_idle(self, seconds: float = 3.0) -> None:
+        """The processes' CPU with no client (ZooKeeper pings, reconcile loops), subtracted
+        from every run: a run's window includes spawning its client processes."""
+        a, t0 = Counters.read(self), time.monotonic()
+        time.sleep(seconds)  # measuring over a fixed span, not synchronising
+        b, dt = Counters.read(self), time.monotonic() - t0
+        self.idle = ((b.broker_cpu - a.broker_cpu) / dt, (b.bookie_cpu - a.bookie_cpu) / dt)
 
 
 @dataclass
@@ -200,7 +197,6 @@ class Counters:
 
     broker_cpu: float
     bookie_cpu: float
-    broker_io: tuple[int, int]
     journal_commits: float
     bookie_add_bytes: float
     bookie_adds: float
@@ -208,11 +204,9 @@ class Counters:
     @classmethod
     def read(cls, s: System) -> Counters:
         scrapes = [scrape(m) for m in s.bookie_metrics]
-        ios = [io_bytes(p) for p in s.brokers]
         return cls(
             sum(cpu_seconds(p) for p in s.brokers),
             sum(cpu_seconds(p) for p in s.bookies),
-            (sum(r for r, _ in ios), sum(w for _, w in ios)),
             sum(m.get("weir_bookie_journal_commits_total", 0.0) for m in scrapes),
             sum(m.get("weir_bookie_add_bytes_total", 0.0) for m in scrapes),
             sum(m.get("weir_bookie_adds_total", 0.0) for m in scrapes),
@@ -228,8 +222,6 @@ class Counters:
             broker_cpu_s=round(broker_cpu, 3),
             server_cpu_us_per_msg=round(broker_cpu / n * 1e6, 2),
             broker_cpu_ms_per_mb=round(broker_cpu / mb * 1e3, 1),
-            broker_in_bytes_per_msg=round((after.broker_io[0] - self.broker_io[0]) / n, 1),
-            broker_out_bytes_per_msg=round((after.broker_io[1] - self.broker_io[1]) / n, 1),
         )
         if after.bookie_adds or bookie_cpu:
             commits = after.journal_commits - self.journal_commits
@@ -298,13 +290,16 @@ def _range_worker(t: Target, p: dict[str, Any], gate: Gate) -> dict[str, Any]:
 def _run(
     s: System, fn: Callable[[], Result], workload: str, quorum: tuple[int, int, int]
 ) -> Result:
-    before = Counters.read(s)
+    before, t0 = Counters.read(s), time.monotonic()
     load0 = os.getloadavg()[0]
     res = fn()
-    after = Counters.read(s)
+    after, wall = Counters.read(s), time.monotonic() - t0
+    after.broker_cpu -= s.idle[0] * wall
+    after.bookie_cpu -= s.idle[1] * wall
     res.system = s.name
     res.workload = workload
     res.extra.update(before.delta(after, res, quorum[1]))
+    res.extra["idle_cpu_subtracted_s"] = round((s.idle[0] + s.idle[1]) * wall, 3)
     res.extra["loadavg_1m"] = [round(load0, 2), round(os.getloadavg()[0], 2)]
     res.extra["quorum"] = "/".join(map(str, quorum)) if s.bookies else "embedded"
     return res
@@ -433,6 +428,8 @@ def run_rep(
             print(f"== cluster: brokers with E/WQ/AQ {quorum}", flush=True)
             cluster.start_brokers(quorum)
         pair = systems(cluster, embedded)
+        for s in pair:
+            s.measure_idle()
         for size, n in sizes:
             for k in partitions:
                 for s in pair if (rep + k) % 2 == 0 else list(reversed(pair)):
@@ -469,25 +466,48 @@ def _workload_key(wl: str) -> tuple[int, int, int]:
     return (1 if "10KB" in wl else 0, 1 if "consume" in wl else 0, int(wl.split("P=")[1][0]))
 
 
+def _derived(r: dict[str, Any]) -> dict[str, float | None]:
+    """The capacity model's constants of one row: CPU per MB and per ledger entry (a
+    broker's work is per batch, not per message: the SDK batches), copies, fsyncs."""
+    x, mb = r["extra"], max(1e-9, r["bytes"] / 1e6)
+    q = str(x.get("quorum", ""))
+    wq = int(q.split("/")[1]) if q.count("/") == 2 else 0
+    adds = x.get("bookie_adds") or 0
+    entries = adds / wq if wq and adds else 0
+    broker = x.get("broker_cpu_s")
+    bookie = x.get("bookie_cpu_s")
+    return {
+        "broker_ms_per_mb": broker / mb * 1e3 if broker is not None else None,
+        "broker_us_per_entry": broker / entries * 1e6 if broker and entries else None,
+        "bookie_ms_per_mb": bookie / mb * 1e3 if bookie is not None else None,
+        "bookie_us_per_add": bookie / adds * 1e6 if bookie and adds else None,
+        "msgs_per_entry": r["messages"] / entries if entries else None,
+        "fsyncs_per_s": x.get("journal_fsyncs_per_s"),
+        "adds_per_fsync": x.get("adds_per_fsync"),
+        "copies": x.get("stored_bytes_per_payload_byte"),
+    }
+
+
 def table(rows: list[dict[str, Any]]) -> str:
     """Markdown: per workload and system, the median (min-max) rate and the capacity
-    model's inputs (CPU per message of brokers and bookies, fsyncs/s, copies stored)."""
+    model's inputs (CPU of brokers and bookies per MB and per entry, fsyncs, copies)."""
     cells: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in rows:
         if r.get("error") or not str(r.get("workload", "")).startswith("cluster "):
             continue
         cells.setdefault((r["workload"], r["system"]), []).append(r)
     out = [
-        "| workload | system | msgs/s median (min-max) | MB/s | vs embedded | brokers µs/msg "
-        "| bookies µs/msg | journal fsyncs/s | entries/fsync | bookie bytes / payload byte "
-        "| broker out B/msg | load 1m | reps |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| workload | system | msgs/s median (min-max) | MB/s | vs embedded "
+        "| broker CPU ms/MB | broker CPU µs/entry | bookie CPU ms/MB | bookie CPU µs/add "
+        "| msgs/entry | journal fsyncs/s | adds/fsync | bytes stored / payload byte "
+        "| load 1m | reps |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     emb = {wl: _median([r["msgs_per_s"] for r in rs]) for (wl, s), rs in cells.items()
            if s == EMBEDDED}  # fmt: skip
 
     def med(rs: list[dict[str, Any]], key: str, digits: int = 0) -> str:
-        v = [r["extra"][key] for r in rs if r["extra"].get(key) is not None]
+        v = [d[key] for d in map(_derived, rs) if d.get(key) is not None]
         return f"{_median(v):,.{digits}f}" if v else "-"
 
     for (wl, s), rs in sorted(cells.items(), key=lambda kv: (_workload_key(kv[0][0]), kv[0][1])):
@@ -499,10 +519,11 @@ def table(rows: list[dict[str, Any]]) -> str:
         out.append(
             f"| {wl} | {s} | {m:,.0f} ({min(mps):,.0f}-{max(mps):,.0f}) "
             f"| {_median([r['mb_per_s'] for r in rs]):,.1f} | {ratio} "
-            f"| {med(rs, 'server_cpu_us_per_msg')} | {med(rs, 'bookie_cpu_us_per_msg')} "
-            f"| {med(rs, 'journal_fsyncs_per_s')} | {med(rs, 'adds_per_fsync', 1)} "
-            f"| {med(rs, 'stored_bytes_per_payload_byte', 2)} "
-            f"| {med(rs, 'broker_out_bytes_per_msg')} | {load} | {len(rs)} |"
+            f"| {med(rs, 'broker_ms_per_mb', 1)} | {med(rs, 'broker_us_per_entry')} "
+            f"| {med(rs, 'bookie_ms_per_mb', 1)} | {med(rs, 'bookie_us_per_add')} "
+            f"| {med(rs, 'msgs_per_entry', 1)} | {med(rs, 'fsyncs_per_s')} "
+            f"| {med(rs, 'adds_per_fsync', 1)} | {med(rs, 'copies', 2)} "
+            f"| {load} | {len(rs)} |"
         )
     return "\n".join(out) if len(out) > 2 else ""
 
