@@ -1,6 +1,8 @@
 """The broker cluster beside the embedded mode: produce and consume through the native SDK.
 
     python -m bench.run --workloads cluster --systems weir-cluster --quick --reps 2 --no-profile
+    python -m bench.cluster_bench --small 400000 --large 40000 --seconds 20 --partitions 4 \
+        --quorums 3/2/2 --out rows.jsonl        # alone: longer runs for the CPU constants
 
 A ZooKeeper, 3 bookies (metrics on) and 3 brokers (``weir serve`` in replicated mode,
 each its own process, as ``weir cluster up`` runs them) on loopback, and one embedded
@@ -32,6 +34,7 @@ import argparse
 import contextlib
 import json
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -603,6 +606,7 @@ def running(workdir: Path) -> Iterator[tuple[BenchCluster, Any]]:
         if embedded is not None:
             embedded.stop()
         cluster.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def main() -> None:
@@ -613,6 +617,7 @@ def main() -> None:
     ap.add_argument("--large", type=int, default=2_000)
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--partitions", default="1,4")
+    ap.add_argument("--quorums", default="3/2/2,2/2/1", help="E/WQ/AQ sets")
     ap.add_argument("--reps", type=int, default=1)
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
@@ -623,7 +628,9 @@ def main() -> None:
         for rep in range(args.reps):
             run_rep(
                 cluster, embedded, rep, ((100, args.small), (10_240, args.large)),
-                tuple(int(k) for k in args.partitions.split(",")), QUORUMS, args.seconds,
+                tuple(int(k) for k in args.partitions.split(",")),
+                tuple(tuple(int(x) for x in q.split("/")) for q in args.quorums.split(",")),  # type: ignore[misc]
+                args.seconds,
                 got.append, lambda s, w, tb: print(f"!! {s} {w}\n{tb}", flush=True),
             )  # fmt: skip
     print(table([r.to_dict() for r in got]))
