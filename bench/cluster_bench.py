@@ -609,6 +609,15 @@ def running(workdir: Path) -> Iterator[tuple[BenchCluster, Any]]:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
+def parse_quorums(text: str) -> tuple[tuple[int, int, int], ...]:
+    """ "3/2/2,2/2/1" -> ((3, 2, 2), (2, 2, 1))."""
+    out = []
+    for q in text.split(","):
+        e, wq, aq = (int(x) for x in q.split("/"))
+        out.append((e, wq, aq))
+    return tuple(out)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -629,7 +638,7 @@ def main() -> None:
             run_rep(
                 cluster, embedded, rep, ((100, args.small), (10_240, args.large)),
                 tuple(int(k) for k in args.partitions.split(",")),
-                tuple(tuple(int(x) for x in q.split("/")) for q in args.quorums.split(",")),  # type: ignore[misc]
+                parse_quorums(args.quorums),
                 args.seconds,
                 got.append, lambda s, w, tb: print(f"!! {s} {w}\n{tb}", flush=True),
             )  # fmt: skip

@@ -139,10 +139,7 @@ def make_plan(args: argparse.Namespace) -> Plan:
         partitions=tuple(int(p) for p in args.partitions.split(",")),
         partitions_messages=100_000 if quick else 300_000,
         replication_entries=args.replication_entries or (20_000 if quick else 100_000),
-        cluster_quorums=tuple(
-            (int(e), int(wq), int(aq))
-            for e, wq, aq in (q.split("/") for q in args.cluster_quorums.split(","))
-        ),
+        cluster_quorums=cluster_bench.parse_quorums(args.cluster_quorums),
     )
 
 
