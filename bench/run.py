@@ -7,6 +7,8 @@
     python -m bench.run --workloads pulsar --systems weir-pulsar,pulsar-null --quick
     python -m bench.run --workloads replication --systems weir-bookies --quick --no-profile
     python -m bench.run --workloads cluster --systems weir-cluster --quick --reps 2 --no-profile
+                                                 # ~20 min on a loaded 2-core box (also part of
+                                                 # the default run: it adds as much to it)
 
 Every chosen server is started once (127.0.0.1 only, fresh data dirs, stopped
 by PID at the end), then each repetition walks the workloads and, inside each
