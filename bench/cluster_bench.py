@@ -488,6 +488,11 @@ def _derived(r: dict[str, Any]) -> dict[str, float | None]:
         "fsyncs_per_s": x.get("journal_fsyncs_per_s"),
         "adds_per_fsync": x.get("adds_per_fsync"),
         "copies": x.get("stored_bytes_per_payload_byte"),
+        "client_us_per_msg": (
+            x["client_cpu_s"] / r["messages"] * 1e6
+            if x.get("client_cpu_s") is not None and r["messages"]
+            else None
+        ),
     }
 
 
@@ -503,8 +508,8 @@ def table(rows: list[dict[str, Any]]) -> str:
         "| workload | system | msgs/s median (min-max) | MB/s | vs embedded "
         "| broker CPU ms/MB | broker CPU µs/entry | bookie CPU ms/MB | bookie CPU µs/add "
         "| msgs/entry | journal fsyncs/s | adds/fsync | bytes stored / payload byte "
-        "| load 1m | reps |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| client CPU µs/msg | load 1m | reps |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     emb = {wl: _median([r["msgs_per_s"] for r in rs]) for (wl, s), rs in cells.items()
            if s == EMBEDDED}  # fmt: skip
@@ -526,7 +531,7 @@ def table(rows: list[dict[str, Any]]) -> str:
             f"| {med(rs, 'bookie_ms_per_mb', 1)} | {med(rs, 'bookie_us_per_add')} "
             f"| {med(rs, 'msgs_per_entry', 1)} | {med(rs, 'fsyncs_per_s')} "
             f"| {med(rs, 'adds_per_fsync', 1)} | {med(rs, 'copies', 2)} "
-            f"| {load} | {len(rs)} |"
+            f"| {med(rs, 'client_us_per_msg', 1)} | {load} | {len(rs)} |"
         )
     return "\n".join(out) if len(out) > 2 else ""
 
