@@ -17,8 +17,8 @@ swapped every repetition):
   writer is given broker-0's endpoint and follows each partition's owner.
 * ``cluster consume P=k SIZE``: the same topic read back, one process per partition
   reading it whole with ``Client.read_range`` (what the Spark connector does; it follows
-  the partition's owner). Not a consumer-group reader: one reader stream reads from one
-  broker, and the partitions of a topic spread over several (docs/cluster.md).
+  the partition's owner). Not yet a reader of a consumer (the reader spanning several
+  owners, `weir.client.owner_readers`, landed after this bench was written).
 
 Besides the rate, each row carries what the capacity model of docs/cluster.md is built
 from: CPU seconds of every broker and bookie process (/proc/PID/stat) per message and

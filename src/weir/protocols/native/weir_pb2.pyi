@@ -710,6 +710,7 @@ class ReadInit(_message.Message):
     CREDIT_BYTES_FIELD_NUMBER: _builtins.int
     READ_COMMITTED_FIELD_NUMBER: _builtins.int
     COMPACTED_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
     consumer: _builtins.str
     """Empty: read without a consumer (every partition, no commits)."""
     start: Global___StartFrom.ValueType
@@ -727,6 +728,14 @@ class ReadInit(_message.Message):
     """
     @_builtins.property
     def topics(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___ReadPartition]:
+        """Read only these partitions (of the topics above), not shared through the consumer's
+        group: a client reading a topic whose partitions are served by several brokers (a
+        cluster) opens one stream per owner, each naming the partitions that owner serves.
+        Empty: every partition (shared through the consumer's group).
+        """
+
     def __init__(
         self,
         *,
@@ -737,14 +746,37 @@ class ReadInit(_message.Message):
         credit_bytes: _builtins.int = ...,
         read_committed: _builtins.bool = ...,
         compacted: _builtins.bool = ...,
+        partitions: _abc.Iterable[Global___ReadPartition] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["compacted", b"compacted", "consumer", b"consumer", "credit_bytes", b"credit_bytes", "read_committed", b"read_committed", "read_from_ms", b"read_from_ms", "start", b"start", "topics", b"topics"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["compacted", b"compacted", "consumer", b"consumer", "credit_bytes", b"credit_bytes", "partitions", b"partitions", "read_committed", b"read_committed", "read_from_ms", b"read_from_ms", "start", b"start", "topics", b"topics"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ReadInit: _TypeAlias = ReadInit  # noqa: Y015
+
+@_typing.final
+class ReadPartition(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    partition: _builtins.int
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        partition: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["partition", b"partition", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReadPartition: _TypeAlias = ReadPartition  # noqa: Y015
 
 @_typing.final
 class ReadCredit(_message.Message):
