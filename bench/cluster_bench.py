@@ -48,6 +48,7 @@ if __package__ in (None, ""):  # run as a script: make `bench` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import weir_workloads as weir_wl
+from bench.peers import servers
 from bench.peers.workloads import Gate, Result, Target, _merge_throughput, _now, _run_workers
 from bench.throughput import Window, cpu_seconds, scrape
 
@@ -598,6 +599,13 @@ def dump(rows: list[Result], path: Path) -> None:
             fh.write(json.dumps(r.to_dict()) + "\n")
 
 
+def start_embedded(data_dir: Path) -> Any:
+    """The embedded ``weir serve`` of the comparison, its Kafka front on a free port (the
+    default 9092 may be another server's on a shared machine)."""
+    (kport,) = servers.free_ports(1)
+    return weir_wl.start_server(data_dir, env={"WEIR_KAFKA_LISTEN": f"127.0.0.1:{kport}"})
+
+
 @contextlib.contextmanager
 def running(workdir: Path) -> Iterator[tuple[BenchCluster, Any]]:
     """The cluster's ZooKeeper and bookies and one embedded server, stopped by PID."""
@@ -605,7 +613,7 @@ def running(workdir: Path) -> Iterator[tuple[BenchCluster, Any]]:
     cluster = BenchCluster(workdir / "cluster").start()
     embedded = None
     try:
-        embedded = weir_wl.start_server(workdir / "embedded")
+        embedded = start_embedded(workdir / "embedded")
         yield cluster, embedded
     finally:
         if embedded is not None:

@@ -253,7 +253,7 @@ class Lab:
             cluster = cluster_bench.BenchCluster(self.data_root / "cluster")
             self.handles["weir-cluster"] = cluster
             cluster.start()
-            h = weir_wl.start_server(self.data_root / "weir-embedded")
+            h = cluster_bench.start_embedded(self.data_root / "weir-embedded")
             self.handles["weir-embedded"] = h
             _say(
                 f"weir-cluster: zookeeper {cluster.zookeeper.hosts}, bookies "
