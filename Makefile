@@ -98,7 +98,7 @@ CLUSTER_FAULTS ?= 300
 soak: install-test system-packages
 	WEIR_SOAK=1 WEIR_SOAK_KILLS=$(SOAK_KILLS) $(BIN)/python -m pytest -q -s tests/reliability tests/client/test_writer_delivery.py tests/client/test_compaction.py tests/spark/test_tier.py tests/spark/test_tier_soak.py -m slow
 	WEIR_LEDGER_FAULTS=$(LEDGER_FAULTS) $(BIN)/python -m pytest -q -s tests/replication/test_fault_schedule.py
-	WEIR_SOAK=1 WEIR_SOAK_CLUSTER_FAULTS=$(CLUSTER_FAULTS) $(BIN)/python -m pytest -q -s tests/cluster/test_cluster_faults.py tests/cluster/test_broker_faults.py -m slow
+	WEIR_SOAK=1 WEIR_SOAK_CLUSTER_FAULTS=$(CLUSTER_FAULTS) $(BIN)/python -m pytest -q -s tests/cluster/test_cluster_faults.py tests/cluster/test_broker_faults.py tests/spark/test_cluster.py -m slow
 
 proto: install-test
 	$(BIN)/python -m weir.protocols.native.codegen
