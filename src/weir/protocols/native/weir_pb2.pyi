@@ -1954,6 +1954,8 @@ class TierSegment(_message.Message):
     OBJECT_SIZE_FIELD_NUMBER: _builtins.int
     OBJECT_CRC_FIELD_NUMBER: _builtins.int
     TRANSACTIONAL_FIELD_NUMBER: _builtins.int
+    OBJECT_FIRST_OFFSET_FIELD_NUMBER: _builtins.int
+    OBJECT_END_OFFSET_FIELD_NUMBER: _builtins.int
     first_offset: _builtins.int
     end_offset: _builtins.int
     """exclusive"""
@@ -1966,6 +1968,12 @@ class TierSegment(_message.Message):
     """It holds transaction markers or messages of aborted transactions: read it through the
     broker (ReadRange), which leaves them out; its rows as stored would show them.
     """
+    object_first_offset: _builtins.int
+    """The offsets the whole object holds: more than this segment's when the object packs
+    several blobs (a reader of the object keeps to the offsets it wants); 0 and 0 from
+    servers that predate packing (the object is then this segment alone).
+    """
+    object_end_offset: _builtins.int
     def __init__(
         self,
         *,
@@ -1975,10 +1983,12 @@ class TierSegment(_message.Message):
         object_size: _builtins.int = ...,
         object_crc: _builtins.int = ...,
         transactional: _builtins.bool = ...,
+        object_first_offset: _builtins.int = ...,
+        object_end_offset: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["end_offset", b"end_offset", "first_offset", b"first_offset", "object_crc", b"object_crc", "object_key", b"object_key", "object_size", b"object_size", "transactional", b"transactional"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["end_offset", b"end_offset", "first_offset", b"first_offset", "object_crc", b"object_crc", "object_end_offset", b"object_end_offset", "object_first_offset", b"object_first_offset", "object_key", b"object_key", "object_size", b"object_size", "transactional", b"transactional"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
