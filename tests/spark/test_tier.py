@@ -19,6 +19,7 @@ import weir.spark
 from tests.conftest import ServerProcess
 from tests.spark.topics import Rec, produce, read_topic
 from tests.tiered.conftest import CREDS, S3Server, make_bucket, s3_server  # noqa: F401
+from weir.errors import BadRequestError
 from weir.spark import tier_files
 from weir.spark.batch_reader import WeirBatchReader
 from weir.spark.offsets import to_json
@@ -66,6 +67,13 @@ def _records(p: int, n: int, base: int = 0) -> list[Rec]:
         )
         for i in range(n)
     ]
+
+
+def _full(row: Any) -> tuple[Any, ...]:
+    """Every column of a row, comparable (headers as sorted pairs)."""
+    d = row.asDict()
+    d["headers"] = sorted((d["headers"] or {}).items())
+    return tuple(bytes(v) if isinstance(v, bytearray) else v for v in d.values())
 
 
 def half_offloaded(client: weir.Client, topic: str) -> None:
@@ -136,6 +144,18 @@ def test_half_offloaded_topic_every_offset_once_and_plan_reads_the_store(
     plan_text = df._jdf.queryExecution().executedPlan().toString()
     native = [(row.partition, row.offset, bytes(row.value)) for row in df.collect()]
     assert sorted(native) == sorted((p, o, v[0]) for (p, o), v in got.items())
+    # every column as the Python source gives it, whichever way the live tail is read: on
+    # the driver (small: the default) or by the Python source (driverTailBytes=0)
+    assert sorted(map(_full, df.collect())) == sorted(map(_full, rows))
+    if st.store["backend"] == "local":
+        assert "(Python)" not in plan_text, plan_text  # no Python worker in the query
+    by_source = weir.spark.read(
+        spark, {"endpoint": srv.endpoint, "topic": topic, **opts}, driverTailBytes="0"
+    )
+    assert "BatchScan weir" in by_source._jdf.queryExecution().executedPlan().toString()
+    assert sorted(map(_full, by_source.collect())) == sorted(map(_full, rows))
+    with pytest.raises(BadRequestError, match="driverTailBytes"):
+        weir.spark.read(spark, endpoint=srv.endpoint, topic=topic, driverTailBytes="-1")
     if st.store["backend"] == "local":
         assert "FileScan parquet" in plan_text, plan_text
         # every object is read whole: one scan of all of them, and no offset filter

@@ -37,9 +37,12 @@ from pathlib import Path
 from typing import Any
 
 from weir.client import Client
+from weir.client.tier_admin import TierStatus
+from weir.errors import BadRequestError
 from weir.spark.batch_reader import WeirBatchReader
 from weir.spark.options import ReaderOptions
-from weir.spark.schema import SCHEMA
+from weir.spark.scan import TopicRange, read_range
+from weir.spark.schema import ARROW_SCHEMA, SCHEMA
 from weir.spark.tier_scan import Range, TierRange, plan_tier
 
 # a Parquet reader option Spark passes on to parquet-mr through the scan's Hadoop conf
@@ -67,14 +70,54 @@ def plan(
 ) -> tuple[ReaderOptions, list[TierRange], list[Range]]:
     """The query's ranges, cut once: offloaded ranges Spark scans natively, and the
     ranges the `weir` source reads (through the broker or, for S3, the store)."""
+    ro, native, rest, _ = _plan(options)
+    return ro, native, rest
+
+
+def _plan(
+    options: Mapping[str, str],
+) -> tuple[ReaderOptions, list[TierRange], list[Range], int | None]:
+    """`plan`, and the rest's stored bytes if it is all in the partitions' local part."""
     ro = ReaderOptions.parse({k.lower(): str(v) for k, v in options.items()}, streaming=False)
     reader = WeirBatchReader(ro)
+    statuses: dict[str, TierStatus] = {}
     with Client(ro.endpoint) as client:
         ranges = reader.resolve_ranges(client)
-        tier, rest = plan_tier(client, ranges, ro.tier)
+        tier, rest = plan_tier(client, ranges, ro.tier, statuses)
     native = [r for r in tier if _native(r)]
     rest = rest + [((r.topic, r.partition), r.start, r.end) for r in tier if not _native(r)]
-    return ro, native, [(tp, s, e) for tp, s, e in rest if s < e]
+    rest = [(tp, s, e) for tp, s, e in rest if s < e]
+    return ro, native, rest, _local_bytes(rest, statuses)
+
+
+def _local_bytes(rest: Sequence[Range], statuses: Mapping[str, TierStatus]) -> int | None:
+    """About how many bytes ``rest`` holds, if every range of it is in the local part of its
+    partition (the live tail; pro rata of the partition's stored bytes), else None (an S3
+    store's offloaded range, a transactional segment, a cluster's partition: not sized)."""
+    total = 0
+    for (topic, p), s, e in rest:
+        st = statuses.get(topic)
+        part = next((x for x in st.partitions if x.partition == p), None) if st else None
+        if part is None or s < part.first_local_offset:
+            return None
+        local = max(1, part.end_offset - part.first_local_offset)
+        total += -(-part.local_bytes * (e - s) // local)
+    return total
+
+
+def tail_frame(spark: Any, ro: ReaderOptions, rest: Sequence[Range]) -> Any:
+    """The rows of ``rest`` (small: the live tail) read here, on the driver, through the
+    broker, as a DataFrame of them: no Python worker, no data source planning.
+
+    The same rows the Python source would read (its read, `read_range`, with the query's
+    settings: failOnDataLoss applies), read now rather than when an action runs; the
+    DataFrame keeps them."""
+    import pyarrow as pa
+
+    settings = WeirBatchReader(ro).settings
+    batches = [b for (t, p), s, e in rest for b in read_range(settings, TopicRange(t, p, s, e))]
+    table = pa.Table.from_batches(batches, schema=ARROW_SCHEMA)
+    return spark.createDataFrame(table, schema=SCHEMA)
 
 
 def files_frame(spark: Any, topic: str, ranges: Sequence[TierRange], ro: ReaderOptions) -> Any:
@@ -119,12 +162,15 @@ def read(spark: Any, options: Mapping[str, str] | None = None, **kw: str) -> Any
     ``weir.spark.read(spark, endpoint="127.0.0.1:2136", topic="orders")``
     """
     opts = {**(options or {}), **kw}
-    ro, native, rest = plan(opts)
+    budget = _driver_tail_bytes(opts)
+    ro, native, rest, size = _plan({k: v for k, v in opts.items() if k.lower() != _BUDGET})
     parts = [
         files_frame(spark, t, [r for r in native if r.topic == t], ro)
         for t in sorted({r.topic for r in native})
     ]
-    if rest or not parts:
+    if rest and size is not None and 0 < size <= budget:
+        parts.append(tail_frame(spark, ro, rest))
+    elif rest or not parts:
         broker = {k: v for k, v in opts.items() if k.lower() not in _RESOLVED}
         broker["offsetRanges"] = json.dumps([[t, p, s, e] for (t, p), s, e in rest])
         parts.append(spark.read.format("weir").options(**broker).load())
@@ -134,8 +180,27 @@ def read(spark: Any, options: Mapping[str, str] | None = None, **kw: str) -> Any
     return df
 
 
+DEFAULT_DRIVER_TAIL_BYTES = 32 << 20
+_BUDGET = "drivertailbytes"
+
+
+def _driver_tail_bytes(opts: Mapping[str, Any]) -> int:
+    """The option driverTailBytes: the most stored bytes of live tail `read` reads itself."""
+    raw = next((str(v) for k, v in opts.items() if k.lower() == _BUDGET), None)
+    if raw is None:
+        return DEFAULT_DRIVER_TAIL_BYTES
+    try:
+        n = int(raw.strip())
+    except ValueError:
+        raise BadRequestError(f"option driverTailBytes: expected an integer, got {raw!r}") from None
+    if n < 0:
+        raise BadRequestError(f"option driverTailBytes: must be at least 0, got {n}")
+    return n
+
+
 # options `read` resolves itself (the broker part gets the resolved ranges instead)
 _RESOLVED = {
+    _BUDGET,
     "startingoffsets",
     "endingoffsets",
     "startingtimestamp",

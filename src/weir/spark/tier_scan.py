@@ -29,7 +29,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
 from weir.client import Client
-from weir.client.tier_admin import TierSegment
+from weir.client.tier_admin import TierSegment, TierStatus
 from weir.errors import CorruptDataError, ObjectMissingError
 from weir.spark.options import TierSettings
 from weir.spark.scan import ScanSettings, TopicRange, read_range
@@ -73,10 +73,14 @@ class TierRange(InputPartition):
 
 
 def plan_tier(
-    client: Client, ranges: Sequence[Range], settings: TierSettings
+    client: Client,
+    ranges: Sequence[Range],
+    settings: TierSettings,
+    statuses: dict[str, TierStatus] | None = None,
 ) -> tuple[list[TierRange], list[Range]]:
     """Cut ``ranges`` into the parts offloaded segments hold (TierRange, one per object)
-    and the rest (to read through the broker)."""
+    and the rest (to read through the broker). ``statuses`` gets the `TierStatus` of
+    each topic asked (none for a cluster's), for a caller that needs more of it."""
     if not settings.enabled:
         return [], list(ranges)
     tier: list[TierRange] = []
@@ -88,6 +92,8 @@ def plan_tier(
             status[topic] = ((), {})
             continue
         st = client.tier_status(topic)
+        if statuses is not None:
+            statuses[topic] = st
         store = tuple(sorted(st.store.items()))
         status[topic] = (store, {p.partition: p.segments for p in st.partitions})
     for tp, s, e in ranges:
