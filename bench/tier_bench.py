@@ -33,6 +33,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -302,50 +303,74 @@ def bench_spark(
                 servers.append((setup, *_offloaded_topic(Path(d), messages, size, *setup)))
             spark = make_spark(Path(d) / "spark", "tier-bench")
 
-            def frames() -> dict[str, tuple[Any, int]]:
-                out: dict[str, tuple[Any, int]] = {}
+            def frames() -> dict[str, tuple[Callable[[], Any], int]]:
+                """Each frame as a function that makes it (planned, the tail of
+                weir.spark.read read): timed with the query, as a user pays it."""
+                out: dict[str, tuple[Callable[[], Any], int]] = {}
                 for setup, srv, topic, info in servers:
                     packed = f", packed {setup[1]} MiB" if setup[1] else ""
                     tag = f" [{setup[0]} MiB blobs{packed}, {info['objects']} objects]"
-                    base = spark.read.format("weir").option("endpoint", srv.endpoint)
+                    ep = srv.endpoint
+
+                    def base(ep: str = ep, topic: str = topic) -> Any:
+                        return (
+                            spark.read.format("weir").option("endpoint", ep).option("topic", topic)
+                        )
+
                     out["weir.spark.read (Spark's Parquet scan)" + tag] = (
-                        weir.spark.read(spark, endpoint=srv.endpoint, topic=topic),
+                        lambda ep=ep, topic=topic: weir.spark.read(spark, endpoint=ep, topic=topic),
                         info["total"],
                     )
-                    if setup == setups[0]:  # the broker's path does not depend on objects
+                    if setup == setups[0]:
+                        # before: the live tail read by the Python source (its workers)
+                        out["  the same, live tail by the Python source (driverTailBytes=0)"] = (
+                            lambda ep=ep, topic=topic: weir.spark.read(
+                                spark, endpoint=ep, topic=topic, driverTailBytes="0"
+                            ),
+                            info["total"],
+                        )
+                        # the broker's path does not depend on objects
                         out['format("weir") through the broker'] = (
-                            base.option("topic", topic).option("readFromTier", "false").load(),
+                            lambda base=base: base().option("readFromTier", "false").load(),
                             info["total"],
                         )
                     # the two parts of weir.spark.read alone: what is per row, what is fixed
-                    ro, native, rest = tier_files.plan({"endpoint": srv.endpoint, "topic": topic})
+                    ro, native, rest = tier_files.plan({"endpoint": ep, "topic": topic})
                     out["  its Parquet scan alone (offloaded rows)" + tag] = (
-                        tier_files.files_frame(spark, topic, native, ro),
+                        lambda topic=topic, native=native, ro=ro: tier_files.files_frame(
+                            spark, topic, native, ro
+                        ),
                         info["offloaded"],
                     )
                     if setup == setups[0]:
+                        out["  its live tail alone, read on the driver"] = (
+                            lambda ro=ro, rest=rest: tier_files.tail_frame(spark, ro, rest),
+                            info["total"] - info["offloaded"],
+                        )
                         ranges = json.dumps([[t, p, s, e] for (t, p), s, e in rest])
-                        out["  its Python source alone (live tail)"] = (
-                            base.option("topic", topic).option("offsetRanges", ranges).load(),
+                        out["  its live tail alone, by the Python source"] = (
+                            lambda base=base, ranges=ranges: (
+                                base().option("offsetRanges", ranges).load()
+                            ),
                             info["total"] - info["offloaded"],
                         )
                     if python_tier and setup == setups[0]:
                         out['format("weir"), objects read in Python' + tag] = (
-                            base.option("topic", topic).option("readFromTier", "true").load(),
+                            lambda base=base: base().option("readFromTier", "true").load(),
                             info["total"],
                         )
                 return out
 
-            first = next(iter(frames().values()))[0]
+            first = next(iter(frames().values()))[0]()
             print("plan of weir.spark.read:\n" + plan_excerpt(first), flush=True)
             times: dict[tuple[str, str], list[tuple[float, float, str]]] = {}
             counts: dict[str, int] = {}
             for _ in range(repeat):
-                for name, (df, n) in frames().items():
+                for name, (make, n) in frames().items():
                     counts[name] = n
                     for query in QUERIES:
                         t, c = time.perf_counter(), tree_cpu()
-                        run_query(df, query)
+                        run_query(make(), query)
                         took = (time.perf_counter() - t, tree_cpu() - c, loadavg1())
                         times.setdefault((name, query), []).append(took)
                         print(

@@ -37,3 +37,19 @@ def test_pyspark_takes_the_pinned_pandas_without_a_future_warning() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         require_minimum_pandas_version()
+
+
+def test_unpickling_the_source_does_not_import_the_sdk() -> None:
+    """Spark unpickles `WeirDataSource` in a fresh Python worker only to ask its schema: that
+    worker imports neither the SDK nor gRPC (a few tenths of a CPU second each time), and
+    `weir.spark.read` is still there when asked for."""
+    code = (
+        "import sys, weir.spark.source as s; s.WeirDataSource({}).schema(); "
+        "print(sorted(m for m in sys.modules if m.startswith(('weir.client', 'grpc')))); "
+        "import weir.spark; print(weir.spark.read.__module__)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["[]", "weir.spark.tier_files"]

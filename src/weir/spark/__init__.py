@@ -16,8 +16,22 @@ except ImportError as exc:
         name=exc.name,
     ) from exc
 
+from typing import TYPE_CHECKING, Any
+
 from weir.spark.schema import ARROW_SCHEMA, SCHEMA
 from weir.spark.source import WeirDataSource, register
-from weir.spark.tier_files import read
+
+if TYPE_CHECKING:
+    from weir.spark.tier_files import read
 
 __all__ = ["ARROW_SCHEMA", "SCHEMA", "WeirDataSource", "read", "register"]
+
+
+def __getattr__(name: str) -> Any:
+    """`read` on first use: Spark's Python workers import this package (to unpickle the
+    source) and should not pay for the SDK and gRPC unless they read."""
+    if name == "read":
+        from weir.spark.tier_files import read
+
+        return read
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

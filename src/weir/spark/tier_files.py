@@ -16,8 +16,13 @@ read, cut by `plan_tier`), then builds one DataFrame of two parts:
   partition are disjoint, so a filter on ``partition`` and ``offset`` keeps exactly
   the planned rows);
 - the rest (the live tail, transactional segments, and every offloaded range of an
-  S3 store, which Spark here has no connector for) through `format("weir")` with
-  the option ``offsetRanges``: exactly the ranges planned, nothing re-resolved;
+  S3 store, which Spark here has no connector for): when it is all live tail of at
+  most ``driverTailBytes`` stored bytes (32 MiB by default), read right here on the
+  driver through the broker and handed to Spark as an Arrow table, so that the query
+  runs no Python worker at all (a data source read costs two planning workers and a
+  worker per task, each importing the SDK when fresh: 0.3-2 CPU s a query, measured);
+  otherwise through `format("weir")` with the option ``offsetRanges``: exactly the
+  ranges planned, nothing re-resolved;
 
 and unions them. Each offset is in exactly one part. The physical plan shows a
 ``FileScan parquet`` for the first. Damaged files: segments carry Parquet page
