@@ -299,9 +299,11 @@ def bench_spark(
         servers: list[tuple[tuple[int, int], ServerProcess, str, dict[str, Any]]] = []
         spark = None
         try:
+            # Spark's JVM first: launching it after this process used gRPC (the writes)
+            # sometimes fails (JAVA_GATEWAY_EXITED, gRPC's poller and the fork)
+            spark = make_spark(Path(d) / "spark", "tier-bench")
             for setup in setups:
                 servers.append((setup, *_offloaded_topic(Path(d), messages, size, *setup)))
-            spark = make_spark(Path(d) / "spark", "tier-bench")
 
             def frames() -> dict[str, tuple[Callable[[], Any], int]]:
                 """Each frame as a function that makes it (planned, the tail of

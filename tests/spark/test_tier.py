@@ -154,6 +154,9 @@ def test_half_offloaded_topic_every_offset_once_and_plan_reads_the_store(
     )
     assert "BatchScan weir" in by_source._jdf.queryExecution().executedPlan().toString()
     assert sorted(map(_full, by_source.collect())) == sorted(map(_full, rows))
+    # a tail over the budget (300 rows of ~700 B here) goes to the Python source too
+    over = weir.spark.read(spark, endpoint=srv.endpoint, topic=topic, driverTailBytes="4096")
+    assert "BatchScan weir" in over._jdf.queryExecution().executedPlan().toString()
     with pytest.raises(BadRequestError, match="driverTailBytes"):
         weir.spark.read(spark, endpoint=srv.endpoint, topic=topic, driverTailBytes="-1")
     if st.store["backend"] == "local":
