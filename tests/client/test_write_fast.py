@@ -5,7 +5,7 @@ the rest) both buffer the same messages, encode the same batches byte for byte a
 the same messages; hostile calls (wrong types, oversized, unknown or extra arguments)
 raise the same typed errors with the same text and leave the writer usable; the C path
 holds no references it should not (the written bytes' refcount and traced memory return
-to where they were)."""
+to where they were); a build of another `_write_fast.c` is not run."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tracemalloc
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -106,7 +107,7 @@ def end_offsets(client: weir.Client) -> list[int]:
     return [client.describe_topic(t).partition_info[0].end_offset for t in ("wfc", "wfp")]
 
 
-_text = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=20)
+_text = st.text(alphabet=st.characters(blacklist_categories=["Cs"]), max_size=20)
 _data = st.one_of(st.binary(max_size=300), _text, st.binary(max_size=50).map(bytearray))
 _call = st.tuples(
     _data,
@@ -246,3 +247,17 @@ def test_the_python_write_is_used_when_asked_or_not_built() -> None:
     )
     assert out.stdout.split() == ["True", "WriterState"]
     assert DirectWriterCore.write is not DirectWriterCore._write_py
+
+
+def test_a_build_of_another_source_is_not_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A `_write_fast.c` edited or pulled since the last install: the Python write, and a
+    warning that says to rebuild, not the old C rules."""
+    other = tmp_path / "_write_fast.c"
+    other.write_text(write_compiled.SOURCE.read_text() + "\n/* edited */\n")
+    monkeypatch.setattr(write_compiled, "SOURCE", other)
+    with pytest.warns(RuntimeWarning, match="make install"):
+        assert write_compiled.load() is None
+    monkeypatch.setattr(write_compiled, "SOURCE", write_compiled.SOURCE.with_name("absent.c"))
+    assert write_compiled.load() is write_compiled.FastWrite
