@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import os
-import subprocess
 import sys
 import tracemalloc
 from collections.abc import Iterator
@@ -236,17 +234,16 @@ def test_the_c_write_keeps_no_references(client: weir.Client) -> None:
         assert grown < 200_000
 
 
-def test_the_python_write_is_used_when_asked_or_not_built() -> None:
-    code = (
-        "from weir.client.direct_writer import DirectWriterCore as D;"
-        "print(D.write is D._write_py, D.__mro__[-2].__name__)"
-    )
-    env = {**os.environ, "WEIR_PURE_PYTHON_WRITE": "1"}
-    out = subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
-    )
-    assert out.stdout.split() == ["True", "WriterState"]
+def test_the_python_write_is_used_when_asked_or_not_built(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     assert DirectWriterCore.write is not DirectWriterCore._write_py
+    monkeypatch.setenv("WEIR_PURE_PYTHON_WRITE", "1")
+    assert write_compiled.load() is None
+    monkeypatch.setenv("WEIR_PURE_PYTHON_WRITE", "0")
+    assert write_compiled.load() is write_compiled.FastWrite
+    monkeypatch.setitem(sys.modules, "weir.client._write_fast", None)  # not built
+    assert write_compiled.load() is None
 
 
 def test_a_build_of_another_source_is_not_run(

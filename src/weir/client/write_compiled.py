@@ -10,6 +10,7 @@ install), or ``WEIR_PURE_PYTHON_WRITE=1`` is set (A/B benchmarks, debugging)."""
 from __future__ import annotations
 
 import hashlib
+import importlib
 import os
 import warnings
 from pathlib import Path
@@ -23,7 +24,7 @@ def load() -> Any:
     if os.environ.get("WEIR_PURE_PYTHON_WRITE", "") not in ("", "0"):
         return None
     try:
-        from weir.client import _write_fast
+        _write_fast = importlib.import_module("weir.client._write_fast")
     except ImportError:
         return None
     if SOURCE.exists():
