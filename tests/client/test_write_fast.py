@@ -5,13 +5,16 @@ the rest) both buffer the same messages, encode the same batches byte for byte a
 the same messages; hostile calls (wrong types, oversized, unknown or extra arguments)
 raise the same typed errors with the same text and leave the writer usable; the C path
 holds no references it should not (the written bytes' refcount and traced memory return
-to where they were); a build of another `_write_fast.c` is not run."""
+to where they were); a write while another thread holds the writer's lock waits for
+it; a build of another `_write_fast.c` is not run."""
 
 from __future__ import annotations
 
 import contextlib
 import gc
 import sys
+import threading
+import time
 import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
@@ -258,3 +261,36 @@ def test_a_build_of_another_source_is_not_run(
         assert write_compiled.load() is None
     monkeypatch.setattr(write_compiled, "SOURCE", write_compiled.SOURCE.with_name("absent.c"))
     assert write_compiled.load() is write_compiled.FastWrite
+
+
+def test_a_write_while_another_thread_holds_the_lock_waits_for_it(client: weir.Client) -> None:
+    """The C write does not take the writer's lock: it must see it held (by a thread in the
+    middle of an update of the buffer) and wait for it the Python way, not append."""
+    with client.writer("wfc", partition=0, producer_id="locked") as w:
+        w.write(b"first")
+        w.flush()
+        core = w._core
+        written = core._written
+        worker = threading.Thread(target=w.write, args=(b"second",))
+        with core._lock:
+            worker.start()
+            deadline = time.monotonic() + 20
+            # the worker is parked in the Python write, on the lock
+            while not any(
+                f.f_code.co_name == "_write_py"
+                for f in _frames(sys._current_frames().get(worker.ident or 0))
+            ):
+                assert core._written == written, "the write appended without the lock"
+                assert time.monotonic() < deadline and worker.is_alive(), "write did not wait"
+                time.sleep(0.001)
+            assert core._written == written and core._buf.data == []
+        worker.join(20)
+        assert not worker.is_alive()
+        assert core._written == written + 1
+        w.flush()
+
+
+def _frames(frame: Any) -> Iterator[Any]:
+    while frame is not None:
+        yield frame
+        frame = frame.f_back
