@@ -101,6 +101,7 @@ class ProducerAdmission(TenancyFacade):
         self._check_open()
         cfg = self.topic(topic, database)
         while True:
+            version = await self._cluster_epoch(cfg.topic_id, short_topic(cfg.name))
             got = self.access.claim(
                 cfg.topic_id,
                 short_topic(cfg.name),
@@ -109,33 +110,55 @@ class ProducerAdmission(TenancyFacade):
                 known_epoch,
                 fence or _no_fence,
             )
-            if isinstance(got, Claim):
-                break
+            if not isinstance(got, Claim):
+                try:
+                    await got
+                except BaseException:
+                    self.access.pass_on(cfg.topic_id, got)
+                    raise
+                self._check_open()
+                cfg = self.topic(topic, database)  # still there?
+                continue
+            if not got.new_epoch:
+                return got
             try:
-                await got
-            except BaseException:
-                self.access.pass_on(cfg.topic_id, got)
-                raise
-            self._check_open()
-            cfg = self.topic(topic, database)  # still there?
-        if got.new_epoch:
-            try:
-                await self._commit(
-                    [put(PRODUCER_EPOCHS, _U32.pack(cfg.topic_id), _U64.pack(got.epoch))]
-                )
+                stored = await self._store_epoch(cfg.topic_id, got.epoch, producer_id, version)
             except BaseException:
                 self.access.release(got)
                 raise
-            log.info(
-                "exclusive producer took the topic",
-                extra={
-                    "topic": short_topic(cfg.name),
-                    "producer": producer_id,
-                    "access_mode": mode.title,
-                    "producer_epoch": got.epoch,
-                },
-            )
+            if stored:
+                break
+            self.access.release(got)  # another broker grew the epoch meanwhile: read it again
+        log.info(
+            "exclusive producer took the topic",
+            extra={
+                "topic": short_topic(cfg.name),
+                "producer": producer_id,
+                "access_mode": mode.title,
+                "producer_epoch": got.epoch,
+            },
+        )
         return got
+
+    async def _cluster_epoch(self, topic_id: int, topic: str) -> int | None:
+        """In a cluster, raise the local registry to the epoch ZooKeeper records (fencing
+        local sessions another broker's exclusive producer displaced); the node's version
+        to grow it at. None in embedded mode (the epoch is this broker's own)."""
+        if self.cluster is None:
+            return None
+        epoch, holder, version = await self.cluster.epochs.get(topic_id)
+        self.access.observe(topic_id, topic, epoch, holder)
+        return version
+
+    async def _store_epoch(
+        self, topic_id: int, epoch: int, producer_id: str, version: int | None
+    ) -> bool:
+        """Persist a grown epoch before the producer hears it; False: the cluster's
+        record changed since ``version`` was read."""
+        if self.cluster is None or version is None:
+            await self._commit([put(PRODUCER_EPOCHS, _U32.pack(topic_id), _U64.pack(epoch))])
+            return True
+        return await self.cluster.epochs.grow(topic_id, epoch, producer_id, version)
 
     def close_producer(self, claim: Claim) -> None:
         self.access.release(claim)

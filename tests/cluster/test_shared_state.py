@@ -1,0 +1,223 @@
+"""State every broker of a cluster must agree on, across a move of the partition
+(SIGKILL of its owner): producer epochs (a producer fenced on the old owner stays
+fenced on the new one), producer ids (a Kafka idempotent producer's id is unique in
+the cluster, and its dedup holds across the move) and schemas (a schema registered
+through one broker is enforced by the next owner). Three `weir serve` processes of
+one cluster (real ZooKeeper, three real bookies) and the real clients."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pulsar
+import pytest
+from confluent_kafka import Producer
+from kafka.net.compat import KafkaNetClient as KafkaClient
+from kafka.protocol.producer.transaction import InitProducerIdRequest
+from pulsar.schema import Integer, JsonSchema, Record, String, StringSchema
+
+import weir
+from tests.client.test_access_modes import raw_init
+from tests.cluster.test_clients_follow import created, in_zk, owner_of, read_all
+from tests.conftest import ServerProcess, cluster_servers
+from weir.broker.cluster import partition_key
+from weir.broker.cluster.broker_mode import node_id
+from weir.errors import ProducerFencedError
+from weir.replication.local_cluster import BookieProcess
+from weir.replication.zkserver import ZooKeeperServer
+
+NAMES = ("a", "b", "c")
+
+
+@pytest.fixture(scope="module")
+def brokers(
+    zookeeper: ZooKeeperServer,
+    shared_root: str,
+    shared_bookies: list[BookieProcess],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[dict[str, ServerProcess]]:
+    with cluster_servers(NAMES, zookeeper.hosts, shared_root, tmp_path_factory, "shared") as out:
+        yield out
+
+
+def moved(
+    brokers: dict[str, ServerProcess], zookeeper: ZooKeeperServer, root: str, name: str, owner: str
+) -> str:
+    """Kill ``owner`` with SIGKILL; the broker that claims ``name``'s partition next."""
+    brokers[owner].kill()
+    return in_zk(zookeeper, root, lambda r: owner_of(r, partition_key(name, 0), other_than=owner))
+
+
+def init_at_owner(endpoint: str, topic: str, producer: str, **fields: Any) -> Any:
+    """A raw write session's first answer from the partition's (new) owner: asked again
+    while it still opens the partition (NOT_OWNER / UNAVAILABLE)."""
+    deadline = time.monotonic() + 60
+    while True:
+        got = raw_init(endpoint, topic, producer, **fields)
+        if not got.HasField("error") or got.error.code not in ("NOT_OWNER", "UNAVAILABLE"):
+            return got
+        assert time.monotonic() < deadline, got.error.message
+        time.sleep(0.1)
+
+
+def test_a_producer_fenced_on_the_old_owner_stays_fenced_on_the_new_one(
+    brokers: dict[str, ServerProcess], zookeeper: ZooKeeperServer, shared_root: str
+) -> None:
+    """An exclusive producer is fenced by an ExclusiveWithFencing one on the owner; the
+    owner is killed; on the new owner the old producer coming back with its epoch is
+    refused as fenced (the epoch is the cluster's, not the dead broker's), and the next
+    exclusive producer gets a higher epoch."""
+    name = "public/default/xepoch"
+    owner = in_zk(zookeeper, shared_root, lambda r: created(brokers, r, name))
+    try:
+        with weir.Client(brokers[owner].endpoint) as c:
+            old = c.writer(name, producer_id="old", access_mode="exclusive")
+            old_epoch = old.wait_init().producer_epoch
+            assert old_epoch is not None
+            old.write(b"old")
+            new = c.writer(name, producer_id="new", access_mode="exclusive-with-fencing")
+            assert new.wait_init().producer_epoch == old_epoch + 1
+            new.write(b"new")
+            new.close()
+            with contextlib.suppress(ProducerFencedError):  # its stream heard the fence
+                old.close()
+        new_owner = moved(brokers, zookeeper, shared_root, name, owner)
+        stale = init_at_owner(
+            brokers[new_owner].endpoint, name, "old", access_mode=3, producer_epoch=old_epoch
+        )
+        assert stale.HasField("error") and stale.error.code == "PRODUCER_FENCED", stale
+        with weir.Client(brokers[new_owner].endpoint) as c:
+            third = c.writer(name, producer_id="third", access_mode="exclusive")
+            # above the fencing producer's (each attempt that met the moving partition
+            # may have taken the topic once more: epochs only grow)
+            third_epoch = third.wait_init().producer_epoch
+            assert third_epoch is not None and third_epoch > old_epoch + 1
+            third.close()
+    finally:
+        if brokers[owner].proc is None:
+            brokers[owner].start()
+
+
+def kafka_producer_ids(bootstrap: str, names: Sequence[str]) -> list[int]:
+    """The producer id InitProducerId answers at each broker of ``names`` (kafka-python's
+    client, sending to each one's node)."""
+    client = KafkaClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000)
+    try:
+        client.check_version()  # bootstraps: the cluster's nodes
+        out = []
+        for name in names:
+            req = InitProducerIdRequest(
+                transactional_id=None,
+                transaction_timeout_ms=60_000,
+                producer_id=-1,
+                producer_epoch=-1,
+            )
+            got = client.send_and_receive(node_id(name), req, timeout_ms=10_000)
+            assert got.error_code == 0, got
+            out.append(int(got.producer_id))
+        return out
+    finally:
+        client.close()
+
+
+def test_kafka_producer_ids_are_unique_across_brokers_and_idempotence_survives_kill_9(
+    brokers: dict[str, ServerProcess], zookeeper: ZooKeeperServer, shared_root: str
+) -> None:
+    """InitProducerId asked of each broker (kafka-python's client) never answers an id
+    another broker handed out (two producers with one id would drop each other's records
+    as resends); idempotent confluent-kafka producers bootstrapped at each broker write
+    to one partition and its owner is killed under load: every acknowledged record of every
+    producer is stored exactly once."""
+    name, kname = "public/default/kidem", "kidem"
+    owner = in_zk(zookeeper, shared_root, lambda r: created(brokers, r, name))
+    acked: dict[str, set[int]] = {n: set() for n in NAMES}
+    producers: dict[str, Producer] = {}
+    ids = kafka_producer_ids(brokers[NAMES[0]].kafka, [*NAMES, *NAMES])
+    assert len(set(ids)) == len(ids), ids  # never the same id twice in the cluster
+    try:
+        for n in NAMES:  # each bootstrapped at one broker: its InitProducerId asks one of them
+            producers[n] = Producer(
+                {
+                    "bootstrap.servers": brokers[n].kafka,
+                    "enable.idempotence": True,
+                    "acks": "all",
+                    "message.timeout.ms": 90_000,
+                    "retry.backoff.ms": 200,
+                    "linger.ms": 5,
+                }
+            )
+
+        def send(n: str, i: int) -> None:
+            def done(err: Any, _msg: Any) -> None:
+                if err is None:
+                    acked[n].add(i)
+
+            producers[n].produce(
+                kname, value=b"id:%s:%d|" % (n.encode(), i), partition=0, on_delivery=done
+            )
+
+        for i in range(40):
+            for n in NAMES:
+                send(n, i)
+        for p in producers.values():
+            assert p.flush(60) == 0
+        brokers[owner].kill()
+        for i in range(40, 120):
+            for n in NAMES:
+                send(n, i)
+        for p in producers.values():
+            assert p.flush(90) == 0
+        assert all(len(acked[n]) == 120 for n in NAMES), {n: len(v) for n, v in acked.items()}
+        home = next(n for n in NAMES if n != owner)
+        rows = asyncio.run(read_all(brokers[home].endpoint, name, 3 * 120))
+        stored = [mid for _, mid in rows]
+        assert sorted(stored) == sorted(f"id:{n}:{i}" for n in NAMES for i in range(120))
+        assert [o for o, _ in rows] == list(range(len(rows)))
+    finally:
+        for p in producers.values():
+            p.flush(10)
+        if brokers[owner].proc is None:
+            brokers[owner].start()
+
+
+class Order(Record):
+    item = String()
+    count = Integer()
+
+
+def test_a_schema_registered_through_one_broker_holds_on_the_next_owner(
+    brokers: dict[str, ServerProcess], zookeeper: ZooKeeperServer, shared_root: str
+) -> None:
+    """A JSON schema registered by a pulsar-client producer on the owner; the owner is
+    killed; the new owner refuses an incompatible producer and gives a compatible one
+    the same schema version."""
+    name = "public/default/xschema"
+    topic = f"persistent://{name}"
+    owner = in_zk(zookeeper, shared_root, lambda r: created(brokers, r, name))
+    home = next(n for n in NAMES if n != owner)
+    log = pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)
+    try:
+        client = pulsar.Client(brokers[home].pulsar_url, operation_timeout_seconds=10, logger=log)
+        try:
+            p = client.create_producer(topic, schema=JsonSchema(Order))
+            p.send(Order(item="pen", count=3))
+            p.close()
+        finally:
+            client.close()
+        moved(brokers, zookeeper, shared_root, name, owner)
+        client = pulsar.Client(brokers[home].pulsar_url, operation_timeout_seconds=30, logger=log)
+        try:
+            with pytest.raises(Exception, match=r"(?i)incompatible"):
+                client.create_producer(topic, schema=StringSchema())
+            p = client.create_producer(topic, schema=JsonSchema(Order))
+            p.send(Order(item="ink", count=1))
+            p.close()
+        finally:
+            client.close()
+    finally:
+        if brokers[owner].proc is None:
+            brokers[owner].start()
