@@ -16,6 +16,7 @@ from typing import Any
 import pulsar
 import pytest
 from confluent_kafka import Producer
+from kafka import KafkaConsumer, OffsetAndMetadata, TopicPartition
 from kafka.net.compat import KafkaNetClient as KafkaClient
 from kafka.protocol.producer.transaction import InitProducerIdRequest
 from pulsar.schema import Integer, JsonSchema, Record, String, StringSchema
@@ -180,6 +181,71 @@ def test_kafka_producer_ids_are_unique_across_brokers_and_idempotence_survives_k
     finally:
         for p in producers.values():
             p.flush(10)
+        if brokers[owner].proc is None:
+            brokers[owner].start()
+
+
+def group_member(broker: ServerProcess, group: str, tp: TopicPartition) -> KafkaConsumer:
+    """A kafka-python consumer of ``group`` bootstrapped at ``broker``, assigned ``tp``."""
+    consumer = KafkaConsumer(
+        bootstrap_servers=broker.kafka,
+        group_id=group,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        request_timeout_ms=30_000,
+        retry_backoff_ms=200,
+    )
+    consumer.assign([tp])
+    return consumer
+
+
+def first_offset(consumer: KafkaConsumer, timeout: float = 60) -> int:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for recs in consumer.poll(timeout_ms=500).values():
+            if recs:
+                return int(recs[0].offset)
+    raise AssertionError("nothing consumed")
+
+
+def test_kafka_group_offsets_are_kept_by_the_partition_owner_across_kill_9(
+    brokers: dict[str, ServerProcess], zookeeper: ZooKeeperServer, shared_root: str
+) -> None:
+    """A kafka-python group member whose coordinator is not the partition's owner commits
+    (the coordinator hands the commit to the owner); the owner is killed; a member
+    coordinated by a broker other than the new owner reads the committed offset (asked of
+    the new owner) and starts there, commits further, and a member at the new owner
+    itself reads that."""
+    name, kname, group = "public/default/kgroup", "kgroup", "kg"
+    tp = TopicPartition(kname, 0)
+    owner = in_zk(zookeeper, shared_root, lambda r: created(brokers, r, name))
+    with weir.Client(brokers[owner].endpoint) as c, c.writer(name, producer_id="w") as w:
+        for i in range(60):
+            w.write(b"m%d" % i)
+    try:
+        first = group_member(brokers[next(n for n in NAMES if n != owner)], group, tp)
+        try:
+            first.commit({tp: OffsetAndMetadata(30, "", -1)})
+            assert first.committed(tp) == 30
+        finally:
+            first.close()
+        new_owner = moved(brokers, zookeeper, shared_root, name, owner)
+        other = next(n for n in NAMES if n not in (owner, new_owner))
+        second = group_member(brokers[other], group, tp)
+        try:
+            assert first_offset(second) == 30  # the committed offset survived the move
+            second.commit({tp: OffsetAndMetadata(45, "", -1)})
+        finally:
+            second.close()
+        third = group_member(brokers[new_owner], group, tp)
+        try:
+            assert third.committed(tp) == 45
+        finally:
+            third.close()
+        with weir.Client(brokers[new_owner].endpoint) as c:
+            [part] = c.describe_consumer(name, group).partitions
+            assert part.committed_offset == 45
+    finally:
         if brokers[owner].proc is None:
             brokers[owner].start()
 

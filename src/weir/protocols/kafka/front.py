@@ -23,6 +23,7 @@ from weir.protocols.kafka.groups import Coordinator
 from weir.protocols.kafka.idempotence import Sequences
 from weir.protocols.kafka.sasl import MECHANISMS
 from weir.protocols.kafka.transactions import KafkaTransactions
+from weir.protocols.peer_offsets import PeerOffsets
 from weir.security import Security
 from weir.security.principal import Principal
 from weir.security.tls import ServerTls
@@ -65,6 +66,7 @@ class KafkaFront:
         )
         self.sequences = Sequences()
         self.transactions = KafkaTransactions(broker)
+        self.peers = PeerOffsets()  # a cluster's offsets of partitions other brokers own
         self.stopping = False
         self.host = ""
         self.port = 0
@@ -157,3 +159,4 @@ class KafkaFront:
             self._server = None
         self.broker.consumer_readers.remove_source("Kafka group member")
         await self.coordinator.close()
+        await self.peers.close()

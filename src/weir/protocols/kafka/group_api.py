@@ -19,7 +19,13 @@ import struct
 from typing import TYPE_CHECKING
 
 from weir.broker.topics import check_consumer_name
-from weir.errors import BadRequestError, ConsumerBusyError, WeirError
+from weir.errors import (
+    BadRequestError,
+    ConsumerBusyError,
+    NotOwnerError,
+    UnavailableError,
+    WeirError,
+)
 from weir.protocols.kafka.codec import Message, RequestHeader
 from weir.protocols.kafka.errors import ErrorCode, KafkaError, error_code
 from weir.protocols.kafka.groups import Coordinator
@@ -52,6 +58,15 @@ def subscribed_topics(protocol_type: str, metadata: bytes) -> list[str]:
         return topics
     except (struct.error, UnicodeDecodeError):
         return []
+
+
+def _owner_endpoint(exc: NotOwnerError) -> str:
+    """The native endpoint of the partition's owner; while the partition moves (no
+    owner yet) COORDINATOR_LOAD_IN_PROGRESS, which Kafka clients retry."""
+    native = exc.endpoints.get("native")
+    if not native:
+        raise KafkaError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, exc.message)
+    return native
 
 
 def members_reading(coordinator: Coordinator, topic: str, group_id: str) -> int:
@@ -249,7 +264,17 @@ class GroupHandlers:
             self.conn.allow(Permission.CONSUME, topic, "commit an offset of")
             if offset < 0:
                 return ErrorCode.NONE  # Kafka ignores "no offset" commits
-            await self.broker.commit_offset(topic, partition, group, offset, allow_backwards=True)
+            try:
+                await self.broker.commit_offset(
+                    topic, partition, group, offset, allow_backwards=True
+                )
+            except NotOwnerError as exc:  # a cluster: the partition's owner keeps its offsets
+                try:
+                    await self.conn.front.peers.commit(
+                        _owner_endpoint(exc), topic, partition, group, offset, allow_backwards=True
+                    )
+                except UnavailableError as err:  # it moved, or its owner died: retried
+                    raise KafkaError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, err.message) from None
         except ConsumerBusyError:
             # weir subscription consumers are the group's members now: Kafka's answer to
             # a commit from outside a group that has members
@@ -258,11 +283,13 @@ class GroupHandlers:
             return error_code(exc)
         return ErrorCode.NONE
 
-    def _fetch_offsets(
+    async def _fetch_offsets(
         self, group: str, topics: list[Message] | None, stable: bool
     ) -> tuple[list[Message], ErrorCode]:
         """``stable`` (require_stable, KIP-447): a partition whose offset of the group an
-        open transaction is about to move answers UNSTABLE_OFFSET_COMMIT (clients retry)."""
+        open transaction is about to move answers UNSTABLE_OFFSET_COMMIT (clients retry).
+        In a cluster a partition another broker owns is asked of its owner; while one
+        moves the whole answer is COORDINATOR_LOAD_IN_PROGRESS (clients retry)."""
         try:
             self.conn.require_principal()
             check_group(group)
@@ -279,6 +306,7 @@ class GroupHandlers:
             ]
         pending = self.broker.pending_transaction_offsets(group) if stable else set()
         out = []
+        moving = False
         for t in topics:
             parts = []
             for idx in t["partition_indexes"]:
@@ -290,16 +318,28 @@ class GroupHandlers:
                 try:
                     topic = weir_topic(t["name"])
                     self.conn.allow(Permission.CONSUME, topic, "read the offsets of")
-                    self.broker.actor(topic, idx)
-                    if (self.broker.topic(topic).name, idx) in pending:
-                        raise KafkaError(ErrorCode.UNSTABLE_OFFSET_COMMIT)
-                    off = self.broker.committed_offset(topic, idx, group)
+                    try:
+                        self.broker.actor(topic, idx)
+                    except NotOwnerError as exc:  # a cluster: ask the partition's owner
+                        try:
+                            off = await self.conn.front.peers.committed(
+                                _owner_endpoint(exc), topic, idx, group
+                            )
+                        except (UnavailableError, KafkaError):  # moving, or its owner died
+                            moving = True  # the client asks again
+                            continue
+                    else:
+                        if (self.broker.topic(topic).name, idx) in pending:
+                            raise KafkaError(ErrorCode.UNSTABLE_OFFSET_COMMIT)
+                        off = self.broker.committed_offset(topic, idx, group)
                     if off is not None:
                         entry["committed_offset"] = off
                 except (WeirError, KafkaError) as exc:
                     entry["error_code"] = error_code(exc)
                 parts.append(entry)
             out.append({"name": t["name"], "partitions": parts})
+        if moving:
+            return [], ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
         return out, ErrorCode.NONE
 
     async def handle_offset_fetch(self, header: RequestHeader, body: Message) -> Message:
@@ -307,10 +347,10 @@ class GroupHandlers:
         if header.api_version >= 8:
             groups = []
             for g in body["groups"]:
-                topics, err = self._fetch_offsets(g["group_id"], g["topics"], stable)
+                topics, err = await self._fetch_offsets(g["group_id"], g["topics"], stable)
                 groups.append({"group_id": g["group_id"], "topics": topics, "error_code": err})
             return {"groups": groups}
-        topics, err = self._fetch_offsets(body["group_id"], body["topics"], stable)
+        topics, err = await self._fetch_offsets(body["group_id"], body["topics"], stable)
         return {"topics": topics, "error_code": err}
 
     # ------------------------------------------------------------------ admin of groups
