@@ -18,6 +18,7 @@ import pytest
 from confluent_kafka import Producer
 from kafka import KafkaConsumer, OffsetAndMetadata, TopicPartition
 from kafka.net.compat import KafkaNetClient as KafkaClient
+from kafka.protocol.metadata.find_coordinator import FindCoordinatorRequest
 from kafka.protocol.producer.transaction import InitProducerIdRequest
 from pulsar.schema import Integer, JsonSchema, Record, String, StringSchema
 
@@ -28,6 +29,7 @@ from tests.conftest import ServerProcess, cluster_servers
 from weir.broker.cluster import partition_key
 from weir.broker.cluster.broker_mode import node_id
 from weir.errors import ProducerFencedError
+from weir.protocols.kafka.cluster_view import coordinator_of
 from weir.replication.local_cluster import BookieProcess
 from weir.replication.zkserver import ZooKeeperServer
 
@@ -208,46 +210,73 @@ def first_offset(consumer: KafkaConsumer, timeout: float = 60) -> int:
     raise AssertionError("nothing consumed")
 
 
-def test_kafka_group_offsets_are_kept_by_the_partition_owner_across_kill_9(
+def test_kafka_group_offsets_survive_kill_9_of_the_partition_owner_and_coordinator(
     brokers: dict[str, ServerProcess], zookeeper: ZooKeeperServer, shared_root: str
 ) -> None:
-    """A kafka-python group member whose coordinator is not the partition's owner commits
-    (the coordinator hands the commit to the owner); the owner is killed; a member
-    coordinated by a broker other than the new owner reads the committed offset (asked of
-    the new owner) and starts there, commits further, and a member at the new owner
-    itself reads that."""
-    name, kname, group = "public/default/kgroup", "kgroup", "kg"
+    """Two kafka-python groups commit offset 30 of one partition: one coordinated by
+    another broker than the partition's owner (its coordinator hands the commit to the
+    owner), one coordinated by the owner itself. The owner is killed (the partition and
+    the second group's coordinator move): a member of each group starts at 30, commits
+    45, and the new owner has 45 for both."""
+    name, kname = "public/default/kgroup", "kgroup"
     tp = TopicPartition(kname, 0)
     owner = in_zk(zookeeper, shared_root, lambda r: created(brokers, r, name))
+    candidates = [f"kg{i}" for i in range(64)]
+    elsewhere = next(g for g in candidates if coordinator_of(g, NAMES) != owner)
+    at_owner = next(g for g in candidates if coordinator_of(g, NAMES) == owner)
     with weir.Client(brokers[owner].endpoint) as c, c.writer(name, producer_id="w") as w:
         for i in range(60):
             w.write(b"m%d" % i)
     try:
-        first = group_member(brokers[next(n for n in NAMES if n != owner)], group, tp)
-        try:
-            first.commit({tp: OffsetAndMetadata(30, "", -1)})
-            assert first.committed(tp) == 30
-        finally:
-            first.close()
+        for group in (elsewhere, at_owner):
+            first = group_member(brokers[owner], group, tp)
+            try:
+                first.commit({tp: OffsetAndMetadata(30, "", -1)})
+                assert first.committed(tp) == 30
+            finally:
+                first.close()
         new_owner = moved(brokers, zookeeper, shared_root, name, owner)
-        other = next(n for n in NAMES if n not in (owner, new_owner))
-        second = group_member(brokers[other], group, tp)
-        try:
-            assert first_offset(second) == 30  # the committed offset survived the move
-            second.commit({tp: OffsetAndMetadata(45, "", -1)})
-        finally:
-            second.close()
-        third = group_member(brokers[new_owner], group, tp)
-        try:
-            assert third.committed(tp) == 45
-        finally:
-            third.close()
+        for group in (elsewhere, at_owner):
+            second = group_member(brokers[new_owner], group, tp)
+            try:
+                assert first_offset(second) == 30  # the committed offset survived the move
+                second.commit({tp: OffsetAndMetadata(45, "", -1)})
+                assert second.committed(tp) == 45
+            finally:
+                second.close()
         with weir.Client(brokers[new_owner].endpoint) as c:
-            [part] = c.describe_consumer(name, group).partitions
-            assert part.committed_offset == 45
+            for group in (elsewhere, at_owner):
+                [part] = c.describe_consumer(name, group).partitions
+                assert part.committed_offset == 45
     finally:
         if brokers[owner].proc is None:
             brokers[owner].start()
+
+
+def test_every_broker_names_the_same_coordinator_for_a_kafka_group(
+    brokers: dict[str, ServerProcess],
+) -> None:
+    """FindCoordinator asked of each broker (kafka-python's client, to each node) names one
+    coordinator per group, so members bootstrapped at different brokers form one group
+    (else each broker would run a group of its own and give each member every
+    partition); groups spread over the brokers."""
+    client = KafkaClient(bootstrap_servers=brokers[NAMES[0]].kafka, request_timeout_ms=10_000)
+    try:
+        client.check_version()
+        chosen = {}
+        for group in (f"g{i}" for i in range(8)):
+            answers = set()
+            for name in NAMES:
+                req = FindCoordinatorRequest(key=group, key_type=0, coordinator_keys=[group])
+                got = client.send_and_receive(node_id(name), req, timeout_ms=10_000)
+                res = got.coordinators[0] if got.coordinators else got
+                assert res.error_code == 0, res
+                answers.add(res.node_id)
+            assert len(answers) == 1, (group, answers)
+            chosen[group] = answers.pop()
+        assert len(set(chosen.values())) > 1, chosen
+    finally:
+        client.close()
 
 
 class Order(Record):

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from weir.broker.broker import Broker
 from weir.broker.cluster.broker_mode import node_id
 from weir.protocols.kafka.admin import NODE_ID
+from weir.protocols.kafka.cluster_view import GroupCoordinators
 from weir.protocols.kafka.group_api import members_reading
 from weir.protocols.kafka.groups import Coordinator
 from weir.protocols.kafka.idempotence import Sequences
@@ -67,6 +68,7 @@ class KafkaFront:
         self.sequences = Sequences()
         self.transactions = KafkaTransactions(broker)
         self.peers = PeerOffsets()  # a cluster's offsets of partitions other brokers own
+        self.coordinators = GroupCoordinators(broker)  # a cluster's group -> its broker
         self.stopping = False
         self.host = ""
         self.port = 0

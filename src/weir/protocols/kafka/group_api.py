@@ -100,13 +100,35 @@ class GroupHandlers:
         host, port = self.conn.front.advertised
         return {"node_id": self.conn.front.node_id, "host": host, "port": port}
 
+    async def _coordinator(self, key: str, key_type: int) -> Message:
+        """The node that coordinates ``key``: this broker, except for a group in a
+        cluster (`GroupCoordinators`); COORDINATOR_NOT_AVAILABLE when it has none."""
+        if key_type != 0 or self.broker.cluster is None:
+            return {**self._me(), "error_code": 0, "error_message": None}
+        found = await self.conn.front.coordinators.find(key)
+        if found is None:
+            return {
+                "node_id": -1,
+                "host": "",
+                "port": -1,
+                "error_code": ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                "error_message": "no broker of the cluster has a Kafka listener now",
+            }
+        return {
+            "node_id": found["node_id"],
+            "host": found["host"],
+            "port": found["port"],
+            "error_code": 0,
+            "error_message": None,
+        }
+
     async def handle_find_coordinator(self, header: RequestHeader, body: Message) -> Message:
         self.conn.require_principal()
-        me = self._me()
+        key_type = body.get("key_type", 0)
         if header.api_version >= 4:
             return {
                 "coordinators": [
-                    {"key": k, **me, "error_code": 0, "error_message": None}
+                    {"key": k, **await self._coordinator(k, key_type)}
                     for k in body["coordinator_keys"]
                 ]
             }
@@ -118,13 +140,14 @@ class GroupHandlers:
                 "host": "",
                 "port": -1,
             }
-        return {"error_code": 0, "error_message": None, **me}
+        return await self._coordinator(body["key"], key_type)
 
     async def handle_join_group(self, header: RequestHeader, body: Message) -> Message:
         self.conn.require_principal()
         try:
             check_group(body["group_id"])
             self.conn.allow_group(body["group_id"], "join")
+            await self.conn.front.coordinators.check(body["group_id"])
             self._allow_subscription(body["protocol_type"], body["protocols"])
             self._check_not_subscribed(body["group_id"], body["protocol_type"], body["protocols"])
             res = await self.coordinator.join(
@@ -183,6 +206,7 @@ class GroupHandlers:
         self.conn.require_principal()
         try:
             self.conn.allow_group(body["group_id"], "sync")
+            await self.conn.front.coordinators.check(body["group_id"])
             assignment = await self.coordinator.sync(
                 body["group_id"],
                 body["generation_id"],
@@ -203,6 +227,7 @@ class GroupHandlers:
         self.conn.require_principal()
         try:
             self.conn.allow_group(body["group_id"], "heartbeat in")
+            await self.conn.front.coordinators.check(body["group_id"])
             self.coordinator.heartbeat(body["group_id"], body["generation_id"], body["member_id"])
         except KafkaError as exc:
             return {"error_code": exc.code}
