@@ -133,7 +133,7 @@ def test_kafka_producer_ids_are_unique_across_brokers_and_idempotence_survives_k
     """InitProducerId asked of each broker (kafka-python's client) never answers an id
     another broker handed out (two producers with one id would drop each other's records
     as resends); idempotent confluent-kafka producers bootstrapped at each broker write
-    to one partition and its owner is killed under load: every acknowledged record of every
+    to one partition and its owner is killed while their records are in flight: every acknowledged record of every
     producer is stored exactly once."""
     name, kname = "public/default/kidem", "kidem"
     owner = in_zk(zookeeper, shared_root, lambda r: created(brokers, r, name))
@@ -168,8 +168,16 @@ def test_kafka_producer_ids_are_unique_across_brokers_and_idempotence_survives_k
                 send(n, i)
         for p in producers.values():
             assert p.flush(60) == 0
+        for i in range(40, 80):
+            for n in NAMES:
+                send(n, i)
+        deadline = time.monotonic() + 60  # kill the owner while records are in flight
+        while not any(len(v) > 45 for v in acked.values()):
+            assert time.monotonic() < deadline, {n: len(v) for n, v in acked.items()}
+            for p in producers.values():
+                p.poll(0.01)
         brokers[owner].kill()
-        for i in range(40, 120):
+        for i in range(80, 120):
             for n in NAMES:
                 send(n, i)
         for p in producers.values():
