@@ -1,5 +1,5 @@
 """State every broker of a cluster must agree on, across a move of the partition
-(SIGKILL of its owner): producer epochs (a producer fenced on the old owner stays
+(an unload, or SIGKILL of its owner): producer epochs (a producer fenced on the old owner stays
 fenced on the new one), producer ids (a Kafka idempotent producer's id is unique in
 the cluster, and its dedup holds across the move) and schemas (a schema registered
 through one broker is enforced by the next owner). Three `weir serve` processes of
@@ -26,8 +26,9 @@ import weir
 from tests.client.test_access_modes import raw_init
 from tests.cluster.test_clients_follow import created, in_zk, owner_of, read_all
 from tests.conftest import ServerProcess, cluster_servers
-from weir.broker.cluster import partition_key
+from weir.broker.cluster import ClusterRecords, partition_key
 from weir.broker.cluster.broker_mode import node_id
+from weir.broker.cluster.claims import Assignment
 from weir.errors import ProducerFencedError
 from weir.protocols.kafka.cluster_view import coordinator_of
 from weir.replication.local_cluster import BookieProcess
@@ -55,6 +56,27 @@ def moved(
     return in_zk(zookeeper, root, lambda r: owner_of(r, partition_key(name, 0), other_than=owner))
 
 
+def unloaded(zookeeper: ZooKeeperServer, root: str, name: str, owner: str) -> str:
+    """Move ``name``'s partition off ``owner`` (an admin's unload, pinned to another
+    broker, as `Ownership.unload` writes it); the broker that claims it next."""
+    key = partition_key(name, 0)
+    to = next(n for n in NAMES if n != owner)
+
+    async def run(records: ClusterRecords) -> str:
+        while True:
+            got = await records.assignment(key)
+            assert got is not None
+            a, version = got
+            if await records.set_assignment(
+                key, Assignment(to, None, a.generation, pinned=True), version
+            ):
+                await records.bump_epoch()
+                break
+        return await owner_of(records, key, other_than=owner)
+
+    return in_zk(zookeeper, root, run)
+
+
 def init_at_owner(endpoint: str, topic: str, producer: str, **fields: Any) -> Any:
     """A raw write session's first answer from the partition's (new) owner: asked again
     while it still opens the partition (NOT_OWNER / UNAVAILABLE)."""
@@ -71,8 +93,8 @@ def test_a_producer_fenced_on_the_old_owner_stays_fenced_on_the_new_one(
     brokers: dict[str, ServerProcess], zookeeper: ZooKeeperServer, shared_root: str
 ) -> None:
     """An exclusive producer is fenced by an ExclusiveWithFencing one on the owner; the
-    owner is killed; on the new owner the old producer coming back with its epoch is
-    refused as fenced (the epoch is the cluster's, not the dead broker's), and the next
+    partition is unloaded to another broker; there the old producer coming back with its epoch is
+    refused as fenced (the epoch is the cluster's, not the old owner's), and the next
     exclusive producer gets the next epoch."""
     name = "public/default/xepoch"
     owner = in_zk(zookeeper, shared_root, lambda r: created(brokers, r, name))
@@ -88,7 +110,7 @@ def test_a_producer_fenced_on_the_old_owner_stays_fenced_on_the_new_one(
             new.close()
             with contextlib.suppress(ProducerFencedError):  # its stream heard the fence
                 old.close()
-        new_owner = moved(brokers, zookeeper, shared_root, name, owner)
+        new_owner = unloaded(zookeeper, shared_root, name, owner)
         stale = init_at_owner(
             brokers[new_owner].endpoint, name, "old", access_mode=3, producer_epoch=old_epoch
         )
@@ -293,8 +315,8 @@ class Order(Record):
 def test_a_schema_registered_through_one_broker_holds_on_the_next_owner(
     brokers: dict[str, ServerProcess], zookeeper: ZooKeeperServer, shared_root: str
 ) -> None:
-    """A JSON schema registered by a pulsar-client producer on the owner; the owner is
-    killed; the new owner refuses an incompatible producer and gives a compatible one
+    """A JSON schema registered by a pulsar-client producer on the owner; the partition is
+    unloaded to another broker; its new owner refuses an incompatible producer and gives a compatible one
     the same schema version."""
     name = "public/default/xschema"
     topic = f"persistent://{name}"
@@ -309,7 +331,7 @@ def test_a_schema_registered_through_one_broker_holds_on_the_next_owner(
             p.close()
         finally:
             client.close()
-        moved(brokers, zookeeper, shared_root, name, owner)
+        unloaded(zookeeper, shared_root, name, owner)
         client = pulsar.Client(brokers[home].pulsar_url, operation_timeout_seconds=30, logger=log)
         try:
             with pytest.raises(Exception, match=r"(?i)incompatible"):
