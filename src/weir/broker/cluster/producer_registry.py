@@ -26,11 +26,17 @@ import contextlib
 import json
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
 
 from weir.broker.cluster.claims import cluster_path
+from weir.errors import UnavailableError
 
 BLOCK = 100  # ids per block taken from ZooKeeper
+
+
+def _unavailable(what: str, exc: Exception) -> UnavailableError:
+    """ZooKeeper did not answer (a lost connection, a session moving): retryable."""
+    return UnavailableError(f"cannot reach the cluster's {what} in ZooKeeper: {exc!r}")
 
 
 def producer_ids_path(root: str) -> str:
@@ -54,7 +60,10 @@ class ClusterProducerIds:
     async def allocate(self) -> int:
         async with self._lock:
             if self._next >= self._end:
-                self._next, self._end = await asyncio.to_thread(self._take_block)
+                try:
+                    self._next, self._end = await asyncio.to_thread(self._take_block)
+                except KazooException as exc:
+                    raise _unavailable("producer ids", exc) from None
             pid = self._next
             self._next += 1
             return pid
@@ -91,6 +100,8 @@ class ClusterEpochs:
             raw, stat = await asyncio.to_thread(self.zk.get, self._node(topic_id))
         except NoNodeError:
             return 0, None, -1
+        except KazooException as exc:
+            raise _unavailable("producer epochs", exc) from None
         doc = json.loads(raw or b"{}")
         return int(doc.get("epoch", 0)), doc.get("holder"), stat.version
 
@@ -105,6 +116,8 @@ class ClusterEpochs:
                 await asyncio.to_thread(self.zk.set, self._node(topic_id), data, version=version)
         except (BadVersionError, NodeExistsError, NoNodeError):
             return False
+        except KazooException as exc:
+            raise _unavailable("producer epochs", exc) from None
         return True
 
     async def drop(self, topic_id: int) -> None:

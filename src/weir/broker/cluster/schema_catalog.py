@@ -22,7 +22,13 @@ import contextlib
 from typing import Any
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, RolledBackError
+from kazoo.exceptions import (
+    BadVersionError,
+    KazooException,
+    NodeExistsError,
+    NoNodeError,
+    RolledBackError,
+)
 
 from weir.broker.cluster.claims import cluster_path
 from weir.broker.schemas import (
@@ -33,6 +39,7 @@ from weir.broker.schemas import (
     encode_versions,
     next_versions,
 )
+from weir.errors import UnavailableError
 from weir.storage.kv import Op
 
 
@@ -80,6 +87,14 @@ class ClusterSchemas(SchemaRegistry):
     async def ensure(self, topic_id: int, schema: SchemaInfo) -> int | None:
         if not admissible(schema):
             return None
+        try:
+            return await self._ensure(topic_id, schema)
+        except KazooException as exc:  # ZooKeeper did not answer: retryable
+            raise UnavailableError(
+                f"cannot reach the cluster's schemas in ZooKeeper: {exc!r}"
+            ) from None
+
+    async def _ensure(self, topic_id: int, schema: SchemaInfo) -> int | None:
         async with self._lock:
             while True:
                 try:
