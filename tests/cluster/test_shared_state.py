@@ -56,10 +56,12 @@ def moved(
     return in_zk(zookeeper, root, lambda r: owner_of(r, partition_key(name, 0), other_than=owner))
 
 
-def unloaded(zookeeper: ZooKeeperServer, root: str, name: str, owner: str) -> str:
+def unloaded(
+    zookeeper: ZooKeeperServer, root: str, name: str, owner: str, partition: int = 0
+) -> str:
     """Move ``name``'s partition off ``owner`` (an admin's unload, pinned to another
     broker, as `Ownership.unload` writes it); the broker that claims it next."""
-    key = partition_key(name, 0)
+    key = partition_key(name, partition)
     to = next(n for n in NAMES if n != owner)
 
     async def run(records: ClusterRecords) -> str:
@@ -145,6 +147,40 @@ def kafka_producer_ids(bootstrap: str, names: Sequence[str]) -> list[int]:
         return out
     finally:
         client.close()
+
+
+def test_an_exclusive_producer_of_partitions_on_two_brokers_does_not_fence_itself(
+    brokers: dict[str, ServerProcess], zookeeper: ZooKeeperServer, shared_root: str
+) -> None:
+    """An exclusive producer's sessions on the two partitions of a topic, each owned by
+    another broker (as a Pulsar partitioned producer opens them): the second broker
+    finds the producer holding the topic in the cluster's record and admits it at the
+    same epoch, so its first session coming back with that epoch is not fenced; another
+    producer is fenced by neither broker with a stale epoch, and takes the next one."""
+    name = "public/default/xtwo"
+    with weir.Client(brokers["a"].endpoint) as c:
+        c.create_topic(name, partitions=2)
+
+    async def owners(records: ClusterRecords) -> str:
+        return ",".join([await owner_of(records, partition_key(name, p)) for p in (0, 1)])
+
+    first, second = in_zk(zookeeper, shared_root, owners).split(",")
+    if first == second:
+        second = unloaded(zookeeper, shared_root, name, first, partition=1)
+    at_first = init_at_owner(brokers[first].endpoint, name, "x", access_mode=1, partition=0)
+    epoch = at_first.init.producer_epoch
+    at_second = init_at_owner(brokers[second].endpoint, name, "x", access_mode=1, partition=1)
+    assert at_second.init.producer_epoch == epoch, at_second
+    again = init_at_owner(
+        brokers[first].endpoint, name, "x", access_mode=1, partition=0, producer_epoch=epoch
+    )
+    assert not again.HasField("error") and again.init.producer_epoch == epoch, again
+    other = init_at_owner(brokers[second].endpoint, name, "y", access_mode=3, partition=1)
+    assert other.init.producer_epoch == epoch + 1, other
+    stale = init_at_owner(
+        brokers[first].endpoint, name, "x", access_mode=1, partition=0, producer_epoch=epoch
+    )
+    assert stale.HasField("error") and stale.error.code == "PRODUCER_FENCED", stale
 
 
 def test_kafka_producer_ids_are_unique_across_brokers_and_idempotence_survives_kill_9(

@@ -14,7 +14,7 @@ from weir.broker.access import Claim, Fence
 from weir.broker.producers import WriterToken, routed_home
 from weir.broker.tenancy.facade import TenancyFacade
 from weir.broker.tenancy.limits import Lease
-from weir.broker.topics import PERSISTENT, short_topic
+from weir.broker.topics import PERSISTENT, TopicConfig, short_topic
 from weir.errors import BadRequestError, StaleGenerationError
 from weir.storage.kv import KV, Op, delete, put
 from weir.storage.producers import ProducerState
@@ -101,13 +101,13 @@ class ProducerAdmission(TenancyFacade):
         self._check_open()
         cfg = self.topic(topic, database)
         while True:
-            version = await self._cluster_epoch(cfg.topic_id, short_topic(cfg.name))
+            version, known = await self._cluster_epoch(cfg, producer_id, mode, known_epoch)
             got = self.access.claim(
                 cfg.topic_id,
                 short_topic(cfg.name),
                 producer_id,
                 mode,
-                known_epoch,
+                known,
                 fence or _no_fence,
             )
             if not isinstance(got, Claim):
@@ -140,15 +140,22 @@ class ProducerAdmission(TenancyFacade):
         )
         return got
 
-    async def _cluster_epoch(self, topic_id: int, topic: str) -> int | None:
+    async def _cluster_epoch(
+        self, cfg: TopicConfig, producer_id: str, mode: AccessMode, known_epoch: int | None
+    ) -> tuple[int | None, int | None]:
         """In a cluster, raise the local registry to the epoch ZooKeeper records (fencing
-        local sessions another broker's exclusive producer displaced); the node's version
-        to grow it at. None in embedded mode (the epoch is this broker's own)."""
+        local sessions another broker's exclusive producer displaced). Answers the node's
+        version to grow it at (None in embedded mode: the epoch is this broker's own) and
+        the epoch the producer claims with: an exclusive producer that holds the topic
+        by the cluster's record (its session on another broker: a partition owned
+        there) takes it as it is, without growing the epoch, as its reconnect would."""
         if self.cluster is None:
-            return None
-        epoch, holder, version = await self.cluster.epochs.get(topic_id)
-        self.access.observe(topic_id, topic, epoch, holder)
-        return version
+            return None, known_epoch
+        epoch, holder, version = await self.cluster.epochs.get(cfg.topic_id)
+        self.access.observe(cfg.topic_id, short_topic(cfg.name), epoch, holder)
+        if mode.exclusive and known_epoch is None and holder == producer_id:
+            return version, epoch
+        return version, known_epoch
 
     async def _store_epoch(
         self, topic_id: int, epoch: int, producer_id: str, version: int | None
