@@ -183,6 +183,41 @@ def test_an_exclusive_producer_of_partitions_on_two_brokers_does_not_fence_itsel
     assert stale.HasField("error") and stale.error.code == "PRODUCER_FENCED", stale
 
 
+def test_an_exclusive_producer_on_one_broker_fences_the_live_one_on_another(
+    brokers: dict[str, ServerProcess], zookeeper: ZooKeeperServer, shared_root: str
+) -> None:
+    """A live exclusive writer of partition 0 on its owner; an ExclusiveWithFencing
+    producer takes the topic at partition 1's owner, another broker: the first broker
+    hears of the grown epoch (its watch on the cluster's epochs) and fences its live
+    writer, whose next writes fail with ProducerFencedError."""
+    name = "public/default/xlive"
+    with weir.Client(brokers["a"].endpoint) as c:
+        c.create_topic(name, partitions=2)
+
+    async def owners(records: ClusterRecords) -> str:
+        return ",".join([await owner_of(records, partition_key(name, p)) for p in (0, 1)])
+
+    first, second = in_zk(zookeeper, shared_root, owners).split(",")
+    if first == second:
+        second = unloaded(zookeeper, shared_root, name, first, partition=1)
+    with weir.Client(brokers[first].endpoint) as c:
+        old = c.writer(name, producer_id="old", access_mode="exclusive", partition=0)
+        try:
+            epoch = old.wait_init().producer_epoch
+            assert epoch is not None
+            old.write(b"before")
+            new = init_at_owner(brokers[second].endpoint, name, "new", access_mode=3, partition=1)
+            assert new.init.producer_epoch == epoch + 1, new
+            deadline = time.monotonic() + 30
+            with pytest.raises(ProducerFencedError):
+                while time.monotonic() < deadline:
+                    old.write(b"after")
+                    old.flush(timeout=10)  # a write at a time, until the fence arrives
+        finally:
+            with contextlib.suppress(ProducerFencedError):
+                old.close()
+
+
 def test_kafka_producer_ids_are_unique_across_brokers_and_idempotence_survives_kill_9(
     brokers: dict[str, ServerProcess], zookeeper: ZooKeeperServer, shared_root: str
 ) -> None:

@@ -37,7 +37,7 @@ from weir.broker.cluster.topic_catalog import TopicCatalog, topics_path
 from weir.broker.cluster.topic_drop import drop_partitions
 from weir.broker.config import BrokerConfig
 from weir.broker.partition_actor import PartitionActor
-from weir.broker.topics import PERSISTENT, TopicConfig
+from weir.broker.topics import PERSISTENT, TopicConfig, short_topic
 from weir.errors import UnavailableError
 from weir.replication.ledger import LedgerClient
 from weir.replication.managed_log import ManagedLogConfig
@@ -115,6 +115,8 @@ class ClusterMode:
         self.epochs = ClusterEpochs(self.client.zk, config.cluster_root)
         self.schemas = ClusterSchemas(self.client.zk, config.cluster_root)
         self._schemas_reload: asyncio.Task[None] | None = None
+        self._epochs_reload: asyncio.Task[None] | None = None
+        self._on_epochs: Callable[[dict[int, tuple[int, str | None]]], None] | None = None
         # the broker's, loaded at connect
         self.tenancy = ClusterTenancy(self.namespaces, self.catalog.names)
         self.managed_log = ManagedLogConfig(
@@ -168,6 +170,7 @@ class ClusterMode:
         broker.tenancy = mode.tenancy  # namespaces in ZooKeeper
         broker.producer_ids = mode.producer_ids  # producer ids and epochs too
         broker.schemas = mode.schemas  # and schemas
+        mode._on_epochs = lambda epochs: observe_epochs(broker, epochs)
         return mode
 
     async def connect(self) -> dict[str, TopicConfig]:
@@ -184,6 +187,7 @@ class ClusterMode:
         await self.catalog.ensure_layout()
         await self.namespaces.ensure_layout()
         await self.schemas.ensure_layout()
+        await self.epochs.ensure_layout()
         await self.tenancy.load()
         await self.schemas.reload()
         return await self.catalog.topics()
@@ -205,6 +209,7 @@ class ClusterMode:
         DataWatch(self.client.zk, path, self._topics_changed)  # changed (TopicCatalog.update)
         DataWatch(self.client.zk, self.namespaces.path, self._namespaces_changed)
         DataWatch(self.client.zk, self.schemas.path, self._schemas_changed)
+        DataWatch(self.client.zk, self.epochs.path, self._epochs_changed)
         await self.ownership.start()
 
     def _topics_changed(self, *_: object) -> bool | None:
@@ -245,6 +250,34 @@ class ClusterMode:
             await self.schemas.reload()
         except Exception:  # the watch fires again on the next change, and on reconnect
             log.warning("cannot read the schemas", exc_info=True)
+
+    def _epochs_changed(self, *_: object) -> bool | None:
+        loop = self._loop
+        if self._stopped or loop is None or loop.is_closed():
+            return False  # stop watching
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(self._schedule_epochs_reload)
+        return None
+
+    def _schedule_epochs_reload(self) -> None:
+        if self._stopped:
+            return
+        prev = self._epochs_reload
+        self._epochs_reload = asyncio.get_running_loop().create_task(self._reload_epochs(prev))
+
+    async def _reload_epochs(self, prev: asyncio.Task[None] | None) -> None:
+        """Another broker's exclusive producer may have taken a topic: the broker fences
+        its own sessions of other producers of it (`ProducerAccess.observe`)."""
+        if prev is not None:  # one after the other
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await prev
+        try:
+            epochs = await self.epochs.all()
+        except Exception:  # the watch fires again on the next change, and on reconnect
+            log.warning("cannot read the producer epochs", exc_info=True)
+            return
+        if self._on_epochs is not None and not self._stopped:
+            self._on_epochs(epochs)
 
     def _schedule_ns_refresh(self) -> None:
         if self._stopped:
@@ -354,7 +387,7 @@ class ClusterMode:
         if self._stopped:
             return
         self._stopped = True
-        for task in (self._refresh, self._ns_refresh, self._schemas_reload):
+        for task in (self._refresh, self._ns_refresh, self._schemas_reload, self._epochs_reload):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -363,6 +396,17 @@ class ClusterMode:
             await self.ownership.stop()
         finally:
             await self.client.close()
+
+
+def observe_epochs(broker: Broker, epochs: Mapping[int, tuple[int, str | None]]) -> None:
+    """The cluster's producer epochs reach ``broker``'s producer registry."""
+    if broker.closed:
+        return
+    names = {c.topic_id: c.name for c in broker._topics.values()}
+    for topic_id, (epoch, holder) in epochs.items():
+        name = names.get(topic_id)
+        if name is not None:
+            broker.access.observe(topic_id, short_topic(name), epoch, holder)
 
 
 def claimed_config(broker: Broker, topic: str, partition: int) -> PartitionConfig | None:

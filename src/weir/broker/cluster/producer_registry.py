@@ -14,9 +14,11 @@ and both must mean the same thing on every broker:
   time an exclusive producer takes it, and a producer coming back with an older epoch
   is fenced. ``{root}/cluster/producer-epochs/{topic id}`` holds ``{"epoch", "holder"}``;
   a broker reads it before it admits a producer (so a stale epoch is refused on the
-  new owner after a move, and the local registry fences its own sessions of other
-  producers when another broker's exclusive producer took the topic) and grows it by
-  compare-and-set (two brokers growing it at once: one wins, the other reads again).
+  new owner after a move) and grows it by compare-and-set (two brokers growing it at
+  once: one wins, the other reads again), in one transaction with a change of the
+  ``producer-epochs`` node's data, which every broker watches: when another broker's
+  exclusive producer took the topic, a broker fences its own sessions of other
+  producers at once.
 """
 
 from __future__ import annotations
@@ -26,7 +28,13 @@ import contextlib
 import json
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
+from kazoo.exceptions import (
+    BadVersionError,
+    KazooException,
+    NodeExistsError,
+    NoNodeError,
+    RolledBackError,
+)
 
 from weir.broker.cluster.claims import cluster_path
 from weir.errors import UnavailableError
@@ -110,15 +118,45 @@ class ClusterEpochs:
         another broker changed it since (read it again)."""
         data = json.dumps({"epoch": epoch, "holder": holder}).encode()
         try:
-            if version < 0:
-                await asyncio.to_thread(self.zk.create, self._node(topic_id), data, makepath=True)
-            else:
-                await asyncio.to_thread(self.zk.set, self._node(topic_id), data, version=version)
-        except (BadVersionError, NodeExistsError, NoNodeError):
-            return False
+            return await asyncio.to_thread(self._grow, topic_id, data, version)
         except KazooException as exc:
             raise _unavailable("producer epochs", exc) from None
-        return True
+
+    def _grow(self, topic_id: int, data: bytes, version: int) -> bool:
+        tx = self.zk.transaction()
+        if version < 0:
+            tx.create(self._node(topic_id), data)
+        else:
+            tx.set_data(self._node(topic_id), data, version=version)
+        tx.set_data(self.path, str(topic_id).encode())  # the change mark brokers watch
+        results = tx.commit()
+        failed = [r for r in results if isinstance(r, Exception)]
+        if not failed:
+            return True
+        first = next((r for r in failed if not isinstance(r, RolledBackError)), failed[0])
+        if isinstance(first, BadVersionError | NodeExistsError | NoNodeError):
+            return False
+        raise first
+
+    async def ensure_layout(self) -> None:
+        await asyncio.to_thread(self.zk.ensure_path, self.path)
+
+    async def all(self) -> dict[int, tuple[int, str | None]]:
+        """Every topic's (epoch, holder)."""
+        return await asyncio.to_thread(self._read_all)
+
+    def _read_all(self) -> dict[int, tuple[int, str | None]]:
+        out: dict[int, tuple[int, str | None]] = {}
+        try:
+            children = self.zk.get_children(self.path)
+        except NoNodeError:
+            return out
+        for child in children:
+            with contextlib.suppress(NoNodeError):
+                raw, _ = self.zk.get(f"{self.path}/{child}")
+                doc = json.loads(raw or b"{}")
+                out[int(child)] = (int(doc.get("epoch", 0)), doc.get("holder"))
+        return out
 
     async def drop(self, topic_id: int) -> None:
         """The topic is gone (its id is never used again)."""
