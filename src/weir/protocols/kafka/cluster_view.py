@@ -122,7 +122,12 @@ class GroupCoordinators:
         assert self.broker.cluster is not None
         now = time.monotonic()
         if now - self._read_at > self.ttl_s:
-            live = await self.broker.cluster.live_brokers()
+            try:
+                live = await self.broker.cluster.live_brokers()
+            except Exception as exc:  # ZooKeeper did not answer: clients ask again
+                raise KafkaError(
+                    ErrorCode.COORDINATOR_NOT_AVAILABLE, f"cannot read the live brokers: {exc!r}"
+                ) from None
             self._live = {b: eps["kafka"] for b, eps in live.items() if "kafka" in eps}
             self._read_at = now
         return self._live

@@ -105,14 +105,17 @@ class GroupHandlers:
         cluster (`GroupCoordinators`); COORDINATOR_NOT_AVAILABLE when it has none."""
         if key_type != 0 or self.broker.cluster is None:
             return {**self._me(), "error_code": 0, "error_message": None}
-        found = await self.conn.front.coordinators.find(key)
+        try:
+            found = await self.conn.front.coordinators.find(key)
+        except KafkaError:
+            found = None
         if found is None:
             return {
                 "node_id": -1,
                 "host": "",
                 "port": -1,
                 "error_code": ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                "error_message": "no broker of the cluster has a Kafka listener now",
+                "error_message": "no coordinator now (no live broker with a Kafka listener)",
             }
         return {
             "node_id": found["node_id"],
