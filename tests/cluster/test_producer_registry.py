@@ -53,6 +53,7 @@ async def test_an_epoch_grown_at_one_version_has_one_winner(
 ) -> None:
     root, (za, zb) = sessions
     a, b = ClusterEpochs(za, root), ClusterEpochs(zb, root)
+    await a.ensure_layout()  # as a broker does when it connects
     assert await a.get(5) == (0, None, -1)
     won = await asyncio.gather(a.grow(5, 1, "p", -1), b.grow(5, 1, "q", -1))
     assert sorted(won) == [False, True]
@@ -61,6 +62,7 @@ async def test_an_epoch_grown_at_one_version_has_one_winner(
     won = await asyncio.gather(a.grow(5, 2, "p", version), b.grow(5, 2, "q", version))
     assert sorted(won) == [False, True]
     assert (await a.get(5))[0] == 2
+    assert await b.all() == {5: (2, (await a.get(5))[1])}  # what every broker's watch reads
     await a.drop(5)
     assert await b.get(5) == (0, None, -1)
 
