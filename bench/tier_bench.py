@@ -15,7 +15,8 @@ Spark over offloaded Parquet against the broker, and offload while producing.
   scan of the offloaded files), `format("weir")` reading the objects in Python tasks,
   and `format("weir")` through the broker; best of runs 2.. of each, alternated.
   ``--spark-blob-mb 8,64`` does it for servers with other `storage.max_blob_size`
-  (one segment object per blob: Spark's scan pays a fixed cost per file).
+  (one segment object per blob: Spark's scan pays a fixed cost per file), and
+  ``--spark-setups 8:0,8:128`` for blobs packed into larger objects (`tier.object_bytes`).
 - offload: an SDK producer's MB/s for a few seconds with no offload, then with an
   offload policy that copies every sealed blob as it is made.
 
@@ -228,11 +229,12 @@ def run_query(df: Any, query: str) -> None:
 
 
 def _offloaded_topic(
-    d: Path, messages: int, size: int, blob_mb: int
+    d: Path, messages: int, size: int, blob_mb: int, object_mb: int = 0
 ) -> tuple[ServerProcess, str, dict[str, Any]]:
-    """A server whose blobs (and so segment objects) are at most ``blob_mb`` MiB, with
-    ``messages`` x ``size`` B (the same random bytes every time, 2 partitions) written by
-    the SDK and offloaded whole but the head."""
+    """A server whose blobs are at most ``blob_mb`` MiB, packed into segment objects of up
+    to ``object_mb`` MiB (0: one object per blob), with ``messages`` x ``size`` B (the
+    same random bytes every time, 2 partitions) written by the SDK and offloaded whole
+    but the head."""
     import random
 
     import weir
@@ -242,8 +244,9 @@ def _offloaded_topic(
     env = {
         "WEIR_STORAGE_MAX_BLOB_SIZE": f"{blob_mb}MiB",
         "WEIR_STORAGE_LOW_WATERMARK": f"{blob_mb * 3 // 4}MiB",
+        "WEIR_TIER_OBJECT_BYTES": f"{object_mb}MiB" if object_mb else "0",
     }
-    srv = ServerProcess(d / f"data-{blob_mb}", env=env).start()
+    srv = ServerProcess(d / f"data-{blob_mb}-{object_mb}", env=env).start()
     topic = "bench-tier"
     t0 = time.perf_counter()
     with weir.Client(srv.endpoint) as client:
@@ -259,13 +262,14 @@ def _offloaded_topic(
     info = {
         "offloaded": sum(p.first_local_offset - p.start_offset for p in st.partitions),
         "total": sum(p.end_offset - p.start_offset for p in st.partitions),
-        "objects": sum(len(p.segments) for p in st.partitions),
+        "objects": sum(len({s.object_key for s in p.segments}) for p in st.partitions),
+        "segments": sum(len(p.segments) for p in st.partitions),
     }
     remote = sum(p.remote_bytes for p in st.partitions)
     print(
-        f"max_blob_size {blob_mb} MiB: wrote {info['total']} rows "
+        f"max_blob_size {blob_mb} MiB, object_bytes {object_mb} MiB: wrote {info['total']} rows "
         f"({info['total'] * size / 1e6:.0f} MB) in {t1 - t0:.0f} s; offloaded {info['offloaded']} "
-        f"rows into {info['objects']} objects ({remote / 1e6:.0f} MB) in {t2 - t1:.0f} s",
+        f"rows ({info['segments']} blobs) into {info['objects']} objects ({remote / 1e6:.0f} MB) in {t2 - t1:.0f} s",
         flush=True,
     )
     return srv, topic, info
@@ -276,11 +280,11 @@ def bench_spark(
     size: int,
     repeat: int,
     python_tier: bool = False,
-    blob_mbs: tuple[int, ...] = (8,),
+    setups: tuple[tuple[int, int], ...] = ((8, 0),),
 ) -> list[dict[str, Any]]:
     """A topic of ``messages`` x ``size`` B (random bytes, 2 partitions) offloaded whole
-    (but the head), once per blob size in ``blob_mbs`` (a server each: one segment
-    object per blob), read by Spark, every frame in turn, A B C A B C...:
+    (but the head), once per (blob MiB, object MiB) in ``setups`` (a server each; object
+    0: one segment object per blob, else blobs packed into objects that big), read by Spark, every frame in turn, A B C A B C...:
     `weir.spark.read` (the offloaded files as Spark's own Parquet scan; its two parts
     alone too), `format("weir")` reading the objects in Python tasks (optional), and
     `format("weir")` through the broker. Two queries each: a full scan of every column
@@ -291,23 +295,24 @@ def bench_spark(
 
     rows = []
     with tempfile.TemporaryDirectory(prefix="weir-tier-spark-", dir=os.environ.get("TMPDIR")) as d:
-        servers: list[tuple[int, ServerProcess, str, dict[str, Any]]] = []
+        servers: list[tuple[tuple[int, int], ServerProcess, str, dict[str, Any]]] = []
         spark = None
         try:
-            for mb in blob_mbs:
-                servers.append((mb, *_offloaded_topic(Path(d), messages, size, mb)))
+            for setup in setups:
+                servers.append((setup, *_offloaded_topic(Path(d), messages, size, *setup)))
             spark = make_spark(Path(d) / "spark", "tier-bench")
 
             def frames() -> dict[str, tuple[Any, int]]:
                 out: dict[str, tuple[Any, int]] = {}
-                for mb, srv, topic, info in servers:
-                    tag = f" [{mb} MiB blobs, {info['objects']} objects]"
+                for setup, srv, topic, info in servers:
+                    packed = f", packed {setup[1]} MiB" if setup[1] else ""
+                    tag = f" [{setup[0]} MiB blobs{packed}, {info['objects']} objects]"
                     base = spark.read.format("weir").option("endpoint", srv.endpoint)
                     out["weir.spark.read (Spark's Parquet scan)" + tag] = (
                         weir.spark.read(spark, endpoint=srv.endpoint, topic=topic),
                         info["total"],
                     )
-                    if mb == blob_mbs[0]:  # the broker's path does not depend on objects
+                    if setup == setups[0]:  # the broker's path does not depend on objects
                         out['format("weir") through the broker'] = (
                             base.option("topic", topic).option("readFromTier", "false").load(),
                             info["total"],
@@ -318,13 +323,13 @@ def bench_spark(
                         tier_files.files_frame(spark, topic, native, ro),
                         info["offloaded"],
                     )
-                    if mb == blob_mbs[0]:
+                    if setup == setups[0]:
                         ranges = json.dumps([[t, p, s, e] for (t, p), s, e in rest])
                         out["  its Python source alone (live tail)"] = (
                             base.option("topic", topic).option("offsetRanges", ranges).load(),
                             info["total"] - info["offloaded"],
                         )
-                    if python_tier and mb == blob_mbs[0]:
+                    if python_tier and setup == setups[0]:
                         out['format("weir"), objects read in Python' + tag] = (
                             base.option("topic", topic).option("readFromTier", "true").load(),
                             info["total"],
@@ -444,6 +449,12 @@ def main() -> None:
         "comma-separated: one segment object per blob, so this sets the size of the files "
         "Spark scans",
     )
+    ap.add_argument(
+        "--spark-setups",
+        help="servers to compare as blobMiB:objectMiB, comma-separated (e.g. 8:0,8:128: "
+        "default blobs one object each, then packed into objects of up to 128 MiB); "
+        "overrides --spark-blob-mb",
+    )
     ap.add_argument("--seconds", type=float, default=8.0)
     ap.add_argument("--json")
     a = ap.parse_args()
@@ -461,12 +472,16 @@ def main() -> None:
         if s3 is not None:
             s3.stop()
     if "spark" in only:
+        spec = a.spark_setups or a.spark_blob_mb
+        setups = tuple(
+            (int(b), int(o or 0)) for b, _, o in (x.partition(":") for x in spec.split(","))
+        )
         out["spark"] = bench_spark(
             a.spark_messages,
             a.spark_size,
             a.spark_repeat,
             a.spark_python_tier,
-            tuple(int(x) for x in a.spark_blob_mb.split(",")),
+            setups,
         )
         table("Spark over an offloaded topic", out["spark"])
     if "offload" in only:

@@ -108,10 +108,11 @@ def cluster_servers(
     root: str,
     tmp_path_factory: pytest.TempPathFactory,
     prefix: str = "broker",
+    env: dict[str, str] | None = None,
 ) -> Iterator[dict[str, ServerProcess]]:
     """`weir serve` processes in replicated mode, one per broker id, joined to one cluster
     (a 4 s ZooKeeper session, so a killed broker's partitions move within seconds); every
-    one started is stopped at the end."""
+    one started is stopped at the end. ``env``: more settings for every broker."""
     out: dict[str, ServerProcess] = {}
     try:
         for name in names:
@@ -123,6 +124,7 @@ def cluster_servers(
                     "WEIR_CLUSTER_ROOT": root,
                     "WEIR_CLUSTER_BROKER_ID": name,
                     "WEIR_CLUSTER_SESSION_TIMEOUT_S": "4",
+                    **(env or {}),
                 },
             )
             out[name] = srv

@@ -304,6 +304,27 @@ KEYS: tuple[Key, ...] = (
         "tier_payload_grace_s",
     ),
     Key(
+        "tier",
+        "object_bytes",
+        SIZE_OR_ZERO,
+        _B.tier_object_bytes,
+        "Pack consecutive sealed blobs of a partition into objects of up to this size (one "
+        "Parquet row group per blob): fewer, larger files for analytics readers such as "
+        "Spark, while the broker still reads back one blob by byte range. 0: one blob per "
+        "object.",
+        "tier_object_bytes",
+    ),
+    Key(
+        "tier",
+        "object_wait_s",
+        DURATION_S,
+        _B.tier_object_wait_s,
+        "With object_bytes set, a last object smaller than it waits this long (since its "
+        "oldest blob's last write) for more blobs before it is written anyway; "
+        "`weir topic offload` writes it at once.",
+        "tier_object_wait_s",
+    ),
+    Key(
         "limits",
         "max_batch_bytes",
         SIZE,

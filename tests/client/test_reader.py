@@ -238,3 +238,50 @@ async def test_async_commit_with_ack_times_out_with_a_typed_retryable_error(
         await reader.close()
         info = await client.describe_consumer("paused", "c")
         assert info.partitions[0].committed_offset == 10
+
+
+async def test_a_stream_naming_partitions_reads_only_those_and_refuses_unknown_ones(
+    shared_server: ServerProcess, topic_name: str
+) -> None:
+    """`ReadInit.partitions` (what a cluster's reader sends each owner): only the named
+    partitions are assigned; a partition the topic lacks, or of a topic the stream does
+    not read, fails the reader with a typed error, and the stored data stays readable."""
+    from weir.client.reader import ReaderCore
+    from weir.errors import UnknownPartitionError
+
+    async with weir.aio.Client(shared_server.endpoint) as client:
+        await client.create_topic(topic_name, partitions=3)
+        for p in range(3):
+            async with client.writer(topic_name, producer_id=f"w{p}", partition=p) as w:
+                await w.write(b"m%d" % p)
+        core = ReaderCore(client.conn, [topic_name], partitions=[(topic_name, 1)])
+        core.start_session()
+        try:
+            batch = await core.receive_batch(timeout=20)
+            assert batch is not None and (batch.partition, batch.messages[0].data) == (1, b"m1")
+            assert [ps.partition for ps in core.partitions] == [1]
+        finally:
+            await core.close()
+        for named, error in (
+            ([(topic_name, 7)], UnknownPartitionError),
+            ([("other-topic", 0)], BadRequestError),
+        ):
+            core = ReaderCore(client.conn, [topic_name], partitions=named)
+            core.start_session()
+            try:
+                with pytest.raises(error):
+                    await core.receive_batch(timeout=20)
+            finally:
+                await core.close()
+        reader = client.reader(topic_name)  # one broker serves them all: one plain stream
+        try:
+            got = set()
+            while len(got) < 3:
+                msg = await reader.receive_message(timeout=20)
+                assert msg is not None
+                got.add((msg.partition, msg.data))
+            assert got == {(p, b"m%d" % p) for p in range(3)}
+            assert len(reader._core._cores) == 1  # type: ignore[union-attr]
+            assert reader._core._cores[0].named == []  # type: ignore[union-attr]
+        finally:
+            await reader.close()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from concurrent.futures import Future
 from contextlib import asynccontextmanager
 
 import pulsar
@@ -25,6 +26,7 @@ from tests.reliability.checker import check
 from tests.reliability.history import History, make_data, message_id
 from weir.broker.cluster import ClusterRecords, partition_key
 from weir.broker.cluster.broker_mode import node_id
+from weir.client.direct_writer import DirectWriterCore
 from weir.errors import NotOwnerError, UnknownTopicError
 from weir.replication.local_cluster import BookieProcess
 from weir.replication.zkserver import ZooKeeperServer
@@ -40,7 +42,9 @@ def brokers(
     shared_bookies: list[BookieProcess],
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[dict[str, ServerProcess]]:
-    with cluster_servers(NAMES, zookeeper.hosts, shared_root, tmp_path_factory) as out:
+    # the native TCP port on: the sync client's caller-driven writer (transport="tcp") too
+    tcp_on = {"WEIR_NATIVE_TCP_ENABLED": "true"}
+    with cluster_servers(NAMES, zookeeper.hosts, shared_root, tmp_path_factory, env=tcp_on) as out:
         yield out
 
 
@@ -87,11 +91,20 @@ async def owner_of(
     raise AssertionError(f"nobody (else) claimed {key} in {timeout} s")
 
 
-async def created(brokers: dict[str, ServerProcess], records: ClusterRecords, name: str) -> str:
-    """Create ``name`` (one partition) and wait for its owner; every broker knows it then."""
+async def created(
+    brokers: dict[str, ServerProcess],
+    records: ClusterRecords,
+    name: str,
+    partitions: int = 1,
+    consumers: tuple[str, ...] = (),
+) -> str:
+    """Create ``name`` and wait for the owner of each partition (partition 0's is
+    returned); every broker knows the topic then."""
     async with weir.aio.Client(brokers["a"].endpoint) as admin:
-        await admin.create_topic(name, partitions=1)
+        await admin.create_topic(name, partitions=partitions, consumers=consumers)
         owner = await owner_of(records, partition_key(name, 0))
+        for p in range(1, partitions):
+            await owner_of(records, partition_key(name, p))
     for srv in brokers.values():  # the catalog watch reaches every broker
         async with weir.aio.Client(srv.endpoint) as c:
             deadline = time.monotonic() + 30
@@ -127,7 +140,9 @@ async def test_an_asyncio_writer_and_reader_reach_the_owner_through_any_broker(
     name = "public/default/follow-aio"
     owner = await created(brokers, records, name)
     home = next(n for n in NAMES if n != owner)
-    async with weir.aio.Client(brokers[home].endpoint) as client:
+    # over the native TCP port (the asyncio writer's stream; the sync twin's caller-driven
+    # writer is the kill test below, gRPC writers the other tests)
+    async with weir.aio.Client(brokers[home].endpoint, transport="tcp") as client:
         # the typed lookup: the owner, its claim and where to reach it
         [found] = await client.owners(name)
         assert (found.partition, found.broker, found.local) == (0, owner, False)
@@ -236,6 +251,162 @@ async def test_writes_through_a_non_owner_go_on_across_kill_9_of_the_owner(
     finally:
         if brokers[owner].proc is None:
             brokers[owner].start()
+
+
+def test_a_direct_tcp_writer_follows_the_owner_across_kill_9(
+    brokers: dict[str, ServerProcess],
+    zookeeper: ZooKeeperServer,
+    shared_root: str,
+) -> None:
+    """The sync client's caller-driven writer (``transport="tcp"``, one partition: its
+    socket driven by the caller's thread) given a broker that does not own the partition:
+    told NOT_OWNER it looks the owner up and connects to the owner's native TCP port; the
+    owner is killed (SIGKILL) with requests in flight; the writer looks the partition up
+    again until another broker claims it and resends what was not acknowledged there.
+    Every acknowledged message is stored once, in order."""
+    name = "public/default/follow-direct"
+    key = partition_key(name, 0)
+    owner = in_zk(zookeeper, shared_root, lambda r: created(brokers, r, name))
+    home = next(n for n in NAMES if n != owner)
+    history = History()
+    total, kill_after = 300, 60
+    pending: list[tuple[str, Future[weir.WriteResult]]] = []
+    acked = 0
+    killed = False
+
+    def settle() -> None:
+        nonlocal acked
+        while pending and pending[0][1].done():
+            mid, fut = pending.pop(0)
+            res = fut.result()
+            history.acked(mid, KEY, None if res.skipped else res.offset)
+            acked += 1
+
+    try:
+        with (
+            weir.Client(brokers[home].endpoint, transport="tcp") as client,
+            client.writer(name, producer_id="d", partition=0, delivery_timeout=90) as writer,
+        ):
+            assert isinstance(writer._core, DirectWriterCore)
+            for n in range(total):
+                mid = f"id:d:{n}"
+                history.attempted(mid)
+                pending.append((mid, writer.write_future(make_data("d", n, 32))))
+                settle()
+                if acked >= kill_after and not killed:
+                    brokers[owner].kill()  # under load: requests in flight to it
+                    killed = True
+                if n % 20 == 19:
+                    pending[-1][1].result(timeout=90)  # drives the socket: acks come in
+            writer.flush(timeout=90)
+            settle()
+            assert killed and not pending
+            assert writer.reconnects >= 2  # told NOT_OWNER, then its owner died
+        new_owner = in_zk(zookeeper, shared_root, lambda r: owner_of(r, key, other_than=owner))
+        assert new_owner != owner
+        rows = asyncio.run(read_all(brokers[home].endpoint, name, total))
+        report = check(history, {KEY: rows}, {KEY: 0})
+        assert report.violations() == {}, report.violations()
+        assert report.acknowledged == total
+        assert [r[1] for r in rows] == [f"id:d:{n}" for n in range(total)]
+        assert [r[0] for r in rows] == list(range(total))  # dense, in write order
+    finally:
+        if brokers[owner].proc is None:
+            brokers[owner].start()
+
+
+async def test_an_asyncio_reader_reads_each_partition_from_its_owner_across_kill_9(
+    brokers: dict[str, ServerProcess], records: ClusterRecords
+) -> None:
+    """A reader with a consumer, given a broker, of a topic whose partitions are served by
+    several brokers: one stream per owner, merged; it reads every partition and commits.
+    The owner of partition 0 is killed (SIGKILL) while writers go on: the reader's stream
+    there ends, the partitions it read are looked up again and read at their new owner
+    from the committed offsets (nothing committed is delivered again, nothing is lost);
+    the history checker finds every acknowledged message once, in order."""
+    name, parts, per = "public/default/follow-read", 6, 10
+    # the consumer registered with the topic (each owner's stream would register it at once)
+    owner = await created(brokers, records, name, parts, consumers=("c",))
+    home = next(n for n in NAMES if n != owner)
+    history = History()
+    rows: dict[int, list[tuple[int, str]]] = {p: [] for p in range(parts)}
+
+    async def write(client: weir.aio.Client, round_: int) -> None:
+        for p in range(parts):
+            async with client.writer(name, producer_id=f"p{p}", partition=p) as w:
+                futs = []
+                for i in range(round_ * per, (round_ + 1) * per):
+                    history.attempted(f"id:p{p}:{i}")
+                    futs.append((f"id:p{p}:{i}", await w.write_future(make_data(f"p{p}", i, 24))))
+                await w.flush(timeout=90)
+                for mid, fut in futs:
+                    res = fut.result()
+                    history.acked(mid, p, None if res.skipped else res.offset)
+
+    async def read(reader: weir.aio.Reader, n: int) -> None:
+        got = 0
+        deadline = time.monotonic() + 90
+        while got < n and time.monotonic() < deadline:
+            batch = await reader.receive_batch(timeout=1.0)
+            if batch is None:
+                continue
+            for m in batch.messages:
+                rows[m.partition].append((m.offset, message_id(m.data)))
+            got += len(batch.messages)
+            await reader.commit_with_ack(batch)
+
+    try:
+        async with weir.aio.Client(brokers[home].endpoint) as client:
+            owners = {o.broker for o in await client.owners(name)}
+            assert len(owners) >= 2, owners  # spread: one broker alone would be one stream
+            await write(client, 0)
+            # from the committed offsets (none yet: the earliest), after a move too
+            reader = client.reader(name, consumer="c")
+            try:
+                await read(reader, parts * per)
+                streams = reader._core._cores  # type: ignore[union-attr]
+                assert len(streams) == len(owners)  # one stream per owner
+                brokers[owner].kill()
+                await write(client, 1)  # the writers follow partition 0 to its new owner
+                await read(reader, parts * per)
+                assert reader.reconnects >= 1
+            finally:
+                await reader.close()
+        report = check(history, rows, {p: 0 for p in range(parts)})
+        assert report.violations() == {}, report.violations()
+        assert report.acknowledged == 2 * parts * per
+        for p in range(parts):  # committed positions kept: nothing read twice
+            assert [o for o, _ in rows[p]] == list(range(2 * per)), (p, rows[p])
+    finally:
+        if brokers[owner].proc is None:
+            brokers[owner].start()
+
+
+def test_a_sync_reader_reads_a_topic_spread_over_brokers(
+    brokers: dict[str, ServerProcess],
+    zookeeper: ZooKeeperServer,
+    shared_root: str,
+) -> None:
+    """The sync twin: a reader (no consumer) given one broker reads every partition of a
+    topic served by several brokers, each from its owner."""
+    name, parts = "public/default/follow-read-sync", 4
+    owner = in_zk(zookeeper, shared_root, lambda r: created(brokers, r, name, parts))
+    home = next(n for n in NAMES if n != owner)
+    with weir.Client(brokers[home].endpoint) as client:
+        assert len({o.broker for o in client.owners(name)}) >= 2
+        for p in range(parts):
+            with client.writer(name, producer_id=f"s{p}", partition=p) as w:
+                for i in range(5):
+                    w.write(make_data(f"s{p}", i, 16))
+        reader = client.reader(name)
+        got: set[tuple[int, int, str]] = set()
+        deadline = time.monotonic() + 60
+        while len(got) < parts * 5 and time.monotonic() < deadline:
+            msg = reader.receive_message(timeout=1.0)
+            if msg is not None:
+                got.add((msg.partition, msg.offset, message_id(msg.data)))
+        reader.close()
+    assert got == {(p, i, f"id:s{p}:{i}") for p in range(parts) for i in range(5)}
 
 
 def kafka_leader(bootstrap: str, topic: str) -> int:

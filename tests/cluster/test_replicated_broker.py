@@ -374,6 +374,31 @@ async def test_a_killed_owner_hands_its_partition_over_with_acks_dedup_and_offse
         brokers[owner].start()  # the module's other tests may still want two brokers
 
 
+async def test_a_consumer_added_again_on_another_broker_keeps_its_committed_offsets(
+    brokers: dict[str, ServerProcess], claims: Claims
+) -> None:
+    """A consumer registered by its first commit on the owner, then added again through
+    the other broker (as a second broker's reader registering the same consumer at once
+    does): the registration keeps its time, so the committed offsets (tagged with it in
+    the partition's log) stay readable, and later commits are acknowledged."""
+    name = TOPIC + "-readded"
+    key = partition_key(name, 0)
+    async with weir.aio.Client(brokers["a"].endpoint) as admin:
+        await admin.create_topic(name, partitions=1)
+    owner = await claims.owner(key)
+    other = "b" if owner == "a" else "a"
+    await write_n(brokers[owner].endpoint, name, 0, 10)
+    async with weir.aio.Client(brokers[owner].endpoint) as client:
+        assert await client.commit_offset(name, 0, "late", 6)  # registers "late"
+    assert await committed(brokers[owner].endpoint, name, "late") == 6
+    async with weir.aio.Client(brokers[other].endpoint) as client:
+        await until(lambda: client.alter_topic(name, add_consumers=["late"]))
+    assert await committed(brokers[owner].endpoint, name, "late") == 6
+    async with weir.aio.Client(brokers[owner].endpoint) as client:
+        assert await client.commit_offset(name, 0, "late", 8)
+    assert await committed(brokers[owner].endpoint, name, "late") == 8
+
+
 async def test_a_topic_dropped_on_one_broker_goes_everywhere_with_its_ledgers(
     brokers: dict[str, ServerProcess], claims: Claims
 ) -> None:

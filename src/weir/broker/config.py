@@ -55,6 +55,8 @@ class BrokerConfig:
     tier_cache_bytes: int = 128 << 20  # offloaded blobs read back, checked, in memory
     tier_interval_s: float = 10.0  # how often offload, expiry and the sweeper run
     tier_payload_grace_s: float = 600.0  # an unreferenced payload object younger is kept
+    tier_object_bytes: int = 0  # pack consecutive blobs into objects this big (0: one each)
+    tier_object_wait_s: float = 600.0  # a smaller last object waits this long for more
     # limits and backpressure
     max_batch_bytes: int = 64 << 20  # one incoming batch / request
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES  # one message: data plus key

@@ -13,6 +13,7 @@ being unreachable only delays offload: the pass backs off and tries again.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import itertools
 import logging
@@ -45,8 +46,9 @@ class PartitionTierStatus:
     remote_segments: int
     first_local_offset: int  # offsets below it are only in the tier
     # (first offset, end offset, object key, object size, object CRC32C, transactional:
-    # it holds transaction markers or aborted messages, so only the broker reads it right)
-    segments: tuple[tuple[int, int, str, int, int, bool], ...]
+    # it holds transaction markers or aborted messages, so only the broker reads it right;
+    # the offsets the whole object holds, first and end: more than the blob's when packed)
+    segments: tuple[tuple[int, int, str, int, int, bool, int, int], ...]
 
 
 class Tiering(TenancyFacade):
@@ -67,6 +69,8 @@ class Tiering(TenancyFacade):
             p["offload_threshold_bytes"],
             p["offload_threshold_ms"],
             p["offload_deletion_lag_ms"] or 0,
+            object_bytes=self.config.tier_object_bytes,
+            object_wait_ms=int(self.config.tier_object_wait_s * 1000),
         )
 
     def offload_limit(self, actor: PartitionActor) -> int:
@@ -95,22 +99,29 @@ class Tiering(TenancyFacade):
         plog = actor.log
         now = _now_ms()
         copied = 0
-        for b in tier.candidates(plog, policy, now, self.offload_limit(actor)):
+        lag = policy.deletion_lag_ms
+        for group in tier.groups(plog, policy, now, self.offload_limit(actor)):
             if self._closed:
                 break
-            rec = await asyncio.to_thread(tier.copy_blob, plog, b, now)
-            lag = policy.deletion_lag_ms
-            try:
-                done = await actor.run_change(
-                    functools.partial(plog.prepare_copy_finished, rec, lag == 0, now)
-                )
-            except BaseException:
-                await asyncio.to_thread(tier.abandon, rec)
-                raise
-            if not done:  # retention removed the blob while it was being copied
-                await asyncio.to_thread(tier.abandon, rec)
-                continue
-            copied += 1
+            recs = await asyncio.to_thread(
+                tier.copy_blobs, plog, group, policy.object_bytes > 0, now
+            )
+            # one blob's record at a time: a crash between them leaves the others
+            # COPY_STARTED, abandoned at the next start (the shared object stays for the
+            # finished ones: `TierManager.expire`)
+            for i, rec in enumerate(recs):
+                try:
+                    done = await actor.run_change(
+                        functools.partial(plog.prepare_copy_finished, rec, lag == 0, now)
+                    )
+                except BaseException:
+                    for r in recs[i:]:
+                        await asyncio.to_thread(tier.abandon, r)
+                    raise
+                if not done:  # retention removed the blob while it was being copied
+                    await asyncio.to_thread(tier.abandon, rec)
+                    continue
+                copied += 1
         for first in tier.lagging(plog, policy, now):
             await actor.run_change(functools.partial(plog.prepare_free_local, first))
         return copied
@@ -127,7 +138,9 @@ class Tiering(TenancyFacade):
             )
         policy = self.offload_policy(cfg)
         if force or not policy.enabled:
-            policy = OffloadPolicy(0, policy.threshold_ms, policy.deletion_lag_ms)
+            policy = dataclasses.replace(policy, threshold_bytes=0)
+        # asked for now: a last object under the packing target is written too
+        policy = dataclasses.replace(policy, flush=True)
         out = {}
         for p in range(cfg.partitions):
             out[p] = await self.offload_partition(cfg, p, policy)
@@ -152,6 +165,7 @@ class Tiering(TenancyFacade):
                     r.object_size,
                     r.object_crc,
                     plog.txns.hides(r.first_offset, r.end_offset),
+                    *r.object_offsets,
                 )
                 for _, r in sorted(plog.remote.items())
             )

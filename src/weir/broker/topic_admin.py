@@ -269,7 +269,12 @@ class TopicAdmin(TenancyFacade):
                 now = _now_ms()
                 for c in add_consumers:
                     check_consumer_name(c.name)
-                    consumers[c.name] = dataclasses.replace(c, created_at_ms=c.created_at_ms or now)
+                    # adding a consumer that is there (another broker's or admin's add won
+                    # the race) keeps its registration time: its committed offsets are
+                    # tagged with it, and a new time would make them unreadable
+                    known = cfg.consumers.get(c.name)
+                    since = c.created_at_ms or (known.created_at_ms if known else 0) or now
+                    consumers[c.name] = dataclasses.replace(c, created_at_ms=since)
                 dropped = []
                 for cname in drop_consumers:
                     if cname not in consumers:

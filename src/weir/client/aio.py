@@ -25,6 +25,7 @@ from weir.client.connection import Connection
 from weir.client.credentials import CredentialsArg
 from weir.client.deliver_at import with_deliver_at
 from weir.client.messages import Batch, Message
+from weir.client.owner_readers import OwnerReaders
 from weir.client.owners import PartitionOwner
 from weir.client.range_reads import AsyncRangeReads, RangeChunk
 from weir.client.reader import PartitionSession, ReaderCore, Start
@@ -214,7 +215,7 @@ class Writer:
 class Reader:
     """Asynchronous reader; see `weir.client.reader` for the semantics."""
 
-    def __init__(self, core: ReaderCore) -> None:
+    def __init__(self, core: ReaderCore | OwnerReaders) -> None:
         self._core = core
         self._batch: Batch | None = None
         self._pos = 0
@@ -716,7 +717,8 @@ class Client(
         stable offset; off (the default), every stored message, as Kafka's read_uncommitted.
         """
         names = [topics] if isinstance(topics, str) else list(topics)
-        core = ReaderCore(
+        # one stream per broker serving the topics' partitions (one broker: one stream)
+        core = OwnerReaders(
             self.conn,
             names,
             consumer=consumer,

@@ -17,7 +17,10 @@ caller's own calls drive it.
   ``result()``, a full buffer) and whenever it sends: a non-blocking read.
 * A lost connection or a retryable refusal: the next call that drives reconnects
   after the backoff and resends every unacknowledged request in order (the broker's
-  dedup drops what it already has), as `weir.client.write_stream` does.
+  dedup drops what it already has), as `weir.client.write_stream` does; both classify
+  the loss with `WriterState._lost`. In a cluster, a not-owner answer or the failure of
+  the owner's broker makes that call look the partition's owner up first (`_follow`)
+  and connect to the owner's native TCP port.
 * A caller that leaves work behind (a message buffered behind one in flight, acks
   for futures nobody waits on) is not left stranded: a timer in the client's loop
   thread looks every `IDLE_TICK_S` while there is work, and drives the writer only
@@ -54,7 +57,6 @@ from weir.client.writer import WriterCore
 from weir.client.writer_settings import WriteResult, WriterSettings
 from weir.errors import (
     ClosedError,
-    DeliveryTimeoutError,
     TokenRejectedError,
     UnauthorizedError,
     UnavailableError,
@@ -127,6 +129,9 @@ class DirectWriterCore(WriterCore):
         self._max_b = settings.max_buffer_bytes
         self._armed = False
         self._connecting = False  # an idle reconnect runs in the loop's executor
+        # cluster mode: the error after which the owner is looked up before reconnecting
+        self._follow_err: WeirError | None = None
+        self._follow_delay = 0.0  # the backoff, when the lookup finds the same broker
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -141,7 +146,7 @@ class DirectWriterCore(WriterCore):
         self._raise_error()
         if not self._init_done.is_set():
             raise WeirTimeoutError(
-                f"writer to {self.topic!r} at {self.conn.tcp_endpoint} not connected after "
+                f"writer to {self.topic!r} at {self.target.tcp_endpoint} not connected after "
                 f"{timeout or 0:g} s{self._why()}"
             )
 
@@ -380,7 +385,11 @@ class DirectWriterCore(WriterCore):
             return
         try:
             if self._sock is None:
-                if not connect or time.monotonic() < self._retry_at:
+                if (
+                    not connect
+                    or time.monotonic() < self._retry_at
+                    or (self._follow_err is not None and not self._follow())
+                ):
                     self._check_stall()
                     if wait > 0:
                         time.sleep(min(wait, max(0.0, self._retry_at - time.monotonic())))
@@ -487,7 +496,7 @@ class DirectWriterCore(WriterCore):
                     resp = pb.WriteResponse.FromString(payload)
             except DecodeError:
                 raise UnavailableError(
-                    f"the write stream's connection was lost: {self.conn.tcp_endpoint} sent "
+                    f"the write stream's connection was lost: {self.target.tcp_endpoint} sent "
                     "bytes that are not the weir native protocol"
                 ) from None
             if not self._hello_done:
@@ -501,7 +510,7 @@ class DirectWriterCore(WriterCore):
         self._hello_done = True
         if result.HasField("error"):
             err = error_from_code(result.error.code, result.error.message)
-            tokens = self.conn.tokens
+            tokens = self.target.tokens
             if tokens is not None and isinstance(err, TokenRejectedError | UnauthorizedError):
                 tokens.refused(self._token)
             raise err
@@ -513,7 +522,7 @@ class DirectWriterCore(WriterCore):
         elif kind == "init":
             if self._session_up:
                 raise UnavailableError("a second init result on the write stream")
-            self.conn.got_through(None, tcp=True)
+            self.target.got_through(None, tcp=True)
             self._on_init(resp.init)
             self._call_id += 1
             self._session_up = True
@@ -526,7 +535,7 @@ class DirectWriterCore(WriterCore):
     # ------------------------------------------------------------------ connecting
 
     def _connect(self) -> None:
-        conn = self.conn
+        conn = self.target  # the client's broker, or the partition's owner (cluster mode)
         endpoint = conn.tcp_endpoint
         if not conn.tcp_known:
             endpoint = self._runner.run(conn.learn_tcp_endpoint())
@@ -585,26 +594,38 @@ class DirectWriterCore(WriterCore):
                 sock.close()
 
     def _broken(self, exc: OSError | WeirError) -> None:
-        """The connection failed: reconnect after the backoff, or fail on a fatal error."""
+        """The connection failed: reconnect after the backoff (at once to a new owner, in
+        a cluster: `_follow`), or fail on a fatal error (`WriterState._lost`)."""
         if isinstance(exc, WeirError):
             err = exc
         else:
             err = UnavailableError(f"the write stream's connection was lost: {exc}")
+        endpoint = self.target.tcp_endpoint
         self._drop_socket()
-        fast = self.conn.unreachable(err, self.conn.tcp_endpoint)
-        if fast is not None:
-            err = fast
-        if not err.retryable or fast is not None:
-            self.last_error = err
-            self._fail(err)
+        delay = self._lost(err, endpoint)
+        if delay is None:
             return
-        if self._closed:
-            return
-        self.reconnects += 1
-        self.last_error = err
-        delay = self._backoff.next_delay()
         self._retry_at = time.monotonic() + delay
-        self._notify_reconnect(err)
+        if self._follow_due(err):
+            # the lookup is a call in the client's loop: made by the next connecting step,
+            # which never runs in that loop's thread (the idle tick connects in its executor)
+            self._follow_err = err
+            self._follow_delay = delay
+            self._retry_at = time.monotonic()
+
+    def _follow(self) -> bool:
+        """Look the partition's owner up (after `_broken`); True: connect now (to another
+        broker than the last), False: the same broker, after the backoff."""
+        err, self._follow_err = self._follow_err, None
+        if err is None:
+            return True
+        part = self._owner_partition(err)
+        before = self.target
+        found = self._runner.run(self.conn.owners.lookup(self.topic, part))
+        if self._followed(before, found, part):
+            return True
+        self._retry_at = time.monotonic() + self._follow_delay
+        return False
 
     def _check_stall(self) -> None:
         limit = self.settings.delivery_timeout
@@ -612,17 +633,5 @@ class DirectWriterCore(WriterCore):
             return
         if self._stall.observe(self._unacked, self._acked, time.monotonic()) < limit:
             return
-        reason = self.last_error
-        why = (
-            f"last error: {reason.message}"
-            if reason is not None
-            else f"the server at {self.conn.tcp_endpoint} did not answer"
-        )
-        self._fail(
-            DeliveryTimeoutError(
-                f"writer to {self.topic!r} gave up: {self._unacked} messages not acknowledged "
-                f"for {limit:g} s (delivery_timeout); {why}",
-                reason,
-            )
-        )
+        self._fail(self._delivery_timeout(self._unacked, limit, self.target.tcp_endpoint))
         self._drop_socket()

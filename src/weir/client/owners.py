@@ -72,6 +72,10 @@ class Owners:
             self._conns[endpoint] = conn
         return conn
 
+    def connections(self) -> list[Connection]:
+        """The connections to other brokers this client has opened (owners it has met)."""
+        return list(self._conns.values())
+
     async def lookup(self, topic: str, partition: int | None) -> Connection | None:
         """The connection to the owner of ``topic``/``partition`` (``None``: the topic's
         first partition); None when no broker owns it now or no broker answered.

@@ -26,7 +26,7 @@ import enum
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -93,6 +93,25 @@ class PartitionSession:
     chunks: ChunkAssembler = field(default_factory=ChunkAssembler)  # chunked messages
 
 
+def check_reader(topics: list[str], chunk_expiry: Any) -> None:
+    """Refuse a reader's settings at once (BadRequestError), before any stream opens."""
+    if not topics:
+        raise BadRequestError("a reader needs at least one topic")
+    if not isinstance(chunk_expiry, int | float) or not chunk_expiry > 0:
+        raise BadRequestError(f"chunk_expiry must be > 0 seconds, got {chunk_expiry!r}")
+
+
+def check_commit(item: Any, consumer: str, closed: bool) -> None:
+    """Refuse a commit that can never work: reader closed, not a message or batch, or a
+    reader without a consumer (every reader's `check_commit`)."""
+    if closed:
+        raise ClosedError("reader is closed")
+    if not isinstance(item, Message | Batch):
+        raise BadRequestError(f"commit takes a Message or a Batch, not {type(item).__name__}")
+    if not consumer:
+        raise BadRequestError("a reader without a consumer cannot commit; give it consumer=...")
+
+
 @dataclass(slots=True)
 class _Entry:
     session: PartitionSession
@@ -116,11 +135,10 @@ class ReaderCore:
         read_committed: bool = False,
         compacted: bool = False,
         chunk_expiry: float = DEFAULT_CHUNK_EXPIRY,
+        partitions: Sequence[tuple[str, int]] = (),
+        on_moved: Callable[[ReaderCore, WeirError], None] | None = None,
     ) -> None:
-        if not topics:
-            raise BadRequestError("a reader needs at least one topic")
-        if not isinstance(chunk_expiry, int | float) or not chunk_expiry > 0:
-            raise BadRequestError(f"chunk_expiry must be > 0 seconds, got {chunk_expiry!r}")
+        check_reader(topics, chunk_expiry)
         self.compacted = compacted
         self.chunk_expiry = float(chunk_expiry)
         self.conn = conn
@@ -152,6 +170,11 @@ class ReaderCore:
         self.last_error: WeirError | None = None  # behind the latest reconnect
         self._live = False  # the current stream got its init result
         self._down_since: float | None = None  # monotonic time the stream was lost (None: up)
+        # cluster mode (`weir.client.owner_readers`): read only these (topic, partition)s, at
+        # the broker serving them; a not-owner answer or a failure of that broker ends this
+        # core and goes to ``on_moved``, which looks the partitions up again
+        self.named = list(partitions)
+        self.on_moved = on_moved
 
     @property
     def connected(self) -> bool:
@@ -279,12 +302,7 @@ class ReaderCore:
 
     def check_commit(self, item: Any) -> None:
         """Raise at once for a commit that can never work (safe to call from any thread)."""
-        if self._closed or self._closing:
-            raise ClosedError("reader is closed")
-        if not isinstance(item, Message | Batch):
-            raise BadRequestError(f"commit takes a Message or a Batch, not {type(item).__name__}")
-        if not self.consumer:
-            raise BadRequestError("a reader without a consumer cannot commit; give it consumer=...")
+        check_commit(item, self.consumer, self._closed or self._closing)
 
     def _on_commit_ack(self, ack: Any) -> None:
         ps = self._sessions.get(ack.assignment_id)
@@ -327,6 +345,7 @@ class ReaderCore:
                     credit_bytes=self.buffer_bytes,
                     read_committed=self.read_committed,
                     compacted=self.compacted,
+                    partitions=[pb.ReadPartition(topic=t, partition=p) for t, p in self.named],
                 )
                 await call.write(pb.ReadRequest(init=init))
                 self._generation += 1
@@ -384,6 +403,11 @@ class ReaderCore:
                     self._queue_event.set()
                     return
                 if self._closing:
+                    return
+                if self.on_moved is not None and (
+                    isinstance(err, NotOwnerError) or self.target is not self.conn
+                ):
+                    self.on_moved(self, err)  # the owners are looked up again over there
                     return
                 self.reconnects += 1
                 delay = backoff.next_delay()

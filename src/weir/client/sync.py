@@ -1,14 +1,13 @@
-"""The synchronous SDK: `weir.Client`, `Writer`, `Reader`, twins of `weir.aio`.
+"""The synchronous SDK: `weir.Client`, twin of `weir.aio.Client`.
 
 Calls run on the client's private event loop thread; `Writer.write` is the
 exception: it only touches the thread-safe buffer, so it is as cheap as a
-local append.
+local append. The writer, reader and transaction it hands out live in
+`weir.client.writer_sync`, `reader_sync` and `transaction_sync` (re-exported here).
 """
 
 from __future__ import annotations
 
-import concurrent.futures
-import contextlib
 import datetime as dt
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -22,12 +21,11 @@ from weir.client.admin import CompactionInfo, Consumer, ConsumerInfo, Subscripti
 from weir.client.aio import _KEEP, DEFAULT_ENDPOINT, RangeChunk
 from weir.client.chunks import DEFAULT_CHUNK_EXPIRY
 from weir.client.credentials import CredentialsArg
-from weir.client.deliver_at import with_deliver_at
-from weir.client.direct_writer import DirectWriterCore, DrivenFuture
+from weir.client.direct_writer import DirectWriterCore
 from weir.client.loop import LoopThread
-from weir.client.messages import Batch, Message
 from weir.client.owners import PartitionOwner
-from weir.client.reader import PartitionSession, Start
+from weir.client.reader import Start
+from weir.client.reader_sync import Reader
 from weir.client.routing import CustomRouter, parse_routing
 from weir.client.security_admin import SyncSecurityCalls
 from weir.client.subscription import DeadLetterPolicy, ReceivedMessage
@@ -35,8 +33,9 @@ from weir.client.subscription_sync import SubscriptionConsumer
 from weir.client.tenancy import SyncTenancyCalls
 from weir.client.tier_admin import SyncTierCalls
 from weir.client.tls import TlsArg
-from weir.client.transaction import Transaction as AioTransaction
-from weir.client.writer_settings import WriteResult, writer_settings
+from weir.client.transaction_sync import Transaction
+from weir.client.writer_settings import writer_settings
+from weir.client.writer_sync import Writer
 from weir.errors import ClosedError, WeirError
 from weir.hashing import KeyHash
 from weir.storage.codecs import Codec
@@ -45,309 +44,7 @@ from weir.storage.codecs import Codec
 # (bench/transport_bench.py compares the two)
 DIRECT_TCP_WRITERS = True
 
-
-class Writer:
-    """Synchronous writer: `write()` buffers and returns; `flush()` waits for acks."""
-
-    def __init__(self, inner: aio.Writer, loop: LoopThread) -> None:
-        self._inner = inner
-        self._core = inner._core
-        self._loop = loop
-        # the caller's calls drive it (`weir.client.direct_writer`), not the loop
-        self._direct = self._core if isinstance(self._core, DirectWriterCore) else None
-
-    @property
-    def partition(self) -> int | None:
-        return self._core.partition
-
-    @property
-    def producer_epoch(self) -> int | None:
-        """The topic's producer epoch when this writer connected (it grows each time an
-        exclusive producer takes the topic); None before the first connection."""
-        return self._core.producer_epoch
-
-    @property
-    def last_seq_no(self) -> int | None:
-        return self._core.last_seq_no
-
-    @property
-    def producer_id(self) -> str:
-        """The writer's producer id: the one given, else generated (resends stay safe)."""
-        return self._core.producer_id
-
-    @property
-    def last_error(self) -> WeirError | None:
-        """The error (server down, storage full, overloaded...) behind the latest reconnect;
-        the writer keeps retrying until its delivery timeout, this says why it is waiting."""
-        return self._core.last_error
-
-    @property
-    def reconnects(self) -> int:
-        """How many times this writer has reconnected (after a lost stream or a refusal)."""
-        return self._core.reconnects
-
-    @property
-    def unacknowledged(self) -> int:
-        """Messages written and not yet acknowledged (lost, when the writer has failed)."""
-        return self._core.unacknowledged
-
-    @property
-    def max_message_bytes(self) -> int:
-        """The largest message (data plus key) this writer takes: its setting, lowered to
-        the server's limit once connected."""
-        return self._core.max_message_bytes
-
-    def wait_init(self, timeout: float | None = 30.0) -> Writer:
-        if self._direct is not None:
-            self._direct.wait_init_sync(timeout)
-        else:
-            self._loop.run(self._core.wait_init(timeout))
-        return self
-
-    def write(
-        self,
-        data: bytes | str,
-        *,
-        key: bytes | str | None = None,
-        headers: Mapping[str, str] | None = None,
-        seq_no: int | None = None,
-        created_at: dt.datetime | int | None = None,
-        deliver_at: dt.datetime | int | None = None,
-        deliver_after: float | dt.timedelta | None = None,
-        timeout: float | None = None,
-    ) -> None:
-        """Buffer a message; returns at once unless the buffer is full (then waits up to ``timeout``)."""
-        if deliver_at is not None or deliver_after is not None:  # (a call less per write)
-            headers = with_deliver_at(headers, deliver_at, deliver_after)
-        self._core.write_threadsafe(data, key, headers, seq_no, created_at, timeout)
-
-    def write_many(
-        self,
-        values: Sequence[bytes | str],
-        *,
-        keys: Sequence[bytes | str | None] | None = None,
-        headers: Sequence[Mapping[str, str] | None] | None = None,
-        seq_nos: Sequence[int] | None = None,
-        created_at: Sequence[int] | int | None = None,
-        timeout: float | None = None,
-    ) -> None:
-        """Buffer many messages in one call (columns of equal length): for bulk producers."""
-        self._core.write_many_threadsafe(values, keys, headers, seq_nos, created_at, timeout)
-
-    def write_future(
-        self,
-        data: bytes | str,
-        *,
-        key: bytes | str | None = None,
-        headers: Mapping[str, str] | None = None,
-        seq_no: int | None = None,
-        created_at: dt.datetime | int | None = None,
-        deliver_at: dt.datetime | int | None = None,
-        deliver_after: float | dt.timedelta | None = None,
-        timeout: float | None = None,
-    ) -> concurrent.futures.Future[WriteResult]:
-        """Buffer a message; the future resolves with its WriteResult once acknowledged."""
-        if deliver_at is not None or deliver_after is not None:  # (a call less per write)
-            headers = with_deliver_at(headers, deliver_at, deliver_after)
-        fut: concurrent.futures.Future[WriteResult] = (
-            concurrent.futures.Future() if self._direct is None else DrivenFuture(self._direct)
-        )
-        self._core.write_threadsafe(data, key, headers, seq_no, created_at, timeout, fut)
-        return fut
-
-    def write_with_result(
-        self,
-        data: bytes | str,
-        *,
-        key: bytes | str | None = None,
-        headers: Mapping[str, str] | None = None,
-        seq_no: int | None = None,
-        created_at: dt.datetime | int | None = None,
-        deliver_at: dt.datetime | int | None = None,
-        deliver_after: float | dt.timedelta | None = None,
-        timeout: float | None = None,
-    ) -> WriteResult:
-        """Write and wait for the ack: partition, offset and seq_no (or skipped)."""
-        if deliver_at is not None or deliver_after is not None:  # (a call less per write)
-            headers = with_deliver_at(headers, deliver_at, deliver_after)
-        fut = self.write_future(
-            data, key=key, headers=headers, seq_no=seq_no, created_at=created_at, timeout=timeout
-        )
-        return fut.result(timeout)
-
-    def flush(self, timeout: float | None = None) -> None:
-        if self._direct is not None:
-            self._direct.flush_sync(timeout)
-        else:
-            self._loop.run(self._core.flush(timeout))
-
-    def close(self, timeout: float | None = None) -> None:
-        if self._core.closed:
-            return
-        if self._direct is not None:
-            self._direct.close_sync(timeout)
-        else:
-            self._loop.run(self._core.close(timeout))
-
-    def __enter__(self) -> Writer:
-        return self
-
-    def __exit__(
-        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        if e is None:
-            self.close()
-            return
-        # an error is on its way out already (often this writer's own): do not mask it
-        with contextlib.suppress(WeirError):
-            self.close()
-
-
-class Reader:
-    """Synchronous reader: iterate messages, or take batches; commit what you processed."""
-
-    def __init__(self, inner: aio.Reader, loop: LoopThread) -> None:
-        self._inner = inner
-        self._loop = loop
-        self._batch: Batch | None = None
-        self._pos = 0
-
-    @property
-    def connected(self) -> bool:
-        """Whether the reader has a live stream now (False while it reconnects)."""
-        return self._inner._core.connected
-
-    @property
-    def disconnected_for(self) -> float:
-        """Seconds since the stream was lost, 0 while connected."""
-        return self._inner._core.disconnected_for
-
-    @property
-    def last_error(self) -> WeirError | None:
-        """The error behind the latest reconnect (the reader retries for as long as it lives)."""
-        return self._inner._core.last_error
-
-    @property
-    def reconnects(self) -> int:
-        return self._inner._core.reconnects
-
-    @property
-    def partitions(self) -> list[PartitionSession]:
-        """The partitions this reader holds now (read in the loop thread that changes them)."""
-
-        async def get() -> list[PartitionSession]:
-            return self._inner.partitions
-
-        return self._loop.run(get())
-
-    def wait_connected(self, timeout: float | None = 30.0) -> Reader:
-        self._loop.run(self._inner.wait_connected(timeout))
-        return self
-
-    def receive_batch(self, timeout: float | None = None) -> Batch | None:
-        return self._loop.run(self._inner.receive_batch(timeout))
-
-    def receive_message(self, timeout: float | None = None) -> Message | None:
-        if self._batch is None or self._pos >= len(self._batch.messages):
-            self._batch = self.receive_batch(timeout)
-            self._pos = 0
-            if self._batch is None:
-                return None
-        msg = self._batch.messages[self._pos]
-        self._pos += 1
-        return msg
-
-    def __iter__(self) -> Iterator[Message]:
-        while True:
-            msg = self.receive_message()
-            if msg is not None:
-                yield msg
-
-    def commit(self, item: Message | Batch, *, transaction: Transaction | None = None) -> None:
-        """Commit up to and including ``item``; returns at once (`close()` waits for the ack).
-        With a ``transaction`` the offset moves when it commits (this waits until the
-        transaction holds it)."""
-        self._inner._core.check_commit(item)
-        if transaction is not None:
-            transaction.commit_offsets(item, self._inner._core.consumer)
-            return
-        self._loop.loop.call_soon_threadsafe(self._inner.commit, item)
-
-    def commit_with_ack(self, item: Message | Batch, timeout: float | None = 30.0) -> None:
-        self._loop.run(self._inner.commit_with_ack(item, timeout))
-
-    def close(self, timeout: float | None = 10.0) -> None:
-        self._loop.run(self._inner.close(timeout))
-
-    def __enter__(self) -> Reader:
-        return self
-
-    def __exit__(
-        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
-
-
-class Transaction:
-    """A transaction (`weir.Client.transaction`): ``with client.transaction() as tx:``
-    begins it and commits it at the end of the block (aborts it on an exception). See
-    `weir.client.transaction`; the asyncio twin is `weir.aio.Client.transaction`."""
-
-    def __init__(self, inner: AioTransaction, loop: LoopThread) -> None:
-        self._inner = inner
-        self._loop = loop
-
-    @property
-    def id(self) -> int | None:
-        return self._inner.id
-
-    @property
-    def state(self) -> str:
-        """new, open, ending, committed or aborted."""
-        return self._inner.state
-
-    @property
-    def timeout_ms(self) -> int | None:
-        return self._inner.timeout_ms
-
-    def begin(self, *, call_timeout: float | None = 30.0) -> Transaction:
-        self._loop.run(self._inner.begin(call_timeout=call_timeout))
-        return self
-
-    def writer(self, topic: str, **kwargs: Any) -> Writer:
-        """A writer (same arguments as `Client.writer`) whose messages belong to the
-        transaction; the commit flushes and closes it."""
-
-        async def make() -> aio.Writer:
-            return self._inner.writer(topic, **kwargs)
-
-        return Writer(self._loop.run(make()), self._loop)
-
-    def commit_offsets(
-        self,
-        items: Message | Batch | Iterable[Message | Batch],
-        consumer: str,
-        *,
-        call_timeout: float | None = 30.0,
-    ) -> None:
-        """Commit ``consumer``'s offsets past ``items`` when the transaction commits."""
-        self._loop.run(self._inner.commit_offsets(items, consumer, call_timeout=call_timeout))
-
-    def commit(self, *, call_timeout: float | None = 60.0) -> None:
-        self._loop.run(self._inner.commit(call_timeout=call_timeout))
-
-    def abort(self, *, call_timeout: float | None = 30.0) -> None:
-        self._loop.run(self._inner.abort(call_timeout=call_timeout))
-
-    def __enter__(self) -> Transaction:
-        if self.state == "new":
-            self.begin()
-        return self
-
-    def __exit__(
-        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self._loop.run(self._inner.__aexit__(et, e, tb))
+__all__ = ["DIRECT_TCP_WRITERS", "Client", "Reader", "Transaction", "Writer"]
 
 
 class Client(SyncTenancyCalls, SyncSecurityCalls, SyncTierCalls):

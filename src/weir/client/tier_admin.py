@@ -25,6 +25,17 @@ class TierSegment:
     object_crc: int  # CRC32C of the whole object
     # holds transaction markers or aborted messages: read it through the broker
     transactional: bool = False
+    # the offsets the whole object holds (more than the segment's when it packs several
+    # blobs); -1: the segment's own
+    object_first_offset: int = -1
+    object_end_offset: int = -1
+
+    @property
+    def object_offsets(self) -> tuple[int, int]:
+        """``[first, end)`` of every offset the object holds."""
+        if self.object_end_offset <= self.object_first_offset:
+            return self.first_offset, self.end_offset
+        return self.object_first_offset, self.object_end_offset
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +74,8 @@ def tier_status(r: pb.TierStatusResponse) -> TierStatus:
                         s.object_size,
                         s.object_crc,
                         s.transactional,
+                        s.object_first_offset,
+                        s.object_end_offset,
                     )
                     for s in p.segments
                 ],

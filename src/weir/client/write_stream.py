@@ -16,8 +16,6 @@ from weir.client.write_buffer import Request, Sent
 from weir.client.writer_settings import WriteResult
 from weir.client.writer_state import WriterState
 from weir.errors import (
-    DeliveryTimeoutError,
-    NotOwnerError,
     UnavailableError,
     WeirError,
     error_from_code,
@@ -36,7 +34,6 @@ class WriteStream(WriterState):
         def _take(self) -> list[Sent]: ...
 
     async def _session_loop(self) -> None:
-        backoff = self._backoff
         while not self._closed:
             call = None
             try:
@@ -81,22 +78,9 @@ class WriteStream(WriterState):
                 if self._half_closed:  # by close(), all acknowledged: nothing to fail or resend
                     self._stream_ended.set()
                     return
-                fast = self.target.unreachable(err, getattr(call, "endpoint", None))
-                if fast is not None:
-                    err = fast
-                if not err.retryable or fast is not None:
-                    self.last_error = err
-                    self._fail(err)
+                delay = self._lost(err, getattr(call, "endpoint", None))
+                if delay is None:
                     return
-                if self._closed:
-                    return
-                self.reconnects += 1
-                self.last_error = err
-                delay = backoff.next_delay()
-                log.warning(
-                    "writer to %s: %s; reconnecting within %.2f s", self.topic, err.message, delay
-                )
-                self._notify_reconnect(err)
                 if await self._follow_owner(err):
                     continue  # the owner is elsewhere: go there now
                 await self.target.pause(delay)  # ends early when the connection is back
@@ -109,30 +93,12 @@ class WriteStream(WriterState):
         """Cluster mode: after a not-owner answer, or a failure of the owner's broker, find
         the partition's owner and send the next stream there; True when that is another
         broker than the last one (go at once), False when it is the same (back off)."""
-        if not isinstance(err, NotOwnerError) and self.target is self.conn:
-            return False  # the client's own broker failed: nothing to look up
-        if self.settings.partition is not None:
-            part: int | None = self.settings.partition
-        elif self.partition is not None:
-            part = self.partition
-        elif isinstance(err, NotOwnerError) and err.partition >= 0:
-            part = err.partition
-        else:
-            part = None
+        if not self._follow_due(err):
+            return False
+        part = self._owner_partition(err)
         before = self.target
-        if isinstance(err, NotOwnerError) or self.target is not self.conn:
-            found = await self.conn.owners.lookup(self.topic, part)
-            self.target = found or self.conn
-        if self.target is not before:
-            log.info(
-                "writer to %s: partition %s is served at %s now",
-                self.topic,
-                part,
-                self.target.endpoint,
-            )
-        # a fresh owner gets the stream at once; the backoff still grows (reset by an
-        # ack), so brokers disagreeing about the owner cannot make a tight loop
-        return self.target is not before and self._backoff.attempt <= 3
+        found = await self.conn.owners.lookup(self.topic, part)
+        return self._followed(before, found, part)
 
     def _init_request(self) -> pb.WriteRequest:
         """The request that opens (or reopens) this writer's session."""
@@ -159,15 +125,6 @@ class WriteStream(WriterState):
             self._next_seq = max(self._next_seq, (self.last_seq_no or 0) + 1)
         self.limit.learn(r.max_message_bytes)
 
-    def _notify_reconnect(self, err: WeirError) -> None:
-        cb = self.settings.on_reconnect
-        if cb is None:
-            return
-        try:
-            cb(err)
-        except Exception:
-            log.exception("on_reconnect callback of the writer to %s failed", self.topic)
-
     async def _watchdog(self) -> None:
         """Give up when messages wait and none is acknowledged for ``delivery_timeout``."""
         limit = self.settings.delivery_timeout
@@ -179,19 +136,7 @@ class WriteStream(WriterState):
             with self._lock:
                 unacked, acked = self._unacked, self._acked
             if clock.observe(unacked, acked, self.loop.time()) >= limit:
-                reason = self.last_error
-                why = (
-                    f"last error: {reason.message}"
-                    if reason is not None
-                    else f"the server at {self.conn.endpoint} did not answer"
-                )
-                self._give_up(
-                    DeliveryTimeoutError(
-                        f"writer to {self.topic!r} gave up: {unacked} messages not acknowledged "
-                        f"for {limit:g} s (delivery_timeout); {why}",
-                        reason,
-                    )
-                )
+                self._give_up(self._delivery_timeout(unacked, limit, self.conn.endpoint))
                 return
 
     def _give_up(self, err: WeirError) -> None:

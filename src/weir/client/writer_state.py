@@ -5,6 +5,7 @@ later call and set on every pending future."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -17,8 +18,12 @@ from weir.client.write_buffer import AnyFuture, Buffer, Request
 from weir.client.writer_settings import WriterSettings
 from weir.errors import (
     ClosedError,
+    DeliveryTimeoutError,
+    NotOwnerError,
     WeirError,
 )
+
+log = logging.getLogger("weir.client.writer")
 
 
 class WriterState:
@@ -129,6 +134,84 @@ class WriterState:
     @property
     def unacknowledged(self) -> int:
         return self._unacked
+
+    def _lost(self, err: WeirError, endpoint: str | None) -> float | None:
+        """The writer's stream to ``endpoint`` was lost with ``err`` (both kinds of stream:
+        the loop's `weir.client.write_stream` and the caller's `weir.client.direct_writer`):
+        fail the writer on a fatal error or when the server was never reached (None), else
+        count the reconnect, tell ``on_reconnect`` and return the backoff before the next
+        stream, which resends every unacknowledged request in order. None also once closed."""
+        fast = self.target.unreachable(err, endpoint)
+        if fast is not None:
+            err = fast
+        if not err.retryable or fast is not None:
+            self.last_error = err
+            self._fail(err)
+            return None
+        if self._closed:
+            return None
+        self.reconnects += 1
+        self.last_error = err
+        delay = self._backoff.next_delay()
+        log.warning("writer to %s: %s; reconnecting within %.2f s", self.topic, err.message, delay)
+        self._notify_reconnect(err)
+        return delay
+
+    def _delivery_timeout(self, unacked: int, limit: float, endpoint: str) -> DeliveryTimeoutError:
+        """The error a writer gives up with: ``unacked`` messages waited ``limit`` seconds
+        (``delivery_timeout``) with none acknowledged; names the last reason."""
+        reason = self.last_error
+        why = (
+            f"last error: {reason.message}"
+            if reason is not None
+            else f"the server at {endpoint} did not answer"
+        )
+        return DeliveryTimeoutError(
+            f"writer to {self.topic!r} gave up: {unacked} messages not acknowledged "
+            f"for {limit:g} s (delivery_timeout); {why}",
+            reason,
+        )
+
+    def _notify_reconnect(self, err: WeirError) -> None:
+        cb = self.settings.on_reconnect
+        if cb is None:
+            return
+        try:
+            cb(err)
+        except Exception:
+            log.exception("on_reconnect callback of the writer to %s failed", self.topic)
+
+    def _follow_due(self, err: WeirError) -> bool:
+        """Cluster mode: after ``err`` the partition's owner must be looked up (a not-owner
+        answer, or a failure of an owner's broker; the client's own broker failing leaves
+        nothing to look up)."""
+        return isinstance(err, NotOwnerError) or self.target is not self.conn
+
+    def _owner_partition(self, err: WeirError) -> int | None:
+        """The partition whose owner to look up (None: the topic's first)."""
+        if self.settings.partition is not None:
+            return self.settings.partition
+        if self.partition is not None:
+            return self.partition
+        if isinstance(err, NotOwnerError) and err.partition >= 0:
+            return err.partition
+        return None
+
+    def _followed(self, before: Connection, found: Connection | None, part: int | None) -> bool:
+        """Send the next stream to ``found`` (the owner; None: nobody owns it now, back to
+        the client's own broker). True when that is another broker than ``before`` (go at
+        once), False when it is the same (back off)."""
+        self.target = found or self.conn
+        if self.target is not before:
+            log.info(
+                "writer to %s: partition %s is served at %s now",
+                self.topic,
+                part,
+                self.target.endpoint,
+            )
+        # a fresh owner gets the stream at once; the backoff still grows (reset by an
+        # ack), so brokers disagreeing about the owner cannot make a tight loop
+        return self.target is not before and self._backoff.attempt <= 3
 
     def _fail(self, err: WeirError) -> None:
         first = self._error is None

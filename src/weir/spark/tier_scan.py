@@ -2,7 +2,8 @@
 
 On the driver, `plan_tier` asks the broker once per topic where each partition's data
 is (`tier_status`): the offsets of a query's range that lie in offloaded segments
-become `TierRange` tasks, one per segment object, and only the rest (the live tail,
+become `TierRange` tasks, one per segment object (the consecutive blobs of a packed
+object are one task), and only the rest (the live tail,
 or anything not offloaded) stays a `TopicRange` read through the broker. Together
 they cover each range exactly once: segments are disjoint and the cut is by offset.
 A segment that holds transaction markers or messages of aborted transactions
@@ -19,6 +20,7 @@ applies failOnDataLoss).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -100,19 +102,29 @@ def plan_tier(
             if seg.first_offset > pos:
                 rest.append((tp, pos, seg.first_offset))
             lo, hi = max(pos, seg.first_offset), min(e, seg.end_offset)
-            tier.append(
-                TierRange(
-                    tp[0],
-                    tp[1],
-                    lo,
-                    hi,
-                    seg.object_key,
-                    seg.object_size,
-                    seg.object_crc,
-                    store,
-                    whole=(lo, hi) == (seg.first_offset, seg.end_offset),
+            obj = seg.object_offsets
+            last = tier[-1] if tier else None
+            if (
+                last is not None
+                and last.object_key == seg.object_key
+                and (last.topic, last.partition, last.end) == (tp[0], tp[1], lo)
+            ):
+                # the next blob of a packed object: one task, one read of the object
+                tier[-1] = dataclasses.replace(last, end=hi, whole=(last.start, hi) == obj)
+            else:
+                tier.append(
+                    TierRange(
+                        tp[0],
+                        tp[1],
+                        lo,
+                        hi,
+                        seg.object_key,
+                        seg.object_size,
+                        seg.object_crc,
+                        store,
+                        whole=(lo, hi) == obj,
+                    )
                 )
-            )
             pos = hi
         if pos < e:
             rest.append((tp, pos, e))

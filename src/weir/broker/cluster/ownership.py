@@ -212,6 +212,31 @@ class Ownership:
                 await self.records.bump_epoch()
                 return
 
+    def fenced(self, key: str, generation: int) -> None:
+        """The log of ``key``, held under ``generation``, was fenced by another opener:
+        that claim is over even if this session has not heard yet (paused, then resumed).
+        Stop serving it now and release it in the background (no snapshot: the log is
+        not ours to write); the next reconcile follows placement."""
+        if self.owned.get(key) != generation:
+            return
+        self.owned.pop(key, None)
+        log.warning(
+            "%s was fenced at generation %d: released", key, generation, extra=self._extra()
+        )
+        loop = asyncio.get_running_loop()
+        task = loop.create_task(self._give_back(key, generation))
+        self._lost.add(task)
+        task.add_done_callback(self._lost.discard)
+
+    async def _give_back(self, key: str, generation: int) -> None:
+        try:
+            await self.host.release(key, graceful=False)
+        except Exception:
+            log.exception("dropping fenced %s failed", key, extra=self._extra())
+        with contextlib.suppress(KazooException):
+            await self.records.release(key, generation)
+        self._kick.set()
+
     # ------------------------------------------------------------------ events
 
     def _watch_fired(self, *args: object) -> None:

@@ -19,6 +19,7 @@ twin for synchronous callers, naming the owner as of the last reconcile.
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,7 +28,9 @@ from weir.broker.cluster.log_host import ReplicatedLogHost
 from weir.broker.cluster.ownership import Ownership
 from weir.broker.partition_actor import PartitionActor
 from weir.errors import NotOwnerError
+from weir.replication.errors import ManagedLogFencedError
 from weir.replication.partition_log import ReplicatedPartitionLog
+from weir.replication.partition_log.log import ReplicatedChange
 
 log = logging.getLogger("weir.cluster")
 
@@ -69,10 +72,34 @@ class ClusterPartitions:
             generation=generation,
             max_queue_bytes=self.limits.max_queue_bytes,
             max_commit_bytes=self.limits.max_commit_bytes,
-            commit=plog.commit,
+            commit=self._committer(key, generation, plog),
             read=plog.read,
             retain=plog.retain,
         )
+
+    def _committer(
+        self, key: str, generation: int, plog: ReplicatedPartitionLog
+    ) -> Callable[[ReplicatedChange], Awaitable[None]]:
+        """``plog.commit``, where a fenced log (another broker opened it: this broker's
+        claim is gone, whether or not its session noticed yet) answers the retryable
+        not-owner error, so the client looks the owner up and resends there (its dedup
+        keeps the resent batches once), and the partition is given up at once."""
+
+        async def commit(change: ReplicatedChange) -> None:
+            try:
+                await plog.commit(change)
+            except ManagedLogFencedError as exc:
+                if self.ownership is not None:
+                    self.ownership.fenced(key, generation)
+                topic, partition = split_key(key)
+                raise NotOwnerError(
+                    f"partition {key} was taken over by another broker (its log was fenced "
+                    f"under generation {generation} on {self.logs.broker_id}): look it up again",
+                    topic=topic,
+                    partition=partition,
+                ) from exc
+
+        return commit
 
     async def release(self, key: str, *, graceful: bool) -> None:
         actor = self.actors.pop(key, None)

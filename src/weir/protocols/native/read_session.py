@@ -23,6 +23,7 @@ from weir.broker.tenancy.limits import Lease
 from weir.broker.topics import PERSISTENT, short_topic
 from weir.errors import (
     BadRequestError,
+    UnknownPartitionError,
     WeirError,
 )
 from weir.protocols.native import weir_pb2 as pb
@@ -117,12 +118,17 @@ class ReadSession(StreamSession[pb.ReadRequest, pb.ReadResponse | RawReadData]):
             topics = [(await self.broker.topic_for_use(t)).name for t in init.topics]
             for t in dict.fromkeys(topics):
                 self._leases.append(self.broker.count_consumer(t))
+            named = self._named_partitions(init, topics)
             groups = {}
             if self.consumer:
                 for t in topics:
                     await self.broker.ensure_consumer(t, self.consumer)
                 # before the init answer: a consumer held by subscription consumers is refused
-                groups = {t: self.broker.group(t, self.consumer) for t in topics}
+                if named:
+                    for t in topics:
+                        self.broker.check_not_subscribed(t, self.consumer)
+                else:
+                    groups = {t: self.broker.group(t, self.consumer) for t in topics}
             self._out.put_nowait(
                 pb.ReadResponse(init=pb.ReadInitResult(session_id=self.session_id))
             )
@@ -134,7 +140,9 @@ class ReadSession(StreamSession[pb.ReadRequest, pb.ReadResponse | RawReadData]):
                     "consumer": self.consumer,
                 },
             )
-            for t in topics:
+            for t, p in named:  # (a cluster's client: the partitions this broker serves)
+                self.assign(t, p)
+            for t in topics if not named else ():
                 if self.consumer:
                     g = groups[t]
                     self._groups.append(g)
@@ -158,6 +166,29 @@ class ReadSession(StreamSession[pb.ReadRequest, pb.ReadResponse | RawReadData]):
             raise
         except Exception as err:
             self._fail(err)
+
+    def _named_partitions(self, init: pb.ReadInit, topics: list[str]) -> list[tuple[str, int]]:
+        """The partitions the init names (`ReadInit.partitions`), by full topic name; each
+        must be of a topic the init reads and exist."""
+        if not init.partitions:
+            return []
+        full = dict(zip(init.topics, topics, strict=True))
+        out: list[tuple[str, int]] = []
+        for rp in init.partitions:
+            topic = full.get(rp.topic)
+            if topic is None:
+                raise BadRequestError(
+                    f"partition {rp.topic}/{rp.partition} is not of a topic this stream reads"
+                )
+            count = self.broker.topic(topic).partitions
+            if not 0 <= rp.partition < count:
+                raise UnknownPartitionError(
+                    f"topic {short_topic(topic)!r} has partitions 0..{count - 1}, "
+                    f"not {rp.partition}"
+                )
+            if (topic, rp.partition) not in out:
+                out.append((topic, rp.partition))
+        return out
 
     def _add_credit(self, n: int) -> None:
         if n < 0:

@@ -321,8 +321,10 @@ class NativeService(
                         object_size=n,
                         object_crc=c,
                         transactional=t,
+                        object_first_offset=oa,
+                        object_end_offset=oz,
                     )
-                    for a, z, k, n, c, t in st.segments
+                    for a, z, k, n, c, t, oa, oz in st.segments
                 ],
             )
             for st in self.broker.tier_status(request.topic)

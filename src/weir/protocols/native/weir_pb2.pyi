@@ -710,6 +710,7 @@ class ReadInit(_message.Message):
     CREDIT_BYTES_FIELD_NUMBER: _builtins.int
     READ_COMMITTED_FIELD_NUMBER: _builtins.int
     COMPACTED_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
     consumer: _builtins.str
     """Empty: read without a consumer (every partition, no commits)."""
     start: Global___StartFrom.ValueType
@@ -727,6 +728,14 @@ class ReadInit(_message.Message):
     """
     @_builtins.property
     def topics(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___ReadPartition]:
+        """Read only these partitions (of the topics above), not shared through the consumer's
+        group: a client reading a topic whose partitions are served by several brokers (a
+        cluster) opens one stream per owner, each naming the partitions that owner serves.
+        Empty: every partition (shared through the consumer's group).
+        """
+
     def __init__(
         self,
         *,
@@ -737,14 +746,37 @@ class ReadInit(_message.Message):
         credit_bytes: _builtins.int = ...,
         read_committed: _builtins.bool = ...,
         compacted: _builtins.bool = ...,
+        partitions: _abc.Iterable[Global___ReadPartition] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["compacted", b"compacted", "consumer", b"consumer", "credit_bytes", b"credit_bytes", "read_committed", b"read_committed", "read_from_ms", b"read_from_ms", "start", b"start", "topics", b"topics"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["compacted", b"compacted", "consumer", b"consumer", "credit_bytes", b"credit_bytes", "partitions", b"partitions", "read_committed", b"read_committed", "read_from_ms", b"read_from_ms", "start", b"start", "topics", b"topics"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ReadInit: _TypeAlias = ReadInit  # noqa: Y015
+
+@_typing.final
+class ReadPartition(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    partition: _builtins.int
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        partition: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["partition", b"partition", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReadPartition: _TypeAlias = ReadPartition  # noqa: Y015
 
 @_typing.final
 class ReadCredit(_message.Message):
@@ -1922,6 +1954,8 @@ class TierSegment(_message.Message):
     OBJECT_SIZE_FIELD_NUMBER: _builtins.int
     OBJECT_CRC_FIELD_NUMBER: _builtins.int
     TRANSACTIONAL_FIELD_NUMBER: _builtins.int
+    OBJECT_FIRST_OFFSET_FIELD_NUMBER: _builtins.int
+    OBJECT_END_OFFSET_FIELD_NUMBER: _builtins.int
     first_offset: _builtins.int
     end_offset: _builtins.int
     """exclusive"""
@@ -1934,6 +1968,12 @@ class TierSegment(_message.Message):
     """It holds transaction markers or messages of aborted transactions: read it through the
     broker (ReadRange), which leaves them out; its rows as stored would show them.
     """
+    object_first_offset: _builtins.int
+    """The offsets the whole object holds: more than this segment's when the object packs
+    several blobs (a reader of the object keeps to the offsets it wants); 0 and 0 from
+    servers that predate packing (the object is then this segment alone).
+    """
+    object_end_offset: _builtins.int
     def __init__(
         self,
         *,
@@ -1943,10 +1983,12 @@ class TierSegment(_message.Message):
         object_size: _builtins.int = ...,
         object_crc: _builtins.int = ...,
         transactional: _builtins.bool = ...,
+        object_first_offset: _builtins.int = ...,
+        object_end_offset: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["end_offset", b"end_offset", "first_offset", b"first_offset", "object_crc", b"object_crc", "object_key", b"object_key", "object_size", b"object_size", "transactional", b"transactional"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["end_offset", b"end_offset", "first_offset", b"first_offset", "object_crc", b"object_crc", "object_end_offset", b"object_end_offset", "object_first_offset", b"object_first_offset", "object_key", b"object_key", "object_size", b"object_size", "transactional", b"transactional"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -36,9 +36,13 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import pyarrow.parquet as pq
 
 from weir.errors import CorruptDataError, ObjectMissingError, TierUnavailableError
 from weir.storage.blob import BIG, BlobInfo
@@ -62,12 +66,21 @@ from weir.storage.tiered.remote_metadata import (
     started,
 )
 from weir.storage.tiered.remote_storage import RemoteStorage, md5_etag
-from weir.storage.tiered.segment_format import checksum, decode_segment, encode_segment
+from weir.storage.tiered.segment_format import (
+    BlobRows,
+    checksum,
+    decode_packed_chunk,
+    decode_segment,
+    encode_packed,
+    encode_segment,
+    packed_footer,
+)
 
 log = logging.getLogger("weir.tier")
 
 SEGMENTS_PREFIX = "segments/"
 DEFAULT_TIER_CACHE_BYTES = 128 << 20
+FOOTERS_KEPT = 256  # parsed footers of packed objects (a few KB each)
 
 
 def _now_ms() -> int:
@@ -84,6 +97,12 @@ class OffloadPolicy:
     threshold_bytes: int | None = None
     threshold_ms: int | None = None
     deletion_lag_ms: int = 0
+    # pack consecutive blobs into objects of up to this many bytes (0: one blob per
+    # object); a smaller last object waits for more blobs unless ``flush`` (an offload
+    # asked for now) or its oldest blob was last written ``object_wait_ms`` ago
+    object_bytes: int = 0
+    object_wait_ms: int = 600_000
+    flush: bool = False
 
     @property
     def enabled(self) -> bool:
@@ -138,6 +157,7 @@ class TierManager:
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="weir-tier")
         self._lock = threading.Lock()
         self._fetching: dict[tuple[int, int, int], Future[None]] = {}
+        self._footers: OrderedDict[str, pq.FileMetaData] = OrderedDict()
         # COPY_STARTED records older than this are copies a crash abandoned; this
         # process abandons its own failed copies itself (DELETE_STARTED)
         self.started_ms = _now_ms()
@@ -210,30 +230,96 @@ class TierManager:
     def discard(self, owner: int, rec: RemoteSegment) -> None:
         self.cache.discard(self._key(owner, rec))
 
-    def _load(self, rec: RemoteSegment, label: str) -> CachedBlob:
-        """Fetch and check one offloaded blob: one GET, whole-object CRC, then every batch."""
+    def _get(self, rec: RemoteSegment, label: str, start: int = 0, end: int | None = None) -> bytes:
+        """Bytes of ``rec``'s object (a missing object is damage; an unreachable store is
+        retryable), timed for the metrics."""
+        t0 = time.perf_counter()
+        try:
+            data = self.storage.get(rec.object_key, start, end)
+        except ObjectMissingError:
+            self._error(ObjectMissingError(rec.object_key))
+            raise CorruptDataError(
+                f"offloaded object {rec.object_key} is missing from the store",
+                partition=label,
+                offset=rec.first_offset,
+            ) from None
+        except TierUnavailableError as exc:
+            self._error(exc)
+            raise
+        dt = time.perf_counter() - t0
+        with self._lock:
+            s = self.stats
+            s.fetches += 1
+            s.fetch_bytes += len(data)
+            s.fetch_seconds += dt
+            if len(s.fetch_latencies) < 10_000:
+                s.fetch_latencies.append(dt)
+        return data
+
+    def _get_checked(
+        self, rec: RemoteSegment, label: str, start: int, end: int, crc: int, what: str
+    ) -> bytes:
+        """Bytes ``[start, end)`` of a packed object, checked against their CRC32C: fetched
+        once more when damaged, then refused (never served)."""
         for attempt in (1, 2):
-            t0 = time.perf_counter()
-            try:
-                data = self.storage.get(rec.object_key)
-            except ObjectMissingError:
-                self._error(ObjectMissingError(rec.object_key))
-                raise CorruptDataError(
-                    f"offloaded object {rec.object_key} is missing from the store",
-                    partition=label,
-                    offset=rec.first_offset,
-                ) from None
-            except TierUnavailableError as exc:
-                self._error(exc)
-                raise
-            dt = time.perf_counter() - t0
+            data = self._get(rec, label, start, end)
+            if len(data) == end - start and checksum(data) == crc:
+                return data
             with self._lock:
-                s = self.stats
-                s.fetches += 1
-                s.fetch_bytes += len(data)
-                s.fetch_seconds += dt
-                if len(s.fetch_latencies) < 10_000:
-                    s.fetch_latencies.append(dt)
+                self.stats.corrupt_objects += 1
+            log.warning(
+                "offloaded object fails its checksum",
+                extra={"object": rec.object_key, "part": what, "attempt": attempt},
+            )
+        raise CorruptDataError(
+            f"offloaded object {rec.object_key}: its {what} fails its checksum "
+            f"({len(data)} bytes, expected {end - start}); not served",
+            partition=label,
+            offset=rec.first_offset,
+        )
+
+    def _footer(self, rec: RemoteSegment, label: str) -> pq.FileMetaData:
+        """The footer of a packed object: fetched once (one ranged request), then kept."""
+        with self._lock:
+            md = self._footers.get(rec.object_key)
+            if md is not None:
+                self._footers.move_to_end(rec.object_key)
+                return md
+        raw = self._get_checked(
+            rec, label, rec.footer_start, rec.object_size, rec.footer_crc, "footer"
+        )
+        md = packed_footer(raw, label, rec.first_offset)
+        with self._lock:
+            self._footers[rec.object_key] = md
+            while len(self._footers) > FOOTERS_KEPT:
+                self._footers.popitem(last=False)
+        return md
+
+    def _load_packed(self, rec: RemoteSegment, label: str) -> bytes:
+        """One blob of a packed object: its column chunk in one ranged request (and the
+        footer once per object), each checked by CRC32C, then decoded."""
+        md = self._footer(rec, label)
+        chunk = self._get_checked(
+            rec, label, rec.chunk_start, rec.chunk_end, rec.chunk_crc, "column chunk"
+        )
+        return decode_packed_chunk(
+            md,
+            rec.object_size,
+            chunk,
+            rec.row_group,
+            rec.chunk_start,
+            rec.first_offset,
+            rec.count,
+            label,
+        )
+
+    def _load(self, rec: RemoteSegment, label: str) -> CachedBlob:
+        """Fetch and check one offloaded blob: one GET, whole-object CRC (or, packed, the
+        blob's column chunk and its CRC), then every batch."""
+        if rec.packed:
+            return self._index(rec, self._load_packed(rec, label), label)
+        for attempt in (1, 2):
+            data = self._get(rec, label)
             if len(data) == rec.object_size and checksum(data) == rec.object_crc:
                 break
             with self._lock:
@@ -249,7 +335,10 @@ class TierManager:
                 partition=label,
                 offset=rec.first_offset,
             )
-        blob = decode_segment(data, rec.first_offset, rec.count, label)
+        return self._index(rec, decode_segment(data, rec.first_offset, rec.count, label), label)
+
+    @staticmethod
+    def _index(rec: RemoteSegment, blob: bytes, label: str) -> CachedBlob:
         info = BlobInfo(
             rec.first_offset, rec.count, rec.blob_size, 0, rec.min_written, rec.max_written, BIG
         )
@@ -291,6 +380,39 @@ class TierManager:
             local -= b.size
         return out
 
+    def groups(
+        self, plog: object, policy: OffloadPolicy, now_ms: int, below: int | None = None
+    ) -> list[list[BlobInfo]]:
+        """The candidates cut into the objects they will be copied as: runs of consecutive
+        blobs of up to ``policy.object_bytes`` (one blob each when it is 0). A last object
+        under the target waits for more blobs (local data then stays above the threshold
+        by less than one object) unless the policy flushes or it has waited long enough."""
+        cands = self.candidates(plog, policy, now_ms, below)
+        if policy.object_bytes <= 0:
+            return [[b] for b in cands]
+        out: list[list[BlobInfo]] = []
+        size = 0
+        for b in cands:
+            last = out[-1] if out else None
+            if (
+                last is None
+                or last[-1].end_offset != b.first_offset
+                or size + b.size > policy.object_bytes
+            ):
+                out.append([b])
+                size = b.size
+            else:
+                last.append(b)
+                size += b.size
+        if (
+            out
+            and not policy.flush
+            and size < policy.object_bytes
+            and out[-1][0].max_written >= now_ms - policy.object_wait_ms
+        ):
+            out.pop()
+        return out
+
     def lagging(self, plog: object, policy: OffloadPolicy, now_ms: int) -> list[int]:
         """First offsets of offloaded blobs still held locally whose deletion lag passed."""
         from weir.storage.partition import PartitionLog
@@ -330,18 +452,7 @@ class TierManager:
         try:
             data = plog.read_blob(b)
             topic, partition = self._names(plog.log_id)
-            refs = plog.payloads.within(b.first_offset, b.end_offset)
-            # the rows Spark reads hold the large payloads themselves, not their references
-            rows = (
-                b"".join(
-                    bytes(c)
-                    for c in fill_chunks(
-                        [data], refs, lambda r: self.payload(r, plog.label, b.first_offset)
-                    )
-                )
-                if refs
-                else None
-            )
+            rows = self._rows(plog, b, data)
             obj = encode_segment(
                 data, topic, partition, plog.log_id, b.first_offset, b.count, rows=rows
             )
@@ -362,6 +473,100 @@ class TierManager:
             try:
                 self.abandon(rec)
             except Exception:  # storage closing: the next start finds it COPY_STARTED
+                log.warning("could not abandon a failed copy", extra={"object": key})
+            raise
+
+    def _rows(self, plog: Any, b: BlobInfo, data: bytes) -> bytes | None:
+        """The blob's batches with their large payloads filled in (the rows Spark reads
+        hold the payloads themselves, not their references); None when it has none."""
+        refs = plog.payloads.within(b.first_offset, b.end_offset)
+        if not refs:
+            return None
+        label, first = plog.label, b.first_offset
+        chunks = fill_chunks([data], refs, lambda r: self.payload(r, label, first))
+        return b"".join(bytes(c) for c in chunks)
+
+    def copy_blobs(
+        self, plog: object, blobs: list[BlobInfo], packed: bool, now_ms: int | None = None
+    ) -> list[RemoteSegment]:
+        """Copy consecutive local sealed blobs as one object (``packed``; else ``blobs`` is
+        one blob, copied as before): every blob's COPY_STARTED committed in one
+        transaction, the object written and verified. Returns the COPY_FINISHED records
+        for the caller to commit through the partition. On failure every record is
+        abandoned (DELETE_STARTED, or left COPY_STARTED for the next start)."""
+        from weir.storage.partition import PartitionLog
+
+        assert isinstance(plog, PartitionLog)
+        if not packed:
+            assert len(blobs) == 1
+            return [self.copy_blob(plog, blobs[0], now_ms)]
+        now = _now_ms() if now_ms is None else now_ms
+        first, end = blobs[0].first_offset, blobs[-1].end_offset
+        key = (
+            f"{SEGMENTS_PREFIX}{plog.log_id:016x}/{first:020d}-{end:020d}-"
+            f"{uuid.uuid4().hex[:12]}.parquet"
+        )
+        recs = [
+            replace(
+                started(
+                    plog.log_id,
+                    b.first_offset,
+                    b.count,
+                    key,
+                    b.size,
+                    b.min_written,
+                    b.max_written,
+                    now,
+                ),
+                row_group=i,
+                object_first=first,
+                object_end=end,
+            )
+            for i, b in enumerate(blobs)
+        ]
+        self.committer.commit([record_op(r) for r in recs])
+        try:
+            topic, partition = self._names(plog.log_id)
+
+            def parts() -> Iterator[BlobRows]:  # one blob in memory at a time
+                for b in blobs:
+                    data = plog.read_blob(b)
+                    yield BlobRows(data, b.first_offset, b.count, self._rows(plog, b, data))
+
+            spans = [(b.first_offset, b.count) for b in blobs]
+            obj = encode_packed(parts(), topic, partition, plog.log_id, spans)
+            crc = checksum(obj.data)
+            try:
+                info = self.storage.put(key, obj.data)
+                self._verify(key, obj.data, crc, info.etag)
+            except TierUnavailableError as exc:
+                self._error(exc)
+                raise
+            with self._lock:
+                s = self.stats
+                s.bytes_offloaded += len(obj.data)
+                s.blob_bytes_offloaded += sum(b.size for b in blobs)
+                s.objects_offloaded += 1
+            return [
+                r.moved(
+                    SegmentState.COPY_FINISHED,
+                    now,
+                    object_size=len(obj.data),
+                    object_crc=crc,
+                    chunk_start=p.chunk_start,
+                    chunk_end=p.chunk_end,
+                    chunk_crc=p.chunk_crc,
+                    footer_start=obj.footer_start,
+                    footer_crc=obj.footer_crc,
+                )
+                for r, p in zip(recs, obj.places, strict=True)
+            ]
+        except BaseException:
+            try:
+                self.committer.commit(
+                    [record_op(r.moved(SegmentState.DELETE_STARTED, _now_ms())) for r in recs]
+                )
+            except Exception:  # storage closing: the next start finds them COPY_STARTED
                 log.warning("could not abandon a failed copy", extra={"object": key})
             raise
 
@@ -389,18 +594,20 @@ class TierManager:
         assert isinstance(plog, PartitionLog)
         now = _now_ms() if now_ms is None else now_ms
         n = 0
-        for b in self.candidates(plog, policy, now):
-            rec = self.copy_blob(plog, b, now)
-            change = plog.prepare_copy_finished(rec, policy.deletion_lag_ms == 0, now)
-            if change is None:
-                self.abandon(rec)
-                continue
-            try:
-                plog.commit_change(change)
-            except BaseException:
-                self.abandon(rec)
-                raise
-            n += 1
+        for group in self.groups(plog, policy, now):
+            recs = self.copy_blobs(plog, group, policy.object_bytes > 0, now)
+            for i, rec in enumerate(recs):
+                change = plog.prepare_copy_finished(rec, policy.deletion_lag_ms == 0, now)
+                if change is None:
+                    self.abandon(rec)
+                    continue
+                try:
+                    plog.commit_change(change)
+                except BaseException:
+                    for r in recs[i:]:
+                        self.abandon(r)
+                    raise
+                n += 1
         for first in self.lagging(plog, policy, now):
             change = plog.prepare_free_local(first)
             if change is not None:
@@ -411,23 +618,38 @@ class TierManager:
 
     def expire(self) -> int:
         """Delete the objects of records in DELETE_STARTED (and of copies a crash
-        abandoned), then the records; returns objects deleted. Blocking."""
+        abandoned), then the records; returns objects deleted. Blocking.
+
+        A packed object is shared by the records of its blobs: it is deleted only when
+        every one of them has let go of it; until then a let-go record is just removed
+        (the object keeps its bytes for the others, and Parquet readers skip them)."""
         with self.kv.snapshot() as view:
             recs = load_records(view)
-        done = 0
+        now = _now_ms()
+        by_object: dict[str, list[RemoteSegment]] = {}
         for rec in recs:
             if rec.state == SegmentState.COPY_STARTED and rec.updated_ms < self.started_ms:
-                rec = rec.moved(SegmentState.DELETE_STARTED, _now_ms())
+                rec = rec.moved(SegmentState.DELETE_STARTED, now)
                 self.committer.commit([record_op(rec)])
-            if rec.state != SegmentState.DELETE_STARTED:
+            by_object.setdefault(rec.object_key, []).append(rec)
+        done = 0
+        for key, group in by_object.items():
+            gone = [r for r in group if r.state == SegmentState.DELETE_STARTED]
+            if not gone:
                 continue
-            try:
-                self.storage.delete(rec.object_key)
-            except TierUnavailableError as exc:
-                self._error(exc)
-                raise
-            self.committer.commit([record_op(rec.moved(SegmentState.DELETE_FINISHED, _now_ms()))])
-            done += 1
+            if len(gone) == len(group):
+                try:
+                    self.storage.delete(key)
+                except TierUnavailableError as exc:
+                    self._error(exc)
+                    raise
+                done += 1
+            self.committer.commit(
+                [record_op(r.moved(SegmentState.DELETE_FINISHED, _now_ms())) for r in gone]
+            )
+            if len(gone) == len(group):
+                with self._lock:
+                    self._footers.pop(key, None)
         with self._lock:
             self.stats.objects_deleted += done
         return done

@@ -64,10 +64,35 @@ class RemoteSegment:
     object_size: int = 0  # bytes of the object (known from COPY_FINISHED on)
     object_crc: int = 0  # CRC32C of the whole object
     updated_ms: int = 0
+    # An object packing several consecutive blobs (`weir.storage.tiered.packing`): the
+    # blob is row group ``row_group`` of it; its ``weir_batch`` column chunk is bytes
+    # ``[chunk_start, chunk_end)`` (CRC32C ``chunk_crc``), the Parquet footer bytes
+    # ``[footer_start, object_size)`` (CRC32C ``footer_crc``), and the object holds
+    # offsets ``[object_first, object_end)``. -1: the object is this one blob alone.
+    row_group: int = -1
+    chunk_start: int = 0
+    chunk_end: int = 0
+    chunk_crc: int = 0
+    footer_start: int = 0
+    footer_crc: int = 0
+    object_first: int = -1
+    object_end: int = -1
 
     @property
     def end_offset(self) -> int:
         return self.first_offset + self.count
+
+    @property
+    def packed(self) -> bool:
+        """Whether the object holds other blobs too (read by ranges, deleted with the last)."""
+        return self.row_group >= 0
+
+    @property
+    def object_offsets(self) -> tuple[int, int]:
+        """The offsets the whole object holds (this blob's alone when it is not packed)."""
+        if self.object_first < 0:
+            return self.first_offset, self.end_offset
+        return self.object_first, self.object_end
 
     def moved(self, state: SegmentState, now_ms: int, **changes: int) -> RemoteSegment:
         """This record in ``state``; a move the state machine does not allow is a bug."""
@@ -85,6 +110,9 @@ class RemoteSegment:
         d = asdict(self)
         d["state"] = int(self.state)
         del d["log_id"], d["first_offset"], d["count"]
+        if not self.packed:  # records as they were before packing (readable by older code)
+            for k in _PACKED_FIELDS:
+                del d[k]
         return json.dumps(d, sort_keys=True).encode()
 
     @classmethod
@@ -93,6 +121,18 @@ class RemoteSegment:
         d = json.loads(bytes(raw))
         d["state"] = SegmentState(d["state"])
         return cls(log_id=log_id, first_offset=first, count=count, **d)
+
+
+_PACKED_FIELDS = (
+    "row_group",
+    "chunk_start",
+    "chunk_end",
+    "chunk_crc",
+    "footer_start",
+    "footer_crc",
+    "object_first",
+    "object_end",
+)
 
 
 def started(
