@@ -89,12 +89,16 @@ bench: $(VENV)/.installed-bench
 # 1,000 checked server kills (kill -9 and power cuts) under mixed load; prints the seed
 # (replay: WEIR_CHAOS_SEED=...) and the summary table. See docs/reliability.md.
 # Then 300 bookie faults (SIGKILL, SIGSTOP, ZooKeeper session expiry) under replicated
-# ledgers, each ledger checked entry by entry (docs/replication.md).
+# ledgers, each ledger checked entry by entry (docs/replication.md). Then 300 faults over a
+# broker cluster (brokers, bookies, ZooKeeper sessions, client connections) under load,
+# judged by the history checker (docs/cluster.md).
 SOAK_KILLS ?= 1000
 LEDGER_FAULTS ?= 300
+CLUSTER_FAULTS ?= 300
 soak: install-test system-packages
 	WEIR_SOAK=1 WEIR_SOAK_KILLS=$(SOAK_KILLS) $(BIN)/python -m pytest -q -s tests/reliability tests/client/test_writer_delivery.py tests/client/test_compaction.py tests/spark/test_tier.py tests/spark/test_tier_soak.py -m slow
 	WEIR_LEDGER_FAULTS=$(LEDGER_FAULTS) $(BIN)/python -m pytest -q -s tests/replication/test_fault_schedule.py
+	WEIR_SOAK=1 WEIR_SOAK_CLUSTER_FAULTS=$(CLUSTER_FAULTS) $(BIN)/python -m pytest -q -s tests/cluster/test_cluster_faults.py tests/cluster/test_broker_faults.py tests/spark/test_cluster.py -m slow
 
 proto: install-test
 	$(BIN)/python -m weir.protocols.native.codegen

@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import atexit
 import contextlib
+import gc
 import json
 import os
 import signal
@@ -304,44 +305,74 @@ def _instrument(stamps_path: str) -> None:
     atexit.register(dump)
 
 
-def _gc_recorder() -> list[tuple[int, int, int]]:
-    """This process's garbage collections from now on: (start ns, end ns, generation)."""
+def _gc_recorder() -> list[tuple[int, int, int, int]]:
+    """This process's garbage collections from now on: (start ns, end ns, generation, CPU ns)."""
     import gc
 
-    spans: list[tuple[int, int, int]] = []
-    start = [0]
+    spans: list[tuple[int, int, int, int]] = []
+    start = [0, 0]
+    cpu = time.thread_time_ns  # the collecting thread's CPU: what the load does not inflate
 
     def cb(phase: str, info: dict[str, Any]) -> None:
         if phase == "start":
-            start[0] = _now()
+            start[0], start[1] = _now(), cpu()
         else:
-            spans.append((start[0], _now(), int(info["generation"])))
+            spans.append((start[0], _now(), int(info["generation"]), cpu() - start[1]))
 
     gc.callbacks.append(cb)
     return spans
 
 
 def gc_note(msgs: list[tuple[int, int, int]], spans: dict[str, list[Any]]) -> str:
-    """How many acks slower than the p99 overlapped a garbage collection, per process."""
+    """Per process, the garbage collections made while the messages flowed (by generation,
+    with their pauses), and how many acks slower than the p99 overlapped one."""
     if not msgs:
         return ""
     totals = sorted(z - a for a, _, z in msgs)
     cut = totals[min(len(totals) - 1, int(0.99 * len(totals)))]
     tail = [(a, z) for a, _, z in msgs if z - a > cut]
+    first = min(a for a, _, _ in msgs)
+    last = max(z for _, _, z in msgs)
     parts = []
-    for who, ss in spans.items():
+    for who, every in spans.items():
+        ss = [s for s in every if s[1] >= first and s[0] <= last]  # while messages flowed
         long = [s for s in ss if s[1] - s[0] > 1_000_000]
-        hit = sum(1 for a, z in tail if any(ga < z and gb > a for ga, gb, _ in ss))
-        worst = max((b - a for a, b, _ in ss), default=0) / 1e6
+        hit = sum(1 for a, z in tail if any(s[0] < z and s[1] > a for s in ss))
+        worst = max((s[1] - s[0] for s in ss), default=0) / 1e6
+        paused = sum(s[1] - s[0] for s in ss) / 1e6
+        cpu = sum(s[3] for s in ss if len(s) > 3) / 1e6
+        gens = [sum(1 for s in ss if s[2] == g) for g in (0, 1, 2)]
+        worst2 = max((s[1] - s[0] for s in ss if s[2] == 2), default=0) / 1e6
         parts.append(
-            f"{who}: {len(ss)} GCs ({len(long)} over 1 ms, longest {worst:.2f} ms), "
+            f"{who}: {len(ss)} GCs (gen0/1/2 {gens[0]}/{gens[1]}/{gens[2]}, "
+            f"{len(long)} over 1 ms, longest {worst:.2f} ms, longest gen2 {worst2:.2f} ms, "
+            f"{paused:.1f} ms paused in all, {cpu:.1f} ms CPU; {len(every)} since recording "
+            f"began, longest {max((s[1] - s[0] for s in every), default=0) / 1e6:.2f} ms), "
             f"{hit} of {len(tail)} acks above p99 overlapped one"
         )
     return "; ".join(parts)
 
 
+def _gc_variant(how: str) -> None:
+    """A/B of the server's collector settings (`weir.gc_tuning.settle`, called by ``weir
+    serve`` once it is up), from ``--gc``: "" as shipped, "default" CPython's (nothing
+    frozen, gen0 at 700), "freeze" frozen with CPython's thresholds, a number: frozen with
+    that gen0 threshold."""
+    if not how:
+        return
+    import weir.gc_tuning as gt
+
+    if how == "default":
+        gt.settle = lambda gen0_threshold=0: None  # type: ignore[assignment]
+    elif how == "freeze":
+        gt.settle.__defaults__ = (gc.get_threshold()[0],)
+    elif how:
+        gt.settle.__defaults__ = (int(how),)
+
+
 def serve_child(stamps: str, argv: list[str]) -> int:
     _instrument(stamps)
+    _gc_variant(os.environ.get("LB_GC", ""))
     if os.environ.get("LB_UVLOOP") == "1":  # the server's loop on uvloop (an experiment)
         import asyncio
 
@@ -465,7 +496,7 @@ def _produce(
     return out
 
 
-CLIENT_GC: list[tuple[int, int, int]] = []  # the last _produce's collections
+CLIENT_GC: list[tuple[int, int, int, int]] = []  # the last _produce's collections
 
 
 def _pct(xs: list[float], q: float) -> float:
@@ -587,6 +618,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--env", action="append", default=[], help="KEY=VALUE for the server")
     ap.add_argument(
+        "--gc",
+        default="",
+        help="the server's collector: default (CPython's), freeze, or a gen0 threshold",
+    )
+    ap.add_argument(
         "--uvloop", action="store_true", help="run the server's event loop on uvloop (bench extra)"
     )
     ap.add_argument("--json", type=Path, help="write the raw per-hop figures here")
@@ -594,6 +630,8 @@ def main(argv: list[str] | None = None) -> int:
     env = dict(e.split("=", 1) for e in args.env)
     if args.uvloop:
         env["LB_UVLOOP"] = "1"
+    if args.gc:
+        env["LB_GC"] = args.gc
     merged: dict[str, Any] = {"hops": {h[2]: [] for h in HOPS}, "total": [], "messages": 0}
     merged["batches"] = 0
     if args.loop_writer:
@@ -602,6 +640,7 @@ def main(argv: list[str] | None = None) -> int:
         weir.client.sync.DIRECT_TCP_WRITERS = False
     mode = f"{args.transport}{' loop writer' if args.loop_writer else ''}, "
     mode += f"{'serial, ' if args.serial else ''}{args.rate}/s"
+    mode += f", server gc {args.gc or 'as shipped'}"
     for rep in range(args.reps):
         load = Path("/proc/loadavg").read_text().split()[:3]
         res = run_once(args.rate, args.seconds, args.size, env, args.serial, args.transport)

@@ -285,8 +285,11 @@ def ydb(rows: Rows, out: Path) -> Path | None:
 
 def make_all(rows: Rows, prefix: Path) -> list[Path]:
     """Every chart that has data, as ``<prefix>-<name>.png``."""
+    from bench import cluster_bench
+
     made = []
     for name, fn in (
+        ("cluster", cluster_bench.chart),
         ("throughput", throughput),
         ("latency", latency),
         ("partitions", partitions),

@@ -567,6 +567,20 @@ def document(
         "median, latency = best broker's p99 / row's p99, ydb rows = row / ydb-null.  "
         "Brokers: NATS JetStream (both), Redis Streams, RabbitMQ streams.",
     ]
+    from bench import cluster_bench
+
+    ctable = cluster_bench.table(rows)
+    if ctable:
+        parts += [
+            "",
+            "## Cluster beside embedded (bench/cluster_bench.py)",
+            "",
+            "Every process (3 brokers, 3 bookies, ZooKeeper, the embedded server and the "
+            "clients) shares this machine's cores and disk; CPU per message is what the "
+            "capacity model of docs/cluster.md is built from.",
+            "",
+            ctable,
+        ]
     if charts:
         parts += ["", "## Charts", ""] + [f"![{p.stem}]({p.name})" for p in charts]
     if profile_text:

@@ -6,6 +6,9 @@
     python -m bench.run --workloads produce,latency --systems weir-native,redis-aof-always
     python -m bench.run --workloads pulsar --systems weir-pulsar,pulsar-null --quick
     python -m bench.run --workloads replication --systems weir-bookies --quick --no-profile
+    python -m bench.run --workloads cluster --systems weir-cluster --quick --reps 2 --no-profile
+                                                 # ~20 min on a loaded 2-core box (also part of
+                                                 # the default run: it adds as much to it)
 
 Every chosen server is started once (127.0.0.1 only, fresh data dirs, stopped
 by PID at the end), then each repetition walks the workloads and, inside each
@@ -18,7 +21,9 @@ and against a null server), partitions (weir: fsyncs/s as partitions
 grow), subscriptions (weir: Shared consume with individual acks by 1 and 4
 consumer processes, and the cursor cost of scattered acks), disk (append + fdatasync),
 replication (system weir-bookies: replicated ledger adds, E=WQ=3 AQ=2 on 3 bookies
-beside one bookie).
+beside one bookie), cluster (system weir-cluster: ZooKeeper, 3 bookies and 3 brokers
+beside an embedded server, produce and consume at 1 and 4 partitions for each quorum
+set of ``--cluster-quorums``; bench/cluster_bench.py).
 After the repetitions an unmeasured pass
 records the weir server with py-spy during its produce, consume, latency,
 many-partitions and ydb runs and writes the top functions.
@@ -54,8 +59,8 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: make `bench` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench import cluster_bench, plots, replication_bench, report, server_profile
 from bench import kafka_workloads as kafka_wl
-from bench import plots, replication_bench, report, server_profile
 from bench import pulsar_workloads as pulsar_wl
 from bench import subscription_bench as sub_bench
 from bench import weir_workloads as weir_wl
@@ -80,6 +85,7 @@ ALL = [
     "kafka-null",
     "kafka-null-fsync",
     "weir-bookies",
+    "weir-cluster",
     "disk",
 ]
 WORKLOADS = [
@@ -93,6 +99,7 @@ WORKLOADS = [
     "disk",
     "txn",
     "replication",
+    "cluster",
 ]
 RESULTS = Path(__file__).resolve().parent / "results"
 PEER_RESULTS = Path(__file__).resolve().parent / "peers" / "results"
@@ -114,6 +121,8 @@ class Plan:
     replication_entries: int = 0  # adds per replication case (0: capped by time only)
     producers: tuple[int, ...] = (1, 4)
     consumers: tuple[int, ...] = (1, 2)
+    cluster_quorums: tuple[tuple[int, int, int], ...] = cluster_bench.QUORUMS
+    cluster_partitions: tuple[int, ...] = (1, 4)
 
 
 def make_plan(args: argparse.Namespace) -> Plan:
@@ -132,6 +141,7 @@ def make_plan(args: argparse.Namespace) -> Plan:
         partitions=tuple(int(p) for p in args.partitions.split(",")),
         partitions_messages=100_000 if quick else 300_000,
         replication_entries=args.replication_entries or (20_000 if quick else 100_000),
+        cluster_quorums=cluster_bench.parse_quorums(args.cluster_quorums),
     )
 
 
@@ -238,6 +248,18 @@ class Lab:
                 self.kafka["weir-kafka"] = (kafka_wl.weir_target(h), h.pid)
         if "weir-native-tls" in chosen:
             self._start_secure_weir()
+        if "weir-cluster" in chosen:
+            t0 = time.monotonic()
+            cluster = cluster_bench.BenchCluster(self.data_root / "cluster")
+            self.handles["weir-cluster"] = cluster
+            cluster.start()
+            h = cluster_bench.start_embedded(self.data_root / "weir-embedded")
+            self.handles["weir-embedded"] = h
+            _say(
+                f"weir-cluster: zookeeper {cluster.zookeeper.hosts}, bookies "
+                f"{cluster.bookie_pids()}, embedded server pid {h.pid}, "
+                f"ready in {time.monotonic() - t0:.1f}s (brokers start per quorum set)"
+            )
         if "kafka-null" in chosen:
             h = kafka_wl.start_null_server(self.data_root / "kafka-null")
             self.handles["kafka-null"] = h
@@ -687,6 +709,29 @@ def run_replication(lab: Lab, plan: Plan, rep: int, sink: Sink) -> None:
         sink.add(r, rep, weir_version())
 
 
+def run_cluster(lab: Lab, plan: Plan, rep: int, sink: Sink) -> None:
+    """Embedded beside the cluster (bench/cluster_bench.py): produce and consume at 1 and 4
+    partitions, 100 B and 10 KB, for each quorum set; the brokers restart per set."""
+    cluster = lab.handles.get("weir-cluster")
+    if cluster is None:
+        return
+    version = weir_version()
+    try:
+        cluster_bench.run_rep(
+            cluster,
+            lab.handles["weir-embedded"],
+            rep,
+            plan.sizes,
+            plan.cluster_partitions,
+            plan.cluster_quorums,
+            plan.max_seconds,
+            lambda r: sink.add(r, rep, version),
+            lambda system, wl, tb: sink.error(system, wl, rep, tb),
+        )
+    except Exception:
+        sink.error("weir-cluster", "cluster", rep, traceback.format_exc())
+
+
 def weir_version() -> str:
     import weir
 
@@ -740,6 +785,7 @@ def run_kafka_transactions(lab: Lab, plan: Plan, rep: int, sink: Sink) -> None:
 
 RUNNERS: dict[str, Callable[[Lab, Plan, int, Sink], None]] = {
     "replication": run_replication,
+    "cluster": run_cluster,
     "txn": run_transactions,
     "produce": run_throughput,
     "latency": run_latency,
@@ -945,6 +991,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument(
         "--replication-entries", type=int, help="adds per replication case (quick 20k, full 100k)"
     )
+    ap.add_argument(
+        "--cluster-quorums", default="3/2/2,2/2/1", help="E/WQ/AQ sets of the cluster workload"
+    )
     ap.add_argument("--no-profile", action="store_true", help="skip the py-spy pass")
     ap.add_argument("--budget-minutes", type=float, help="start no repetition after this long")
     ap.add_argument("--out", type=Path, default=RESULTS)
@@ -966,6 +1015,8 @@ def main(argv: list[str] | None = None) -> int:
         workloads.remove("disk")
     if "weir-bookies" not in chosen and "replication" in workloads:
         workloads.remove("replication")
+    if "weir-cluster" not in chosen and "cluster" in workloads:
+        workloads.remove("cluster")
     # SIGTERM -> KeyboardInterrupt, so `finally` stops every server
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     args.out.mkdir(parents=True, exist_ok=True)
@@ -1037,6 +1088,10 @@ def main(argv: list[str] | None = None) -> int:
     print(report.goals_table(report.goals(rows)))
     print()
     print(report.table(rows, base_rows))
+    ctable = cluster_bench.table(rows)
+    if ctable:
+        print("\ncluster beside embedded (capacity model inputs; processes share 2 cores)\n")
+        print(ctable)
     print(f"\nrows: {jsonl}\nreport: {md}\ncharts: {', '.join(str(c) for c in charts)}")
     return 0
 

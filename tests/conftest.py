@@ -6,7 +6,7 @@ import os
 import random
 import re
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -109,10 +109,12 @@ def cluster_servers(
     tmp_path_factory: pytest.TempPathFactory,
     prefix: str = "broker",
     env: dict[str, str] | None = None,
+    broker_env: Mapping[str, Mapping[str, str]] | None = None,
 ) -> Iterator[dict[str, ServerProcess]]:
     """`weir serve` processes in replicated mode, one per broker id, joined to one cluster
     (a 4 s ZooKeeper session, so a killed broker's partitions move within seconds); every
-    one started is stopped at the end. ``env``: more settings for every broker."""
+    one started is stopped at the end. ``env``: more settings for every broker;
+    ``broker_env``: more for each broker id (they win over both)."""
     out: dict[str, ServerProcess] = {}
     try:
         for name in names:
@@ -125,6 +127,7 @@ def cluster_servers(
                     "WEIR_CLUSTER_BROKER_ID": name,
                     "WEIR_CLUSTER_SESSION_TIMEOUT_S": "4",
                     **(env or {}),
+                    **(broker_env or {}).get(name, {}),
                 },
             )
             out[name] = srv

@@ -10,6 +10,7 @@ Restarts, authentication and TLS of this writer are in test_tcp_transport.py
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import socket
 import threading
@@ -108,6 +109,41 @@ def test_what_the_caller_leaves_behind_arrives(client: weir.Client, topic_name: 
         assert [m.data for m in read_all(client, topic_name)] == [b"one", b"two", b"three"]
     finally:
         w.close()
+
+
+def test_futures_work_with_wait_as_completed_and_other_threads(
+    client: weir.Client, topic_name: str
+) -> None:
+    """The futures of one writer share one condition (`DrivenFuture`): the standard
+    helpers still see each one resolve, and a thread waiting
+    on one future is not woken into a wrong answer by another's ack."""
+    client.create_topic(topic_name)
+    with client.writer(topic_name, partition=0) as w:
+        w.wait_init()
+        futs = [w.write_future(b"%d" % i) for i in range(50)]
+        done, not_done = concurrent.futures.wait(futs, timeout=30)
+        assert not not_done and len(done) == 50
+        assert sorted(f.result().offset for f in concurrent.futures.as_completed(futs, 30)) == (
+            list(range(50))
+        )
+        # results from other threads, while this one writes more
+        more = [w.write_future(b"t%d" % i) for i in range(20)]
+        got: list[int | None] = []
+        waiters = [
+            threading.Thread(target=lambda f=f: got.append(f.result(30).offset)) for f in more
+        ]
+        for t in waiters:
+            t.start()
+        for i in range(200):
+            w.write(b"x%d" % i)
+        for t in waiters:
+            t.join(30)
+        assert sorted(o for o in got if o is not None) == list(range(50, 70))
+        calls: list[int] = []
+        f = w.write_future(b"cb")
+        f.add_done_callback(lambda f: calls.append(f.result().offset or 0))
+        w.flush()
+        assert calls == [270]
 
 
 def test_a_full_buffer_waits_for_acks(client: weir.Client, topic_name: str) -> None:

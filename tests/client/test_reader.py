@@ -62,6 +62,62 @@ def test_consumer_resumes_at_committed_offset(client: weir.Client, topic_name: s
         r.receive_batch(timeout=0.1)
 
 
+def test_iterating_a_reader_mixes_with_receive_message(
+    client: weir.Client, topic_name: str
+) -> None:
+    """``for m in reader`` builds messages one at a time; breaking out of it and calling
+    receive_message (or iterating again) goes on from the next message, none skipped."""
+    fill(client, topic_name, 3000)
+    with client.reader(topic_name, start="earliest") as r:
+        got: list[int] = []
+        for m in r:
+            got.append(int(m.data))
+            if len(got) in (5, 1500):
+                break
+        first = r.receive_message(timeout=20)
+        assert first is not None
+        got.append(int(first.data))
+        for m in r:
+            got.append(int(m.data))
+            if len(got) == 1500:
+                break
+        while len(got) < 3000:
+            nxt = r.receive_message(timeout=20)
+            assert nxt is not None
+            got.append(int(nxt.data))
+        assert got == list(range(3000))
+
+
+async def test_async_iteration_mixes_with_receive_message(
+    shared_server: ServerProcess, topic_name: str
+) -> None:
+    """The asyncio twin of the test above."""
+    async with weir.aio.Client(shared_server.endpoint) as c:
+        await c.create_topic(topic_name)
+        w = c.writer(topic_name)
+        await w.write_many([b"%d" % i for i in range(3000)])
+        await w.close()
+        r = c.reader(topic_name, start="earliest")
+        got: list[int] = []
+        async for m in r:
+            got.append(int(m.data))
+            if len(got) in (5, 1500):
+                break
+        first = await r.receive_message(timeout=20)
+        assert first is not None
+        got.append(int(first.data))
+        async for m in r:
+            got.append(int(m.data))
+            if len(got) == 1500:
+                break
+        while len(got) < 3000:
+            nxt = await r.receive_message(timeout=20)
+            assert nxt is not None
+            got.append(int(nxt.data))
+        await r.close()
+        assert got == list(range(3000))
+
+
 def test_two_readers_share_partitions_and_nothing_is_read_twice_after_commit(
     client: weir.Client, topic_name: str
 ) -> None:

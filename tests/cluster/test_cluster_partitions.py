@@ -23,7 +23,7 @@ from weir.broker.cluster import Ownership, OwnershipConfig, ReplicatedLogHost, p
 from weir.broker.cluster.partitions import ClusterPartitions
 from weir.broker.cluster.topic_drop import delete_managed_log
 from weir.broker.partition_actor import PartitionActor
-from weir.errors import BadRequestError, UnavailableError
+from weir.errors import BadRequestError, NotOwnerError, UnavailableError
 from weir.replication.errors import ManagedLogFencedError
 from weir.replication.ledger import LedgerClient
 from weir.replication.ledger.metadata import ledger_path, ledgers_path
@@ -134,6 +134,31 @@ async def test_the_owner_writes_the_other_names_it_and_a_move_keeps_everything(
     assert await read_all(other) == [(i, b"m%d" % (i + 1)) for i in range(12)]
     assert (await write(other, 12))[1] == 1  # a resend: dedup survived the move
     assert await write(other, 13) == (12, 0)
+
+
+async def test_a_write_to_an_owner_whose_log_the_next_owner_fenced_is_told_not_owner(
+    brokers: dict[str, Broker], shared_client: LedgerClient
+) -> None:
+    """The owner's log is fenced under it (the next owner's open: after its session
+    expired, while it ran on): its writes fail, and the writer is told NOT_OWNER
+    (retryable: the SDK looks the owner up and resends there), not the log's fatal
+    error, which made the SDK's writer give up (found by tests/cluster/test_cluster_faults.py)."""
+    key = partition_key(TOPIC + "-fenced", 0)
+    await brokers["a"].own.add_partitions([key])
+    await until(lambda: any(key in br.parts.actors for br in brokers.values()))
+    owner = next(br for br in brokers.values() if key in br.parts.actors)
+    actor = await owner.parts.actor(TOPIC + "-fenced", 0)
+    res = await actor.write(validate_incoming(batch(1)), 64)
+    assert res[0].offset == 0
+    fencer = await ReplicatedPartitionLog.open(shared_client, key, replication=REP, claim=10**6)
+    try:
+        with pytest.raises(NotOwnerError, match="taken over by another broker") as err:
+            await actor.write(validate_incoming(batch(2)), 64)
+        assert err.value.retryable
+        assert (err.value.topic, err.value.partition) == (TOPIC + "-fenced", 0)
+        assert fencer.end_offset == 1  # the refused write was not stored
+    finally:
+        await fencer.close()
 
 
 KILL_TOPIC = "public/default/actor-kill"

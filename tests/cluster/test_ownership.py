@@ -246,3 +246,18 @@ async def test_a_claim_lost_while_the_partition_opened_is_not_served(
         assert [e[2] for e in host.events if e[0] == "acquire"] == [1, 2]
     finally:
         await own.stop()
+
+
+async def test_a_lookup_on_a_broker_cut_off_from_zookeeper_is_retryable(cluster: Cluster) -> None:
+    """A broker whose ZooKeeper session is gone (kazoo fails each call at once with
+    SessionExpiredError, or ConnectionClosedError once closed) answers a lookup with the
+    retryable UnavailableError, not an internal error (found by
+    tests/cluster/test_cluster_faults.py: the SDK's reader gave up on it)."""
+    a = await cluster.start("a")
+    await a.add_partitions(KEYS[:1])
+    await until(lambda: KEYS[0] in a.owned)
+    assert (await a.lookup(KEYS[0])) is not None
+    await asyncio.to_thread(a.zk.stop)  # its session closed under it
+    with pytest.raises(UnavailableError, match="cannot reach ZooKeeper") as err:
+        await a.lookup(KEYS[0])
+    assert err.value.retryable

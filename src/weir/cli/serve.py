@@ -18,7 +18,7 @@ import lmdb
 import typer
 
 from weir import config as configuration
-from weir import logs
+from weir import gc_tuning, logs
 from weir.broker.observer import BrokerObserver
 from weir.cli.common import CliError
 from weir.errors import DataDirLockedError, WeirError
@@ -235,6 +235,7 @@ async def run(cfg: configuration.Config) -> None:
             data_dir=str(cfg.broker.data_dir),
             tls=tls is not None,
         )
+        gc_tuning.settle()  # startup's objects out of every later collection: weir.gc_tuning
         await stop.wait()
         metrics.ready = False
         await server.stop(cfg.shutdown_grace_s)

@@ -267,8 +267,19 @@ class Reader:
 
     async def _iter(self) -> AsyncIterator[Message]:
         while True:
-            msg = await self.receive_message()
-            if msg is not None:
+            if self._batch is not None and self._pos < len(self._batch):
+                msg = await self.receive_message()  # what receive_message left of its batch
+                if msg is not None:
+                    yield msg
+                continue
+            batch = await self._core.receive_batch(None)
+            if batch is None:
+                continue
+            # built one at a time as the loop takes them (`Batch.__iter__`); the position
+            # is kept so that receive_message after a break goes on from the next one
+            self._batch, self._pos = batch, 0
+            for msg in batch:
+                self._pos += 1
                 yield msg
 
     def commit(

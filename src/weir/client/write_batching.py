@@ -10,7 +10,8 @@ import contextlib
 import time
 from bisect import bisect_right
 from collections.abc import Mapping, Sequence
-from itertools import accumulate, pairwise
+from itertools import accumulate, compress, count, islice
+from operator import lt
 from time import time as _time
 from typing import Any
 
@@ -23,6 +24,8 @@ from weir.errors import (
     WeirTimeoutError,
 )
 from weir.storage.batch import encode_batch
+
+_INT_TYPES = frozenset((int, bool))
 
 
 class WriteBatching(WriterState):
@@ -112,7 +115,6 @@ class WriteBatching(WriterState):
         i = len(b.data)
         b.data.append(d)
         b.created.append(ms)
-        b.sizes.append(size)
         if k:
             b.keys[i] = k
         if headers:
@@ -214,7 +216,6 @@ class WriteBatching(WriterState):
                     b = self._buf
                     b.data.append(data)
                     b.created.append(ms)
-                    b.sizes.append(size)
                     self._buf_bytes += size
                     self._unacked += 1
                     self._unacked_bytes += size
@@ -257,7 +258,11 @@ class WriteBatching(WriterState):
             if col is not None and len(col) != n:
                 raise BadRequestError(f"{name} has {len(col)} entries for {n} values")
         data = [v if type(v) is bytes else as_bytes(v, "data") for v in values]
-        ks = [b"" if k is None else as_bytes(k, "key") for k in keys] if keys is not None else None
+        ks = (
+            [k if type(k) is bytes else b"" if k is None else as_bytes(k, "key") for k in keys]
+            if keys is not None
+            else None
+        )
         sizes = list(map(len, data))
         if ks is not None:
             sizes = [a + len(b) for a, b in zip(sizes, ks, strict=True)]
@@ -276,9 +281,13 @@ class WriteBatching(WriterState):
                         f"headers must be mappings of str to str, got {type(h).__name__}"
                     )
         if seq_nos is not None:
-            if any(not isinstance(s, int) or s < 0 for s in seq_nos):
+            # by column, in C (map/all over the list): a Python test per row was a third
+            # of a keyed Spark sink's client CPU
+            if (not _INT_TYPES.issuperset(map(type, seq_nos)) or seq_nos[0] < 0) and any(
+                not isinstance(s, int) or s < 0 for s in seq_nos
+            ):
                 raise BadRequestError("seq_nos must be non-negative ints")
-            if any(a >= b for a, b in pairwise(seq_nos)):
+            if not all(map(lt, seq_nos, islice(seq_nos, 1, None))):
                 raise BadRequestError("seq_nos must be strictly increasing")
         return data, ks, sizes, created
 
@@ -311,11 +320,10 @@ class WriteBatching(WriterState):
         base = len(b.data)
         b.data.extend(data)
         b.created.extend(created)
-        b.sizes.extend(sizes)
         if ks is not None:
-            b.keys.update((base + i, k) for i, k in enumerate(ks) if k)
+            b.keys.update(compress(zip(count(base), ks), ks))  # the non-empty ones, in C
         if headers is not None:
-            b.headers.update((base + i, h) for i, h in enumerate(headers) if h)
+            b.headers.update(compress(zip(count(base), headers), headers))  # type: ignore[arg-type]  # (no None left)
         total = sum(sizes)
         self._buf_bytes += total
         self._unacked += len(data)
@@ -432,7 +440,7 @@ class WriteBatching(WriterState):
             b = self._buf
             if not b.data:
                 return []
-            cum = list(accumulate(b.sizes))
+            cum = list(accumulate(b.sizes()))
             n = max(1, bisect_right(cum, s.max_request_bytes))  # how many fit one request
             if n == len(b.data):
                 taken, self._buf = b, Buffer()

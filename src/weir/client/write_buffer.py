@@ -35,20 +35,28 @@ class Request:
 @dataclass(slots=True)
 class Buffer:
     """Messages not yet encoded, as parallel columns; rarely used fields are sparse
-    (index -> value) so the common write costs three list appends."""
+    (index -> value) so the common write costs two list appends. A message's size (data
+    plus key, what the buffer's bound counts) is not stored: `sizes` derives the column
+    when it is needed, once per request instead of once per write."""
 
     data: list[bytes] = field(default_factory=list)
     created: list[int] = field(default_factory=list)
-    sizes: list[int] = field(default_factory=list)
     seqs: list[int] = field(default_factory=list)  # manual seq_no mode only
     keys: dict[int, bytes] = field(default_factory=dict)
     headers: dict[int, Mapping[str, str]] = field(default_factory=dict)
     futures: dict[int, AnyFuture] = field(default_factory=dict)
 
+    def sizes(self) -> list[int]:
+        """Each message's data plus key length, in order."""
+        sizes = list(map(len, self.data))
+        for i, k in self.keys.items():
+            sizes[i] += len(k)
+        return sizes
+
     def split(self, n: int) -> Buffer:
         """Remove and return the first ``n`` messages."""
-        head = Buffer(self.data[:n], self.created[:n], self.sizes[:n], self.seqs[:n])
-        del self.data[:n], self.created[:n], self.sizes[:n], self.seqs[:n]
+        head = Buffer(self.data[:n], self.created[:n], self.seqs[:n])
+        del self.data[:n], self.created[:n], self.seqs[:n]
         for name in ("keys", "headers", "futures"):
             src: dict[int, Any] = getattr(self, name)
             if src:

@@ -29,7 +29,7 @@ from weir.broker.cluster.claims import partition_key, split_key
 from weir.broker.cluster.log_host import ReplicatedLogHost
 from weir.broker.cluster.namespace_catalog import ClusterTenancy, NamespaceCatalog
 from weir.broker.cluster.offsets import LogOffsets
-from weir.broker.cluster.ownership import Ownership, OwnershipConfig
+from weir.broker.cluster.ownership import Ownership, OwnershipConfig, zk_reachable
 from weir.broker.cluster.partitions import ActorLimits, ClusterPartitions, ReplicatedActor
 from weir.broker.cluster.producer_registry import ClusterEpochs, ClusterProducerIds
 from weir.broker.cluster.schema_catalog import ClusterSchemas
@@ -371,12 +371,13 @@ class ClusterMode:
             if gen is not None and key in self.partitions.actors:
                 out.append(PartitionOwner(p, self.broker_id, gen, dict(own.endpoints), True))
                 continue
-            got = await own.records.owner(key)
-            if got is None or got[0].broker == self.broker_id:
-                out.append(PartitionOwner(p))
-                continue
-            if live is None:
-                live = await own.brokers()
+            with zk_reachable(f"looking up the owner of {key}"):
+                got = await own.records.owner(key)
+                if got is None or got[0].broker == self.broker_id:
+                    out.append(PartitionOwner(p))
+                    continue
+                if live is None:
+                    live = await own.brokers()
             owner = got[0]
             eps = {str(k): str(v) for k, v in live.get(owner.broker, {}).items()}
             out.append(PartitionOwner(p, owner.broker, owner.generation, eps))

@@ -26,12 +26,19 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
+from kazoo.exceptions import (
+    ConnectionLoss,
+    KazooException,
+    NodeExistsError,
+    NoNodeError,
+    OperationTimeoutError,
+    SessionExpiredError,
+)
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 from kazoo.retry import KazooRetry
 
@@ -49,6 +56,22 @@ from weir.broker.cluster.placement import place
 from weir.errors import UnavailableError
 
 log = logging.getLogger("weir.cluster")
+
+# a broker's ZooKeeper connection is down or being re-established (kazoo fails a call
+# made while it reconnects with SessionExpiredError at once): for a client, retryable
+ZK_UNREACHABLE = (ConnectionLoss, SessionExpiredError, OperationTimeoutError)
+
+
+@contextlib.contextmanager
+def zk_reachable(what: str) -> Iterator[None]:
+    """Turn "ZooKeeper cannot be reached now" into the retryable `UnavailableError` (a
+    client's lookup asked of a broker cut off from ZooKeeper; not an internal error)."""
+    try:
+        yield
+    except ZK_UNREACHABLE as exc:
+        raise UnavailableError(
+            f"{what}: this broker cannot reach ZooKeeper now ({type(exc).__name__}); retry"
+        ) from exc
 
 
 class PartitionHost(Protocol):
@@ -156,12 +179,14 @@ class Ownership:
         return gen
 
     async def lookup(self, key: str) -> tuple[str, dict[str, Any], int] | None:
-        """(broker id, its endpoints, generation) of the broker owning ``key``, if any."""
-        got = await self.records.owner(key)
-        if got is None:
-            return None
-        owner, _ = got
-        return owner.broker, (await self.brokers()).get(owner.broker, {}), owner.generation
+        """(broker id, its endpoints, generation) of the broker owning ``key``, if any;
+        UnavailableError (retryable) while ZooKeeper cannot be reached."""
+        with zk_reachable(f"looking up the owner of {key}"):
+            got = await self.records.owner(key)
+            if got is None:
+                return None
+            owner, _ = got
+            return owner.broker, (await self.brokers()).get(owner.broker, {}), owner.generation
 
     async def brokers(self) -> dict[str, dict[str, Any]]:
         """The live brokers and their endpoints."""
