@@ -1,11 +1,12 @@
-"""The one compiled part of weir, built by pip with the machine's C compiler: the Kafka
+"""The compiled parts of weir, built by pip with the machine's C compiler: the Kafka
 front's record codec (src/weir/protocols/kafka/_records.c; a Python loop over Kafka
-records was the limit of the produce and fetch paths). Everything else is in
-pyproject.toml.
+records was the limit of the produce and fetch paths) and the sync TCP writer's common
+write() (src/weir/client/_write_fast.c; the Python of write() capped one producer).
+Everything else is in pyproject.toml.
 
-The build records the SHA-256 of the C source in the module (SOURCE_SHA256), so that
+The build records the SHA-256 of each C source in its module (SOURCE_SHA256), so that
 weir.protocols.kafka.compiled refuses a build of an older source with a clear message
-instead of running it."""
+instead of running it, and weir.client.write_compiled falls back to the Python write."""
 
 import hashlib
 import sysconfig
@@ -14,7 +15,12 @@ from pathlib import Path
 from setuptools import Extension, setup
 
 SOURCE = "src/weir/protocols/kafka/_records.c"
-digest = hashlib.sha256((Path(__file__).parent / SOURCE).read_bytes()).hexdigest()
+WRITE_SOURCE = "src/weir/client/_write_fast.c"
+
+
+def _digest(source: str) -> str:
+    return hashlib.sha256((Path(__file__).parent / source).read_bytes()).hexdigest()
+
 
 include = sysconfig.get_paths()["include"]
 if not (Path(include) / "Python.h").exists():
@@ -30,7 +36,13 @@ setup(
             "weir.protocols.kafka._records",
             [SOURCE],
             extra_compile_args=["-O2"],
-            define_macros=[("WEIR_RECORDS_SOURCE", f'"{digest}"')],
-        )
+            define_macros=[("WEIR_RECORDS_SOURCE", f'"{_digest(SOURCE)}"')],
+        ),
+        Extension(
+            "weir.client._write_fast",
+            [WRITE_SOURCE],
+            extra_compile_args=["-O2"],
+            define_macros=[("WEIR_WRITE_FAST_SOURCE", f'"{_digest(WRITE_SOURCE)}"')],
+        ),
     ]
 )

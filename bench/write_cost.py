@@ -3,6 +3,7 @@
     .venv/bin/python -m bench.write_cost                  # 3 runs, 300,000 messages each
     .venv/bin/python -m bench.write_cost --profile        # + cProfile of one produce run
     .venv/bin/python -m bench.write_cost --src /other/checkout/src   # the SDK of another tree
+    WEIR_PURE_PYTHON_WRITE=1 .venv/bin/python -m bench.write_cost   # the Python write()
 
 One ``weir serve`` child (native TCP on, fsync on) and, in this process, the sync client's
 caller-driven TCP writer (`weir.client.direct_writer`, ``partition=0``). Each run writes

@@ -75,6 +75,9 @@ def test_while_the_thread_commits_short_commits_ride_its_next_group(store: Store
         assert not a.done() and not b.done()  # no ack while the commit has not happened
         gate.set()
         await asyncio.gather(a, b)
+        # the committer reports a group after resolving its futures: wait for the report
+        # of the held job and of the group after it
+        await _until(lambda: sum(seen) >= 3, "the thread reported its commits")
 
     asyncio.run(go())
     assert commits.inline_commits == 0

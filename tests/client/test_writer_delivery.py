@@ -473,3 +473,51 @@ def test_a_failed_writer_raises_without_growing_its_error(refused: str) -> None:
         errs = [outcome(lambda: r.wait_connected(timeout=30)) for _ in range(50)]
         assert all(isinstance(e, UnavailableError) for e in errs), errs[-1]
         assert max(map(_traceback_depth, errs)) == _traceback_depth(errs[0])
+
+
+# ------------------------------------------------------------------- bootstrap endpoints
+
+
+async def test_endpoint_lists_parse_and_one_endpoint_is_unchanged() -> None:
+    """ "h1:p1,h2:p2" or a list: the first is the client's own broker, the others are its
+    bootstrap list; one endpoint is parsed as it always was; a bad item is a typed error."""
+    from weir.client.connection import Connection
+
+    one = Connection("grpc://127.0.0.1:7001/")
+    many = Connection("127.0.0.1:7001, 127.0.0.1:7002,127.0.0.1:7001")
+    listed = Connection(["127.0.0.1:7003", "127.0.0.1:7004"])
+    try:
+        assert (one.endpoint, one.bootstrap, one.can_fail_over) == ("127.0.0.1:7001", [], False)
+        assert (many.endpoint, many.bootstrap) == ("127.0.0.1:7001", ["127.0.0.1:7002"])
+        assert (listed.endpoint, listed.bootstrap) == ("127.0.0.1:7003", ["127.0.0.1:7004"])
+        assert many.can_fail_over and listed.can_fail_over
+    finally:
+        for c in (one, many, listed):
+            await c.close()
+    for bad in ("127.0.0.1:7001,", "127.0.0.1:7001,nohost", [], [7001]):
+        with pytest.raises(BadRequestError, match="endpoint must be 'host:port'"):
+            Connection(bad)  # type: ignore[arg-type]
+
+
+def test_a_client_whose_first_endpoint_refuses_uses_the_next(
+    refused: str, shared_server: ServerProcess, topic_name: str
+) -> None:
+    """A bootstrap list whose first broker is down (never reached): admin calls, a writer,
+    a reader and range reads go to the next one instead of failing fast on the refusal."""
+    with weir.Client(f"{refused},{shared_server.endpoint}") as c:
+        c.create_topic(topic_name)
+        with c.writer(topic_name, producer_id="b", delivery_timeout=30) as w:
+            for i in range(5):
+                w.write(f"m{i}".encode())
+        assert [m.data for ch in c.read_range(topic_name, 0, 0) for m in ch.messages()] == [
+            f"m{i}".encode() for i in range(5)
+        ]
+        r = c.reader(topic_name, start="earliest")
+        got = []
+        deadline = time.monotonic() + 30
+        while len(got) < 5 and time.monotonic() < deadline:
+            m = r.receive_message(timeout=1.0)
+            if m is not None:
+                got.append(m.data)
+        r.close()
+        assert got == [f"m{i}".encode() for i in range(5)]

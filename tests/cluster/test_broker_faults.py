@@ -411,10 +411,9 @@ async def rolling_restart(
                 await asyncio.to_thread(proc.kill)
             else:
                 await asyncio.to_thread(proc.stop)
-            if proc is not home:
-                # it goes on without it; not without the one broker the client was given
-                # when that one owned the partition: the SDK waits for it (docs/cluster.md)
-                await load.progress(step)
+            # it goes on without it, the one broker the client was given included (the
+            # client learned the others from a lookup: docs/cluster.md)
+            await load.progress(step)
             await asyncio.to_thread(proc.start)
             history.fault(f"started {label}")
             await load.progress(step)

@@ -26,8 +26,9 @@ from tests.reliability.checker import check
 from tests.reliability.history import History, make_data, message_id
 from weir.broker.cluster import ClusterRecords, partition_key
 from weir.broker.cluster.broker_mode import node_id
+from weir.client.connection import Connection
 from weir.client.direct_writer import DirectWriterCore
-from weir.errors import NotOwnerError, UnknownTopicError
+from weir.errors import NotOwnerError, UnknownTopicError, WeirError
 from weir.replication.local_cluster import BookieProcess
 from weir.replication.zkserver import ZooKeeperServer
 
@@ -118,7 +119,9 @@ async def created(
     return owner
 
 
-async def read_all(endpoint: str, topic: str, n: int, timeout: float = 60) -> list[tuple[int, str]]:
+async def read_all(
+    endpoint: str | list[str], topic: str, n: int, timeout: float = 60
+) -> list[tuple[int, str]]:
     """(offset, message id) of the first ``n`` messages of ``topic``, read through ``endpoint``."""
     out: list[tuple[int, str]] = []
     async with weir.aio.Client(endpoint) as client:
@@ -535,3 +538,173 @@ def test_ydb_discovery_lists_every_broker_and_a_ydb_writer_reaches_the_owner(
         driver.stop(timeout=5)
     rows = asyncio.run(read_all(brokers[home].endpoint, name, 10))
     assert rows == [(n, f"id:y:{n}") for n in range(10)]
+
+
+async def restarted(srv: ServerProcess, topic: str, timeout: float = 60) -> None:
+    """Start a killed broker again and poll until it answers (a later test's first call
+    may go to it, and a client that never reached a broker fails fast on a refusal)."""
+    if srv.proc is not None:
+        return
+    await asyncio.to_thread(srv.start)
+    deadline = time.monotonic() + timeout
+    async with weir.aio.Client(srv.endpoint) as c:
+        while True:
+            try:
+                await c.describe_topic(topic, timeout=5)
+                return
+            except WeirError as exc:
+                alive = srv.proc is not None and srv.proc.poll() is None
+                assert time.monotonic() < deadline and alive, (exc, srv.log[-10:])
+                await asyncio.sleep(0.1)
+
+
+async def others_known(conn: Connection, timeout: float = 30) -> None:
+    """Poll until the client has learned another broker than its own (the background
+    lookup of a writer's first use), so the kill below is not a race with it."""
+    deadline = time.monotonic() + timeout
+    while not conn.can_fail_over:
+        assert time.monotonic() < deadline, "the client never learned the other brokers"
+        await asyncio.sleep(0.05)
+
+
+async def test_an_asyncio_client_given_only_the_owner_goes_on_across_kill_9_of_it(
+    brokers: dict[str, ServerProcess], records: ClusterRecords
+) -> None:
+    """As a Kafka or Pulsar client does: the client is given ONE endpoint, the owner's, and
+    learns the cluster's live brokers from a lookup. The owner is killed (SIGKILL) under
+    load: its writer, its reader and its admin calls go on through the other brokers (not
+    waiting for the dead one). Every acknowledged message is stored once, in order, and
+    the reader saw each; a client given the dead broker first in a list reads them too."""
+    name = "public/default/failover-aio"
+    key = partition_key(name, 0)
+    owner = await created(brokers, records, name)
+    other = next(n for n in NAMES if n != owner)
+    history = History()
+    total, kill_after = 240, 60
+    seen: dict[int, str] = {}  # offset -> id (restarted from the earliest: offsets repeat)
+    acked = 0
+    killed = False
+    try:
+        async with weir.aio.Client(brokers[owner].endpoint) as client:
+            reader = client.reader(name, start="earliest")
+            try:
+                async with client.writer(
+                    name, producer_id="fa", partition=0, delivery_timeout=90
+                ) as writer:
+                    await writer.wait_init()
+                    await others_known(client.conn)
+                    pending: list[tuple[str, asyncio.Future[weir.WriteResult]]] = []
+
+                    def settle() -> None:
+                        nonlocal acked
+                        while pending and pending[0][1].done():
+                            mid, fut = pending.pop(0)
+                            res = fut.result()
+                            history.acked(mid, KEY, None if res.skipped else res.offset)
+                            acked += 1
+
+                    for n in range(total):
+                        mid = f"id:fa:{n}"
+                        history.attempted(mid)
+                        pending.append((mid, await writer.write_future(make_data("fa", n, 32))))
+                        settle()
+                        if acked >= kill_after and not killed:
+                            brokers[owner].kill()  # the client's only endpoint, mid-load
+                            killed = True
+                        if n % 20 == 19:
+                            await asyncio.sleep(0.01)  # let acks come back between bursts
+                    await writer.flush(timeout=90)
+                    settle()
+                    assert killed and not pending
+                deadline = time.monotonic() + 90
+                while len(seen) < total and time.monotonic() < deadline:
+                    msg = await reader.receive_message(timeout=1.0)
+                    if msg is not None:
+                        seen[msg.offset] = message_id(msg.data)
+            finally:
+                await reader.close()
+            # an admin call of that client: its own broker is dead, another answers
+            assert (await client.describe_topic(name, timeout=30)).partitions == 1
+        new_owner = await owner_of(records, key, other_than=owner)
+        assert new_owner != owner
+        rows = sorted(seen.items())
+        report = check(history, {KEY: rows}, {KEY: 0})
+        assert report.violations() == {}, report.violations()
+        assert report.acknowledged == total
+        assert rows == [(n, f"id:fa:{n}") for n in range(total)]  # dense, in write order
+        # a list whose first endpoint is the dead broker: the next one is asked
+        listed = [brokers[owner].endpoint, brokers[other].endpoint]
+        assert await read_all(listed, name, total) == rows
+    finally:
+        await restarted(brokers[owner], name)
+
+
+def test_a_sync_tcp_writer_given_only_the_owner_goes_on_across_kill_9_of_it(
+    brokers: dict[str, ServerProcess],
+    zookeeper: ZooKeeperServer,
+    shared_root: str,
+) -> None:
+    """The sync twin, with the caller-driven writer (``transport="tcp"``): given only the
+    owner's endpoint, it goes on at the new owner when that broker is killed (SIGKILL)
+    under load; a sync client given "dead,alive" reads every acknowledged message once."""
+    name = "public/default/failover-sync"
+    owner = in_zk(zookeeper, shared_root, lambda r: created(brokers, r, name))
+    other = next(n for n in NAMES if n != owner)
+    history = History()
+    total, kill_after = 240, 60
+    pending: list[tuple[str, Future[weir.WriteResult]]] = []
+    acked = 0
+    killed = False
+
+    def settle() -> None:
+        nonlocal acked
+        while pending and pending[0][1].done():
+            mid, fut = pending.pop(0)
+            res = fut.result()
+            history.acked(mid, KEY, None if res.skipped else res.offset)
+            acked += 1
+
+    try:
+        with (
+            weir.Client(brokers[owner].endpoint, transport="tcp") as client,
+            client.writer(name, producer_id="fs", partition=0, delivery_timeout=90) as writer,
+        ):
+            assert isinstance(writer._core, DirectWriterCore)
+            writer.write(make_data("fs", 0, 32))  # acknowledged: the session is open
+            history.attempted("id:fs:0")
+            history.acked("id:fs:0", KEY, 0)
+            conn = client._aio.conn
+            deadline = time.monotonic() + 30
+            while not conn.can_fail_over:
+                assert time.monotonic() < deadline, "the client never learned the other brokers"
+                time.sleep(0.05)
+            for n in range(1, total):
+                mid = f"id:fs:{n}"
+                history.attempted(mid)
+                pending.append((mid, writer.write_future(make_data("fs", n, 32))))
+                settle()
+                if acked >= kill_after and not killed:
+                    brokers[owner].kill()  # the client's only endpoint, mid-load
+                    killed = True
+                if n % 20 == 19:
+                    pending[-1][1].result(timeout=90)  # drives the socket: acks come in
+            writer.flush(timeout=90)
+            settle()
+            assert killed and not pending
+        with weir.Client(f"{brokers[owner].endpoint},{brokers[other].endpoint}") as listed:
+            assert listed.describe_topic(name, timeout=30).partitions == 1
+            reader = listed.reader(name, start="earliest")
+            seen: dict[int, str] = {}
+            deadline = time.monotonic() + 60
+            while len(seen) < total and time.monotonic() < deadline:
+                msg = reader.receive_message(timeout=1.0)
+                if msg is not None:
+                    seen[msg.offset] = message_id(msg.data)
+            reader.close()
+        rows = sorted(seen.items())
+        report = check(history, {KEY: rows}, {KEY: 0})
+        assert report.violations() == {}, report.violations()
+        assert report.acknowledged == total
+        assert rows == [(n, f"id:fs:{n}") for n in range(total)]
+    finally:
+        asyncio.run(restarted(brokers[owner], name))

@@ -78,6 +78,26 @@ class ProducerAccess:
         t = self._topics.get(topic_id)
         return t.holder if t is not None else None
 
+    def observe(self, topic_id: int, topic: str, epoch: int, holder: str | None) -> None:
+        """The topic's epoch as the cluster records it (`weir.broker.cluster.producer_registry`):
+        when another broker's exclusive producer (``holder``) took the topic since, the
+        sessions of every other producer here are fenced and the epoch is raised to it."""
+        t = self._topics.setdefault(topic_id, _TopicAccess())
+        if epoch <= t.epoch:
+            return
+        t.epoch = epoch
+        err = ProducerFencedError(
+            f"fenced: producer {holder!r} took topic {topic!r} as an exclusive producer "
+            f"(producer epoch {epoch})"
+        )
+        for p in t.others(holder or ""):
+            for f in t.sessions.pop(p).values():
+                f(err)
+        if t.holder != holder:
+            t.holder = None
+        if not t.sessions:
+            self._wake(t)
+
     def claim(
         self,
         topic_id: int,

@@ -14,7 +14,7 @@ from weir.broker.access import Claim, Fence
 from weir.broker.producers import WriterToken, routed_home
 from weir.broker.tenancy.facade import TenancyFacade
 from weir.broker.tenancy.limits import Lease
-from weir.broker.topics import PERSISTENT, short_topic
+from weir.broker.topics import PERSISTENT, TopicConfig, short_topic
 from weir.errors import BadRequestError, StaleGenerationError
 from weir.storage.kv import KV, Op, delete, put
 from weir.storage.producers import ProducerState
@@ -101,41 +101,71 @@ class ProducerAdmission(TenancyFacade):
         self._check_open()
         cfg = self.topic(topic, database)
         while True:
+            version, known = await self._cluster_epoch(cfg, producer_id, mode, known_epoch)
             got = self.access.claim(
                 cfg.topic_id,
                 short_topic(cfg.name),
                 producer_id,
                 mode,
-                known_epoch,
+                known,
                 fence or _no_fence,
             )
-            if isinstance(got, Claim):
-                break
+            if not isinstance(got, Claim):
+                try:
+                    await got
+                except BaseException:
+                    self.access.pass_on(cfg.topic_id, got)
+                    raise
+                self._check_open()
+                cfg = self.topic(topic, database)  # still there?
+                continue
+            if not got.new_epoch:
+                return got
             try:
-                await got
-            except BaseException:
-                self.access.pass_on(cfg.topic_id, got)
-                raise
-            self._check_open()
-            cfg = self.topic(topic, database)  # still there?
-        if got.new_epoch:
-            try:
-                await self._commit(
-                    [put(PRODUCER_EPOCHS, _U32.pack(cfg.topic_id), _U64.pack(got.epoch))]
-                )
+                stored = await self._store_epoch(cfg.topic_id, got.epoch, producer_id, version)
             except BaseException:
                 self.access.release(got)
                 raise
-            log.info(
-                "exclusive producer took the topic",
-                extra={
-                    "topic": short_topic(cfg.name),
-                    "producer": producer_id,
-                    "access_mode": mode.title,
-                    "producer_epoch": got.epoch,
-                },
-            )
+            if stored:
+                break
+            self.access.release(got)  # another broker grew the epoch meanwhile: read it again
+        log.info(
+            "exclusive producer took the topic",
+            extra={
+                "topic": short_topic(cfg.name),
+                "producer": producer_id,
+                "access_mode": mode.title,
+                "producer_epoch": got.epoch,
+            },
+        )
         return got
+
+    async def _cluster_epoch(
+        self, cfg: TopicConfig, producer_id: str, mode: AccessMode, known_epoch: int | None
+    ) -> tuple[int | None, int | None]:
+        """In a cluster, raise the local registry to the epoch ZooKeeper records (fencing
+        local sessions another broker's exclusive producer displaced). Answers the node's
+        version to grow it at (None in embedded mode: the epoch is this broker's own) and
+        the epoch the producer claims with: an exclusive producer that holds the topic
+        by the cluster's record (its session on another broker: a partition owned
+        there) takes it as it is, without growing the epoch, as its reconnect would."""
+        if self.cluster is None:
+            return None, known_epoch
+        epoch, holder, version = await self.cluster.epochs.get(cfg.topic_id)
+        self.access.observe(cfg.topic_id, short_topic(cfg.name), epoch, holder)
+        if mode.exclusive and known_epoch is None and holder == producer_id:
+            return version, epoch
+        return version, known_epoch
+
+    async def _store_epoch(
+        self, topic_id: int, epoch: int, producer_id: str, version: int | None
+    ) -> bool:
+        """Persist a grown epoch before the producer hears it; False: the cluster's
+        record changed since ``version`` was read."""
+        if self.cluster is None or version is None:
+            await self._commit([put(PRODUCER_EPOCHS, _U32.pack(topic_id), _U64.pack(epoch))])
+            return True
+        return await self.cluster.epochs.grow(topic_id, epoch, producer_id, version)
 
     def close_producer(self, claim: Claim) -> None:
         self.access.release(claim)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import struct
+from typing import Protocol
 
 from weir.storage.committer import GroupCommitter
 from weir.storage.kv import KV, put
@@ -17,6 +18,13 @@ from weir.storage.kv import KV, put
 BLOCK = 1000
 _KEY = b"producer_id_block_end"
 _U64 = struct.Struct("<Q")
+
+
+class IdAllocator(Protocol):
+    """What hands producer ids out: `ProducerIds` (LMDB) or, in a cluster,
+    `weir.broker.cluster.producer_registry.ClusterProducerIds` (ZooKeeper)."""
+
+    async def allocate(self) -> int: ...
 
 
 class ProducerIds:

@@ -103,6 +103,34 @@ def check_compatible(new: SchemaInfo, versions: Sequence[SchemaInfo]) -> None:
             raise IncompatibleSchemaError(f"field {name!r} changes its type")
 
 
+def admissible(schema: SchemaInfo) -> bool:
+    """False for BYTES (no schema to keep); BadRequestError when too large."""
+    if len(schema.data) > MAX_SCHEMA_BYTES:
+        raise BadRequestError(f"schema of {len(schema.data)} bytes: at most {MAX_SCHEMA_BYTES}")
+    return schema.type != NONE
+
+
+def next_versions(
+    vs: Sequence[SchemaInfo], schema: SchemaInfo
+) -> tuple[int, list[SchemaInfo] | None]:
+    """(version of ``schema``, the new list of versions or None when it is one already);
+    IncompatibleSchemaError when the topic's versions cannot take it."""
+    for i, v in enumerate(vs):
+        if v.same(schema):
+            return i, None
+    if vs:
+        check_compatible(schema, vs)
+    return len(vs), [*vs, schema]
+
+
+def encode_versions(vs: Sequence[SchemaInfo]) -> bytes:
+    return json.dumps([s.to_dict(i) for i, s in enumerate(vs)]).encode()
+
+
+def decode_versions(raw: bytes) -> list[SchemaInfo]:
+    return [SchemaInfo.from_dict(d) for d in json.loads(raw)]
+
+
 class SchemaRegistry:
     """The schema versions of every topic, by topic id."""
 
@@ -115,7 +143,7 @@ class SchemaRegistry:
     def load(self) -> None:
         for k, v in self._kv.scan(SCHEMAS):
             (tid,) = _U32.unpack(bytes(k))
-            self._versions[tid] = [SchemaInfo.from_dict(d) for d in json.loads(bytes(v))]
+            self._versions[tid] = decode_versions(bytes(v))
 
     def versions(self, topic_id: int) -> list[SchemaInfo]:
         return list(self._versions.get(topic_id, ()))
@@ -133,29 +161,16 @@ class SchemaRegistry:
 
     async def ensure(self, topic_id: int, schema: SchemaInfo) -> int | None:
         """The version of ``schema`` on the topic, adding it when compatible; None for BYTES."""
-        if len(schema.data) > MAX_SCHEMA_BYTES:
-            raise BadRequestError(f"schema of {len(schema.data)} bytes: at most {MAX_SCHEMA_BYTES}")
-        if schema.type == NONE:
+        if not admissible(schema):
             return None
         async with self._lock:
             vs = self._versions.get(topic_id, [])
-            for i, v in enumerate(vs):
-                if v.same(schema):
-                    return i
-            if vs:
-                check_compatible(schema, vs)
-            new = [*vs, schema]
-            await self._commit(
-                [
-                    put(
-                        SCHEMAS,
-                        _U32.pack(topic_id),
-                        json.dumps([s.to_dict(i) for i, s in enumerate(new)]).encode(),
-                    )
-                ]
-            )
+            found, new = next_versions(vs, schema)
+            if new is None:
+                return found
+            await self._commit([put(SCHEMAS, _U32.pack(topic_id), encode_versions(new))])
             self._versions[topic_id] = new
-            return len(new) - 1
+            return found
 
     async def delete(self, topic_id: int) -> None:
         async with self._lock:

@@ -23,7 +23,7 @@ from weir.broker.loop_commits import LoopCommits
 from weir.broker.non_persistent import LivePartition, LiveSubscriptions
 from weir.broker.observer import BrokerObserver
 from weir.broker.partition_actor import PartitionActor
-from weir.broker.producer_ids import ProducerIds
+from weir.broker.producer_ids import IdAllocator
 from weir.broker.producers import ProducerPins, ProducerTables
 from weir.broker.schemas import SchemaRegistry
 from weir.broker.subscriptions import Subscriptions
@@ -64,7 +64,7 @@ class BrokerState:
     producer_sessions: SessionCounter
     consumer_sessions: SessionCounter
     access: ProducerAccess
-    producer_ids: ProducerIds
+    producer_ids: IdAllocator
     subscriptions: Subscriptions
     schemas: SchemaRegistry
     _topics: dict[str, TopicConfig]

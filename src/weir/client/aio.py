@@ -337,11 +337,15 @@ class Client(
     speaks TLS. ``transport="tcp"`` sends writers' streams to the server's native TCP
     port (``native_tcp.enabled``; ``tcp_endpoint``, by default the port the server
     reports, on the endpoint's host) instead of gRPC, for lower ack latency; the rest stays on gRPC.
+
+    A cluster's brokers may be given as ``"h1:p1,h2:p2"`` (or a list): the client talks to
+    the first and asks the others (and the live brokers lookups name) when it cannot be
+    reached (docs/cluster.md, "What clients do when ownership moves").
     """
 
     def __init__(
         self,
-        endpoint: str = DEFAULT_ENDPOINT,
+        endpoint: str | Sequence[str] = DEFAULT_ENDPOINT,
         *,
         credentials: CredentialsArg = None,
         tls: TlsArg = None,
@@ -694,6 +698,7 @@ class Client(
             else RoutedWriterCore(self.conn, topic, s, loop, router)
         )
         core.start()
+        self.conn.owners.discover(topic)  # cluster mode: learn the other brokers
         return Writer(core)
 
     def reader(

@@ -6,6 +6,7 @@ import asyncio
 import random
 import ssl
 import time
+from collections.abc import Sequence
 from typing import Any, TypeVar
 
 import grpc
@@ -58,6 +59,24 @@ def parse_endpoint(endpoint: str) -> tuple[str, bool]:
     if not sep or not host or not port.isdigit():
         raise BadRequestError(f"endpoint must be 'host:port', got {endpoint!r}")
     return endpoint, tls
+
+
+def split_endpoints(endpoint: str | Sequence[str]) -> list[str]:
+    """The bootstrap endpoints a client was given: "h1:p1,h2:p2" or a list of them (a
+    cluster's brokers: the first is the client's own, the others are asked when it cannot
+    be reached); one "host:port" is a list of one. Every one parsed as `parse_endpoint`,
+    with the same TLS (a ``grpcs://`` scheme on one of them applies to all)."""
+    if isinstance(endpoint, str):
+        items = [e.strip() for e in endpoint.split(",")] if "," in endpoint else [endpoint]
+    elif isinstance(endpoint, Sequence) and endpoint:
+        items = list(endpoint)
+    else:
+        items = [endpoint]  # type: ignore[list-item]  # parse_endpoint names the bad value
+    out: list[str] = []
+    for item in items:
+        if item not in out:
+            out.append(item)
+    return out
 
 
 def normalize_endpoint(endpoint: str) -> str:
@@ -190,13 +209,18 @@ class Connection:
 
     def __init__(
         self,
-        endpoint: str,
+        endpoint: str | Sequence[str],
         credentials: CredentialsArg = None,
         tls: TlsArg = None,
         transport: str = "grpc",
         tcp_endpoint: str | None = None,
     ) -> None:
-        self.endpoint, scheme_tls = parse_endpoint(endpoint)
+        given = [parse_endpoint(e) for e in split_endpoints(endpoint)]
+        self.endpoint, scheme_tls = given[0]
+        scheme_tls = any(secure for _, secure in given)
+        # the other brokers given ("h1:p1,h2:p2"): asked when this one cannot be reached
+        # (`weir.client.owners`); a lookup adds the cluster's live brokers to them
+        self.bootstrap: list[str] = [e for e, _ in given[1:] if e != self.endpoint]
         if transport not in TRANSPORTS:
             raise BadRequestError(f"transport must be 'grpc' or 'tcp', got {transport!r}")
         self.transport = transport
@@ -276,7 +300,9 @@ class Connection:
         if self.tcp_known:
             return self.tcp_endpoint
         try:
-            desc = await self.call("DescribeServer", pb.DescribeServerRequest(), timeout=30.0)
+            desc = await self.call(
+                "DescribeServer", pb.DescribeServerRequest(), timeout=30.0, failover=False
+            )
         except BadRequestError:  # UNIMPLEMENTED: a server from before the call
             self.tcp_known = True
             return self.tcp_endpoint
@@ -316,8 +342,25 @@ class Connection:
             raise error_from_rpc(exc) from None
         return resp
 
-    async def call(self, method: str, request: Any, timeout: float | None = 30.0) -> Any:
-        """A unary call with typed errors; retryable failures are retried for up to ``timeout``."""
+    @property
+    def can_fail_over(self) -> bool:
+        """Other brokers of the cluster are known (given, or named by a lookup): a call or
+        stream this connection cannot make may go to one of them (`weir.client.owners`)."""
+        return bool(self.bootstrap) or (self._owners is not None and self._owners.can_fail_over)
+
+    async def call(
+        self,
+        method: str,
+        request: Any,
+        timeout: float | None = 30.0,
+        *,
+        retry: bool = True,
+        failover: bool = True,
+    ) -> Any:
+        """A unary call with typed errors; retryable failures are retried for up to ``timeout``
+        (``retry=False``: the first failure is raised). When this broker cannot be reached
+        and others of its cluster are known, each attempt also asks them (``failover``:
+        admin calls, which any broker answers)."""
         fn = getattr(self.stub, method)
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
@@ -338,10 +381,19 @@ class Connection:
                     err = error_from_rpc(exc)
                 else:
                     err = exc
+                if failover and isinstance(err, UnavailableError) and self.can_fail_over:
+                    left = None if deadline is None else max(0.01, deadline - loop.time())
+                    answered, result = await self.owners.call_elsewhere(method, request, left)
+                    if answered:
+                        return result
                 fast = self.unreachable(err)
                 if fast is not None:
                     raise fast from None
-                if not err.retryable or (deadline is not None and loop.time() >= deadline):
+                if (
+                    not retry
+                    or not err.retryable
+                    or (deadline is not None and loop.time() >= deadline)
+                ):
                     raise self.explained(err) from None
                 await asyncio.sleep(
                     min(backoff.next_delay(), max(0.0, (deadline or 1e18) - loop.time()))
@@ -374,6 +426,8 @@ class Connection:
         if self.tcp_ever_connected if tcp else self.ever_connected:
             return None
         fast = cannot_connect(endpoint or self.endpoint, err, self.tls is not None)
+        if fast is not None and fast.message.endswith("refused") and self.can_fail_over:
+            return None  # one broker of several down: the others are asked (weir.client.owners)
         if fast is not None and tcp and fast.message.endswith("connection refused"):
             fast = UnavailableError(
                 f"{fast.message} (is the native TCP port on: native_tcp.enabled?)"

@@ -56,6 +56,7 @@ from weir.client.deliver_at import with_deliver_at
 from weir.client.delivery import StallClock
 from weir.client.loop import LoopThread
 from weir.client.write_buffer import AnyFuture, Request
+from weir.client.write_compiled import FastWrite
 from weir.client.writer import WriterCore
 from weir.client.writer_settings import WriteResult, WriterSettings
 from weir.errors import (
@@ -112,8 +113,15 @@ class DrivenFuture(concurrent.futures.Future[WriteResult]):
         return super().exception(0 if not self.done() else None)
 
 
-class DirectWriterCore(WriterCore):
-    """A `WriterCore` whose stream is a socket driven by the caller (module docstring)."""
+# the compiled write's base type (its counters are C fields), or a plain object
+_Base: type = FastWrite if FastWrite is not None else object
+
+
+class DirectWriterCore(WriterCore, _Base):  # type: ignore[misc]
+    """A `WriterCore` whose stream is a socket driven by the caller (module docstring).
+
+    ``write`` is the compiled one (`weir.client.write_compiled`) when it is built: the
+    common call in C, every other by `_write_py`, the reference."""
 
     def __init__(
         self,
@@ -229,7 +237,7 @@ class DirectWriterCore(WriterCore):
 
     # ------------------------------------------------------------------ the caller's hooks
 
-    def write(
+    def _write_py(
         self,
         data: bytes | str,
         *,
@@ -243,7 +251,8 @@ class DirectWriterCore(WriterCore):
     ) -> None:
         """`weir.Writer.write` itself (the sync writer binds it: one Python call per write,
         not two), with the common call inlined: bytes and nothing else, room in the
-        buffer: a lock, two appends and a comparison; anything else goes the general way."""
+        buffer: a lock, two appends and a comparison; anything else goes the general way.
+        The compiled write does the same common call and hands every other to this one."""
         if (
             type(data) is bytes
             and key is None
@@ -276,17 +285,22 @@ class DirectWriterCore(WriterCore):
                 # last look); each look costs a read of the socket
                 if ms != self._pumped or self._buf_bytes == size:
                     self._pumped = ms
-                    with self._io:
-                        self._step(0.0, True)
+                    self._pump(True)
                 elif self._buf_bytes >= self._pump_at:
-                    with self._io:
-                        self._step(0.0)
+                    self._pump(False)
                 if not self._armed:
                     self._arm()
                 return
         if deliver_at is not None or deliver_after is not None:
             headers = with_deliver_at(headers, deliver_at, deliver_after)
         self.write_threadsafe(data, key, headers, seq_no, created_at, timeout)
+
+    write = FastWrite.write if FastWrite is not None else _write_py
+
+    def _pump(self, force: bool) -> None:
+        """The compiled write's step: acks in, what is buffered out (see `_write_py`)."""
+        with self._io:
+            self._step(0.0, force)
 
     def write_threadsafe(
         self,

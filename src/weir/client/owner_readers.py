@@ -35,8 +35,6 @@ from weir.protocols.native import weir_pb2 as pb
 
 log = logging.getLogger("weir.client.reader")
 
-# how long one Lookup may take before the reader tries again
-LOOKUP_TIMEOUT_S = 5.0
 # a stream that lived this long before its partitions moved: reopen them at once
 MOVE_SETTLED_S = 2.0
 
@@ -178,19 +176,10 @@ class OwnerReaders:
         owners = self.conn.owners
         found: dict[Part, Connection | None] = {}
         for topic in self.topics:
-            resp = None
-            for conn in [self.conn, *owners.connections()]:
-                if conn.closed:
-                    continue
-                try:
-                    resp = await conn.call(
-                        "Lookup", pb.LookupRequest(topic=topic), timeout=LOOKUP_TIMEOUT_S
-                    )
-                    break
-                except WeirError as exc:
-                    log.debug("lookup of %s at %s: %r", topic, conn.endpoint, exc)
-            if resp is None:
+            got = await owners.ask(pb.LookupRequest(topic=topic))
+            if got is None:
                 return None
+            conn, resp = got
             for o in resp.partitions:
                 endpoint = o.endpoints.get("native", "")
                 if o.local:

@@ -190,7 +190,11 @@ class AsyncRangeReads:
                     )
             except grpc.aio.AioRpcError as exc:
                 err = error_from_rpc(exc)
-                moved = isinstance(err, NotOwnerError) or conn is not self.conn
+                moved = (
+                    isinstance(err, NotOwnerError)
+                    or conn is not self.conn
+                    or self.conn.can_fail_over  # the client's own broker down: ask others
+                )
                 if got_any or not err.retryable or not moved or attempt + 1 == FOLLOW_ATTEMPTS:
                     raise (conn.unreachable(err) or err) from None
                 # another broker owns it (or the owner we knew failed): ask, then read there

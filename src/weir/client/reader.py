@@ -404,9 +404,7 @@ class ReaderCore:
                     return
                 if self._closing:
                     return
-                if self.on_moved is not None and (
-                    isinstance(err, NotOwnerError) or self.target is not self.conn
-                ):
+                if self.on_moved is not None and self._follow_due(err):
                     self.on_moved(self, err)  # the owners are looked up again over there
                     return
                 self.reconnects += 1
@@ -427,6 +425,15 @@ class ReaderCore:
                 self._queue_event.set()
                 return
 
+    def _follow_due(self, err: WeirError) -> bool:
+        """Cluster mode: the owner must be looked up after ``err`` (a not-owner answer, a
+        failure of an owner's broker, or of the client's own while others are known)."""
+        return (
+            isinstance(err, NotOwnerError)
+            or self.target is not self.conn
+            or self.conn.can_fail_over
+        )
+
     async def _follow_owner(self, err: WeirError, backoff: Backoff) -> bool:
         """Cluster mode: after a not-owner answer, or a failure of the owner's broker, read
         from the broker owning the partition the error names (the topic's first partition
@@ -434,7 +441,7 @@ class ReaderCore:
 
         One stream reads from one broker: a topic whose partitions are served by several
         brokers needs a reader per broker for now (docs/cluster.md)."""
-        if not isinstance(err, NotOwnerError) and self.target is self.conn:
+        if not self._follow_due(err):
             return False
         before = self.target
         if isinstance(err, NotOwnerError) and err.topic:

@@ -60,11 +60,12 @@ class Client(SyncTenancyCalls, SyncSecurityCalls, SyncTierCalls):
     ``tls`` (``weir.Tls(ca=..., cert=..., key=...)``) or a ``grpcs://`` endpoint
     speaks TLS. ``transport="tcp"``: writers use the server's native TCP port
     (``tcp_endpoint``, by default the port the server reports), as in `weir.aio`.
+    A cluster's brokers may be given as ``"h1:p1,h2:p2"`` (or a list), as in `weir.aio`.
     """
 
     def __init__(
         self,
-        endpoint: str = DEFAULT_ENDPOINT,
+        endpoint: str | Sequence[str] = DEFAULT_ENDPOINT,
         *,
         credentials: CredentialsArg = None,
         tls: TlsArg = None,
@@ -439,6 +440,7 @@ class Client(SyncTenancyCalls, SyncSecurityCalls, SyncTierCalls):
             core = DirectWriterCore(conn, topic, s, self._loop)
             self._direct_writers.add(core)
             core.start()
+            self._loop.loop.call_soon_threadsafe(conn.owners.discover, topic)
             return Writer(aio.Writer(core), self._loop)
 
         async def make() -> aio.Writer:

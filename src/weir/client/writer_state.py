@@ -183,9 +183,13 @@ class WriterState:
 
     def _follow_due(self, err: WeirError) -> bool:
         """Cluster mode: after ``err`` the partition's owner must be looked up (a not-owner
-        answer, or a failure of an owner's broker; the client's own broker failing leaves
-        nothing to look up)."""
-        return isinstance(err, NotOwnerError) or self.target is not self.conn
+        answer, or a failure of an owner's broker; the client's own broker failing too,
+        when other brokers are known to ask: `weir.client.owners`)."""
+        return (
+            isinstance(err, NotOwnerError)
+            or self.target is not self.conn
+            or self.conn.can_fail_over
+        )
 
     def _owner_partition(self, err: WeirError) -> int | None:
         """The partition whose owner to look up (None: the topic's first)."""

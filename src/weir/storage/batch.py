@@ -322,22 +322,23 @@ def encode_batch(
             cols.append(_arr("I", map(len, kl)))
             blobs.append(b"".join(kl))
         cols.append(_arr("I", map(len, data)))
-        data_blob = b"".join(data)
     except TypeError:
         raise BadRequestError("record data and keys must be bytes") from None
+    hl: list[bytes] = []
     if headers is not None and any(headers):
         if len(headers) != count:
             raise BadRequestError("headers and data differ in length")
         flags |= FLAG_HEADERS
         hl = [encode_headers(h) for h in headers]
         cols.append(_arr("I", map(len, hl)))
-        # keys blob (if any) then data then headers
-        payload_parts = [*cols, *blobs, data_blob, b"".join(hl)]
-    else:
-        payload_parts = [*cols, *blobs, data_blob]
+    try:
+        # columns, keys blob (if any), data, headers: one join, one copy of the data
+        raw = b"".join([*cols, *blobs, *data, *hl])
+    except TypeError:
+        raise BadRequestError("record data and keys must be bytes") from None
 
     return _assemble(
-        b"".join(payload_parts),
+        raw,
         flags,
         count,
         first_seq,

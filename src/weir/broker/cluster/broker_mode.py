@@ -1,7 +1,8 @@
 """`ClusterMode`: what a `Broker` in ``storage.mode = "replicated"`` runs besides its local store.
 
-The broker keeps its LMDB store for the tables that are its own (namespaces,
-consumer offsets, subscriptions, producer ids, schemas); its topics come from the
+The broker keeps its LMDB store for the tables that are its own (subscriptions);
+namespaces, producer ids and producer epochs are in ZooKeeper, consumer offsets in
+the partitions' logs; its topics come from the
 cluster's `TopicCatalog` in ZooKeeper and its partitions from `Ownership`: when
 this broker claims a partition, `ClusterPartitions` opens its replicated log under
 the claim and builds its actor, and `ClusterMode` puts that actor into the
@@ -30,11 +31,13 @@ from weir.broker.cluster.namespace_catalog import ClusterTenancy, NamespaceCatal
 from weir.broker.cluster.offsets import LogOffsets
 from weir.broker.cluster.ownership import Ownership, OwnershipConfig, zk_reachable
 from weir.broker.cluster.partitions import ActorLimits, ClusterPartitions, ReplicatedActor
+from weir.broker.cluster.producer_registry import ClusterEpochs, ClusterProducerIds
+from weir.broker.cluster.schema_catalog import ClusterSchemas
 from weir.broker.cluster.topic_catalog import TopicCatalog, topics_path
 from weir.broker.cluster.topic_drop import drop_partitions
 from weir.broker.config import BrokerConfig
 from weir.broker.partition_actor import PartitionActor
-from weir.broker.topics import PERSISTENT, TopicConfig
+from weir.broker.topics import PERSISTENT, TopicConfig, short_topic
 from weir.errors import UnavailableError
 from weir.replication.ledger import LedgerClient
 from weir.replication.managed_log import ManagedLogConfig
@@ -108,6 +111,12 @@ class ClusterMode:
         )
         self.catalog = TopicCatalog(self.client.zk, config.cluster_root)
         self.namespaces = NamespaceCatalog(self.client.zk, config.cluster_root)
+        self.producer_ids = ClusterProducerIds(self.client.zk, config.cluster_root)
+        self.epochs = ClusterEpochs(self.client.zk, config.cluster_root)
+        self.schemas = ClusterSchemas(self.client.zk, config.cluster_root)
+        self._schemas_reload: asyncio.Task[None] | None = None
+        self._epochs_reload: asyncio.Task[None] | None = None
+        self._on_epochs: Callable[[dict[int, tuple[int, str | None]]], None] | None = None
         # the broker's, loaded at connect
         self.tenancy = ClusterTenancy(self.namespaces, self.catalog.names)
         self.managed_log = ManagedLogConfig(
@@ -159,6 +168,9 @@ class ClusterMode:
         mode._on_namespaces = broker._namespaces_changed
         broker.offsets = LogOffsets(broker._actors, broker._topics)  # in the logs
         broker.tenancy = mode.tenancy  # namespaces in ZooKeeper
+        broker.producer_ids = mode.producer_ids  # producer ids and epochs too
+        broker.schemas = mode.schemas  # and schemas
+        mode._on_epochs = lambda epochs: observe_epochs(broker, epochs)
         return mode
 
     async def connect(self) -> dict[str, TopicConfig]:
@@ -174,7 +186,10 @@ class ClusterMode:
             ) from None
         await self.catalog.ensure_layout()
         await self.namespaces.ensure_layout()
+        await self.schemas.ensure_layout()
+        await self.epochs.ensure_layout()
         await self.tenancy.load()
+        await self.schemas.reload()
         return await self.catalog.topics()
 
     async def start(
@@ -193,6 +208,8 @@ class ClusterMode:
         ChildrenWatch(self.client.zk, path, self._topics_changed)  # created, deleted
         DataWatch(self.client.zk, path, self._topics_changed)  # changed (TopicCatalog.update)
         DataWatch(self.client.zk, self.namespaces.path, self._namespaces_changed)
+        DataWatch(self.client.zk, self.schemas.path, self._schemas_changed)
+        DataWatch(self.client.zk, self.epochs.path, self._epochs_changed)
         await self.ownership.start()
 
     def _topics_changed(self, *_: object) -> bool | None:
@@ -210,6 +227,57 @@ class ClusterMode:
         with contextlib.suppress(RuntimeError):
             loop.call_soon_threadsafe(self._schedule_ns_refresh)
         return None
+
+    def _schemas_changed(self, *_: object) -> bool | None:
+        loop = self._loop
+        if self._stopped or loop is None or loop.is_closed():
+            return False  # stop watching
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(self._schedule_schemas_reload)
+        return None
+
+    def _schedule_schemas_reload(self) -> None:
+        if self._stopped:
+            return
+        prev = self._schemas_reload
+        self._schemas_reload = asyncio.get_running_loop().create_task(self._reload_schemas(prev))
+
+    async def _reload_schemas(self, prev: asyncio.Task[None] | None) -> None:
+        if prev is not None:  # one after the other: the last read is the latest
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await prev
+        try:
+            await self.schemas.reload()
+        except Exception:  # the watch fires again on the next change, and on reconnect
+            log.warning("cannot read the schemas", exc_info=True)
+
+    def _epochs_changed(self, *_: object) -> bool | None:
+        loop = self._loop
+        if self._stopped or loop is None or loop.is_closed():
+            return False  # stop watching
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(self._schedule_epochs_reload)
+        return None
+
+    def _schedule_epochs_reload(self) -> None:
+        if self._stopped:
+            return
+        prev = self._epochs_reload
+        self._epochs_reload = asyncio.get_running_loop().create_task(self._reload_epochs(prev))
+
+    async def _reload_epochs(self, prev: asyncio.Task[None] | None) -> None:
+        """Another broker's exclusive producer may have taken a topic: the broker fences
+        its own sessions of other producers of it (`ProducerAccess.observe`)."""
+        if prev is not None:  # one after the other
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await prev
+        try:
+            epochs = await self.epochs.all()
+        except Exception:  # the watch fires again on the next change, and on reconnect
+            log.warning("cannot read the producer epochs", exc_info=True)
+            return
+        if self._on_epochs is not None and not self._stopped:
+            self._on_epochs(epochs)
 
     def _schedule_ns_refresh(self) -> None:
         if self._stopped:
@@ -271,6 +339,8 @@ class ClusterMode:
             self.managed_log,
             wait_s=2 * self.config.cluster_session_timeout_s,
         )
+        await self.epochs.drop(cfg.topic_id)
+        await self.schemas.delete(cfg.topic_id)
         await self.catalog.delete(cfg.name)
 
     def actor_now(self, topic: str, partition: int) -> ReplicatedActor:
@@ -318,7 +388,7 @@ class ClusterMode:
         if self._stopped:
             return
         self._stopped = True
-        for task in (self._refresh, self._ns_refresh):
+        for task in (self._refresh, self._ns_refresh, self._schemas_reload, self._epochs_reload):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -327,6 +397,17 @@ class ClusterMode:
             await self.ownership.stop()
         finally:
             await self.client.close()
+
+
+def observe_epochs(broker: Broker, epochs: Mapping[int, tuple[int, str | None]]) -> None:
+    """The cluster's producer epochs reach ``broker``'s producer registry."""
+    if broker.closed:
+        return
+    names = {c.topic_id: c.name for c in broker._topics.values()}
+    for topic_id, (epoch, holder) in epochs.items():
+        name = names.get(topic_id)
+        if name is not None:
+            broker.access.observe(topic_id, short_topic(name), epoch, holder)
 
 
 def claimed_config(broker: Broker, topic: str, partition: int) -> PartitionConfig | None:

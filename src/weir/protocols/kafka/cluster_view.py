@@ -13,11 +13,14 @@ metadata and goes to the leader, as it does when a Kafka partition's leader move
 
 from __future__ import annotations
 
+import hashlib
+import time
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from weir.broker.cluster.broker_mode import node_id
 from weir.protocols.kafka.codec import Message
-from weir.protocols.kafka.errors import ErrorCode
+from weir.protocols.kafka.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from weir.broker.broker import Broker
@@ -81,3 +84,70 @@ async def partition_leaders(
                 }
             )
     return out
+
+
+def coordinator_of(group: str, candidates: Iterable[str]) -> str | None:
+    """The broker that coordinates ``group`` among ``candidates`` (rendezvous hashing: every
+    broker computes the same one from the same live brokers, and when a broker leaves or
+    joins only the groups it had or takes move). A real hash, not crc32: crc32 is linear,
+    so it would order the brokers the same way for every group name of one length."""
+    return max(
+        sorted(candidates),
+        key=lambda b: hashlib.blake2b(f"{group}\0{b}".encode(), digest_size=8).digest(),
+        default=None,
+    )
+
+
+class GroupCoordinators:
+    """Which broker of a cluster coordinates each Kafka consumer group.
+
+    A group's members must all talk to one coordinator, or each broker they reach would
+    run a group of its own and hand every member every partition. FindCoordinator names
+    `coordinator_of` the group among the live brokers with a Kafka listener (from
+    ZooKeeper, read again at most every ``ttl_s``); JoinGroup, SyncGroup and Heartbeat
+    at another broker answer NOT_COORDINATOR, so a member goes to the group's
+    coordinator again when brokers join or leave. The group's state (members,
+    generation) is the coordinator's memory: when the coordinator moves, the members
+    join the new one afresh; committed offsets stay in the partitions' logs.
+    """
+
+    def __init__(self, broker: Broker, ttl_s: float = 1.0) -> None:
+        self.broker = broker
+        self.ttl_s = ttl_s
+        self._live: dict[str, str] = {}
+        self._read_at = -1e9
+
+    async def _kafka_brokers(self) -> dict[str, str]:
+        """Live broker id -> its Kafka endpoint."""
+        assert self.broker.cluster is not None
+        now = time.monotonic()
+        if now - self._read_at > self.ttl_s:
+            try:
+                live = await self.broker.cluster.live_brokers()
+            except Exception as exc:  # ZooKeeper did not answer: clients ask again
+                raise KafkaError(
+                    ErrorCode.COORDINATOR_NOT_AVAILABLE, f"cannot read the live brokers: {exc!r}"
+                ) from None
+            self._live = {b: eps["kafka"] for b, eps in live.items() if "kafka" in eps}
+            self._read_at = now
+        return self._live
+
+    async def find(self, group: str) -> Message | None:
+        """The node entry of ``group``'s coordinator; None when no broker has a Kafka listener."""
+        live = await self._kafka_brokers()
+        chosen = coordinator_of(group, live)
+        return None if chosen is None else node_entry(chosen, live[chosen])
+
+    async def check(self, group: str) -> None:
+        """NOT_COORDINATOR unless this broker coordinates ``group`` (always so outside a cluster)."""
+        cluster = self.broker.cluster
+        if cluster is None:
+            return
+        live = await self._kafka_brokers()
+        chosen = coordinator_of(group, live)
+        if chosen != cluster.broker_id:
+            self._read_at = -1e9  # read the live brokers afresh next time
+            raise KafkaError(
+                ErrorCode.NOT_COORDINATOR,
+                f"group {group!r} is coordinated by broker {chosen!r}, not by this one",
+            )

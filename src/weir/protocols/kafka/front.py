@@ -18,11 +18,13 @@ from typing import TYPE_CHECKING
 from weir.broker.broker import Broker
 from weir.broker.cluster.broker_mode import node_id
 from weir.protocols.kafka.admin import NODE_ID
+from weir.protocols.kafka.cluster_view import GroupCoordinators
 from weir.protocols.kafka.group_api import members_reading
 from weir.protocols.kafka.groups import Coordinator
 from weir.protocols.kafka.idempotence import Sequences
 from weir.protocols.kafka.sasl import MECHANISMS
 from weir.protocols.kafka.transactions import KafkaTransactions
+from weir.protocols.peer_offsets import PeerOffsets
 from weir.security import Security
 from weir.security.principal import Principal
 from weir.security.tls import ServerTls
@@ -65,6 +67,8 @@ class KafkaFront:
         )
         self.sequences = Sequences()
         self.transactions = KafkaTransactions(broker)
+        self.peers = PeerOffsets()  # a cluster's offsets of partitions other brokers own
+        self.coordinators = GroupCoordinators(broker)  # a cluster's group -> its broker
         self.stopping = False
         self.host = ""
         self.port = 0
@@ -157,3 +161,4 @@ class KafkaFront:
             self._server = None
         self.broker.consumer_readers.remove_source("Kafka group member")
         await self.coordinator.close()
+        await self.peers.close()

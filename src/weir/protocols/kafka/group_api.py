@@ -19,7 +19,13 @@ import struct
 from typing import TYPE_CHECKING
 
 from weir.broker.topics import check_consumer_name
-from weir.errors import BadRequestError, ConsumerBusyError, WeirError
+from weir.errors import (
+    BadRequestError,
+    ConsumerBusyError,
+    NotOwnerError,
+    UnavailableError,
+    WeirError,
+)
 from weir.protocols.kafka.codec import Message, RequestHeader
 from weir.protocols.kafka.errors import ErrorCode, KafkaError, error_code
 from weir.protocols.kafka.groups import Coordinator
@@ -54,6 +60,15 @@ def subscribed_topics(protocol_type: str, metadata: bytes) -> list[str]:
         return []
 
 
+def _owner_endpoint(exc: NotOwnerError) -> str:
+    """The native endpoint of the partition's owner; while the partition moves (no
+    owner yet) COORDINATOR_LOAD_IN_PROGRESS, which Kafka clients retry."""
+    native = exc.endpoints.get("native")
+    if not native:
+        raise KafkaError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, exc.message)
+    return native
+
+
 def members_reading(coordinator: Coordinator, topic: str, group_id: str) -> int:
     """How many members of Kafka group ``group_id`` subscribe to weir topic ``topic`` (the
     Kafka front's readers of consumer ``group_id``'s offsets: `weir.broker.consumer_readers`)."""
@@ -85,13 +100,38 @@ class GroupHandlers:
         host, port = self.conn.front.advertised
         return {"node_id": self.conn.front.node_id, "host": host, "port": port}
 
+    async def _coordinator(self, key: str, key_type: int) -> Message:
+        """The node that coordinates ``key``: this broker, except for a group in a
+        cluster (`GroupCoordinators`); COORDINATOR_NOT_AVAILABLE when it has none."""
+        if key_type != 0 or self.broker.cluster is None:
+            return {**self._me(), "error_code": 0, "error_message": None}
+        try:
+            found = await self.conn.front.coordinators.find(key)
+        except KafkaError:
+            found = None
+        if found is None:
+            return {
+                "node_id": -1,
+                "host": "",
+                "port": -1,
+                "error_code": ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                "error_message": "no coordinator now (no live broker with a Kafka listener)",
+            }
+        return {
+            "node_id": found["node_id"],
+            "host": found["host"],
+            "port": found["port"],
+            "error_code": 0,
+            "error_message": None,
+        }
+
     async def handle_find_coordinator(self, header: RequestHeader, body: Message) -> Message:
         self.conn.require_principal()
-        me = self._me()
+        key_type = body.get("key_type", 0)
         if header.api_version >= 4:
             return {
                 "coordinators": [
-                    {"key": k, **me, "error_code": 0, "error_message": None}
+                    {"key": k, **await self._coordinator(k, key_type)}
                     for k in body["coordinator_keys"]
                 ]
             }
@@ -103,13 +143,14 @@ class GroupHandlers:
                 "host": "",
                 "port": -1,
             }
-        return {"error_code": 0, "error_message": None, **me}
+        return await self._coordinator(body["key"], key_type)
 
     async def handle_join_group(self, header: RequestHeader, body: Message) -> Message:
         self.conn.require_principal()
         try:
             check_group(body["group_id"])
             self.conn.allow_group(body["group_id"], "join")
+            await self.conn.front.coordinators.check(body["group_id"])
             self._allow_subscription(body["protocol_type"], body["protocols"])
             self._check_not_subscribed(body["group_id"], body["protocol_type"], body["protocols"])
             res = await self.coordinator.join(
@@ -168,6 +209,7 @@ class GroupHandlers:
         self.conn.require_principal()
         try:
             self.conn.allow_group(body["group_id"], "sync")
+            await self.conn.front.coordinators.check(body["group_id"])
             assignment = await self.coordinator.sync(
                 body["group_id"],
                 body["generation_id"],
@@ -188,6 +230,7 @@ class GroupHandlers:
         self.conn.require_principal()
         try:
             self.conn.allow_group(body["group_id"], "heartbeat in")
+            await self.conn.front.coordinators.check(body["group_id"])
             self.coordinator.heartbeat(body["group_id"], body["generation_id"], body["member_id"])
         except KafkaError as exc:
             return {"error_code": exc.code}
@@ -249,7 +292,17 @@ class GroupHandlers:
             self.conn.allow(Permission.CONSUME, topic, "commit an offset of")
             if offset < 0:
                 return ErrorCode.NONE  # Kafka ignores "no offset" commits
-            await self.broker.commit_offset(topic, partition, group, offset, allow_backwards=True)
+            try:
+                await self.broker.commit_offset(
+                    topic, partition, group, offset, allow_backwards=True
+                )
+            except NotOwnerError as exc:  # a cluster: the partition's owner keeps its offsets
+                try:
+                    await self.conn.front.peers.commit(
+                        _owner_endpoint(exc), topic, partition, group, offset, allow_backwards=True
+                    )
+                except UnavailableError as err:  # it moved, or its owner died: retried
+                    raise KafkaError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, err.message) from None
         except ConsumerBusyError:
             # weir subscription consumers are the group's members now: Kafka's answer to
             # a commit from outside a group that has members
@@ -258,11 +311,13 @@ class GroupHandlers:
             return error_code(exc)
         return ErrorCode.NONE
 
-    def _fetch_offsets(
+    async def _fetch_offsets(
         self, group: str, topics: list[Message] | None, stable: bool
     ) -> tuple[list[Message], ErrorCode]:
         """``stable`` (require_stable, KIP-447): a partition whose offset of the group an
-        open transaction is about to move answers UNSTABLE_OFFSET_COMMIT (clients retry)."""
+        open transaction is about to move answers UNSTABLE_OFFSET_COMMIT (clients retry).
+        In a cluster a partition another broker owns is asked of its owner; while one
+        moves the whole answer is COORDINATOR_LOAD_IN_PROGRESS (clients retry)."""
         try:
             self.conn.require_principal()
             check_group(group)
@@ -279,6 +334,7 @@ class GroupHandlers:
             ]
         pending = self.broker.pending_transaction_offsets(group) if stable else set()
         out = []
+        moving = False
         for t in topics:
             parts = []
             for idx in t["partition_indexes"]:
@@ -290,16 +346,28 @@ class GroupHandlers:
                 try:
                     topic = weir_topic(t["name"])
                     self.conn.allow(Permission.CONSUME, topic, "read the offsets of")
-                    self.broker.actor(topic, idx)
-                    if (self.broker.topic(topic).name, idx) in pending:
-                        raise KafkaError(ErrorCode.UNSTABLE_OFFSET_COMMIT)
-                    off = self.broker.committed_offset(topic, idx, group)
+                    try:
+                        self.broker.actor(topic, idx)
+                    except NotOwnerError as exc:  # a cluster: ask the partition's owner
+                        try:
+                            off = await self.conn.front.peers.committed(
+                                _owner_endpoint(exc), topic, idx, group
+                            )
+                        except (UnavailableError, KafkaError):  # moving, or its owner died
+                            moving = True  # the client asks again
+                            continue
+                    else:
+                        if (self.broker.topic(topic).name, idx) in pending:
+                            raise KafkaError(ErrorCode.UNSTABLE_OFFSET_COMMIT)
+                        off = self.broker.committed_offset(topic, idx, group)
                     if off is not None:
                         entry["committed_offset"] = off
                 except (WeirError, KafkaError) as exc:
                     entry["error_code"] = error_code(exc)
                 parts.append(entry)
             out.append({"name": t["name"], "partitions": parts})
+        if moving:
+            return [], ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
         return out, ErrorCode.NONE
 
     async def handle_offset_fetch(self, header: RequestHeader, body: Message) -> Message:
@@ -307,10 +375,10 @@ class GroupHandlers:
         if header.api_version >= 8:
             groups = []
             for g in body["groups"]:
-                topics, err = self._fetch_offsets(g["group_id"], g["topics"], stable)
+                topics, err = await self._fetch_offsets(g["group_id"], g["topics"], stable)
                 groups.append({"group_id": g["group_id"], "topics": topics, "error_code": err})
             return {"groups": groups}
-        topics, err = self._fetch_offsets(body["group_id"], body["topics"], stable)
+        topics, err = await self._fetch_offsets(body["group_id"], body["topics"], stable)
         return {"topics": topics, "error_code": err}
 
     # ------------------------------------------------------------------ admin of groups

@@ -15,10 +15,12 @@ from typing import Any
 import grpc
 
 from weir.broker.broker import Broker
+from weir.broker.cluster.ownership import zk_reachable
 from weir.broker.topic_admin import UNSET
 from weir.broker.topics import PERSISTENT, ConsumerConfig, TopicConfig, canonical_topic, short_topic
 from weir.errors import (
     BadRequestError,
+    UnavailableError,
     WeirError,
 )
 from weir.protocols.native import weir_pb2 as pb
@@ -189,6 +191,7 @@ class NativeService(
         self._allow(None, request.topic, "describe")
         owners = await self.broker.owners(request.topic, list(request.partitions))
         return pb.LookupResponse(
+            brokers=await self._live_native_endpoints(),
             partitions=[
                 pb.PartitionOwner(
                     partition=o.partition,
@@ -198,8 +201,22 @@ class NativeService(
                     local=o.local,
                 )
                 for o in owners
-            ]
+            ],
         )
+
+    async def _live_native_endpoints(self) -> list[str]:
+        """The native endpoints of the cluster's live brokers, for a client to ask when its
+        own broker dies (none in embedded mode, nor while ZooKeeper cannot be reached: the
+        lookup's owners are still worth answering)."""
+        cluster = self.broker.cluster
+        if cluster is None:
+            return []
+        try:
+            with zk_reachable("listing the live brokers"):
+                live = await cluster.live_brokers()
+        except UnavailableError:
+            return []
+        return sorted(eps["native"] for eps in live.values() if eps.get("native"))
 
     @_unary
     async def AlterTopic(

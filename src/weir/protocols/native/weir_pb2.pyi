@@ -220,16 +220,24 @@ class LookupResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     PARTITIONS_FIELD_NUMBER: _builtins.int
+    BROKERS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___PartitionOwner]: ...
+    @_builtins.property
+    def brokers(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Cluster mode: the native endpoint (host:port) of every live broker, so a client
+        whose own broker dies can ask another one (empty from an embedded server).
+        """
+
     def __init__(
         self,
         *,
         partitions: _abc.Iterable[Global___PartitionOwner] | None = ...,
+        brokers: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["partitions", b"partitions"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["brokers", b"brokers", "partitions", b"partitions"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

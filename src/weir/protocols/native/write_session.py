@@ -22,7 +22,7 @@ import grpc
 
 from weir.access_mode import AccessMode
 from weir.broker.broker import Broker
-from weir.broker.topics import short_topic
+from weir.broker.topics import PERSISTENT, short_topic
 from weir.errors import (
     BadRequestError,
     MessageTooLargeError,
@@ -110,6 +110,10 @@ class WriteSession:
             mode = AccessMode.parse(init.access_mode)
             if mode.exclusive and not self.producer_id:
                 raise BadRequestError(f"a {mode.title} producer needs a producer_id")
+            if self.broker.cluster is not None and cfg.kind == PERSISTENT:
+                # a cluster: NOT_OWNER before the producer is admitted (an exclusive
+                # producer's attempt at a non-owner would grow the topic's epoch)
+                self.broker.actor(cfg.name, self.partition)
             lease = self.broker.count_producer(cfg.name, self.producer_id)
             claim = await self.broker.open_producer(
                 cfg.name,
