@@ -44,11 +44,11 @@ from kazoo.exceptions import (
     BadVersionError,
     NodeExistsError,
     NoNodeError,
-    RolledBackError,
 )
 from kazoo.exceptions import NotEmptyError as ZkNotEmptyError
 
 from weir.broker.cluster.claims import cluster_path
+from weir.broker.cluster.zk_transactions import failure
 from weir.broker.tenancy.names import (
     DEFAULT_NAMESPACE,
     DEFAULT_TENANT,
@@ -91,13 +91,6 @@ def _namespace_doc(ns: Namespace) -> bytes:
 def _namespace_of(tenant: str, name: str, raw: bytes) -> Namespace:
     doc = json.loads(raw or b"{}")
     return Namespace(tenant, name, Policies(doc.get("policies", {})), doc.get("created_at_ms", 0))
-
-
-def _failure(results: list[Any]) -> Exception | None:
-    failed = [r for r in results if isinstance(r, Exception)]
-    if not failed:
-        return None
-    return next((r for r in failed if not isinstance(r, RolledBackError)), failed[0])
 
 
 class NamespaceCatalog:
@@ -169,7 +162,7 @@ class NamespaceCatalog:
         )
         if isinstance(results[0], NodeExistsError):
             raise AlreadyExistsError(f"tenant {tenant.name!r} already exists")
-        failed = _failure(results)
+        failed = failure(results)
         if failed is not None:
             raise failed
 
@@ -185,7 +178,7 @@ class NamespaceCatalog:
                 f"tenant {name!r} is not empty: it has namespaces {', '.join(held)}; "
                 "delete them first"
             )
-        failed = _failure(results)
+        failed = failure(results)
         if failed is not None:
             raise failed
 
@@ -207,7 +200,7 @@ class NamespaceCatalog:
             raise AlreadyExistsError(f"namespace {ns.path} already exists")
         if isinstance(results[0], NoNodeError):
             raise UnknownTenantError(f"tenant {ns.tenant!r} does not exist")
-        failed = _failure(results)
+        failed = failure(results)
         if failed is not None:
             raise failed
 
@@ -276,7 +269,7 @@ class NamespaceCatalog:
                 continue  # a policy change meanwhile (it dropped the mark): again
             if isinstance(results[0], NoNodeError):
                 raise UnknownNamespaceError(f"namespace {path} does not exist")
-            failed = _failure(results)
+            failed = failure(results)
             if failed is not None:
                 raise failed
             return
@@ -303,7 +296,7 @@ class NamespaceCatalog:
                 continue  # another admin changed it: apply the change to theirs
             if isinstance(results[0], NoNodeError):
                 raise UnknownNamespaceError(f"namespace {tenant}/{name} does not exist")
-            failed = _failure(results)
+            failed = failure(results)
             if failed is not None:
                 raise failed
             return new

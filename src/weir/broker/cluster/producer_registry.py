@@ -33,10 +33,10 @@ from kazoo.exceptions import (
     KazooException,
     NodeExistsError,
     NoNodeError,
-    RolledBackError,
 )
 
 from weir.broker.cluster.claims import cluster_path
+from weir.broker.cluster.zk_transactions import write_at_version
 from weir.errors import UnavailableError
 
 BLOCK = 100  # ids per block taken from ZooKeeper
@@ -123,20 +123,10 @@ class ClusterEpochs:
             raise _unavailable("producer epochs", exc) from None
 
     def _grow(self, topic_id: int, data: bytes, version: int) -> bool:
-        tx = self.zk.transaction()
-        if version < 0:
-            tx.create(self._node(topic_id), data)
-        else:
-            tx.set_data(self._node(topic_id), data, version=version)
-        tx.set_data(self.path, str(topic_id).encode())  # the change mark brokers watch
-        results = tx.commit()
-        failed = [r for r in results if isinstance(r, Exception)]
-        if not failed:
-            return True
-        first = next((r for r in failed if not isinstance(r, RolledBackError)), failed[0])
-        if isinstance(first, BadVersionError | NodeExistsError | NoNodeError):
-            return False
-        raise first
+        # the change mark names the topic: brokers watching it re-read that record
+        return write_at_version(
+            self.zk, self._node(topic_id), data, version, self.path, str(topic_id).encode()
+        )
 
     async def ensure_layout(self) -> None:
         await asyncio.to_thread(self.zk.ensure_path, self.path)

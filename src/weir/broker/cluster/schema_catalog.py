@@ -23,14 +23,12 @@ from typing import Any
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import (
-    BadVersionError,
     KazooException,
-    NodeExistsError,
     NoNodeError,
-    RolledBackError,
 )
 
 from weir.broker.cluster.claims import cluster_path
+from weir.broker.cluster.zk_transactions import write_at_version
 from weir.broker.schemas import (
     SchemaInfo,
     SchemaRegistry,
@@ -112,20 +110,14 @@ class ClusterSchemas(SchemaRegistry):
 
     def _write(self, topic_id: int, vs: list[SchemaInfo], version: int) -> bool:
         """Write at ``version`` (-1: create), with the change mark; False on a conflict."""
-        tx = self.zk.transaction()
-        if version < 0:
-            tx.create(self._node(topic_id), encode_versions(vs))
-        else:
-            tx.set_data(self._node(topic_id), encode_versions(vs), version=version)
-        tx.set_data(self.path, str(topic_id).encode())
-        results = tx.commit()
-        failed = [r for r in results if isinstance(r, Exception)]
-        if not failed:
-            return True
-        first = next((r for r in failed if not isinstance(r, RolledBackError)), failed[0])
-        if isinstance(first, BadVersionError | NodeExistsError | NoNodeError):
-            return False
-        raise first
+        return write_at_version(
+            self.zk,
+            self._node(topic_id),
+            encode_versions(vs),
+            version,
+            self.path,
+            str(topic_id).encode(),
+        )
 
     async def delete(self, topic_id: int) -> None:
         async with self._lock:
