@@ -149,6 +149,8 @@ async def test_one_elected_auditor_acts_and_a_standby_takes_over(
             await lose_for_good(bookies[1], kazoo, zk_root)
             await b.wait_for("auditor b: leading")
             await wait_repaired(client, ledgers, bookies[1].address)
+            # the auditor logs a repair after recording it: wait for its lines
+            await b.wait_for("re-replicated", times=len(ledgers))
             a.signal(signal.SIGCONT)
             await a.wait_for("auditor a: no longer leading")
             await a.wait_for("auditor a: standing by", times=2)
@@ -160,6 +162,7 @@ async def test_one_elected_auditor_acts_and_a_standby_takes_over(
             await lose_for_good(bookies[2], kazoo, zk_root)
             await a.wait_for("auditor a: leading", times=2)
             await wait_repaired(client, ledgers, bookies[2].address)
+            await a.wait_for("re-replicated", times=len(ledgers))
             assert a.count("re-replicated") == len(ledgers), "".join(a.log)
         finally:
             a.stop()
