@@ -7,6 +7,7 @@ same cut."""
 from __future__ import annotations
 
 import json
+import random
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -58,9 +59,12 @@ def tier_server(
 
 
 def _records(p: int, n: int, base: int = 0) -> list[Rec]:
+    """Values that compress on even partitions, that do not on odd ones (the segment
+    objects' ``value`` column is zstd for the first, plain for the second)."""
     return [
         Rec(
-            value=b"v%d-%d:" % (p, base + i) + b"x" * 700,
+            value=b"v%d-%d:" % (p, base + i)
+            + (b"x" * 700 if p % 2 == 0 else random.Random(p << 32 | base + i).randbytes(700)),
             key=b"k%d" % (i % 5) if i % 4 else None,
             headers={"i": str(base + i)} if i % 3 == 0 else {},
             created_at_ms=1_700_000_000_000 + base + i,
@@ -211,8 +215,8 @@ def test_spark_parquet_scan_refuses_a_damaged_object(
 ) -> None:
     """A byte flipped inside an offloaded object's ``value`` pages: `weir.spark.read`'s
     Parquet scan checks the page checksums the segment was written with and fails the
-    query, rather than serving the damaged value (the values do not compress, so zstd
-    stores them as they are: without the checksums Spark reads the flipped byte as data)."""
+    query, rather than serving the damaged value (the values do not compress, so they are
+    stored without a codec: without the checksums Spark reads the flipped byte as data)."""
     import os
 
     import pyarrow.parquet as pq
@@ -237,3 +241,43 @@ def test_spark_parquet_scan_refuses_a_damaged_object(
     df = weir.spark.read(spark, endpoint=srv.endpoint, topic=topic)
     with pytest.raises(Exception, match=r"(?s)FAILED_READ_FILE.*checksum verification failed"):
         df.select("value").collect()
+
+
+def test_spark_reads_objects_written_with_zstd_everywhere(
+    spark: Any, tier_server: tuple[ServerProcess, dict[str, str]]
+) -> None:
+    """Objects offloaded before the codec choice (zstd on every column) read the same:
+    each object of a half-offloaded topic rewritten so (same rows, row groups and
+    metadata), `weir.spark.read` gives every column as before."""
+    import pyarrow.parquet as pq
+
+    srv, opts = tier_server
+    if opts:
+        pytest.skip("Spark's own Parquet scan reads the local-directory store only")
+    topic = f"oldcodec-{uuid.uuid4().hex[:6]}"
+    with weir.Client(srv.endpoint) as client:
+        half_offloaded(client, topic)
+        st = client.tier_status(topic)
+    want = sorted(map(_full, weir.spark.read(spark, endpoint=srv.endpoint, topic=topic).collect()))
+    keys = {s.object_key for p in st.partitions for s in p.segments}
+    codecs = set()
+    for key in keys:
+        path = Path(st.store["path"]) / key
+        f = pq.ParquetFile(path)
+        codecs.add(f.metadata.row_group(0).column(4).compression)
+        tables = [f.read_row_group(i) for i in range(f.num_row_groups)]
+        with pq.ParquetWriter(
+            path.with_suffix(".old"),
+            f.schema_arrow,
+            compression="zstd",
+            use_dictionary=["topic", "producer_id"],
+            write_statistics=["offset", "written_at", "created_at"],
+            write_page_checksum=True,
+        ) as w:
+            for t in tables:
+                w.write_table(t, row_group_size=t.num_rows)
+        path.with_suffix(".old").replace(path)
+        assert pq.ParquetFile(path).metadata.row_group(0).column(4).compression == "ZSTD"
+    assert codecs == {"ZSTD", "UNCOMPRESSED"}  # both kinds of value column were there
+    got = sorted(map(_full, weir.spark.read(spark, endpoint=srv.endpoint, topic=topic).collect()))
+    assert got == want and len(got) == 1500
