@@ -111,6 +111,21 @@ async def backlog(endpoint: str, topic: str, sub: str) -> int:
         return info.backlog
 
 
+async def attached(endpoint: str, topic: str, want: dict[str, int], timeout: float = 60) -> None:
+    """Poll until each subscription has its consumers attached at ``endpoint`` (the
+    owner): an ack sent while a consumer reconnects is lost, as Pulsar's are."""
+    deadline = time.monotonic() + timeout
+    async with weir.aio.Client(endpoint) as client:
+        for sub, n in want.items():
+            while True:
+                with contextlib.suppress(WeirError):
+                    info = await client.describe_subscription(topic, sub, timeout=10)
+                    if len(info.consumers) == n:
+                        break
+                assert time.monotonic() < deadline, f"{sub}: consumers never came back"
+                await asyncio.sleep(0.1)
+
+
 async def write(endpoint: str, topic: str, producer: str, first: int, n: int, h: History) -> None:
     """``n`` messages of ``producer`` (ids ``first``..), each recorded in the history."""
     async with (
@@ -148,8 +163,10 @@ async def test_pulsar_subscriptions_go_on_across_an_unload_and_a_kill_9_of_the_o
     offset_of = {f"id:w:{n}": n for n in range(60)}
     markers = 0
 
+    # both brokers in the service URL: lookups go on at the other when one is killed
+    urls = [brokers[n].pulsar_url.removeprefix("pulsar://") for n in (home, owner)]
     client = pulsar.Client(
-        brokers[home].pulsar_url,
+        "pulsar://" + ",".join(urls),
         operation_timeout_seconds=15,
         logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
     )
@@ -229,6 +246,7 @@ async def test_pulsar_subscriptions_go_on_across_an_unload_and_a_kill_9_of_the_o
         owner = await cluster.owner(key, other_than=owner)
         assert owner == home
         epoch = 2
+        await attached(brokers[owner].endpoint, name, {SHARED: 2, FAILOVER: 1})
         consume(12, 0.6)
         await settle()
         # kill -9 of the owner, consumers open: the other broker claims the partition
@@ -236,6 +254,7 @@ async def test_pulsar_subscriptions_go_on_across_an_unload_and_a_kill_9_of_the_o
         await asyncio.to_thread(brokers[owner].kill)
         owner = await cluster.owner(key, other_than=owner)
         epoch = 3
+        await attached(brokers[owner].endpoint, name, {SHARED: 2, FAILOVER: 1})
         # and everything is acknowledged in the end
         deadline = time.monotonic() + 120
         while any(len(acked[s]) < len(offset_of) for s in acked):
