@@ -11,9 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import random
 import time
+import urllib.error
+import urllib.request
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import pulsar
 import pytest
@@ -281,11 +285,30 @@ async def test_pulsar_subscriptions_go_on_across_an_unload_and_a_kill_9_of_the_o
     assert report.sub_acked and report.sub_delivered
 
 
+def rest(base: str, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+    """One call of the Pulsar admin REST API (as pulsar-admin makes it)."""
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(
+        base + "/admin/v2" + path,
+        data=data,
+        method=method,
+        headers={"Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            raw = resp.read()
+            return resp.status, json.loads(raw) if raw else None
+    except urllib.error.HTTPError as err:
+        raw = err.read()
+        return err.code, json.loads(raw) if raw else None
+
+
 async def test_subscription_admin_works_on_the_owner_and_moves_with_the_partition(
     cluster: Cluster,
 ) -> None:
-    """Create, list, skip, seek and delete a subscription over the native SDK at the
-    owner; an unload keeps the cursor and its metadata, and the other broker serves it."""
+    """Create, list, skip, seek and delete a subscription over the native SDK and the
+    Pulsar admin REST API at the owner; an unload keeps the cursors and their metadata,
+    and the other broker serves them."""
     brokers = cluster.brokers
     name = "public/default/subs-admin"
     key = partition_key(name, 0)
@@ -305,6 +328,17 @@ async def test_subscription_admin_works_on_the_owner_and_moves_with_the_partitio
         await client.seek_subscription(name, "adm", offsets={0: 6}, timeout=10)
         await client.create_subscription(name, "gone", timeout=10)
         await client.delete_subscription(name, "gone", timeout=10)
+    # the Pulsar admin REST API at the owner: create, list, skip, reset by message id
+    base = brokers[owner].http_url
+    t = f"/persistent/{name}/subscription"
+    assert (await asyncio.to_thread(rest, base, "PUT", t + "/r", "earliest"))[0] == 204
+    got = await asyncio.to_thread(rest, base, "GET", f"/persistent/{name}/subscriptions")
+    assert sorted(got[1]) == ["adm", "r"]
+    assert (await asyncio.to_thread(rest, base, "POST", t + "/r/skip/3"))[0] == 204
+    at = {"ledgerId": 0, "entryId": 2, "batchIndex": -1}  # message ids: (0, offset)
+    assert (await asyncio.to_thread(rest, base, "POST", t + "/r/resetcursor", at))[0] == 204
+    assert (await asyncio.to_thread(rest, base, "PUT", t + "/doomed", "latest"))[0] == 204
+    assert (await asyncio.to_thread(rest, base, "DELETE", t + "/doomed"))[0] == 204
     await cluster.unload(key, to=other)
     assert await cluster.owner(key, other_than=owner) == other
     async with weir.aio.Client(brokers[other].endpoint) as client:
@@ -316,12 +350,17 @@ async def test_subscription_admin_works_on_the_owner_and_moves_with_the_partitio
                     break
             assert time.monotonic() < deadline
             await asyncio.sleep(0.1)
-        assert [s.name for s in subs] == ["adm"]
+        assert [s.name for s in subs] == ["adm", "r"]
         info = await client.describe_subscription(name, "adm", timeout=10)
         assert info.type == "shared"
         assert [p.mark_delete for p in info.partitions] == [6]
         assert info.backlog == 4
-        with pytest.raises(UnknownSubscriptionError):
-            await client.describe_subscription(name, "gone", timeout=10)
+        info = await client.describe_subscription(name, "r", timeout=10)
+        assert info.type == "exclusive"
+        assert [p.mark_delete for p in info.partitions] == [2]
+        for gone in ("gone", "doomed"):
+            with pytest.raises(UnknownSubscriptionError):
+                await client.describe_subscription(name, gone, timeout=10)
         await client.delete_subscription(name, "adm", timeout=10)
+        await client.delete_subscription(name, "r", timeout=10)
         assert await client.list_subscriptions(name, timeout=10) == []
