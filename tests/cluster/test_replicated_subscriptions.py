@@ -28,7 +28,12 @@ from tests.conftest import ServerProcess, cluster_servers
 from tests.reliability.checker import check
 from tests.reliability.history import History, make_data, message_id
 from weir.broker.cluster import Assignment, ClusterRecords, partition_key
-from weir.errors import AlreadyExistsError, UnknownSubscriptionError, WeirError
+from weir.errors import (
+    AlreadyExistsError,
+    NotOwnerError,
+    UnknownSubscriptionError,
+    WeirError,
+)
 from weir.replication.local_cluster import BookieProcess
 from weir.replication.zkserver import ZooKeeperServer
 
@@ -361,6 +366,9 @@ async def test_subscription_admin_works_on_the_owner_and_moves_with_the_partitio
         for gone in ("gone", "doomed"):
             with pytest.raises(UnknownSubscriptionError):
                 await client.describe_subscription(name, gone, timeout=10)
+        async with weir.aio.Client(brokers[owner].endpoint) as old:  # serves it no more
+            with pytest.raises(NotOwnerError, match=f"owned by broker {other}"):
+                await old.describe_subscription(name, "adm", timeout=10)
         await client.delete_subscription(name, "adm", timeout=10)
         await client.delete_subscription(name, "r", timeout=10)
         assert await client.list_subscriptions(name, timeout=10) == []

@@ -39,6 +39,7 @@ from weir.errors import (
     BadRequestError,
     CorruptDataError,
     NotOwnerError,
+    UnknownSubscriptionError,
     WeirError,
 )
 from weir.replication.partition_log import ReplicatedPartitionLog
@@ -221,6 +222,17 @@ class LogSubscriptions(Subscriptions):
     async def _drop_stored(self, sub: Subscription) -> None:
         drops = [st.cursor.drop() for st in sub.parts.values() if isinstance(st.cursor, LogCursor)]
         await asyncio.gather(*drops)
+
+    def get(self, cfg: TopicConfig, name: str) -> Subscription:
+        """The subscription on the partitions served here; the not-owner error when this
+        broker serves none of the topic's (its owner knows the subscription)."""
+        sub = self._subs.get(cfg.name, {}).get(name)
+        if sub is None:
+            self._served_partitions(cfg)
+            raise UnknownSubscriptionError(
+                f"subscription {name!r} does not exist on topic {short_topic(cfg.name)!r}"
+            )
+        return sub
 
     def consumer_subscriptions(self, cfg: TopicConfig) -> dict[str, Subscription]:
         return {}  # a consumer's committed offsets are read by read sessions only here
