@@ -372,3 +372,65 @@ async def test_subscription_admin_works_on_the_owner_and_moves_with_the_partitio
         await client.delete_subscription(name, "adm", timeout=10)
         await client.delete_subscription(name, "r", timeout=10)
         assert await client.list_subscriptions(name, timeout=10) == []
+
+
+async def test_a_native_consumer_follows_its_subscription_across_an_unload_and_a_kill_9(
+    cluster: Cluster,
+) -> None:
+    """The native SDK's consumer (Exclusive) given both brokers, its own not the owner:
+    told NOT_OWNER, it looks the partition up and subscribes at the owner; when the
+    partition is unloaded, and later when its owner is killed with SIGKILL, it goes on
+    at the new owner. A message whose ack was answered (`acknowledge` returns once the
+    cursor is stored) is never delivered again; every message is acknowledged in the end."""
+    brokers = cluster.brokers
+    name = "public/default/subs-native"
+    key = partition_key(name, 0)
+    owner = await cluster.created(name)
+    home = next(n for n in NAMES if n != owner)
+    total = 30
+    await write(brokers[home].endpoint, name, "w", 0, total, History())
+    acked: set[int] = set()
+    again: list[int] = []  # acknowledged messages delivered again: must stay empty
+    async with weir.aio.Client([brokers[home].endpoint, brokers[owner].endpoint]) as client:
+        c = client.subscribe(
+            name, "ex", type="exclusive", initial_position="earliest", receiver_queue_size=5
+        )
+
+        async def take(n: int, everything: bool) -> None:
+            """Receive ``n`` messages (or until all are acknowledged), acknowledging two of
+            three (all with ``everything``)."""
+            got = 0
+            deadline = time.monotonic() + 90
+            while got < n and len(acked) < total:
+                assert time.monotonic() < deadline, (sorted(acked), c.last_error)
+                try:
+                    msgs = await c.receive_batch(n - got, timeout=0.5)
+                except WeirError as err:
+                    assert err.retryable, err
+                    continue
+                again.extend(m.offset for m in msgs if m.offset in acked)
+                got += len(msgs)
+                todo = [m for m in msgs if everything or m.offset % 3]
+                if not todo:
+                    continue
+                try:
+                    await c.acknowledge(todo)
+                except WeirError as err:  # the stream broke: applied or not, unknown
+                    assert err.retryable, err
+                    continue
+                acked.update(m.offset for m in todo)
+
+        try:
+            await take(10, False)
+            assert acked and max(acked) > min(set(range(total)) - acked)  # gaps stored
+            await cluster.unload(key, to=home)
+            owner = await cluster.owner(key, other_than=owner)
+            await take(10, False)
+            await asyncio.to_thread(brokers[owner].kill)
+            owner = await cluster.owner(key, other_than=owner)
+            await take(total, True)
+        finally:
+            await c.close()
+    assert again == [], f"acknowledged messages delivered again: {again}"
+    assert acked == set(range(total))
+    assert await backlog(brokers[owner].endpoint, name, "ex") == 0
