@@ -198,6 +198,7 @@ class Server:
                 jwt_secret=self.auth.jwt_secret,
                 jwt_public_key_file=self.auth.jwt_public_key_file,
                 jwt_audience=self.auth.jwt_audience,
+                cluster_secret=self.auth.cluster_secret,
             )
             for install in self.fronts:
                 install(server, self.broker, self)

@@ -67,7 +67,7 @@ class KafkaFront:
         )
         self.sequences = Sequences()
         self.transactions = KafkaTransactions(broker)
-        self.peers = PeerOffsets()  # a cluster's offsets of partitions other brokers own
+        self.peers = PeerOffsets(security.peers)  # a cluster's offsets of partitions other brokers own
         self.coordinators = GroupCoordinators(broker)  # a cluster's group -> its broker
         self.stopping = False
         self.host = ""
