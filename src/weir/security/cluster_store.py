@@ -294,9 +294,7 @@ class ClusterUsers(StoredUsers):
         return self._stored(record, mark)
 
     def set_password(self, name: str, password: str) -> UserRecord:
-        check_password(password)
-        if name not in self._users:  # as in embedded mode; ZooKeeper is asked below too
-            raise NotFoundError(f"user {name!r} does not exist")
+        check_password(password)  # ZooKeeper, not this copy, says whether the user exists
         hashed, scram = hash_password(password), derive_all(password)
         record, mark = self._catalog.update_user(
             name, lambda old: UserRecord(name, hashed, old.created_ms, scram)
