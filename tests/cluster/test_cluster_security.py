@@ -22,6 +22,7 @@ from weir.errors import (
     AlreadyExistsError,
     PermissionDeniedError,
     TokenRejectedError,
+    UnauthorizedError,
     WeirError,
 )
 from weir.protocols.kafka.cluster_view import coordinator_of
@@ -125,7 +126,8 @@ def test_a_revoke_on_one_broker_refuses_the_principal_on_the_other(
     brokers: dict[str, ServerProcess], zookeeper: ZooKeeperServer, shared_root: str
 ) -> None:
     """Granted through the owner, revoked through the other broker: the owner refuses the
-    principal's next write, and its open write stream ends."""
+    principal's next write, and its open write stream ends; the user deleted through the
+    other broker can no longer log in at the owner."""
     name = "public/default/sec-revoke"
     owner = topic_owned(brokers, zookeeper, shared_root, name)
     other = next(n for n in NAMES if n != owner)
@@ -148,6 +150,14 @@ def test_a_revoke_on_one_broker_refuses_the_principal_on_the_other(
             writer.close()
         with pytest.raises(PermissionDeniedError):
             write_one(brokers[owner].endpoint, "rob", name, b"new")
+    # deleting the user through the other broker: the owner refuses its password, then
+    with admin(brokers[other]) as c:
+        c.delete_user("rob")
+    deadline = time.monotonic() + 30
+    with pytest.raises(UnauthorizedError):
+        while time.monotonic() < deadline:  # bounded: until the owner has seen the delete
+            whoami(brokers[owner].endpoint, "rob")
+            time.sleep(0.1)
 
 
 def test_admins_racing_on_two_brokers_lose_no_grant(brokers: dict[str, ServerProcess]) -> None:
