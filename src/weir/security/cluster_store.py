@@ -73,12 +73,12 @@ class Snapshot:
     grants: frozenset[Grant]
 
 
-def _encode_grants(grants: set[Grant]) -> bytes:
+def encode_grants(grants: set[Grant]) -> bytes:
     rows = sorted([g.kind, g.permission.value, g.resource] for g in grants)
     return json.dumps(rows, separators=(",", ":")).encode()
 
 
-def _decode_grants(principal: str, raw: bytes) -> set[Grant]:
+def decode_grants(principal: str, raw: bytes) -> set[Grant]:
     return {Grant(principal, Permission(p), r, k) for k, p, r in json.loads(raw or b"[]")}
 
 
@@ -130,7 +130,7 @@ class SecurityCatalog:
             principal = unquote(child)
             with contextlib.suppress(NoNodeError):
                 raw, _ = self._wait(self.zk.get_async(self._grants(principal)))
-                grants |= _decode_grants(principal, raw)
+                grants |= decode_grants(principal, raw)
         return Snapshot(stat.version, users, frozenset(grants))
 
     def _commit(self, build: Callable[[Any], None]) -> int | Exception:
@@ -201,13 +201,13 @@ class SecurityCatalog:
         for _ in range(MAX_TRIES):
             try:
                 raw, stat = self._wait(self.zk.get_async(node))
-                old, version = _decode_grants(principal, raw), stat.version
+                old, version = decode_grants(principal, raw), stat.version
             except NoNodeError:
                 old, version = set(), -1
             new = change(set(old))
             if new == old:
                 return 0, None
-            data = _encode_grants(new)
+            data = encode_grants(new)
 
             def build(tx: Any, data: bytes = data, version: int = version, new: Any = new) -> None:
                 if version < 0:
@@ -347,7 +347,7 @@ class ClusterSecurity:
     def load(self) -> None:
         """Lay out the nodes and read everything (at start, blocking: before any call)."""
         self.catalog.ensure_layout()
-        self._apply(self.catalog.read_all())
+        self.apply(self.catalog.read_all())
 
     def follow(self) -> None:
         """Read again after every change mark (a ZooKeeper watch; on reconnect too)."""
@@ -382,9 +382,10 @@ class ClusterSecurity:
                 log.warning("cannot read the cluster's users and grants", exc_info=True)
                 return
             if not self._stopped:
-                self._apply(snapshot)
+                self.apply(snapshot)
 
-    def _apply(self, snapshot: Snapshot) -> None:
+    def apply(self, snapshot: Snapshot) -> None:
+        """Take a read of ZooKeeper, unless it began before this broker's own last change."""
         if snapshot.mark < self._mark:
             return  # read before a change this broker made: the watch brings a newer read
         self._mark = snapshot.mark
