@@ -171,6 +171,16 @@ class Server:
         # Short GIL switch interval: the group-commit thread gets the GIL back quickly
         # after its fsync instead of waiting up to 5 ms behind the event loop.
         sys.setswitchinterval(0.0005)
+        cfg = self.config  # weir.config refuses this too, for `weir serve`
+        if (
+            cfg.storage_mode == "replicated"
+            and not cfg.allow_anonymous
+            and not self.auth.cluster_secret
+        ):
+            raise ValueError(
+                "a replicated broker that requires authentication needs auth.cluster_secret "
+                "(docs/security.md, 'In a cluster')"
+            )
         check_port_free(self.host, self.port)  # a clear error, and no raw gRPC log line
         server = grpc.aio.server(options=GRPC_OPTIONS)
         try:

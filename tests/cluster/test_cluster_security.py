@@ -9,6 +9,7 @@ import asyncio
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import TypeVar
 
 import pytest
@@ -21,6 +22,7 @@ import weir
 from tests.cluster.test_clients_follow import in_zk, owner_of
 from tests.conftest import ServerProcess, cluster_servers
 from weir.broker.cluster import partition_key
+from weir.broker.config import BrokerConfig
 from weir.config import ConfigError, load
 from weir.errors import (
     AlreadyExistsError,
@@ -36,6 +38,7 @@ from weir.security.authenticator import BearerToken
 from weir.security.cluster_store import ClusterSecurity, decode_grants, encode_grants
 from weir.security.grants import make_grant
 from weir.security.peer_tokens import PeerTokens
+from weir.server import Server
 
 NAMES = ("a", "b")
 ROOT, ROOT_PW = "root", "root-password"
@@ -336,3 +339,18 @@ async def test_a_read_older_than_the_brokers_own_change_does_not_undo_it(
 def test_a_principals_grant_record_reads_back_as_written(rows: set[tuple[str, str]]) -> None:
     grants = {make_grant("p", perm, res) for perm, res in rows}
     assert decode_grants("p", encode_grants(grants)) == grants
+
+
+async def test_a_server_made_in_code_refuses_the_same(tmp_path: Path) -> None:
+    """`Server` built without `weir.config` (an embedding program) refuses it too, before it
+    opens anything."""
+    config = BrokerConfig(
+        data_dir=tmp_path / "data",
+        storage_mode="replicated",
+        cluster_zookeeper="127.0.0.1:1",
+        allow_anonymous=False,
+    )
+    server = Server(config, "127.0.0.1:0", fronts=[])
+    with pytest.raises(ValueError, match="cluster_secret"):
+        await server.start()
+    assert not (tmp_path / "data").exists()
