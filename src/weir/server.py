@@ -291,6 +291,8 @@ class Server:
         if self._grpc is not None:
             await self._grpc.stop(grace)
             self._grpc = None
+        if self._security is not None and self._security.shared is not None:
+            self._security.shared.stop()  # no more reads of the cluster's users and grants
         if self.broker is not None:
             await self.broker.close()
 
