@@ -319,6 +319,9 @@ async def test_a_read_older_than_the_brokers_own_change_does_not_undo_it(
         after = await asyncio.to_thread(shared.catalog.read_all)
         shared.apply(after)
         assert grant not in after.grants and shared.grants.list("eve") == []
+        odd = make_grant("..", "consume", "*")  # a principal name ZooKeeper would refuse
+        assert shared.grants.add(odd)
+        assert odd in (await asyncio.to_thread(shared.catalog.read_all)).grants
         shared.stop()
     finally:
         await asyncio.to_thread(zk.stop)

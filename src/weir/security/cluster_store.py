@@ -64,6 +64,12 @@ def security_path(root: str) -> str:
     return f"{cluster_path(root)}/security"
 
 
+def node_name(name: str) -> str:
+    """A user's or principal's name as one ZooKeeper node name: no '/', and never '.' or
+    '..' (which ZooKeeper refuses); `unquote` reads it back."""
+    return quote(name, safe="").replace(".", "%2E")
+
+
 @dataclass(frozen=True)
 class Snapshot:
     """Users and grants as ZooKeeper had them when the change mark was at ``mark``."""
@@ -95,10 +101,10 @@ class SecurityCatalog:
         self.timeout = timeout
 
     def _user(self, name: str) -> str:
-        return f"{self.users_path}/{quote(name, safe='')}"
+        return f"{self.users_path}/{node_name(name)}"
 
     def _grants(self, principal: str) -> str:
-        return f"{self.grants_path}/{quote(principal, safe='')}"
+        return f"{self.grants_path}/{node_name(principal)}"
 
     def _wait(self, result: Any) -> Any:
         """A kazoo async result, waited for at most ``timeout``."""
