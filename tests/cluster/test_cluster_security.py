@@ -26,6 +26,7 @@ from weir.broker.config import BrokerConfig
 from weir.config import ConfigError, load
 from weir.errors import (
     AlreadyExistsError,
+    NotFoundError,
     PermissionDeniedError,
     TokenRejectedError,
     UnauthorizedError,
@@ -357,3 +358,28 @@ async def test_a_server_made_in_code_refuses_the_same(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="cluster_secret"):
         await server.start()
     assert not (tmp_path / "data").exists()
+
+
+async def test_a_user_deleted_takes_the_grants_of_its_name_along(
+    zookeeper: ZooKeeperServer,
+) -> None:
+    """Deleting a user deletes its grants in the same transaction (another broker's admin
+    calling only `delete`): a user added again under the name starts with none."""
+    zk = KazooClient(hosts=zookeeper.hosts)
+    await asyncio.to_thread(zk.start, 30)
+    try:
+        shared = ClusterSecurity(zk, "/test-cluster-security-delete", lambda: None)
+        shared.load()
+        shared.users.add("dan", PW)
+        shared.grants.add(make_grant("dan", "produce", "orders"))
+        shared.users.delete("dan")
+        with pytest.raises(NotFoundError):
+            shared.users.delete("dan")
+        shared.users.add("dan", PW)
+        snapshot = await asyncio.to_thread(shared.catalog.read_all)
+        assert "dan" in snapshot.users
+        assert [g for g in snapshot.grants if g.principal == "dan"] == []
+        shared.stop()
+    finally:
+        await asyncio.to_thread(zk.stop)
+        await asyncio.to_thread(zk.close)

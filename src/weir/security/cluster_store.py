@@ -188,12 +188,28 @@ class SecurityCatalog:
         raise UnavailableError(f"user {name!r} changed {MAX_TRIES} times meanwhile: try again")
 
     def delete_user(self, name: str) -> int:
-        got = self._commit(lambda tx: tx.delete(self._user(name)))
-        if isinstance(got, NoNodeError):
-            raise NotFoundError(f"user {name!r} does not exist")
-        if isinstance(got, Exception):
-            raise UnavailableError(f"cannot delete user {name!r}: {got!r}")
-        return got
+        """Delete the user and, in the same transaction, the grants of its name: a user
+        added again later under the name starts with none."""
+        grants = self._grants(name)
+        for _ in range(MAX_TRIES):
+            try:
+                _, stat = self._wait(self.zk.get_async(grants))
+                version: int | None = stat.version
+            except NoNodeError:
+                version = None
+
+            def build(tx: Any, version: int | None = version) -> None:
+                tx.delete(self._user(name))
+                if version is not None:
+                    tx.delete(grants, version=version)
+
+            got = self._commit(build)
+            if not isinstance(got, Exception):
+                return got
+            if not self._wait(self.zk.exists_async(self._user(name))):
+                raise NotFoundError(f"user {name!r} does not exist")
+            # the user's grants changed (or went) since the read: read again
+        raise UnavailableError(f"user {name!r} changed {MAX_TRIES} times meanwhile: try again")
 
     # ------------------------------------------------------------------ grants
 
@@ -308,6 +324,8 @@ class ClusterUsers(StoredUsers):
         return self._stored(record, mark)
 
     def delete(self, name: str) -> None:
+        """The user, and the grants of its name (one transaction; `ClusterGrants` hears of
+        it from the watch, or at once from the caller's `remove_principal`)."""
         mark = self._catalog.delete_user(name)
         self._users.pop(name, None)
         self._on_write(mark)
