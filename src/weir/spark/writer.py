@@ -206,8 +206,8 @@ class TaskWriter:
         seq0 = self.seq_base + self.rows
         lay = self.layout
         if not (lay.key or lay.partition or lay.headers or lay.created_at):
-            values = batch.column("value").to_pylist()
-            self._writer(None).write_many(values, seq_nos=range(seq0, seq0 + n))
+            # Arrow columns straight into the SDK: no Python object per row
+            self._writer(None).write_many(batch.column("value"), seq_nos=range(seq0, seq0 + n))
             self.rows += n
             return
         targets = self._targets(batch)
@@ -223,21 +223,20 @@ class TaskWriter:
             ]
         now = int(time.time() * 1000)
         for target, rows in groups:
-            # one bulk call per target: columns of this producer's rows, in order, taken by Arrow
+            # one bulk call per target: columns of this producer's rows, in order, taken by
+            # Arrow and handed to the SDK as Arrow arrays (checked and encoded by column)
             sub = batch if rows is None else batch.take(pa.array(rows))
-            seqs = range(seq0, seq0 + n) if rows is None else (rows + seq0).tolist()
-            keys = None
-            if lay.key:
-                keys = pc.cast(sub.column("key"), pa.binary()).to_pylist()
+            seqs: range | np.ndarray = range(seq0, seq0 + n) if rows is None else rows + seq0
+            keys = sub.column("key") if lay.key else None
             headers = None
-            if lay.headers:
+            if lay.headers and sub.column("headers").null_count < sub.num_rows:
                 headers = [dict(h) if h else None for h in sub.column("headers").to_pylist()]
             created = None
             if lay.created_at:
                 us = pc.cast(sub.column("created_at"), pa.int64())
-                created = pc.fill_null(pc.divide(us, 1000), now).to_pylist()  # ms
+                created = pc.fill_null(pc.divide(us, 1000), now).to_numpy()  # ms
             self._writer(target).write_many(
-                sub.column("value").to_pylist(),
+                sub.column("value"),
                 keys=keys,
                 headers=headers,
                 seq_nos=seqs,
