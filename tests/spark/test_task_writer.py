@@ -21,7 +21,6 @@ from pyspark.sql.types import (
 )
 
 from weir.hashing import KeyHash
-from weir.spark import writer
 from weir.spark.writer import Layout, TaskWriter
 
 PARTS = 3
@@ -62,17 +61,18 @@ ARROW = pa.schema(
 )
 
 
-@pytest.mark.parametrize("gather", [1 << 20, 1500])  # all at the end; a write every few batches
+@pytest.mark.parametrize("gather", [1 << 20, 1500, 0])  # at the end; every few batches; each
 def test_many_batches_of_one_task_land_once_in_their_partitions(
-    weir_server: Any, client: Any, gather: int, monkeypatch: pytest.MonkeyPatch
+    weir_server: Any, client: Any, gather: int
 ) -> None:
-    monkeypatch.setattr(writer, "_GATHER_BYTES", gather)
     topic = f"task-writer-gather-{gather}"
     client.create_topic(topic, partitions=PARTS)
     cols = _rows()
     table = pa.table(cols, schema=ARROW)
     for _attempt in range(2):  # the retry of the task: every row a duplicate
-        tw = TaskWriter(client, topic, PARTS, Layout.of(SCHEMA), "spark-gather-0", 0)
+        tw = TaskWriter(
+            client, topic, PARTS, Layout.of(SCHEMA), "spark-gather-0", 0, gather_bytes=gather
+        )
         for b in table.to_batches(max_chunksize=BATCH):
             tw.add(b)
         tw.finish()

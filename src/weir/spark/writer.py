@@ -60,15 +60,16 @@ from pyspark.sql.types import (
 from weir.client import Client, Transaction, Writer
 from weir.errors import BadRequestError, WeirError
 from weir.hashing import KeyHash
-from weir.spark.options import WriterOptions
+from weir.spark.options import DEFAULT_GATHER_BYTES, WriterOptions
 
 log = logging.getLogger("weir.spark")
 
 _ROWS_PER_TASK = 1 << 32  # the row position must fit the low half of a seq_no
-# rows of one target partition gathered before one write_many: Spark hands a task Arrow
-# batches of 10,000 rows, which a key splits over every partition; one call per few
-# batches, not per batch and target, wakes the writer's sender that much less often
-_GATHER_BYTES = 1 << 20
+# Rows of one target partition are gathered (option gatherBytes, 1 MiB by default) before
+# one write_many: Spark hands a task Arrow batches of 10,000 rows, which a key splits over
+# every partition; one call per few batches, not per batch and target, makes fewer and
+# bigger requests. All targets together hold at most this much:
+_GATHER_TOTAL_BYTES = 16 << 20
 _KEYS_REMEMBERED = 1 << 16  # distinct keys whose partition a task keeps
 _FLUSH_TIMEOUT_S = 300.0
 
@@ -167,8 +168,10 @@ class TaskWriter:
         batch_id: int,
         transaction: Transaction | None = None,
         key_hash: KeyHash = KeyHash.MURMUR3,
+        gather_bytes: int = DEFAULT_GATHER_BYTES,
     ) -> None:
         self.key_hash = key_hash
+        self.gather_bytes = gather_bytes
         self.client = client
         self.transaction = transaction
         self.topic = topic
@@ -291,8 +294,11 @@ class TaskWriter:
         parts.append(part)
         size = self._gathered_bytes.get(target, 0) + part.values.nbytes
         self._gathered_bytes[target] = size
-        if size >= _GATHER_BYTES:
+        if size >= self.gather_bytes:
             self._write_gathered(target)
+        elif sum(self._gathered_bytes.values()) >= _GATHER_TOTAL_BYTES:
+            for t in list(self._gathered):  # many targets: bound what the task holds
+                self._write_gathered(t)
 
     def _write_gathered(self, target: int | None) -> None:
         parts = self._gathered.pop(target, [])
@@ -354,6 +360,7 @@ def write_task(
             batch_id,
             tx,
             options.key_hash,
+            options.gather_bytes,
         )
         try:
             for b in batches:
