@@ -82,14 +82,15 @@ def start_query(
         ).alias("value"),
     )
     out = out.mapInArrow(_block_hook(block_batch), out.schema)  # same plan in every run
-    return (
+    w = (
         out.writeStream.format("weir")
         .option("endpoint", endpoint)
         .option("topic", sink)
         .option("checkpointLocation", checkpoint)
-        .trigger(availableNow=True)
-        .start()
     )
+    if block_batch >= 0:  # the rows handed on before the block go out at once, ungathered
+        w = w.option("gatherBytes", "0")
+    return w.trigger(availableNow=True).start()
 
 
 def main(argv: list[str]) -> int:

@@ -43,6 +43,7 @@ from weir.client.tier_admin import AsyncTierCalls
 from weir.client.timestamps import to_ms
 from weir.client.tls import TlsArg
 from weir.client.transaction import Transaction
+from weir.client.write_columns import ArrowColumn, IntColumn
 from weir.client.writer import WriterCore
 from weir.client.writer_settings import WriteResult, writer_settings
 from weir.errors import (
@@ -140,15 +141,20 @@ class Writer:
 
     async def write_many(
         self,
-        values: Sequence[bytes | str],
+        values: Sequence[bytes | str] | ArrowColumn,
         *,
-        keys: Sequence[bytes | str | None] | None = None,
+        keys: Sequence[bytes | str | None] | ArrowColumn | None = None,
         headers: Sequence[Mapping[str, str] | None] | None = None,
-        seq_nos: Sequence[int] | None = None,
-        created_at: Sequence[int] | int | None = None,
+        seq_nos: Sequence[int] | IntColumn | None = None,
+        created_at: Sequence[int] | IntColumn | int | None = None,
         timeout: float | None = None,
     ) -> None:
-        """Buffer many messages in one call (columns of equal length): for bulk producers."""
+        """Buffer many messages in one call (columns of equal length): for bulk producers.
+
+        ``values`` and ``keys`` may be pyarrow arrays (binary or string; a null key is
+        no key) and ``seq_nos`` / ``created_at`` numpy arrays: they are then checked
+        once per column and encoded straight from Arrow's buffers, with no Python
+        object per message (the same batches, rules and errors as lists)."""
         await self._core.write_many_async(values, keys, headers, seq_nos, created_at, timeout)
 
     async def write_future(

@@ -388,7 +388,11 @@ class DirectWriterCore(WriterCore, _Base):  # type: ignore[misc]
 
     def _pending(self) -> bool:
         return bool(
-            self._buf.data or self._inflight or self._wq or (self._sock is None and self._unacked)
+            self._buf.data
+            or self._blocks
+            or self._inflight
+            or self._wq
+            or (self._sock is None and self._unacked)
         )
 
     def _tick(self) -> None:
@@ -463,7 +467,9 @@ class DirectWriterCore(WriterCore, _Base):  # type: ignore[misc]
                     req.sent_on = self._call_id
                     self._queue(req)
             s = self.settings
-            while self._buf.data and len(self._inflight) < s.max_inflight_requests:
+            while (self._buf.data or self._blocks) and len(
+                self._inflight
+            ) < s.max_inflight_requests:
                 if not (force or not self._inflight or self._buf_bytes >= self._pump_at):
                     break
                 batches = self._take()

@@ -33,6 +33,7 @@ from typing import Any
 from weir.client.connection import Connection
 from weir.client.routing import Custom, RoundRobin, SinglePartition
 from weir.client.write_buffer import AnyFuture, as_bytes
+from weir.client.write_columns import IntColumn, to_list
 from weir.client.writer import WriterCore
 from weir.client.writer_settings import WriterSettings
 from weir.errors import (
@@ -379,21 +380,25 @@ class RoutedWriterCore:
         values: Sequence[Any],
         keys: Sequence[Any] | None = None,
         headers: Sequence[Mapping[str, str] | None] | None = None,
-        seq_nos: Sequence[int] | None = None,
-        created_at: Sequence[int] | int | None = None,
+        seq_nos: Sequence[int] | IntColumn | None = None,
+        created_at: Sequence[int] | IntColumn | int | None = None,
         timeout: float | None = None,
     ) -> None:
         if keys is None and self._keyless_direct():
             self.home.write_many_threadsafe(values, keys, headers, seq_nos, created_at, timeout)
             return
+        # routed per key, message by message: Arrow columns as lists
+        values, keys = to_list(values), to_list(keys)
+        seqs: Sequence[int] | None = to_list(seq_nos)
+        created: Sequence[int] | int | None = to_list(created_at)
         if not values:
             return
-        _check_lengths(len(values), keys, headers, seq_nos, created_at)
-        if self._queued(True, (values, keys, headers, seq_nos, created_at, timeout), None):
+        _check_lengths(len(values), keys, headers, seqs, created)
+        if self._queued(True, (values, keys, headers, seqs, created, timeout), None):
             return
         for core, idx in self._split(len(values), keys, self._shape_threadsafe(timeout)).items():
             core.write_many_threadsafe(
-                *_columns(idx, values, keys, headers, seq_nos, created_at), timeout
+                *_columns(idx, values, keys, headers, seqs, created), timeout
             )
 
     async def write_many_async(
@@ -401,22 +406,26 @@ class RoutedWriterCore:
         values: Sequence[Any],
         keys: Sequence[Any] | None = None,
         headers: Sequence[Mapping[str, str] | None] | None = None,
-        seq_nos: Sequence[int] | None = None,
-        created_at: Sequence[int] | int | None = None,
+        seq_nos: Sequence[int] | IntColumn | None = None,
+        created_at: Sequence[int] | IntColumn | int | None = None,
         timeout: float | None = None,
     ) -> None:
         if keys is None and self._keyless_direct():
             await self.home.write_many_async(values, keys, headers, seq_nos, created_at, timeout)
             return
+        # routed per key, message by message: Arrow columns as lists
+        values, keys = to_list(values), to_list(keys)
+        seqs: Sequence[int] | None = to_list(seq_nos)
+        created: Sequence[int] | int | None = to_list(created_at)
         if not values:
             return
-        _check_lengths(len(values), keys, headers, seq_nos, created_at)
-        if self._queued(True, (values, keys, headers, seq_nos, created_at, timeout), None):
+        _check_lengths(len(values), keys, headers, seqs, created)
+        if self._queued(True, (values, keys, headers, seqs, created, timeout), None):
             return
         shape = await self._shape_async(timeout)
         for core, idx in self._split(len(values), keys, shape).items():
             await core.write_many_async(
-                *_columns(idx, values, keys, headers, seq_nos, created_at), timeout
+                *_columns(idx, values, keys, headers, seqs, created), timeout
             )
 
     # ------------------------------------------------------------------ flush / close

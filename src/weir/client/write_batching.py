@@ -15,8 +15,11 @@ from operator import lt
 from time import time as _time
 from typing import Any
 
+import numpy as np
+
 from weir.client.chunks import split as split_chunks
 from weir.client.write_buffer import AnyFuture, Buffer, Sent, as_bytes
+from weir.client.write_columns import Block, IntColumn, is_arrow, joined, make_block, to_list
 from weir.client.writer_state import WriterState
 from weir.errors import (
     BadRequestError,
@@ -338,11 +341,27 @@ class WriteBatching(WriterState):
         values: Sequence[Any],
         keys: Sequence[Any] | None = None,
         headers: Sequence[Mapping[str, str] | None] | None = None,
-        seq_nos: Sequence[int] | None = None,
-        created_at: Sequence[int] | int | None = None,
+        seq_nos: Sequence[int] | IntColumn | None = None,
+        created_at: Sequence[int] | IntColumn | int | None = None,
         timeout: float | None = None,
     ) -> None:
         """Buffer a column of messages at once (may overshoot the bound, like one write)."""
+        if is_arrow(values):
+            block = self._block(values, keys, headers, seq_nos, created_at)
+            if block is not None:
+                if block.count and self.limit.must_wait(int(np.diff(block.cum).max())):
+                    self._await_limit_threadsafe(int(np.diff(block.cum).max()), timeout)
+                if self._block_fits(block):
+                    with self._lock:
+                        self._wait_room_locked(timeout)
+                        done = self._append_block(block)
+                    if done is not None:
+                        self._wrote_threadsafe(done)
+                        return
+            values, keys = to_list(values), to_list(keys)
+        # numpy columns (with lists) as lists for the per-message path
+        seq_nos, created_at = to_list(seq_nos), to_list(created_at)
+        assert not isinstance(seq_nos, np.ndarray) and not isinstance(created_at, np.ndarray)
         if not values:
             return
         data, ks, sizes, created = self._prepare_many(values, keys, headers, seq_nos, created_at)
@@ -355,26 +374,96 @@ class WriteBatching(WriterState):
             return
         self.limit.check(biggest)
         with self._lock:
-            self._check_usable()
-            deadline = None if timeout is None else time.monotonic() + timeout
-            while self._full():
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    raise WeirTimeoutError(f"writer buffer full for {timeout} s")
-                self._wait_space_locked(remaining)
-                self._check_usable()
+            self._wait_room_locked(timeout)
             wake = self._append_many(data, ks, headers, seq_nos, created, sizes)
         self._wrote_threadsafe(wake)
+
+    def _wait_room_locked(self, timeout: float | None) -> None:
+        """Under the lock: wait (driving or awaiting acks) while the buffer is full."""
+        self._check_usable()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self._full():
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                raise WeirTimeoutError(f"writer buffer full for {timeout} s")
+            self._wait_space_locked(remaining)
+            self._check_usable()
+
+    def _block(
+        self,
+        values: Any,
+        keys: Any,
+        headers: Any,
+        seq_nos: Any,
+        created_at: Any,
+    ) -> Block | None:
+        """Arrow columns checked and held as a `Block`; None when the per-message path
+        must take them (headers, keys not in Arrow)."""
+        if headers is not None or (keys is not None and not is_arrow(keys)):
+            return None
+        return make_block(values, keys, seq_nos, created_at, int(_time() * 1000))
+
+    def _block_fits(self, block: Block) -> bool:
+        """No message of the block needs chunking or a refusal (those go one by one)."""
+        if not block.count:
+            return False
+        biggest = int(np.diff(block.cum).max())
+        if biggest <= self.limit.bytes:
+            return True
+        if not self.settings.chunking:
+            self.limit.check(biggest)
+        return False
+
+    def _append_block(self, block: Block) -> bool | None:
+        """Under the lock: hold the block (after the blocks before it) and return whether
+        the sender must be woken; None when messages already buffered one by one must go
+        first (the block then takes the per-message path behind them)."""
+        if self._buf.data:
+            return None
+        manual = block.seqs is not None
+        if self._manual_seq is None:
+            self._manual_seq = manual
+        elif self._manual_seq != manual:
+            raise BadRequestError(
+                "either give every message a seq_no or none (automatic numbering)"
+            )
+        if block.seqs is not None:
+            first = int(block.seqs[0])
+            if first <= self._last_manual_seq:
+                raise BadRequestError(
+                    f"seq_no {first} is not above the previous {self._last_manual_seq}"
+                )
+            self._last_manual_seq = int(block.seqs[-1])
+        self._blocks.append(block)
+        n, total = block.count, block.nbytes
+        self._buf_bytes += total
+        self._unacked += n
+        self._unacked_bytes += total
+        self._written += n
+        wake = self._sender_idle
+        self._sender_idle = False
+        return wake
 
     async def write_many_async(
         self,
         values: Sequence[Any],
         keys: Sequence[Any] | None = None,
         headers: Sequence[Mapping[str, str] | None] | None = None,
-        seq_nos: Sequence[int] | None = None,
-        created_at: Sequence[int] | int | None = None,
+        seq_nos: Sequence[int] | IntColumn | None = None,
+        created_at: Sequence[int] | IntColumn | int | None = None,
         timeout: float | None = None,
     ) -> None:
+        if is_arrow(values):
+            block = self._block(values, keys, headers, seq_nos, created_at)
+            if block is not None:
+                if block.count and self.limit.must_wait(int(np.diff(block.cum).max())):
+                    await self._await_limit_async(int(np.diff(block.cum).max()), timeout)
+                if self._block_fits(block) and await self._append_block_async(block, timeout):
+                    return
+            values, keys = to_list(values), to_list(keys)
+        # numpy columns (with lists) as lists for the per-message path
+        seq_nos, created_at = to_list(seq_nos), to_list(created_at)
+        assert not isinstance(seq_nos, np.ndarray) and not isinstance(created_at, np.ndarray)
         if not values:
             return
         data, ks, sizes, created = self._prepare_many(values, keys, headers, seq_nos, created_at)
@@ -401,6 +490,28 @@ class WriteBatching(WriterState):
                 await asyncio.wait_for(self._space_event.wait(), remaining)
         if wake:
             self._wake.set()
+
+    async def _append_block_async(self, block: Block, timeout: float | None) -> bool:
+        """Hold the block once the buffer has room; False when it must take the
+        per-message path (see `_append_block`)."""
+        deadline = None if timeout is None else self.loop.time() + timeout
+        while True:
+            with self._lock:
+                self._check_usable()
+                if not self._full():
+                    wake = self._append_block(block)
+                    break
+                self._space_event.clear()
+            remaining = None if deadline is None else deadline - self.loop.time()
+            if remaining is not None and remaining <= 0:
+                raise WeirTimeoutError(f"writer buffer full for {timeout} s")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._space_event.wait(), remaining)
+        if wake is None:
+            return False
+        if wake:
+            self._wake.set()
+        return True
 
     async def write_async(
         self,
@@ -436,6 +547,8 @@ class WriteBatching(WriterState):
     def _take(self) -> list[Sent]:
         """Encode what is buffered into batches for one request (called in the loop thread)."""
         s = self.settings
+        if self._blocks:
+            return self._take_block()
         with self._lock:
             b = self._buf
             if not b.data:
@@ -478,6 +591,34 @@ class WriteBatching(WriterState):
             base = cum[end - 1]
             start = end
         return out
+
+    def _take_block(self) -> list[Sent]:
+        """One request's worth of the oldest blocks (and so of the buffer: blocks are
+        older than what it holds), encoded from their columns."""
+        s = self.settings
+        parts: list[Block] = []
+        with self._lock:
+            room = s.max_request_bytes
+            taken = 0
+            while self._blocks:
+                block = self._blocks[0]
+                start, end, nbytes = block.take(room, not parts)
+                if end > start:
+                    parts.append(block.part(start, end))
+                    room -= nbytes
+                    taken += nbytes
+                if block.pos < block.count:
+                    break  # the request is full
+                self._blocks.popleft()
+            first_auto = self._next_seq
+            if parts and parts[0].seqs is None:
+                self._next_seq += sum(p.count for p in parts)
+            self._buf_bytes -= taken
+        if not parts:
+            return []
+        return joined(parts, first_auto).encode(
+            self.producer_id, s.max_batch_bytes, s.max_batch_messages, s.codec
+        )
 
 
 def _row(

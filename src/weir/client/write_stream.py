@@ -196,7 +196,7 @@ class WriteStream(WriterState):
         try:
             while True:
                 with self._lock:
-                    empty = not self._buf.data
+                    empty = not self._buf.data and not self._blocks
                     if empty:
                         self._sender_idle = True
                         self._wake.clear()

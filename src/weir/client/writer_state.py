@@ -15,6 +15,7 @@ from uuid import uuid4
 from weir.client.connection import Backoff, Connection
 from weir.client.delivery import MessageLimit
 from weir.client.write_buffer import AnyFuture, Buffer, Request
+from weir.client.write_columns import Block
 from weir.client.writer_settings import WriterSettings
 from weir.errors import (
     ClosedError,
@@ -53,6 +54,8 @@ class WriterState:
         self._lock = threading.Lock()
         self._space = threading.Condition(self._lock)
         self._buf = Buffer()
+        # Arrow columns from write_many, older than anything in _buf (see write_columns)
+        self._blocks: deque[Block] = deque()
         self._buf_bytes = 0
         self._unacked = 0
         self._unacked_bytes = 0

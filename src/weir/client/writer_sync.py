@@ -18,6 +18,7 @@ from weir.client import aio
 from weir.client.deliver_at import with_deliver_at
 from weir.client.direct_writer import DirectWriterCore, DrivenFuture
 from weir.client.loop import LoopThread
+from weir.client.write_columns import ArrowColumn, IntColumn
 from weir.client.writer_settings import WriteResult
 from weir.errors import WeirError
 
@@ -101,15 +102,20 @@ class Writer:
 
     def write_many(
         self,
-        values: Sequence[bytes | str],
+        values: Sequence[bytes | str] | ArrowColumn,
         *,
-        keys: Sequence[bytes | str | None] | None = None,
+        keys: Sequence[bytes | str | None] | ArrowColumn | None = None,
         headers: Sequence[Mapping[str, str] | None] | None = None,
-        seq_nos: Sequence[int] | None = None,
-        created_at: Sequence[int] | int | None = None,
+        seq_nos: Sequence[int] | IntColumn | None = None,
+        created_at: Sequence[int] | IntColumn | int | None = None,
         timeout: float | None = None,
     ) -> None:
-        """Buffer many messages in one call (columns of equal length): for bulk producers."""
+        """Buffer many messages in one call (columns of equal length): for bulk producers.
+
+        ``values`` and ``keys`` may be pyarrow arrays (binary or string; a null key is
+        no key) and ``seq_nos`` / ``created_at`` numpy arrays: they are then checked
+        once per column and encoded straight from Arrow's buffers, with no Python
+        object per message (the same batches, rules and errors as lists)."""
         self._core.write_many_threadsafe(values, keys, headers, seq_nos, created_at, timeout)
 
     def write_future(

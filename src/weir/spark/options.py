@@ -27,6 +27,9 @@ def _get(options: Mapping[str, str], name: str) -> str | None:
     return None if v is None else str(v)
 
 
+DEFAULT_GATHER_BYTES = 1 << 20
+
+
 def _int(options: Mapping[str, str], name: str, minimum: int) -> int | None:
     v = _get(options, name)
     if v is None:
@@ -206,6 +209,9 @@ class WriterOptions:
     transactional: bool = True  # streaming: each micro-batch is one transaction
     transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS
     key_hash: KeyHash = KeyHash.MURMUR3  # where a keyed row goes: the SDK writer's hash
+    # a task gathers each target partition's rows up to this many value bytes per
+    # write_many (0: each Arrow batch's rows go out at once)
+    gather_bytes: int = DEFAULT_GATHER_BYTES
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> WriterOptions:
@@ -222,4 +228,7 @@ class WriterOptions:
             transaction_timeout_ms=_int(options, "transactionTimeoutMs", 1)
             or DEFAULT_TRANSACTION_TIMEOUT_MS,
             key_hash=key_hash,
+            gather_bytes=DEFAULT_GATHER_BYTES
+            if (g := _int(options, "gatherBytes", 0)) is None
+            else g,
         )

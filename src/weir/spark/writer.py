@@ -60,11 +60,17 @@ from pyspark.sql.types import (
 from weir.client import Client, Transaction, Writer
 from weir.errors import BadRequestError, WeirError
 from weir.hashing import KeyHash
-from weir.spark.options import WriterOptions
+from weir.spark.options import DEFAULT_GATHER_BYTES, WriterOptions
 
 log = logging.getLogger("weir.spark")
 
 _ROWS_PER_TASK = 1 << 32  # the row position must fit the low half of a seq_no
+# Rows of one target partition are gathered (option gatherBytes, 1 MiB by default) before
+# one write_many: Spark hands a task Arrow batches of 10,000 rows, which a key splits over
+# every partition; one call per few batches, not per batch and target, makes fewer and
+# bigger requests. All targets together hold at most this much:
+_GATHER_TOTAL_BYTES = 16 << 20
+_KEYS_REMEMBERED = 1 << 16  # distinct keys whose partition a task keeps
 _FLUSH_TIMEOUT_S = 300.0
 
 
@@ -118,6 +124,37 @@ class Layout:
         return cls("key" in types, "headers" in types, "partition" in types, "created_at" in types)
 
 
+@dataclass
+class _Part:
+    """Rows of one target partition from one Arrow batch, as write_many takes them."""
+
+    values: pa.Array
+    keys: pa.Array | None
+    seqs: np.ndarray
+    headers: list[dict[str, str] | None] | None
+    created: np.ndarray | None
+
+    @staticmethod
+    def concat(parts: list[_Part]) -> _Part:
+        """Consecutive parts as one (the row order kept)."""
+        headers = None
+        if any(p.headers is not None for p in parts):
+            headers = [h for p in parts for h in (p.headers or [None] * len(p.values))]
+        created = None
+        if parts[0].created is not None:
+            created = np.concatenate([p.created for p in parts if p.created is not None])
+        keys = None
+        if parts[0].keys is not None:
+            keys = pa.concat_arrays([p.keys for p in parts if p.keys is not None])
+        return _Part(
+            pa.concat_arrays([p.values for p in parts]),
+            keys,
+            np.concatenate([p.seqs for p in parts]),
+            headers,
+            created,
+        )
+
+
 class TaskWriter:
     """One Spark task's rows into the topic: one SDK writer per target partition."""
 
@@ -131,8 +168,10 @@ class TaskWriter:
         batch_id: int,
         transaction: Transaction | None = None,
         key_hash: KeyHash = KeyHash.MURMUR3,
+        gather_bytes: int = DEFAULT_GATHER_BYTES,
     ) -> None:
         self.key_hash = key_hash
+        self.gather_bytes = gather_bytes
         self.client = client
         self.transaction = transaction
         self.topic = topic
@@ -142,6 +181,9 @@ class TaskWriter:
         self.seq_base = batch_id << 32
         self.rows = 0
         self.writers: dict[int | None, Writer] = {}
+        self._gathered: dict[int | None, list[_Part]] = {}
+        self._key_targets: dict[bytes | str, int] = {}
+        self._gathered_bytes: dict[int | None, int] = {}
 
     def _writer(self, target: int | None) -> Writer:
         w = self.writers.get(target)
@@ -158,6 +200,13 @@ class TaskWriter:
             self.writers[target] = w
         return w
 
+    def _key_target(self, k: bytes | str) -> int:
+        """The partition of a key (-1: an empty key, the task's pinned producer), hashed
+        once per task: keys repeat from batch to batch."""
+        t = self.key_hash.partition(k.encode() if isinstance(k, str) else k, self.partitions)
+        self._key_targets[k] = t = t if k else -1
+        return t
+
     def _targets(self, batch: pa.RecordBatch) -> np.ndarray | None:
         """Each row's target partition (-1: the task's pinned producer), column-wise; None
         when every row goes to the pinned producer."""
@@ -169,10 +218,11 @@ class TaskWriter:
             if keys.null_count < n:
                 # hash each distinct key once (keys repeat: that is why rows have them)
                 enc = pc.dictionary_encode(keys)
+                memo = self._key_targets
+                if len(memo) > _KEYS_REMEMBERED:
+                    memo.clear()
                 parts = [
-                    self.key_hash.partition(k.encode() if isinstance(k, str) else k, count)
-                    if k
-                    else -1
+                    memo[k] if k in memo else self._key_target(k)
                     for k in enc.dictionary.to_pylist()
                 ]
                 parts.append(-1)  # a null key
@@ -206,8 +256,8 @@ class TaskWriter:
         seq0 = self.seq_base + self.rows
         lay = self.layout
         if not (lay.key or lay.partition or lay.headers or lay.created_at):
-            values = batch.column("value").to_pylist()
-            self._writer(None).write_many(values, seq_nos=range(seq0, seq0 + n))
+            # Arrow columns straight into the SDK: no Python object per row
+            self._writer(None).write_many(batch.column("value"), seq_nos=range(seq0, seq0 + n))
             self.rows += n
             return
         targets = self._targets(batch)
@@ -223,30 +273,47 @@ class TaskWriter:
             ]
         now = int(time.time() * 1000)
         for target, rows in groups:
-            # one bulk call per target: columns of this producer's rows, in order, taken by Arrow
+            # one bulk call per target: columns of this producer's rows, in order, taken by
+            # Arrow and handed to the SDK as Arrow arrays (checked and encoded by column)
             sub = batch if rows is None else batch.take(pa.array(rows))
-            seqs = range(seq0, seq0 + n) if rows is None else (rows + seq0).tolist()
-            keys = None
-            if lay.key:
-                keys = pc.cast(sub.column("key"), pa.binary()).to_pylist()
+            seqs = np.arange(seq0, seq0 + n, dtype=np.int64) if rows is None else rows + seq0
+            keys = sub.column("key") if lay.key else None
             headers = None
-            if lay.headers:
+            if lay.headers and sub.column("headers").null_count < sub.num_rows:
                 headers = [dict(h) if h else None for h in sub.column("headers").to_pylist()]
             created = None
             if lay.created_at:
                 us = pc.cast(sub.column("created_at"), pa.int64())
-                created = pc.fill_null(pc.divide(us, 1000), now).to_pylist()  # ms
-            self._writer(target).write_many(
-                sub.column("value").to_pylist(),
-                keys=keys,
-                headers=headers,
-                seq_nos=seqs,
-                created_at=created,
-            )
+                created = pc.fill_null(pc.divide(us, 1000), now).to_numpy()  # ms
+            self._gather(target, _Part(sub.column("value"), keys, seqs, headers, created))
         self.rows += n
+
+    def _gather(self, target: int | None, part: _Part) -> None:
+        """Hold a target's rows until about `_GATHER_BYTES` are there, then write them."""
+        parts = self._gathered.setdefault(target, [])
+        parts.append(part)
+        size = self._gathered_bytes.get(target, 0) + part.values.nbytes
+        self._gathered_bytes[target] = size
+        if size >= self.gather_bytes:
+            self._write_gathered(target)
+        elif sum(self._gathered_bytes.values()) >= _GATHER_TOTAL_BYTES:
+            for t in list(self._gathered):  # many targets: bound what the task holds
+                self._write_gathered(t)
+
+    def _write_gathered(self, target: int | None) -> None:
+        parts = self._gathered.pop(target, [])
+        self._gathered_bytes.pop(target, None)
+        if not parts:
+            return
+        p = parts[0] if len(parts) == 1 else _Part.concat(parts)
+        self._writer(target).write_many(
+            p.values, keys=p.keys, headers=p.headers, seq_nos=p.seqs, created_at=p.created
+        )
 
     def finish(self) -> None:
         """Wait until the broker acknowledged every row (written or skipped as a duplicate)."""
+        for target in list(self._gathered):
+            self._write_gathered(target)
         for w in self.writers.values():
             w.flush(_FLUSH_TIMEOUT_S)
         for w in self.writers.values():
@@ -293,6 +360,7 @@ def write_task(
             batch_id,
             tx,
             options.key_hash,
+            options.gather_bytes,
         )
         try:
             for b in batches:
