@@ -28,7 +28,7 @@ from weir.broker.cluster.log_host import ReplicatedLogHost
 from weir.broker.cluster.ownership import Ownership
 from weir.broker.partition_actor import PartitionActor
 from weir.errors import NotOwnerError
-from weir.replication.errors import ManagedLogFencedError
+from weir.replication.errors import ManagedLogFailedError, ManagedLogFencedError
 from weir.replication.partition_log import ReplicatedPartitionLog
 from weir.replication.partition_log.log import ReplicatedChange
 
@@ -83,7 +83,8 @@ class ClusterPartitions:
         """``plog.commit``, where a fenced log (another broker opened it: this broker's
         claim is gone, whether or not its session noticed yet) answers the retryable
         not-owner error, so the client looks the owner up and resends there (its dedup
-        keeps the resent batches once), and the partition is given up at once."""
+        keeps the resent batches once), and the partition is given up at once. A failed
+        log (`ManagedLogFailedError`) is given up the same way, to be opened again."""
 
         async def commit(change: ReplicatedChange) -> None:
             try:
@@ -95,6 +96,19 @@ class ClusterPartitions:
                 raise NotOwnerError(
                     f"partition {key} was taken over by another broker (its log was fenced "
                     f"under generation {generation} on {self.logs.broker_id}): look it up again",
+                    topic=topic,
+                    partition=partition,
+                ) from exc
+            except ManagedLogFailedError as exc:
+                # the log lost track of its ledgers (ZooKeeper unreachable while it closed
+                # a failed one): what was written is found by opening it again, which the
+                # next claim does (this broker's or another's); the client resends there
+                if self.ownership is not None:
+                    self.ownership.give_up(key, generation, "log failed")
+                topic, partition = split_key(key)
+                raise NotOwnerError(
+                    f"partition {key} is being reopened (its log failed under generation "
+                    f"{generation} on {self.logs.broker_id}: {exc.message}): look it up again",
                     topic=topic,
                     partition=partition,
                 ) from exc
