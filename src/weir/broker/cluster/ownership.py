@@ -237,18 +237,12 @@ class Ownership:
                 await self.records.bump_epoch()
                 return
 
-    def fenced(self, key: str, generation: int) -> None:
-        """The log of ``key``, held under ``generation``, was fenced by another opener:
-        that claim is over even if this session has not heard yet (paused, then resumed).
-        Stop serving it now and release it in the background (no snapshot: the log is
-        not ours to write); the next reconcile follows placement."""
-        self.give_up(key, generation, "was fenced")
-
     def give_up(self, key: str, generation: int, why: str) -> None:
         """Stop serving ``key`` (held under ``generation``) now and release its log and
-        claim in the background, without a snapshot: its log was fenced, or failed and
-        must be opened again (the next owner, maybe this broker, recovers it). The next
-        reconcile follows placement."""
+        claim in the background, without a snapshot: its log was fenced by another opener
+        (that claim is over even if this session has not heard yet: paused, then resumed),
+        or failed and must be opened again (the next owner, maybe this broker, recovers
+        it). The next reconcile follows placement."""
         if self.owned.get(key) != generation:
             return
         self.owned.pop(key, None)

@@ -27,7 +27,7 @@ from weir.broker.cluster.claims import partition_key, split_key
 from weir.broker.cluster.log_host import ReplicatedLogHost
 from weir.broker.cluster.ownership import Ownership
 from weir.broker.partition_actor import PartitionActor
-from weir.errors import NotOwnerError
+from weir.errors import NotOwnerError, WeirError
 from weir.replication.errors import ManagedLogFailedError, ManagedLogFencedError
 from weir.replication.partition_log import ReplicatedPartitionLog
 from weir.replication.partition_log.log import ReplicatedChange
@@ -80,40 +80,47 @@ class ClusterPartitions:
     def _committer(
         self, key: str, generation: int, plog: ReplicatedPartitionLog
     ) -> Callable[[ReplicatedChange], Awaitable[None]]:
-        """``plog.commit``, where a fenced log (another broker opened it: this broker's
-        claim is gone, whether or not its session noticed yet) answers the retryable
-        not-owner error, so the client looks the owner up and resends there (its dedup
-        keeps the resent batches once), and the partition is given up at once. A failed
-        log (`ManagedLogFailedError`) is given up the same way, to be opened again."""
+        """``plog.commit``, where a log that is no longer this owner's answers the retryable
+        not-owner error (`_lost`); the log is told to raise the same on the next change."""
+        lost = self._lost(key, generation)
+        plog.lost = lost
 
         async def commit(change: ReplicatedChange) -> None:
             try:
                 await plog.commit(change)
-            except ManagedLogFencedError as exc:
-                if self.ownership is not None:
-                    self.ownership.fenced(key, generation)
-                topic, partition = split_key(key)
-                raise NotOwnerError(
-                    f"partition {key} was taken over by another broker (its log was fenced "
-                    f"under generation {generation} on {self.logs.broker_id}): look it up again",
-                    topic=topic,
-                    partition=partition,
-                ) from exc
-            except ManagedLogFailedError as exc:
-                # the log lost track of its ledgers (ZooKeeper unreachable while it closed
-                # a failed one): what was written is found by opening it again, which the
-                # next claim does (this broker's or another's); the client resends there
-                if self.ownership is not None:
-                    self.ownership.give_up(key, generation, "log failed")
-                topic, partition = split_key(key)
-                raise NotOwnerError(
-                    f"partition {key} is being reopened (its log failed under generation "
-                    f"{generation} on {self.logs.broker_id}: {exc.message}): look it up again",
-                    topic=topic,
-                    partition=partition,
-                ) from exc
+            except (ManagedLogFencedError, ManagedLogFailedError) as exc:
+                raise lost(exc) from exc
 
         return commit
+
+    def _lost(self, key: str, generation: int) -> Callable[[WeirError], NotOwnerError]:
+        """A fenced log (another broker opened it: this broker's claim is gone, whether or
+        not its session noticed yet), or a failed one (it lost track of its ledgers:
+        ZooKeeper unreachable while it closed a failed ledger; opening it again recovers
+        what was written): the partition is given up at once, to the next claim (this
+        broker's or another's), and the client is told NOT_OWNER (retryable: the SDK looks
+        the owner up and resends there; its dedup keeps the resent batches once)."""
+        topic, partition = split_key(key)
+
+        def lost(exc: WeirError) -> NotOwnerError:
+            fenced = isinstance(exc, ManagedLogFencedError)
+            if self.ownership is not None:
+                self.ownership.give_up(key, generation, "was fenced" if fenced else "log failed")
+            if fenced:
+                why = (
+                    f"was taken over by another broker (its log was fenced under generation "
+                    f"{generation} on {self.logs.broker_id})"
+                )
+            else:
+                why = (
+                    f"is being reopened (its log failed under generation {generation} on "
+                    f"{self.logs.broker_id}: {exc.message})"
+                )
+            return NotOwnerError(
+                f"partition {key} {why}: look it up again", topic=topic, partition=partition
+            )
+
+        return lost
 
     async def release(self, key: str, *, graceful: bool) -> None:
         actor = self.actors.pop(key, None)
