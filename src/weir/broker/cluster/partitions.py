@@ -26,15 +26,31 @@ from typing import Any
 from weir.broker.cluster.claims import partition_key, split_key
 from weir.broker.cluster.log_host import ReplicatedLogHost
 from weir.broker.cluster.ownership import Ownership
-from weir.broker.partition_actor import PartitionActor
-from weir.errors import NotOwnerError, WeirError
-from weir.replication.errors import ManagedLogFailedError, ManagedLogFencedError
+from weir.broker.partition_actor import AsyncRead, PartitionActor
+from weir.errors import NotOwnerError, UnavailableError, WeirError
+from weir.replication.errors import (
+    BookieOverloadedError,
+    BookieReadOnlyError,
+    BookieUnavailableError,
+    ManagedLogFailedError,
+    ManagedLogFencedError,
+    NotEnoughBookiesError,
+)
 from weir.replication.partition_log import ReplicatedPartitionLog
 from weir.replication.partition_log.log import ReplicatedChange
+from weir.storage.partition import ReadResult
 
 log = logging.getLogger("weir.cluster")
 
 ReplicatedActor = PartitionActor[ReplicatedPartitionLog]
+# the ledger layer's retryable failures of a read (codes the clients do not know)
+_TRANSIENT = (
+    BookieUnavailableError,
+    BookieOverloadedError,
+    BookieReadOnlyError,
+    NotEnoughBookiesError,
+    ManagedLogFailedError,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +89,7 @@ class ClusterPartitions:
             max_queue_bytes=self.limits.max_queue_bytes,
             max_commit_bytes=self.limits.max_commit_bytes,
             commit=self._committer(key, generation, plog),
-            read=plog.read,
+            read=self._reader(key, plog),
             retain=plog.retain,
         )
 
@@ -92,6 +108,22 @@ class ClusterPartitions:
                 raise lost(exc) from exc
 
         return commit
+
+    def _reader(self, key: str, plog: ReplicatedPartitionLog) -> AsyncRead:
+        """``plog.read``, where a read the bookies could not answer now (none of an entry's
+        bookies reachable: a network cut, bookies restarting) is the retryable
+        `UnavailableError`: the ledger layer's own codes mean nothing to clients, which
+        took them for internal errors (found by tests/cluster/test_cluster_faults.py)."""
+
+        async def read(from_offset: int, max_bytes: int, to_offset: int | None) -> ReadResult:
+            try:
+                return await plog.read(from_offset, max_bytes, to_offset)
+            except _TRANSIENT as exc:
+                raise UnavailableError(
+                    f"partition {key}: its ledgers cannot be read now ({exc.message}): retry"
+                ) from exc
+
+        return read
 
     def _lost(self, key: str, generation: int) -> Callable[[WeirError], NotOwnerError]:
         """A fenced log (another broker opened it: this broker's claim is gone, whether or
