@@ -64,7 +64,7 @@ from tests.reliability.checker import Report, check
 from tests.reliability.history import History, make_data, message_id
 from tests.reliability.proxy import FaultyProxy
 from weir.broker.cluster import ClusterRecords, partition_key
-from weir.broker.cluster.claims import brokers_path
+from weir.broker.cluster.claims import Owner, brokers_path
 from weir.errors import WeirError
 from weir.replication.local_cluster import BookieProcess
 from weir.replication.registry import available_bookies
@@ -180,25 +180,30 @@ class Load:
     commits: int = 0
     consumer_errors: Counter[str] = field(default_factory=Counter)
     consumer_seen: dict[str, str] = field(default_factory=dict)  # an example of each
-    acked_in: Counter[int] = field(default_factory=Counter)  # acks per partition
-    # `bookies_cut`: acks the cut broker's partitions got from 1 s into the cut to its end
-    # (none can reach a write quorum then), and how many partitions it owned, per cut
-    cut_acks: list[tuple[int, int]] = field(default_factory=list)
+    next_n: Counter[int] = field(default_factory=Counter)  # each writer's next message
+    # `bookies_cut`: partition -> the first message its writer attempted after its owner
+    # was cut off from every bookie; none from there on can reach a write quorum until
+    # the links are back, so an ack of one meanwhile is counted (`acked_while_cut`)
+    cut_from: dict[int, int] = field(default_factory=dict)
+    acked_while_cut: Counter[int] = field(default_factory=Counter)
+    cut_partitions: int = 0  # partitions whose owner was cut off, summed over the cuts
+    cuts: int = 0
 
 
 async def write_partition(load: Load, endpoint: str, p: int) -> None:
     """Producer ``w{p}`` pinned to partition ``p``: writes until told to stop, at most
     INFLIGHT unacknowledged; every attempt and ack goes into the history."""
     h = load.history
-    pending: list[tuple[str, asyncio.Future[weir.WriteResult]]] = []
+    pending: list[tuple[int, asyncio.Future[weir.WriteResult]]] = []
 
     def settle() -> None:
         while pending and pending[0][1].done():
-            mid, fut = pending.pop(0)
+            n, fut = pending.pop(0)
             res = fut.result()  # a writer that gives up fails the test: nothing should
-            h.acked(mid, p, None if res.skipped else res.offset)
+            h.acked(f"id:w{p}:{n}", p, None if res.skipped else res.offset)
             load.acked += 1
-            load.acked_in[p] += 1
+            if n >= load.cut_from.get(p, n + 1):
+                load.acked_while_cut[p] += 1
 
     async with (
         weir.aio.Client(endpoint) as client,
@@ -211,8 +216,9 @@ async def write_partition(load: Load, endpoint: str, p: int) -> None:
             mid = f"id:w{p}:{n}"
             h.attempted(mid)
             load.attempted += 1
-            pending.append((mid, await writer.write_future(make_data(f"w{p}", n, 64))))
+            pending.append((n, await writer.write_future(make_data(f"w{p}", n, 64))))
             n += 1
+            load.next_n[p] = n
             settle()
             if len(pending) >= INFLIGHT:
                 await asyncio.wait([pending[0][1]])
@@ -457,28 +463,37 @@ class Cluster:
         stall = kind == "bookie_slow" and rng.random() < 0.5
         delay = 2 * BOOKIE_TIMEOUT_S if stall else rng.uniform(0.01, 0.3)
         acked = load.acked
-        owned: list[int] = []
-        if kind == "bookies_cut":
-            hold_s += 1.0
-            found = await asyncio.gather(
-                *(self.records.owner(partition_key(load.topic, p)) for p in range(PARTITIONS))
-            )
-            owned = [p for p, got in enumerate(found) if got is not None and got[0].broker == name]
         for link in links:
             if kind == "bookie_slow":
                 link.slow(delay)
             else:
                 link.refuse()
+        claims: list[tuple[Owner, int] | None] = []
+        if kind == "bookies_cut":  # its partitions, from the next message each writes on
+            claims = await self.claims(load.topic)
+            load.cut_from = {
+                p: load.next_n[p]
+                for p, got in enumerate(claims)
+                if got is not None and got[0].broker == name
+            }
         try:
             started = time.monotonic()
-            before: Counter[int] | None = None
             while time.monotonic() < started + hold_s:  # the fault's length, not a sync
                 self.check_alive()
-                if before is None and time.monotonic() > started + 1.0:
-                    before = Counter(load.acked_in)  # answers already on their way are in
                 await asyncio.sleep(0.05)
-            if kind == "bookies_cut" and before is not None:
-                load.cut_acks.append((sum(load.acked_in[p] - before[p] for p in owned), len(owned)))
+            if kind == "bookies_cut":
+                after = await self.claims(load.topic)
+                for p in list(load.cut_from):  # moved meanwhile: another owner could ack
+                    if after[p] != claims[p]:
+                        del load.cut_from[p]
+                        load.acked_while_cut.pop(p, None)
+                load.cut_partitions += len(load.cut_from)
+                load.cuts += 1
+                if load.acked_while_cut:  # at once: a cluster that acks so may wedge later
+                    raise AssertionError(
+                        f"seed {SEED}: writes attempted while {what} was cut off were "
+                        f"acknowledged without a write quorum: {dict(load.acked_while_cut)}"
+                    )
             if kind == "bookie_cut":  # the others' quorum goes on without that one link
 
                 async def went_on() -> bool:
@@ -486,12 +501,21 @@ class Cluster:
 
                 await self.until(f"writes going on with {what} cut", went_on)
         finally:
+            load.cut_from = {}
             for link in links:
                 link.admit()
                 link.slow(0)
                 if stall:
                     link.drop_all()  # what a stall holds back would trickle for long
         return f"{what}{' stall' if stall else ''}"
+
+    async def claims(self, topic: str) -> list[tuple[Owner, int] | None]:
+        """Each partition's claim (owner, generation) and the session holding it, or None."""
+        return list(
+            await asyncio.gather(
+                *(self.records.owner(partition_key(topic, p)) for p in range(PARTITIONS))
+            )
+        )
 
 
 def summary(
@@ -507,10 +531,10 @@ def summary(
         f"reordered {len(report.reordered)}, commits acknowledged {report.commits_acked}, "
         f"commit checks {report.commit_checks}, lost commits {len(report.lost_commits)}"
     )
-    cut = load.cut_acks
     rows.append(
-        f"bookies_cut: {sum(n for _, n in cut)} partitions cut off in {len(cut)} cuts, "
-        f"acknowledged {sum(a for a, _ in cut)} while cut (from 1 s in)"
+        f"bookies_cut: {load.cut_partitions} partitions cut off from every bookie in "
+        f"{load.cuts} cuts; writes attempted during a cut acknowledged before it ended: "
+        f"{sum(load.acked_while_cut.values())}"
     )
     rows.append(f"targets {dict(hit)}; consumer retries {dict(load.consumer_errors)}")
     rows += [f"  e.g. {k}: {v}" for k, v in load.consumer_seen.items()]
@@ -535,7 +559,7 @@ async def run_schedule(
     topic: str,
     faults_wanted: int,
     links: LinkProxies,
-) -> tuple[Report, str, dict[str, str]]:
+) -> tuple[Report, str, dict[str, str], int]:
     rng = random.Random(SEED)
     client_proxies = {n: FaultyProxy(lambda n=n: brokers[n].port) for n in NAMES}  # type: ignore[misc]
     cluster = Cluster(brokers, bookies, zk_proxies, client_proxies, kazoo, root, links)
@@ -603,7 +627,7 @@ async def run_schedule(
             proxy.close()
     report = check(load.history, contents, {})
     table = summary(faults, report, load, time.monotonic() - started, hit)
-    return report, table, load.consumer_seen
+    return report, table, load.consumer_seen, sum(load.acked_while_cut.values())
 
 
 async def schedule(
@@ -617,11 +641,13 @@ async def schedule(
     faults: int,
     links: LinkProxies,
 ) -> None:
-    report, table, load_errors = await run_schedule(
+    report, table, load_errors, cut_acks = await run_schedule(
         brokers, bookies, zk_proxies, kazoo, root, topic, faults, links
     )
     print("\n" + table)
     assert report.violations() == {}, f"seed {SEED}: {report.summary()}"
+    # a broker cut off from every bookie acknowledged nothing: no write quorum
+    assert cut_acks == 0, f"seed {SEED}: {cut_acks} writes acknowledged without bookies"
     assert report.acknowledged > 0 and report.commits_acked > 0
     # what the consumer was told while partitions moved was retryable, never an internal error
     assert "InternalError" not in load_errors, f"seed {SEED}: {load_errors}"

@@ -127,7 +127,14 @@ class FaultyProxy:
         rec.connected = time.monotonic()
         rec.sockets = [client, upstream]
         with self._lock:
-            self._conns.update((client, upstream))
+            refused = self._refusing  # `refuse` came while this one connected upstream
+            if not refused:
+                self._conns.update((client, upstream))
+        if refused:
+            self._ended(rec, "refused")
+            self._close(client)
+            self._close(upstream)
+            return
         for a, b, up in ((client, upstream, True), (upstream, client, False)):
             threading.Thread(target=self._pump, args=(rec, a, b, up), daemon=True).start()
 
