@@ -38,7 +38,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 # The C++ client says what it does with a Ping only in its debug log, and its logger is
 # process-wide (the first client's wins): the scenario runs in a process of its own.
 _IDLE_SCENARIO = r"""
-import json, logging, sys, time
+import json, logging, os, sys, time
 import pulsar
 
 url, topic = sys.argv[1:3]
@@ -66,7 +66,12 @@ producer.send(b"after idle")
 got = consumer.receive(5000).data().decode()
 seen = dict(pongs=pongs, got=got, connects=connects, after=count("Finished connecting to broker"))
 client.close()
-print(json.dumps(seen))
+print(json.dumps(seen), flush=True)
+# A client given a Python logger aborts now and then in its own teardown at interpreter
+# exit ("terminate called without an active exception", about 1 run in 20:
+# apache/pulsar-client-python#256; ci44 and ci54 hit it after the scenario had passed):
+# leave without that teardown, the client being closed already.
+os._exit(0)
 """
 
 

@@ -250,7 +250,7 @@ def test_asyncio_api_round_trip(pulsar_server: ServerProcess, topic: str) -> Non
 # C++ client received shows in its debug log. Its logger is process-wide (the first
 # client's wins), so the scenario runs in a process of its own and prints what it saw.
 _FAILOVER_SCENARIO = r"""
-import json, logging, re, sys, time
+import json, logging, os, re, sys, time
 import pulsar
 
 url, name = sys.argv[1:3]
@@ -291,7 +291,8 @@ seen["b got"] = b.receive(5000).data().decode()
 b.close()
 producer.close()
 client.close()
-print(json.dumps(seen))
+print(json.dumps(seen), flush=True)
+os._exit(0)  # skip the client's teardown at exit: see tests/pulsar/test_keep_alive.py
 """
 
 

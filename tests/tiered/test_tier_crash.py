@@ -8,11 +8,15 @@ from __future__ import annotations
 import random
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import weir
 from tests.conftest import ServerProcess
 from tests.reliability.history import History, Stored, check, make_data, message_id
+from weir.client.tier_admin import PartitionTier
 from weir.errors import WeirError
 from weir.storage.store import Store
 from weir.storage.tiered.manager import SEGMENTS_PREFIX
@@ -50,19 +54,12 @@ def _write_until_killed(endpoint: str, history: History, start: int, rng: random
     return n + 1
 
 
-def test_kill_9_during_offload_and_large_payload_writes(tmp_path: Path) -> None:
-    rng = random.Random(22)
-    history = History()
-    srv = ServerProcess(tmp_path / "data", env=ENV)
-    srv.start()
-    with weir.Client(srv.endpoint) as client:
-        client.create_topic(TOPIC, partitions=1)
-        client.alter_topic(
-            TOPIC,
-            policies={"offload_threshold_bytes": 1, "large_payload_threshold_bytes": 4096},
-        )
+def kill_during_writes(
+    srv: ServerProcess, history: History, rng: random.Random, rounds: int
+) -> None:
+    """``rounds`` times: write under load, kill -9 the server at a random moment, start it."""
     n = 0
-    for _ in range(ROUNDS):
+    for _ in range(rounds):
         result: list[int] = []
         t = threading.Thread(
             target=lambda s=n, out=result: out.append(
@@ -76,35 +73,66 @@ def test_kill_9_during_offload_and_large_payload_writes(tmp_path: Path) -> None:
         t.join(60)
         n = result[0] if result else n + 5000
         srv.start()
+
+
+def read_back(srv: ServerProcess, offload: bool = False) -> tuple[list[Stored], PartitionTier]:
+    """The whole topic as stored (offloaded blobs and payloads read through the tier) and
+    its tier status; ``offload``: offload the last blobs first. Stops the server."""
     try:
         with weir.Client(srv.endpoint) as client:
+            if offload:
+                client.offload_topic(TOPIC)
             rows = [
                 Stored(m.offset, message_id(m.data), m.producer_id, m.seq_no)
-                for chunk in client.read_range(TOPIC, 0, 0)  # fills offloaded and payloads
+                for chunk in client.read_range(TOPIC, 0, 0)
                 for m in chunk.messages()
             ]
-            st = client.tier_status(TOPIC).partitions[0]
+            return rows, client.tier_status(TOPIC).partitions[0]
     finally:
         srv.stop()
-    assert st.segments, "nothing was offloaded: the test tested nothing"
-    report = check(history, {0: rows}, {0: st.start_offset})
-    assert report.ok, report.summary()
-    assert report.acknowledged > 20
-    # the sweeper: afterwards every object is named by a record or a reference
-    storage = LocalDirStorage(tmp_path / "data" / "tier")
-    store = Store(tmp_path / "data", tier_storage=storage, tier_payload_grace_ms=0)
+
+
+@contextmanager
+def swept(data_dir: Path, **store_args: Any) -> Iterator[tuple[Store, LocalDirStorage]]:
+    """The stopped server's store after expiry and the sweeper (every copy a killed
+    process started counts as abandoned)."""
+    storage = LocalDirStorage(data_dir / "tier")
+    store = Store(data_dir, tier_storage=storage, **store_args)
     try:
         tier = store.tier
         assert tier is not None
         tier.started_ms = 1 << 62  # every COPY_STARTED record is from a killed process
         tier.expire()
         tier.sweep()
-        tier.collect_payloads()
+        yield store, storage
+    finally:
+        store.close()
+
+
+def test_kill_9_during_offload_and_large_payload_writes(tmp_path: Path) -> None:
+    rng = random.Random(22)
+    history = History()
+    srv = ServerProcess(tmp_path / "data", env=ENV)
+    srv.start()
+    with weir.Client(srv.endpoint) as client:
+        client.create_topic(TOPIC, partitions=1)
+        client.alter_topic(
+            TOPIC,
+            policies={"offload_threshold_bytes": 1, "large_payload_threshold_bytes": 4096},
+        )
+    kill_during_writes(srv, history, rng, ROUNDS)
+    rows, st = read_back(srv)
+    assert st.segments, "nothing was offloaded: the test tested nothing"
+    report = check(history, {0: rows}, {0: st.start_offset})
+    assert report.ok, report.summary()
+    assert report.acknowledged > 20
+    # the sweeper: afterwards every object is named by a record or a reference
+    with swept(tmp_path / "data", tier_payload_grace_ms=0) as (store, storage):
+        assert store.tier is not None
+        store.tier.collect_payloads()
         with store.kv.snapshot() as view:
             known = {r.object_key for r in load_records(view)} | referenced_keys(view)
         left = {o.key for o in storage.list(SEGMENTS_PREFIX)} | {
             o.key for o in storage.list(PAYLOADS_PREFIX)
         }
         assert left == known
-    finally:
-        store.close()
