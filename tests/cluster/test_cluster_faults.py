@@ -34,7 +34,9 @@ the cluster one after the other:
 
 After each fault the schedule waits until every partition has an owner and the
 writers made progress again (a deadline, not a sleep), and asks each partition's owner
-for the consumer's committed offset. At the end everything is read back: no
+for the consumer's committed offset. At the end every broker is killed and started
+again (so the logs are recovered from the bookies, not served from an owner's cache)
+and everything is read back: no
 acknowledged message lost, none stored twice, each producer's messages in write order,
 offsets dense, no committed consumer position gone backwards.
 
@@ -509,6 +511,23 @@ class Cluster:
                     link.drop_all()  # what a stall holds back would trickle for long
         return f"{what}{' stall' if stall else ''}"
 
+    async def recover_all(self, topic: str) -> None:
+        """Kill every broker and start them again, so each partition is read back from
+        its bookies through the next owner's recovery, not from an owner's cache of the
+        entries it wrote (which would hide an entry acknowledged but never stored)."""
+        for srv in self.brokers.values():
+            srv.kill()
+        await asyncio.gather(*(asyncio.to_thread(srv.start) for srv in self.brokers.values()))
+        keys = {partition_key(topic, p) for p in range(PARTITIONS)}
+
+        async def claimed() -> bool:
+            if not all([await self.registered(n) for n in NAMES]):
+                return False
+            owners = await asyncio.wait_for(self.records.owners(), ZK_S)
+            return keys <= set(owners)
+
+        await self.until("every partition claimed after the restart", claimed)
+
     async def claims(self, topic: str) -> list[tuple[Owner, int] | None]:
         """Each partition's claim (owner, generation) and the session holding it, or None."""
         return list(
@@ -609,6 +628,7 @@ async def run_schedule(
                 await observe_commits(load, owners, "final")
             finally:
                 await owners.close()
+        await cluster.recover_all(topic)
         contents = await read_back(brokers["c"].endpoint, topic)
         for n in NAMES:  # each broker's ledger client went through its routes (its proxies)
             carried = sum(
