@@ -132,6 +132,7 @@ class AuthConfig:
     jwt_secret: str = dataclasses.field(default="", repr=False)
     jwt_public_key_file: Path | None = None
     jwt_audience: str = ""
+    cluster_secret: str = dataclasses.field(default="", repr=False)
 
 
 @dataclass(frozen=True)
@@ -229,6 +230,7 @@ class Config:
         out["auth.jwt_secret"] = self.auth.jwt_secret
         out["auth.jwt_public_key_file"] = self.auth.jwt_public_key_file
         out["auth.jwt_audience"] = self.auth.jwt_audience
+        out["auth.cluster_secret"] = self.auth.cluster_secret
         out["pulsar.enabled"] = self.pulsar.enabled
         out["pulsar.listen"] = self.pulsar.listen
         out["pulsar.max_message_size"] = self.pulsar.max_message_size
@@ -402,6 +404,7 @@ def _build(values: dict[str, Any], sources: dict[str, str]) -> Config:
             values["auth.jwt_secret"],
             values["auth.jwt_public_key_file"],
             values["auth.jwt_audience"],
+            values["auth.cluster_secret"],
         ),
         log=LogConfig(values["log.level"], values["log.json"], values["log.audit_file"]),
         kafka=KafkaConfig(
@@ -409,6 +412,9 @@ def _build(values: dict[str, Any], sources: dict[str, str]) -> Config:
         ),
         sources=sources,
     )
+
+
+MIN_CLUSTER_SECRET = 16  # characters of auth.cluster_secret
 
 
 def _check_cluster(values: dict[str, Any], sources: dict[str, str]) -> None:
@@ -434,6 +440,23 @@ def _check_cluster(values: dict[str, Any], sources: dict[str, str]) -> None:
             key="cluster.zookeeper",
             value=values["cluster.zookeeper"],
             source=sources["cluster.zookeeper"],
+        )
+    secret = values["auth.cluster_secret"]
+    if not values["auth.allow_anonymous"] and not secret:
+        raise ConfigError(
+            "a replicated broker that requires authentication needs auth.cluster_secret (the "
+            "same on every broker): brokers authenticate to each other with it, and it signs "
+            "the login tokens every broker accepts (docs/cluster.md)",
+            key="auth.cluster_secret",
+            value="",
+            source=sources["auth.cluster_secret"],
+        )
+    if secret and len(secret) < MIN_CLUSTER_SECRET:
+        raise ConfigError(
+            f"must have at least {MIN_CLUSTER_SECRET} characters (a long random string)",
+            key="auth.cluster_secret",
+            value="<set>",
+            source=sources["auth.cluster_secret"],
         )
     # not supported on replicated storage yet: say so rather than ignore the setting
     tier_set = [k.path for k in KEYS if k.section == "tier" and sources[k.path] != "default"]

@@ -562,6 +562,15 @@ KEYS: tuple[Key, ...] = (
         'When set, a JWT must name it in its "aud" claim.',
     ),
     Key(
+        "auth",
+        "cluster_secret",
+        SECRET,
+        "",
+        "Replicated mode: a secret shared by every broker of the cluster (16 characters or "
+        "more), required when anonymous access is off. Brokers authenticate to each other "
+        "with it and sign login tokens with it, so any broker accepts them. Never shown.",
+    ),
+    Key(
         "tls",
         "cert_file",
         OPTIONAL_PATH,

@@ -171,6 +171,16 @@ class Server:
         # Short GIL switch interval: the group-commit thread gets the GIL back quickly
         # after its fsync instead of waiting up to 5 ms behind the event loop.
         sys.setswitchinterval(0.0005)
+        cfg = self.config  # weir.config refuses this too, for `weir serve`
+        if (
+            cfg.storage_mode == "replicated"
+            and not cfg.allow_anonymous
+            and not self.auth.cluster_secret
+        ):
+            raise ValueError(
+                "a replicated broker that requires authentication needs auth.cluster_secret "
+                "(docs/security.md, 'In a cluster')"
+            )
         check_port_free(self.host, self.port)  # a clear error, and no raw gRPC log line
         server = grpc.aio.server(options=GRPC_OPTIONS)
         try:
@@ -198,6 +208,7 @@ class Server:
                 jwt_secret=self.auth.jwt_secret,
                 jwt_public_key_file=self.auth.jwt_public_key_file,
                 jwt_audience=self.auth.jwt_audience,
+                cluster_secret=self.auth.cluster_secret,
             )
             for install in self.fronts:
                 install(server, self.broker, self)
@@ -280,6 +291,8 @@ class Server:
         if self._grpc is not None:
             await self._grpc.stop(grace)
             self._grpc = None
+        if self._security is not None and self._security.shared is not None:
+            self._security.shared.stop()  # no more reads of the cluster's users and grants
         if self.broker is not None:
             await self.broker.close()
 

@@ -36,6 +36,32 @@ NAMES = ("a", "b", "c")
 KEY = 0  # the history's partition key (one topic, partition 0)
 
 
+class PendingAcks:
+    """The writes in flight, oldest first: `settle` records in the history every one whose
+    future is done, in order (a sync `Future` or an asyncio one alike)."""
+
+    def __init__(self, history: History) -> None:
+        self.history = history
+        self.pending: list[
+            tuple[str, Future[weir.WriteResult] | asyncio.Future[weir.WriteResult]]
+        ] = []
+        self.acked = 0
+
+    def add(
+        self, mid: str, fut: Future[weir.WriteResult] | asyncio.Future[weir.WriteResult]
+    ) -> None:
+        self.history.attempted(mid)
+        self.pending.append((mid, fut))
+        self.settle()
+
+    def settle(self) -> None:
+        while self.pending and self.pending[0][1].done():
+            mid, fut = self.pending.pop(0)
+            res = fut.result()
+            self.history.acked(mid, KEY, None if res.skipped else res.offset)
+            self.acked += 1
+
+
 @pytest.fixture(scope="module")
 def brokers(
     zookeeper: ZooKeeperServer,
@@ -211,37 +237,23 @@ async def test_writes_through_a_non_owner_go_on_across_kill_9_of_the_owner(
     home = next(n for n in NAMES if n != owner)
     history = History()
     total, kill_after = 300, 60
-    acked = 0
-    killed = asyncio.Event()
+    acks = PendingAcks(history)
+    killed = False
     try:
         async with (
             weir.aio.Client(brokers[home].endpoint) as client,
             client.writer(name, producer_id="w", partition=0, delivery_timeout=90) as writer,
         ):
-            pending: list[tuple[str, asyncio.Future[weir.WriteResult]]] = []
-
-            def settle() -> None:
-                nonlocal acked
-                while pending and pending[0][1].done():
-                    mid, fut = pending.pop(0)
-                    res = fut.result()
-                    history.acked(mid, KEY, None if res.skipped else res.offset)
-                    acked += 1
-
             for n in range(total):
-                mid = f"id:w:{n}"
-                history.attempted(mid)
-                pending.append((mid, await writer.write_future(make_data("w", n, 32))))
-                settle()
-                if acked >= kill_after and not killed.is_set():
+                acks.add(f"id:w:{n}", await writer.write_future(make_data("w", n, 32)))
+                if acks.acked >= kill_after and not killed:
                     brokers[owner].kill()  # under load: requests in flight to it
-                    killed.set()
+                    killed = True
                 if n % 20 == 19:
                     await asyncio.sleep(0.01)  # let acks come back between bursts
             await writer.flush(timeout=90)
-            settle()
-            assert killed.is_set()
-            assert not pending
+            acks.settle()
+            assert killed and not acks.pending
             assert writer.reconnects >= 2  # told NOT_OWNER, then its owner died
         new_owner = await owner_of(records, key, other_than=owner)
         rows = await read_all(brokers[home].endpoint, name, total)
@@ -273,18 +285,8 @@ def test_a_direct_tcp_writer_follows_the_owner_across_kill_9(
     home = next(n for n in NAMES if n != owner)
     history = History()
     total, kill_after = 300, 60
-    pending: list[tuple[str, Future[weir.WriteResult]]] = []
-    acked = 0
+    acks = PendingAcks(history)
     killed = False
-
-    def settle() -> None:
-        nonlocal acked
-        while pending and pending[0][1].done():
-            mid, fut = pending.pop(0)
-            res = fut.result()
-            history.acked(mid, KEY, None if res.skipped else res.offset)
-            acked += 1
-
     try:
         with (
             weir.Client(brokers[home].endpoint, transport="tcp") as client,
@@ -292,18 +294,16 @@ def test_a_direct_tcp_writer_follows_the_owner_across_kill_9(
         ):
             assert isinstance(writer._core, DirectWriterCore)
             for n in range(total):
-                mid = f"id:d:{n}"
-                history.attempted(mid)
-                pending.append((mid, writer.write_future(make_data("d", n, 32))))
-                settle()
-                if acked >= kill_after and not killed:
+                fut = writer.write_future(make_data("d", n, 32))
+                acks.add(f"id:d:{n}", fut)
+                if acks.acked >= kill_after and not killed:
                     brokers[owner].kill()  # under load: requests in flight to it
                     killed = True
                 if n % 20 == 19:
-                    pending[-1][1].result(timeout=90)  # drives the socket: acks come in
+                    fut.result(timeout=90)  # drives the socket: acks come in
             writer.flush(timeout=90)
-            settle()
-            assert killed and not pending
+            acks.settle()
+            assert killed and not acks.pending
             assert writer.reconnects >= 2  # told NOT_OWNER, then its owner died
         new_owner = in_zk(zookeeper, shared_root, lambda r: owner_of(r, key, other_than=owner))
         assert new_owner != owner
@@ -582,7 +582,7 @@ async def test_an_asyncio_client_given_only_the_owner_goes_on_across_kill_9_of_i
     history = History()
     total, kill_after = 240, 60
     seen: dict[int, str] = {}  # offset -> id (restarted from the earliest: offsets repeat)
-    acked = 0
+    acks = PendingAcks(history)
     killed = False
     try:
         async with weir.aio.Client(brokers[owner].endpoint) as client:
@@ -593,29 +593,17 @@ async def test_an_asyncio_client_given_only_the_owner_goes_on_across_kill_9_of_i
                 ) as writer:
                     await writer.wait_init()
                     await others_known(client.conn)
-                    pending: list[tuple[str, asyncio.Future[weir.WriteResult]]] = []
-
-                    def settle() -> None:
-                        nonlocal acked
-                        while pending and pending[0][1].done():
-                            mid, fut = pending.pop(0)
-                            res = fut.result()
-                            history.acked(mid, KEY, None if res.skipped else res.offset)
-                            acked += 1
-
                     for n in range(total):
-                        mid = f"id:fa:{n}"
-                        history.attempted(mid)
-                        pending.append((mid, await writer.write_future(make_data("fa", n, 32))))
-                        settle()
-                        if acked >= kill_after and not killed:
+                        fut = await writer.write_future(make_data("fa", n, 32))
+                        acks.add(f"id:fa:{n}", fut)
+                        if acks.acked >= kill_after and not killed:
                             brokers[owner].kill()  # the client's only endpoint, mid-load
                             killed = True
                         if n % 20 == 19:
                             await asyncio.sleep(0.01)  # let acks come back between bursts
                     await writer.flush(timeout=90)
-                    settle()
-                    assert killed and not pending
+                    acks.settle()
+                    assert killed and not acks.pending
                 deadline = time.monotonic() + 90
                 while len(seen) < total and time.monotonic() < deadline:
                     msg = await reader.receive_message(timeout=1.0)
@@ -652,18 +640,8 @@ def test_a_sync_tcp_writer_given_only_the_owner_goes_on_across_kill_9_of_it(
     other = next(n for n in NAMES if n != owner)
     history = History()
     total, kill_after = 240, 60
-    pending: list[tuple[str, Future[weir.WriteResult]]] = []
-    acked = 0
+    acks = PendingAcks(history)
     killed = False
-
-    def settle() -> None:
-        nonlocal acked
-        while pending and pending[0][1].done():
-            mid, fut = pending.pop(0)
-            res = fut.result()
-            history.acked(mid, KEY, None if res.skipped else res.offset)
-            acked += 1
-
     try:
         with (
             weir.Client(brokers[owner].endpoint, transport="tcp") as client,
@@ -679,18 +657,16 @@ def test_a_sync_tcp_writer_given_only_the_owner_goes_on_across_kill_9_of_it(
                 assert time.monotonic() < deadline, "the client never learned the other brokers"
                 time.sleep(0.05)
             for n in range(1, total):
-                mid = f"id:fs:{n}"
-                history.attempted(mid)
-                pending.append((mid, writer.write_future(make_data("fs", n, 32))))
-                settle()
-                if acked >= kill_after and not killed:
+                fut = writer.write_future(make_data("fs", n, 32))
+                acks.add(f"id:fs:{n}", fut)
+                if acks.acked >= kill_after and not killed:
                     brokers[owner].kill()  # the client's only endpoint, mid-load
                     killed = True
                 if n % 20 == 19:
-                    pending[-1][1].result(timeout=90)  # drives the socket: acks come in
+                    fut.result(timeout=90)  # drives the socket: acks come in
             writer.flush(timeout=90)
-            settle()
-            assert killed and not pending
+            acks.settle()
+            assert killed and not acks.pending
         with weir.Client(f"{brokers[owner].endpoint},{brokers[other].endpoint}") as listed:
             assert listed.describe_topic(name, timeout=30).partitions == 1
             reader = listed.reader(name, start="earliest")

@@ -98,15 +98,16 @@ class Retention(TenancyFacade):
                 actor = self._actors.get((cfg.name, p))
                 if actor is None:
                     continue
-                # durable subscriptions and important consumers (subscriptions too)
-                protect = self.subscriptions.protect_from(cfg, p)
-                ttl = self.ttl_offset(cfg.name, p, now_ms) if protect is not None else None
-                if protect is not None and ttl is not None:
-                    protect = max(protect, ttl)  # past its TTL, a message is nobody's to keep
-                hold = self.compaction_hold(cfg.name, p)
-                if hold is not None:  # a compaction run is reading from there (twice)
-                    protect = hold if protect is None else min(protect, hold)
                 try:
+                    # durable subscriptions and important consumers (subscriptions too)
+                    protect = self.subscriptions.protect_from(cfg, p)
+                    # (a replicated partition refuses a TTL: its subscriptions hold on)
+                    ttl = self.ttl_offset(cfg.name, p, now_ms) if protect is not None else None
+                    if protect is not None and ttl is not None:
+                        protect = max(protect, ttl)  # past its TTL, nobody's to keep
+                    hold = self.compaction_hold(cfg.name, p)
+                    if hold is not None:  # a compaction run is reading from there (twice)
+                        protect = hold if protect is None else min(protect, hold)
                     removed += await actor.run_retention(now_ms, protect)
                 except Exception:  # one partition's trouble must not stop the pass
                     log.exception(

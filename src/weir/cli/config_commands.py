@@ -35,6 +35,7 @@ def check(
     # secrets are never shown: passwords and the JWT secret
     values["auth.users"] = {user: "<hidden>" for user in values["auth.users"]}
     values["auth.jwt_secret"] = "<set>" if values["auth.jwt_secret"] else ""
+    values["auth.cluster_secret"] = "<set>" if values["auth.cluster_secret"] else ""
     if json_out:
         doc: dict[str, Any] = {}
         for key in configuration.KEYS:

@@ -15,7 +15,13 @@ from weir.client.credentials import AuthedCall, CredentialsArg, TokenSource, as_
 from weir.client.owners import Owners
 from weir.client.tcp_call import TcpWriteCall
 from weir.client.tls import TlsArg, as_tls
-from weir.errors import BadRequestError, UnavailableError, WeirError, error_from_code
+from weir.errors import (
+    BadRequestError,
+    UnavailableError,
+    WeirError,
+    WeirTimeoutError,
+    error_from_code,
+)
 from weir.protocols.native import weir_pb2 as pb
 from weir.protocols.native import weir_pb2_grpc as pb_grpc
 from weir.protocols.native import wire
@@ -365,6 +371,7 @@ class Connection:
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         backoff = Backoff()
+        last: WeirError | None = None  # the broker's last retryable answer
         while True:
             remaining = None if deadline is None else max(0.01, deadline - loop.time())
             token = ""
@@ -394,7 +401,10 @@ class Connection:
                     or not err.retryable
                     or (deadline is not None and loop.time() >= deadline)
                 ):
+                    if isinstance(err, WeirTimeoutError) and last is not None:
+                        err = last  # the last attempt only ran out of time: say why we retried
                     raise self.explained(err) from None
+                last = err
                 await asyncio.sleep(
                     min(backoff.next_delay(), max(0.0, (deadline or 1e18) - loop.time()))
                 )

@@ -30,7 +30,14 @@ import grpc
 
 from weir.client.connection import Backoff, Connection, error_from_rpc
 from weir.client.messages import EMPTY_HEADERS, decode_parts
-from weir.errors import BadRequestError, ClosedError, UnavailableError, WeirError, error_from_code
+from weir.errors import (
+    BadRequestError,
+    ClosedError,
+    NotOwnerError,
+    UnavailableError,
+    WeirError,
+    error_from_code,
+)
 from weir.protocols.native import weir_pb2 as pb
 
 log = logging.getLogger("weir.client")
@@ -259,6 +266,7 @@ class SubscriptionConsumer:
         if receiver_queue_size < 1:
             raise BadRequestError(f"receiver_queue_size must be >= 1, got {receiver_queue_size}")
         self.conn = conn
+        self.target = conn  # the broker the stream goes to: in a cluster, the owner's
         self.topic = topic
         self.subscription = subscription
         self._init = pb.SubscribeInit(
@@ -551,7 +559,7 @@ class SubscriptionConsumer:
             req.timestamp_ms = ms
         self._check()
         self._new_stream.clear()
-        await self.conn.call("SeekSubscription", req, timeout)
+        await self.target.call("SeekSubscription", req, timeout)
         # the server dropped every consumer of the subscription: once this one is back on
         # a new stream, nothing received before the seek is left in its queue
         try:
@@ -637,7 +645,7 @@ class SubscriptionConsumer:
         while not self._closing:
             call = None
             try:
-                call = self.conn.subscribe()
+                call = self.target.subscribe()
                 await call.write(pb.SubscribeRequest(init=self._init))
                 resp = await call.read()
                 if resp is grpc.aio.EOF:
@@ -652,7 +660,7 @@ class SubscriptionConsumer:
                 self._writer = asyncio.get_running_loop().create_task(
                     self._write_outbox(call, self._generation)
                 )
-                self.conn.ever_connected = True
+                self.target.ever_connected = True
                 backoff.reset()
                 self._connected.set()
                 self._new_stream.set()
@@ -675,7 +683,7 @@ class SubscriptionConsumer:
                 raise
             except (WeirError, grpc.aio.AioRpcError) as exc:
                 err = error_from_rpc(exc) if isinstance(exc, grpc.aio.AioRpcError) else exc
-                fast = self.conn.unreachable(err)
+                fast = self.target.unreachable(err)
                 if fast is not None:
                     err = fast
                 self.last_error = err
@@ -695,7 +703,34 @@ class SubscriptionConsumer:
                         self.on_reconnect(err)
                     except Exception:
                         log.exception("on_reconnect callback of the consumer failed")
-                await self.conn.pause(delay)
+                if await self._follow_owner(err, backoff):
+                    continue  # the owner is elsewhere: go there now
+                await self.target.pause(delay)
+
+    async def _follow_owner(self, err: WeirError, backoff: Backoff) -> bool:
+        """Cluster mode: after a not-owner answer (the partition moved, or was never
+        served by this broker), or a failure of the owner's broker, subscribe at the
+        broker owning the partition the error names (the topic's first partition
+        otherwise); True when that is another broker than the last one (go at once).
+        The subscription's cursors moved with the partition: the new owner delivers
+        from what was acknowledged. One stream subscribes at one broker: a topic whose
+        partitions several brokers serve needs a consumer per partition for now."""
+        if not (
+            isinstance(err, NotOwnerError)
+            or self.target is not self.conn
+            or self.conn.can_fail_over
+        ):
+            return False
+        before = self.target
+        if isinstance(err, NotOwnerError) and err.topic:
+            topic, part = err.topic, (err.partition if err.partition >= 0 else None)
+        else:
+            topic, part = self.topic, None
+        found = await self.conn.owners.lookup(topic, part)
+        self.target = found or self.conn
+        if self.target is not before:
+            log.info("consumer: %s/%s is served at %s now", topic, part, self.target.endpoint)
+        return self.target is not before and backoff.attempt <= 3
 
     def _on_messages(self, m: pb.SubscriptionMessages) -> None:
         offsets = list(m.offsets)

@@ -6,9 +6,11 @@ partition's owner only (`weir.broker.cluster.offsets`). A front that serves a wh
 consumer group on one broker (Kafka's group coordinator) meets partitions owned
 elsewhere; it asks their owner over the owner's native gRPC port (the endpoint the
 owner published, named by the `NotOwnerError` the broker raised), with weir's own
-CommitOffset and DescribeConsumer calls, as any native client would. The call
-carries no credentials: on a cluster whose brokers require authentication the owner
-refuses it (the commit fails with that error).
+CommitOffset and DescribeConsumer calls, as any native client would. With
+``auth.cluster_secret`` set, each call carries a peer token of the asking broker
+(`weir.security.peer_tokens`), which the owner accepts as a broker acting for a client
+already authorized; without it the call carries no credentials, and an owner that
+requires authentication refuses it (such a cluster does not start without the secret).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from weir.errors import UnavailableError, UnknownConsumerError, WeirError, error
 from weir.protocols.native import weir_pb2 as pb
 from weir.protocols.native.status import CODE_KEY, code_from_grpc
 from weir.protocols.native.weir_pb2_grpc import WeirStub
+from weir.security.peer_tokens import PeerTokens
 
 TIMEOUT_S = 10.0
 
@@ -39,8 +42,12 @@ def _error(exc: grpc.aio.AioRpcError) -> WeirError:
 class PeerOffsets:
     """One channel per owner endpoint, opened on first use; `close` when the front stops."""
 
-    def __init__(self) -> None:
+    def __init__(self, peers: PeerTokens | None = None) -> None:
         self._stubs: dict[str, tuple[grpc.aio.Channel, WeirStub]] = {}
+        self._peers = peers
+
+    def _metadata(self) -> tuple[tuple[str, str], ...] | None:
+        return None if self._peers is None else self._peers.metadata()
 
     def _stub(self, endpoint: str) -> WeirStub:
         got = self._stubs.get(endpoint)
@@ -69,7 +76,9 @@ class PeerOffsets:
             allow_backwards=allow_backwards,
         )
         try:
-            got = await self._stub(endpoint).CommitOffset(req, timeout=TIMEOUT_S)
+            got = await self._stub(endpoint).CommitOffset(
+                req, timeout=TIMEOUT_S, metadata=self._metadata()
+            )
         except grpc.aio.AioRpcError as exc:
             raise _error(exc) from None
         return bool(got.changed)
@@ -81,7 +90,9 @@ class PeerOffsets:
         partition's start when it has none; None when the consumer is not registered)."""
         req = pb.DescribeConsumerRequest(topic=topic, consumer=consumer)
         try:
-            got = await self._stub(endpoint).DescribeConsumer(req, timeout=TIMEOUT_S)
+            got = await self._stub(endpoint).DescribeConsumer(
+                req, timeout=TIMEOUT_S, metadata=self._metadata()
+            )
         except grpc.aio.AioRpcError as exc:
             err = _error(exc)
             if isinstance(err, UnknownConsumerError):

@@ -19,8 +19,10 @@ from weir.security.authenticator import (
     Credential,
     UserPassword,
 )
+from weir.security.cluster_store import ClusterSecurity
 from weir.security.grants import GROUP, Grants, Permission
 from weir.security.jwt_tokens import JwtVerifier, jwt_expiry, looks_like_jwt
+from weir.security.peer_tokens import PEER_MECHANISM, PeerTokens
 from weir.security.principal import ANONYMOUS, Principal, current_checks
 from weir.security.scram import ScramCredential, ScramExchange
 from weir.security.static_users import StaticUsers
@@ -75,6 +77,10 @@ class Security:
         self.throttle = LoginThrottle()
         self.authenticators: list[Authenticator] = list(authenticators)
         self.revision = 0  # one more for each change of users or grants
+        # a cluster's: how this broker authenticates to the others (None: it does not),
+        # and its users and grants in ZooKeeper (None: embedded mode)
+        self.peers: PeerTokens | None = None
+        self.shared: ClusterSecurity | None = None
         self._rechecks: set[Callable[[], None]] = set()  # one per open stream
         if stored is not None:
             stored.on_change.append(self.tokens.forget)
@@ -90,10 +96,15 @@ class Security:
         jwt_secret: str = "",
         jwt_public_key_file: Path | None = None,
         jwt_audience: str = "",
+        cluster_secret: str = "",
     ) -> Security:
         """Static users and the anonymous rule from the broker's config; stored users, grants
         and the token secret from its ``server`` table (the secret is made on first use, so
-        tokens outlive a restart)."""
+        tokens outlive a restart). In a cluster, stored users and grants are the cluster's,
+        in ZooKeeper (`weir.security.cluster_store`), and with ``cluster_secret``
+        (``auth.cluster_secret``) tokens are signed with a key derived from it, so a token
+        one broker issued is valid on every broker, and brokers authenticate to each other
+        with it (`weir.security.peer_tokens`). Call it on the event loop that serves calls."""
         kv = broker.store.kv
         raw = kv.get(SERVER, SECRET_KEY)
         if raw is not None:
@@ -105,16 +116,41 @@ class Security:
         def commit(ops: list[Op]) -> None:
             broker.store.committer.commit(ops)
 
-        return cls(
+        jwt = JwtVerifier.from_files(jwt_secret, jwt_public_key_file, jwt_audience)
+        cluster = broker.cluster
+        if cluster is None:
+            return cls(
+                StaticUsers(broker.config.users),
+                allow_anonymous=broker.config.allow_anonymous,
+                stored=StoredUsers(kv, SERVER, commit),
+                grants=Grants(kv, SERVER, commit),
+                superusers=superusers,
+                jwt=jwt,
+                secret=secret,
+                ttl_s=ttl_s,
+            )
+        peers = PeerTokens(cluster_secret, cluster.broker_id) if cluster_secret else None
+        holder: list[Security] = []
+        shared = ClusterSecurity(
+            cluster.client.zk, broker.config.cluster_root, lambda: holder[0].changed()
+        )
+        shared.load()
+        security = cls(
             StaticUsers(broker.config.users),
             allow_anonymous=broker.config.allow_anonymous,
-            stored=StoredUsers(kv, SERVER, commit),
-            grants=Grants(kv, SERVER, commit),
+            authenticators=[peers] if peers is not None else [],
+            stored=shared.users,
+            grants=shared.grants,
             superusers=superusers,
-            jwt=JwtVerifier.from_files(jwt_secret, jwt_public_key_file, jwt_audience),
-            secret=secret,
+            jwt=jwt,
+            secret=peers.user_token_key() if peers is not None else secret,
             ttl_s=ttl_s,
         )
+        security.peers = peers
+        security.shared = shared
+        holder.append(security)
+        shared.follow()
+        return security
 
     # ------------------------------------------------------------------ authentication
 
@@ -324,8 +360,8 @@ class Security:
         return not self.allow_anonymous and bool(self.superusers)
 
     def is_superuser(self, principal: Principal) -> bool:
-        if not self.enforcing:
-            return True
+        if not self.enforcing or principal.mechanism == PEER_MECHANISM:
+            return True  # another broker of the cluster, asking for a client it checked
         return not principal.anonymous and principal.name in self.superusers
 
     def permissions(self, principal: Principal, topic: str) -> set[Permission]:

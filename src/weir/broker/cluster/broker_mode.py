@@ -27,6 +27,7 @@ from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
 from weir.broker.cluster.claims import partition_key, split_key
 from weir.broker.cluster.log_host import ReplicatedLogHost
+from weir.broker.cluster.log_subscriptions import LogSubscriptions
 from weir.broker.cluster.namespace_catalog import ClusterTenancy, NamespaceCatalog
 from weir.broker.cluster.offsets import LogOffsets
 from weir.broker.cluster.ownership import Ownership, OwnershipConfig, zk_reachable
@@ -76,14 +77,29 @@ class _BrokerHost:
     def __init__(self, parts: ClusterPartitions, actors: ActorTable) -> None:
         self.parts = parts
         self.actors = actors
+        # told (topic, partition) once a claimed partition serves, and as one leaves
+        # (the broker's subscriptions load and drop their cursors there)
+        self.on_acquired: Callable[[str, int], None] | None = None
+        self.on_released: Callable[[str, int], None] | None = None
 
     async def acquire(self, key: str, generation: int) -> None:
         await self.parts.acquire(key, generation)
         self.actors[split_key(key)] = self.parts.actors[key]
+        self._tell(self.on_acquired, key)
 
     async def release(self, key: str, *, graceful: bool) -> None:
         self.actors.pop(split_key(key), None)  # no new request reaches it from now on
+        self._tell(self.on_released, key)
         await self.parts.release(key, graceful=graceful)
+
+    @staticmethod
+    def _tell(hook: Callable[[str, int], None] | None, key: str) -> None:
+        if hook is None:
+            return
+        try:
+            hook(*split_key(key))
+        except Exception:  # the claim stands whatever a listener does
+            log.exception("a partition listener failed", extra={"partition": key})
 
 
 class ClusterMode:
@@ -138,11 +154,12 @@ class ClusterMode:
             ),
             ActorLimits(config.max_partition_queue_bytes, config.max_commit_bytes),
         )
+        self.host = _BrokerHost(self.partitions, actors)
         self.ownership = Ownership(
             config.cluster_zookeeper,
             config.cluster_root,
             self.broker_id,
-            _BrokerHost(self.partitions, actors),
+            self.host,
             endpoints=endpoints,
             config=ownership or OwnershipConfig(session_timeout=config.cluster_session_timeout_s),
         )
@@ -169,6 +186,22 @@ class ClusterMode:
         mode._on_topics = lambda catalog: catalog_changed(broker, catalog)
         mode._on_namespaces = broker._namespaces_changed
         broker.offsets = LogOffsets(broker._actors, broker._topics)  # in the logs
+        subs = LogSubscriptions(  # cursors in the logs too
+            broker.store.kv,
+            broker.store.committer,
+            lambda t, p: broker._actors.get((t, p)) or broker._not_served(t, p),
+            lambda t, p: broker._actors.get((t, p)),
+            broker._write_dead_letters,
+        )
+        broker.subscriptions = subs
+
+        def opened(topic: str, partition: int) -> None:
+            cfg = broker._topics.get(topic)
+            if cfg is not None:
+                subs.partition_opened(cfg, partition)
+
+        mode.host.on_acquired = opened
+        mode.host.on_released = subs.partition_closed
         broker.tenancy = mode.tenancy  # namespaces in ZooKeeper
         broker.producer_ids = mode.producer_ids  # producer ids and epochs too
         broker.schemas = mode.schemas  # and schemas

@@ -38,7 +38,6 @@ class SubscriptionFacade(TopicAdmin, Writes):
         self._check_open()
         cfg = self.topic(topic)
         self._durable_only(cfg)
-        self._embedded_admin("a durable subscription")
         sub = await self.subscriptions.create(
             cfg,
             name,
@@ -148,7 +147,8 @@ class SubscriptionFacade(TopicAdmin, Writes):
         if partition is not None:
             self.actor(cfg.name, partition)  # range check
         sub = self.subscriptions.get(cfg, name)
-        parts = range(cfg.partitions) if partition is None else [partition]
+        # every partition of the subscription (replicated mode: those served here)
+        parts = sorted(sub.parts) if partition is None else [partition]
         return await sub.skip(count, parts)
 
     async def acknowledge_batch_indexes(
@@ -192,7 +192,8 @@ class SubscriptionFacade(TopicAdmin, Writes):
             raise BadRequestError(f"ack timeout must be >= 0 ms, got {ack_timeout_ms}")
         cfg = self.topic(topic)
         if cfg.kind == PERSISTENT:
-            self._embedded_admin("a durable subscription")  # its reads are synchronous
+            if self.cluster is not None and name in cfg.consumers:
+                self._embedded_admin("subscribing to a consumer's committed offsets")
         else:
             if hash_ranges is not None:
                 raise BadRequestError(

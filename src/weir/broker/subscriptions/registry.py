@@ -328,9 +328,17 @@ class Subscriptions:
             )
             changed = True
         if changed:
-            op = put(SUBSCRIPTIONS, meta_key(cfg.topic_id, name), sub.meta.to_json())
-            await asyncio.wrap_future(self._committer.submit([op]))
+            await self._store_meta(cfg, sub)
         return sub, c
+
+    async def _store_meta(self, cfg: TopicConfig, sub: Subscription) -> None:
+        """Store a subscription's changed metadata (its type, its dead-letter policy)."""
+        op = put(SUBSCRIPTIONS, meta_key(cfg.topic_id, sub.name), sub.meta.to_json())
+        await asyncio.wrap_future(self._committer.submit([op]))
+
+    async def _drop_stored(self, sub: Subscription) -> None:
+        """Remove a deleted subscription's metadata and cursors from storage."""
+        await asyncio.wrap_future(self._committer.submit(self._drop_ops(sub)))
 
     async def delete(self, cfg: TopicConfig, name: str, *, force: bool = False) -> None:
         """Delete a subscription; refused while consumers are attached unless ``force``."""
@@ -341,7 +349,7 @@ class Subscriptions:
                     f"subscription {name!r} has {len(sub.consumers)} consumer(s) attached; "
                     "close them first, or delete with force"
                 )
-            await asyncio.wrap_future(self._committer.submit(self._drop_ops(sub)))
+            await self._drop_stored(sub)
             self._forget(cfg.name, name)
         await sub.close(UnknownSubscriptionError(f"subscription {name!r} was deleted"))
 

@@ -57,6 +57,7 @@ from weir.errors import (
     UnavailableError,
     WeirError,
 )
+from weir.storage.partition import PartitionLog
 
 MAX_READ_BYTES = 1 << 20
 
@@ -108,6 +109,28 @@ class Subscription(Acknowledgements):
         self.parts[partition] = st
         if self.consumers:
             self._start_pump(partition, st)
+
+    def drop_partition(self, partition: int, err: WeirError) -> None:
+        """Stop serving ``partition`` (it moved to another broker): its pump stops, what
+        was pending there is forgotten (the next owner delivers it again), and the
+        consumers that took it alone are dropped with ``err`` (retryable: they look the
+        partition up and reattach at its owner)."""
+        st = self.parts.pop(partition, None)
+        if st is None:
+            return
+        st.delayed.close()
+        for t in (st.task, st.burying):
+            if t is not None:
+                t.cancel()
+        for cid, _ in list(st.pending.values()):
+            holder = self.consumers.get(cid)
+            if holder is not None:
+                holder.unacked -= 1
+        st.pending.clear()
+        for c in list(self.consumers.values()):
+            if c.takes(partition) and (c.partitions is not None or not self.parts):
+                self.detach(c.consumer_id)
+                c.handle.close(err)
 
     def ensure_partitions(self, count: int) -> None:
         for p in range(count):
@@ -315,7 +338,7 @@ class Subscription(Acknowledgements):
             st.read_pos = max(st.read_pos, res.next_offset)
             return None
         take = take[bisect_left(take, res.first_offset) : bisect_left(take, res.next_offset)]
-        if take and actor.log.txns.active:
+        if take and isinstance(actor.log, PartitionLog) and actor.log.txns.active:
             # a transaction marker holds an offset and no message: nothing to deliver, so
             # it counts as acknowledged (subscriptions read uncommitted, as Pulsar's)
             markers = set(actor.log.txns.markers_between(take[0], take[-1] + 1))

@@ -67,7 +67,8 @@ class KafkaFront:
         )
         self.sequences = Sequences()
         self.transactions = KafkaTransactions(broker)
-        self.peers = PeerOffsets()  # a cluster's offsets of partitions other brokers own
+        # a cluster's offsets of partitions other brokers own (asked with this broker's token)
+        self.peers = PeerOffsets(security.peers)
         self.coordinators = GroupCoordinators(broker)  # a cluster's group -> its broker
         self.stopping = False
         self.host = ""
