@@ -23,6 +23,7 @@ from weir.config_values import (
     OPTIONAL_SIZE,
     PARTITIONS,
     PATH,
+    ROUTES,
     SECRET,
     SIZE,
     SIZE_OR_ZERO,
@@ -228,6 +229,25 @@ KEYS: tuple[Key, ...] = (
         "ZooKeeper session timeout: a broker cut off this long loses its partitions (it "
         "stops serving them at once when the connection drops).",
         "cluster_session_timeout_s",
+    ),
+    Key(
+        "cluster",
+        "bookie_routes",
+        ROUTES,
+        dict(_B.cluster_bookie_routes),
+        "Where this broker connects to reach a bookie, when not at the bookie's id "
+        '(bookie id = "host:port": a NAT\'d address; the fault tests put a proxy there). '
+        "Bookies not named are reached at their id. In the environment: id=host:port,...",
+        "cluster_bookie_routes",
+    ),
+    Key(
+        "cluster",
+        "bookie_timeout_s",
+        DURATION_S,
+        _B.cluster_bookie_timeout_s,
+        "A bookie request unanswered this long failed: the bookie is replaced in the "
+        "ledger's ensemble (or the write fails without a write quorum).",
+        "cluster_bookie_timeout_s",
     ),
     Key(
         "tier",

@@ -268,6 +268,40 @@ def _render_users(users: dict[str, str]) -> str:
     )
 
 
+def _routes(value: object) -> dict[str, str]:
+    """Bookie id (``host:port``) -> the ``host:port`` to connect to instead."""
+    if not isinstance(value, dict):
+        raise ValueError('expected a table of "bookie id" = "host:port"')
+    for bookie, target in value.items():
+        _address(bookie)
+        try:
+            _address(target)
+        except ValueError:
+            raise ValueError(f'route of bookie {bookie!r}: expected "HOST:PORT"') from None
+    return dict(value)
+
+
+def _routes_text(text: str) -> object:
+    """``127.0.0.1:3181=10.0.0.5:3181,...`` (the environment has no tables)."""
+    routes: dict[str, str] = {}
+    for item in filter(None, (p.strip() for p in text.split(","))):
+        bookie, sep, target = item.partition("=")
+        if not sep:
+            return text
+        routes[bookie.strip()] = target.strip()
+    return routes
+
+
+def _render_routes(routes: dict[str, str]) -> str:
+    return (
+        "{}"
+        if not routes
+        else "{ "
+        + ", ".join(f"{show_value(k)} = {show_value(v)}" for k, v in routes.items())
+        + " }"
+    )
+
+
 def _names(value: object) -> list[str]:
     if isinstance(value, str):
         value = [v.strip() for v in value.split(",") if v.strip()]
@@ -309,3 +343,4 @@ STORAGE_MODE = Kind("mode", _storage_mode)
 ZK_PATH = Kind("ZooKeeper path", _zk_root)
 COUNT = Kind("integer", _positive_int, _int_text, str)
 USERS = Kind("table", _users, _users_text, _render_users)
+ROUTES = Kind("table", _routes, _routes_text, _render_routes)

@@ -20,15 +20,28 @@ the cluster one after the other:
 - ``bookie_kill``: SIGKILL of a bookie, started again once some writes went on
   without it (one bookie down at a time: AQ=2 of WQ=3 still acknowledges);
 - ``client_cut``: every client connection through the client proxies cut at once
-  (each client's home endpoint is a proxy in front of a broker).
+  (each client's home endpoint is a proxy in front of a broker);
+- ``bookie_cut``: one broker's connections to one bookie cut and refused for a while
+  (each broker reaches each bookie through a proxy of its own: ``cluster.bookie_routes``),
+  both ways, while the bookie stays registered and every other broker reaches it: the
+  broker's ledgers go on with AQ=2 of the other two;
+- ``bookies_cut``: one broker cut off from every bookie for a while (it still reaches
+  ZooKeeper and its clients): no write of its partitions can reach a write quorum, so
+  none is acknowledged; they fail (retryable) and the writers resend until it heals;
+- ``bookie_slow``: one broker's link to one bookie slowed (each chunk delayed), or
+  stalled past the broker's bookie request timeout (its requests fail: the bookie is
+  replaced or left out of the ledger's quorum), for a while.
 
 After each fault the schedule waits until every partition has an owner and the
 writers made progress again (a deadline, not a sleep), and asks each partition's owner
-for the consumer's committed offset. At the end everything is read back: no
+for the consumer's committed offset. At the end every broker is killed and started
+again (so the logs are recovered from the bookies, not served from an owner's cache)
+and everything is read back: no
 acknowledged message lost, none stored twice, each producer's messages in write order,
 offsets dense, no committed consumer position gone backwards.
 
-8 faults in the default run; the ``slow`` one (`make soak`) runs ``WEIR_SOAK_CLUSTER_FAULTS``
+8 faults in the default run (the three bookie-link kinds among them, the rest drawn); the
+``slow`` one (`make soak`) runs ``WEIR_SOAK_CLUSTER_FAULTS``
 (300 by default);
 ``WEIR_CHAOS_SEED`` replays a schedule (the seed is printed with the summary).
 """
@@ -53,7 +66,7 @@ from tests.reliability.checker import Report, check
 from tests.reliability.history import History, make_data, message_id
 from tests.reliability.proxy import FaultyProxy
 from weir.broker.cluster import ClusterRecords, partition_key
-from weir.broker.cluster.claims import brokers_path
+from weir.broker.cluster.claims import Owner, brokers_path
 from weir.errors import WeirError
 from weir.replication.local_cluster import BookieProcess
 from weir.replication.registry import available_bookies
@@ -75,7 +88,12 @@ KINDS = (
     "bookie_kill",
     "client_cut",
     "client_cut",
+    "bookie_cut",
+    "bookies_cut",
+    "bookie_slow",
 )
+LINK_KINDS = ("bookie_cut", "bookies_cut", "bookie_slow")  # each once in the default run
+BOOKIE_TIMEOUT_S = 3.0  # the brokers' bookie request timeout (a stall past it fails requests)
 ZK_S = 20.0  # a ZooKeeper read of the test's own, at most
 SETTLE_S = 120.0  # a fault's healing: owners back and writes going on, within this
 INFLIGHT = 64  # unacknowledged writes per writer at most
@@ -97,15 +115,42 @@ def zk_proxies(zookeeper: ZooKeeperServer) -> Iterator[dict[str, FaultyProxy]]:
         p.close()
 
 
+LinkProxies = dict[tuple[str, str], FaultyProxy]  # (broker, bookie id) -> its proxy
+
+
+@pytest.fixture(scope="module")
+def bookie_proxies(shared_bookies: list[BookieProcess]) -> Iterator[LinkProxies]:
+    """One proxy per broker and bookie: each broker's route to each bookie (its
+    ``cluster.bookie_routes``), so one link can be cut, slowed or stalled alone."""
+    proxies = {
+        (n, b.address): FaultyProxy(lambda port=b.port: port)  # type: ignore[misc]
+        for n in NAMES
+        for b in shared_bookies
+    }
+    yield proxies
+    for p in proxies.values():
+        p.close()
+
+
 @pytest.fixture(scope="module")
 def brokers(
     zookeeper: ZooKeeperServer,
     shared_root: str,
     shared_bookies: list[BookieProcess],
     zk_proxies: dict[str, FaultyProxy],
+    bookie_proxies: LinkProxies,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[dict[str, ServerProcess]]:
-    env = {n: {"WEIR_CLUSTER_ZOOKEEPER": zk_proxies[n].endpoint} for n in NAMES}
+    env = {
+        n: {
+            "WEIR_CLUSTER_ZOOKEEPER": zk_proxies[n].endpoint,
+            "WEIR_CLUSTER_BOOKIE_ROUTES": ",".join(
+                f"{b.address}={bookie_proxies[n, b.address].endpoint}" for b in shared_bookies
+            ),
+            "WEIR_CLUSTER_BOOKIE_TIMEOUT_S": str(BOOKIE_TIMEOUT_S),
+        }
+        for n in NAMES
+    }
     with cluster_servers(
         NAMES, zookeeper.hosts, shared_root, tmp_path_factory, prefix="faults", broker_env=env
     ) as out:
@@ -137,20 +182,30 @@ class Load:
     commits: int = 0
     consumer_errors: Counter[str] = field(default_factory=Counter)
     consumer_seen: dict[str, str] = field(default_factory=dict)  # an example of each
+    next_n: Counter[int] = field(default_factory=Counter)  # each writer's next message
+    # `bookies_cut`: partition -> the first message its writer attempted after its owner
+    # was cut off from every bookie; none from there on can reach a write quorum until
+    # the links are back, so an ack of one meanwhile is counted (`acked_while_cut`)
+    cut_from: dict[int, int] = field(default_factory=dict)
+    acked_while_cut: Counter[int] = field(default_factory=Counter)
+    cut_partitions: int = 0  # partitions whose owner was cut off, summed over the cuts
+    cuts: int = 0
 
 
 async def write_partition(load: Load, endpoint: str, p: int) -> None:
     """Producer ``w{p}`` pinned to partition ``p``: writes until told to stop, at most
     INFLIGHT unacknowledged; every attempt and ack goes into the history."""
     h = load.history
-    pending: list[tuple[str, asyncio.Future[weir.WriteResult]]] = []
+    pending: list[tuple[int, asyncio.Future[weir.WriteResult]]] = []
 
     def settle() -> None:
         while pending and pending[0][1].done():
-            mid, fut = pending.pop(0)
+            n, fut = pending.pop(0)
             res = fut.result()  # a writer that gives up fails the test: nothing should
-            h.acked(mid, p, None if res.skipped else res.offset)
+            h.acked(f"id:w{p}:{n}", p, None if res.skipped else res.offset)
             load.acked += 1
+            if n >= load.cut_from.get(p, n + 1):
+                load.acked_while_cut[p] += 1
 
     async with (
         weir.aio.Client(endpoint) as client,
@@ -163,8 +218,9 @@ async def write_partition(load: Load, endpoint: str, p: int) -> None:
             mid = f"id:w{p}:{n}"
             h.attempted(mid)
             load.attempted += 1
-            pending.append((mid, await writer.write_future(make_data(f"w{p}", n, 64))))
+            pending.append((n, await writer.write_future(make_data(f"w{p}", n, 64))))
             n += 1
+            load.next_n[p] = n
             settle()
             if len(pending) >= INFLIGHT:
                 await asyncio.wait([pending[0][1]])
@@ -284,10 +340,12 @@ class Cluster:
         client_proxies: dict[str, FaultyProxy],
         kazoo: KazooClient,
         root: str,
+        links: LinkProxies,
     ) -> None:
         self.brokers = brokers
         self.bookies = bookies
         self.zk_proxies = zk_proxies
+        self.links = links
         self.client_proxies = client_proxies
         self.kazoo = kazoo
         self.root = root
@@ -362,6 +420,8 @@ class Cluster:
 
             await self.until(f"bookie {address} registered again", back)
             return address
+        if kind in LINK_KINDS:
+            return await self.hit_link(kind, rng, load)
         name = rng.choice(NAMES)
         srv, proxy = self.brokers[name], self.zk_proxies[name]
 
@@ -390,6 +450,92 @@ class Cluster:
             raise AssertionError(kind)
         return name
 
+    async def hit_link(self, kind: str, rng: random.Random, load: Load) -> str:
+        """Cut, slow or stall broker -> bookie links for a while (drawn from ``rng``), then
+        heal them; returns the links hit."""
+        name = rng.choice(NAMES)
+        bookie = rng.choice(self.bookies).address
+        links = (
+            [self.links[name, b.address] for b in self.bookies]
+            if kind == "bookies_cut"
+            else [self.links[name, bookie]]
+        )
+        what = f"{name}->{'all bookies' if kind == 'bookies_cut' else bookie}"
+        hold_s = rng.uniform(0.5, 2 * BOOKIE_TIMEOUT_S)  # how long the fault lasts
+        stall = kind == "bookie_slow" and rng.random() < 0.5
+        delay = 2 * BOOKIE_TIMEOUT_S if stall else rng.uniform(0.01, 0.3)
+        acked = load.acked
+        for link in links:
+            if kind == "bookie_slow":
+                link.slow(delay)
+            else:
+                link.refuse()
+        claims: list[tuple[Owner, int] | None] = []
+        if kind == "bookies_cut":  # its partitions, from the next message each writes on
+            claims = await self.claims(load.topic)
+            load.cut_from = {
+                p: load.next_n[p]
+                for p, got in enumerate(claims)
+                if got is not None and got[0].broker == name
+            }
+        try:
+            started = time.monotonic()
+            while time.monotonic() < started + hold_s:  # the fault's length, not a sync
+                self.check_alive()
+                await asyncio.sleep(0.05)
+            if kind == "bookies_cut":
+                after = await self.claims(load.topic)
+                for p in list(load.cut_from):  # moved meanwhile: another owner could ack
+                    if after[p] != claims[p]:
+                        del load.cut_from[p]
+                        load.acked_while_cut.pop(p, None)
+                load.cut_partitions += len(load.cut_from)
+                load.cuts += 1
+                if load.acked_while_cut:  # at once: a cluster that acks so may wedge later
+                    raise AssertionError(
+                        f"seed {SEED}: writes attempted while {what} was cut off were "
+                        f"acknowledged without a write quorum: {dict(load.acked_while_cut)}"
+                    )
+            if kind == "bookie_cut":  # the others' quorum goes on without that one link
+
+                async def went_on() -> bool:
+                    return load.acked >= acked + 5 * PARTITIONS
+
+                await self.until(f"writes going on with {what} cut", went_on)
+        finally:
+            load.cut_from = {}
+            for link in links:
+                link.admit()
+                link.slow(0)
+                if stall:
+                    link.drop_all()  # what a stall holds back would trickle for long
+        return f"{what}{' stall' if stall else ''}"
+
+    async def recover_all(self, topic: str) -> None:
+        """Kill every broker and start them again, so each partition is read back from
+        its bookies through the next owner's recovery, not from an owner's cache of the
+        entries it wrote (which would hide an entry acknowledged but never stored)."""
+        for srv in self.brokers.values():
+            srv.kill()
+        await asyncio.gather(*(asyncio.to_thread(srv.start) for srv in self.brokers.values()))
+        keys = {partition_key(topic, p) for p in range(PARTITIONS)}
+
+        async def claimed() -> bool:
+            if not all([await self.registered(n) for n in NAMES]):
+                return False
+            owners = await asyncio.wait_for(self.records.owners(), ZK_S)
+            return keys <= set(owners)
+
+        await self.until("every partition claimed after the restart", claimed)
+
+    async def claims(self, topic: str) -> list[tuple[Owner, int] | None]:
+        """Each partition's claim (owner, generation) and the session holding it, or None."""
+        return list(
+            await asyncio.gather(
+                *(self.records.owner(partition_key(topic, p)) for p in range(PARTITIONS))
+            )
+        )
+
 
 def summary(
     faults: Counter[str], report: Report, load: Load, elapsed: float, hit: Counter[str]
@@ -404,9 +550,23 @@ def summary(
         f"reordered {len(report.reordered)}, commits acknowledged {report.commits_acked}, "
         f"commit checks {report.commit_checks}, lost commits {len(report.lost_commits)}"
     )
+    rows.append(
+        f"bookies_cut: {load.cut_partitions} partitions cut off from every bookie in "
+        f"{load.cuts} cuts; writes attempted during a cut acknowledged before it ended: "
+        f"{sum(load.acked_while_cut.values())}"
+    )
     rows.append(f"targets {dict(hit)}; consumer retries {dict(load.consumer_errors)}")
     rows += [f"  e.g. {k}: {v}" for k, v in load.consumer_seen.items()]
     return "\n".join(rows)
+
+
+def plan(n: int, rng: random.Random) -> list[str]:
+    """``n`` faults drawn from KINDS; a short schedule has each bookie-link kind once."""
+    if n >= 4 * len(KINDS):
+        return [rng.choice(KINDS) for _ in range(n)]
+    kinds = list(LINK_KINDS[:n]) + [rng.choice(KINDS) for _ in range(n - len(LINK_KINDS))]
+    rng.shuffle(kinds)
+    return kinds
 
 
 async def run_schedule(
@@ -417,10 +577,11 @@ async def run_schedule(
     root: str,
     topic: str,
     faults_wanted: int,
-) -> tuple[Report, str, dict[str, str]]:
+    links: LinkProxies,
+) -> tuple[Report, str, dict[str, str], int]:
     rng = random.Random(SEED)
     client_proxies = {n: FaultyProxy(lambda n=n: brokers[n].port) for n in NAMES}  # type: ignore[misc]
-    cluster = Cluster(brokers, bookies, zk_proxies, client_proxies, kazoo, root)
+    cluster = Cluster(brokers, bookies, zk_proxies, client_proxies, kazoo, root, links)
     load = Load(History(), topic)
     faults: Counter[str] = Counter()
     hit: Counter[str] = Counter()
@@ -444,12 +605,11 @@ async def run_schedule(
             owners = Owners(asker, topic)
             try:
                 await cluster.settled(load, 0)
-                for i in range(faults_wanted):
+                for i, kind in enumerate(plan(faults_wanted, rng)):
                     for t in tasks:
                         if t.done():
                             t.result()  # a load task that ended early: its error
                             raise AssertionError(f"seed {SEED}: a load task ended early")
-                    kind = rng.choice(KINDS)
                     before = load.acked
                     print(f"fault {i}: {kind}...", file=sys.stderr, flush=True)
                     target = await cluster.hit(kind, rng, load)
@@ -468,7 +628,15 @@ async def run_schedule(
                 await observe_commits(load, owners, "final")
             finally:
                 await owners.close()
+        await cluster.recover_all(topic)
         contents = await read_back(brokers["c"].endpoint, topic)
+        for n in NAMES:  # each broker's ledger client went through its routes (its proxies)
+            carried = sum(
+                r.up_bytes
+                for b in bookies
+                for r in [*links[n, b.address].records, *links[n, b.address].open_connections()]
+            )
+            assert carried > 0, f"broker {n} never reached a bookie through its route"
     finally:
         load.stop.set()
         for t in tasks:
@@ -479,7 +647,7 @@ async def run_schedule(
             proxy.close()
     report = check(load.history, contents, {})
     table = summary(faults, report, load, time.monotonic() - started, hit)
-    return report, table, load.consumer_seen
+    return report, table, load.consumer_seen, sum(load.acked_while_cut.values())
 
 
 async def schedule(
@@ -491,12 +659,15 @@ async def schedule(
     kazoo: KazooClient,
     topic: str,
     faults: int,
+    links: LinkProxies,
 ) -> None:
-    report, table, load_errors = await run_schedule(
-        brokers, bookies, zk_proxies, kazoo, root, topic, faults
+    report, table, load_errors, cut_acks = await run_schedule(
+        brokers, bookies, zk_proxies, kazoo, root, topic, faults, links
     )
     print("\n" + table)
     assert report.violations() == {}, f"seed {SEED}: {report.summary()}"
+    # a broker cut off from every bookie acknowledged nothing: no write quorum
+    assert cut_acks == 0, f"seed {SEED}: {cut_acks} writes acknowledged without bookies"
     assert report.acknowledged > 0 and report.commits_acked > 0
     # what the consumer was told while partitions moved was retryable, never an internal error
     assert "InternalError" not in load_errors, f"seed {SEED}: {load_errors}"
@@ -510,6 +681,7 @@ async def test_the_cluster_loses_nothing_acknowledged_under_a_fault_schedule(
     zk_proxies: dict[str, FaultyProxy],
     brokers: dict[str, ServerProcess],
     kazoo: KazooClient,
+    bookie_proxies: LinkProxies,
 ) -> None:
     await schedule(
         zookeeper,
@@ -520,6 +692,7 @@ async def test_the_cluster_loses_nothing_acknowledged_under_a_fault_schedule(
         kazoo,
         "public/default/faults",
         SHORT_FAULTS,
+        bookie_proxies,
     )
 
 
@@ -532,6 +705,7 @@ async def test_the_cluster_loses_nothing_acknowledged_under_a_long_fault_schedul
     zk_proxies: dict[str, FaultyProxy],
     brokers: dict[str, ServerProcess],
     kazoo: KazooClient,
+    bookie_proxies: LinkProxies,
 ) -> None:
     await schedule(
         zookeeper,
@@ -542,4 +716,5 @@ async def test_the_cluster_loses_nothing_acknowledged_under_a_long_fault_schedul
         kazoo,
         "public/default/faults-long",
         LONG_FAULTS,
+        bookie_proxies,
     )

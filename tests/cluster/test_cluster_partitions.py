@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from kazoo.exceptions import ConnectionLoss
 
 from tests.reliability.checker import check
 from tests.reliability.history import History, message_id
@@ -159,6 +160,50 @@ async def test_a_write_to_an_owner_whose_log_the_next_owner_fenced_is_told_not_o
         assert fencer.end_offset == 1  # the refused write was not stored
     finally:
         await fencer.close()
+
+
+async def test_a_write_to_an_owner_whose_log_failed_is_told_not_owner_and_the_log_reopened(
+    brokers: dict[str, Broker],
+) -> None:
+    """The owner's managed log lost track of its ledgers (a failed ledger's close could not
+    be recorded: ZooKeeper unreachable at that moment): the write is told NOT_OWNER
+    (retryable), not the log's error as an internal one, and the partition is given up
+    and claimed again, its log reopened (recovered): the next write goes on from what
+    was stored."""
+    topic = TOPIC + "-failed"
+    key = partition_key(topic, 0)
+    await brokers["a"].own.add_partitions([key])
+    await until(lambda: any(key in br.parts.actors for br in brokers.values()))
+    owner = next(br for br in brokers.values() if key in br.parts.actors)
+    actor = await owner.parts.actor(topic, 0)
+    assert (await actor.write(validate_incoming(batch(1)), 64))[0].offset == 0
+    # the state ManagedLog._broken leaves it in (bookies and ZooKeeper failing at once
+    # are needed to get there for real)
+    owner.parts.logs.log(key).mlog._broken(ConnectionLoss())
+    with pytest.raises(NotOwnerError, match="being reopened") as err:
+        await actor.write(validate_incoming(batch(2)), 64)
+    assert err.value.retryable
+    assert (err.value.topic, err.value.partition) == (topic, 0)
+
+    async def serving() -> PartitionActor[ReplicatedPartitionLog] | None:
+        for br in brokers.values():
+            try:
+                got = await br.parts.actor(topic, 0)
+            except (UnavailableError, NotOwnerError):
+                continue
+            if got is not actor:
+                return got
+        return None
+
+    again: PartitionActor[ReplicatedPartitionLog] | None = None
+    for _ in range(600):  # to a deadline: the claim goes back and the log is reopened
+        again = await serving()
+        if again is not None:
+            break
+        await asyncio.sleep(0.05)
+    assert again is not None, "the partition was not claimed again"
+    res = await again.write(validate_incoming(batch(2)), 64)
+    assert (res[0].offset, res[0].skipped) == (1, 0)  # the refused write was not stored
 
 
 KILL_TOPIC = "public/default/actor-kill"

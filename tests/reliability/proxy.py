@@ -1,5 +1,5 @@
 """A TCP proxy on loopback that can cut every connection at once (client connections dropped
-mid-stream), and keeps a log of every connection it handled (when it was accepted, how long
+mid-stream), refuse new ones for a while, hold them, or slow what goes through, and keeps a log of every connection it handled (when it was accepted, how long
 its upstream connect took and how it ended, how many bytes went each way, who closed it)."""
 
 from __future__ import annotations
@@ -72,6 +72,8 @@ class FaultyProxy:
         self._log: TextIO | None = log.open("a", buffering=1) if log is not None else None
         self._log_lock = threading.Lock()
         self._holding = False
+        self._refusing = False
+        self.delay_s = 0.0  # each chunk forwarded (either way) waits this long first (`slow`)
         self._parked: list[tuple[socket.socket, ConnRecord]] = []
         threading.Thread(target=self._accept, name="faulty-proxy", daemon=True).start()
 
@@ -94,10 +96,18 @@ class FaultyProxy:
                 return
             rec = ConnRecord(next(self._ids), f"{addr[0]}:{addr[1]}", time.monotonic())
             with self._lock:
-                self._open[rec.id] = rec
-                if self._holding:
-                    self._parked.append((client, rec))
-                    continue
+                refused = self._refusing
+                if refused:
+                    rec.ended, rec.ended_by = time.monotonic(), "refused"
+                    self.records.append(rec)
+                else:
+                    self._open[rec.id] = rec
+                    if self._holding:
+                        self._parked.append((client, rec))
+                        continue
+            if refused:
+                self._close(client)
+                continue
             self._forward(client, rec)
 
     def _forward(self, client: socket.socket, rec: ConnRecord) -> None:
@@ -117,7 +127,14 @@ class FaultyProxy:
         rec.connected = time.monotonic()
         rec.sockets = [client, upstream]
         with self._lock:
-            self._conns.update((client, upstream))
+            refused = self._refusing  # `refuse` came while this one connected upstream
+            if not refused:
+                self._conns.update((client, upstream))
+        if refused:
+            self._ended(rec, "refused")
+            self._close(client)
+            self._close(upstream)
+            return
         for a, b, up in ((client, upstream, True), (upstream, client, False)):
             threading.Thread(target=self._pump, args=(rec, a, b, up), daemon=True).start()
 
@@ -130,6 +147,8 @@ class FaultyProxy:
                     break
                 if rec.muted and not up:
                     continue  # swallowed: the server's answers never reach the client
+                if self.delay_s > 0:
+                    time.sleep(self.delay_s)  # a slow link (this pump's thread only)
                 dst.sendall(data)
                 if up:
                     rec.up_bytes += len(data)
@@ -178,6 +197,22 @@ class FaultyProxy:
             parked, self._parked = self._parked, []
         for client, rec in parked:
             threading.Thread(target=self._forward, args=(client, rec), daemon=True).start()
+
+    def refuse(self) -> int:
+        """Cut every open connection and, from now on, close each new one at once (the
+        far side unreachable: connects fail fast) until `admit`. Returns the sockets cut."""
+        with self._lock:
+            self._refusing = True
+        return self.drop_all()
+
+    def admit(self) -> None:
+        """Stop refusing: new connections are forwarded again."""
+        with self._lock:
+            self._refusing = False
+
+    def slow(self, delay_s: float) -> None:
+        """Delay every chunk forwarded from now on by ``delay_s`` (0: full speed again)."""
+        self.delay_s = delay_s
 
     def mute_replies(self) -> int:
         """From now on swallow what the server sends on the connections open now (its acks

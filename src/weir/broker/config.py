@@ -36,6 +36,9 @@ class BrokerConfig:
     cluster_write_quorum: int = 3  # copies of each entry
     cluster_ack_quorum: int = 2  # copies acknowledged before a write is
     cluster_session_timeout_s: float = 10.0  # ZooKeeper session: ownership lapses after it
+    # bookie id -> the address this broker connects to instead (NAT, a fault proxy)
+    cluster_bookie_routes: dict[str, str] = field(default_factory=dict)
+    cluster_bookie_timeout_s: float = 30.0  # a bookie request unanswered this long failed
     # a commit up to this size is made in the event loop when the committer thread is
     # idle (no thread hand-off); 0 (the default): every commit goes to the thread. Off
     # by default: a stalled fsync would freeze every connection (docs/performance.md)

@@ -124,6 +124,8 @@ class ClusterMode:
             config.cluster_zookeeper,
             root=config.cluster_root,
             zk_timeout=config.cluster_session_timeout_s,
+            request_timeout=config.cluster_bookie_timeout_s,
+            routes=dict(config.cluster_bookie_routes),
         )
         self.catalog = TopicCatalog(self.client.zk, config.cluster_root)
         self.namespaces = NamespaceCatalog(self.client.zk, config.cluster_root)

@@ -237,17 +237,16 @@ class Ownership:
                 await self.records.bump_epoch()
                 return
 
-    def fenced(self, key: str, generation: int) -> None:
-        """The log of ``key``, held under ``generation``, was fenced by another opener:
-        that claim is over even if this session has not heard yet (paused, then resumed).
-        Stop serving it now and release it in the background (no snapshot: the log is
-        not ours to write); the next reconcile follows placement."""
+    def give_up(self, key: str, generation: int, why: str) -> None:
+        """Stop serving ``key`` (held under ``generation``) now and release its log and
+        claim in the background, without a snapshot: its log was fenced by another opener
+        (that claim is over even if this session has not heard yet: paused, then resumed),
+        or failed and must be opened again (the next owner, maybe this broker, recovers
+        it). The next reconcile follows placement."""
         if self.owned.get(key) != generation:
             return
         self.owned.pop(key, None)
-        log.warning(
-            "%s was fenced at generation %d: released", key, generation, extra=self._extra()
-        )
+        log.warning("%s %s at generation %d: released", key, why, generation, extra=self._extra())
         loop = asyncio.get_running_loop()
         task = loop.create_task(self._give_back(key, generation))
         self._lost.add(task)

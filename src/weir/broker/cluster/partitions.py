@@ -26,15 +26,31 @@ from typing import Any
 from weir.broker.cluster.claims import partition_key, split_key
 from weir.broker.cluster.log_host import ReplicatedLogHost
 from weir.broker.cluster.ownership import Ownership
-from weir.broker.partition_actor import PartitionActor
-from weir.errors import NotOwnerError
-from weir.replication.errors import ManagedLogFencedError
+from weir.broker.partition_actor import AsyncRead, PartitionActor
+from weir.errors import NotOwnerError, UnavailableError, WeirError
+from weir.replication.errors import (
+    BookieOverloadedError,
+    BookieReadOnlyError,
+    BookieUnavailableError,
+    ManagedLogFailedError,
+    ManagedLogFencedError,
+    NotEnoughBookiesError,
+)
 from weir.replication.partition_log import ReplicatedPartitionLog
 from weir.replication.partition_log.log import ReplicatedChange
+from weir.storage.partition import ReadResult
 
 log = logging.getLogger("weir.cluster")
 
 ReplicatedActor = PartitionActor[ReplicatedPartitionLog]
+# the ledger layer's retryable failures of a read (codes the clients do not know)
+_TRANSIENT = (
+    BookieUnavailableError,
+    BookieOverloadedError,
+    BookieReadOnlyError,
+    NotEnoughBookiesError,
+    ManagedLogFailedError,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,33 +89,70 @@ class ClusterPartitions:
             max_queue_bytes=self.limits.max_queue_bytes,
             max_commit_bytes=self.limits.max_commit_bytes,
             commit=self._committer(key, generation, plog),
-            read=plog.read,
+            read=self._reader(key, plog),
             retain=plog.retain,
         )
 
     def _committer(
         self, key: str, generation: int, plog: ReplicatedPartitionLog
     ) -> Callable[[ReplicatedChange], Awaitable[None]]:
-        """``plog.commit``, where a fenced log (another broker opened it: this broker's
-        claim is gone, whether or not its session noticed yet) answers the retryable
-        not-owner error, so the client looks the owner up and resends there (its dedup
-        keeps the resent batches once), and the partition is given up at once."""
+        """``plog.commit``, where a log that is no longer this owner's answers the retryable
+        not-owner error (`_lost`); the log is told to raise the same on the next change."""
+        lost = self._lost(key, generation)
+        plog.lost = lost
 
         async def commit(change: ReplicatedChange) -> None:
             try:
                 await plog.commit(change)
-            except ManagedLogFencedError as exc:
-                if self.ownership is not None:
-                    self.ownership.fenced(key, generation)
-                topic, partition = split_key(key)
-                raise NotOwnerError(
-                    f"partition {key} was taken over by another broker (its log was fenced "
-                    f"under generation {generation} on {self.logs.broker_id}): look it up again",
-                    topic=topic,
-                    partition=partition,
-                ) from exc
+            except (ManagedLogFencedError, ManagedLogFailedError) as exc:
+                raise lost(exc) from exc
 
         return commit
+
+    def _reader(self, key: str, plog: ReplicatedPartitionLog) -> AsyncRead:
+        """``plog.read``, where a read the bookies could not answer now (none of an entry's
+        bookies reachable: a network cut, bookies restarting) is the retryable
+        `UnavailableError`: the ledger layer's own codes mean nothing to clients, which
+        took them for internal errors (found by tests/cluster/test_cluster_faults.py)."""
+
+        async def read(from_offset: int, max_bytes: int, to_offset: int | None) -> ReadResult:
+            try:
+                return await plog.read(from_offset, max_bytes, to_offset)
+            except _TRANSIENT as exc:
+                raise UnavailableError(
+                    f"partition {key}: its ledgers cannot be read now ({exc.message}): retry"
+                ) from exc
+
+        return read
+
+    def _lost(self, key: str, generation: int) -> Callable[[WeirError], NotOwnerError]:
+        """A fenced log (another broker opened it: this broker's claim is gone, whether or
+        not its session noticed yet), or a failed one (it lost track of its ledgers:
+        ZooKeeper unreachable while it closed a failed ledger; opening it again recovers
+        what was written): the partition is given up at once, to the next claim (this
+        broker's or another's), and the client is told NOT_OWNER (retryable: the SDK looks
+        the owner up and resends there; its dedup keeps the resent batches once)."""
+        topic, partition = split_key(key)
+
+        def lost(exc: WeirError) -> NotOwnerError:
+            fenced = isinstance(exc, ManagedLogFencedError)
+            if self.ownership is not None:
+                self.ownership.give_up(key, generation, "was fenced" if fenced else "log failed")
+            if fenced:
+                why = (
+                    f"was taken over by another broker (its log was fenced under generation "
+                    f"{generation} on {self.logs.broker_id})"
+                )
+            else:
+                why = (
+                    f"is being reopened (its log failed under generation {generation} on "
+                    f"{self.logs.broker_id}: {exc.message})"
+                )
+            return NotOwnerError(
+                f"partition {key} {why}: look it up again", topic=topic, partition=partition
+            )
+
+        return lost
 
     async def release(self, key: str, *, graceful: bool) -> None:
         actor = self.actors.pop(key, None)

@@ -28,10 +28,11 @@ import contextlib
 import itertools
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from weir.errors import BadRequestError, CorruptDataError, PartitionOverflowError, WeirError
+from weir.replication.errors import ManagedLogFailedError, ManagedLogFencedError
 from weir.replication.ledger.client import LedgerClient
 from weir.replication.managed_log import LogEntry, ManagedLog, ManagedLogConfig, Position
 from weir.replication.partition_log.lacks import EmbeddedOnly
@@ -94,6 +95,10 @@ class ReplicatedPartitionLog(EmbeddedOnly):
         self.label = label
         self.damage: CorruptDataError | None = None
         self.replayed_entries = 0
+        # what a change on a log that is no longer this owner's (fenced, or failed: it
+        # must be opened again) raises instead of the managed log's error: the broker
+        # gives the partition up there and answers a retryable not-owner error
+        self.lost: Callable[[WeirError], WeirError] | None = None
         self._pending: ReplicatedChange | None = None
         self._since_snapshot = 0
         self._snapshot_task: asyncio.Task[None] | None = None
@@ -199,7 +204,12 @@ class ReplicatedPartitionLog(EmbeddedOnly):
     def _begin(self) -> None:
         if self._pending is not None:
             raise RuntimeError(f"partition {self.label}: a change is already in flight")
-        self.mlog._check_open()
+        try:
+            self.mlog._check_open()
+        except (ManagedLogFencedError, ManagedLogFailedError) as exc:
+            if self.lost is None:
+                raise
+            raise self.lost(exc) from exc
 
     def prepare_write(
         self,
