@@ -540,6 +540,28 @@ def test_ydb_discovery_lists_every_broker_and_a_ydb_writer_reaches_the_owner(
     assert rows == [(n, f"id:y:{n}") for n in range(10)]
 
 
+def test_ydb_describe_topic_through_any_broker_lists_every_partition(
+    brokers: dict[str, ServerProcess],
+    zookeeper: ZooKeeperServer,
+    shared_root: str,
+) -> None:
+    """A topic whose partitions several brokers own: the ydb SDK's describe_topic, answered
+    by whichever broker, lists every partition (those that broker serves with their stats,
+    the others with their owner as location), not only the ones it serves."""
+    name = "public/default/ydescribe"
+    in_zk(zookeeper, shared_root, lambda r: created(brokers, r, name, partitions=3))
+    for srv in brokers.values():
+        driver = ydb.Driver(endpoint=f"grpc://{srv.endpoint}", database="/local")
+        try:
+            driver.wait(timeout=15, fail_fast=True)
+            for _ in range(3):  # the SDK spreads its calls over the brokers
+                desc = driver.topic_client.describe_topic("/local/ydescribe", include_stats=True)
+                assert [p.partition_id for p in desc.partitions] == [0, 1, 2]
+                assert desc.min_active_partitions == 3
+        finally:
+            driver.stop(timeout=5)
+
+
 async def restarted(srv: ServerProcess, topic: str, timeout: float = 60) -> None:
     """Start a killed broker again and poll until it answers (a later test's first call
     may go to it, and a client that never reached a broker fails fast on a refusal)."""

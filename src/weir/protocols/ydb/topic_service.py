@@ -16,6 +16,7 @@ import grpc
 from google.protobuf.message import Message
 
 from weir.broker.broker import Broker
+from weir.broker.cluster.broker_mode import node_id
 from weir.broker.topic_admin import UNSET
 from weir.broker.topics import TopicConfig
 from weir.broker.transactions.facade import TxnOffset
@@ -154,6 +155,7 @@ class TopicServicer(ydb_topic_v1_pb2_grpc.TopicServiceServicer):
             info.partition_location.node_id = node_of(self.broker.cluster)
             info.partition_location.generation = p.generation
             total += p.size_bytes
+        await self._list_elsewhere(cfg, result.partitions)
         result.topic_stats.store_size_bytes = total
         if last_writes:
             set_ts(result.topic_stats.min_last_write_time, min(last_writes))
@@ -236,7 +238,25 @@ class TopicServicer(ydb_topic_v1_pb2_grpc.TopicServiceServicer):
             info.partition_consumer_stats.committed_offset = c.committed_offset
             info.partition_location.node_id = node_of(self.broker.cluster)
             info.partition_location.generation = p.generation
+        await self._list_elsewhere(cfg, result.partitions)
         return result
+
+    async def _list_elsewhere(self, cfg: TopicConfig, partitions: Any) -> None:
+        """Replicated mode: add to ``partitions`` (listed with stats: those served here)
+        every other partition of the topic, with its owner's node as its location (no
+        location while it moves) and no stats: the owner has them (docs/cluster.md)."""
+        if self.broker.cluster is None:
+            return
+        listed = {p.partition_id for p in partitions}
+        missing = [p for p in range(cfg.partitions) if p not in listed]
+        if not missing:
+            return
+        for o in await self.broker.owners(cfg.name, missing):
+            info = partitions.add(partition_id=o.partition, active=True)
+            if o.broker:
+                info.partition_location.node_id = node_id(o.broker)
+                info.partition_location.generation = o.generation
+        partitions.sort(key=lambda p: p.partition_id)
 
     @_unary(ydb_topic_pb2.CommitOffsetResponse)
     async def CommitOffset(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
