@@ -128,16 +128,4 @@ class LogCursor(StoredCursor):
         self._inflight = True
         done = asyncio.get_running_loop().create_task(self._store())
 
-        def finished(d: asyncio.Future[None]) -> None:
-            self._inflight = False
-            if not fut.done():
-                if d.cancelled():
-                    fut.cancel()
-                elif d.exception() is not None:
-                    fut.set_exception(d.exception())  # type: ignore[arg-type]
-                else:
-                    fut.set_result(None)
-            if self._next is not None:
-                self._write()
-
-        done.add_done_callback(finished)
+        done.add_done_callback(lambda d: self._written(fut, d))

@@ -227,6 +227,20 @@ class StoredCursor:
                 self._write()
         return fut
 
+    def _written(self, fut: asyncio.Future[None], d: asyncio.Future[None]) -> None:
+        """A store ended: answer the acks it carried as it ended, then start the next
+        store if acks arrived meanwhile."""
+        self._inflight = False
+        if not fut.done():
+            if d.cancelled():
+                fut.cancel()
+            elif (exc := d.exception()) is not None:
+                fut.set_exception(exc)
+            else:
+                fut.set_result(None)
+        if self._next is not None:
+            self._write()
+
     def _write(self) -> None:
         fut, self._next = self._next, None
         assert fut is not None
@@ -241,16 +255,4 @@ class StoredCursor:
             fut.set_exception(exc)
             return
 
-        def finished(d: asyncio.Future[None]) -> None:
-            self._inflight = False
-            if not fut.done():
-                if d.cancelled():
-                    fut.cancel()
-                elif d.exception() is not None:
-                    fut.set_exception(d.exception())  # type: ignore[arg-type]
-                else:
-                    fut.set_result(None)
-            if self._next is not None:
-                self._write()
-
-        done.add_done_callback(finished)
+        done.add_done_callback(lambda d: self._written(fut, d))
