@@ -379,6 +379,17 @@ class Load:
             await asyncio.sleep(0.2)
 
 
+async def progressed(load: Load, brokers: dict[str, ServerProcess], step: int) -> None:
+    """`Load.progress`, and when the load is stuck, every broker's last log lines with the
+    failure (ci56 stalled once at load 12-20 with the partition just claimed by a broker
+    that had restarted; its log was not in the output)."""
+    try:
+        await load.progress(step)
+    except AssertionError as exc:
+        tails = "".join(f"--- broker {n}:\n" + "".join(srv.log[-20:]) for n, srv in brokers.items())
+        raise AssertionError(f"{exc}\n{tails}") from None
+
+
 async def rolling_restart(
     brokers: dict[str, ServerProcess],
     bookies: list[BookieProcess],
@@ -400,7 +411,7 @@ async def rolling_restart(
     load = Load(home.endpoint, name, history, limit)
     tasks = [asyncio.create_task(load.write()), asyncio.create_task(load.read())]
     try:
-        await load.progress(step)
+        await progressed(load, brokers, step)
         procs: list[tuple[str, ServerProcess | BookieProcess]] = [
             *((f"broker {n}", brokers[n]) for n in NAMES),
             *((f"bookie {i}", b) for i, b in enumerate(bookies)),
@@ -413,10 +424,10 @@ async def rolling_restart(
                 await asyncio.to_thread(proc.stop)
             # it goes on without it, the one broker the client was given included (the
             # client learned the others from a lookup: docs/cluster.md)
-            await load.progress(step)
+            await progressed(load, brokers, step)
             await asyncio.to_thread(proc.start)
             history.fault(f"started {label}")
-            await load.progress(step)
+            await progressed(load, brokers, step)
             await load.observe_commit(brokers, f"after {label}")
         load.stopping.set()
         await asyncio.wait_for(asyncio.gather(*tasks), 180)
