@@ -36,7 +36,7 @@ from kazoo.exceptions import (
 )
 
 from weir.broker.cluster.claims import cluster_path
-from weir.broker.cluster.zk_transactions import write_at_version
+from weir.broker.cluster.zk_transactions import read_children, write_at_version
 from weir.errors import UnavailableError
 
 BLOCK = 100  # ids per block taken from ZooKeeper
@@ -137,15 +137,9 @@ class ClusterEpochs:
 
     def _read_all(self) -> dict[int, tuple[int, str | None]]:
         out: dict[int, tuple[int, str | None]] = {}
-        try:
-            children = self.zk.get_children(self.path)
-        except NoNodeError:
-            return out
-        for child in children:
-            with contextlib.suppress(NoNodeError):
-                raw, _ = self.zk.get(f"{self.path}/{child}")
-                doc = json.loads(raw or b"{}")
-                out[int(child)] = (int(doc.get("epoch", 0)), doc.get("holder"))
+        for child, raw in read_children(self.zk, self.path).items():
+            doc = json.loads(raw or b"{}")
+            out[int(child)] = (int(doc.get("epoch", 0)), doc.get("holder"))
         return out
 
     async def drop(self, topic_id: int) -> None:

@@ -18,7 +18,6 @@ one each way, never both (the loser reads again and is checked against the winne
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from typing import Any
 
 from kazoo.client import KazooClient
@@ -28,7 +27,7 @@ from kazoo.exceptions import (
 )
 
 from weir.broker.cluster.claims import cluster_path
-from weir.broker.cluster.zk_transactions import write_at_version
+from weir.broker.cluster.zk_transactions import read_children, write_at_version
 from weir.broker.schemas import (
     SchemaInfo,
     SchemaRegistry,
@@ -71,16 +70,10 @@ class ClusterSchemas(SchemaRegistry):
         self._versions = await asyncio.to_thread(self._read_all)
 
     def _read_all(self) -> dict[int, list[SchemaInfo]]:
-        out: dict[int, list[SchemaInfo]] = {}
-        try:
-            children = self.zk.get_children(self.path)
-        except NoNodeError:
-            return out
-        for child in children:
-            with contextlib.suppress(NoNodeError):
-                raw, _ = self.zk.get(f"{self.path}/{child}")
-                out[int(child)] = decode_versions(raw)
-        return out
+        return {
+            int(child): decode_versions(raw)
+            for child, raw in read_children(self.zk, self.path).items()
+        }
 
     async def ensure(self, topic_id: int, schema: SchemaInfo) -> int | None:
         if not admissible(schema):
