@@ -11,13 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import random
 import time
-import urllib.error
-import urllib.request
 from collections.abc import AsyncIterator, Iterator
-from typing import Any
 
 import pulsar
 import pytest
@@ -25,6 +21,7 @@ from kazoo.client import KazooClient
 
 import weir.aio
 from tests.conftest import ServerProcess, cluster_servers
+from tests.pulsar.test_admin_rest import call
 from tests.reliability.checker import check
 from tests.reliability.history import History, make_data, message_id
 from weir.broker.cluster import Assignment, ClusterRecords, partition_key
@@ -290,24 +287,6 @@ async def test_pulsar_subscriptions_go_on_across_an_unload_and_a_kill_9_of_the_o
     assert report.sub_acked and report.sub_delivered
 
 
-def rest(base: str, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-    """One call of the Pulsar admin REST API (as pulsar-admin makes it)."""
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(
-        base + "/admin/v2" + path,
-        data=data,
-        method=method,
-        headers={"Content-Type": "application/json"},
-    )
-    try:
-        with urllib.request.urlopen(req, timeout=10) as resp:
-            raw = resp.read()
-            return resp.status, json.loads(raw) if raw else None
-    except urllib.error.HTTPError as err:
-        raw = err.read()
-        return err.code, json.loads(raw) if raw else None
-
-
 async def test_subscription_admin_works_on_the_owner_and_moves_with_the_partition(
     cluster: Cluster,
 ) -> None:
@@ -336,14 +315,14 @@ async def test_subscription_admin_works_on_the_owner_and_moves_with_the_partitio
     # the Pulsar admin REST API at the owner: create, list, skip, reset by message id
     base = brokers[owner].http_url
     t = f"/persistent/{name}/subscription"
-    assert (await asyncio.to_thread(rest, base, "PUT", t + "/r", "earliest"))[0] == 204
-    got = await asyncio.to_thread(rest, base, "GET", f"/persistent/{name}/subscriptions")
+    assert (await asyncio.to_thread(call, base, "PUT", t + "/r", "earliest"))[0] == 204
+    got = await asyncio.to_thread(call, base, "GET", f"/persistent/{name}/subscriptions")
     assert sorted(got[1]) == ["adm", "r"]
-    assert (await asyncio.to_thread(rest, base, "POST", t + "/r/skip/3"))[0] == 204
+    assert (await asyncio.to_thread(call, base, "POST", t + "/r/skip/3"))[0] == 204
     at = {"ledgerId": 0, "entryId": 2, "batchIndex": -1}  # message ids: (0, offset)
-    assert (await asyncio.to_thread(rest, base, "POST", t + "/r/resetcursor", at))[0] == 204
-    assert (await asyncio.to_thread(rest, base, "PUT", t + "/doomed", "latest"))[0] == 204
-    assert (await asyncio.to_thread(rest, base, "DELETE", t + "/doomed"))[0] == 204
+    assert (await asyncio.to_thread(call, base, "POST", t + "/r/resetcursor", at))[0] == 204
+    assert (await asyncio.to_thread(call, base, "PUT", t + "/doomed", "latest"))[0] == 204
+    assert (await asyncio.to_thread(call, base, "DELETE", t + "/doomed"))[0] == 204
     await cluster.unload(key, to=other)
     assert await cluster.owner(key, other_than=owner) == other
     async with weir.aio.Client(brokers[other].endpoint) as client:
