@@ -149,15 +149,11 @@ def kafka_producer_ids(bootstrap: str, names: Sequence[str]) -> list[int]:
         client.close()
 
 
-def test_an_exclusive_producer_of_partitions_on_two_brokers_does_not_fence_itself(
-    brokers: dict[str, ServerProcess], zookeeper: ZooKeeperServer, shared_root: str
-) -> None:
-    """An exclusive producer's sessions on the two partitions of a topic, each owned by
-    another broker (as a Pulsar partitioned producer opens them): the second broker
-    finds the producer holding the topic in the cluster's record and admits it at the
-    same epoch, so its first session coming back with that epoch is not fenced; another
-    producer is fenced by neither broker with a stale epoch, and takes the next one."""
-    name = "public/default/xtwo"
+def on_two_brokers(
+    brokers: dict[str, ServerProcess], zookeeper: ZooKeeperServer, shared_root: str, name: str
+) -> tuple[str, str]:
+    """Create ``name`` with two partitions and return their owners, two different brokers
+    (partition 1 unloaded to another broker when one broker claimed both)."""
     with weir.Client(brokers["a"].endpoint) as c:
         c.create_topic(name, partitions=2)
 
@@ -167,6 +163,19 @@ def test_an_exclusive_producer_of_partitions_on_two_brokers_does_not_fence_itsel
     first, second = in_zk(zookeeper, shared_root, owners).split(",")
     if first == second:
         second = unloaded(zookeeper, shared_root, name, first, partition=1)
+    return first, second
+
+
+def test_an_exclusive_producer_of_partitions_on_two_brokers_does_not_fence_itself(
+    brokers: dict[str, ServerProcess], zookeeper: ZooKeeperServer, shared_root: str
+) -> None:
+    """An exclusive producer's sessions on the two partitions of a topic, each owned by
+    another broker (as a Pulsar partitioned producer opens them): the second broker
+    finds the producer holding the topic in the cluster's record and admits it at the
+    same epoch, so its first session coming back with that epoch is not fenced; another
+    producer is fenced by neither broker with a stale epoch, and takes the next one."""
+    name = "public/default/xtwo"
+    first, second = on_two_brokers(brokers, zookeeper, shared_root, name)
     at_first = init_at_owner(brokers[first].endpoint, name, "x", access_mode=1, partition=0)
     epoch = at_first.init.producer_epoch
     at_second = init_at_owner(brokers[second].endpoint, name, "x", access_mode=1, partition=1)
@@ -191,15 +200,7 @@ def test_an_exclusive_producer_on_one_broker_fences_the_live_one_on_another(
     hears of the grown epoch (its watch on the cluster's epochs) and fences its live
     writer, whose next writes fail with ProducerFencedError."""
     name = "public/default/xlive"
-    with weir.Client(brokers["a"].endpoint) as c:
-        c.create_topic(name, partitions=2)
-
-    async def owners(records: ClusterRecords) -> str:
-        return ",".join([await owner_of(records, partition_key(name, p)) for p in (0, 1)])
-
-    first, second = in_zk(zookeeper, shared_root, owners).split(",")
-    if first == second:
-        second = unloaded(zookeeper, shared_root, name, first, partition=1)
+    first, second = on_two_brokers(brokers, zookeeper, shared_root, name)
     with weir.Client(brokers[first].endpoint) as c:
         old = c.writer(name, producer_id="old", access_mode="exclusive", partition=0)
         try:
