@@ -3,7 +3,8 @@
 Every bar is the median over repetitions and its whisker the min-max, so a
 reader sees at once whether two systems differ by more than the noise of this
 shared machine.  Charts: throughput (4 panels: produce/consume x 100 B/10 KB),
-latency (ack and end-to-end p50/p99 at a fixed rate), fsyncs/s against the
+latency (ack and end-to-end p50/p99 at a fixed rate), latency over time (p99
+per 100 ms of that run), fsyncs/s against the
 number of partitions, and the ydb SDK against weir vs the null server.
 """
 
@@ -23,6 +24,7 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 from bench.report import (
     DISK,
     WEIR,
+    WEIR_TCP,
     WEIR_YDB,
     YDB_NULL,
     Cell,
@@ -34,6 +36,7 @@ from bench.report import (
 
 FSYNC = {
     WEIR: "fsync",
+    WEIR_TCP: "fsync",
     WEIR_YDB: "fsync",
     "nats-js-fsync": "fsync",
     "nats-js-default": "no fsync",
@@ -44,6 +47,7 @@ FSYNC = {
 
 COLORS = {
     WEIR: "#1f77b4",
+    WEIR_TCP: "#9467bd",
     WEIR_YDB: "#17becf",
     YDB_NULL: "#7f7f7f",
     "nats-js-fsync": "#d62728",
@@ -192,6 +196,47 @@ def latency(rows: Rows, out: Path) -> Path | None:
     return out
 
 
+def latency_timeline(rows: Rows, out: Path) -> Path | None:
+    """p99 per 100 ms of the paced run, one line per system: whether a tail is a few
+    stalls or the whole run.  Each system's line is its repetition with the median p99."""
+    cs = cells(rows)
+    lat = {wl for (_, wl) in cs if wl.startswith("latency")}
+    if not any(c.extras("timeline") for (_, wl), c in cs.items() if wl in lat):
+        return None
+    fig, axes = plt.subplots(1, 2, figsize=(13, 5), sharey=True)
+    for ax, kind, goal in zip(axes, ("ack", "e2e"), (1.0, 2.0), strict=True):
+        wl = next((w for w in sorted(lat) if w.startswith(f"latency-{kind}")), None)
+        if wl is None:
+            continue
+        for s in sorted({s for (s, w) in cs if w == wl}, key=system_key):
+            reps = [r for r in cs[(s, wl)].rows if r["extra"].get("timeline")]
+            if not reps:
+                continue
+            reps.sort(key=lambda r: r["p99_ms"] or 0.0)
+            line = reps[len(reps) // 2]["extra"]["timeline"]
+            label = f"{s} [{FSYNC[s]}]" if s in FSYNC else s
+            ax.plot(
+                [w[0] for w in line],
+                [max(w[2], 1e-3) for w in line],
+                label=label,
+                color=COLORS.get(s),
+                linewidth=1,
+            )
+        ax.axhline(goal, color="black", linestyle="--", linewidth=1, label=f"goal {goal:g}")
+        ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(FuncFormatter(_num))
+        ax.set_xlabel("s into the paced run")
+        ax.set_ylabel("p99 of each 100 ms, ms (log)")
+        ax.set_title(wl, fontsize=10)
+        ax.grid(alpha=0.3)
+    _legend(fig, axes)
+    fig.suptitle("Latency over time at a fixed rate (the repetition with the median p99)")
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
 def partitions(rows: Rows, out: Path) -> Path | None:
     cs = cells(rows)
     pts = sorted(
@@ -292,6 +337,7 @@ def make_all(rows: Rows, prefix: Path) -> list[Path]:
         ("cluster", cluster_bench.chart),
         ("throughput", throughput),
         ("latency", latency),
+        ("latency-timeline", latency_timeline),
         ("partitions", partitions),
         ("ydb", ydb),
     ):

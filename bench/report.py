@@ -27,6 +27,7 @@ from typing import Any
 
 PEERS = ("nats-js-fsync", "nats-js-default", "redis-aof-always", "rabbitmq-stream")
 WEIR = "weir-native"
+WEIR_TCP = "weir-native-tcp"  # the same server, its writers on the native TCP port
 WEIR_TLS = "weir-native-tls"  # the native front behind TLS, a JWT and grant checks
 WEIR_YDB = "weir-ydb"
 YDB_NULL = "ydb-null"
@@ -38,6 +39,7 @@ KAFKA_NULL_FSYNC = "kafka-null-fsync"  # the durable floor: append + fdatasync, 
 DISK = "disk append+fdatasync"
 SYSTEM_ORDER = (
     WEIR,
+    WEIR_TCP,
     WEIR_TLS,
     WEIR_YDB,
     YDB_NULL,
@@ -317,14 +319,18 @@ def goals(rows: Rows) -> list[Goal]:
         found = [
             c
             for (s, wl), c in cs.items()
-            if s == WEIR
+            if s in (WEIR, WEIR_TCP)
             and wl.startswith(prefix)
             and wl.endswith(" " + size)
             and "txn" not in wl  # the transactional rows and their plain baselines
         ]
         if not found:
             return [], None, "not measured"
-        parts = [f"{c.workload.split()[1]}: {_rng(c, key)}" for c in found]
+        tcp = " (TCP)"
+        parts = [
+            f"{c.workload.split()[1]}{tcp if c.system == WEIR_TCP else ''}: {_rng(c, key)}"
+            for c in found
+        ]
         top = max(median(c.values(key)) for c in found)
         return [c.workload for c in found], top, "; ".join(parts)
 
@@ -373,21 +379,26 @@ def goals(rows: Rows) -> list[Goal]:
             )
         )
     for kind, limit in (("ack", 1.0), ("e2e", 2.0)):
-        c = next(
-            (c for (s, wl), c in cs.items() if s == WEIR and wl.startswith(f"latency-{kind}")),
-            None,
-        )
-        if c is None or c.p99 is None:
+        found = [
+            c
+            for (s, wl), c in cs.items()
+            if s in (WEIR, WEIR_TCP) and wl.startswith(f"latency-{kind}") and c.p99 is not None
+        ]
+        if not found:
             out.append(Goal(f"Latency {kind} p99 at 5,000 msgs/s", f"< {limit:g} ms", "-", None))
             continue
         out.append(
             Goal(
                 f"Latency {kind} p99 at 5,000 msgs/s",
                 f"< {limit:g} ms",
-                f"p99 {_rng(c, 'p99_ms', digits=2)} ms, p50 {_rng(c, 'p50_ms', digits=2)} ms"
-                + (" (could not sustain the rate)" if c.saturated else ""),
-                c.p99 < limit and not c.saturated,
-                (c.workload,),
+                "; ".join(
+                    (f"{c.system}: " if len(found) > 1 else "")
+                    + f"p99 {_rng(c, 'p99_ms', digits=2)} ms, p50 {_rng(c, 'p50_ms', digits=2)} ms"
+                    + (" (could not sustain the rate)" if c.saturated else "")
+                    for c in found
+                ),
+                any(c.p99 is not None and c.p99 < limit and not c.saturated for c in found),
+                tuple(c.workload for c in found),
             )
         )
     for (s, wl), c in cs.items():

@@ -1036,6 +1036,8 @@ def latency_rows(
 ) -> list[Result]:
     """The ack and end-to-end rows of a paced producer's and a consumer's results
     (weir's own latency workload makes its rows here too, ``how`` naming its API)."""
+    ack_timeline = timeline(prod["ack_ms"], rate)
+    e2e_timeline = timeline(cons["e2e_ms"], rate)
     ack = sorted(prod["ack_ms"])
     e2e = sorted(cons["e2e_ms"])
     t0 = prod["t_start"]
@@ -1078,7 +1080,12 @@ def latency_rows(
             t.fsync_before_ack,
             percentile(ack, 50),
             percentile(ack, 99),
-            dict(base, p999_ms=percentile(ack, 99.9), max_ms=ack[-1] if ack else None),
+            dict(
+                base,
+                p999_ms=percentile(ack, 99.9),
+                max_ms=ack[-1] if ack else None,
+                timeline=ack_timeline,
+            ),
         ),
         Result(
             t.system,
@@ -1094,9 +1101,34 @@ def latency_rows(
                 p999_ms=percentile(e2e, 99.9),
                 max_ms=e2e[-1] if e2e else None,
                 lost=prod["sent"] - len(e2e),
+                timeline=e2e_timeline,
             ),
         ),
     ]
+
+
+TIMELINE_WINDOW_S = 0.1
+
+
+def timeline(samples_ms: list[float], rate: int) -> list[list[float]]:
+    """Latency over time: ``[t_s, p50, p99, max]`` per 100 ms of the paced send.
+
+    The samples are in completion order, which for one paced partition is send
+    order, so sample ``i`` was sent about ``i / rate`` s after the start; each
+    window holds ``rate / 10`` of them (the last one what is left)."""
+    per = max(1, int(rate * TIMELINE_WINDOW_S))
+    out = []
+    for i in range(0, len(samples_ms), per):
+        w = sorted(samples_ms[i : i + per])
+        out.append(
+            [
+                round(i / rate, 3),
+                round(percentile(w, 50) or 0.0, 3),
+                round(percentile(w, 99) or 0.0, 3),
+                round(w[-1], 3),
+            ]
+        )
+    return out
 
 
 def _size_label(size: int) -> str:

@@ -415,6 +415,17 @@ def _build(values: dict[str, Any], sources: dict[str, str]) -> Config:
 
 
 MIN_CLUSTER_SECRET = 16  # characters of auth.cluster_secret
+CLUSTER_SECRET_NEEDED = (
+    "a replicated broker that requires authentication needs auth.cluster_secret (the "
+    "same on every broker): brokers authenticate to each other with it, and it signs "
+    "the login tokens every broker accepts (docs/cluster.md)"
+)
+
+
+def cluster_secret_missing(storage_mode: str, allow_anonymous: bool, secret: str) -> bool:
+    """The one rule for ``auth.cluster_secret``: checked by the config for ``weir serve``
+    and by ``Server.start`` for an embedded server built without it."""
+    return storage_mode == "replicated" and not allow_anonymous and not secret
 
 
 def _check_cluster(values: dict[str, Any], sources: dict[str, str]) -> None:
@@ -442,11 +453,9 @@ def _check_cluster(values: dict[str, Any], sources: dict[str, str]) -> None:
             source=sources["cluster.zookeeper"],
         )
     secret = values["auth.cluster_secret"]
-    if not values["auth.allow_anonymous"] and not secret:
+    if cluster_secret_missing(values["storage.mode"], values["auth.allow_anonymous"], secret):
         raise ConfigError(
-            "a replicated broker that requires authentication needs auth.cluster_secret (the "
-            "same on every broker): brokers authenticate to each other with it, and it signs "
-            "the login tokens every broker accepts (docs/cluster.md)",
+            CLUSTER_SECRET_NEEDED,
             key="auth.cluster_secret",
             value="",
             source=sources["auth.cluster_secret"],

@@ -16,7 +16,7 @@ import grpc
 from weir.broker.broker import Broker
 from weir.broker.config import BrokerConfig
 from weir.broker.observer import BrokerObserver
-from weir.config import AuthConfig
+from weir.config import CLUSTER_SECRET_NEEDED, AuthConfig, cluster_secret_missing
 from weir.errors import BadRequestError
 from weir.protocols.kafka.front import DEFAULT_PORT as KAFKA_PORT
 from weir.protocols.kafka.front import KafkaFront, KafkaFrontConfig
@@ -171,16 +171,9 @@ class Server:
         # Short GIL switch interval: the group-commit thread gets the GIL back quickly
         # after its fsync instead of waiting up to 5 ms behind the event loop.
         sys.setswitchinterval(0.0005)
-        cfg = self.config  # weir.config refuses this too, for `weir serve`
-        if (
-            cfg.storage_mode == "replicated"
-            and not cfg.allow_anonymous
-            and not self.auth.cluster_secret
-        ):
-            raise ValueError(
-                "a replicated broker that requires authentication needs auth.cluster_secret "
-                "(docs/security.md, 'In a cluster')"
-            )
+        cfg = self.config
+        if cluster_secret_missing(cfg.storage_mode, cfg.allow_anonymous, self.auth.cluster_secret):
+            raise ValueError(CLUSTER_SECRET_NEEDED)
         check_port_free(self.host, self.port)  # a clear error, and no raw gRPC log line
         server = grpc.aio.server(options=GRPC_OPTIONS)
         try:
