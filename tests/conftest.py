@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import random
 import re
+import signal
 import sys
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -41,6 +42,8 @@ os.environ[CHAOS_SEED_ENV] = os.environ.get(CHAOS_SEED_ENV) or str(
 
 class ServerProcess(ListeningProcess):
     """`weir serve` as a child process; stop it by PID (SIGTERM), or kill -9 it."""
+
+    stack_dump_signal = signal.SIGUSR1  # `weir serve` prints its stacks on it
 
     def __init__(self, data_dir: Path, *extra: str, env: dict[str, str] | None = None) -> None:
         super().__init__("weir server", _LISTEN, env=env or {}, cwd=ROOT)

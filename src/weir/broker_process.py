@@ -9,6 +9,7 @@ announces each on stderr once it listens.
 from __future__ import annotations
 
 import re
+import signal
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -39,6 +40,8 @@ class BrokerPorts:
 
 class BrokerProcess(ListeningProcess):
     """``weir serve`` in replicated mode with its own data directory and ports."""
+
+    stack_dump_signal = signal.SIGUSR1  # `weir serve` prints its stacks on it
 
     def __init__(
         self,

@@ -14,6 +14,7 @@ import re
 import signal
 import subprocess
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Self
@@ -44,6 +45,10 @@ class ListeningProcess:
     Subclasses give the command (`command`); the port it listens on is ``port``
     (0 until it first started), every stderr line is kept in ``log``.
     """
+
+    # A signal the process answers by printing its threads' stacks (`weir serve`: SIGUSR1),
+    # sent when it does not become ready in time; None: it has none.
+    stack_dump_signal: int | None = None
 
     def __init__(
         self,
@@ -113,9 +118,23 @@ class ListeningProcess:
     def wait_ready(self, timeout: float = 60) -> Self:
         """Wait until the launched process listens (RuntimeError as `start` says)."""
         if self.proc is None or not self._ready.wait(timeout) or self.proc.poll() is not None:
+            self._dump_stacks()
             self.kill()
-            raise RuntimeError(f"{self.name} did not start:\n" + "".join(self.log[-30:]))
+            raise RuntimeError(f"{self.name} did not start:\n" + "".join(self.log[-120:]))
         return self
+
+    def _dump_stacks(self) -> None:
+        """Ask a process that is alive but not ready for its threads' stacks
+        (``stack_dump_signal``), so the error shows where it hangs."""
+        proc = self.proc
+        if self.stack_dump_signal is None or proc is None or proc.poll() is not None:
+            return
+        before = len(self.log)
+        os.kill(proc.pid, self.stack_dump_signal)
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline and len(self.log) == before:
+            time.sleep(0.05)  # the stderr pump collects the dump; a failure path only
+        time.sleep(0.2)  # the rest of the dump's lines
 
     def stop(self, timeout: float = 30) -> int:
         """SIGTERM, SIGKILL when it has not ended within ``timeout`` (`terminate_process`);

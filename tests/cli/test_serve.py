@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import json
+import os
+import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
+
+import pytest
 
 from tests.cli.conftest import Weir, metrics_url, one_line_error
 from tests.conftest import ROOT, ServerProcess
+from weir.listening_process import ListeningProcess
 
 
 def serve_once(
@@ -152,3 +159,52 @@ def test_a_taken_port_is_one_line_and_leaves_the_data_alone(
         assert [e["generation"] for e in opened] == [2]  # not 4: the refused starts opened nothing
     finally:
         other.stop()
+
+
+def test_sigusr1_prints_every_threads_stack_and_the_server_keeps_serving(
+    server: ServerProcess,
+) -> None:
+    """What an operator (or a test whose server hangs) sends to see where it is."""
+    assert server.proc is not None
+    before = len(server.log)
+    os.kill(server.proc.pid, signal.SIGUSR1)
+    weir = Weir(server.endpoint)
+    assert weir("topic", "create", "after-dump").code == 0  # still serving
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not any(
+        "Current thread" in line for line in server.log[before:]
+    ):
+        time.sleep(0.05)
+    dump = "".join(server.log[before:])
+    assert "Current thread" in dump or "Thread 0x" in dump
+    assert 'File "' in dump
+    assert server.proc.poll() is None
+
+
+class _NeverListens(ListeningProcess):
+    """A child that starts, can dump its stacks, and never says it listens."""
+
+    stack_dump_signal = signal.SIGUSR1
+
+    def __init__(self) -> None:
+        super().__init__("never-ready", re.compile(r"listening on (\S+):(\d+)"))
+
+    def command(self) -> list[str]:
+        code = (
+            "import faulthandler, signal, sys, time\n"
+            "faulthandler.register(signal.SIGUSR1, all_threads=True)\n"
+            "print('starting', file=sys.stderr, flush=True)\n"
+            "def stuck_opening_the_data():\n"
+            "    time.sleep(600)\n"
+            "stuck_opening_the_data()\n"
+        )
+        return [sys.executable, "-c", code]
+
+
+def test_a_start_that_hangs_fails_with_the_stacks_of_the_hung_process() -> None:
+    proc = _NeverListens()
+    with pytest.raises(RuntimeError) as err:
+        proc.start(timeout=3)
+    assert "never-ready did not start" in str(err.value)
+    assert "stuck_opening_the_data" in str(err.value)  # where it hung, from its stack dump
+    assert proc.proc is None  # killed, not left behind

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import faulthandler
 import ipaddress
 import logging
 import os
@@ -335,6 +336,9 @@ def serve(
     ] = False,
 ) -> None:
     """Start the server with its embedded storage (SIGTERM or Ctrl-C stops it cleanly)."""
+    # `kill -USR1 PID` prints every thread's stack to stderr: what a server that hangs
+    # (at start, or later) is doing, without stopping it (docs/observability.md).
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     overrides: dict[str, tuple[object, str]] = {}
     if data_dir is not None:
         overrides["server.data_dir"] = (str(data_dir), "--data-dir")
