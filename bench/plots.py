@@ -141,6 +141,16 @@ def _legend(fig: Any, axes: Any) -> None:
     )
 
 
+def _save_panels(fig: Any, axes: Any, title: str, out: Path) -> Path:
+    """One legend below the panels, the title above, and the PNG written."""
+    _legend(fig, axes)
+    fig.suptitle(title)
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
 def throughput(rows: Rows, out: Path) -> Path | None:
     cs = cells(rows)
     panels = [
@@ -188,12 +198,12 @@ def latency(rows: Rows, out: Path) -> Path | None:
 
         _grouped(ax, ("p50", "p99"), systems, value, "ms (log)", wl, goal)
         _saturated_note(ax, cs, wl)
-    _legend(fig, axes)
-    fig.suptitle("Publish-to-ack and publish-to-consume latency at a fixed rate (dashed: goal)")
-    fig.tight_layout(rect=(0, 0.1, 1, 1))
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return _save_panels(
+        fig,
+        axes,
+        "Publish-to-ack and publish-to-consume latency at a fixed rate (dashed: goal)",
+        out,
+    )
 
 
 def latency_timeline(rows: Rows, out: Path) -> Path | None:
@@ -229,12 +239,9 @@ def latency_timeline(rows: Rows, out: Path) -> Path | None:
         ax.set_ylabel("p99 of each 100 ms, ms (log)")
         ax.set_title(wl, fontsize=10)
         ax.grid(alpha=0.3)
-    _legend(fig, axes)
-    fig.suptitle("Latency over time at a fixed rate (the repetition with the median p99)")
-    fig.tight_layout(rect=(0, 0.1, 1, 1))
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return _save_panels(
+        fig, axes, "Latency over time at a fixed rate (the repetition with the median p99)", out
+    )
 
 
 def partitions(rows: Rows, out: Path) -> Path | None:
