@@ -77,6 +77,8 @@ IDLE_TICKS_KEPT = 100  # ticks with nothing to do before the tick stops
 CONNECT_TIMEOUT_S = 10.0
 MAX_RESPONSE_BYTES = 16 << 20  # an ack is small: what a broken server could make us hold
 _SLICE_S = 0.05  # a waiting caller lets other threads at the socket this often
+LOOK_PER_S = 10_000  # `write_future` reads acks at most this often while requests are in flight
+LOOK_BUFFERED = 4  # ... and only with this few messages buffered (a paced producer)
 _RECV = 256 << 10
 _BLOCKED = (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
 
@@ -146,6 +148,7 @@ class DirectWriterCore(WriterCore, _Base):  # type: ignore[misc]
         # (or no connection: it reconnects once the backoff allows), else part of a batch
         self._pump_at = 0
         self._pumped = 0  # the millisecond of the caller's last time-driven step
+        self._looked = 0  # the 1 / LOOK_PER_S of `write_future`'s last read of acks
         self._seen_written = -1  # for the idle tick: has the caller written since?
         self._idle_ticks = 0  # ticks with nothing pending and nothing written
         # the inlined write: automatic seq_nos, no error, open; and the buffer's bounds
@@ -329,11 +332,23 @@ class DirectWriterCore(WriterCore, _Base):  # type: ignore[misc]
     def _wrote_threadsafe(self, wake: bool) -> None:
         """After a buffered write (not the inlined one): send now when nothing is in
         flight, or a batch is full (see `_pump_at`)."""
-        ms = int(_time() * 1000)
+        now = _time()
+        ms = int(now * 1000)
         if ms != self._pumped or self._buf_bytes >= self._pump_at:
             self._pumped = ms
             with self._io:
                 self._step(0.0, True)
+        elif (
+            self._inflight
+            and len(self._buf.data) <= LOOK_BUFFERED
+            and int(now * LOOK_PER_S) != self._looked
+        ):
+            # a paced producer's futures (few buffered): read the acks that came, at most
+            # every 100 µs (a look is a recv; once a millisecond left ~0.5 ms on each ack's
+            # way); a fast producer's buffer is fuller and it waits for the millisecond
+            self._looked = int(now * LOOK_PER_S)
+            with self._io:
+                self._step(0.0, False)
         if not self._armed:
             self._arm()
 
