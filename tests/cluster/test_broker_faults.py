@@ -11,6 +11,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import time
 from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import Future
@@ -379,15 +381,33 @@ class Load:
             await asyncio.sleep(0.2)
 
 
-async def progressed(load: Load, brokers: dict[str, ServerProcess], step: int) -> None:
-    """`Load.progress`, and when the load is stuck, every broker's last log lines with the
-    failure (ci56 stalled once at load 12-20 with the partition just claimed by a broker
-    that had restarted; its log was not in the output)."""
+async def progressed(
+    load: Load, brokers: dict[str, ServerProcess], step: int, records: ClusterRecords
+) -> None:
+    """`Load.progress`, and when the load is stuck, with the failure: the partitions'
+    assignments and owners in ZooKeeper, and every broker's last log lines after it was
+    asked for its threads' stacks (SIGUSR1). ci56 and ci62 stalled once each after a
+    broker's restart, with no claim or error in any broker's log."""
     try:
         await load.progress(step)
     except AssertionError as exc:
-        tails = "".join(f"--- broker {n}:\n" + "".join(srv.log[-20:]) for n, srv in brokers.items())
-        raise AssertionError(f"{exc}\n{tails}") from None
+        placed = {k: a for k, (a, _) in (await records.assignments()).items()}
+        owners = await records.owners()
+        marks = {n: len(srv.log) for n, srv in brokers.items()}
+        for srv in brokers.values():
+            if srv.proc is not None and srv.proc.poll() is None:
+                os.kill(srv.proc.pid, signal.SIGUSR1)
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline and any(
+            len(srv.log) == marks[n] for n, srv in brokers.items() if srv.proc is not None
+        ):
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(0.5)  # the rest of the dumps
+        tails = "".join(
+            f"--- broker {n}:\n" + "".join(srv.log[max(0, marks[n] - 20) :])
+            for n, srv in brokers.items()
+        )
+        raise AssertionError(f"{exc}\nassignments {placed}\nowners {owners}\n{tails}") from None
 
 
 async def rolling_restart(
@@ -411,7 +431,7 @@ async def rolling_restart(
     load = Load(home.endpoint, name, history, limit)
     tasks = [asyncio.create_task(load.write()), asyncio.create_task(load.read())]
     try:
-        await progressed(load, brokers, step)
+        await progressed(load, brokers, step, records)
         procs: list[tuple[str, ServerProcess | BookieProcess]] = [
             *((f"broker {n}", brokers[n]) for n in NAMES),
             *((f"bookie {i}", b) for i, b in enumerate(bookies)),
@@ -424,10 +444,10 @@ async def rolling_restart(
                 await asyncio.to_thread(proc.stop)
             # it goes on without it, the one broker the client was given included (the
             # client learned the others from a lookup: docs/cluster.md)
-            await progressed(load, brokers, step)
+            await progressed(load, brokers, step, records)
             await asyncio.to_thread(proc.start)
             history.fault(f"started {label}")
-            await progressed(load, brokers, step)
+            await progressed(load, brokers, step, records)
             await load.observe_commit(brokers, f"after {label}")
         load.stopping.set()
         await asyncio.wait_for(asyncio.gather(*tasks), 180)
