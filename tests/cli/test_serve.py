@@ -178,6 +178,16 @@ def test_sigusr1_prints_every_threads_stack_and_the_server_keeps_serving(
     dump = "".join(server.log[before:])
     assert "Current thread" in dump or "Thread 0x" in dump
     assert 'File "' in dump
+    before = len(server.log)
+    os.kill(server.proc.pid, signal.SIGUSR2)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not any(
+        "asyncio tasks" in line for line in server.log[before:]
+    ):
+        time.sleep(0.05)
+    tasks = "".join(server.log[before:])
+    assert "asyncio tasks" in tasks and "Stack for <Task" in tasks
+    assert weir("topic", "create", "after-tasks").code == 0  # still serving
     assert server.proc.poll() is None
 
 

@@ -386,7 +386,7 @@ async def progressed(
 ) -> None:
     """`Load.progress`, and when the load is stuck, with the failure: the partitions'
     assignments and owners in ZooKeeper, and every broker's last log lines after it was
-    asked for its threads' stacks (SIGUSR1). ci56 and ci62 stalled once each after a
+    asked for its threads' and tasks' stacks (SIGUSR1, SIGUSR2). ci56 and ci62 stalled once each after a
     broker's restart, with no claim or error in any broker's log."""
     try:
         await load.progress(step)
@@ -396,7 +396,8 @@ async def progressed(
         marks = {n: len(srv.log) for n, srv in brokers.items()}
         for srv in brokers.values():
             if srv.proc is not None and srv.proc.poll() is None:
-                os.kill(srv.proc.pid, signal.SIGUSR1)
+                os.kill(srv.proc.pid, signal.SIGUSR1)  # threads
+                os.kill(srv.proc.pid, signal.SIGUSR2)  # asyncio tasks
         deadline = time.monotonic() + 3
         while time.monotonic() < deadline and any(
             len(srv.log) == marks[n] for n, srv in brokers.items() if srv.proc is not None

@@ -84,6 +84,20 @@ def announce(cfg: configuration.Config, text: str, **fields: object) -> None:
         sys.stderr.flush()
 
 
+def print_tasks() -> None:
+    """`kill -USR2 PID`: every asyncio task's stack to stderr (SIGUSR1 shows the threads,
+    where a coroutine that waits shows only as the loop's select)."""
+    tasks = asyncio.all_tasks()
+    lines = [f"--- {len(tasks)} asyncio tasks"]
+    for task in tasks:
+        lines.append(f"Stack for {task!r}:")
+        # by hand: Task.print_stack fails on a frame without a line number (3.11)
+        for frame in task.get_stack():
+            code = frame.f_code
+            lines.append(f'  File "{code.co_filename}", line {frame.f_lineno}, in {code.co_name}')
+    print("\n".join(lines), file=sys.stderr, flush=True)
+
+
 async def run(cfg: configuration.Config) -> None:
     """Serve until SIGTERM or SIGINT, then stop accepting, finish commits and close the data."""
     from prometheus_client import disable_created_metrics
@@ -126,6 +140,7 @@ async def run(cfg: configuration.Config) -> None:
         loop.add_signal_handler(sig, on_signal, sig)
     if tls is not None:
         loop.add_signal_handler(signal.SIGHUP, tls.reload)  # new certificate, same process
+    loop.add_signal_handler(signal.SIGUSR2, print_tasks)  # what every coroutine awaits
 
     def alive() -> bool:
         """False once the broker closed on its own or its group-commit thread died."""
