@@ -408,7 +408,17 @@ async def progressed(
             f"--- broker {n}:\n" + "".join(srv.log[max(0, marks[n] - 20) :])
             for n, srv in brokers.items()
         )
-        raise AssertionError(f"{exc}\nassignments {placed}\nowners {owners}\n{tails}") from None
+        here = []  # this process's tasks: what the test's writer and reader clients await
+        for task in asyncio.all_tasks():
+            here.append(repr(task))
+            here += [
+                f"  {f.f_code.co_filename}:{f.f_lineno} {f.f_code.co_name}"
+                for f in task.get_stack()
+            ]
+        clients = "\n".join(here)
+        raise AssertionError(
+            f"{exc}\nassignments {placed}\nowners {owners}\n{tails}\n--- the test's tasks:\n{clients}"
+        ) from None
 
 
 async def rolling_restart(

@@ -468,10 +468,17 @@ class Connection:
         attempt reports it, as it did before."""
         try:
             if self.channel.get_state(try_to_connect=True) != grpc.ChannelConnectivity.READY:
-                await asyncio.wait_for(self.channel.channel_ready(), delay)
+                ready = asyncio.ensure_future(self.channel.channel_ready())
+                done, _ = await asyncio.wait({ready}, timeout=delay)
+                if not done:
+                    # not wait_for: it awaits the cancelled watch, and a watch gRPC is slow
+                    # to give up must not hold the stream (suspected in the cluster's
+                    # rolling-restart stalls: a writer silent after a retry, on no broker)
+                    ready.cancel()
+                    ready.add_done_callback(_retrieved)
+                    return
+                ready.result()  # raises what channel_ready raised
                 return
-        except TimeoutError:
-            return
         except (grpc.aio.UsageError, RuntimeError):
             pass  # the channel is closed (or gRPC could not watch it)
         await asyncio.sleep(delay)
@@ -498,3 +505,10 @@ class Connection:
             if self._owners is not None:
                 await self._owners.close()
             await self.channel.close()
+
+
+def _retrieved(task: asyncio.Future[Any]) -> None:
+    """Done callback of a watch given up on: take its outcome, so that asyncio does not
+    log an exception nobody retrieved."""
+    if not task.cancelled():
+        task.exception()
