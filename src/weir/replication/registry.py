@@ -16,6 +16,8 @@ import threading
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
+from weir.replication.zk_folders import read_children
+
 log = logging.getLogger("weir.replication.registry")
 
 DEFAULT_ROOT = "/weir"
@@ -39,18 +41,7 @@ def available_bookies(
     """Available (writable) bookie ids (``host:port``) and their labels; the read-only
     ones with ``read_only=True``."""
     base = readonly_path(root) if read_only else available_path(root)
-    out: dict[str, dict[str, str]] = {}
-    try:
-        children = zk.get_children(base)
-    except NoNodeError:
-        return out
-    for child in children:
-        try:
-            data, _ = zk.get(f"{base}/{child}")
-        except NoNodeError:
-            continue
-        out[child] = json.loads(data or b"{}")
-    return out
+    return {child: json.loads(data or b"{}") for child, data in read_children(zk, base).items()}
 
 
 class BookieRegistration:

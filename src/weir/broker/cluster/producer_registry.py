@@ -36,8 +36,9 @@ from kazoo.exceptions import (
 )
 
 from weir.broker.cluster.claims import cluster_path
-from weir.broker.cluster.zk_transactions import read_children, write_at_version
+from weir.broker.cluster.zk_transactions import write_at_version
 from weir.errors import UnavailableError
+from weir.replication.zk_folders import read_children
 
 BLOCK = 100  # ids per block taken from ZooKeeper
 

@@ -27,7 +27,7 @@ from kazoo.exceptions import (
 )
 
 from weir.broker.cluster.claims import cluster_path
-from weir.broker.cluster.zk_transactions import read_children, write_at_version
+from weir.broker.cluster.zk_transactions import write_at_version
 from weir.broker.schemas import (
     SchemaInfo,
     SchemaRegistry,
@@ -37,6 +37,7 @@ from weir.broker.schemas import (
     next_versions,
 )
 from weir.errors import UnavailableError
+from weir.replication.zk_folders import read_children
 from weir.storage.kv import Op
 
 

@@ -5,7 +5,7 @@ every broker watches, in one transaction.
 kazoo answers a failed transaction with one result per operation: the one that failed
 carries the cause, the others `RolledBackError`. `failure` finds the cause;
 `write_at_version` turns a lost race into False, so the caller reads again and retries.
-`read_children` reads a folder of such records back.
+A folder of such records is read back with `weir.replication.zk_folders.read_children`.
 """
 
 from __future__ import annotations
@@ -22,24 +22,6 @@ def failure(results: list[Any]) -> Exception | None:
     if not failed:
         return None
     return next((r for r in failed if not isinstance(r, RolledBackError)), failed[0])
-
-
-def read_children(zk: KazooClient, path: str) -> dict[str, bytes]:
-    """Every child of ``path`` with its data (blocking: call it off the event loop); none
-    when ``path`` does not exist, and a child removed between the listing and its read is
-    left out."""
-    out: dict[str, bytes] = {}
-    try:
-        children = zk.get_children(path)
-    except NoNodeError:
-        return out
-    for child in children:
-        try:
-            raw, _ = zk.get(f"{path}/{child}")
-        except NoNodeError:
-            continue
-        out[child] = raw or b""
-    return out
 
 
 def write_at_version(
