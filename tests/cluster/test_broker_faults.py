@@ -33,6 +33,7 @@ from weir.replication.ledger import LedgerClient
 from weir.replication.local_cluster import BookieProcess
 from weir.replication.partition_log import ReplicatedPartitionLog
 from weir.replication.zkserver import ZooKeeperServer
+from weir.task_stacks import task_stacks
 
 NAMES = ("a", "b", "c")
 KEY = 0  # the history's partition key (one topic, partition 0)
@@ -408,14 +409,7 @@ async def progressed(
             f"--- broker {n}:\n" + "".join(srv.log[max(0, marks[n] - 20) :])
             for n, srv in brokers.items()
         )
-        here = []  # this process's tasks: what the test's writer and reader clients await
-        for task in asyncio.all_tasks():
-            here.append(repr(task))
-            here += [
-                f"  {f.f_code.co_filename}:{f.f_lineno} {f.f_code.co_name}"
-                for f in task.get_stack()
-            ]
-        clients = "\n".join(here)
+        clients = task_stacks()  # this process's: what the test's writer and reader await
         raise AssertionError(
             f"{exc}\nassignments {placed}\nowners {owners}\n{tails}\n--- the test's tasks:\n{clients}"
         ) from None

@@ -24,6 +24,7 @@ from weir.broker.observer import BrokerObserver
 from weir.cli.common import CliError
 from weir.errors import DataDirLockedError, WeirError
 from weir.malloc_tuning import keep_freed_memory
+from weir.task_stacks import task_stacks
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -85,17 +86,8 @@ def announce(cfg: configuration.Config, text: str, **fields: object) -> None:
 
 
 def print_tasks() -> None:
-    """`kill -USR2 PID`: every asyncio task's stack to stderr (SIGUSR1 shows the threads,
-    where a coroutine that waits shows only as the loop's select)."""
-    tasks = asyncio.all_tasks()
-    lines = [f"--- {len(tasks)} asyncio tasks"]
-    for task in tasks:
-        lines.append(f"Stack for {task!r}:")
-        # by hand: Task.print_stack fails on a frame without a line number (3.11)
-        for frame in task.get_stack():
-            code = frame.f_code
-            lines.append(f'  File "{code.co_filename}", line {frame.f_lineno}, in {code.co_name}')
-    print("\n".join(lines), file=sys.stderr, flush=True)
+    """`kill -USR2 PID`: every asyncio task's stack to stderr (SIGUSR1 shows the threads)."""
+    print(task_stacks(), file=sys.stderr, flush=True)
 
 
 async def run(cfg: configuration.Config) -> None:
