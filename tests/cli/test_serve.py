@@ -161,31 +161,30 @@ def test_a_taken_port_is_one_line_and_leaves_the_data_alone(
         other.stop()
 
 
+def _signalled(server: ServerProcess, sig: int, marker: str) -> str:
+    """Send ``sig`` and return what the server wrote after it, once a line holds ``marker``
+    (or 30 s passed)."""
+    assert server.proc is not None
+    before = len(server.log)
+    os.kill(server.proc.pid, sig)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not any(marker in line for line in server.log[before:]):
+        time.sleep(0.05)
+    time.sleep(0.2)  # the rest of the dump's lines
+    return "".join(server.log[before:])
+
+
 def test_sigusr1_prints_every_threads_stack_and_the_server_keeps_serving(
     server: ServerProcess,
 ) -> None:
     """What an operator (or a test whose server hangs) sends to see where it is."""
     assert server.proc is not None
-    before = len(server.log)
-    os.kill(server.proc.pid, signal.SIGUSR1)
     weir = Weir(server.endpoint)
+    dump = _signalled(server, signal.SIGUSR1, "Current thread")
     assert weir("topic", "create", "after-dump").code == 0  # still serving
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and not any(
-        "Current thread" in line for line in server.log[before:]
-    ):
-        time.sleep(0.05)
-    dump = "".join(server.log[before:])
     assert "Current thread" in dump or "Thread 0x" in dump
     assert 'File "' in dump
-    before = len(server.log)
-    os.kill(server.proc.pid, signal.SIGUSR2)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and not any(
-        "asyncio tasks" in line for line in server.log[before:]
-    ):
-        time.sleep(0.05)
-    tasks = "".join(server.log[before:])
+    tasks = _signalled(server, signal.SIGUSR2, "asyncio tasks")
     assert "asyncio tasks" in tasks and "Stack for <Task" in tasks
     assert weir("topic", "create", "after-tasks").code == 0  # still serving
     assert server.proc.poll() is None
