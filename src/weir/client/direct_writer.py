@@ -334,19 +334,16 @@ class DirectWriterCore(WriterCore, _Base):  # type: ignore[misc]
         flight, or a batch is full (see `_pump_at`)."""
         now = _time()
         ms = int(now * 1000)
+        look = int(now * LOOK_PER_S)
         if ms != self._pumped or self._buf_bytes >= self._pump_at:
             self._pumped = ms
             with self._io:
                 self._step(0.0, True)
-        elif (
-            self._inflight
-            and len(self._buf.data) <= LOOK_BUFFERED
-            and int(now * LOOK_PER_S) != self._looked
-        ):
+        elif self._inflight and len(self._buf.data) <= LOOK_BUFFERED and look != self._looked:
             # a paced producer's futures (few buffered): read the acks that came, at most
             # every 100 µs (a look is a recv; once a millisecond left ~0.5 ms on each ack's
             # way); a fast producer's buffer is fuller and it waits for the millisecond
-            self._looked = int(now * LOOK_PER_S)
+            self._looked = look
             with self._io:
                 self._step(0.0, False)
         if not self._armed:
