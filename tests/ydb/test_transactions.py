@@ -259,7 +259,9 @@ def test_bad_input_gets_a_clear_error_and_changes_nothing(
 
 @pytest.fixture
 def short_server(tmp_path: Path) -> Iterator[ServerProcess]:
-    srv = ServerProcess(tmp_path / "data", env={"WEIR_TRANSACTIONS_TIMEOUT_MS": "400"})
+    # long enough that begin, the writer's init and its write all land first on a loaded
+    # machine (400 ms did not, under CI's load of 5-6: the write came after the abort)
+    srv = ServerProcess(tmp_path / "data", env={"WEIR_TRANSACTIONS_TIMEOUT_MS": "2000"})
     srv.start()
     yield srv
     srv.stop()

@@ -48,6 +48,12 @@ CHANNEL_OPTIONS: list[tuple[str, int]] = [
     ("grpc.initial_reconnect_backoff_ms", 100),
     ("grpc.min_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 1000),
+    # gRPC shares subchannels (TCP connections and their state) between a process's
+    # channels to one address by default: a new client then inherited a connection that
+    # failed while its broker was down, and failed fast with "connection refused" against
+    # a broker that was back and listening (the cluster tests' restarts showed it). Each
+    # Connection owns its channel's connections instead.
+    ("grpc.use_local_subchannel_pool", 1),
 ]
 
 
@@ -472,8 +478,7 @@ class Connection:
                 done, _ = await asyncio.wait({ready}, timeout=delay)
                 if not done:
                     # not wait_for: it awaits the cancelled watch, and a watch gRPC is slow
-                    # to give up must not hold the stream (suspected in the cluster's
-                    # rolling-restart stalls: a writer silent after a retry, on no broker)
+                    # to give up (grpc/grpc#3064) must not hold the stream
                     ready.cancel()
                     ready.add_done_callback(_retrieved)
                     return
