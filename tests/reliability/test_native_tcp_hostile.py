@@ -121,6 +121,25 @@ def test_a_valid_raw_stream_is_acked_after_its_init(srv: ServerProcess) -> None:
     assert [a.written for r in responses[1:] for a in r.ack.acks] == [3, 2]
 
 
+def test_pipelined_requests_are_acked_once_each_in_order(srv: ServerProcess) -> None:
+    """Hundreds of requests sent before any answer is read: each is acked once, in order
+    (the acks go out in the partition actor's turn, or from the session's ack task when
+    that cannot be done at once: both in one order), offsets dense, every message stored."""
+    with weir.Client(srv.endpoint) as c:
+        c.create_topic("pipelined", partitions=1)
+    n = 300
+    data = START + raw.init("pipelined", "pipe")
+    data += b"".join(raw.batches(good_batch(2, "pipe", 1 + 2 * i)) for i in range(n))
+    frames, rest = raw.exchange(srv.native_tcp, data)
+    result, responses = raw.answers(frames)
+    assert result is not None and not result.HasField("error") and not rest
+    assert [r.WhichOneof("kind") for r in responses] == ["init"] + ["ack"] * n
+    acks = [a for r in responses[1:] for a in r.ack.acks]
+    assert [(a.offset, a.written, a.skipped) for a in acks] == [(2 * i, 2, 0) for i in range(n)]
+    with weir.Client(srv.endpoint) as c:
+        assert c.describe_topic("pipelined").partition_info[0].end_offset == 2 * n
+
+
 def test_random_damage_to_a_valid_connection_never_hurts_the_server(srv: ServerProcess) -> None:
     """Seeded damage (truncation, bit flips, hostile lengths, inserted junk) anywhere in a
     valid connection's bytes: every answer is a frame that parses, and the server lives."""

@@ -82,6 +82,8 @@ class _Write:
     txn: int = 0  # the open transaction the batches belong to, 0 for none
     # large payloads being stored as objects: the batches to commit once they are
     ready: asyncio.Future[Sequence[IncomingBatch]] | None = None
+    # called in the actor's turn right after the future resolved (see `submit`)
+    on_done: Callable[[], None] | None = None
 
 
 @dataclass(slots=True)
@@ -268,12 +270,16 @@ class PartitionActor(Generic[LogT]):
         nbytes: int,
         ready: asyncio.Future[Sequence[IncomingBatch]] | None = None,
         txn: int = 0,
+        on_done: Callable[[], None] | None = None,
     ) -> asyncio.Future[list[BatchResult]]:
         """Queue batches now (order of calls is commit order); the future resolves when durable.
 
         With ``ready`` (large payloads being stored as objects), the batches committed are
         what it resolves to; writes queued behind wait for it, so order holds. Raises
-        OverloadedError at once when the queue is over its byte bound.
+        OverloadedError at once when the queue is over its byte bound. ``on_done`` is
+        called right after the future got its result, in the actor's turn, before it
+        prepares the next write: a session sends the ack from there (a task awaiting the
+        future runs only after that next write is prepared and handed to the commit).
         """
         if self._closed:
             raise UnavailableError(f"partition {self.topic}/{self.partition} is shutting down")
@@ -287,7 +293,7 @@ class PartitionActor(Generic[LogT]):
                 f"for commit (limit {self.max_queue_bytes}); retry shortly"
             )
         fut: asyncio.Future[list[BatchResult]] = asyncio.get_running_loop().create_future()
-        self._queue.append(_Write(batches, nbytes, fut, txn, ready))
+        self._queue.append(_Write(batches, nbytes, fut, txn, ready, on_done))
         self._queued_bytes += nbytes
         self._kick()
         return fut
@@ -442,6 +448,11 @@ class PartitionActor(Generic[LogT]):
                 skipped += r.skipped
             if not it.future.done():
                 it.future.set_result(mine)
+                if it.on_done is not None:
+                    try:
+                        it.on_done()
+                    except Exception:  # the session's: its ack task acks instead
+                        log.exception("a write's on_done failed")
         self.observer.on_write(self.topic, self.partition, written, change.nbytes, skipped)
 
     async def _retain(self, item: _Retention) -> None:

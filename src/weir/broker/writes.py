@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from weir.broker.backlog_quota import BacklogQuotas
 from weir.broker.topics import PERSISTENT, short_topic
@@ -36,10 +36,12 @@ class Writes(BacklogQuotas):
         batches: Sequence[IncomingBatch],
         nbytes: int | None = None,
         txn: int = 0,
+        on_done: Callable[[], None] | None = None,
     ) -> asyncio.Future[list[BatchResult]]:
         """Queue a write now (calls are committed in call order); the future resolves when
         durable. ``txn``: the open transaction it belongs to (admitted by the caller, see
-        `weir.broker.transactions.facade`)."""
+        `weir.broker.transactions.facade`). ``on_done``: see `PartitionActor.submit` (not
+        called for a topic of another kind than persistent: its future is done at once)."""
         self._check_open()
         cfg = self.topic(topic)
         if cfg.terminated:
@@ -73,8 +75,8 @@ class Writes(BacklogQuotas):
             ready = asyncio.get_running_loop().create_task(
                 asyncio.to_thread(self._cut_payloads, tier, actor.log.log_id, batches, threshold)
             )
-            return actor.submit(batches, size, ready, txn)
-        return actor.submit(batches, size, txn=txn)
+            return actor.submit(batches, size, ready, txn, on_done)
+        return actor.submit(batches, size, txn=txn, on_done=on_done)
 
     @staticmethod
     def _cut_payloads(

@@ -88,6 +88,15 @@ class FrameResponses:
         if self.writer.transport.get_write_buffer_size() > _WRITE_HIGH_WATER:
             await self.writer.drain()
 
+    def write_nowait(self, message: Any) -> bool:
+        """`write` when it would not wait: the connection is open and has not backed up;
+        False (nothing written) otherwise."""
+        writer = self.writer
+        if writer.is_closing() or writer.transport.get_write_buffer_size() > _WRITE_HIGH_WATER:
+            return False
+        writer.write(frame(message.SerializeToString()))
+        return True
+
 
 async def _write_requests(reader: asyncio.StreamReader, limit: int) -> Any:
     """The client's WriteRequests, decoded as the gRPC port decodes them."""

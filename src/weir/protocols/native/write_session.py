@@ -2,7 +2,8 @@
 
 It validates each batch (header, both CRCs, column structure, producer id) and
 queues it on the partition actor in arrival order; acks go back in the same
-order as the commits complete. The first error ends the session. A session
+order as the commits complete (on the native TCP port straight from the actor's
+turn, `WriteSession._ack_now`; otherwise from the session's ack task). The first error ends the session. A session
 whose init names a transaction writes every batch into it (see
 `weir.broker.transactions`).
 """
@@ -47,7 +48,9 @@ log = logging.getLogger("weir.native")
 
 class Responses(Protocol):
     """Where a session's answers go: the gRPC call's context, or a connection of the
-    native TCP port (`weir.protocols.native.tcp_front`)."""
+    native TCP port (`weir.protocols.native.tcp_front`). The latter also has
+    ``write_nowait(message) -> bool`` (write now, or False when it would wait): the
+    session then sends its acks in the partition actor's turn (`WriteSession._ack_now`)."""
 
     async def write(self, message: Any) -> None: ...
 
@@ -74,6 +77,10 @@ class WriteSession:
         self._inflight = 0
         self._failure: BaseException | None = None
         self._done = asyncio.Event()
+        # acks sent in the actor's turn when the connection takes them at once (the native
+        # TCP port); the ack task sends the rest, and never while it is writing one itself
+        self._immediate = getattr(context, "write_nowait", None)
+        self._acking = False
 
     def _fail(self, err: BaseException) -> None:
         if self._failure is None:
@@ -228,7 +235,13 @@ class WriteSession:
                         self.txn_id, self.topic, self.partition, batches, nbytes, self.owner
                     )
                 else:
-                    fut = self.broker.submit(self.topic, self.partition, batches, nbytes)
+                    fut = self.broker.submit(
+                        self.topic,
+                        self.partition,
+                        batches,
+                        nbytes,
+                        on_done=self._ack_now if self._immediate is not None else None,
+                    )
                 self._inflight += nbytes
                 self._pending.append((fut, nbytes))
                 self._have_pending.set()
@@ -246,6 +259,27 @@ class WriteSession:
                 f"batch producer_id {h.producer_id!r} differs from the session's {self.producer_id!r}"
             )
 
+    def _ack_now(self) -> None:
+        """The partition actor resolved one of this session's writes: send the acks of the
+        resolved writes at the head of the queue now, in the actor's turn. Awaited by the
+        ack task, the ack went out two turns of the loop later, after the actor had
+        prepared its next write (bench/latency_breakdown.py: "apply + session ack task").
+        What cannot go at once (a failure, the end of input, a connection that must
+        drain, an ack the task is writing) is left to the ack task, in order."""
+        write_nowait = self._immediate
+        pending = self._pending
+        if write_nowait is None or self._acking or self._failure is not None:
+            return
+        while pending:
+            fut, nbytes = pending[0]
+            if not fut.done() or fut.cancelled() or fut.exception() is not None:
+                return
+            results = fut.result()
+            if results is None or not write_nowait(_ack_response(results)):
+                return
+            pending.popleft()
+            self._inflight -= nbytes
+
     async def _ack(self) -> None:
         try:
             while True:
@@ -257,20 +291,27 @@ class WriteSession:
                 # write (the actor would drop it and commit the session's later writes: a gap
                 # in the producer's seq_nos, and a resend of it "skipped" yet never stored)
                 results = await asyncio.shield(fut)
+                if not self._pending or self._pending[0][0] is not fut:
+                    continue  # acknowledged in the actor's turn (_ack_now)
                 self._pending.popleft()
                 if results is None:  # end of input
                     self._done.set()
                     return
                 self._inflight -= nbytes
-                acks = [
-                    pb.BatchAck(offset=r.offset, written=r.written, skipped=r.skipped)
-                    for r in results
-                ]
-                await self.context.write(pb.WriteResponse(ack=pb.WriteAck(acks=acks)))
+                self._acking = True
+                try:
+                    await self.context.write(_ack_response(results))
+                finally:
+                    self._acking = False
         except asyncio.CancelledError:
             raise
         except BaseException as err:
             self._fail(err)
+
+
+def _ack_response(results: list[BatchResult]) -> pb.WriteResponse:
+    acks = [pb.BatchAck(offset=r.offset, written=r.written, skipped=r.skipped) for r in results]
+    return pb.WriteResponse(ack=pb.WriteAck(acks=acks))
 
 
 def check_message_sizes(inc: IncomingBatch, limit: int) -> None:
