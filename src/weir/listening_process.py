@@ -81,7 +81,12 @@ class ListeningProcess:
 
     def launch(self) -> None:
         """Start the process without waiting (`wait_ready` waits): a supervisor starts
-        several at once, each from its main thread (see detached_popen_args)."""
+        several at once, each from its main thread (see detached_popen_args). One that is
+        running already is an error: starting another would lose track of it (a process
+        nobody stops)."""
+        running = self.proc
+        if running is not None and running.poll() is None:
+            raise RuntimeError(f"{self.name} is running already (pid {running.pid}): stop it first")
         env = None if self.env is None else {**os.environ, **self.env}
         self.proc = subprocess.Popen(
             self.command(),

@@ -217,3 +217,16 @@ def test_a_start_that_hangs_fails_with_the_stacks_of_the_hung_process() -> None:
     assert "never-ready did not start" in str(err.value)
     assert "stuck_opening_the_data" in str(err.value)  # where it hung, from its stack dump
     assert proc.proc is None  # killed, not left behind
+
+
+def test_starting_a_server_that_runs_already_is_refused_and_it_keeps_running(
+    server: ServerProcess,
+) -> None:
+    """A second start would replace the process handle and leave the first process running
+    with nobody to stop it (a cluster test's broker once outlived its run so)."""
+    running = server.proc
+    assert running is not None
+    with pytest.raises(RuntimeError, match="running already"):
+        server.start()
+    assert server.proc is running and running.poll() is None
+    assert Weir(server.endpoint)("topic", "create", "still-one").code == 0
