@@ -3,9 +3,9 @@
 It validates each batch (header, both CRCs, column structure, producer id) and
 queues it on the partition actor in arrival order; acks go back in the same
 order as the commits complete (on the native TCP port straight from the actor's
-turn, `WriteSession._ack_now`; otherwise from the session's ack task). The first error ends the session. A session
-whose init names a transaction writes every batch into it (see
-`weir.broker.transactions`).
+turn, `WriteSession._ack_now`; otherwise from the session's ack task). The first
+error ends the session. A session whose init names a transaction writes every
+batch into it (see `weir.broker.transactions`).
 """
 
 from __future__ import annotations
