@@ -169,12 +169,14 @@ class WriteSession:
                 reader.cancel()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._drained(), 10)
+                self._immediate = None  # the error is the last frame: no ack after it
                 raise UnavailableError("server is shutting down; reconnect to another or later")
             if self._failure is not None:
                 raise self._failure
         except asyncio.CancelledError:
             raise
         except Exception as err:
+            self._immediate = None  # the error is the last frame: no ack after it
             if not isinstance(err, WeirError):
                 log.exception(
                     "write session failed",
@@ -185,6 +187,9 @@ class WriteSession:
             with contextlib.suppress(Exception):
                 await self.context.write(pb.WriteResponse(error=error_proto(err)))
         finally:
+            # ended (cancelled too: a revoked grant, a stop past its grace): a write still
+            # committing must not be acked after the error its connection gets next
+            self._immediate = None
             await _stop(reader, acker)
             if token is not None:
                 self.broker.unregister_writer(token)
