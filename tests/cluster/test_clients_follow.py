@@ -276,8 +276,9 @@ async def test_writes_through_a_non_owner_go_on_across_kill_9_of_the_owner(
         assert [r[1] for r in rows] == [f"id:w:{n}" for n in range(total)]
         assert new_owner != owner
     finally:
-        if brokers[owner].proc is None:
-            brokers[owner].start()
+        # answering before the next test's first call (a client that never got through
+        # fails fast on a refusal, and gRPC may hand it a connection still refused)
+        await restarted(brokers[owner], name)
 
 
 def test_a_direct_tcp_writer_follows_the_owner_across_kill_9(
@@ -326,8 +327,9 @@ def test_a_direct_tcp_writer_follows_the_owner_across_kill_9(
         assert [r[1] for r in rows] == [f"id:d:{n}" for n in range(total)]
         assert [r[0] for r in rows] == list(range(total))  # dense, in write order
     finally:
-        if brokers[owner].proc is None:
-            brokers[owner].start()
+        # answering before the next test's first call (a client that never got through
+        # fails fast on a refusal, and gRPC may hand it a connection still refused)
+        asyncio.run(restarted(brokers[owner], name))
 
 
 async def test_an_asyncio_reader_reads_each_partition_from_its_owner_across_kill_9(
@@ -393,8 +395,9 @@ async def test_an_asyncio_reader_reads_each_partition_from_its_owner_across_kill
         for p in range(parts):  # committed positions kept: nothing read twice
             assert [o for o, _ in rows[p]] == list(range(2 * per)), (p, rows[p])
     finally:
-        if brokers[owner].proc is None:
-            brokers[owner].start()
+        # answering before the next test's first call (a client that never got through
+        # fails fast on a refusal, and gRPC may hand it a connection still refused)
+        await restarted(brokers[owner], name)
 
 
 def test_a_sync_reader_reads_a_topic_spread_over_brokers(
@@ -478,8 +481,9 @@ def test_kafka_metadata_names_the_owner_and_a_producer_follows_it_across_kill_9(
         assert [o for o, _ in rows] == list(range(len(rows)))
     finally:
         producer.close(timeout=10)
-        if brokers[owner].proc is None:
-            brokers[owner].start()
+        # answering before the next test's first call (a client that never got through
+        # fails fast on a refusal, and gRPC may hand it a connection still refused)
+        asyncio.run(restarted(brokers[owner], name))
 
 
 def test_a_pulsar_producer_is_sent_to_the_owner_and_follows_it_across_kill_9(
@@ -518,8 +522,9 @@ def test_a_pulsar_producer_is_sent_to_the_owner_and_follows_it_across_kill_9(
         assert [o for o, _ in rows] == list(range(80))
     finally:
         client.close()
-        if brokers[owner].proc is None:
-            brokers[owner].start()
+        # answering before the next test's first call (a client that never got through
+        # fails fast on a refusal, and gRPC may hand it a connection still refused)
+        asyncio.run(restarted(brokers[owner], name))
 
 
 def test_ydb_discovery_lists_every_broker_and_a_ydb_writer_reaches_the_owner(

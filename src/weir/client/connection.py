@@ -48,12 +48,6 @@ CHANNEL_OPTIONS: list[tuple[str, int]] = [
     ("grpc.initial_reconnect_backoff_ms", 100),
     ("grpc.min_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 1000),
-    # gRPC shares subchannels (TCP connections and their state) between a process's
-    # channels to one address by default: a new client then inherited a connection that
-    # failed while its broker was down, and failed fast with "connection refused" against
-    # a broker that was back and listening (the cluster tests' restarts showed it). Each
-    # Connection owns its channel's connections instead.
-    ("grpc.use_local_subchannel_pool", 1),
 ]
 
 
