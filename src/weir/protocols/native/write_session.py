@@ -169,13 +169,12 @@ class WriteSession:
                 reader.cancel()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._drained(), 10)
-                self._immediate = None  # the error is the last frame: no ack after it
                 raise UnavailableError("server is shutting down; reconnect to another or later")
             if self._failure is not None:
                 raise self._failure
         except asyncio.CancelledError:
             raise
-        except Exception as err:
+        except Exception as err:  # the stop above too
             self._immediate = None  # the error is the last frame: no ack after it
             if not isinstance(err, WeirError):
                 log.exception(
