@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from tests.storage.conftest import hold, make_batch
+from tests.storage.conftest import hold, make_batch, queued
 from weir.broker.broker import Broker
 from weir.broker.config import BrokerConfig
 from weir.protocols.native import weir_pb2 as pb
@@ -58,10 +58,7 @@ async def test_a_write_committing_when_its_session_ends_is_not_acked_after_the_e
         session = WriteSession(b, frames)
         bufs = [bytes(x.buf) for x in make_batch(3, producer="p")]
         run = asyncio.create_task(session.run(_requests("t", bufs, more)))
-        deadline = time.monotonic() + 30
-        while committer.pending < 1:
-            assert time.monotonic() < deadline, "the write never reached the committer"
-            await asyncio.sleep(0.001)
+        await queued(committer, 1)
         run.cancel()  # as the TCP port does when a grant is revoked
         await asyncio.gather(run, return_exceptions=True)
         frames.kinds.append("error")  # what the port writes next
@@ -89,11 +86,9 @@ async def test_acks_go_out_in_the_actors_turn_in_write_order(tmp_path: Path) -> 
         ]
         session = WriteSession(b, frames)
         run = asyncio.create_task(session.run(_requests("t", bufs, more)))
-        deadline = time.monotonic() + 30
-        while b.store.committer.pending < 1:
-            assert time.monotonic() < deadline, "the writes never reached the committer"
-            await asyncio.sleep(0.001)
+        await queued(b.store.committer, 1)
         gate.set()
+        deadline = time.monotonic() + 30
         while frames.kinds.count("ack") < 5:
             assert time.monotonic() < deadline, frames.kinds
             await asyncio.sleep(0.001)

@@ -276,8 +276,6 @@ async def test_writes_through_a_non_owner_go_on_across_kill_9_of_the_owner(
         assert [r[1] for r in rows] == [f"id:w:{n}" for n in range(total)]
         assert new_owner != owner
     finally:
-        # answering before the next test's first call (a client that never got through
-        # fails fast on a refusal, and gRPC may hand it a connection still refused)
         await restarted(brokers[owner], name)
 
 
@@ -327,8 +325,6 @@ def test_a_direct_tcp_writer_follows_the_owner_across_kill_9(
         assert [r[1] for r in rows] == [f"id:d:{n}" for n in range(total)]
         assert [r[0] for r in rows] == list(range(total))  # dense, in write order
     finally:
-        # answering before the next test's first call (a client that never got through
-        # fails fast on a refusal, and gRPC may hand it a connection still refused)
         asyncio.run(restarted(brokers[owner], name))
 
 
@@ -395,8 +391,6 @@ async def test_an_asyncio_reader_reads_each_partition_from_its_owner_across_kill
         for p in range(parts):  # committed positions kept: nothing read twice
             assert [o for o, _ in rows[p]] == list(range(2 * per)), (p, rows[p])
     finally:
-        # answering before the next test's first call (a client that never got through
-        # fails fast on a refusal, and gRPC may hand it a connection still refused)
         await restarted(brokers[owner], name)
 
 
@@ -481,8 +475,6 @@ def test_kafka_metadata_names_the_owner_and_a_producer_follows_it_across_kill_9(
         assert [o for o, _ in rows] == list(range(len(rows)))
     finally:
         producer.close(timeout=10)
-        # answering before the next test's first call (a client that never got through
-        # fails fast on a refusal, and gRPC may hand it a connection still refused)
         asyncio.run(restarted(brokers[owner], name))
 
 
@@ -522,8 +514,6 @@ def test_a_pulsar_producer_is_sent_to_the_owner_and_follows_it_across_kill_9(
         assert [o for o, _ in rows] == list(range(80))
     finally:
         client.close()
-        # answering before the next test's first call (a client that never got through
-        # fails fast on a refusal, and gRPC may hand it a connection still refused)
         asyncio.run(restarted(brokers[owner], name))
 
 
@@ -581,7 +571,8 @@ def test_ydb_describe_topic_through_any_broker_lists_every_partition(
 
 async def restarted(srv: ServerProcess, topic: str, timeout: float = 60) -> None:
     """Start a killed broker again and poll until it answers (a later test's first call
-    may go to it, and a client that never reached a broker fails fast on a refusal)."""
+    may go to it, and a client that never reached a broker fails fast on a refusal, which
+    gRPC may still report from the connection it shares with the clients that saw it die)."""
     if srv.proc is not None:
         return
     await asyncio.to_thread(srv.start)

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
 import time
@@ -39,6 +40,14 @@ def make_batch(
     return validate_incoming(
         [encode_batch(data, producer_id=producer, first_seq_no=first_seq, created_at=created)]
     )
+
+
+async def queued(committer: GroupCommitter, count: int, timeout: float = 30) -> None:
+    """Until ``count`` jobs wait in a `hold`-ed committer (polled from the event loop)."""
+    deadline = time.monotonic() + timeout
+    while committer.pending < count:
+        assert time.monotonic() < deadline, "the writes never reached the committer"
+        await asyncio.sleep(0.001)
 
 
 def hold(committer: GroupCommitter) -> threading.Event:
