@@ -34,8 +34,10 @@ def _stored(c: weir.Client, topic: str) -> list[bytes]:
         {"WEIR_STORAGE_INLINE_COMMIT_BYTES": "0"},
         {"WEIR_STORAGE_INLINE_COMMIT_BYTES": "64KiB"},
         {"WEIR_STORAGE_JOURNAL": "true"},
+        # the native TCP port: its acks go out in the partition actor's turn (_ack_now)
+        {"WEIR_NATIVE_TCP_ENABLED": "true"},
     ],
-    ids=["thread-commit", "inline-commit", "journal"],
+    ids=["thread-commit", "inline-commit", "journal", "tcp-port"],
 )
 def test_a_write_whose_fsync_fails_is_never_acknowledged_nor_read_back(
     tmp_path: Path, env: dict[str, str]
@@ -47,7 +49,12 @@ def test_a_write_whose_fsync_fails_is_never_acknowledged_nor_read_back(
     try:
         server.start()
         errors: list[WeirError] = []
-        with weir.Client(server.endpoint) as c:
+        tcp = "WEIR_NATIVE_TCP_ENABLED" in env
+        with weir.Client(
+            server.endpoint,
+            transport="tcp" if tcp else "grpc",
+            tcp_endpoint=server.native_tcp if tcp else None,
+        ) as c:
             c.create_topic("t", partitions=1)
             w = c.writer(
                 "t",
