@@ -521,3 +521,26 @@ def test_a_client_whose_first_endpoint_refuses_uses_the_next(
                 got.append(m.data)
         r.close()
         assert got == [f"m{i}".encode() for i in range(5)]
+
+
+async def test_a_new_client_reaches_a_restarted_server_that_another_saw_down(
+    tmp_path: Path,
+) -> None:
+    """gRPC shares a process's connections to one address between its channels: a client
+    made after a server restarted inherited the connection another client had seen fail,
+    and failed fast with "connection refused" against a server that was listening again
+    (the cluster tests' broker restarts showed it). A never-connected client now looks
+    whether the endpoint listens before it calls a refusal a wrong address."""
+    srv = ServerProcess(tmp_path / "data")
+    srv.start()
+    try:
+        async with weir.aio.Client(srv.endpoint) as old:
+            await old.create_topic("back")
+            srv.stop()
+            with pytest.raises(WeirError):
+                await old.describe_topic("back", timeout=1)
+            srv.start()
+            async with weir.aio.Client(srv.endpoint) as new:
+                assert (await new.describe_topic("back", timeout=10)).partitions == 1
+    finally:
+        srv.stop()

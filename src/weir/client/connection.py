@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import socket
 import ssl
 import time
 from collections.abc import Sequence
@@ -173,6 +174,31 @@ def cannot_connect(endpoint: str, err: WeirError, tls: bool = False) -> WeirErro
     return UnavailableError(f"cannot connect to {endpoint}: {why}")
 
 
+# how long `listening` waits for a connect that neither completes nor is refused
+PROBE_TIMEOUT_S = 0.2
+
+
+def listening(endpoint: str, timeout: float = PROBE_TIMEOUT_S) -> bool:
+    """Whether something accepts TCP connections at ``endpoint`` ("host:port") right now.
+
+    gRPC shares a process's connections to one address between its channels, with their
+    state: a new client's first call can fail with "connection refused" that another
+    channel's connection saw while the server was down, though it listens again (gRPC
+    retries that connection only after its backoff). Before a refusal is reported as a
+    wrong address, one fresh connect says whether it still holds. Blocking, and bounded
+    by ``timeout``: a refusal comes back at once, and the question is asked only on a
+    never-connected client's refusal."""
+    host, _, port = endpoint.rpartition(":")
+    host = host.strip("[]")
+    if not host or not port.isdigit():
+        return False
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
 def tls_failure(text: str) -> str | None:
     """What went wrong with TLS, from gRPC's lower-cased error text; None if not TLS."""
     if "ssl" not in text and "tls" not in text:  # not "tcp handshaker shutdown": a timeout
@@ -202,7 +228,8 @@ class Connection:
     Until one call or stream has succeeded on it, a refused connection fails at
     once (`unreachable`): a wrong port or a server that is not running is an
     error to report, not an outage to wait out. After that, the same refusal is
-    a server restarting, and callers retry with backoff.
+    a server restarting, and callers retry with backoff. (A refusal while the endpoint
+    does listen is one gRPC kept from another channel's connection: retried, `listening`.)
 
     With ``credentials`` every call carries a token from ``Login`` (see
     `weir.client.credentials`); without, calls are anonymous.
@@ -438,6 +465,12 @@ class Connection:
         fast = cannot_connect(endpoint or self.endpoint, err, self.tls is not None)
         if fast is not None and fast.message.endswith("refused") and self.can_fail_over:
             return None  # one broker of several down: the others are asked (weir.client.owners)
+        if (
+            fast is not None
+            and fast.message.endswith("connection refused")
+            and listening(endpoint or self.endpoint)
+        ):
+            return None  # the refusal was an earlier one of a shared connection (`listening`)
         if fast is not None and tcp and fast.message.endswith("connection refused"):
             fast = UnavailableError(
                 f"{fast.message} (is the native TCP port on: native_tcp.enabled?)"
