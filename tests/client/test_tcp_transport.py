@@ -10,6 +10,7 @@ whose TCP port is off fails at once, naming the setting.
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -106,9 +107,11 @@ def test_big_messages_arrive_intact(
     tcp_server: ServerProcess, topic_name: str, transport: str
 ) -> None:
     blobs = [bytes([i]) * (300_000 + i) for i in range(3)]
+    # and one past the size the TCP port receives a frame in one piece (DIRECT_PART_BYTES)
+    blobs.append(os.urandom(5 << 20))
     with client_of(tcp_server, transport) as c:
         c.create_topic(topic_name)
-        with c.writer(topic_name, max_batch_bytes=256 << 10) as w:
+        with c.writer(topic_name, max_batch_bytes=6 << 20) as w:
             for b in blobs:
                 w.write(b)
         assert [m.data for m in read_all(c, topic_name)] == blobs
@@ -290,6 +293,8 @@ def test_tcp_writer_over_tls(tmp_path: Path, topic_name: str) -> None:
                 assert w.write_with_result(b"secret").offset == 0
             with c.writer(topic_name, routing="pinned") as w:
                 assert w.write_with_result(b"secret too").offset == 1
+                # a request past DIRECT_FRAME_BYTES, read off TLS into its own buffer
+                assert w.write_with_result(b"s" * 300_000).offset == 2
         # a client that does not trust the server's CA is told why
         other = Authority(tmp_path / "other", "other CA")
         with weir.Client(

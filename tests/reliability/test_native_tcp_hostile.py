@@ -20,6 +20,7 @@ import weir
 from tests import native_tcp_raw as raw
 from tests.conftest import ServerProcess
 from tests.reliability.test_hostile import fingerprint, good_batch
+from weir.protocols.native.frame_connection import DIRECT_FRAME_BYTES
 from weir.protocols.native.framing import MAGIC
 
 ENV = {
@@ -84,6 +85,11 @@ def test_bad_stream_frames_get_typed_errors_and_store_nothing(srv: ServerProcess
             "MESSAGE_TOO_LARGE",
         ),
         "a truncated frame": (INIT + raw.batches(good_batch())[:-5], "BAD_REQUEST"),
+        # past DIRECT_FRAME_BYTES: received into a buffer of its own, then cut short
+        "a truncated large frame": (
+            INIT + raw.batches(*[good_batch(1, "evil", i) for i in range(1, 1001)])[:-5],
+            "BAD_REQUEST",
+        ),
         "protobuf garbage": (INIT + raw.frame(b"\x12\xff\xff\xff\xff\x0f"), "BAD_REQUEST"),
         "a batch with a wrong CRC": (INIT + raw.batches(bytes(flipped)), "BAD_BATCH"),
         "garbage for a batch": (INIT + raw.batches(b"\x00" * 100), "BAD_BATCH"),
@@ -138,6 +144,31 @@ def test_pipelined_requests_are_acked_once_each_in_order(srv: ServerProcess) -> 
     assert [(a.offset, a.written, a.skipped) for a in acks] == [(2 * i, 2, 0) for i in range(n)]
     with weir.Client(srv.endpoint) as c:
         assert c.describe_topic("pipelined").partition_info[0].end_offset == 2 * n
+
+
+def test_requests_of_every_size_back_to_back_are_acked_in_order(srv: ServerProcess) -> None:
+    """Small requests and requests past `DIRECT_FRAME_BYTES` (received into a buffer of
+    their own, not the connection's), back to back in one stream, cut into the socket's
+    reads wherever they fall: each is acked once, in order, and every message is stored."""
+    with weir.Client(srv.endpoint) as c:
+        c.create_topic("sizes", partitions=1)
+    counts = [1, 1500, 2, 4000, 1, 900, 3]  # batches per request, ~100 bytes each
+    requests, seq = [], 1
+    for k in counts:
+        requests.append(raw.batches(*[good_batch(1, "sz", seq + i) for i in range(k)]))
+        seq += k
+    assert sum(len(r) > DIRECT_FRAME_BYTES for r in requests) == 3
+    frames, rest = raw.exchange(
+        srv.native_tcp, START + raw.init("sizes", "sz") + b"".join(requests)
+    )
+    result, responses = raw.answers(frames)
+    assert result is not None and not result.HasField("error") and not rest
+    assert [r.WhichOneof("kind") for r in responses] == ["init"] + ["ack"] * len(counts)
+    assert [len(r.ack.acks) for r in responses[1:]] == counts
+    acks = [a for r in responses[1:] for a in r.ack.acks]
+    assert [(a.offset, a.written) for a in acks] == [(i, 1) for i in range(sum(counts))]
+    with weir.Client(srv.endpoint) as c:
+        assert c.describe_topic("sizes").partition_info[0].end_offset == sum(counts)
 
 
 def test_random_damage_to_a_valid_connection_never_hurts_the_server(srv: ServerProcess) -> None:

@@ -2,8 +2,9 @@
 
 A connection opens with `MAGIC`, then frames both ways: a 4-byte big-endian
 length, then that many bytes of one weir.proto message (weir.proto: TcpHello).
-Shared by the server's listener (`weir.protocols.native.tcp_front`) and the
-SDK (`weir.client.tcp_call`); nothing here knows the broker.
+Shared by the server's listener (`weir.protocols.native.tcp_front`, which reads
+through `weir.protocols.native.frame_connection`) and the SDK
+(`weir.client.tcp_call`: `read_frame`); nothing here knows the broker.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import struct
 
-from weir.errors import BadRequestError, MessageTooLargeError, UnavailableError
+from weir.errors import BadRequestError, MessageTooLargeError
 
 DEFAULT_PORT = 2137  # the gRPC port's (2136) neighbour
 MAGIC = b"weir"
@@ -59,16 +60,3 @@ async def read_frame(reader: asyncio.StreamReader, limit: int) -> bytes | None:
         raise FrameError(
             f"the connection ended inside a frame ({len(exc.partial)} of {n} bytes)"
         ) from None
-
-
-async def read_magic(reader: asyncio.StreamReader) -> None:
-    """The connection's first 4 bytes, which must be `MAGIC`."""
-    try:
-        got = await reader.readexactly(len(MAGIC))
-    except asyncio.IncompleteReadError as exc:
-        raise UnavailableError("the connection ended before the protocol magic") from exc
-    if got != MAGIC:
-        raise FrameError(
-            f"not the weir native TCP protocol (first bytes {got!r}, expected {MAGIC!r}); "
-            "gRPC clients use the gRPC port"
-        )

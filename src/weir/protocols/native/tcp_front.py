@@ -29,19 +29,12 @@ from weir.broker.broker import Broker
 from weir.errors import BadRequestError, UnavailableError, WeirError
 from weir.protocols.native import weir_pb2 as pb
 from weir.protocols.native.auth import bearer_token
-from weir.protocols.native.framing import (
-    MAX_HELLO_BYTES,
-    METHOD_WRITE,
-    VERSION,
-    frame,
-    read_frame,
-    read_magic,
-)
+from weir.protocols.native.frame_connection import FrameConnection, start_frame_listener
+from weir.protocols.native.framing import MAX_HELLO_BYTES, METHOD_WRITE, VERSION, frame
 from weir.protocols.native.service import NativeService
 from weir.protocols.native.stream import error_proto
 from weir.protocols.native.wire import decode_write_request
 from weir.protocols.native.write_session import WriteSession
-from weir.protocols.tcp_listener import start_listener
 from weir.security import Security, current_principal
 from weir.security.authenticator import ClientCertificate, Credential
 from weir.security.principal import current_checks
@@ -98,11 +91,11 @@ class FrameResponses:
         return True
 
 
-async def _write_requests(reader: asyncio.StreamReader, limit: int) -> Any:
+async def _write_requests(conn: FrameConnection, limit: int) -> Any:
     """The client's WriteRequests, decoded as the gRPC port decodes them."""
     while True:
         try:
-            data = await read_frame(reader, limit)
+            data = await conn.read_frame(limit)
         except OSError as exc:
             raise UnavailableError(f"the client's connection was lost: {exc}") from None
         if data is None:
@@ -147,8 +140,9 @@ class NativeTcpFront:
         return f"{self.host}:{self.port}"
 
     async def start(self) -> None:
-        self._server = await start_listener(
-            self._serve, self.host, self.port, self.tls, "native TCP clients"
+        ssl_context = self.tls.ssl_context() if self.tls is not None else None
+        self._server = await start_frame_listener(
+            self._serve, self.host, self.port, ssl_context, "native TCP clients"
         )
         self.port = self._server.sockets[0].getsockname()[1]
         log.debug("native TCP front started", extra={"endpoint": self.endpoint})
@@ -166,7 +160,7 @@ class NativeTcpFront:
             await asyncio.gather(*pending, return_exceptions=True)
         self._server = None
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _serve(self, conn: FrameConnection, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
         self._connections.add(task)
@@ -175,8 +169,8 @@ class NativeTcpFront:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
-            await self._connection(reader, writer)
-        except (OSError, asyncio.IncompleteReadError):
+            await self._connection(conn, writer)
+        except OSError:
             pass  # the client went away
         except Exception:
             log.exception("native TCP connection failed")
@@ -190,12 +184,12 @@ class NativeTcpFront:
         name = _common_name(writer.get_extra_info("ssl_object"))
         return ClientCertificate(name) if name is not None else None
 
-    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _connection(self, conn: FrameConnection, writer: asyncio.StreamWriter) -> None:
         out = FrameResponses(writer)
         try:
             try:
-                await asyncio.wait_for(read_magic(reader), HELLO_TIMEOUT_S)
-                data = await asyncio.wait_for(read_frame(reader, MAX_HELLO_BYTES), HELLO_TIMEOUT_S)
+                await asyncio.wait_for(conn.read_magic(), HELLO_TIMEOUT_S)
+                data = await asyncio.wait_for(conn.read_frame(MAX_HELLO_BYTES), HELLO_TIMEOUT_S)
             except TimeoutError:
                 raise BadRequestError(
                     f"no hello within {HELLO_TIMEOUT_S:g} s of connecting"
@@ -203,7 +197,7 @@ class NativeTcpFront:
             if data is None:
                 return
             try:
-                hello = pb.TcpHello.FromString(data)
+                hello = pb.TcpHello.FromString(bytes(data))
             except DecodeError:
                 raise BadRequestError("the first frame is not a TcpHello message") from None
             if hello.version != VERSION:
@@ -224,14 +218,14 @@ class NativeTcpFront:
                 extra={"peer": str(writer.get_extra_info("peername"))},
             )
             await out.write(pb.TcpHelloResult(version=VERSION, error=error_proto(err)))
-            await _linger(reader, writer)
+            await _linger(conn, writer)
             return
         await out.write(pb.TcpHelloResult(version=VERSION))
         current_principal.set(principal)
         checks: list[tuple[object, str, str]] = []
         current_checks.set(checks)  # filled by the authorization checks the stream passes
         session = WriteSession(self.broker, out, self.stopping, allow=self._allow)
-        task = asyncio.ensure_future(session.run(_write_requests(reader, self.max_frame_bytes)))
+        task = asyncio.ensure_future(session.run(_write_requests(conn, self.max_frame_bytes)))
         ended: list[WeirError] = []
 
         def recheck() -> None:  # users or grants changed, or the token expired
@@ -254,10 +248,10 @@ class NativeTcpFront:
         finally:
             stop_watching()
             task.cancel()
-        await _linger(reader, writer)
+        await _linger(conn, writer)
 
 
-async def _linger(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+async def _linger(conn: FrameConnection, writer: asyncio.StreamWriter) -> None:
     """Flush the last answers, half-close, and drop what the client still sends until it
     closes (LINGER_S at most); see LINGER_S."""
     with contextlib.suppress(Exception):
@@ -265,8 +259,4 @@ async def _linger(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) ->
         if writer.can_write_eof():
             writer.write_eof()
 
-        async def discard() -> None:
-            while await reader.read(1 << 16):
-                pass
-
-        await asyncio.wait_for(discard(), LINGER_S)
+        await asyncio.wait_for(conn.discard(), LINGER_S)

@@ -96,7 +96,7 @@ def encode_write_request(req: pb.WriteRequest | RawWriteRequest) -> bytes:
     return req.SerializeToString()
 
 
-def decode_write_request(data: bytes) -> Any:
+def decode_write_request(data: bytes | bytearray) -> Any:
     """A RawWriteRequest for a batches message, else the generated parser's WriteRequest."""
     try:
         if data[:1] == bytes((_T_WRITE_BATCHES,)):
@@ -117,7 +117,7 @@ def decode_write_request(data: bytes) -> Any:
                     return RawWriteRequest(batches)
     except (IndexError, ValueError):
         pass
-    return pb.WriteRequest.FromString(data)
+    return pb.WriteRequest.FromString(bytes(data))
 
 
 # ---------------------------------------------------------------- ReadResponse.data
