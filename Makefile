@@ -67,8 +67,10 @@ typecheck: install-test
 PYTEST_WORKERS ?= 3
 PYTEST_PARALLEL = -n $(PYTEST_WORKERS) --dist loadscope
 
+# --durations: the slowest tests close to the end of the log (CI keeps its tail), for
+# keeping the suite under its 15 minutes
 pytest: install-test system-packages
-	$(BIN)/python -m pytest -q $(PYTEST_PARALLEL)
+	$(BIN)/python -m pytest -q $(PYTEST_PARALLEL) --durations=30
 
 test: lint typecheck pytest
 

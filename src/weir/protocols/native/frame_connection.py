@@ -10,9 +10,15 @@ buffer of its own, the bytes the frame itself is, with no copy at all (a frame o
 `DIRECT_PART_BYTES` in parts, joined once).
 
 The reading side keeps `StreamReader`'s shape for the front (`read_magic`,
-`read_frame`, `discard`) and its flow control (reading pauses while a frame's worth is
-buffered and unread); the writing side is a plain `asyncio.StreamWriter` over the same
+`read_frame`, `discard`) and its flow control (reading pauses while the buffer is full
+and unread); the writing side is a plain `asyncio.StreamWriter` over the same
 transport, so the front writes, drains and closes as before.
+
+The Kafka front's `weir.protocols.kafka.framing.FrameReader` receives the same way but
+splits frames as they arrive and hands each to a callback. This one reads lazily, a
+frame when the front asks for one, because each read has its own limit: the hello,
+before the client is authenticated, may be 64 KiB, and a longer length is refused
+before a byte of it is taken, though the client pipelined its next frames behind it.
 """
 
 from __future__ import annotations
