@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from weir.protocols.kafka import framing
 from weir.protocols.kafka.framing import BIG_FRAME, SCRATCH, FrameReader, FrameSizeError
 
 
@@ -53,6 +54,22 @@ def test_a_large_frame_is_received_into_its_own_buffer() -> None:
     _feed(reader, struct.pack(">i", len(frame)) + frame, [SCRATCH])
     (v,) = views
     assert v.obj is not reader._scratch and len(v) == len(frame) == len(v.obj)  # type: ignore[arg-type]
+
+
+def test_a_frame_over_a_part_comes_whole_and_memory_follows_the_bytes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A size alone makes the reader hold one part, not the frame it announces; the parts
+    are allocated as the bytes come and joined once."""
+    monkeypatch.setattr(framing, "BIG_PART", 100_000)
+    got: list[bytes] = []
+    reader = FrameReader(100 << 20, lambda f: got.append(bytes(f)))
+    _feed(reader, struct.pack(">i", 90 << 20), [])
+    assert reader.held == 100_000  # not 90 MB
+    frame = bytes(range(256)) * 1200  # 307,200 bytes: 4 parts
+    reader = FrameReader(100 << 20, lambda f: got.append(bytes(f)))
+    _feed(reader, struct.pack(">i", len(frame)) + frame + struct.pack(">i", 3) + b"abc", [70_000])
+    assert got == [frame, b"abc"] and reader.held == 0
 
 
 @pytest.mark.parametrize("size", [-1, (1 << 20) + 1])
