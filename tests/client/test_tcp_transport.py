@@ -291,10 +291,13 @@ def test_tcp_writer_over_tls(tmp_path: Path, topic_name: str) -> None:
             c.create_topic(topic_name)
             with c.writer(topic_name) as w:
                 assert w.write_with_result(b"secret").offset == 0
-            with c.writer(topic_name, routing="pinned") as w:
+            with c.writer(topic_name, routing="pinned", max_batch_bytes=6 << 20) as w:
                 assert w.write_with_result(b"secret too").offset == 1
-                # a request past DIRECT_FRAME_BYTES, read off TLS into its own buffer
+                # requests past DIRECT_FRAME_BYTES and DIRECT_PART_BYTES, read off TLS
+                # into buffers of their own; each answered before the next is sent
                 assert w.write_with_result(b"s" * 300_000).offset == 2
+                assert w.write_with_result(b"t" * (5 << 20)).offset == 3
+                assert w.write_with_result(b"after").offset == 4
         # a client that does not trust the server's CA is told why
         other = Authority(tmp_path / "other", "other CA")
         with weir.Client(

@@ -6,6 +6,7 @@ import asyncio
 import random
 import socket
 import ssl
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any, TypeVar
@@ -185,18 +186,27 @@ def listening(endpoint: str, timeout: float = PROBE_TIMEOUT_S) -> bool:
     state: a new client's first call can fail with "connection refused" that another
     channel's connection saw while the server was down, though it listens again (gRPC
     retries that connection only after its backoff). Before a refusal is reported as a
-    wrong address, one fresh connect says whether it still holds. Blocking, and bounded
-    by ``timeout``: a refusal comes back at once, and the question is asked only on a
-    never-connected client's refusal."""
+    wrong address, one fresh connect says whether it still holds. It blocks the caller
+    (an event loop too) for ``timeout`` at most, the name lookup included (it runs in a
+    thread of its own); a refusal comes back at once, and the question is asked only on
+    a never-connected client's refusal. Unknown (a slow lookup) is False."""
     host, _, port = endpoint.rpartition(":")
     host = host.strip("[]")
     if not host or not port.isdigit():
         return False
-    try:
-        with socket.create_connection((host, int(port)), timeout=timeout):
-            return True
-    except OSError:
-        return False
+    answer: list[bool] = []
+
+    def connect() -> None:
+        try:
+            with socket.create_connection((host, int(port)), timeout=timeout):
+                answer.append(True)
+        except OSError:
+            answer.append(False)
+
+    probe = threading.Thread(target=connect, name="weir-listening-probe", daemon=True)
+    probe.start()
+    probe.join(timeout)
+    return bool(answer and answer[0])
 
 
 def tls_failure(text: str) -> str | None:
@@ -467,6 +477,7 @@ class Connection:
             return None  # one broker of several down: the others are asked (weir.client.owners)
         if (
             fast is not None
+            and not tcp  # the native TCP port's calls connect afresh: their refusal is real
             and fast.message.endswith("connection refused")
             and listening(endpoint or self.endpoint)
         ):

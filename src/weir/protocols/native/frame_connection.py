@@ -25,65 +25,91 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import Any, cast
 
 from weir.errors import MessageTooLargeError, UnavailableError
 from weir.protocols.native.framing import HEADER, MAGIC, FrameError
 
-# the buffer small frames are received into (and copied out of, one by one)
+# the buffer small frames are received into (and copied out of, one by one): it starts
+# at FIRST_BYTES when the first bytes come and grows to CHUNK_BYTES when a frame needs it
+FIRST_BYTES = 16 << 10
 CHUNK_BYTES = 256 << 10
 # a frame at least this big, not in the buffer yet, is received into a buffer of its own
 DIRECT_FRAME_BYTES = 64 << 10
-# ... in parts of at most this many bytes, joined at the end (one copy, for frames over
-# it only): what a peer that sends a frame's length and no more makes the server hold
+# ... in parts of at most this many bytes (not below CHUNK_BYTES), each allocated when the
+# part before it is full, joined at the end (one copy, for frames over it only): a peer
+# that sends a frame's length and no more makes the server hold one part
 DIRECT_PART_BYTES = 4 << 20
 
 Serve = Callable[["FrameConnection", asyncio.StreamWriter], Coroutine[Any, Any, None]]
 
 
-class FrameConnection(asyncio.streams.FlowControlMixin, asyncio.BufferedProtocol):
-    """One connection: frames in (see the module docstring), a StreamWriter out."""
+class FrameConnection(asyncio.BufferedProtocol):
+    """One connection: frames in (see the module docstring), a StreamWriter out.
+
+    Not an `asyncio.streams.FlowControlMixin`: that is an `asyncio.Protocol`, and a loop
+    may then feed it ``data_received`` (uvloop does) instead of its buffers; the few
+    things a StreamWriter asks of its protocol are here instead."""
 
     def __init__(self, serve: Serve, over_ssl: bool) -> None:
-        super().__init__()
         self._serve = serve
         self._over_ssl = over_ssl
-        self._buf = bytearray(CHUNK_BYTES)
+        self._buf = bytearray()  # allocated when the first bytes come
         self._start = 0  # unread bytes are _buf[_start:_end]
         self._end = 0
-        self._direct: bytearray | None = None  # the large frame being received into itself
+        # the large frame being received straight into its parts (see `_read_direct`)
+        self._direct: bytearray | None = None  # the part being filled
         self._direct_filled = 0
+        self._direct_left = 0  # the frame's bytes after that part
+        self._direct_parts: list[bytearray] = []  # its parts filled before that one
         self._eof = False
         self._error: BaseException | None = None
         self._waiter: asyncio.Future[None] | None = None
         self._reading_paused = False
         self._transport: asyncio.Transport | None = None
+        # the writing side's flow control, for StreamWriter.drain
+        self._writing_paused = False
+        self._drain_waiters: list[asyncio.Future[None]] = []
+        self._lost = False
+        self._closed: asyncio.Future[None] | None = None
         self.task: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------ the transport's side
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        self._transport = cast(asyncio.Transport, transport)
         loop = asyncio.get_running_loop()
-        writer = asyncio.StreamWriter(transport, self, None, loop)
+        self._closed = loop.create_future()
+        writer = asyncio.StreamWriter(self._transport, self, None, loop)
         self.task = loop.create_task(self._serve(self, writer))
 
     def get_buffer(self, sizehint: int) -> memoryview:
         if self._direct is not None:
             return memoryview(self._direct)[self._direct_filled :]
         if self._end == len(self._buf):
-            self._compact()
+            self._room(1)
         return memoryview(self._buf)[self._end :]
 
     def buffer_updated(self, nbytes: int) -> None:
-        if self._direct is not None:
+        part = self._direct
+        if part is not None:
             self._direct_filled += nbytes
-            if self._direct_filled == len(self._direct):
-                self._direct = None  # complete: what comes next goes to the buffer
+            if self._direct_filled < len(part):
+                return
+            # The part is full. What comes next is the frame's next part, if any: the
+            # transport may ask for a buffer again before the reader runs (over TLS it
+            # does), and those bytes must not land in the connection's buffer.
+            self._direct_parts.append(part)
+            if self._direct_left:
+                size = min(self._direct_left, DIRECT_PART_BYTES)
+                self._direct = bytearray(size)
+                self._direct_filled = 0
+                self._direct_left -= size
+                return
+            self._direct = None  # the frame is whole: what comes next is the next frame's
         else:
             self._end += nbytes
-            if self._end == len(self._buf) and self._start == 0:
+            if self._end == len(self._buf) == CHUNK_BYTES and self._start == 0:
                 self._pause_reading()  # a full buffer nobody has read: wait for the reader
         self._wake()
 
@@ -95,11 +121,42 @@ class FrameConnection(asyncio.streams.FlowControlMixin, asyncio.BufferedProtocol
         return not self._over_ssl
 
     def connection_lost(self, exc: Exception | None) -> None:
-        super().connection_lost(exc)
+        self._lost = True
         if exc is not None:
             self._error = exc
         self._eof = True
         self._wake()
+        for w in self._drain_waiters:
+            if not w.done():
+                w.set_exception(ConnectionResetError("Connection lost") if exc is None else exc)
+        self._drain_waiters.clear()
+        if self._closed is not None and not self._closed.done():
+            self._closed.set_result(None)
+
+    def pause_writing(self) -> None:
+        self._writing_paused = True
+
+    def resume_writing(self) -> None:
+        self._writing_paused = False
+        for w in self._drain_waiters:
+            if not w.done():
+                w.set_result(None)
+        self._drain_waiters.clear()
+
+    async def _drain_helper(self) -> None:
+        """What `StreamWriter.drain` awaits: room in the transport's write buffer."""
+        if self._lost:
+            raise ConnectionResetError("Connection lost")
+        if not self._writing_paused:
+            return
+        waiter = asyncio.get_running_loop().create_future()
+        self._drain_waiters.append(waiter)
+        await waiter
+
+    def _get_close_waiter(self, stream: object) -> asyncio.Future[None]:
+        """What `StreamWriter.wait_closed` awaits."""
+        assert self._closed is not None
+        return self._closed
 
     def _wake(self) -> None:
         w = self._waiter
@@ -116,12 +173,22 @@ class FrameConnection(asyncio.streams.FlowControlMixin, asyncio.BufferedProtocol
             self._reading_paused = False
             self._transport.resume_reading()
 
-    def _compact(self) -> None:
-        """Move the unread bytes to the front of the buffer (there is room after them)."""
-        start, end = self._start, self._end
-        if start:
-            self._buf[: end - start] = self._buf[start:end]
-            self._start, self._end = 0, end - start
+    def _room(self, n: int) -> None:
+        """Make the buffer hold ``n`` bytes from the first unread one, and one free byte
+        after the last (n < DIRECT_FRAME_BYTES): move the unread bytes to the front, or
+        move them into a bigger buffer."""
+        start, end, buf = self._start, self._end, self._buf
+        need = max(n, end - start + 1)
+        if start + need <= len(buf):
+            return
+        if need <= len(buf):
+            buf[: end - start] = buf[start:end]  # same size: fine while lent to the transport
+        else:
+            grown = bytearray(FIRST_BYTES if need <= FIRST_BYTES else CHUNK_BYTES)
+            assert need <= len(grown), "a full buffer is paused, never grown"
+            grown[: end - start] = buf[start:end]
+            self._buf = grown
+        self._start, self._end = 0, end - start
 
     # ------------------------------------------------------------ the front's side
 
@@ -141,8 +208,7 @@ class FrameConnection(asyncio.streams.FlowControlMixin, asyncio.BufferedProtocol
     async def _fill(self, n: int) -> int:
         """Until ``n`` unread bytes are buffered or the input ended; how many there are."""
         while self._end - self._start < n and not self._eof:
-            if self._start + n > len(self._buf):
-                self._compact()
+            self._room(n)
             await self._wait()
         if self._error is not None and self._end - self._start < n:
             raise self._error
@@ -195,30 +261,26 @@ class FrameConnection(asyncio.streams.FlowControlMixin, asyncio.BufferedProtocol
         return self._take(n)
 
     async def _read_direct(self, n: int, have: int) -> bytes | bytearray:
-        """A large frame, ``have`` bytes of which are buffered: received into its own
-        buffer (in parts of DIRECT_PART_BYTES, allocated as the bytes come)."""
-        parts: list[bytearray] = []
-        got = 0
-        while got < n:
-            part = bytearray(min(n - got, DIRECT_PART_BYTES))
-            if not parts:  # have < len(part): have < n, and have <= CHUNK_BYTES
-                part[:have] = memoryview(self._buf)[self._start : self._end]
-                self._start = self._end = 0
-            self._direct, self._direct_filled = part, have if not parts else 0
-            try:
-                while self._direct_filled < len(part) and not self._eof:
-                    await self._wait()
-            finally:
-                filled = self._direct_filled
-                self._direct = None
-            if filled < len(part):
+        """A large frame, ``have`` bytes of which are buffered (all the unread bytes, fewer
+        than ``n``): the rest is received straight into its parts (`buffer_updated`)."""
+        first = bytearray(min(n, DIRECT_PART_BYTES))
+        assert have < len(first), "DIRECT_PART_BYTES must not be below CHUNK_BYTES"
+        first[:have] = memoryview(self._buf)[self._start : self._end]
+        self._start = self._end = 0
+        self._direct_parts = []
+        self._direct, self._direct_filled = first, have
+        self._direct_left = n - len(first)
+        try:
+            while self._direct is not None and not self._eof:
+                await self._wait()
+            parts = self._direct_parts
+            if self._direct is not None:  # the input ended first
+                got = sum(len(p) for p in parts) + self._direct_filled
                 if self._error is not None:
                     raise self._error
-                raise FrameError(
-                    f"the connection ended inside a frame ({got + filled} of {n} bytes)"
-                )
-            parts.append(part)
-            got += len(part)
+                raise FrameError(f"the connection ended inside a frame ({got} of {n} bytes)")
+        finally:
+            self._direct, self._direct_parts = None, []
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
     async def discard(self) -> None:
