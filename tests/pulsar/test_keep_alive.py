@@ -65,6 +65,10 @@ pongs = count("Replying to ping command")
 producer.send(b"after idle")
 got = consumer.receive(5000).data().decode()
 seen = dict(pongs=pongs, got=got, connects=connects, after=count("Finished connecting to broker"))
+# what the client said about its connections, for a failure to show (ci74 saw a second
+# connection with nothing in the server's log about closing the first)
+words = ("connect", "close", "disconnect", "error", "timeout", "fail")
+seen["heard"] = [line for line in lines if any(w in line.lower() for w in words)][-40:]
 client.close()
 print(json.dumps(seen), flush=True)
 # A client given a Python logger aborts now and then in its own teardown at interpreter
@@ -83,8 +87,8 @@ def test_an_idle_client_answers_pings_and_keeps_its_connection(server: ServerPro
         timeout=150,
     )
     assert run.returncode == 0, run.stderr[-2000:]
-    why = "".join(line for line in server.log if "pulsar" in line)[-2000:]
     seen = json.loads(run.stdout.strip().splitlines()[-1])
+    why = ("server:\n" + "".join(server.log[-30:]) + "client:\n" + "\n".join(seen["heard"]))[-6000:]
     assert seen["pongs"] >= 2  # the server pinged the idle client, which answered
     assert seen["got"] == "after idle"  # the same producer and consumer work on
     assert seen["after"] == seen["connects"], why  # and no connection was made again
