@@ -19,17 +19,17 @@ from tests.security.certs import Authority
 from weir.errors import MessageTooLargeError
 from weir.protocols.native import frame_connection as fc
 from weir.protocols.native.framing import MAGIC, FrameError, frame
+from weir.security.tls import ServerTls, TlsFiles
 
 LIMIT = 8 << 20
 
 
 @pytest.fixture(scope="module")
-def tls(tmp_path_factory: pytest.TempPathFactory) -> tuple[ssl.SSLContext, ssl.SSLContext]:
-    """(server, client) TLS contexts of a test CA."""
+def tls(tmp_path_factory: pytest.TempPathFactory) -> tuple[ServerTls, ssl.SSLContext]:
+    """The server's TLS (as `weir serve` loads it) and a client's context, of a test CA."""
     ca = Authority(tmp_path_factory.mktemp("ca"))
     cert = ca.issue("weir-server", stem="server")
-    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    server.load_cert_chain(cert.cert, cert.key)
+    server = ServerTls(TlsFiles(Path(cert.cert), Path(cert.key)))
     client = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     client.load_verify_locations(Path(ca.path))
     return server, client
@@ -39,7 +39,7 @@ async def _through(
     data: bytes,
     cuts: list[int],
     limit: int = LIMIT,
-    tls: tuple[ssl.SSLContext, ssl.SSLContext] | None = None,
+    tls: tuple[ServerTls, ssl.SSLContext] | None = None,
     frames: int | None = None,
 ) -> list[Any]:
     """Send ``data`` to a FrameConnection in pieces cut at ``cuts``, then end the input;
@@ -66,8 +66,8 @@ async def _through(
             writer.close()
             served.set_result(None)
 
-    server_ctx, client_ctx = tls if tls is not None else (None, None)
-    server = await fc.start_frame_listener(serve, "127.0.0.1", 0, server_ctx, "tests")
+    server_tls, client_ctx = tls if tls is not None else (None, None)
+    server = await fc.start_frame_listener(serve, "127.0.0.1", 0, server_tls, "tests")
     try:
         port = server.sockets[0].getsockname()[1]
         _, writer = await asyncio.open_connection("127.0.0.1", port, ssl=client_ctx)
@@ -109,7 +109,7 @@ def test_frames_come_out_whole_whatever_the_cuts(
     sizes: list[int],
     data: st.DataObject,
     use_tls: bool,
-    tls: tuple[ssl.SSLContext, ssl.SSLContext],
+    tls: tuple[ServerTls, ssl.SSLContext],
 ) -> None:
     payloads = [bytes([i + 1]) * n for i, n in enumerate(sizes)]
     stream = MAGIC + b"".join(frame(p) for p in payloads)
@@ -120,7 +120,7 @@ def test_frames_come_out_whole_whatever_the_cuts(
 
 @pytest.mark.parametrize("use_tls", [False, True], ids=["tcp", "tls"])
 def test_a_frame_in_parts_comes_out_whole_before_the_input_ends(
-    monkeypatch: pytest.MonkeyPatch, use_tls: bool, tls: tuple[ssl.SSLContext, ssl.SSLContext]
+    monkeypatch: pytest.MonkeyPatch, use_tls: bool, tls: tuple[ServerTls, ssl.SSLContext]
 ) -> None:
     """Over DIRECT_PART_BYTES a frame is received in parts (memory taken as it comes). Over
     TLS the transport asks for a buffer again before the reader runs: the next part's

@@ -29,6 +29,8 @@ from typing import Any, cast
 
 from weir.errors import MessageTooLargeError, UnavailableError
 from weir.protocols.native.framing import HEADER, MAGIC, FrameError
+from weir.protocols.tcp_listener import start_protocol_listener
+from weir.security.tls import ServerTls
 
 # the buffer small frames are received into (and copied out of, one by one): it starts
 # at FIRST_BYTES when the first bytes come and grows to CHUNK_BYTES when a frame needs it
@@ -70,9 +72,9 @@ class FrameConnection(asyncio.BufferedProtocol):
         # the writing side's flow control, for StreamWriter.drain
         self._writing_paused = False
         self._drain_waiters: list[asyncio.Future[None]] = []
-        self._lost = False
-        self._closed: asyncio.Future[None] | None = None
-        self.task: asyncio.Task[None] | None = None
+        self._closed: asyncio.Future[None] | None = None  # done once the connection is lost
+        # the serving task: the loop keeps only a weak reference to a task
+        self._task: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------ the transport's side
 
@@ -81,7 +83,7 @@ class FrameConnection(asyncio.BufferedProtocol):
         loop = asyncio.get_running_loop()
         self._closed = loop.create_future()
         writer = asyncio.StreamWriter(self._transport, self, None, loop)
-        self.task = loop.create_task(self._serve(self, writer))
+        self._task = loop.create_task(self._serve(self, writer))
 
     def get_buffer(self, sizehint: int) -> memoryview:
         if self._direct is not None:
@@ -121,7 +123,6 @@ class FrameConnection(asyncio.BufferedProtocol):
         return not self._over_ssl
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._lost = True
         if exc is not None:
             self._error = exc
         self._eof = True
@@ -145,7 +146,7 @@ class FrameConnection(asyncio.BufferedProtocol):
 
     async def _drain_helper(self) -> None:
         """What `StreamWriter.drain` awaits: room in the transport's write buffer."""
-        if self._lost:
+        if self._closed is not None and self._closed.done():
             raise ConnectionResetError("Connection lost")
         if not self._writing_paused:
             return
@@ -292,18 +293,10 @@ class FrameConnection(asyncio.BufferedProtocol):
 
 
 async def start_frame_listener(
-    serve: Serve, host: str, port: int, ssl_context: object | None, what: str
+    serve: Serve, host: str, port: int, tls: ServerTls | None, what: str
 ) -> asyncio.Server:
     """Listen on ``host:port`` (0: any free port) for ``serve``, one `FrameConnection` per
-    connection; ``what`` names the front in the error, as `start_listener` does."""
-    loop = asyncio.get_running_loop()
-    try:
-        return await loop.create_server(
-            lambda: FrameConnection(serve, ssl_context is not None),
-            host,
-            port,
-            ssl=ssl_context,  # type: ignore[arg-type]
-            reuse_address=True,
-        )
-    except OSError as exc:
-        raise OSError(f"cannot listen for {what} on {host}:{port}: {exc.strerror or exc}") from None
+    connection (`start_protocol_listener`)."""
+    return await start_protocol_listener(
+        lambda: FrameConnection(serve, tls is not None), host, port, tls, what
+    )

@@ -140,9 +140,8 @@ class NativeTcpFront:
         return f"{self.host}:{self.port}"
 
     async def start(self) -> None:
-        ssl_context = self.tls.ssl_context() if self.tls is not None else None
         self._server = await start_frame_listener(
-            self._serve, self.host, self.port, ssl_context, "native TCP clients"
+            self._serve, self.host, self.port, self.tls, "native TCP clients"
         )
         self.port = self._server.sockets[0].getsockname()[1]
         log.debug("native TCP front started", extra={"endpoint": self.endpoint})
