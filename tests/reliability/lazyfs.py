@@ -91,6 +91,8 @@ def _make_ops() -> Any:
             self.fsync_open.set()
             self.fsyncs_waiting = 0
             self.failing = False  # set by `fail`: every fsync and O_DSYNC write fails with EIO
+            self.fail_after_fsync = False  # set by `fail-after-fsync`: failing after the next
+            self.failing_all = False  # set by `die-after-fsync`: then every write fails too
             self.syncs = 0
             self.cuts = 0
             self.dropped_pages = 0
@@ -326,6 +328,8 @@ def _make_ops() -> Any:
             with self.mutex:
                 self._alive()
                 h = self.handles[fh]
+                if self.failing and self.failing_all and not h.sync_writes:  # dead: takes nothing
+                    raise mfusepy.FuseOSError(errno.EIO)
                 end = offset + len(data)
                 size = self._size(h.path, h.fd)
                 pos = offset
@@ -336,7 +340,8 @@ def _make_ops() -> Any:
                     take = min(PAGE - lo, end - pos)
                     page[lo : lo + take] = data[pos - offset : pos - offset + take]
                     pos += take
-                if h.sync_writes and self.failing:  # a durable write the disk refuses
+                # a durable write the disk refuses: the page cache keeps the bytes, as Linux's
+                if h.sync_writes and self.failing:
                     raise mfusepy.FuseOSError(errno.EIO)
                 p = self.pending[h.path]
                 if end > size or p.size is not None:
@@ -382,6 +387,9 @@ def _make_ops() -> Any:
                     raise mfusepy.FuseOSError(errno.EIO)
                 h = self.handles[fh]
                 self._persist(h.fd, h.path)
+                if self.fail_after_fsync:  # the disk dies right after this fsync
+                    self.fail_after_fsync = False
+                    self.failing = True
                 return 0
 
     return LazyFS
@@ -411,8 +419,14 @@ def main() -> None:
             elif cmd == "fail":
                 fs.failing = True
                 print("failing", flush=True)
+            elif cmd == "fail-after-fsync":
+                fs.fail_after_fsync = True
+                print("failing after the next fsync", flush=True)
+            elif cmd == "die-after-fsync":
+                fs.fail_after_fsync = fs.failing_all = True
+                print("dying after the next fsync", flush=True)
             elif cmd == "unfail":
-                fs.failing = False
+                fs.failing = fs.failing_all = fs.fail_after_fsync = False
                 print("unfailed", flush=True)
             elif cmd == "waiting":
                 print(fs.fsyncs_waiting, flush=True)
@@ -529,6 +543,17 @@ class LazyMount:
         """From now on every fsync / fdatasync and every O_DSYNC write fails with EIO (a
         dying disk); nothing more is persisted until `unfail_fsync`."""
         self._command("fail")
+
+    def fail_after_next_fsync(self) -> None:
+        """The next fsync succeeds, then the disk fails as `fail_fsync` says: it dies
+        between a commit's two durable writes (LMDB's data pages, then its meta page)."""
+        self._command("fail-after-fsync")
+
+    def die_after_next_fsync(self) -> None:
+        """As `fail_after_next_fsync`, and every later write that is not durable fails
+        too, without reaching the cache (until `unfail_fsync`): a disk behind a dead
+        link, say."""
+        self._command("die-after-fsync")
 
     def unfail_fsync(self) -> None:
         self._command("unfail")

@@ -13,6 +13,8 @@ import errno
 import fcntl
 import logging
 import os
+import threading
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -22,7 +24,13 @@ from typing import NamedTuple, Protocol, cast
 
 import lmdb
 
-from weir.errors import CommitFailedError, DataDirLockedError, StorageFullError
+from weir.errors import (
+    CommitFailedError,
+    DataDirLockedError,
+    StorageFullError,
+    UnavailableError,
+    WeirError,
+)
 
 log = logging.getLogger("weir.storage.kv")
 
@@ -137,6 +145,7 @@ DEFAULT_MAP_SIZE = 1 << 40  # 1 TiB of address space; the file grows as data arr
 # (tests/reliability/test_power_loss.py). Never set it anywhere else: every
 # acknowledged write since the last checkpoint of the OS is lost at a power cut.
 UNSAFE_NO_FSYNC_ENV = "WEIR_UNSAFE_NO_FSYNC"
+RECOVER_WAIT_S = 5.0  # how long a reopen after a fatal error waits for the env's users
 
 
 def _delete_range(cur: lmdb.Cursor, start: bytes, stop: bytes) -> None:
@@ -184,23 +193,36 @@ class LmdbKV(KV):
                 "%s=1: fsync is OFF, writes are not durable (test-only)", UNSAFE_NO_FSYNC_ENV
             )
             sync = False
+        self._map_size = map_size
+        self._sync = sync
+        # every use of the environment (a snapshot, a write) is counted, so that it can be
+        # closed and opened again after a fatal error with nobody inside (its buffers point
+        # into the map)
+        self._gate = threading.Condition(threading.Lock())
+        self._users = 0
+        self._reopening = False
+        self._diverged: str | None = None  # why this environment may not be used again
+        self._fatal_txn = 0  # the failed commit that left LMDB fatal, not reopened yet
         try:
-            self._env = lmdb.open(
-                str(self.path),
-                map_size=map_size,
-                max_dbs=max(16, len(self.tables) + 4),
-                subdir=True,
-                sync=sync,
-                metasync=sync,
-                meminit=False,
-                max_readers=512,
-                lock=True,
-            )
-            self._dbs = {name: self._env.open_db(name.encode()) for name in self.tables}
+            self._open_env()
         except BaseException:
             self._release_lock()
             raise
         self._closed = False
+
+    def _open_env(self) -> None:
+        self._env = lmdb.open(
+            str(self.path),
+            map_size=self._map_size,
+            max_dbs=max(16, len(self.tables) + 4),
+            subdir=True,
+            sync=self._sync,
+            metasync=self._sync,
+            meminit=False,
+            max_readers=512,
+            lock=True,
+        )
+        self._dbs = {name: self._env.open_db(name.encode()) for name in self.tables}
 
     def _release_lock(self) -> None:
         try:
@@ -212,51 +234,155 @@ class LmdbKV(KV):
         return self._snapshot()
 
     @contextmanager
+    def _using(self, refused: type[WeirError] | None) -> Iterator[None]:
+        """Counts a use of the environment; ``refused`` is raised (None: nothing) once it
+        may not be used again."""
+        gate = self._gate
+        with gate:
+            while self._reopening:
+                gate.wait()
+            if self._diverged is not None and refused is not None:
+                raise refused(self._diverged)
+            self._users += 1
+        try:
+            yield
+        finally:
+            with gate:
+                self._users -= 1
+                if self._reopening and not self._users:
+                    gate.notify_all()
+
+    @contextmanager
     def _snapshot(self) -> Iterator[ReadView]:
-        with self._env.begin(buffers=True) as txn:
-            yield _LmdbView(txn, self._dbs)
+        # `_using` written out: this is every read's path, and a nested context costs
+        gate = self._gate
+        with gate:
+            while self._reopening:
+                gate.wait()
+            if self._diverged is not None:
+                raise UnavailableError(self._diverged)
+            self._users += 1
+        try:
+            with self._env.begin(buffers=True) as txn:
+                yield _LmdbView(txn, self._dbs)
+        finally:
+            with gate:
+                self._users -= 1
+                if self._reopening and not self._users:
+                    gate.notify_all()
 
     def write(self, ops: Iterable[Op]) -> None:
-        dbs = self._dbs
+        if self._fatal_txn:  # an earlier reopen was put off: the users have gone by now
+            self._recover(self._fatal_txn)
+        failed_txn = 0
         try:
-            with self._env.begin(write=True) as txn:
-                for table, key, value in ops:
-                    if value is None:
-                        txn.delete(key, db=dbs[table])
-                    elif isinstance(value, RangeEnd):
-                        _delete_range(txn.cursor(db=dbs[table]), key, value.stop)
-                    else:
-                        txn.put(key, value, db=dbs[table])
+            with self._using(CommitFailedError):
+                dbs = self._dbs
+                with self._env.begin(write=True) as txn:
+                    failed_txn = txn.id()
+                    for table, key, value in ops:
+                        if value is None:
+                            txn.delete(key, db=dbs[table])
+                        elif isinstance(value, RangeEnd):
+                            _delete_range(txn.cursor(db=dbs[table]), key, value.stop)
+                        else:
+                            txn.put(key, value, db=dbs[table])
         except lmdb.MapFullError:
             raise StorageFullError(
-                f"LMDB map of {self._env.info()['map_size']} bytes is full; raise storage.map_size "
+                f"LMDB map of {self._map_size} bytes is full; raise storage.map_size "
                 "or let retention free space"
             ) from None
         except lmdb.Error as exc:
+            self._recover(failed_txn)
             if getattr(exc, "errno", None) == errno.ENOSPC or "No space left" in str(exc):
                 raise StorageFullError(f"disk full: {exc}") from None
             raise CommitFailedError(f"KV commit failed: {exc}") from None
         except OSError as exc:
+            self._recover(failed_txn)
             if exc.errno == errno.ENOSPC:
                 raise StorageFullError(f"disk full: {exc}") from None
             raise CommitFailedError(f"KV commit failed: {exc}") from None
+
+    def _panicked(self) -> bool:
+        try:
+            self._env.begin().abort()
+        except lmdb.PanicError:
+            return True
+        except lmdb.Error:
+            return False
+        return False
+
+    def _recover(self, failed_txn: int) -> None:
+        """After a failed write: if LMDB turned fatal (its meta page could not be written,
+        say a disk that failed between a commit's two durable writes), it refuses every
+        transaction, reads included, for as long as it is open. So it is closed and
+        opened again once nobody uses it (waiting `RECOVER_WAIT_S` at most; else the
+        next write tries again first). LMDB wrote the old meta back for that (into the page
+        cache), so what it opens is the last commit that succeeded; should it be the
+        failed one, this environment's state is not what its callers were told, and it
+        refuses everything until the process restarts."""
+        with self._gate:
+            if self._closed or self._diverged is not None or not self._panicked():
+                return
+            self._reopening = True
+            try:
+                deadline = time.monotonic() + RECOVER_WAIT_S
+                while self._users and (left := deadline - time.monotonic()) > 0:
+                    self._gate.wait(left)
+                if self._closed:
+                    return
+                if self._users:
+                    self._fatal_txn = failed_txn
+                    log.error(
+                        "LMDB in %s had a fatal error; %d users kept it open, reopening later",
+                        self.path,
+                        self._users,
+                    )
+                    return
+                self._fatal_txn = 0
+                self._env.close()
+                try:
+                    self._open_env()
+                except Exception as exc:
+                    self._diverged = f"LMDB in {self.path} could not be opened again: {exc}"
+                    log.error("%s; restart weir", self._diverged)
+                    return
+                last = int(self._env.info()["last_txnid"])
+                if failed_txn and last >= failed_txn:
+                    self._diverged = (
+                        f"LMDB in {self.path} holds commit {failed_txn}, which failed; "
+                        "restart weir to load what it holds"
+                    )
+                    log.error("%s", self._diverged)
+                    return
+                log.warning(
+                    "LMDB in %s had a fatal error after a failed commit; opened again at commit %d",
+                    self.path,
+                    last,
+                )
+            finally:
+                self._reopening = False
+                self._gate.notify_all()
 
     def max_key_size(self) -> int:
         """The longest key LMDB takes (511 bytes in its default build)."""
         return int(self._env.max_key_size())
 
     def usage(self) -> Usage:
-        info = self._env.info()
+        with self._using(None):
+            info = self._env.info()
+            psize = self._env.stat()["psize"]
         st = os.statvfs(self.path)
         return Usage(
-            used_bytes=(info["last_pgno"] + 1) * self._env.stat()["psize"],
+            used_bytes=(info["last_pgno"] + 1) * psize,
             capacity_bytes=info["map_size"],
             disk_free_bytes=st.f_bavail * st.f_frsize,
         )
 
     def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
+        with self._gate:
+            if self._closed:
+                return
+            self._closed = True
         self._env.close()
         self._release_lock()
