@@ -14,12 +14,10 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import lmdb
 import pytest
 
 from tests.reliability.lazyfs import LazyMount
 from weir.errors import CommitFailedError, UnavailableError
-from weir.storage import kv as kv_mod
 from weir.storage.journaled_kv import JournaledKV
 from weir.storage.kv import LmdbKV, put
 
@@ -87,35 +85,28 @@ def test_lmdb_serves_again_after_the_disk_died_between_its_two_durable_writes(
         kv.close()
 
 
-def test_the_reopen_waits_for_a_reader_whose_buffers_point_into_the_map(
+def test_the_last_reader_out_opens_lmdb_again_and_nobody_waits_for_it(
     mount: LazyMount,
 ) -> None:
     """Closing LMDB unmaps it: a reader's zero-copy buffers would then point at nothing
-    (a segfault, not an error). The reopen waits until the reader is done."""
+    (a segfault, not an error). So LMDB is opened again only when the last reader inside
+    it is done; meanwhile new readers and writers are refused at once (retryable), not
+    kept waiting (a writer on the event loop would freeze it)."""
     kv = LmdbKV(mount.mount / "kv", ["t"])
     try:
         kv.write([put("t", b"a", b"A" * 5000)])
-        failed: list[BaseException] = []
-
-        def fail_a_commit() -> None:
-            try:
-                kv.write([put("t", b"b", b"B")])
-            except CommitFailedError as exc:
-                failed.append(exc)
-
         with kv.snapshot() as view:
             value = view.get("t", b"a")
             assert value is not None
             mount.fail_after_next_fsync()
-            writer = threading.Thread(target=fail_a_commit)
-            writer.start()
-            deadline = time.monotonic() + 30
-            while not kv._reopening:  # the writer's commit failed; it waits for this view
-                assert writer.is_alive() and time.monotonic() < deadline
-                time.sleep(0.005)
+            with pytest.raises(CommitFailedError, match="Input/output error"):
+                kv.write([put("t", b"b", b"B")])
             assert bytes(value) == b"A" * 5000  # the map is still there
-        writer.join(30)
-        assert len(failed) == 1
+            with pytest.raises(UnavailableError, match="opened again as soon as"):
+                kv.get("t", b"a")
+            with pytest.raises(CommitFailedError, match="opened again as soon as"):
+                kv.write([put("t", b"c", b"C")])
+        assert kv.get("t", b"a") == b"A" * 5000  # the reader left: opened again
         mount.unfail_fsync()
         kv.write([put("t", b"c", b"C")])
         assert [k for k, _ in kv.scan("t")] == [b"a", b"c"]
@@ -123,25 +114,25 @@ def test_the_reopen_waits_for_a_reader_whose_buffers_point_into_the_map(
         kv.close()
 
 
-def test_a_reader_that_stays_puts_the_reopen_off_to_the_next_failed_write(
-    mount: LazyMount, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(kv_mod, "RECOVER_WAIT_S", 0.05)
-    kv = LmdbKV(mount.mount / "kv", ["t"])
-    try:
-        kv.write([put("t", b"a", b"A")])
-        with kv.snapshot() as view:
-            mount.fail_after_next_fsync()
-            with pytest.raises(CommitFailedError):
-                kv.write([put("t", b"b", b"B")])  # the reopen gave up waiting for the view
-            assert view.get("t", b"a") == b"A"
-        with pytest.raises(lmdb.PanicError):  # LMDB is still fatal: nobody reopened it
+def test_close_waits_for_a_reader_inside_and_refuses_new_ones(tmp_path: Path) -> None:
+    kv = LmdbKV(tmp_path / "kv", ["t"])
+    kv.write([put("t", b"a", b"A" * 5000)])
+    closed = threading.Event()
+    closer = threading.Thread(target=lambda: (kv.close(), closed.set()))
+    with kv.snapshot() as view:
+        value = view.get("t", b"a")
+        assert value is not None
+        closer.start()
+        deadline = time.monotonic() + 10
+        while not kv._closed:  # close() has begun: it refuses new readers
+            assert time.monotonic() < deadline
+            time.sleep(0.001)
+        with pytest.raises(UnavailableError, match="closed"):
             kv.get("t", b"a")
-        mount.unfail_fsync()
-        kv.write([put("t", b"c", b"C")])  # the next write reopens it first
-        assert [k for k, _ in kv.scan("t")] == [b"a", b"c"]
-    finally:
-        kv.close()
+        assert not closed.is_set()
+        assert bytes(value) == b"A" * 5000  # still mapped
+    closer.join(10)
+    assert closed.is_set()
 
 
 def test_when_the_failed_commit_shows_after_the_reopen_everything_is_refused(
@@ -154,9 +145,12 @@ def test_when_the_failed_commit_shows_after_the_reopen_everything_is_refused(
     kv = LmdbKV(mount.mount / "kv", ["t"])
     try:
         kv.write([put("t", b"a", b"A")])
-        mount.die_after_next_fsync()
-        with pytest.raises(CommitFailedError):
-            kv.write([put("t", b"b", b"B")])
+        with kv.snapshot():  # a reader inside: the reopen waits for it, the commit's id kept
+            mount.die_after_next_fsync()
+            with pytest.raises(CommitFailedError):
+                kv.write([put("t", b"b", b"B")])
+            with pytest.raises(CommitFailedError):
+                kv.write([put("t", b"b2", b"B")])
         mount.unfail_fsync()
         with pytest.raises(UnavailableError, match="restart"):
             kv.get("t", b"a")

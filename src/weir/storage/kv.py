@@ -17,7 +17,7 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple, Protocol, cast
@@ -145,7 +145,7 @@ DEFAULT_MAP_SIZE = 1 << 40  # 1 TiB of address space; the file grows as data arr
 # (tests/reliability/test_power_loss.py). Never set it anywhere else: every
 # acknowledged write since the last checkpoint of the OS is lost at a power cut.
 UNSAFE_NO_FSYNC_ENV = "WEIR_UNSAFE_NO_FSYNC"
-RECOVER_WAIT_S = 5.0  # how long a reopen after a fatal error waits for the env's users
+CLOSE_WAIT_S = 5.0  # how long close() waits for the readers and writers inside LMDB
 
 
 def _delete_range(cur: lmdb.Cursor, start: bytes, stop: bytes) -> None:
@@ -195,20 +195,22 @@ class LmdbKV(KV):
             sync = False
         self._map_size = map_size
         self._sync = sync
-        # every use of the environment (a snapshot, a write) is counted, so that it can be
-        # closed and opened again after a fatal error with nobody inside (its buffers point
-        # into the map)
-        self._gate = threading.Condition(threading.Lock())
+        # Every use of the environment (a snapshot, a write) is counted, so that it is
+        # closed only with nobody inside: their buffers point into its map. After LMDB
+        # turned fatal (`_leave`), new users are refused at once and the last one out
+        # opens it again; nobody waits for it.
+        self._lock = threading.Lock()
+        self._drained = threading.Condition(self._lock)  # close() waits on it
         self._users = 0
-        self._reopening = False
-        self._diverged: str | None = None  # why this environment may not be used again
-        self._fatal_txn = 0  # the failed commit that left LMDB fatal, not reopened yet
+        self._fatal = False  # LMDB refuses every transaction until opened again
+        self._failed_txn = 0  # the newest commit that failed and left it fatal
+        self._diverged: str | None = None  # why it may not be used again before a restart
+        self._closed = False
         try:
             self._open_env()
         except BaseException:
             self._release_lock()
             raise
-        self._closed = False
 
     def _open_env(self) -> None:
         self._env = lmdb.open(
@@ -231,77 +233,69 @@ class LmdbKV(KV):
             os.close(self._lock_fd)
 
     def snapshot(self) -> AbstractContextManager[ReadView]:
-        return self._snapshot()
+        return _Snapshot(self)
 
-    @contextmanager
-    def _using(self, refused: type[WeirError] | None) -> Iterator[None]:
-        """Counts a use of the environment; ``refused`` is raised (None: nothing) once it
-        may not be used again."""
-        gate = self._gate
-        with gate:
-            while self._reopening:
-                gate.wait()
-            if self._diverged is not None and refused is not None:
-                raise refused(self._diverged)
+    def _enter(self, refused: type[WeirError]) -> None:
+        with self._lock:
+            if self._fatal or self._diverged is not None or self._closed:
+                raise refused(self._refusal())
             self._users += 1
-        try:
-            yield
-        finally:
-            with gate:
-                self._users -= 1
-                if self._reopening and not self._users:
-                    gate.notify_all()
 
-    @contextmanager
-    def _snapshot(self) -> Iterator[ReadView]:
-        # `_using` written out: this is every read's path, and a nested context costs
-        gate = self._gate
-        with gate:
-            while self._reopening:
-                gate.wait()
-            if self._diverged is not None:
-                raise UnavailableError(self._diverged)
-            self._users += 1
-        try:
-            with self._env.begin(buffers=True) as txn:
-                yield _LmdbView(txn, self._dbs)
-        finally:
-            with gate:
-                self._users -= 1
-                if self._reopening and not self._users:
-                    gate.notify_all()
+    def _refusal(self) -> str:
+        if self._diverged is not None:
+            return self._diverged
+        if self._closed:
+            return f"LMDB in {self.path} is closed"
+        return (
+            f"LMDB in {self.path} had a fatal error after a failed commit; "
+            "it is opened again as soon as its current readers are done"
+        )
+
+    def _leave(self, failed_txn: int = 0) -> None:
+        """One use ends; ``failed_txn`` is the commit that failed in it (-1: before its
+        transaction began), which may have left LMDB fatal."""
+        with self._lock:
+            if failed_txn and not self._closed and (self._fatal or self._panicked()):
+                self._fatal = True
+                self._failed_txn = max(self._failed_txn, failed_txn)
+            self._users -= 1
+            if self._users:
+                return
+            if self._fatal and not self._closed:
+                self._reopen_locked()
+            if self._closed:
+                self._drained.notify_all()
 
     def write(self, ops: Iterable[Op]) -> None:
-        if self._fatal_txn:  # an earlier reopen was put off: the users have gone by now
-            self._recover(self._fatal_txn)
-        failed_txn = 0
+        self._enter(CommitFailedError)
+        failed_txn = -1
         try:
-            with self._using(CommitFailedError):
-                dbs = self._dbs
-                with self._env.begin(write=True) as txn:
-                    failed_txn = txn.id()
-                    for table, key, value in ops:
-                        if value is None:
-                            txn.delete(key, db=dbs[table])
-                        elif isinstance(value, RangeEnd):
-                            _delete_range(txn.cursor(db=dbs[table]), key, value.stop)
-                        else:
-                            txn.put(key, value, db=dbs[table])
+            dbs = self._dbs
+            with self._env.begin(write=True) as txn:
+                failed_txn = txn.id()
+                for table, key, value in ops:
+                    if value is None:
+                        txn.delete(key, db=dbs[table])
+                    elif isinstance(value, RangeEnd):
+                        _delete_range(txn.cursor(db=dbs[table]), key, value.stop)
+                    else:
+                        txn.put(key, value, db=dbs[table])
+            failed_txn = 0
         except lmdb.MapFullError:
             raise StorageFullError(
                 f"LMDB map of {self._map_size} bytes is full; raise storage.map_size "
                 "or let retention free space"
             ) from None
         except lmdb.Error as exc:
-            self._recover(failed_txn)
             if getattr(exc, "errno", None) == errno.ENOSPC or "No space left" in str(exc):
                 raise StorageFullError(f"disk full: {exc}") from None
             raise CommitFailedError(f"KV commit failed: {exc}") from None
         except OSError as exc:
-            self._recover(failed_txn)
             if exc.errno == errno.ENOSPC:
                 raise StorageFullError(f"disk full: {exc}") from None
             raise CommitFailedError(f"KV commit failed: {exc}") from None
+        finally:
+            self._leave(failed_txn)
 
     def _panicked(self) -> bool:
         try:
@@ -312,64 +306,45 @@ class LmdbKV(KV):
             return False
         return False
 
-    def _recover(self, failed_txn: int) -> None:
-        """After a failed write: if LMDB turned fatal (its meta page could not be written,
-        say a disk that failed between a commit's two durable writes), it refuses every
-        transaction, reads included, for as long as it is open. So it is closed and
-        opened again once nobody uses it (waiting `RECOVER_WAIT_S` at most; else the
-        next write tries again first). LMDB wrote the old meta back for that (into the page
-        cache), so what it opens is the last commit that succeeded; should it be the
-        failed one, this environment's state is not what its callers were told, and it
-        refuses everything until the process restarts."""
-        with self._gate:
-            if self._closed or self._diverged is not None or not self._panicked():
-                return
-            self._reopening = True
-            try:
-                deadline = time.monotonic() + RECOVER_WAIT_S
-                while self._users and (left := deadline - time.monotonic()) > 0:
-                    self._gate.wait(left)
-                if self._closed:
-                    return
-                if self._users:
-                    self._fatal_txn = failed_txn
-                    log.error(
-                        "LMDB in %s had a fatal error; %d users kept it open, reopening later",
-                        self.path,
-                        self._users,
-                    )
-                    return
-                self._fatal_txn = 0
-                self._env.close()
-                try:
-                    self._open_env()
-                except Exception as exc:
-                    self._diverged = f"LMDB in {self.path} could not be opened again: {exc}"
-                    log.error("%s; restart weir", self._diverged)
-                    return
-                last = int(self._env.info()["last_txnid"])
-                if failed_txn and last >= failed_txn:
-                    self._diverged = (
-                        f"LMDB in {self.path} holds commit {failed_txn}, which failed; "
-                        "restart weir to load what it holds"
-                    )
-                    log.error("%s", self._diverged)
-                    return
-                log.warning(
-                    "LMDB in %s had a fatal error after a failed commit; opened again at commit %d",
-                    self.path,
-                    last,
-                )
-            finally:
-                self._reopening = False
-                self._gate.notify_all()
+    def _reopen_locked(self) -> None:
+        """LMDB turned fatal in a failed commit (its meta page could not be written: say
+        a disk that failed between a commit's two durable writes) and would refuse every
+        transaction, reads included, for as long as it stays open; nobody is inside it
+        now. So it is opened again, and must then hold the last commit that succeeded:
+        LMDB writes the failed meta page back with an older transaction id so that it
+        is not picked (into the page cache; what reaches the disk is the disk's
+        business). If the failed commit shows anyway, what LMDB holds is not what its
+        callers were told, and it refuses everything until the process restarts (which
+        loads what it holds)."""
+        self._fatal = False
+        failed, self._failed_txn = self._failed_txn, 0
+        self._env.close()
+        try:
+            self._open_env()
+        except Exception as exc:
+            self._diverged = f"LMDB in {self.path} could not be opened again: {exc}; restart weir"
+            log.error("%s", self._diverged)
+            return
+        last = int(self._env.info()["last_txnid"])
+        if failed > 0 and last >= failed:
+            self._diverged = (
+                f"LMDB in {self.path} holds commit {failed}, which failed; "
+                "restart weir to load what it holds"
+            )
+            log.error("%s", self._diverged)
+            return
+        log.warning(
+            "LMDB in %s had a fatal error after a failed commit; opened again at commit %d",
+            self.path,
+            last,
+        )
 
     def max_key_size(self) -> int:
         """The longest key LMDB takes (511 bytes in its default build)."""
         return int(self._env.max_key_size())
 
     def usage(self) -> Usage:
-        with self._using(None):
+        with self._lock:  # not while it is being opened again
             info = self._env.info()
             psize = self._env.stat()["psize"]
         st = os.statvfs(self.path)
@@ -380,9 +355,43 @@ class LmdbKV(KV):
         )
 
     def close(self) -> None:
-        with self._gate:
+        """Refuses new users, waits `CLOSE_WAIT_S` at most for those inside, closes."""
+        with self._lock:
             if self._closed:
                 return
             self._closed = True
-        self._env.close()
+            deadline = time.monotonic() + CLOSE_WAIT_S
+            while self._users and (left := deadline - time.monotonic()) > 0:
+                self._drained.wait(left)
+            if self._users:
+                log.error("closing LMDB in %s with %d users inside", self.path, self._users)
+            self._env.close()
         self._release_lock()
+
+
+class _Snapshot:
+    """`LmdbKV.snapshot`: a class rather than a generator, as it is every read's path."""
+
+    __slots__ = ("_kv", "_txn")
+
+    def __init__(self, kv: LmdbKV) -> None:
+        self._kv = kv
+
+    def __enter__(self) -> ReadView:
+        kv = self._kv
+        kv._enter(UnavailableError)
+        try:
+            self._txn = kv._env.begin(buffers=True)
+        except lmdb.PanicError as exc:
+            kv._leave(-1)
+            raise UnavailableError(f"LMDB in {kv.path} had a fatal error: {exc}") from None
+        except BaseException:
+            kv._leave()
+            raise
+        return _LmdbView(self._txn, kv._dbs)
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self._txn.abort()  # a read transaction: ends it
+        finally:
+            self._kv._leave()
