@@ -72,6 +72,15 @@ def test_a_frame_over_a_part_comes_whole_and_memory_follows_the_bytes(
     assert got == [frame, b"abc"] and reader.held == 0
 
 
+def test_an_accepted_connection_holds_no_buffer_until_bytes_come() -> None:
+    """A thousand silent connections must not hold 64 KiB each."""
+    got: list[bytes] = []
+    reader = FrameReader(1 << 20, lambda f: got.append(bytes(f)))
+    assert len(reader._scratch) == 0
+    _feed(reader, struct.pack(">i", 3) + b"abc", [])
+    assert got == [b"abc"] and len(reader._scratch) == framing.SCRATCH
+
+
 @pytest.mark.parametrize("size", [-1, (1 << 20) + 1])
 def test_a_bad_size_is_refused(size: int) -> None:
     reader = FrameReader(1 << 20, lambda f: None)

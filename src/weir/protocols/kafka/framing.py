@@ -42,7 +42,7 @@ class FrameReader:
     def __init__(self, limit: int, deliver: Callable[[memoryview], None]) -> None:
         self.limit = limit
         self._deliver = deliver
-        self._scratch = bytearray(SCRATCH)
+        self._scratch = bytearray()  # SCRATCH bytes once the first bytes come
         self._start = 0  # the unread bytes are scratch[start:end]
         self._end = 0
         self._need = 4  # bytes from start the next frame needs in the scratch buffer
@@ -54,6 +54,8 @@ class FrameReader:
     def get_buffer(self, sizehint: int = -1) -> memoryview:
         if self._big is not None:
             return memoryview(self._big)[self._filled :]
+        if not self._scratch:  # not at accept: an idle connection holds nothing
+            self._scratch = bytearray(SCRATCH)
         if self._start == self._end:
             self._start = self._end = 0
         elif len(self._scratch) - self._start < self._need:
