@@ -7,6 +7,7 @@ import random
 import re
 import signal
 import sys
+import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -31,6 +32,15 @@ os.environ.setdefault("WEIR_PULSAR_LISTEN", "127.0.0.1:0")
 os.environ.setdefault("WEIR_HTTP_LISTEN", "127.0.0.1:0")
 os.environ.setdefault("WEIR_KAFKA_LISTEN", "127.0.0.1:0")  # and for Kafka (9092)
 os.environ.setdefault("WEIR_NATIVE_TCP_LISTEN", "127.0.0.1:0")  # native TCP (2137), when on
+
+# The Python processes the tests start (servers, `weir` commands, Spark's workers, crash
+# children: hundreds of them) start from bytecode. With PYTHONDONTWRITEBYTECODE set (some
+# shells set it to keep source trees clean) each compiled weir from source again, 0.2-0.5 s
+# a process; the bytecode goes to a cache of its own outside the tree instead.
+if os.environ.pop("PYTHONDONTWRITEBYTECODE", None):
+    os.environ.setdefault(
+        "PYTHONPYCACHEPREFIX", str(Path(tempfile.gettempdir()) / "weir-test-pycache")
+    )
 
 # One chaos seed for the whole run, drawn here (before xdist starts its workers, which
 # inherit it), printed at the end, replayed with WEIR_CHAOS_SEED=... (tests/reliability).

@@ -7,7 +7,6 @@ import os
 import re
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +18,6 @@ from tests.conftest import ROOT, ServerProcess
 from weir.client.sync import Client
 
 BIN = Path(sys.executable).parent
-PYCACHE = str(Path(tempfile.gettempdir()) / "weir-cli-test-pycache")
 _METRICS = re.compile(r"weir metrics on (http://\S+?)/metrics")
 
 
@@ -58,9 +56,6 @@ class Weir:
         env["WEIR_KAFKA_LISTEN"] = "127.0.0.1:0"  # never the machine's shared 9092
         env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
         env["COLUMNS"] = "100"
-        if env.pop("PYTHONDONTWRITEBYTECODE", None):
-            # an installed `weir` starts from bytecode; keep it out of the source tree
-            env["PYTHONPYCACHEPREFIX"] = PYCACHE
         if self.endpoint:
             env["WEIR_ENDPOINT"] = self.endpoint
         return {**env, **(extra or {})}

@@ -15,11 +15,17 @@ from operator import lt
 from time import time as _time
 from typing import Any
 
-import numpy as np
-
 from weir.client.chunks import split as split_chunks
 from weir.client.write_buffer import AnyFuture, Buffer, Sent, as_bytes
-from weir.client.write_columns import Block, IntColumn, is_arrow, joined, make_block, to_list
+from weir.client.write_columns import (
+    Block,
+    IntColumn,
+    is_arrow,
+    is_numpy,
+    joined,
+    make_block,
+    to_list,
+)
 from weir.client.writer_state import WriterState
 from weir.errors import (
     BadRequestError,
@@ -349,8 +355,8 @@ class WriteBatching(WriterState):
         if is_arrow(values):
             block = self._block(values, keys, headers, seq_nos, created_at)
             if block is not None:
-                if block.count and self.limit.must_wait(int(np.diff(block.cum).max())):
-                    self._await_limit_threadsafe(int(np.diff(block.cum).max()), timeout)
+                if block.count and self.limit.must_wait(block.largest):
+                    self._await_limit_threadsafe(block.largest, timeout)
                 if self._block_fits(block):
                     with self._lock:
                         self._wait_room_locked(timeout)
@@ -361,7 +367,7 @@ class WriteBatching(WriterState):
             values, keys = to_list(values), to_list(keys)
         # numpy columns (with lists) as lists for the per-message path
         seq_nos, created_at = to_list(seq_nos), to_list(created_at)
-        assert not isinstance(seq_nos, np.ndarray) and not isinstance(created_at, np.ndarray)
+        assert not is_numpy(seq_nos) and not is_numpy(created_at)
         if not values:
             return
         data, ks, sizes, created = self._prepare_many(values, keys, headers, seq_nos, created_at)
@@ -407,7 +413,7 @@ class WriteBatching(WriterState):
         """No message of the block needs chunking or a refusal (those go one by one)."""
         if not block.count:
             return False
-        biggest = int(np.diff(block.cum).max())
+        biggest = block.largest
         if biggest <= self.limit.bytes:
             return True
         if not self.settings.chunking:
@@ -456,14 +462,14 @@ class WriteBatching(WriterState):
         if is_arrow(values):
             block = self._block(values, keys, headers, seq_nos, created_at)
             if block is not None:
-                if block.count and self.limit.must_wait(int(np.diff(block.cum).max())):
-                    await self._await_limit_async(int(np.diff(block.cum).max()), timeout)
+                if block.count and self.limit.must_wait(block.largest):
+                    await self._await_limit_async(block.largest, timeout)
                 if self._block_fits(block) and await self._append_block_async(block, timeout):
                     return
             values, keys = to_list(values), to_list(keys)
         # numpy columns (with lists) as lists for the per-message path
         seq_nos, created_at = to_list(seq_nos), to_list(created_at)
-        assert not isinstance(seq_nos, np.ndarray) and not isinstance(created_at, np.ndarray)
+        assert not is_numpy(seq_nos) and not is_numpy(created_at)
         if not values:
             return
         data, ks, sizes, created = self._prepare_many(values, keys, headers, seq_nos, created_at)

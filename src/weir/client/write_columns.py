@@ -8,7 +8,8 @@ non-negative and increasing, by numpy), held in the writer as a `Block`, and cut
 into batches encoded straight from the buffers (`encode_batch_columns`), byte for
 byte the batches the per-message path makes of the same messages.
 
-pyarrow is imported only when a caller hands Arrow arrays in.
+pyarrow is imported only when a caller hands Arrow arrays in, and numpy when columns are
+written at all (`import weir` stays quick: every `weir` command pays for it).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
+from typing_extensions import TypeIs
 
 from weir.client.write_buffer import Sent
 from weir.errors import BadRequestError
@@ -25,9 +26,12 @@ from weir.storage.batch_columns import encode_batch_columns
 from weir.storage.codecs import Codec
 
 if TYPE_CHECKING:
+    import numpy as np
     import pyarrow as pa
 
-NDArray = np.ndarray[Any, Any]
+    NDArray = np.ndarray[Any, Any]
+else:
+    NDArray = Any  # numpy is imported where a column is handled: the `weir` command never does
 ArrowColumn = Any  # a pyarrow Array or ChunkedArray (pyarrow has no type stubs)
 IntColumn = NDArray  # a numpy array of ints
 
@@ -38,10 +42,15 @@ def is_arrow(col: Any) -> bool:
     return t.__module__.startswith("pyarrow") and hasattr(col, "to_pylist")
 
 
+def is_numpy(col: object) -> TypeIs[NDArray]:
+    """Is ``col`` a numpy array (without importing numpy)?"""
+    return type(col).__module__ == "numpy" and hasattr(col, "tolist")
+
+
 def to_list(col: Any) -> Any:
     """A column as `write_many`'s per-message path takes it (Arrow and numpy arrays to
     lists of Python objects)."""
-    if isinstance(col, np.ndarray):
+    if is_numpy(col):
         return col.tolist()
     return col.to_pylist() if is_arrow(col) else col
 
@@ -68,10 +77,19 @@ class Block:
     def nbytes(self) -> int:
         return int(self.cum[-1])
 
+    @property
+    def largest(self) -> int:
+        """The largest message's size (data + key) of a block that holds some."""
+        import numpy as np
+
+        return int(np.diff(self.cum).max())
+
     def take(self, room: int, at_least_one: bool) -> tuple[int, int, int]:
         """Consume the messages from ``pos`` that fit ``room`` bytes (one at least when
         ``at_least_one``): (start, end, their bytes). The cut `WriteBatching._take`
         makes of buffered messages."""
+        import numpy as np
+
         cum = self.cum
         start = self.pos
         end = int(np.searchsorted(cum, cum[start] + room, side="right")) - 1
@@ -98,6 +116,8 @@ class Block:
     ) -> list[Sent]:
         """The whole block as batches (up to max_batch_bytes and max_batch_messages
         each, at least one message), encoded from the columns; ``seqs`` must be set."""
+        import numpy as np
+
         assert self.seqs is not None
         cum = self.cum
         out: list[Sent] = []
@@ -131,11 +151,15 @@ class Block:
 def joined(parts: list[Block], first_auto: int) -> Block:
     """Consecutive parts of blocks as one (a request's messages, so a batch may span two
     `write_many` calls as it does for lists); automatic seq_nos from ``first_auto``."""
+    import numpy as np
+
     if len(parts) == 1:
         b = parts[0]
     else:
 
         def ends(lens: list[NDArray]) -> NDArray:
+            import numpy as np
+
             out = np.zeros(sum(map(len, lens)) + 1, dtype=np.int64)
             np.cumsum(np.concatenate(lens), out=out[1:])
             return out
@@ -192,6 +216,7 @@ def _as_binary(col: Any, what: str) -> Any:
 
 def _buffers(col: Any) -> tuple[memoryview, NDArray]:
     """A binary column's data buffer and its offsets (int64, from 0)."""
+    import numpy as np
     import pyarrow as pa
 
     dtype: Any = np.int64 if pa.types.is_large_binary(col.type) else np.int32
@@ -208,6 +233,8 @@ def _buffers(col: Any) -> tuple[memoryview, NDArray]:
 
 def _seq_column(seq_nos: Any, n: int) -> NDArray:
     """seq_nos as int64, checked by column with `write_many`'s errors."""
+    import numpy as np
+
     if isinstance(seq_nos, range):
         arr = np.arange(seq_nos.start, seq_nos.stop, seq_nos.step, dtype=np.int64)
     elif is_arrow(seq_nos):
@@ -234,6 +261,8 @@ def make_block(
     now_ms: int,
 ) -> Block:
     """Check Arrow columns as `write_many` checks lists (the same errors) and hold them."""
+    import numpy as np
+
     n = len(values)
     vals = _as_binary(values, "data")
     if vals.null_count:

@@ -9,9 +9,7 @@ Headers are not taken here (they are rare; the per-record path has them).
 
 from __future__ import annotations
 
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from weir.errors import BadRequestError
 from weir.storage.batch import (
@@ -28,7 +26,12 @@ from weir.storage.batch import (
 from weir.storage.codecs import Codec
 
 Blob = bytes | memoryview
-NDArray = np.ndarray[Any, Any]
+if TYPE_CHECKING:
+    import numpy as np
+
+    NDArray = np.ndarray[Any, Any]
+else:
+    NDArray = Any  # numpy arrays; numpy is not imported here (`import weir` stays quick)
 
 
 def encode_batch_columns(
