@@ -18,8 +18,9 @@ import pytest
 from kazoo.client import KazooClient
 
 import weir.aio
+from tests.cluster.claims import Claims
 from tests.conftest import ServerProcess, cluster_servers
-from weir.broker.cluster import Assignment, ClusterRecords, partition_key
+from weir.broker.cluster import partition_key
 from weir.errors import (
     AlreadyExistsError,
     BadRequestError,
@@ -62,39 +63,9 @@ def brokers(
         yield out
 
 
-class Claims:
-    """The cluster's claims, read (and an unload written) with a ZooKeeper client of the
-    test's own, as an operator's tool would."""
-
-    def __init__(self, zookeeper: ZooKeeperServer, root: str) -> None:
-        self.zk = KazooClient(hosts=zookeeper.hosts, timeout=10)
-        self.records = ClusterRecords(self.zk, root)
-
-    async def owner(self, key: str, other_than: str = "", timeout: float = 60) -> str:
-        """The broker holding the claim on ``key`` (not ``other_than``), polled to a deadline."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            got = await self.records.owner(key)
-            if got is not None and got[0].broker != other_than:
-                return got[0].broker
-            await asyncio.sleep(0.1)
-        raise AssertionError(f"nobody (else) claimed {key} in {timeout} s")
-
-    async def unload(self, key: str, to: str) -> None:
-        """Assign ``key`` to broker ``to`` (pinned), as `Ownership.unload` does."""
-        while True:
-            got = await self.records.assignment(key)
-            assert got is not None
-            a, version = got
-            new = Assignment(to, None, a.generation, pinned=True)
-            if await self.records.set_assignment(key, new, version):
-                await self.records.bump_epoch()
-                return
-
-
 @pytest.fixture
 async def claims(zookeeper: ZooKeeperServer, shared_root: str) -> AsyncIterator[Claims]:
-    c = Claims(zookeeper, shared_root)
+    c = Claims(KazooClient(hosts=zookeeper.hosts, timeout=10), shared_root)
     await asyncio.to_thread(c.zk.start, 30)
     try:
         yield c

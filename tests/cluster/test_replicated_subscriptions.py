@@ -20,11 +20,12 @@ import pytest
 from kazoo.client import KazooClient
 
 import weir.aio
+from tests.cluster.claims import Claims
 from tests.conftest import ServerProcess, cluster_servers
 from tests.pulsar.test_admin_rest import call
 from tests.reliability.checker import check
 from tests.reliability.history import History, make_data, message_id
-from weir.broker.cluster import Assignment, ClusterRecords, partition_key
+from weir.broker.cluster import partition_key
 from weir.errors import (
     AlreadyExistsError,
     NotOwnerError,
@@ -49,33 +50,12 @@ def brokers(
         yield out
 
 
-class Cluster:
-    """The cluster's claims, read (and an unload written) with a ZooKeeper client of the
-    test's own, and the brokers."""
+class Cluster(Claims):
+    """The cluster's claims and its brokers."""
 
     def __init__(self, zk: KazooClient, root: str, brokers: dict[str, ServerProcess]) -> None:
-        self.records = ClusterRecords(zk, root)
+        super().__init__(zk, root)
         self.brokers = brokers
-
-    async def owner(self, key: str, other_than: str = "", timeout: float = 60) -> str:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            got = await self.records.owner(key)
-            if got is not None and got[0].broker != other_than:
-                return got[0].broker
-            await asyncio.sleep(0.1)
-        raise AssertionError(f"nobody (else) claimed {key} in {timeout} s")
-
-    async def unload(self, key: str, to: str) -> None:
-        """Assign ``key`` to broker ``to`` (pinned), as `Ownership.unload` does."""
-        while True:
-            got = await self.records.assignment(key)
-            assert got is not None
-            a, version = got
-            new = Assignment(to, None, a.generation, pinned=True)
-            if await self.records.set_assignment(key, new, version):
-                await self.records.bump_epoch()
-                return
 
     async def created(self, name: str) -> str:
         """Create ``name`` (one partition); its owner once every broker knows it."""
