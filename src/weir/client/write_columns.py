@@ -14,6 +14,7 @@ written at all (`import weir` stays quick: every `weir` command pays for it).
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -43,8 +44,9 @@ def is_arrow(col: Any) -> bool:
 
 
 def is_numpy(col: object) -> TypeIs[NDArray]:
-    """Is ``col`` a numpy array (without importing numpy)?"""
-    return type(col).__module__ == "numpy" and hasattr(col, "tolist")
+    """Is ``col`` a numpy array (without importing numpy: if it is not imported, none is)?"""
+    np = sys.modules.get("numpy")
+    return np is not None and isinstance(col, np.ndarray)
 
 
 def to_list(col: Any) -> Any:
@@ -158,8 +160,6 @@ def joined(parts: list[Block], first_auto: int) -> Block:
     else:
 
         def ends(lens: list[NDArray]) -> NDArray:
-            import numpy as np
-
             out = np.zeros(sum(map(len, lens)) + 1, dtype=np.int64)
             np.cumsum(np.concatenate(lens), out=out[1:])
             return out
