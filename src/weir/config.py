@@ -142,6 +142,7 @@ class TlsConfig:
     cert_file: Path | None = None
     key_file: Path | None = None
     client_ca_file: Path | None = None
+    peer_ca_file: Path | None = None
 
     @property
     def enabled(self) -> bool:
@@ -362,6 +363,7 @@ def _build(values: dict[str, Any], sources: dict[str, str]) -> Config:
         values["tls.cert_file"],
         values["tls.key_file"],
         values["tls.client_ca_file"],
+        values["tls.peer_ca_file"],
     )
     if (tls.cert_file is None) != (tls.key_file is None):
         given, missing = (
@@ -381,6 +383,14 @@ def _build(values: dict[str, Any], sources: dict[str, str]) -> Config:
             key="tls.client_ca_file",
             value=str(tls.client_ca_file),
             source=sources["tls.client_ca_file"],
+        )
+    if tls.peer_ca_file is not None and tls.cert_file is None:
+        raise ConfigError(
+            "needs tls.cert_file and tls.key_file: the brokers of a cluster speak TLS to each "
+            "other when they speak it to their clients",
+            key="tls.peer_ca_file",
+            value=str(tls.peer_ca_file),
+            source=sources["tls.peer_ca_file"],
         )
     broker = BrokerConfig(**{k.broker_field: values[k.path] for k in KEYS if k.broker_field})
     return Config(

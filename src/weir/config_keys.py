@@ -593,6 +593,16 @@ KEYS: tuple[Key, ...] = (
         "PEM CA bundle that signs client certificates: set, clients present one (mTLS).",
     ),
     Key(
+        "tls",
+        "peer_ca_file",
+        OPTIONAL_PATH,
+        None,
+        "Replicated mode, with tls.cert_file set: the PEM CA bundle this broker checks the "
+        "other brokers' certificates with when it calls them (the Kafka group coordinator "
+        "asks a partition's owner for its offsets). Unset: the system's trust roots. Read at "
+        "start.",
+    ),
+    Key(
         "pulsar",
         "enabled",
         BOOL,

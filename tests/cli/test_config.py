@@ -98,6 +98,7 @@ def test_environment_booleans_and_users() -> None:
         ("[server]\nport = 1\n", {}, "unknown key"),
         ("listen = 1\n", {}, "listen"),
         ("", {"WEIR_METRICS_ENABLED": "maybe"}, 'metrics.enabled = "maybe" (WEIR_METRICS_ENABLED)'),
+        ("", {"WEIR_TLS_PEER_CA_FILE": "/ca.pem"}, "the brokers of a cluster speak TLS"),
         ("", {"WEIR_LOG_FORMAT": "json"}, "WEIR_LOG_FORMAT"),
     ],
 )

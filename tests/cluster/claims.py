@@ -3,11 +3,9 @@ own, as an operator's tool would (not through a broker)."""
 
 from __future__ import annotations
 
-import asyncio
-import time
-
 from kazoo.client import KazooClient
 
+from tests.cluster.test_clients_follow import owner_of
 from weir.broker.cluster import Assignment, ClusterRecords
 
 
@@ -21,13 +19,7 @@ class Claims:
 
     async def owner(self, key: str, other_than: str = "", timeout: float = 60) -> str:
         """The broker holding the claim on ``key`` (not ``other_than``), polled to a deadline."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            got = await self.records.owner(key)
-            if got is not None and got[0].broker != other_than:
-                return got[0].broker
-            await asyncio.sleep(0.1)
-        raise AssertionError(f"nobody (else) claimed {key} in {timeout} s")
+        return await owner_of(self.records, key, other_than, timeout)
 
     async def unload(self, key: str, to: str) -> None:
         """Assign ``key`` to broker ``to`` (pinned)."""

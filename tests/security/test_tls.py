@@ -508,6 +508,12 @@ def test_serve_refuses_unusable_tls_settings(tmp_path: Path) -> None:
             "WEIR_TLS_CERT_FILE": str(cert.cert),
             "WEIR_TLS_KEY_FILE": str(cert.cert),
         },
+        "tls.peer_ca_file": {"WEIR_TLS_PEER_CA_FILE": str(ca.path)},  # no TLS of its own
+        "has no usable CA certificate": {
+            "WEIR_TLS_CERT_FILE": str(cert.cert),
+            "WEIR_TLS_KEY_FILE": str(cert.key),
+            "WEIR_TLS_PEER_CA_FILE": str(cert.key),
+        },
     }
     for expected, env in cases.items():
         r = cli("serve", "--data-dir", data, "--listen", "127.0.0.1:0", env=env)

@@ -289,7 +289,7 @@ def server_tls(cfg: configuration.TlsConfig) -> ServerTls | None:
         return None
     from weir.security.tls import ServerTls, TlsConfigError, TlsFiles
 
-    files = TlsFiles(cfg.cert_file, cfg.key_file, cfg.client_ca_file)
+    files = TlsFiles(cfg.cert_file, cfg.key_file, cfg.client_ca_file, cfg.peer_ca_file)
     try:
         return ServerTls(files)
     except TlsConfigError as err:

@@ -11,6 +11,9 @@ CommitOffset and DescribeConsumer calls, as any native client would. With
 (`weir.security.peer_tokens`), which the owner accepts as a broker acting for a client
 already authorized; without it the call carries no credentials, and an owner that
 requires authentication refuses it (such a cluster does not start without the secret).
+When the brokers serve TLS (``tls.cert_file``), the call is made over TLS, the owner's
+certificate checked with ``tls.peer_ca_file`` (or the system's roots); brokers that also
+require client certificates (``tls.client_ca_file``) refuse it: not yet supported.
 """
 
 from __future__ import annotations
@@ -42,9 +45,12 @@ def _error(exc: grpc.aio.AioRpcError) -> WeirError:
 class PeerOffsets:
     """One channel per owner endpoint, opened on first use; `close` when the front stops."""
 
-    def __init__(self, peers: PeerTokens | None = None) -> None:
+    def __init__(
+        self, peers: PeerTokens | None = None, tls: grpc.ChannelCredentials | None = None
+    ) -> None:
         self._stubs: dict[str, tuple[grpc.aio.Channel, WeirStub]] = {}
         self._peers = peers
+        self._tls = tls  # None: the brokers' ports are plain text
 
     def _metadata(self) -> tuple[tuple[str, str], ...] | None:
         return None if self._peers is None else self._peers.metadata()
@@ -52,7 +58,11 @@ class PeerOffsets:
     def _stub(self, endpoint: str) -> WeirStub:
         got = self._stubs.get(endpoint)
         if got is None:
-            channel = grpc.aio.insecure_channel(endpoint)
+            channel = (
+                grpc.aio.insecure_channel(endpoint)
+                if self._tls is None
+                else grpc.aio.secure_channel(endpoint, self._tls)
+            )
             stub = WeirStub(channel)  # type: ignore[no-untyped-call]
             got = self._stubs[endpoint] = (channel, stub)
         return got[1]

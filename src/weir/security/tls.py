@@ -42,6 +42,7 @@ class TlsFiles:
     cert: Path
     key: Path
     client_ca: Path | None = None  # set: clients present a certificate signed by it (mTLS)
+    peer_ca: Path | None = None  # the other brokers' certificates are checked with it (at start)
 
     def paths(self) -> tuple[Path, ...]:
         return (self.cert, self.key) + ((self.client_ca,) if self.client_ca else ())
@@ -107,6 +108,19 @@ def load_material(files: TlsFiles, generation: int) -> TlsMaterial:
     return TlsMaterial(generation, cert, key, ca, ctx)
 
 
+def _peer_roots(path: Path | None) -> bytes | None:
+    if path is None:
+        return None
+    ca = _read(path, "tls.peer_ca_file")
+    try:
+        ssl.create_default_context(cadata=ca.decode("ascii", errors="replace"))
+    except (ssl.SSLError, ValueError) as exc:
+        raise TlsConfigError(
+            f"tls.peer_ca_file {path} has no usable CA certificate ({exc})"
+        ) from None
+    return ca
+
+
 class ServerTls:
     """The listeners' TLS material, reloaded when its files change or on `reload`."""
 
@@ -115,6 +129,7 @@ class ServerTls:
         self._lock = threading.Lock()
         self._stamp = _stamp_or_none(files)
         self._material = load_material(files, 1)  # a bad start fails here, loudly
+        self._peer_roots = _peer_roots(files.peer_ca)
         self._failed_stamp: Stamp | None = None
         self._grpc_served: TlsMaterial | None = None
 
@@ -156,6 +171,11 @@ class ServerTls:
         return True
 
     # ------------------------------------------------------------------ listeners
+
+    def peer_credentials(self) -> grpc.ChannelCredentials:
+        """How this broker calls the other brokers of its cluster, which serve TLS as it does:
+        their certificates checked with tls.peer_ca_file (or the system's roots)."""
+        return grpc.ssl_channel_credentials(root_certificates=self._peer_roots)
 
     def grpc_credentials(self) -> grpc.ServerCredentials:
         """Server credentials that take new material at the next handshake after a change."""

@@ -68,7 +68,7 @@ class KafkaFront:
         self.sequences = Sequences()
         self.transactions = KafkaTransactions(broker)
         # a cluster's offsets of partitions other brokers own (asked with this broker's token)
-        self.peers = PeerOffsets(security.peers)
+        self.peers = PeerOffsets(security.peers, tls.peer_credentials() if tls else None)
         self.coordinators = GroupCoordinators(broker)  # a cluster's group -> its broker
         self.stopping = False
         self.host = ""
