@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
 from hypothesis import given
@@ -223,6 +223,21 @@ def test_admins_racing_on_two_brokers_lose_no_grant(brokers: dict[str, ServerPro
     assert sorted(outcomes) == ["added", "exists"]
 
 
+def group_member(bootstrap: str, group: str, tp: TopicPartition, **security: Any) -> KafkaConsumer:
+    """A kafka-python member of ``group`` holding ``tp``, committing by hand."""
+    consumer = KafkaConsumer(
+        bootstrap_servers=bootstrap,
+        group_id=group,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        request_timeout_ms=30_000,
+        retry_backoff_ms=200,
+        **security,
+    )
+    consumer.assign([tp])
+    return consumer
+
+
 def test_a_kafka_group_reads_offsets_across_brokers_with_authentication_required(
     brokers: dict[str, ServerProcess], zookeeper: ZooKeeperServer, shared_root: str
 ) -> None:
@@ -242,20 +257,15 @@ def test_a_kafka_group_reads_offsets_across_brokers_with_authentication_required
     tp = TopicPartition(kname, 0)
 
     def member() -> KafkaConsumer:
-        consumer = KafkaConsumer(
-            bootstrap_servers=brokers[owner].kafka,
-            group_id=group,
-            enable_auto_commit=False,
-            auto_offset_reset="earliest",
-            request_timeout_ms=30_000,
-            retry_backoff_ms=200,
+        return group_member(
+            brokers[owner].kafka,
+            group,
+            tp,
             security_protocol="SASL_PLAINTEXT",
             sasl_mechanism="PLAIN",
             sasl_plain_username="kay",
             sasl_plain_password=PW,
         )
-        consumer.assign([tp])
-        return consumer
 
     first = member()
     try:

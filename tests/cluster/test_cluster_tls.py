@@ -8,10 +8,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from kafka import KafkaConsumer, OffsetAndMetadata, TopicPartition
+from kafka import OffsetAndMetadata, TopicPartition
 
 import weir
 from tests.cluster.test_clients_follow import in_zk, owner_of
+from tests.cluster.test_cluster_security import group_member
 from tests.conftest import ServerProcess, cluster_servers
 from tests.security.certs import Authority
 from weir.broker.cluster import partition_key
@@ -59,26 +60,14 @@ def test_a_kafka_group_commits_through_a_coordinator_that_reaches_the_owner_over
             w.write(b"m%d" % i)
     tp = TopicPartition(kname, 0)
 
-    def member() -> KafkaConsumer:
-        consumer = KafkaConsumer(
-            bootstrap_servers=brokers[owner].kafka,
-            group_id=group,
-            enable_auto_commit=False,
-            auto_offset_reset="earliest",
-            request_timeout_ms=30_000,
-            retry_backoff_ms=200,
-            security_protocol="SSL",
-            ssl_cafile=str(pki.path),
-        )
-        consumer.assign([tp])
-        return consumer
-
-    first = member()
+    member = group_member(
+        brokers[owner].kafka, group, tp, security_protocol="SSL", ssl_cafile=str(pki.path)
+    )
     try:
-        first.commit({tp: OffsetAndMetadata(30, "", -1)})  # the coordinator commits at the owner
-        assert first.committed(tp) == 30  # and reads it back from there
+        member.commit({tp: OffsetAndMetadata(30, "", -1)})  # the coordinator commits at the owner
+        assert member.committed(tp) == 30  # and reads it back from there
     finally:
-        first.close()
+        member.close()
     with weir.Client(brokers[owner].endpoint, tls=tls) as c:
         [part] = c.describe_consumer(name, group).partitions
         assert part.committed_offset == 30

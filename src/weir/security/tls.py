@@ -98,26 +98,24 @@ def load_material(files: TlsFiles, generation: int) -> TlsMaterial:
         why = "does not match" if "MISMATCH" in str(exc) else f"cannot be used with ({exc.reason})"
         raise TlsConfigError(f"tls.key_file {files.key} {why} tls.cert_file {files.cert}") from None
     if ca is not None:
-        try:
-            ctx.load_verify_locations(cadata=ca.decode("ascii", errors="replace"))
-        except (ssl.SSLError, ValueError) as exc:
-            raise TlsConfigError(
-                f"tls.client_ca_file {files.client_ca} has no usable CA certificate ({exc})"
-            ) from None
+        _load_ca(ctx, ca, f"tls.client_ca_file {files.client_ca}")
         ctx.verify_mode = ssl.CERT_REQUIRED
     return TlsMaterial(generation, cert, key, ca, ctx)
 
 
+def _load_ca(ctx: ssl.SSLContext, ca: bytes, what: str) -> None:
+    try:
+        ctx.load_verify_locations(cadata=ca.decode("ascii", errors="replace"))
+    except (ssl.SSLError, ValueError) as exc:
+        raise TlsConfigError(f"{what} has no usable CA certificate ({exc})") from None
+
+
 def _peer_roots(path: Path | None) -> bytes | None:
+    """The CA bundle of tls.peer_ca_file, checked (None: unset)."""
     if path is None:
         return None
     ca = _read(path, "tls.peer_ca_file")
-    try:
-        ssl.create_default_context(cadata=ca.decode("ascii", errors="replace"))
-    except (ssl.SSLError, ValueError) as exc:
-        raise TlsConfigError(
-            f"tls.peer_ca_file {path} has no usable CA certificate ({exc})"
-        ) from None
+    _load_ca(ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT), ca, f"tls.peer_ca_file {path}")
     return ca
 
 
