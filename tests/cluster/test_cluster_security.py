@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import pytest
 from hypothesis import given
@@ -20,6 +20,7 @@ from kazoo.client import KazooClient
 
 import weir
 from tests.cluster.test_clients_follow import in_zk, owner_of
+from tests.cluster.test_shared_state import group_member
 from tests.conftest import ServerProcess, cluster_servers
 from weir.broker.cluster import partition_key
 from weir.broker.config import BrokerConfig
@@ -223,21 +224,6 @@ def test_admins_racing_on_two_brokers_lose_no_grant(brokers: dict[str, ServerPro
     assert sorted(outcomes) == ["added", "exists"]
 
 
-def group_member(bootstrap: str, group: str, tp: TopicPartition, **security: Any) -> KafkaConsumer:
-    """A kafka-python member of ``group`` holding ``tp``, committing by hand."""
-    consumer = KafkaConsumer(
-        bootstrap_servers=bootstrap,
-        group_id=group,
-        enable_auto_commit=False,
-        auto_offset_reset="earliest",
-        request_timeout_ms=30_000,
-        retry_backoff_ms=200,
-        **security,
-    )
-    consumer.assign([tp])
-    return consumer
-
-
 def test_a_kafka_group_reads_offsets_across_brokers_with_authentication_required(
     brokers: dict[str, ServerProcess], zookeeper: ZooKeeperServer, shared_root: str
 ) -> None:
@@ -258,7 +244,7 @@ def test_a_kafka_group_reads_offsets_across_brokers_with_authentication_required
 
     def member() -> KafkaConsumer:
         return group_member(
-            brokers[owner].kafka,
+            brokers[owner],
             group,
             tp,
             security_protocol="SASL_PLAINTEXT",

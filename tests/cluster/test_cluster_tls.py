@@ -12,7 +12,7 @@ from kafka import OffsetAndMetadata, TopicPartition
 
 import weir
 from tests.cluster.test_clients_follow import in_zk, owner_of
-from tests.cluster.test_cluster_security import group_member
+from tests.cluster.test_shared_state import group_member
 from tests.conftest import ServerProcess, cluster_servers
 from tests.security.certs import Authority
 from weir.broker.cluster import partition_key
@@ -61,7 +61,7 @@ def test_a_kafka_group_commits_through_a_coordinator_that_reaches_the_owner_over
     tp = TopicPartition(kname, 0)
 
     member = group_member(
-        brokers[owner].kafka, group, tp, security_protocol="SSL", ssl_cafile=str(pki.path)
+        brokers[owner], group, tp, security_protocol="SSL", ssl_cafile=str(pki.path)
     )
     try:
         member.commit({tp: OffsetAndMetadata(30, "", -1)})  # the coordinator commits at the owner

@@ -287,8 +287,11 @@ def test_kafka_producer_ids_are_unique_across_brokers_and_idempotence_survives_k
             brokers[owner].start()
 
 
-def group_member(broker: ServerProcess, group: str, tp: TopicPartition) -> KafkaConsumer:
-    """A kafka-python consumer of ``group`` bootstrapped at ``broker``, assigned ``tp``."""
+def group_member(
+    broker: ServerProcess, group: str, tp: TopicPartition, **security: Any
+) -> KafkaConsumer:
+    """A kafka-python consumer of ``group`` bootstrapped at ``broker``, assigned ``tp``,
+    committing by hand (``security``: kafka-python's settings for SASL or TLS)."""
     consumer = KafkaConsumer(
         bootstrap_servers=broker.kafka,
         group_id=group,
@@ -296,6 +299,7 @@ def group_member(broker: ServerProcess, group: str, tp: TopicPartition) -> Kafka
         auto_offset_reset="earliest",
         request_timeout_ms=30_000,
         retry_backoff_ms=200,
+        **security,
     )
     consumer.assign([tp])
     return consumer
