@@ -106,7 +106,7 @@ class PulsarConfig:
 
 @dataclass(frozen=True)
 class NativeTcpConfig:
-    """The ``[native_tcp]`` section: the native write stream over framed TCP."""
+    """The ``[native_tcp]`` section: the native write and read streams over framed TCP."""
 
     enabled: bool = False
     listen: str = ""  # empty: the host of server.listen, DEFAULT_NATIVE_TCP_PORT

@@ -648,8 +648,9 @@ KEYS: tuple[Key, ...] = (
         "enabled",
         BOOL,
         False,
-        "Serve the native protocol's write stream over framed TCP on native_tcp.listen too "
-        "(lower latency than gRPC; docs/native-protocol.md). Reads and admin stay on gRPC.",
+        "Serve the native protocol's write and read streams over framed TCP on "
+        "native_tcp.listen too (lower latency than gRPC; docs/native-protocol.md). "
+        "Subscriptions, range reads and admin stay on gRPC.",
     ),
     Key(
         "native_tcp",

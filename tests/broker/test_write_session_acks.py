@@ -98,3 +98,37 @@ async def test_acks_go_out_in_the_actors_turn_in_write_order(tmp_path: Path) -> 
         assert b.actor("t", 0).end_offset == 10
     finally:
         await b.close()
+
+
+async def test_a_request_read_after_a_failed_write_is_not_stored(tmp_path: Path) -> None:
+    """A write whose commit fails (the LMDB map is full) ends its session. A request the
+    session reads after the actor failed that write, but before its ack task has heard of
+    it, must not be stored: it would land after a gap in the producer's seq_nos, and the
+    client's resend of the failed write would then be "skipped" as a duplicate and never
+    stored (tests/reliability/test_disk.py saw that loss once under load)."""
+    b = await Broker.open(
+        BrokerConfig(data_dir=tmp_path, retention_interval_s=3600, map_size=1 << 20)
+    )
+    try:
+        await b.create_topic("t", partitions=1)
+        frames = Frames()
+        session = WriteSession(b, frames)
+        too_big = make_batch(1, producer="p", size=2 << 20)[0].buf  # past the 1 MiB map
+        fits = make_batch(1, producer="p", first_seq=2)[0].buf
+
+        async def requests() -> AsyncIterator[Any]:
+            yield pb.WriteRequest(init=pb.WriteInit(topic="t", producer_id="p"))
+            yield pb.WriteRequest(batches=pb.WriteBatches(batches=[bytes(too_big)]))
+            # the next request arrives in the turn after the actor failed the first write
+            while not (session._pending and session._pending[-1][0].done()):
+                await asyncio.sleep(0)
+            yield pb.WriteRequest(batches=pb.WriteBatches(batches=[bytes(fits)]))
+            await asyncio.Event().wait()  # the client keeps the stream open
+
+        await asyncio.wait_for(session.run(requests()), 30)
+        assert frames.kinds == ["init", "error"]
+        await asyncio.sleep(0.05)  # a write wrongly submitted would have committed by now
+        assert b.actor("t", 0).end_offset == 0  # neither write is stored
+        assert b.last_seq_no("t", 0, "p") is None  # the client's resend starts over at 1
+    finally:
+        await b.close()

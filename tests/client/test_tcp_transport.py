@@ -1,10 +1,13 @@
-"""The writer over both transports: gRPC and the native TCP port (``transport="tcp"``).
+"""The writer and the reader over both transports: gRPC and the native TCP port
+(``transport="tcp"``).
 
 The same behaviours, one test each, parametrised over the transport: what is written
-reads back with its results, seq_nos continue and resends are skipped, a restarted server
-loses and duplicates nothing, errors are typed, TLS and authentication hold (a TCP
-client without credentials is refused as a gRPC one is). And a TCP writer to a server
-whose TCP port is off fails at once, naming the setting.
+reads back with its results, seq_nos continue and resends are skipped, a consumer's
+reader commits and the next one resumes after the commit, a restarted server loses and
+duplicates nothing, errors are typed, TLS and authentication hold (a TCP client without
+credentials is refused as a gRPC one is). And a TCP writer or reader to a server whose
+TCP port is off fails at once, naming the setting. (Revocation on both transports:
+tests/security/test_revocation.py.)
 """
 
 from __future__ import annotations
@@ -23,10 +26,8 @@ from tests import native_tcp_raw as raw
 from tests.conftest import ServerProcess
 from tests.reliability.test_hostile import good_batch
 from tests.security.certs import Authority
-from tests.security.conftest import ROOT, ROOT_PW, superuser_server
 from weir.errors import (
     BadRequestError,
-    PermissionDeniedError,
     TokenRejectedError,
     UnauthorizedError,
     UnavailableError,
@@ -62,6 +63,17 @@ def tcp_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProce
 def client_of(srv: ServerProcess, transport: str, **kw: object) -> weir.Client:
     tcp = srv.native_tcp if transport == "tcp" else None
     return weir.Client(srv.endpoint, transport=transport, tcp_endpoint=tcp, **kw)
+
+
+def read_stream(client: weir.Client, topic: str, n: int, **kw: object) -> list[weir.Message]:
+    """``n`` messages through a reader (the client's transport), from the earliest."""
+    out: list[weir.Message] = []
+    with client.reader(topic, start="earliest", **kw) as r:  # type: ignore[arg-type]
+        while len(out) < n:
+            batch = r.receive_batch(timeout=30)
+            assert batch is not None, f"{len(out)} of {n} messages read"
+            out.extend(batch)
+    return out
 
 
 def read_all(client: weir.Client, topic: str) -> list[weir.Message]:
@@ -115,10 +127,46 @@ def test_big_messages_arrive_intact(
             for b in blobs:
                 w.write(b)
         assert [m.data for m in read_all(c, topic_name)] == blobs
+        # and through a reader: read data frames past the TCP port's part size
+        assert [m.data for m in read_stream(c, topic_name, len(blobs))] == blobs
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
-def test_asyncio_writer(tcp_server: ServerProcess, topic_name: str, transport: str) -> None:
+def test_a_consumer_commits_and_its_next_reader_resumes_after(
+    tcp_server: ServerProcess, topic_name: str, transport: str
+) -> None:
+    n = 3000
+    with client_of(tcp_server, transport) as c:
+        c.create_topic(topic_name, partitions=2)
+        with c.writer(topic_name, producer_id="p") as w:
+            for i in range(n):
+                w.write(b"%d" % i, key=b"k%d" % (i % 7), headers={"i": str(i)})
+        first: list[weir.Message] = []
+        with c.reader(topic_name, consumer="g", buffer_bytes=64 << 10) as r:
+            while len(first) < n // 3:
+                batch = r.receive_batch(timeout=30)
+                assert batch is not None
+                first.extend(batch)
+                r.commit_with_ack(batch)
+        rest: list[weir.Message] = []
+        with c.reader(topic_name, consumer="g") as r:
+            while len(first) + len(rest) < n:
+                batch = r.receive_batch(timeout=30)
+                assert batch is not None
+                rest.extend(batch)
+                r.commit_with_ack(batch)
+        seen = first + rest
+        # what the first reader committed is not delivered again, and nothing is lost
+        assert sorted(int(m.data) for m in seen) == list(range(n))
+        assert all(m.key == b"k%d" % (int(m.data) % 7) for m in seen)
+        assert all(m.headers == {"i": m.data.decode()} for m in seen)
+        assert c.describe_consumer(topic_name, "g").lag == 0
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_asyncio_writer_and_reader(
+    tcp_server: ServerProcess, topic_name: str, transport: str
+) -> None:
     async def main() -> list[int | None]:
         tcp = tcp_server.native_tcp if transport == "tcp" else None
         async with weir.aio.Client(tcp_server.endpoint, transport=transport, tcp_endpoint=tcp) as c:
@@ -126,6 +174,15 @@ def test_asyncio_writer(tcp_server: ServerProcess, topic_name: str, transport: s
             w = c.writer(topic_name, producer_id="aio")
             results = [await w.write_with_result(b"x%d" % i) for i in range(20)]
             await w.close()
+            async with c.reader(topic_name, consumer="aio", start="earliest") as r:
+                got: list[weir.aio.Message] = []
+                while len(got) < 20:
+                    batch = await r.receive_batch(timeout=30)
+                    assert batch is not None
+                    got.extend(batch)
+                await r.commit_with_ack(got[-1])
+            assert [m.data for m in got] == [b"x%d" % i for i in range(20)]
+            assert (await c.describe_consumer(topic_name, "aio")).lag == 0
             return [r.offset for r in results]
 
     assert asyncio.run(main()) == list(range(20))
@@ -173,6 +230,45 @@ def test_restart_mid_stream_loses_and_duplicates_nothing(
         srv.kill()
 
 
+def test_a_tcp_reader_follows_a_restart_and_loses_nothing(tmp_path: Path, topic_name: str) -> None:
+    """kill -9 under a consumer's reader on the TCP port: it reconnects by itself and goes on
+    after its last acknowledged commit. Every message is delivered; none at or below a
+    commit acknowledged before the kill is delivered again."""
+    n = 3000
+    srv = ServerProcess(tmp_path / "data", env=tcp_env(free_port()))
+    srv.start()
+    try:
+        with client_of(srv, "tcp") as c:
+            c.create_topic(topic_name)
+            with c.writer(topic_name) as w:
+                for i in range(n):
+                    w.write(b"%d" % i + b"." * 200)
+                    if i % 100 == 99:
+                        w.flush()  # stored batches of ~20 KB: the reader takes one or two
+            before: list[int] = []
+            after: list[int] = []
+            with c.reader(topic_name, consumer="g", buffer_bytes=32 << 10) as r:
+                while len(before) < n // 3:
+                    batch = r.receive_batch(timeout=30)
+                    assert batch is not None
+                    before.extend(m.offset for m in batch)
+                    r.commit_with_ack(batch)
+                assert len(before) < n
+                srv.kill()
+                srv.start()
+                while len(set(before) | set(after)) < n:
+                    batch = r.receive_batch(timeout=60)
+                    assert batch is not None, f"{len(set(before) | set(after))} of {n} read"
+                    after.extend(m.offset for m in batch)
+                    r.commit_with_ack(batch)
+                assert r.reconnects >= 1
+            assert sorted(set(before) | set(after)) == list(range(n))
+            assert min(after) >= max(before) + 1  # nothing committed came again
+            assert c.describe_consumer(topic_name, "g").lag == 0
+    finally:
+        srv.kill()
+
+
 @pytest.mark.parametrize("routing", [None, "pinned"])
 def test_tcp_writer_to_a_server_without_the_port_fails_at_once(
     shared_server: ServerProcess, topic_name: str, routing: str | None
@@ -185,6 +281,11 @@ def test_tcp_writer_to_a_server_without_the_port_fails_at_once(
         with pytest.raises(UnavailableError, match=r"connection refused.*native_tcp\.enabled"):
             w.wait_init(timeout=20)
         w.close()
+        if routing is None:  # (a reader has no routing)
+            r = c.reader(topic_name)
+            with pytest.raises(UnavailableError, match=r"connection refused.*native_tcp\.enabled"):
+                r.wait_connected(timeout=20)
+            r.close()
 
 
 @pytest.mark.parametrize("routing", [None, "pinned"])
@@ -218,6 +319,11 @@ def test_a_server_whose_tcp_port_is_off_says_so(
         with pytest.raises(UnavailableError, match=r"native_tcp\.enabled = false"):
             w.wait_init(timeout=20)
         w.close()
+        if routing is None:  # (a reader has no routing)
+            r = c.reader(topic_name)
+            with pytest.raises(UnavailableError, match=r"native_tcp\.enabled = false"):
+                r.wait_connected(timeout=20)
+            r.close()
 
 
 def test_unknown_transport_is_refused(shared_server: ServerProcess) -> None:
@@ -260,6 +366,10 @@ def test_tcp_writer_needs_credentials_when_auth_is_on(
                 with pytest.raises(UnauthorizedError, match="authentication required"):
                     w.wait_init(timeout=20)
                 w.close()
+                r = anon.reader(topic_name)
+                with pytest.raises(UnauthorizedError, match="authentication required"):
+                    r.wait_connected(timeout=20)
+                r.close()
             # a token the server never issued: refused too
             with client_of(auth_tcp_server, "tcp", credentials=weir.Token("forged")) as bad:
                 w = bad.writer(
@@ -276,6 +386,7 @@ def test_tcp_writer_needs_credentials_when_auth_is_on(
         )
         assert raw.error_code(frames) == "UNAUTHORIZED" and len(frames) == 1 and not rest
         assert [m.data for m in read_all(c, topic_name)] == [b"ok", b"ok too"]
+        assert [m.data for m in read_stream(c, topic_name, 2)] == [b"ok", b"ok too"]
 
 
 def test_tcp_writer_over_tls(tmp_path: Path, topic_name: str) -> None:
@@ -298,6 +409,9 @@ def test_tcp_writer_over_tls(tmp_path: Path, topic_name: str) -> None:
                 assert w.write_with_result(b"s" * 300_000).offset == 2
                 assert w.write_with_result(b"t" * (5 << 20)).offset == 3
                 assert w.write_with_result(b"after").offset == 4
+            # a reader over TLS, its frames past the part size too
+            got = [m.data for m in read_stream(c, topic_name, 5)]
+            assert got == [b"secret", b"secret too", b"s" * 300_000, b"t" * (5 << 20), b"after"]
         # a client that does not trust the server's CA is told why
         other = Authority(tmp_path / "other", "other CA")
         with weir.Client(
@@ -311,34 +425,10 @@ def test_tcp_writer_over_tls(tmp_path: Path, topic_name: str) -> None:
                 with pytest.raises(UnavailableError, match="not signed by the trusted CA"):
                     w.wait_init(timeout=20)
                 w.close()
-    finally:
-        srv.stop()
-
-
-def test_revoking_the_grant_ends_a_tcp_write_stream(
-    tmp_path_factory: pytest.TempPathFactory, topic_name: str
-) -> None:
-    """As on gRPC (tests/security/test_revocation.py): the stream ends with the reason as
-    soon as the grant it uses is revoked, and nothing written after that is stored."""
-    srv = superuser_server(tmp_path_factory, "tcp-revocation", **tcp_env())
-    try:
-        with weir.Client(srv.endpoint, credentials=(ROOT, ROOT_PW)) as root:
-            root.create_topic(topic_name)
-            root.add_user("rita", "rita-password-1")
-            root.grant("rita", "produce", topic_name)
-            with client_of(srv, "tcp", credentials=("rita", "rita-password-1")) as c:
-                w = c.writer(topic_name, producer_id="rita")
-                try:
-                    w.write(b"one")
-                    w.flush(timeout=30)
-                    assert root.revoke("rita", "produce", topic_name)
-                    with pytest.raises(PermissionDeniedError, match="write to topic"):
-                        for _ in range(100):  # bounded
-                            w.write(b"after")
-                            w.flush(timeout=30)
-                finally:
-                    w.close()
-            assert [m.data for m in read_all(root, topic_name)] == [b"one"]
+            r = c.reader(topic_name)
+            with pytest.raises(UnavailableError, match="not signed by the trusted CA"):
+                r.wait_connected(timeout=20)
+            r.close()
     finally:
         srv.stop()
 
@@ -363,6 +453,7 @@ def test_a_client_certificate_authenticates_a_tcp_writer(tmp_path: Path, topic_n
             c.create_topic(topic_name)
             with c.writer(topic_name) as w:
                 assert w.write_with_result(b"from bob").offset == 0
+            assert [m.data for m in read_stream(c, topic_name, 1)] == [b"from bob"]
         # (without a certificate the handshake is refused, after the 10 s a first contact
         # closed before any answer is given, as on gRPC: tests/security/test_tls.py)
     finally:

@@ -19,6 +19,7 @@ from tests.security.certs import Authority
 from weir.errors import MessageTooLargeError
 from weir.protocols.native import frame_connection as fc
 from weir.protocols.native.framing import MAGIC, FrameError, frame
+from weir.protocols.native.tcp_front import start_frame_listener
 from weir.security.tls import ServerTls, TlsFiles
 
 LIMIT = 8 << 20
@@ -67,7 +68,7 @@ async def _through(
             served.set_result(None)
 
     server_tls, client_ctx = tls if tls is not None else (None, None)
-    server = await fc.start_frame_listener(serve, "127.0.0.1", 0, server_tls, "tests")
+    server = await start_frame_listener(serve, "127.0.0.1", 0, server_tls, "tests")
     try:
         port = server.sockets[0].getsockname()[1]
         _, writer = await asyncio.open_connection("127.0.0.1", port, ssl=client_ctx)

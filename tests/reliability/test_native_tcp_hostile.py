@@ -20,6 +20,8 @@ import weir
 from tests import native_tcp_raw as raw
 from tests.conftest import ServerProcess
 from tests.reliability.test_hostile import fingerprint, good_batch
+from weir.client.messages import decode_parts
+from weir.protocols.native import weir_pb2 as pb
 from weir.protocols.native.frame_connection import DIRECT_FRAME_BYTES
 from weir.protocols.native.framing import MAGIC
 
@@ -61,7 +63,7 @@ def test_bad_starts_are_refused_with_a_hello_error(srv: ServerProcess) -> None:
         "truncated hello": (MAGIC + raw.hello()[:-3], "BAD_REQUEST"),
         "hello that is not protobuf": (MAGIC + raw.frame(b"\x0a\xff\xff"), "BAD_REQUEST"),
         "unknown framing version": (MAGIC + raw.hello(version=9), "BAD_REQUEST"),
-        "a method not served here": (MAGIC + raw.hello(method="StreamRead"), "BAD_REQUEST"),
+        "a method not served here": (MAGIC + raw.hello(method="Subscribe"), "BAD_REQUEST"),
         "a bad authorization": (MAGIC + raw.hello(authorization="Basic abc"), "UNAUTHORIZED"),
         "a forged token": (MAGIC + raw.hello(authorization="Bearer forged"), "UNAUTHORIZED"),
     }
@@ -201,3 +203,111 @@ def test_random_damage_to_a_valid_connection_never_hurts_the_server(srv: ServerP
         c.writer("fuzzed", producer_id="after") as w,
     ):
         assert w.write_with_result(b"still here").offset is not None
+
+
+# ---------------------------------------------------------------- read streams
+
+READ_START = MAGIC + raw.read_hello()
+
+
+def test_bad_read_stream_frames_get_typed_errors(srv: ServerProcess) -> None:
+    """A read stream (hello method StreamRead) takes ReadRequests: what is not one, or not
+    one the session can take, ends the stream with a typed error; nothing stored changes
+    and no commit lands."""
+    before = fingerprint(srv)
+    init = raw.read_init("target", consumer="hostile-reader")
+    cases = {
+        "credit before init": (raw.read_request(credit={"bytes": 10}), "BAD_REQUEST"),
+        "an init without topics": (raw.read_request(init={"consumer": "x"}), "BAD_REQUEST"),
+        "an unknown topic's namespace": (raw.read_init("no_such_ns/t"), "UNKNOWN_NAMESPACE"),
+        "a negative credit": (init + raw.read_request(credit={"bytes": -5}), "BAD_REQUEST"),
+        "a commit of an assignment not held": (
+            init + raw.read_request(commit={"assignment_id": 999_999, "offset": 400}),
+            "BAD_REQUEST",
+        ),
+        "a frame length past the limit": (
+            init + struct.pack(">I", 0xFFFFFFF0),
+            "MESSAGE_TOO_LARGE",
+        ),
+        "a truncated frame": (init + raw.read_request(credit={"bytes": 10})[:-2], "BAD_REQUEST"),
+        "protobuf garbage": (raw.frame(b"\x0a\xff\xff\xff\xff\x0f"), "BAD_REQUEST"),
+    }
+    for name, (data, code) in cases.items():
+        frames, _ = raw.exchange(srv.native_tcp, READ_START + data)
+        result, _ = raw.read_answers(frames)
+        assert result is not None and not result.HasField("error"), name
+        got = raw.error_code(frames, read=True)
+        assert got == code, f"{name}: got {got!r}"
+        alive(srv)
+    assert fingerprint(srv) == before
+    with weir.Client(srv.endpoint) as c:
+        info = c.describe_consumer("target", "hostile-reader")
+        assert [p.committed_offset for p in info.partitions] == [0, 0]
+
+
+def _read_so_far(responses: list[pb.ReadResponse]) -> int:
+    """How many offsets the data answers cover, over all assignments."""
+    start = {
+        r.assigned.assignment_id: r.assigned.read_offset
+        for r in responses
+        if r.HasField("assigned")
+    }
+    end = dict(start)
+    for r in responses:
+        if r.HasField("data"):
+            end[r.data.assignment_id] = r.data.next_offset
+    return sum(end[a] - start[a] for a in start)
+
+
+def test_a_valid_raw_read_stream_delivers_what_is_stored(srv: ServerProcess) -> None:
+    """The read stream as docs/native-protocol.md spells it, from a plain socket: the hello
+    and the init pipelined, then the init result, an assignment per partition and the
+    stored batches as they are."""
+    frames = raw.read_until(
+        srv.native_tcp,
+        READ_START + raw.read_init("target"),
+        lambda frames: _read_so_far(raw.read_answers(frames)[1]) >= 500,
+    )
+    result, responses = raw.read_answers(frames)
+    assert result is not None and not result.HasField("error")
+    kinds = [r.WhichOneof("kind") for r in responses]
+    assert kinds[0] == "init" and kinds.count("assigned") == 2 and "error" not in kinds
+    chunks = [c for r in responses if r.HasField("data") for c in r.data.chunks]
+    got = sorted(bytes(d) for p in decode_parts(chunks, 0) for d in p.data)
+    assert got == sorted(b"good-%d" % i for i in range(500))
+
+
+def test_random_damage_to_a_read_stream_never_hurts_the_server(srv: ServerProcess) -> None:
+    """Seeded damage to a read stream's bytes (a consumer's init, a credit, a commit): every
+    answer parses, the server lives, and what is stored is unchanged."""
+    before = fingerprint(srv)
+    rnd = random.Random(20261127)
+    valid = (
+        READ_START
+        + raw.read_init("target", consumer="fuzz-reader", credit=4096)
+        + raw.read_request(credit={"bytes": 4096})
+        + raw.read_request(commit={"assignment_id": 1, "offset": 3})
+    )
+    for _ in range(40):
+        b = bytearray(valid)
+        kind = rnd.randrange(3)
+        if kind == 0:
+            b = b[: rnd.randrange(len(b))]
+        elif kind == 1:
+            for _ in range(rnd.randrange(1, 6)):
+                b[rnd.randrange(len(b))] ^= 1 << rnd.randrange(8)
+        else:
+            at = rnd.randrange(len(b))
+            b[at:at] = bytes(rnd.randrange(256) for _ in range(rnd.randrange(1, 32)))
+        frames, _ = raw.exchange(srv.native_tcp, bytes(b))
+        raw.read_answers(frames)  # whatever came back parses
+        alive(srv)
+    assert fingerprint(srv) == before
+    with (
+        weir.Client(srv.endpoint, transport="tcp", tcp_endpoint=srv.native_tcp) as c,
+        c.reader("target", start="earliest") as r,
+    ):  # and the port still serves a real reader
+        got = []
+        while len(got) < 500 and (batch := r.receive_batch(timeout=20)) is not None:
+            got += [m.data for m in batch]
+        assert sorted(got) == sorted(b"good-%d" % i for i in range(500))

@@ -23,7 +23,7 @@ PW = "stream-user-password"
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    srv = superuser_server(tmp_path_factory, "revocation")
+    srv = superuser_server(tmp_path_factory, "revocation", WEIR_NATIVE_TCP_ENABLED="true")
     yield srv
     srv.stop()
 
@@ -40,19 +40,28 @@ def setup_user(srv: ServerProcess, user: str, topic: str) -> weir.Client:
     return root
 
 
+@pytest.mark.parametrize("transport", ["grpc", "tcp"])
 def test_revoking_a_grant_ends_the_stream_that_uses_it(
-    server: ServerProcess, topic_name: str
+    server: ServerProcess, topic_name: str, transport: str
 ) -> None:
-    root = setup_user(server, "rita", topic_name)
+    """On the gRPC port and on the native TCP port (``transport="tcp"``: the reader's and
+    the writer's streams go there)."""
+    user = f"rita-{transport}"
+    root = setup_user(server, user, topic_name)
     try:
-        with weir.Client(server.endpoint, credentials=("rita", PW)) as c:
+        with weir.Client(
+            server.endpoint,
+            credentials=(user, PW),
+            transport=transport,
+            tcp_endpoint=server.native_tcp if transport == "tcp" else None,
+        ) as c:
             reader = c.reader(topic_name, consumer="c")
-            writer = c.writer(topic_name, producer_id="rita")
+            writer = c.writer(topic_name, producer_id=user)
             try:
                 assert reader.receive_batch(timeout=30) is not None
                 writer.write(b"one")
                 writer.flush(timeout=30)
-                assert root.revoke("rita", "consume", topic_name)
+                assert root.revoke(user, "consume", topic_name)
                 # the read session ends with the reason; waiting for more data does not hang
                 with pytest.raises(PermissionDeniedError, match=f"read topic '{topic_name}'"):
                     for _ in range(100):  # bounded: each call waits at most 5 s
@@ -60,7 +69,7 @@ def test_revoking_a_grant_ends_the_stream_that_uses_it(
                 # the write session does not need the consume grant: it goes on
                 writer.write(b"two")
                 writer.flush(timeout=30)
-                assert root.revoke("rita", "produce", topic_name)
+                assert root.revoke(user, "produce", topic_name)
                 with pytest.raises(PermissionDeniedError, match=f"write to topic '{topic_name}'"):
                     for _ in range(100):
                         writer.write(b"three")

@@ -340,9 +340,10 @@ class Client(
     ``credentials`` (``weir.aio.UserPassword(user, password)`` or a ``(user, password)``
     tuple) logs in to a server with users; every call then carries the token.
     ``tls`` (``weir.aio.Tls(ca=..., cert=..., key=...)``) or a ``grpcs://`` endpoint
-    speaks TLS. ``transport="tcp"`` sends writers' streams to the server's native TCP
-    port (``native_tcp.enabled``; ``tcp_endpoint``, by default the port the server
-    reports, on the endpoint's host) instead of gRPC, for lower ack latency; the rest stays on gRPC.
+    speaks TLS. ``transport="tcp"`` sends writers' and readers' streams to the server's
+    native TCP port (``native_tcp.enabled``; ``tcp_endpoint``, by default the port the
+    server reports, on the endpoint's host) instead of gRPC, for lower latency and less
+    CPU a message; the rest (subscriptions, admin, range reads) stays on gRPC.
 
     A cluster's brokers may be given as ``"h1:p1,h2:p2"`` (or a list): the client talks to
     the first and asks the others (and the live brokers lookups name) when it cannot be

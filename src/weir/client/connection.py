@@ -15,7 +15,7 @@ import grpc
 
 from weir.client.credentials import AuthedCall, CredentialsArg, TokenSource, as_credentials, bearer
 from weir.client.owners import Owners
-from weir.client.tcp_call import TcpWriteCall
+from weir.client.tcp_call import READ, WRITE, TcpMethod, TcpStreamCall
 from weir.client.tls import TlsArg, as_tls
 from weir.errors import (
     BadRequestError,
@@ -244,10 +244,11 @@ class Connection:
     With ``credentials`` every call carries a token from ``Login`` (see
     `weir.client.credentials`); without, calls are anonymous.
 
-    ``transport="tcp"``: write streams go to the server's native TCP port
+    ``transport="tcp"``: write and read streams go to the server's native TCP port
     (``tcp_endpoint``, by default the port the server reports: `learn_tcp_endpoint`;
-    `TcpWriteCall`, or `weir.client.direct_writer` for the sync client's pinned writers),
-    with the same TLS and credentials; everything else stays on gRPC.
+    `TcpStreamCall`, or `weir.client.direct_writer` for the sync client's pinned writers),
+    with the same TLS and credentials; everything else (subscriptions, admin, range
+    reads) stays on gRPC.
     """
 
     def __init__(
@@ -326,15 +327,18 @@ class Connection:
         """A StreamWrite call (write / read / done_writing / cancel), on the native TCP
         port with ``transport="tcp"``."""
         if self.transport == "tcp":
-            if self.tls is not None:
-                self.tcp_ssl_context()
-            host = self.tcp_endpoint.rpartition(":")[0].strip("[]")
-            server_name = (self.tls.server_name or host) if self.tls is not None else None
-            learn = None if self.tcp_known else self.learn_tcp_endpoint
-            return TcpWriteCall(
-                self.tcp_endpoint, self._ssl_context, server_name, self.tokens, learn
-            )
+            return self._tcp_call(WRITE)
         return self._open(self._stream_write)
+
+    def _tcp_call(self, method: TcpMethod) -> TcpStreamCall:
+        if self.tls is not None:
+            self.tcp_ssl_context()
+        host = self.tcp_endpoint.rpartition(":")[0].strip("[]")
+        server_name = (self.tls.server_name or host) if self.tls is not None else None
+        learn = None if self.tcp_known else self.learn_tcp_endpoint
+        return TcpStreamCall(
+            method, self.tcp_endpoint, self._ssl_context, server_name, self.tokens, learn
+        )
 
     async def learn_tcp_endpoint(self) -> str:
         """The native TCP port's ``host:port``: the one given, else the port the server
@@ -367,7 +371,9 @@ class Connection:
         return self._ssl_context  # type: ignore[no-any-return]
 
     def stream_read(self) -> Any:
-        """A StreamRead call."""
+        """A StreamRead call, on the native TCP port with ``transport="tcp"``."""
+        if self.transport == "tcp":
+            return self._tcp_call(READ)
         return self._open(self._stream_read)
 
     def subscribe(self) -> Any:
@@ -453,7 +459,7 @@ class Connection:
         """A stream opened on ``call`` (``tcp``: on the native TCP port) was answered:
         later refusals are outages."""
         self.ever_connected = True
-        if tcp or isinstance(call, TcpWriteCall):
+        if tcp or isinstance(call, TcpStreamCall):
             self.tcp_ever_connected = True
 
     def explained(self, err: WeirError) -> WeirError:

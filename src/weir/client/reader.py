@@ -392,7 +392,7 @@ class ReaderCore:
                 raise
             except (WeirError, grpc.aio.AioRpcError) as exc:
                 err = error_from_rpc(exc) if isinstance(exc, grpc.aio.AioRpcError) else exc
-                fast = self.target.unreachable(err)
+                fast = self.target.unreachable(err, getattr(call, "endpoint", None))
                 if fast is not None:
                     err = fast
                 self.last_error = err

@@ -58,7 +58,7 @@ class Client(SyncTenancyCalls, SyncSecurityCalls, SyncTierCalls):
     ``credentials`` (``weir.UserPassword(user, password)`` or a ``(user, password)``
     tuple) logs in to a server with users; every call then carries the token.
     ``tls`` (``weir.Tls(ca=..., cert=..., key=...)``) or a ``grpcs://`` endpoint
-    speaks TLS. ``transport="tcp"``: writers use the server's native TCP port
+    speaks TLS. ``transport="tcp"``: writers and readers use the server's native TCP port
     (``tcp_endpoint``, by default the port the server reports), as in `weir.aio`.
     A cluster's brokers may be given as ``"h1:p1,h2:p2"`` (or a list), as in `weir.aio`.
     """

@@ -14,6 +14,11 @@ The reading side keeps `StreamReader`'s shape for the front (`read_magic`,
 and unread); the writing side is a plain `asyncio.StreamWriter` over the same
 transport, so the front writes, drains and closes as before.
 
+The SDK reads its native TCP streams the same way (`weir.client.tcp_call`): a
+connection made with no ``serve`` is the client's, read by the task that made it; its
+large frames, read data the messages of a batch point into, are received in one part up
+to the size it allows.
+
 The Kafka front's `weir.protocols.kafka.framing.FrameReader` receives the same way but
 splits frames as they arrive and hands each to a callback. This one reads lazily, a
 frame when the front asks for one, because each read has its own limit: the hello,
@@ -29,8 +34,6 @@ from typing import Any, cast
 
 from weir.errors import MessageTooLargeError, UnavailableError
 from weir.protocols.native.framing import HEADER, MAGIC, FrameError
-from weir.protocols.tcp_listener import start_protocol_listener
-from weir.security.tls import ServerTls
 
 # the buffer small frames are received into (and copied out of, one by one): it starts
 # at FIRST_BYTES when the first bytes come and grows to CHUNK_BYTES when a frame needs it
@@ -53,9 +56,12 @@ class FrameConnection(asyncio.BufferedProtocol):
     may then feed it ``data_received`` (uvloop does) instead of its buffers; the few
     things a StreamWriter asks of its protocol are here instead."""
 
-    def __init__(self, serve: Serve, over_ssl: bool) -> None:
+    def __init__(self, serve: Serve | None, over_ssl: bool, part_bytes: int | None = None) -> None:
         self._serve = serve
         self._over_ssl = over_ssl
+        # a large frame's parts: DIRECT_PART_BYTES unless given (not below CHUNK_BYTES)
+        self._part_bytes = part_bytes or DIRECT_PART_BYTES
+        self.writer: asyncio.StreamWriter | None = None  # set once connected
         self._buf = bytearray()  # allocated when the first bytes come
         self._start = 0  # unread bytes are _buf[_start:_end]
         self._end = 0
@@ -82,8 +88,9 @@ class FrameConnection(asyncio.BufferedProtocol):
         self._transport = cast(asyncio.Transport, transport)
         loop = asyncio.get_running_loop()
         self._closed = loop.create_future()
-        writer = asyncio.StreamWriter(self._transport, self, None, loop)
-        self._task = loop.create_task(self._serve(self, writer))
+        self.writer = asyncio.StreamWriter(self._transport, self, None, loop)
+        if self._serve is not None:
+            self._task = loop.create_task(self._serve(self, self.writer))
 
     def get_buffer(self, sizehint: int) -> memoryview:
         if self._direct is not None:
@@ -103,7 +110,7 @@ class FrameConnection(asyncio.BufferedProtocol):
             # does), and those bytes must not land in the connection's buffer.
             self._direct_parts.append(part)
             if self._direct_left:
-                size = min(self._direct_left, DIRECT_PART_BYTES)
+                size = min(self._direct_left, self._part_bytes)
                 self._direct = bytearray(size)
                 self._direct_filled = 0
                 self._direct_left -= size
@@ -264,8 +271,8 @@ class FrameConnection(asyncio.BufferedProtocol):
     async def _read_direct(self, n: int, have: int) -> bytes | bytearray:
         """A large frame, ``have`` bytes of which are buffered (all the unread bytes, fewer
         than ``n``): the rest is received straight into its parts (`buffer_updated`)."""
-        first = bytearray(min(n, DIRECT_PART_BYTES))
-        assert have < len(first), "DIRECT_PART_BYTES must not be below CHUNK_BYTES"
+        first = bytearray(min(n, self._part_bytes))
+        assert have < len(first), "parts must not be below CHUNK_BYTES"
         first[:have] = memoryview(self._buf)[self._start : self._end]
         self._start = self._end = 0
         self._direct_parts = []
@@ -290,13 +297,3 @@ class FrameConnection(asyncio.BufferedProtocol):
             self._start = self._end = 0
             await self._wait()
         self._start = self._end = 0
-
-
-async def start_frame_listener(
-    serve: Serve, host: str, port: int, tls: ServerTls | None, what: str
-) -> asyncio.Server:
-    """Listen on ``host:port`` (0: any free port) for ``serve``, one `FrameConnection` per
-    connection (`start_protocol_listener`)."""
-    return await start_protocol_listener(
-        lambda: FrameConnection(serve, tls is not None), host, port, tls, what
-    )

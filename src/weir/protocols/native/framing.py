@@ -21,6 +21,7 @@ HEADER = struct.Struct(">I")
 # The hello and its result are small (a token is at most 8192 characters).
 MAX_HELLO_BYTES = 64 << 10
 METHOD_WRITE = "StreamWrite"
+METHOD_READ = "StreamRead"
 
 
 def frame(payload: bytes) -> bytes:

@@ -27,13 +27,11 @@ from weir.errors import (
     WeirError,
 )
 from weir.protocols.native import weir_pb2 as pb
-from weir.protocols.native.stream import Allow, StreamSession, allow_all
+from weir.protocols.native.stream import Allow, Responses, StreamSession, allow_all
 from weir.protocols.native.wire import (
     RawReadData,
 )
 from weir.security.grants import Permission
-
-log = logging.getLogger("weir.native")
 
 log = logging.getLogger("weir.native")
 
@@ -61,7 +59,7 @@ class ReadSession(StreamSession[pb.ReadRequest, pb.ReadResponse | RawReadData]):
     def __init__(
         self,
         broker: Broker,
-        context: grpc.aio.ServicerContext,
+        context: grpc.aio.ServicerContext | Responses,
         stopping: asyncio.Event | None = None,
         allow: Allow | None = None,
     ) -> None:

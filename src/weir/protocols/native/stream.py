@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 import grpc
 
@@ -34,6 +34,15 @@ class Allow(Protocol):
     ) -> None: ...
 
 
+class Responses(Protocol):
+    """Where a session's answers go: the gRPC call's context, or a connection of the
+    native TCP port (`weir.protocols.native.tcp_front`). The latter also has
+    ``write_nowait(message) -> bool`` (write now, or False when it would wait): the
+    session then sends its acks in the partition actor's turn (`WriteSession._ack_now`)."""
+
+    async def write(self, message: Any) -> None: ...
+
+
 def allow_all(permission: Permission | None, topic: str, operation: str, group: str = "") -> None:
     """Sessions made without a service (tests of the session alone) check nothing."""
 
@@ -53,7 +62,9 @@ class StreamSession(Generic[Req, Resp]):
     what it holds when the stream ends (`_release`).
     """
 
-    def __init__(self, context: grpc.aio.ServicerContext, stopping: asyncio.Event) -> None:
+    def __init__(
+        self, context: grpc.aio.ServicerContext | Responses, stopping: asyncio.Event
+    ) -> None:
         self.context = context
         self.stopping = stopping
         self._out: asyncio.Queue[Resp | None] = asyncio.Queue()

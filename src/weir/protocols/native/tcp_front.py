@@ -1,12 +1,14 @@
-"""The native TCP port: weir.proto's write stream over framed TCP, without gRPC.
+"""The native TCP port: weir.proto's write and read streams over framed TCP, without gRPC.
 
 A grpc.aio stream costs about 0.5 ms and several thread and task hops per
 message more than a plain asyncio socket (docs/performance.md, issue 26), so
-the native protocol's hot stream is also served here: the same messages
-(`WriteRequest` in, `WriteResponse` out), the same session
-(`weir.protocols.native.write_session.WriteSession`: validation, seq_no dedup,
-acks after the commit is durable, typed errors), one stream per connection,
-framed as `weir.protocols.native.framing` says. Reads and admin stay on gRPC.
+the native protocol's hot streams are also served here: the same messages
+(`WriteRequest` in, `WriteResponse` out; `ReadRequest` in, `ReadResponse` out),
+the same sessions (`weir.protocols.native.write_session.WriteSession`:
+validation, seq_no dedup, acks after the commit is durable, typed errors;
+`weir.protocols.native.read_session.ReadSession`: assignments, credit, commits),
+one stream per connection (the hello names it), framed as
+`weir.protocols.native.framing` says. Subscriptions and admin stay on gRPC.
 
 Authentication is the gRPC port's: the hello carries what the ``authorization``
 metadata would (a bearer token), or the TLS connection's client certificate
@@ -21,6 +23,8 @@ import contextlib
 import logging
 import socket
 import ssl
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from google.protobuf.message import DecodeError
@@ -29,12 +33,21 @@ from weir.broker.broker import Broker
 from weir.errors import BadRequestError, UnavailableError, WeirError
 from weir.protocols.native import weir_pb2 as pb
 from weir.protocols.native.auth import bearer_token
-from weir.protocols.native.frame_connection import FrameConnection, start_frame_listener
-from weir.protocols.native.framing import MAX_HELLO_BYTES, METHOD_WRITE, VERSION, frame
+from weir.protocols.native.frame_connection import FrameConnection, Serve
+from weir.protocols.native.framing import (
+    MAX_HELLO_BYTES,
+    METHOD_READ,
+    METHOD_WRITE,
+    VERSION,
+    frame,
+    header,
+)
+from weir.protocols.native.read_session import ReadSession
 from weir.protocols.native.service import NativeService
 from weir.protocols.native.stream import error_proto
-from weir.protocols.native.wire import decode_write_request
+from weir.protocols.native.wire import decode_write_request, encode_read_response
 from weir.protocols.native.write_session import WriteSession
+from weir.protocols.tcp_listener import start_protocol_listener
 from weir.security import Security, current_principal
 from weir.security.authenticator import ClientCertificate, Credential
 from weir.security.principal import current_checks
@@ -54,6 +67,7 @@ LINGER_S = 2.0
 # default: the server passes its shutdown grace.
 STOP_GRACE_S = 5.0
 _WRITE_HIGH_WATER = 1 << 20
+_SPLIT_AT = 64 << 10
 
 
 def _common_name(ssl_object: ssl.SSLObject | None) -> str | None:
@@ -68,18 +82,32 @@ def _common_name(ssl_object: ssl.SSLObject | None) -> str | None:
     return None
 
 
-class FrameResponses:
-    """A session's answers as frames on the connection (`write_session.Responses`)."""
+def _serialize(message: Any) -> bytes:
+    return message.SerializeToString()  # type: ignore[no-any-return]
 
-    def __init__(self, writer: asyncio.StreamWriter) -> None:
+
+class FrameResponses:
+    """A session's answers as frames on the connection (`write_session.Responses`),
+    each message made bytes by ``encode`` (the generated serializer by default)."""
+
+    def __init__(
+        self, writer: asyncio.StreamWriter, encode: Callable[[Any], bytes] = _serialize
+    ) -> None:
         self.writer = writer
+        self.encode = encode
 
     async def write(self, message: Any) -> None:
-        if self.writer.is_closing():
+        writer = self.writer
+        if writer.is_closing():
             raise ConnectionResetError("the client's connection is closed")
-        self.writer.write(frame(message.SerializeToString()))
-        if self.writer.transport.get_write_buffer_size() > _WRITE_HIGH_WATER:
-            await self.writer.drain()
+        data = self.encode(message)
+        if len(data) < _SPLIT_AT:
+            writer.write(frame(data))
+        else:  # no copy of a big answer (read data) to put its length in front
+            writer.write(header(len(data)))
+            writer.write(data)
+        if writer.transport.get_write_buffer_size() > _WRITE_HIGH_WATER:
+            await writer.drain()
 
     def write_nowait(self, message: Any) -> bool:
         """`write` when it would not wait: the connection is open and has not backed up;
@@ -87,12 +115,40 @@ class FrameResponses:
         writer = self.writer
         if writer.is_closing() or writer.transport.get_write_buffer_size() > _WRITE_HIGH_WATER:
             return False
-        writer.write(frame(message.SerializeToString()))
+        writer.write(frame(self.encode(message)))
         return True
 
 
-async def _write_requests(conn: FrameConnection, limit: int) -> Any:
-    """The client's WriteRequests, decoded as the gRPC port decodes them."""
+def _decode_read_request(data: bytes | bytearray) -> pb.ReadRequest:
+    return pb.ReadRequest.FromString(bytes(data))
+
+
+@dataclass(frozen=True)
+class _Stream:
+    """What the port serves for one hello ``method``: how requests are decoded, answers
+    encoded, the session made, and the error that ends it after a revoke."""
+
+    name: str  # the request message, for errors
+    decode: Callable[[bytes | bytearray], Any]
+    encode: Callable[[Any], bytes]
+    error: Callable[[pb.Error], Any]
+
+
+_STREAMS = {
+    METHOD_WRITE: _Stream(
+        "WriteRequest", decode_write_request, _serialize, lambda e: pb.WriteResponse(error=e)
+    ),
+    METHOD_READ: _Stream(
+        "ReadRequest",
+        _decode_read_request,
+        encode_read_response,
+        lambda e: pb.ReadResponse(error=e),
+    ),
+}
+
+
+async def _requests(conn: FrameConnection, limit: int, stream: _Stream) -> Any:
+    """The client's requests, decoded as the gRPC port decodes them."""
     while True:
         try:
             data = await conn.read_frame(limit)
@@ -101,10 +157,10 @@ async def _write_requests(conn: FrameConnection, limit: int) -> Any:
         if data is None:
             return
         try:
-            request = decode_write_request(data)
+            request = stream.decode(data)
         except DecodeError:
             raise BadRequestError(
-                f"a frame of {len(data)} bytes is not a WriteRequest message"
+                f"a frame of {len(data)} bytes is not a {stream.name} message"
             ) from None
         yield request
 
@@ -203,10 +259,11 @@ class NativeTcpFront:
                 raise BadRequestError(
                     f"framing version {hello.version} is not served (this server speaks {VERSION})"
                 )
-            if hello.method != METHOD_WRITE:
+            stream = _STREAMS.get(hello.method)
+            if stream is None:
                 raise BadRequestError(
                     f"{hello.method!r} is not served on the native TCP port (only "
-                    f"{METHOD_WRITE}); use the gRPC port"
+                    f"{' and '.join(_STREAMS)}); use the gRPC port"
                 )
             credential = self._credential(hello, writer)
             principal = self.security.authenticate(credential)
@@ -223,8 +280,13 @@ class NativeTcpFront:
         current_principal.set(principal)
         checks: list[tuple[object, str, str]] = []
         current_checks.set(checks)  # filled by the authorization checks the stream passes
-        session = WriteSession(self.broker, out, self.stopping, allow=self._allow)
-        task = asyncio.ensure_future(session.run(_write_requests(conn, self.max_frame_bytes)))
+        requests = _requests(conn, self.max_frame_bytes, stream)
+        if hello.method == METHOD_READ:
+            reads = FrameResponses(writer, stream.encode)
+            run = ReadSession(self.broker, reads, self.stopping, allow=self._allow).run(requests)
+        else:
+            run = WriteSession(self.broker, out, self.stopping, allow=self._allow).run(requests)
+        task = asyncio.ensure_future(run)
         ended: list[WeirError] = []
 
         def recheck() -> None:  # users or grants changed, or the token expired
@@ -243,11 +305,21 @@ class NativeTcpFront:
                 if not ended:
                     raise
                 with contextlib.suppress(OSError):
-                    await out.write(pb.WriteResponse(error=error_proto(ended[0])))
+                    await out.write(stream.error(error_proto(ended[0])))
         finally:
             stop_watching()
             task.cancel()
         await _linger(conn, writer)
+
+
+async def start_frame_listener(
+    serve: Serve, host: str, port: int, tls: ServerTls | None, what: str
+) -> asyncio.Server:
+    """Listen on ``host:port`` (0: any free port) for ``serve``, one `FrameConnection` per
+    connection (`start_protocol_listener`)."""
+    return await start_protocol_listener(
+        lambda: FrameConnection(serve, tls is not None), host, port, tls, what
+    )
 
 
 async def _linger(conn: FrameConnection, writer: asyncio.StreamWriter) -> None:

@@ -278,7 +278,7 @@ class TcpHello(_message.Message):
     frames: a 4-byte big-endian length, then one message. A connection opens with the
     4 bytes "weir", then a TcpHello frame; the server answers with a TcpHelloResult frame,
     then the stream's own messages follow both ways (for StreamWrite: WriteRequest in,
-    WriteResponse out), with the same meaning as on the gRPC stream. The client may send
+    WriteResponse out; for StreamRead: ReadRequest in, ReadResponse out), with the same meaning as on the gRPC stream. The client may send
     its first stream message right after the hello, without waiting for the result.
     """
 
@@ -290,7 +290,7 @@ class TcpHello(_message.Message):
     version: _builtins.int
     """The framing version the client speaks (1)."""
     method: _builtins.str
-    """The stream this connection carries: "StreamWrite" (the only one served so far)."""
+    """The stream this connection carries: "StreamWrite" or "StreamRead"."""
     authorization: _builtins.str
     """What the gRPC metadata `authorization` would carry: "Bearer <token>"; empty for none
     (anonymous, or the client certificate of a TLS connection).

@@ -157,8 +157,11 @@ def encode_read_response(resp: pb.ReadResponse | RawReadData) -> bytes:
     return resp.SerializeToString()
 
 
-def decode_read_response(data: bytes) -> Any:
-    """A RawReadData for a data message (chunks as memoryviews), else the generated parser's."""
+def decode_read_response(data: bytes | bytearray) -> Any:
+    """A RawReadData for a data message (chunks as memoryviews), else the generated parser's.
+
+    (The native TCP port's client hands big frames over as the bytearray they were received
+    into: the chunks point into it.)"""
     try:
         if data[:1] == bytes((_T_READ_DATA,)):
             mv = memoryview(data)
@@ -176,7 +179,7 @@ def decode_read_response(data: bytes) -> Any:
                     )
     except (IndexError, ValueError):
         pass
-    return pb.ReadResponse.FromString(data)
+    return pb.ReadResponse.FromString(bytes(data))
 
 
 # ---------------------------------------------------------------- ReadRangeResponse

@@ -17,7 +17,7 @@ import operator
 import uuid
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable
-from typing import Any, Protocol
+from typing import Any
 
 import grpc
 
@@ -33,7 +33,7 @@ from weir.errors import (
     WeirError,
 )
 from weir.protocols.native import weir_pb2 as pb
-from weir.protocols.native.stream import Allow, allow_all, error_proto
+from weir.protocols.native.stream import Allow, Responses, allow_all, error_proto
 from weir.protocols.native.transactions import transaction_owner
 from weir.protocols.native.wire import (
     RawWriteRequest,
@@ -44,15 +44,6 @@ from weir.storage.incoming import IncomingBatch, validate_incoming
 from weir.storage.partition import BatchResult
 
 log = logging.getLogger("weir.native")
-
-
-class Responses(Protocol):
-    """Where a session's answers go: the gRPC call's context, or a connection of the
-    native TCP port (`weir.protocols.native.tcp_front`). The latter also has
-    ``write_nowait(message) -> bool`` (write now, or False when it would wait): the
-    session then sends its acks in the partition actor's turn (`WriteSession._ack_now`)."""
-
-    async def write(self, message: Any) -> None: ...
 
 
 class WriteSession:
@@ -226,8 +217,8 @@ class WriteSession:
                 for inc in batches:
                     self._check_producer(inc.header)
                     check_message_sizes(inc, self.message_limit)
-                if self._failure is not None:
-                    return  # fenced or superseded: nothing more of this session is stored
+                if self._failure is not None or self._a_write_failed():
+                    return  # failed, fenced or superseded: nothing more of this session is stored
                 if self._inflight and self._inflight + nbytes > cfg.max_session_inflight_bytes:
                     self.broker.observer.on_refused(self.topic, self.partition, "overloaded")
                     raise OverloadedError(
@@ -256,6 +247,18 @@ class WriteSession:
             raise
         except BaseException as err:
             self._fail(err)
+
+    def _a_write_failed(self) -> bool:
+        """Whether the partition actor failed a write of this session that the ack task has
+        not seen yet. The actor fails it, and every write queued behind it, in its own turn;
+        the ack task hears of it turns later. A request read in between and submitted
+        would be committed after the failed one: a gap in the producer's seq_nos, and the
+        client's resend of the failed write "skipped" as a duplicate, never stored. The
+        newest pending write tells: it failed too, or nothing has failed."""
+        if not self._pending:
+            return False
+        fut = self._pending[-1][0]
+        return fut.done() and (fut.cancelled() or fut.exception() is not None)
 
     def _check_producer(self, h: BatchHeader) -> None:
         if h.producer_id != self.producer_id:

@@ -68,6 +68,9 @@ class PulsarProducer:
     task: asyncio.Task[None] | None = None
     closed: bool = False
     on_closed: Callable[[PulsarProducer], None] | None = None
+    # the first of this producer's writes that failed: every later Send is refused with
+    # it (the client reconnects and resends from there), see `_failed_write`
+    failed: WeirError | None = None
 
     def start(self) -> None:
         self.task = asyncio.get_running_loop().create_task(self._receipts())
@@ -79,6 +82,9 @@ class PulsarProducer:
         try:
             if self.closed:
                 raise UnavailableError(f"producer {self.name!r} is closed")
+            failed = self._failed_write()
+            if failed is not None:
+                raise failed
             sent = send_to_batch(
                 metadata,
                 payload,
@@ -97,6 +103,21 @@ class PulsarProducer:
             item.undecodable = isinstance(item.error, BadRequestError)
         self.pending.append(item)
         self.wake.set()
+
+    def _failed_write(self) -> WeirError | None:
+        """The error of a write of this producer that failed, if one did. A Send stored
+        after it would leave a gap in the producer's sequence ids, and the client's resend
+        of the failed one would then be dropped as a duplicate, never stored. The partition
+        actor fails a write, and every write queued behind it, in its own turn, before the
+        receipts task hears of it: the newest pending write tells."""
+        if self.failed is None:
+            for item in reversed(self.pending):
+                if item.future is not None:
+                    fut = item.future
+                    if fut.done() and not fut.cancelled() and fut.exception() is not None:
+                        self.failed = as_weir_error(fut.exception())
+                    break
+        return self.failed
 
     async def _receipts(self) -> None:
         try:
@@ -118,6 +139,8 @@ class PulsarProducer:
                         raise
                     except Exception as exc:
                         err = as_weir_error(exc)
+                        if self.failed is None:
+                            self.failed = err
                 self.pending.popleft()
                 if err is not None:
                     self.send(

@@ -240,6 +240,17 @@ class WriteSession:
         )
         return token
 
+    def _a_write_failed(self) -> bool:
+        """Whether the partition actor failed a write of this session that the ack task has
+        not seen yet (as in `weir.protocols.native.write_session`): a request submitted now
+        would be stored after a gap, and the resend of the failed one skipped as a duplicate.
+        The newest pending write tells: it failed too, or nothing has failed."""
+        for item in reversed(self._pending):
+            if item.future is not None:
+                fut = item.future
+                return fut.done() and (fut.cancelled() or fut.exception() is not None)
+        return False
+
     def _push(self, item: _Pending) -> None:
         self._pending.append(item)
         self._have_pending.set()
@@ -328,8 +339,8 @@ class WriteSession:
         while self._inflight and self._inflight + nbytes > bound:
             self._acked.clear()
             await self._acked.wait()
-        if self._failure is not None:
-            return  # fenced or superseded: nothing more of this session is stored
+        if self._failure is not None or self._a_write_failed():
+            return  # failed, fenced or superseded: nothing more of this session is stored
         if txn_id:
             fut = self.broker.submit_in_transaction(
                 txn_id, self.topic, self.partition, batches, nbytes, wr.tx.session
