@@ -114,8 +114,9 @@ class PulsarProducer:
             for item in reversed(self.pending):
                 if item.future is not None:
                     fut = item.future
-                    if fut.done() and not fut.cancelled() and fut.exception() is not None:
-                        self.failed = as_weir_error(fut.exception())
+                    exc = fut.exception() if fut.done() and not fut.cancelled() else None
+                    if exc is not None:
+                        self.failed = as_weir_error(exc)
                     break
         return self.failed
 
