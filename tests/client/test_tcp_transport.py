@@ -121,9 +121,11 @@ def test_big_messages_arrive_intact(
     blobs = [bytes([i]) * (300_000 + i) for i in range(3)]
     # and one past the size the TCP port receives a frame in one piece (DIRECT_PART_BYTES)
     blobs.append(os.urandom(5 << 20))
+    # and one past the parts a TCP reader receives read data in (READ_PART_BYTES)
+    blobs.append(os.urandom(17 << 20))
     with client_of(tcp_server, transport) as c:
         c.create_topic(topic_name)
-        with c.writer(topic_name, max_batch_bytes=6 << 20) as w:
+        with c.writer(topic_name, max_batch_bytes=24 << 20) as w:
             for b in blobs:
                 w.write(b)
         assert [m.data for m in read_all(c, topic_name)] == blobs
@@ -238,13 +240,15 @@ def test_a_tcp_reader_follows_a_restart_and_loses_nothing(tmp_path: Path, topic_
     srv = ServerProcess(tmp_path / "data", env=tcp_env(free_port()))
     srv.start()
     try:
-        with client_of(srv, "tcp") as c:
-            c.create_topic(topic_name)
-            with c.writer(topic_name) as w:
+        with client_of(srv, "grpc") as writing:
+            writing.create_topic(topic_name)
+            with writing.writer(topic_name) as w:
                 for i in range(n):
                     w.write(b"%d" % i + b"." * 200)
                     if i % 100 == 99:
                         w.flush()  # stored batches of ~20 KB: the reader takes one or two
+        # a client that only reads: its reader alone has been through on the TCP port
+        with client_of(srv, "tcp") as c:
             before: list[int] = []
             after: list[int] = []
             with c.reader(topic_name, consumer="g", buffer_bytes=32 << 10) as r:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from weir.protocols.kafka.errors import ErrorCode
 from weir.protocols.kafka.idempotence import EPOCH_SHIFT, SEQ_MASK, Sequences, place
 
@@ -59,3 +61,28 @@ def test_a_failed_write_forgets_what_was_in_flight() -> None:
     seqs.failed(key)
     # the stored state (nothing) is the truth again: the resend of 0..4 is accepted
     assert seqs.check(key, None, 0, 0, 5).error == ErrorCode.NONE
+
+
+async def test_a_batch_after_a_failed_write_waits_for_its_retry() -> None:
+    """The partition fails a write (and the writes behind it) in its turn; the front hears
+    of it with the write's callback, turns later. A batch checked in between, or after,
+    must not be placed after the failed ones (it would be stored after a gap, and the
+    client's retry of the failed batch then answered as a duplicate, never stored): it is
+    out of order until the retry of the first failed batch comes."""
+    loop = asyncio.get_running_loop()
+    for stored in (None, (4, 104)):  # a new producer, and one with 0..4 stored
+        seqs = Sequences()
+        key = ("t", 0, 1)
+        start = 0 if stored is None else 5
+        fut: asyncio.Future[None] = loop.create_future()
+        first = seqs.submitted(key, start, 5, fut)
+        fut.set_exception(RuntimeError("disk full"))  # failed; its callback not run yet
+        assert (
+            seqs.check(key, stored, 0, start + 5, 1).error == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+        )
+        seqs.failed(key, first)  # the callback, late: changes nothing
+        assert (
+            seqs.check(key, stored, 0, start + 5, 1).error == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+        )
+        retry = seqs.check(key, stored, 0, start, 5)
+        assert retry.error == ErrorCode.NONE and not retry.duplicate and retry.first_seq == start

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from tests.storage.conftest import hold, queued
 from weir.broker.broker import Broker
 from weir.broker.config import BrokerConfig
 from weir.protocols.pulsar import pulsar_api_pb2 as pb
@@ -43,4 +44,37 @@ async def test_no_send_is_stored_after_a_failed_one(tmp_path: Path) -> None:
         assert b.actor("t", 0).end_offset == 0  # nothing stored after the failed Send
         p.release()
     finally:
+        await b.close()
+
+
+async def test_no_send_is_stored_after_a_refused_one(tmp_path: Path) -> None:
+    """A Send the partition refuses at once (its queue is over its bound) is resent by the
+    client after the SendError; a smaller Send behind it must not be stored first."""
+    b = await Broker.open(
+        BrokerConfig(
+            data_dir=tmp_path, retention_interval_s=3600, max_partition_queue_bytes=64 << 10
+        )
+    )
+    gate = None
+    try:
+        await b.create_topic("t", partitions=1)
+        answers: list[pb.BaseCommand] = []
+        p = PulsarProducer(1, "p", b.topic("t").name, 0, -1, b, answers.append, 8 << 20)
+        p.start()
+        gate = hold(b.store.committer)  # writes wait: the partition's queue fills
+        p.handle_send(*_send(1), memoryview(b"first"))
+        await queued(b.store.committer, 1)  # taken by the actor, committing
+        p.handle_send(*_send(2), memoryview(b"y" * (50 << 10)))  # queued behind it
+        p.handle_send(*_send(3), memoryview(b"z" * (50 << 10)))  # over the bound: refused
+        p.handle_send(*_send(4), memoryview(b"small"))  # would fit
+        gate.set()
+        await p.drain()
+        kinds = [(c.type, c.send_receipt.sequence_id or c.send_error.sequence_id) for c in answers]
+        ok, err = pb.BaseCommand.SEND_RECEIPT, pb.BaseCommand.SEND_ERROR
+        assert kinds == [(ok, 1), (ok, 2), (err, 3), (err, 4)]
+        assert b.actor("t", 0).end_offset == 2
+        p.release()
+    finally:
+        if gate is not None:
+            gate.set()
         await b.close()

@@ -378,7 +378,7 @@ class ReaderCore:
                         self.session_id = resp.init.session_id
                         got_init = True
                         backoff.reset()
-                        self.target.ever_connected = True
+                        self.target.got_through(call)  # later refusals are outages
                         self._live = True
                         self._down_since = None
                         self._connected.set()

@@ -38,9 +38,13 @@ from weir.protocols.native.framing import (
 )
 from weir.protocols.native.wire import decode_read_response, encode_write_request
 
-# An ack is small, read data at most the server's chunk limit (4 MiB) and its framing;
-# this bounds what a broken server could make the client allocate.
+# An ack is small: this bounds what a broken server could make a writer allocate.
 MAX_RESPONSE_BYTES = 16 << 20
+# Read data holds at least one stored batch, however big (limits.max_batch_bytes): a
+# reader takes what the gRPC port would send it (weir.server.MAX_MESSAGE_BYTES).
+MAX_READ_RESPONSE_BYTES = 256 << 20
+# a read data frame is received in parts of this size at most (joined once if bigger)
+READ_PART_BYTES = 16 << 20
 _WRITE_HIGH_WATER = 4 << 20
 _SPLIT_AT = 64 << 10
 
@@ -53,6 +57,7 @@ class TcpMethod:
     encode: Callable[[Any], bytes]
     decode: Callable[[bytes | bytearray], Any]
     what: str  # for errors: "write stream", "read stream"
+    limit: int  # the biggest response taken
 
 
 def _serialize(message: Any) -> bytes:
@@ -63,8 +68,12 @@ def _write_response(data: bytes | bytearray) -> pb.WriteResponse:
     return pb.WriteResponse.FromString(bytes(data))  # an ack: small, bytes already
 
 
-WRITE = TcpMethod(METHOD_WRITE, encode_write_request, _write_response, "write stream")
-READ = TcpMethod(METHOD_READ, _serialize, decode_read_response, "read stream")
+WRITE = TcpMethod(
+    METHOD_WRITE, encode_write_request, _write_response, "write stream", MAX_RESPONSE_BYTES
+)
+READ = TcpMethod(
+    METHOD_READ, _serialize, decode_read_response, "read stream", MAX_READ_RESPONSE_BYTES
+)
 
 
 class TcpStreamCall:
@@ -102,7 +111,7 @@ class TcpStreamCall:
             host, _, port = self.endpoint.rpartition(":")
             try:
                 _, conn = await asyncio.get_running_loop().create_connection(
-                    lambda: FrameConnection(None, self._ssl is not None, MAX_RESPONSE_BYTES),
+                    lambda: FrameConnection(None, self._ssl is not None, READ_PART_BYTES),
                     host.strip("[]"),
                     int(port),
                     ssl=self._ssl,
@@ -161,7 +170,7 @@ class TcpStreamCall:
         try:
             if not self._hello_done:
                 await self._read_hello(conn)
-            data = await conn.read_frame(MAX_RESPONSE_BYTES)
+            data = await conn.read_frame(self.method.limit)
         except (OSError, FrameError) as exc:
             raise UnavailableError(f"the {self.method.what}'s connection was lost: {exc}") from None
         if data is None:

@@ -24,7 +24,9 @@ flight count, so a producer's pipelined requests are checked in order):
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
+from typing import Any
 
 from weir.protocols.kafka.errors import ErrorCode
 
@@ -63,6 +65,9 @@ class _Pending:
     in_flight: int = 0
     last: _Last | None = None
     recent: list[_Last] = field(default_factory=list)
+    # the write of the last batch submitted: failed, it tells `check` that the stored state
+    # is the truth again before `failed` is called (see `Sequences.check`)
+    future: asyncio.Future[Any] | None = None
 
 
 def place(
@@ -118,6 +123,13 @@ class Sequences:
         """Check one batch of producer ``key`` (topic, partition, producer id); ``stored`` is
         (max seq_no, offset of its record) of the partition's stored producer state."""
         pend = self._pending.get(key)
+        if pend is not None and _failed(pend.future):
+            # The partition failed the last write submitted (and every one queued behind
+            # it) in its turn; `failed` comes with the write's callback, turns later. A batch
+            # placed after it now would be stored after a gap, and the client's retry of the
+            # failed one then answered as a duplicate, never stored.
+            self._rewind(key, pend)
+            pend = self._pending.get(key)
         last_seq = pend.last_seq if pend is not None else None
         if last_seq is None and stored is not None:
             last_seq = stored[0]
@@ -139,13 +151,21 @@ class Sequences:
         """Whether batches of producer ``key`` were submitted lately (held in memory)."""
         return key in self._pending
 
-    def submitted(self, key: tuple[str, int, int], first_seq: int, count: int) -> _Last:
-        """A checked batch was queued for storage: later batches are checked after it."""
+    def submitted(
+        self,
+        key: tuple[str, int, int],
+        first_seq: int,
+        count: int,
+        future: asyncio.Future[Any] | None = None,
+    ) -> _Last:
+        """A checked batch was queued for storage (``future``: its write): later batches
+        are checked after it."""
         pend = self._pending.get(key)
         if pend is None:
             pend = self._pending[key] = _Pending(first_seq + count - 1)
         pend.last_seq = first_seq + count - 1
         pend.in_flight += 1
+        pend.future = future
         last = _Last(first_seq, count, None)
         if pend.last is not None:
             pend.recent.append(pend.last)
@@ -160,10 +180,32 @@ class Sequences:
             pend.in_flight -= 1
             self._trim()
 
-    def failed(self, key: tuple[str, int, int]) -> None:
-        """A queued batch was not stored: the stored state is the truth again (the
-        partition fails every write queued after it too)."""
-        self._pending.pop(key, None)
+    def failed(self, key: tuple[str, int, int], last: _Last | None = None) -> None:
+        """A queued batch (``last``, as `submitted` returned it) was not stored; the
+        partition failed every write queued after it too."""
+        pend = self._pending.get(key)
+        if pend is None:
+            return
+        if last is None or last is pend.last or last in pend.recent:
+            self._rewind(key, pend)  # (else rewound already, by `check` or an earlier one)
+
+    def _rewind(self, key: tuple[str, int, int], pend: _Pending) -> None:
+        """Every batch of ``pend`` in flight failed: the next batch must start where the
+        first of them did. That is the stored state's next, which a producer with nothing
+        stored yet does not have: the first failed batch says it (and ``place`` would take
+        any sequence from a producer it knows nothing of, then skip the retry of the
+        failed one as a duplicate)."""
+        held = [x for x in (*pend.recent, pend.last) if x is not None]
+        unstored = [x for x in held if x.offset is None]
+        if not unstored:
+            del self._pending[key]  # the stored state is the truth
+            return
+        kept = [x for x in held if x.offset is not None]
+        pend.last = kept.pop() if kept else None
+        pend.recent = kept
+        pend.last_seq = min(x.first_seq for x in unstored) - 1
+        pend.in_flight = 0
+        pend.future = None
 
     def _trim(self) -> None:
         if len(self._pending) <= self.MAX_IDLE:
@@ -172,3 +214,11 @@ class Sequences:
             del self._pending[k]
             if len(self._pending) <= self.MAX_IDLE // 2:
                 break
+
+
+def _failed(future: asyncio.Future[Any] | None) -> bool:
+    return (
+        future is not None
+        and future.done()
+        and (future.cancelled() or future.exception() is not None)
+    )

@@ -188,7 +188,7 @@ class ProduceHandlers:
             else self.broker.submit(topic, part.index, incoming)
         )
         marks = [
-            None if t is None else (t[0], self.sequences.submitted(t[0], t[1], t[2]))
+            None if t is None else (t[0], self.sequences.submitted(t[0], t[1], t[2], part.future))
             for t in tracked
         ]
         # The sequence bookkeeping follows the write itself, not this request: a client that
@@ -219,7 +219,7 @@ class ProduceHandlers:
         if fut.cancelled() or fut.exception() is not None:
             for mark in marks:
                 if mark is not None:
-                    self.sequences.failed(mark[0])
+                    self.sequences.failed(mark[0], mark[1])
             return
         for mark, res in zip(marks, fut.result(), strict=True):
             if mark is not None:

@@ -68,8 +68,9 @@ class PulsarProducer:
     task: asyncio.Task[None] | None = None
     closed: bool = False
     on_closed: Callable[[PulsarProducer], None] | None = None
-    # the first of this producer's writes that failed: every later Send is refused with
-    # it (the client reconnects and resends from there), see `_failed_write`
+    # the first of this producer's writes that failed or was refused (but for a message
+    # that can never be stored): every later Send is refused with it (the client
+    # reconnects and resends from there), see `_failed_write`
     failed: WeirError | None = None
 
     def start(self) -> None:
@@ -101,6 +102,10 @@ class PulsarProducer:
         except Exception as err:
             item.error = as_weir_error(err)
             item.undecodable = isinstance(item.error, BadRequestError)
+            if not item.undecodable and self.failed is None:
+                # refused by the partition (overloaded, over a quota, closing): the client
+                # resends it, so nothing after it may be stored either (`_failed_write`)
+                self.failed = item.error
         self.pending.append(item)
         self.wake.set()
 
