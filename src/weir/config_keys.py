@@ -590,7 +590,8 @@ KEYS: tuple[Key, ...] = (
         "client_ca_file",
         OPTIONAL_PATH,
         None,
-        "PEM CA bundle that signs client certificates: set, clients present one (mTLS).",
+        "PEM CA bundle that signs client certificates: set, clients present one (mTLS). In "
+        "a cluster, brokers present their own certificate (tls.cert_file) to each other.",
     ),
     Key(
         "tls",

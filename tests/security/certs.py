@@ -64,8 +64,12 @@ class Authority:
         self.path = directory / f"{_slug(name)}.pem"
         self.path.write_bytes(self.pem)
 
-    def issue(self, cn: str, *, server: bool = True, stem: str | None = None) -> Issued:
-        """A certificate for ``cn``: a server one (for localhost and 127.0.0.1) or a client one."""
+    def issue(
+        self, cn: str, *, server: bool = True, stem: str | None = None, client_too: bool = False
+    ) -> Issued:
+        """A certificate for ``cn``: a server one (for localhost and 127.0.0.1) or a client one;
+        ``client_too``: a server one that may also authenticate a client (a broker's, that
+        calls the other brokers of its cluster)."""
         key = _key()
         now = dt.datetime.now(dt.UTC)
         builder = (
@@ -83,7 +87,13 @@ class Authority:
                     [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
                 ),
                 critical=False,
-            ).add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), False)
+            ).add_extension(
+                x509.ExtendedKeyUsage(
+                    [ExtendedKeyUsageOID.SERVER_AUTH]
+                    + ([ExtendedKeyUsageOID.CLIENT_AUTH] if client_too else [])
+                ),
+                False,
+            )
         else:
             builder = builder.add_extension(
                 x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), False

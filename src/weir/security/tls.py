@@ -172,8 +172,17 @@ class ServerTls:
 
     def peer_credentials(self) -> grpc.ChannelCredentials:
         """How this broker calls the other brokers of its cluster, which serve TLS as it does:
-        their certificates checked with tls.peer_ca_file (or the system's roots)."""
-        return grpc.ssl_channel_credentials(root_certificates=self._peer_roots)
+        their certificates checked with tls.peer_ca_file (or the system's roots), and this
+        broker's own certificate presented to those that ask for one (tls.client_ca_file on
+        every broker: its CA must trust the brokers' certificates, which must allow client
+        authentication). Made when the Kafka front starts: a renewed certificate is
+        presented to peers after a restart (the served one is reloaded at once)."""
+        material = self.current()
+        return grpc.ssl_channel_credentials(
+            root_certificates=self._peer_roots,
+            private_key=material.key,
+            certificate_chain=material.cert,
+        )
 
     def grpc_credentials(self) -> grpc.ServerCredentials:
         """Server credentials that take new material at the next handshake after a change."""
