@@ -9,18 +9,17 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import Future
-from contextlib import asynccontextmanager
 
 import pulsar
 import pytest
 import ydb
 from kafka import KafkaAdminClient, KafkaProducer
-from kazoo.client import KazooClient
 
 import weir
 import weir.aio
+from tests.cluster.claims import cluster_records, in_zk, owner_of
 from tests.conftest import ServerProcess, cluster_servers
 from tests.reliability.checker import check
 from tests.reliability.history import History, make_data, message_id
@@ -85,47 +84,10 @@ def brokers(
         yield out
 
 
-@asynccontextmanager
-async def cluster_records(zookeeper: ZooKeeperServer, root: str) -> AsyncIterator[ClusterRecords]:
-    """The cluster's claims, read with a ZooKeeper client of the test's own."""
-    zk = KazooClient(hosts=zookeeper.hosts, timeout=10)
-    await asyncio.to_thread(zk.start, 30)
-    try:
-        yield ClusterRecords(zk, root)
-    finally:
-        await asyncio.to_thread(zk.stop)
-        await asyncio.to_thread(zk.close)
-
-
 @pytest.fixture
 async def records(zookeeper: ZooKeeperServer, shared_root: str) -> AsyncIterator[ClusterRecords]:
     async with cluster_records(zookeeper, shared_root) as found:
         yield found
-
-
-def in_zk(
-    zookeeper: ZooKeeperServer, root: str, fn: Callable[[ClusterRecords], Awaitable[str]]
-) -> str:
-    """``fn`` over the cluster's claims, from a sync test (its own event loop)."""
-
-    async def run() -> str:
-        async with cluster_records(zookeeper, root) as found:
-            return await fn(found)
-
-    return asyncio.run(run())
-
-
-async def owner_of(
-    records: ClusterRecords, key: str, other_than: str = "", timeout: float = 60
-) -> str:
-    """The broker holding the claim on ``key`` (not ``other_than``), polled to a deadline."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = await records.owner(key)
-        if got is not None and got[0].broker != other_than:
-            return got[0].broker
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"nobody (else) claimed {key} in {timeout} s")
 
 
 async def created(

@@ -19,8 +19,8 @@ from kafka import KafkaConsumer, OffsetAndMetadata, TopicPartition
 from kazoo.client import KazooClient
 
 import weir
-from tests.cluster.test_clients_follow import in_zk, owner_of
-from tests.cluster.test_shared_state import group_member
+from tests.cluster.claims import in_zk, owner_of
+from tests.cluster.kafka_members import group_member
 from tests.conftest import ServerProcess, cluster_servers
 from weir.broker.cluster import partition_key
 from weir.broker.config import BrokerConfig

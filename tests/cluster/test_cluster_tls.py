@@ -12,8 +12,8 @@ import pytest
 from kafka import OffsetAndMetadata, TopicPartition
 
 import weir
-from tests.cluster.test_clients_follow import in_zk, owner_of
-from tests.cluster.test_shared_state import group_member
+from tests.cluster.claims import in_zk, owner_of
+from tests.cluster.kafka_members import group_member
 from tests.conftest import ServerProcess, cluster_servers
 from tests.security.certs import Authority
 from weir.broker.cluster import partition_key

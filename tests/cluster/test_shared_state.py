@@ -24,7 +24,9 @@ from pulsar.schema import Integer, JsonSchema, Record, String, StringSchema
 
 import weir
 from tests.client.test_access_modes import raw_init
-from tests.cluster.test_clients_follow import created, in_zk, owner_of, read_all
+from tests.cluster.claims import in_zk, owner_of
+from tests.cluster.kafka_members import group_member
+from tests.cluster.test_clients_follow import created, read_all
 from tests.conftest import ServerProcess, cluster_servers
 from weir.broker.cluster import ClusterRecords, partition_key
 from weir.broker.cluster.broker_mode import node_id
@@ -285,24 +287,6 @@ def test_kafka_producer_ids_are_unique_across_brokers_and_idempotence_survives_k
             p.flush(10)
         if brokers[owner].proc is None:
             brokers[owner].start()
-
-
-def group_member(
-    broker: ServerProcess, group: str, tp: TopicPartition, **security: Any
-) -> KafkaConsumer:
-    """A kafka-python consumer of ``group`` bootstrapped at ``broker``, assigned ``tp``,
-    committing by hand (``security``: kafka-python's settings for SASL or TLS)."""
-    consumer = KafkaConsumer(
-        bootstrap_servers=broker.kafka,
-        group_id=group,
-        enable_auto_commit=False,
-        auto_offset_reset="earliest",
-        request_timeout_ms=30_000,
-        retry_backoff_ms=200,
-        **security,
-    )
-    consumer.assign([tp])
-    return consumer
 
 
 def first_offset(consumer: KafkaConsumer, timeout: float = 60) -> int:
