@@ -28,7 +28,7 @@ $(BIN)/python:
 	$(BIN)/python -m pip install --quiet --upgrade pip || { rm -rf $(VENV); exit 1; }
 
 # A .venv left by an older Python (made before this check) is replaced, not trusted.
-$(VENV)/.installed: $(BIN)/python pyproject.toml $(wildcard setup.py src/weir/protocols/kafka/_records.c src/weir/client/_write_fast.c)
+$(VENV)/.installed: $(BIN)/python pyproject.toml $(wildcard setup.py src/weir/protocols/kafka/_records.c src/weir/client/_write_fast.c src/weir/client/_message_rows.c)
 	@$(BIN)/python -c '$(IS_311)' 2>/dev/null || { \
 	    echo "$(VENV) runs another Python than 3.11: making it again" >&2; \
 	    rm -rf $(VENV) && $(MAKE) --no-print-directory $(BIN)/python; }

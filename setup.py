@@ -1,7 +1,9 @@
 """The compiled parts of weir, built by pip with the machine's C compiler: the Kafka
 front's record codec (src/weir/protocols/kafka/_records.c; a Python loop over Kafka
-records was the limit of the produce and fetch paths) and the sync TCP writer's common
-write() (src/weir/client/_write_fast.c; the Python of write() capped one producer).
+records was the limit of the produce and fetch paths), the sync TCP writer's common
+write() (src/weir/client/_write_fast.c; the Python of write() capped one producer) and
+the reader's Message tuples (src/weir/client/_message_rows.c; building them was most of a
+Message loop).
 Everything else is in pyproject.toml.
 
 The build records the SHA-256 of each C source in its module (SOURCE_SHA256), so that
@@ -16,6 +18,7 @@ from setuptools import Extension, setup
 
 SOURCE = "src/weir/protocols/kafka/_records.c"
 WRITE_SOURCE = "src/weir/client/_write_fast.c"
+ROWS_SOURCE = "src/weir/client/_message_rows.c"
 
 
 def _digest(source: str) -> str:
@@ -43,6 +46,12 @@ setup(
             [WRITE_SOURCE],
             extra_compile_args=["-O2"],
             define_macros=[("WEIR_WRITE_FAST_SOURCE", f'"{_digest(WRITE_SOURCE)}"')],
+        ),
+        Extension(
+            "weir.client._message_rows",
+            [ROWS_SOURCE],
+            extra_compile_args=["-O2"],
+            define_macros=[("WEIR_MESSAGE_ROWS_SOURCE", f'"{_digest(ROWS_SOURCE)}"')],
         ),
     ]
 )

@@ -25,6 +25,7 @@ from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.internal.conjecture import providers
 
+from weir.client.messages import decode_chunks
 from weir.errors import BatchFormatError
 from weir.storage import batch as B
 from weir.storage.batch import HEADER_SIZE, Record, decode_records, encode_batch
@@ -254,6 +255,15 @@ def decode_or_refuse(buf: bytes) -> list[Record] | BatchFormatError:
         return exc
     records = decode_records(inc.buf)  # what the broker accepts, every reader must decode
     assert len(records) == inc.header.record_count
+    # and the SDK's reader builds the same messages from it (weir.client.messages, whose
+    # Message tuples are built in C: _message_rows.c)
+    if inc.header.data_codec == Codec.RAW:
+        got = [
+            (m.offset, m.seq_no, m.created_at_ms, m.key, m.data, dict(m.headers))
+            for m in decode_chunks("t", 0, [inc.buf], 0)
+        ]
+        want = [(r.offset, r.seq_no, r.created_at, r.key, r.data, r.headers) for r in records]
+        assert got == want, "the reader's messages differ from the stored records"
     return records
 
 

@@ -6,10 +6,12 @@ import datetime as dt
 import gc
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import chain, repeat
+from itertools import chain
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any, NamedTuple, TypeVar
 
+from weir import compiled
 from weir.errors import UnsupportedCodecError
 from weir.storage.batch import decode_payload, iter_batches
 from weir.storage.codecs import Codec, codec_name, is_opaque
@@ -62,7 +64,14 @@ class Message(NamedTuple):
 
 
 EMPTY_HEADERS: Mapping[str, str] = MappingProxyType({})
-_new = tuple.__new__
+
+compiled.load(
+    "weir.client._message_rows",
+    Path(__file__).with_name("_message_rows.c"),
+    "the reader's compiled Message builder",
+)
+# typed by _message_rows.pyi; imported only once `load` has checked the build
+from weir.client._message_rows import rows as _rows  # noqa: E402
 
 
 @dataclass(slots=True)
@@ -251,20 +260,25 @@ def _messages(topic: str, partition: int, parts: list[_Part], session: Any) -> l
 
 
 def _part_messages(topic: str, partition: int, p: _Part, session: Any) -> Iterator[Message]:
-    rows = zip(
-        repeat(topic),
-        repeat(partition),
-        range(p.first_offset, p.first_offset + p.count),
-        p.seqs,
-        repeat(p.created) if isinstance(p.created, int) else p.created,
-        repeat(p.written),
-        repeat(p.producer_id),
-        p.keys if p.keys is not None else repeat(b""),
+    """The part's messages, built in C as they are asked for (`_message_rows.c`)."""
+    seqs = p.seqs.start if isinstance(p.seqs, range) else p.seqs
+    return _rows(
+        Message,
+        topic,
+        partition,
+        p.first_offset,
+        p.count,
+        seqs,
+        p.created,
+        p.written,
+        p.producer_id,
+        p.keys,
         p.data,
-        p.headers if p.headers is not None else repeat(EMPTY_HEADERS),
-        repeat(session),
+        p.headers,
+        session,
+        b"",
+        EMPTY_HEADERS,
     )
-    return map(_new, repeat(Message), rows)
 
 
 def decompress_message(codec: int, data: bytes) -> bytes:
