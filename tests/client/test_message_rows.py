@@ -108,7 +108,9 @@ def test_a_column_that_shrank_while_iterating_is_an_error_not_a_crash() -> None:
         ({"seqs": None}, TypeError, "seq_no column must be an int or a list"),
         ({"created": "x"}, TypeError, "created_at column must be a list or None"),
         ({"count": -1}, ValueError, "count of at least 0"),
-        ({"cls": dict}, TypeError, "tuple subclass"),
+        ({"cls": dict}, TypeError, "builds a NamedTuple"),
+        ({"cls": type(sys.flags)}, TypeError, "builds a NamedTuple"),  # hidden fields
+        ({"cls": tuple}, TypeError, "builds a NamedTuple"),
         ({"first": 2**64}, OverflowError, "too big"),
         ({"first": 2**63 - 1}, OverflowError, "offsets would pass"),
         ({"seqs": 2**63 - 1}, OverflowError, "seq_nos would pass"),

@@ -81,6 +81,7 @@ rows_clear(Rows *r)
     Py_CLEAR(r->headers);
     Py_CLEAR(r->empty_headers);
     Py_CLEAR(r->session);
+    r->i = r->n = 0; /* cleared: ended */
     return 0;
 }
 
@@ -107,7 +108,7 @@ column_item(PyObject *list, Py_ssize_t i, const char *what)
 static PyObject *
 rows_next(Rows *r)
 {
-    if (r->i >= r->n)
+    if (r->i >= r->n || r->cls == NULL)
         return NULL;
     Py_ssize_t i = r->i;
     PyObject *offset = NULL, *seq = NULL, *created = NULL, *key = NULL, *data = NULL,
@@ -132,7 +133,10 @@ rows_next(Rows *r)
                                  : Py_NewRef(r->empty_headers);
     if (headers == NULL)
         goto fail;
-    /* every item is at hand: nothing runs between the allocation and the last store */
+    /* Taken before the allocation, which may collect garbage and so run a finalizer that
+     * asks this iterator for the next row: that one gets row i + 1. Nothing runs between
+     * the tuple's tracking (at the end of its allocation) and the last store below. */
+    r->i = i + 1;
     PyObject *t = r->cls->tp_alloc(r->cls, FIELDS);
     if (t == NULL)
         goto fail;
@@ -147,7 +151,6 @@ rows_next(Rows *r)
     PyTuple_SET_ITEM(t, 8, data);
     PyTuple_SET_ITEM(t, 9, headers);
     PyTuple_SET_ITEM(t, 10, Py_NewRef(r->session));
-    r->i = i + 1;
     return t;
 fail:
     Py_XDECREF(offset);
@@ -207,6 +210,30 @@ column(PyObject *arg, Py_ssize_t n, const char *what, PyObject **out)
     return 0;
 }
 
+/* ``cls`` is a NamedTuple of FIELDS fields: a tuple subclass with ``_fields``, whose
+ * instances hold exactly their fields (a struct sequence, such as os.stat_result, has no
+ * ``_fields`` and keeps hidden items past its visible ones: built here, it would read and
+ * free items never allocated) */
+static int
+is_named_tuple(PyObject *cls)
+{
+    if (!PyType_Check(cls) || !PyType_IsSubtype((PyTypeObject *)cls, &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "rows() builds a NamedTuple class");
+        return 0;
+    }
+    PyObject *fields = PyObject_GetAttrString(cls, "_fields");
+    if (fields == NULL) {
+        PyErr_Clear();
+        PyErr_SetString(PyExc_TypeError, "rows() builds a NamedTuple class");
+        return 0;
+    }
+    int ok = PyTuple_Check(fields) && PyTuple_GET_SIZE(fields) == FIELDS;
+    Py_DECREF(fields);
+    if (!ok)
+        PyErr_Format(PyExc_TypeError, "rows() builds a NamedTuple of %d fields", FIELDS);
+    return ok;
+}
+
 PyDoc_STRVAR(rows_doc,
 "rows(cls, topic, partition, first_offset, count, seqs, created, written, producer_id,\n"
 "     keys, data, headers, session, empty_key, empty_headers)\n"
@@ -224,10 +251,8 @@ rows(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     PyObject *cls = args[0];
-    if (!PyType_Check(cls) || !PyType_IsSubtype((PyTypeObject *)cls, &PyTuple_Type)) {
-        PyErr_SetString(PyExc_TypeError, "rows() needs a tuple subclass to build");
+    if (!is_named_tuple(cls))
         return NULL;
-    }
     long long offset0 = PyLong_AsLongLong(args[3]);
     if (offset0 == -1 && PyErr_Occurred())
         return NULL;
@@ -238,7 +263,7 @@ rows(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_ValueError, "rows() needs a count of at least 0");
         return NULL;
     }
-    if (offset0 > LLONG_MAX - n) {
+    if (n > 0 && offset0 > LLONG_MAX - (n - 1)) {
         PyErr_SetString(PyExc_OverflowError, "rows(): the offsets would pass 2**63 - 1");
         return NULL;
     }
@@ -263,7 +288,7 @@ rows(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
         r->seq0 = PyLong_AsLongLong(args[5]);
         if (r->seq0 == -1 && PyErr_Occurred())
             goto fail;
-        if (r->seq0 > LLONG_MAX - n) {
+        if (n > 0 && r->seq0 > LLONG_MAX - (n - 1)) {
             PyErr_SetString(PyExc_OverflowError, "rows(): the seq_nos would pass 2**63 - 1");
             goto fail;
         }
