@@ -173,27 +173,33 @@ def test_requests_of_every_size_back_to_back_are_acked_in_order(srv: ServerProce
         assert c.describe_topic("sizes").partition_info[0].end_offset == sum(counts)
 
 
+def damaged(rnd: random.Random, valid: bytes, heads: list[int]) -> bytes:
+    """``valid`` with one seeded mutation: a truncation, bit flips, a hostile length at one
+    of the frame headers at ``heads``, or inserted junk."""
+    b = bytearray(valid)
+    kind = rnd.randrange(4)
+    if kind == 0:
+        b = b[: rnd.randrange(len(b))]
+    elif kind == 1:
+        for _ in range(rnd.randrange(1, 6)):
+            b[rnd.randrange(len(b))] ^= 1 << rnd.randrange(8)
+    elif kind == 2:
+        struct.pack_into(">I", b, rnd.choice(heads), rnd.choice([0, 1, 0x7FFFFFFF, 0xFFFFFFFF]))
+    else:
+        at = rnd.randrange(len(b))
+        b[at:at] = bytes(rnd.randrange(256) for _ in range(rnd.randrange(1, 32)))
+    return bytes(b)
+
+
 def test_random_damage_to_a_valid_connection_never_hurts_the_server(srv: ServerProcess) -> None:
     """Seeded damage (truncation, bit flips, hostile lengths, inserted junk) anywhere in a
     valid connection's bytes: every answer is a frame that parses, and the server lives."""
     before = fingerprint(srv)
     rnd = random.Random(20261126)
     valid = START + raw.init("fuzzed", "fuzz") + raw.batches(good_batch(producer="fuzz"))
+    heads = [len(MAGIC), len(START), len(START) + len(raw.init("fuzzed", "fuzz"))]
     for _ in range(40):
-        b = bytearray(valid)
-        kind = rnd.randrange(4)
-        if kind == 0:
-            b = b[: rnd.randrange(len(b))]
-        elif kind == 1:
-            for _ in range(rnd.randrange(1, 6)):
-                b[rnd.randrange(len(b))] ^= 1 << rnd.randrange(8)
-        elif kind == 2:  # a hostile length at one of the frame headers
-            at = rnd.choice([len(MAGIC), len(START), len(START) + len(raw.init("fuzzed", "fuzz"))])
-            struct.pack_into(">I", b, at, rnd.choice([0, 1, 0x7FFFFFFF, 0xFFFFFFFF]))
-        else:
-            at = rnd.randrange(len(b))
-            b[at:at] = bytes(rnd.randrange(256) for _ in range(rnd.randrange(1, 32)))
-        frames, _ = raw.exchange(srv.native_tcp, bytes(b))
+        frames, _ = raw.exchange(srv.native_tcp, damaged(rnd, valid, heads))
         raw.answers(frames)  # whatever came back parses
         alive(srv)
     assert fingerprint(srv) == before
@@ -288,18 +294,9 @@ def test_random_damage_to_a_read_stream_never_hurts_the_server(srv: ServerProces
         + raw.read_request(credit={"bytes": 4096})
         + raw.read_request(commit={"assignment_id": 1, "offset": 3})
     )
+    heads = [len(MAGIC), len(READ_START)]
     for _ in range(40):
-        b = bytearray(valid)
-        kind = rnd.randrange(3)
-        if kind == 0:
-            b = b[: rnd.randrange(len(b))]
-        elif kind == 1:
-            for _ in range(rnd.randrange(1, 6)):
-                b[rnd.randrange(len(b))] ^= 1 << rnd.randrange(8)
-        else:
-            at = rnd.randrange(len(b))
-            b[at:at] = bytes(rnd.randrange(256) for _ in range(rnd.randrange(1, 32)))
-        frames, _ = raw.exchange(srv.native_tcp, bytes(b))
+        frames, _ = raw.exchange(srv.native_tcp, damaged(rnd, valid, heads))
         raw.read_answers(frames)  # whatever came back parses
         alive(srv)
     assert fingerprint(srv) == before
