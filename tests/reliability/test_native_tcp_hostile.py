@@ -235,6 +235,8 @@ def test_bad_read_stream_frames_get_typed_errors(srv: ServerProcess) -> None:
             init + struct.pack(">I", 0xFFFFFFF0),
             "MESSAGE_TOO_LARGE",
         ),
+        # a read request is small: 2 MiB is refused before it is read, as a write's is not
+        "a read request past 1 MiB": (init + struct.pack(">I", 2 << 20), "MESSAGE_TOO_LARGE"),
         "a truncated frame": (init + raw.read_request(credit={"bytes": 10})[:-2], "BAD_REQUEST"),
         "protobuf garbage": (raw.frame(b"\x0a\xff\xff\xff\xff\x0f"), "BAD_REQUEST"),
     }

@@ -68,6 +68,8 @@ LINGER_S = 2.0
 STOP_GRACE_S = 5.0
 _WRITE_HIGH_WATER = 1 << 20
 _SPLIT_AT = 64 << 10
+# A read stream's requests are an init (topics, named partitions), credits and commits.
+MAX_READ_REQUEST_BYTES = 1 << 20
 
 
 def _common_name(ssl_object: ssl.SSLObject | None) -> str | None:
@@ -126,12 +128,13 @@ def _decode_read_request(data: bytes | bytearray) -> pb.ReadRequest:
 @dataclass(frozen=True)
 class _Stream:
     """What the port serves for one hello ``method``: how requests are decoded, answers
-    encoded, the session made, and the error that ends it after a revoke."""
+    encoded, the error that ends it after a revoke, and its biggest request."""
 
     name: str  # the request message, for errors
     decode: Callable[[bytes | bytearray], Any]
     encode: Callable[[Any], bytes]
     error: Callable[[pb.Error], Any]
+    limit: int | None = None  # None: the port's max_frame_bytes
 
 
 _STREAMS = {
@@ -143,6 +146,7 @@ _STREAMS = {
         _decode_read_request,
         encode_read_response,
         lambda e: pb.ReadResponse(error=e),
+        MAX_READ_REQUEST_BYTES,
     ),
 }
 
@@ -280,7 +284,7 @@ class NativeTcpFront:
         current_principal.set(principal)
         checks: list[tuple[object, str, str]] = []
         current_checks.set(checks)  # filled by the authorization checks the stream passes
-        requests = _requests(conn, self.max_frame_bytes, stream)
+        requests = _requests(conn, stream.limit or self.max_frame_bytes, stream)
         if hello.method == METHOD_READ:
             reads = FrameResponses(writer, stream.encode)
             run = ReadSession(self.broker, reads, self.stopping, allow=self._allow).run(requests)
