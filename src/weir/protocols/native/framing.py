@@ -2,17 +2,17 @@
 
 A connection opens with `MAGIC`, then frames both ways: a 4-byte big-endian
 length, then that many bytes of one weir.proto message (weir.proto: TcpHello).
-Shared by the server's listener (`weir.protocols.native.tcp_front`, which reads
-through `weir.protocols.native.frame_connection`) and the SDK
-(`weir.client.tcp_call`: `read_frame`); nothing here knows the broker.
+Shared by the server's listener (`weir.protocols.native.tcp_front`) and the SDK
+(`weir.client.tcp_call`, `weir.client.direct_writer`). The listener and `tcp_call` read
+frames through `weir.protocols.native.frame_connection`, the direct writer with socket
+code of its own; nothing here knows the broker.
 """
 
 from __future__ import annotations
 
-import asyncio
 import struct
 
-from weir.errors import BadRequestError, MessageTooLargeError
+from weir.errors import BadRequestError
 
 DEFAULT_PORT = 2137  # the gRPC port's (2136) neighbour
 MAGIC = b"weir"
@@ -36,28 +36,3 @@ def header(length: int) -> bytes:
 
 class FrameError(BadRequestError):
     """The bytes on the connection are not frames of this protocol."""
-
-
-async def read_frame(reader: asyncio.StreamReader, limit: int) -> bytes | None:
-    """The next frame's payload; None when the peer closed between frames.
-
-    A length over ``limit`` is `MessageTooLargeError` (nothing of it is read); a
-    connection that ends inside a frame is `FrameError`.
-    """
-    try:
-        head = await reader.readexactly(4)
-    except asyncio.IncompleteReadError as exc:
-        if not exc.partial:
-            return None
-        raise FrameError(
-            f"the connection ended inside a frame header ({len(exc.partial)} of 4 bytes)"
-        ) from None
-    (n,) = HEADER.unpack(head)
-    if n > limit:
-        raise MessageTooLargeError(f"a frame of {n} bytes exceeds the limit of {limit} bytes")
-    try:
-        return await reader.readexactly(n)
-    except asyncio.IncompleteReadError as exc:
-        raise FrameError(
-            f"the connection ended inside a frame ({len(exc.partial)} of {n} bytes)"
-        ) from None
