@@ -186,7 +186,7 @@ class Sequences:
         pend = self._pending.get(key)
         if pend is None:
             return
-        if last is None or last is pend.last or last in pend.recent:
+        if last is None or last is pend.last or any(x is last for x in pend.recent):
             self._rewind(key, pend)  # (else rewound already, by `check` or an earlier one)
 
     def _rewind(self, key: tuple[str, int, int], pend: _Pending) -> None:
