@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import random
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -191,18 +191,29 @@ def damaged(rnd: random.Random, valid: bytes, heads: list[int]) -> bytes:
     return bytes(b)
 
 
+def survives_damage(
+    srv: ServerProcess,
+    rnd: random.Random,
+    valid: bytes,
+    heads: list[int],
+    parse: Callable[[list[bytes]], object],
+) -> None:
+    """40 connections sending ``valid`` damaged (`damaged`): whatever comes back parses
+    (``parse``), the server lives, and what is stored does not change."""
+    before = fingerprint(srv)
+    for _ in range(40):
+        frames, _ = raw.exchange(srv.native_tcp, damaged(rnd, valid, heads))
+        parse(frames)
+        alive(srv)
+    assert fingerprint(srv) == before
+
+
 def test_random_damage_to_a_valid_connection_never_hurts_the_server(srv: ServerProcess) -> None:
     """Seeded damage (truncation, bit flips, hostile lengths, inserted junk) anywhere in a
     valid connection's bytes: every answer is a frame that parses, and the server lives."""
-    before = fingerprint(srv)
-    rnd = random.Random(20261126)
     valid = START + raw.init("fuzzed", "fuzz") + raw.batches(good_batch(producer="fuzz"))
     heads = [len(MAGIC), len(START), len(START) + len(raw.init("fuzzed", "fuzz"))]
-    for _ in range(40):
-        frames, _ = raw.exchange(srv.native_tcp, damaged(rnd, valid, heads))
-        raw.answers(frames)  # whatever came back parses
-        alive(srv)
-    assert fingerprint(srv) == before
+    survives_damage(srv, random.Random(20261126), valid, heads, raw.answers)
     # and the port still serves a real writer
     with (
         weir.Client(srv.endpoint, transport="tcp", tcp_endpoint=srv.native_tcp) as c,
@@ -288,8 +299,6 @@ def test_a_valid_raw_read_stream_delivers_what_is_stored(srv: ServerProcess) -> 
 def test_random_damage_to_a_read_stream_never_hurts_the_server(srv: ServerProcess) -> None:
     """Seeded damage to a read stream's bytes (a consumer's init, a credit, a commit): every
     answer parses, the server lives, and what is stored is unchanged."""
-    before = fingerprint(srv)
-    rnd = random.Random(20261127)
     valid = (
         READ_START
         + raw.read_init("target", consumer="fuzz-reader", credit=4096)
@@ -297,11 +306,7 @@ def test_random_damage_to_a_read_stream_never_hurts_the_server(srv: ServerProces
         + raw.read_request(commit={"assignment_id": 1, "offset": 3})
     )
     heads = [len(MAGIC), len(READ_START)]
-    for _ in range(40):
-        frames, _ = raw.exchange(srv.native_tcp, damaged(rnd, valid, heads))
-        raw.read_answers(frames)  # whatever came back parses
-        alive(srv)
-    assert fingerprint(srv) == before
+    survives_damage(srv, random.Random(20261127), valid, heads, raw.read_answers)
     with (
         weir.Client(srv.endpoint, transport="tcp", tcp_endpoint=srv.native_tcp) as c,
         c.reader("target", start="earliest") as r,

@@ -553,6 +553,19 @@ class PartitionActor(Generic[LogT]):
         self._notify()
 
 
+def write_failed(future: asyncio.Future[Any] | None) -> bool:
+    """Whether ``future`` (a write `PartitionActor.submit` returned) failed. The actor fails a
+    write, and every write queued behind it, in its own turn, before any task awaiting them
+    runs: a front that looks at its producer's newest pending write before it submits the
+    next never has a write stored after a failed one of that producer (the client's resend
+    of the failed one would then be skipped as a duplicate, never stored)."""
+    return (
+        future is not None
+        and future.done()
+        and (future.cancelled() or future.exception() is not None)
+    )
+
+
 def _fail(fut: asyncio.Future[Any], exc: BaseException) -> None:
     if not fut.done():
         fut.set_exception(exc)

@@ -60,10 +60,6 @@ class TcpMethod:
     limit: int  # the biggest response taken
 
 
-def _serialize(message: Any) -> bytes:
-    return message.SerializeToString()  # type: ignore[no-any-return]
-
-
 def _write_response(data: bytes | bytearray) -> pb.WriteResponse:
     return pb.WriteResponse.FromString(bytes(data))  # an ack: small, bytes already
 
@@ -72,7 +68,11 @@ WRITE = TcpMethod(
     METHOD_WRITE, encode_write_request, _write_response, "write stream", MAX_RESPONSE_BYTES
 )
 READ = TcpMethod(
-    METHOD_READ, _serialize, decode_read_response, "read stream", MAX_READ_RESPONSE_BYTES
+    METHOD_READ,
+    pb.ReadRequest.SerializeToString,
+    decode_read_response,
+    "read stream",
+    MAX_READ_RESPONSE_BYTES,
 )
 
 

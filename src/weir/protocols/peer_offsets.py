@@ -12,8 +12,9 @@ CommitOffset and DescribeConsumer calls, as any native client would. With
 already authorized; without it the call carries no credentials, and an owner that
 requires authentication refuses it (such a cluster does not start without the secret).
 When the brokers serve TLS (``tls.cert_file``), the call is made over TLS, the owner's
-certificate checked with ``tls.peer_ca_file`` (or the system's roots); brokers that also
-require client certificates (``tls.client_ca_file``) refuse it: not yet supported.
+certificate checked with ``tls.peer_ca_file`` (or the system's roots), this broker's own
+certificate presented to brokers that require client certificates (``tls.client_ca_file``;
+`ServerTls.peer_credentials`).
 """
 
 from __future__ import annotations

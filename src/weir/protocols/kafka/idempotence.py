@@ -28,6 +28,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
+from weir.broker.partition_actor import write_failed
 from weir.protocols.kafka.errors import ErrorCode
 
 SEQ_BITS = 31
@@ -123,7 +124,7 @@ class Sequences:
         """Check one batch of producer ``key`` (topic, partition, producer id); ``stored`` is
         (max seq_no, offset of its record) of the partition's stored producer state."""
         pend = self._pending.get(key)
-        if pend is not None and _failed(pend.future):
+        if pend is not None and write_failed(pend.future):
             # The partition failed the last write submitted (and every one queued behind
             # it) in its turn; `failed` comes with the write's callback, turns later. A batch
             # placed after it now would be stored after a gap, and the client's retry of the
@@ -214,11 +215,3 @@ class Sequences:
             del self._pending[k]
             if len(self._pending) <= self.MAX_IDLE // 2:
                 break
-
-
-def _failed(future: asyncio.Future[Any] | None) -> bool:
-    return (
-        future is not None
-        and future.done()
-        and (future.cancelled() or future.exception() is not None)
-    )

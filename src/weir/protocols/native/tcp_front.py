@@ -285,11 +285,9 @@ class NativeTcpFront:
         checks: list[tuple[object, str, str]] = []
         current_checks.set(checks)  # filled by the authorization checks the stream passes
         requests = _requests(conn, stream.limit or self.max_frame_bytes, stream)
-        if hello.method == METHOD_READ:
-            reads = FrameResponses(writer, stream.encode)
-            run = ReadSession(self.broker, reads, self.stopping, allow=self._allow).run(requests)
-        else:
-            run = WriteSession(self.broker, out, self.stopping, allow=self._allow).run(requests)
+        answers = FrameResponses(writer, stream.encode)
+        session = ReadSession if hello.method == METHOD_READ else WriteSession
+        run = session(self.broker, answers, self.stopping, allow=self._allow).run(requests)
         task = asyncio.ensure_future(run)
         ended: list[WeirError] = []
 
@@ -309,7 +307,7 @@ class NativeTcpFront:
                 if not ended:
                     raise
                 with contextlib.suppress(OSError):
-                    await out.write(stream.error(error_proto(ended[0])))
+                    await answers.write(stream.error(error_proto(ended[0])))
         finally:
             stop_watching()
             task.cancel()

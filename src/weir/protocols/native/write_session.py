@@ -23,6 +23,7 @@ import grpc
 
 from weir.access_mode import AccessMode
 from weir.broker.broker import Broker
+from weir.broker.partition_actor import write_failed
 from weir.broker.topics import PERSISTENT, short_topic
 from weir.errors import (
     BadRequestError,
@@ -250,15 +251,9 @@ class WriteSession:
 
     def _a_write_failed(self) -> bool:
         """Whether the partition actor failed a write of this session that the ack task has
-        not seen yet. The actor fails it, and every write queued behind it, in its own turn;
-        the ack task hears of it turns later. A request read in between and submitted
-        would be committed after the failed one: a gap in the producer's seq_nos, and the
-        client's resend of the failed write "skipped" as a duplicate, never stored. The
-        newest pending write tells: it failed too, or nothing has failed."""
-        if not self._pending:
-            return False
-        fut = self._pending[-1][0]
-        return fut.done() and (fut.cancelled() or fut.exception() is not None)
+        not seen yet (it hears of it turns later): the newest pending write tells
+        (`write_failed`)."""
+        return bool(self._pending) and write_failed(self._pending[-1][0])
 
     def _check_producer(self, h: BatchHeader) -> None:
         if h.producer_id != self.producer_id:

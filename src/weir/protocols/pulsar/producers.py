@@ -19,6 +19,7 @@ from typing import Any
 
 from weir.broker.access import Claim
 from weir.broker.broker import Broker
+from weir.broker.partition_actor import write_failed
 from weir.broker.producers import WriterToken
 from weir.broker.tenancy.limits import Lease
 from weir.errors import BadRequestError, MessageTooLargeError, UnavailableError, WeirError
@@ -110,19 +111,12 @@ class PulsarProducer:
         self.wake.set()
 
     def _failed_write(self) -> WeirError | None:
-        """The error of a write of this producer that failed, if one did. A Send stored
-        after it would leave a gap in the producer's sequence ids, and the client's resend
-        of the failed one would then be dropped as a duplicate, never stored. The partition
-        actor fails a write, and every write queued behind it, in its own turn, before the
-        receipts task hears of it: the newest pending write tells."""
+        """The error of a write of this producer that failed, if one did, the receipts task
+        heard of it or not: the newest pending write tells (`write_failed`)."""
         if self.failed is None:
-            for item in reversed(self.pending):
-                if item.future is not None:
-                    fut = item.future
-                    exc = fut.exception() if fut.done() and not fut.cancelled() else None
-                    if exc is not None:
-                        self.failed = as_weir_error(exc)
-                    break
+            newest = next((i.future for i in reversed(self.pending) if i.future is not None), None)
+            if newest is not None and write_failed(newest) and not newest.cancelled():
+                self.failed = as_weir_error(newest.exception())  # type: ignore[arg-type]
         return self.failed
 
     async def _receipts(self) -> None:

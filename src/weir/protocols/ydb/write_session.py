@@ -35,6 +35,7 @@ import grpc
 
 from weir.broker.access import Claim
 from weir.broker.broker import Broker
+from weir.broker.partition_actor import write_failed
 from weir.broker.producers import WriterToken
 from weir.broker.tenancy.limits import Lease
 from weir.errors import (
@@ -242,14 +243,10 @@ class WriteSession:
 
     def _a_write_failed(self) -> bool:
         """Whether the partition actor failed a write of this session that the ack task has
-        not seen yet (as in `weir.protocols.native.write_session`): a request submitted now
-        would be stored after a gap, and the resend of the failed one skipped as a duplicate.
-        The newest pending write tells: it failed too, or nothing has failed."""
-        for item in reversed(self._pending):
-            if item.future is not None:
-                fut = item.future
-                return fut.done() and (fut.cancelled() or fut.exception() is not None)
-        return False
+        not seen yet (it hears of it turns later): the newest pending write tells
+        (`write_failed`)."""
+        newest = next((i.future for i in reversed(self._pending) if i.future is not None), None)
+        return write_failed(newest)
 
     def _push(self, item: _Pending) -> None:
         self._pending.append(item)
