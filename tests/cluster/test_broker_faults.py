@@ -24,7 +24,7 @@ import ydb
 import weir
 import weir.aio
 from tests.cluster.claims import cluster_records, owner_of
-from tests.cluster.test_clients_follow import created, read_all
+from tests.cluster.cluster_topics import created, read_all
 from tests.conftest import ServerProcess, cluster_servers
 from tests.reliability.checker import check
 from tests.reliability.history import History, make_data, message_id

@@ -20,6 +20,7 @@ from kafka import KafkaAdminClient, KafkaProducer
 import weir
 import weir.aio
 from tests.cluster.claims import cluster_records, in_zk, owner_of
+from tests.cluster.cluster_topics import created, read_all
 from tests.conftest import ServerProcess, cluster_servers
 from tests.reliability.checker import check
 from tests.reliability.history import History, make_data, message_id
@@ -27,7 +28,7 @@ from weir.broker.cluster import ClusterRecords, partition_key
 from weir.broker.cluster.broker_mode import node_id
 from weir.client.connection import Connection
 from weir.client.direct_writer import DirectWriterCore
-from weir.errors import NotOwnerError, UnknownTopicError, WeirError
+from weir.errors import NotOwnerError, WeirError
 from weir.replication.local_cluster import BookieProcess
 from weir.replication.zkserver import ZooKeeperServer
 
@@ -88,51 +89,6 @@ def brokers(
 async def records(zookeeper: ZooKeeperServer, shared_root: str) -> AsyncIterator[ClusterRecords]:
     async with cluster_records(zookeeper, shared_root) as found:
         yield found
-
-
-async def created(
-    brokers: dict[str, ServerProcess],
-    records: ClusterRecords,
-    name: str,
-    partitions: int = 1,
-    consumers: tuple[str, ...] = (),
-) -> str:
-    """Create ``name`` and wait for the owner of each partition (partition 0's is
-    returned); every broker knows the topic then."""
-    async with weir.aio.Client(brokers["a"].endpoint) as admin:
-        await admin.create_topic(name, partitions=partitions, consumers=consumers)
-        owner = await owner_of(records, partition_key(name, 0))
-        for p in range(1, partitions):
-            await owner_of(records, partition_key(name, p))
-    for srv in brokers.values():  # the catalog watch reaches every broker
-        async with weir.aio.Client(srv.endpoint) as c:
-            deadline = time.monotonic() + 30
-            while True:
-                try:
-                    await c.describe_topic(name, timeout=10)
-                    break
-                except UnknownTopicError:
-                    assert time.monotonic() < deadline, f"{srv.endpoint} never saw {name}"
-                    await asyncio.sleep(0.1)
-    return owner
-
-
-async def read_all(
-    endpoint: str | list[str], topic: str, n: int, timeout: float = 60
-) -> list[tuple[int, str]]:
-    """(offset, message id) of the first ``n`` messages of ``topic``, read through ``endpoint``."""
-    out: list[tuple[int, str]] = []
-    async with weir.aio.Client(endpoint) as client:
-        reader = client.reader(topic, start="earliest")
-        try:
-            deadline = time.monotonic() + timeout
-            while len(out) < n and time.monotonic() < deadline:
-                msg = await reader.receive_message(timeout=1.0)
-                if msg is not None:
-                    out.append((msg.offset, message_id(msg.data)))
-        finally:
-            await reader.close()
-    return out
 
 
 async def test_an_asyncio_writer_and_reader_reach_the_owner_through_any_broker(

@@ -25,8 +25,8 @@ from pulsar.schema import Integer, JsonSchema, Record, String, StringSchema
 import weir
 from tests.client.test_access_modes import raw_init
 from tests.cluster.claims import in_zk, owner_of
+from tests.cluster.cluster_topics import created, read_all
 from tests.cluster.kafka_members import group_member
-from tests.cluster.test_clients_follow import created, read_all
 from tests.conftest import ServerProcess, cluster_servers
 from weir.broker.cluster import ClusterRecords, partition_key
 from weir.broker.cluster.broker_mode import node_id
