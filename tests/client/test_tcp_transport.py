@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -131,6 +132,23 @@ def test_big_messages_arrive_intact(
         assert [m.data for m in read_all(c, topic_name)] == blobs
         # and through a reader: read data frames past the TCP port's part size
         assert [m.data for m in read_stream(c, topic_name, len(blobs))] == blobs
+
+
+def test_requests_sent_gathered_arrive_intact(tcp_server: ServerProcess, topic_name: str) -> None:
+    """The sync TCP writer (caller-driven) sends a request of 64 KiB or more as its pieces (framing, and each
+    batch as it is) in one sendmsg, and what the socket took in part goes on later: batches
+    small and big side by side in a request, ~24 MB through a socket that fills, arrive
+    byte for byte in order."""
+    rnd = random.Random(26)
+    sizes = [rnd.choice((1, 100, 10_240, 70_000, 300_000)) for _ in range(400)]
+    blobs = [rnd.randbytes(n) for n in sizes]
+    with client_of(tcp_server, "tcp") as c:
+        c.create_topic(topic_name)
+        # batches of at most 256 KiB: a request carries several, some under 64 KiB
+        with c.writer(topic_name, partition=0, max_batch_bytes=256 << 10) as w:
+            for b in blobs:
+                w.write(b)
+        assert [m.data for m in read_all(c, topic_name)] == blobs
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)

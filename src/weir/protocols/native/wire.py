@@ -88,11 +88,19 @@ class RawWriteRequest:
         return "batches"
 
 
+def write_request_parts(batches: Sequence[Buf]) -> tuple[int, list[Buf]]:
+    """A WriteRequest{batches} as the pieces to send in order, each batch itself among
+    them (not copied), and its length: a writer that sends them gathered makes no copy
+    of a large request."""
+    parts: list[Buf] = []
+    inner = _len_parts(_T_BYTES_1, batches, parts)
+    head = bytes((_T_WRITE_BATCHES,)) + varint(inner)
+    return len(head) + inner, [head, *parts]
+
+
 def encode_write_request(req: pb.WriteRequest | RawWriteRequest) -> bytes:
     if isinstance(req, RawWriteRequest):
-        parts: list[Buf] = []
-        inner = _len_parts(_T_BYTES_1, req.batches, parts)
-        return b"".join([bytes((_T_WRITE_BATCHES,)), varint(inner), *parts])
+        return b"".join(write_request_parts(req.batches)[1])
     return req.SerializeToString()
 
 
