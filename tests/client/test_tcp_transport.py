@@ -18,6 +18,7 @@ import random
 import socket
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -27,6 +28,7 @@ from tests import native_tcp_raw as raw
 from tests.conftest import ServerProcess
 from tests.reliability.test_hostile import good_batch
 from tests.security.certs import Authority
+from weir.client.direct_writer import DirectWriterCore
 from weir.errors import (
     BadRequestError,
     TokenRejectedError,
@@ -134,21 +136,41 @@ def test_big_messages_arrive_intact(
         assert [m.data for m in read_stream(c, topic_name, len(blobs))] == blobs
 
 
-def test_requests_sent_gathered_arrive_intact(tcp_server: ServerProcess, topic_name: str) -> None:
-    """The sync TCP writer (caller-driven) sends a request of 64 KiB or more as its pieces (framing, and each
-    batch as it is) in one sendmsg, and what the socket took in part goes on later: batches
-    small and big side by side in a request, ~24 MB through a socket that fills, arrive
-    byte for byte in order."""
+def test_requests_sent_gathered_arrive_intact(
+    tcp_server: ServerProcess, topic_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sync TCP writer (caller-driven) sends a request of 64 KiB or more as its pieces
+    (framing, and each batch of 64 KiB or more as it is) in one sendmsg, and what the
+    socket took in part goes on later: batches small and big side by side in a request,
+    ~24 MB through a socket that fills, arrive byte for byte in order; so do requests of
+    many small batches (their framing joined between the big pieces)."""
+    pieces: list[int] = []  # what each request added to the socket's queue
+    queue = DirectWriterCore._queue
+
+    def counted(self: DirectWriterCore, req: Any) -> None:
+        before = len(self._wq)
+        queue(self, req)
+        pieces.append(len(self._wq) - before)
+
+    monkeypatch.setattr(DirectWriterCore, "_queue", counted)
     rnd = random.Random(26)
     sizes = [rnd.choice((1, 100, 10_240, 70_000, 300_000)) for _ in range(400)]
     blobs = [rnd.randbytes(n) for n in sizes]
     with client_of(tcp_server, "tcp") as c:
-        c.create_topic(topic_name)
+        c.create_topic(topic_name, partitions=2)
         # batches of at most 256 KiB: a request carries several, some under 64 KiB
         with c.writer(topic_name, partition=0, max_batch_bytes=256 << 10) as w:
             for b in blobs:
                 w.write(b)
-        assert [m.data for m in read_all(c, topic_name)] == blobs
+        assert max(pieces) > 1  # sent gathered, not joined
+        # batches of at most 16 KiB: a big request of small batches
+        small = [rnd.randbytes(rnd.choice((100, 5_000, 15_000))) for _ in range(600)]
+        with c.writer(topic_name, partition=1, max_batch_bytes=16 << 10) as w:
+            for b in small:
+                w.write(b)
+        got = read_all(c, topic_name)
+        assert [m.data for m in got if m.partition == 0] == blobs
+        assert [m.data for m in got if m.partition == 1] == small
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)

@@ -83,6 +83,7 @@ LOOK_BUFFERED = 4  # ... and only with this few messages buffered (a paced produ
 _RECV = 256 << 10
 _GATHER_BYTES = 64 << 10  # a request (or a batch in it) this big is sent without a copy
 _IOV_MAX = 512  # pieces per sendmsg (the kernel takes up to 1,024)
+_GATHER = hasattr(socket.socket, "sendmsg")
 _BLOCKED = (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
 
 
@@ -510,29 +511,30 @@ class DirectWriterCore(WriterCore, _Base):  # type: ignore[misc]
         batches = [b.data for b in req.batches]
         size, parts = write_request_parts(batches)
         wq = self._wq
-        if size < _GATHER_BYTES or isinstance(self._sock, ssl.SSLSocket):
+        if size < _GATHER_BYTES or not _GATHER or isinstance(self._sock, ssl.SSLSocket):
             wq.append(memoryview(b"".join([HEADER.pack(size), *parts])))
             return
         # a big request: its batches go to the socket as they are (`_push` gathers the
         # pieces into one sendmsg), only the few bytes of framing between them are new;
         # joining them first copied every byte of a 10 KB producer's requests once more
-        small = HEADER.pack(size)
+        small: list[Any] = [HEADER.pack(size)]  # joined once before each big piece
         for part in parts:
             if len(part) < _GATHER_BYTES:
-                small += part
+                small.append(part)
                 continue
             if small:
-                wq.append(memoryview(small))
+                wq.append(memoryview(b"".join(small)))
+                small = []
             wq.append(memoryview(part))
-            small = b""
         if small:
-            wq.append(memoryview(small))
+            wq.append(memoryview(b"".join(small)))
 
     def _push(self) -> None:
         sock = self._sock
         assert sock is not None
         wq = self._wq
-        gather = not isinstance(sock, ssl.SSLSocket)  # an SSLSocket has no sendmsg
+        # an SSLSocket has no sendmsg (nor has a socket on Windows)
+        gather = _GATHER and not isinstance(sock, ssl.SSLSocket)
         while wq:
             try:
                 if gather and len(wq) > 1:
