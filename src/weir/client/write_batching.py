@@ -591,6 +591,7 @@ class WriteBatching(WriterState):
                 keys=[taken.keys.get(i, b"") for i in idx] if taken.keys else None,
                 headers=[taken.headers.get(i) for i in idx] if taken.headers else None,
                 codec=s.codec,
+                view=True,
             )
             futures = [taken.futures.get(i) for i in idx] if taken.futures else None
             out.append(Sent(encoded, end - start, cum[end - 1] - base, first_seq, seqs, futures))

@@ -18,7 +18,7 @@ AnyFuture = asyncio.Future[Any] | concurrent.futures.Future[Any]
 class Sent:
     """One encoded batch waiting for its ack."""
 
-    data: bytes
+    data: bytes | memoryview
     count: int
     nbytes: int  # message bytes it accounts for in the buffer bound
     first_seq: int

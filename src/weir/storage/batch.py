@@ -50,7 +50,7 @@ from array import array
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import accumulate, pairwise
-from typing import NamedTuple
+from typing import Literal, NamedTuple, overload
 
 import crc32c as _crc32c
 
@@ -245,6 +245,7 @@ def check_headers(p: Payload) -> None:
         raise BatchFormatError(f"record headers are not utf-8: {exc}") from None
 
 
+@overload
 def encode_batch(
     data: Sequence[bytes | memoryview],
     *,
@@ -256,12 +257,47 @@ def encode_batch(
     headers: Sequence[Mapping[str, str] | None] | None = None,
     codec: Codec = Codec.RAW,
     data_codec: int = Codec.RAW,
-) -> bytes:
+    view: Literal[False] = False,
+) -> bytes: ...
+
+
+@overload
+def encode_batch(
+    data: Sequence[bytes | memoryview],
+    *,
+    producer_id: str = "",
+    first_seq_no: int = 0,
+    seq_nos: Sequence[int] | None = None,
+    created_at: int | Sequence[int] = 0,
+    keys: Sequence[bytes] | None = None,
+    headers: Sequence[Mapping[str, str] | None] | None = None,
+    codec: Codec = Codec.RAW,
+    data_codec: int = Codec.RAW,
+    view: bool,
+) -> bytes | memoryview: ...
+
+
+def encode_batch(
+    data: Sequence[bytes | memoryview],
+    *,
+    producer_id: str = "",
+    first_seq_no: int = 0,
+    seq_nos: Sequence[int] | None = None,
+    created_at: int | Sequence[int] = 0,
+    keys: Sequence[bytes] | None = None,
+    headers: Sequence[Mapping[str, str] | None] | None = None,
+    codec: Codec = Codec.RAW,
+    data_codec: int = Codec.RAW,
+    view: bool = False,
+) -> bytes | memoryview:
     """Encode records into one batch (base_offset and written_at left zero for the broker).
 
     ``seq_nos`` must be strictly increasing; without it records are numbered
     ``first_seq_no, first_seq_no + 1, ...``. ``created_at`` is ms since epoch,
-    one value for all records or one per record.
+    one value for all records or one per record. ``view`` (uncompressed batches): the
+    batch as a view of the one buffer its records were copied into, with its header
+    written in front (the SDK's writers); the same bytes, without a second copy of the
+    whole batch to put the header before the payload.
     """
     count = len(data)
     if count == 0:
@@ -331,9 +367,27 @@ def encode_batch(
         flags |= FLAG_HEADERS
         hl = [encode_headers(h) for h in headers]
         cols.append(_arr("I", map(len, hl)))
+    pieces = [*cols, *blobs, *data, *hl]
+    if view and codec == Codec.RAW:
+        room = HEADER_SIZE + len(producer_id.encode())
+        try:
+            buf = bytearray().join([bytes(room), *pieces])
+        except TypeError:
+            raise BadRequestError("record data and keys must be bytes") from None
+        return header_into(
+            buf,
+            room,
+            count,
+            flags=flags,
+            created_base=created_base,
+            producer_id=producer_id,
+            first_seq_no=first_seq,
+            last_seq_no=last_seq,
+            data_codec=data_codec,
+        )
     try:
         # columns, keys blob (if any), data, headers: one join, one copy of the data
-        raw = b"".join([*cols, *blobs, *data, *hl])
+        raw = b"".join(pieces)
     except TypeError:
         raise BadRequestError("record data and keys must be bytes") from None
 
@@ -395,16 +449,19 @@ def header_into(
     created_base: int,
     producer_id: str = "",
     first_seq_no: int = 0,
+    last_seq_no: int | None = None,
+    data_codec: int = Codec.RAW,
 ) -> memoryview:
     """Write the header of an uncompressed batch right before its payload, which the
     caller laid out in ``buf`` from ``payload_start`` to the end (columns as in
     `encode_columns`), and return the batch: a view of ``buf`` from its header on. A
     front that builds payloads in place (the Kafka front's C parser) so copies the
     records once; the caller vouches for the columns, `validate_incoming` checks them.
+    ``last_seq_no``: for sparse seq_nos (default: ``first_seq_no + count - 1``).
     """
     pid = producer_id.encode()
     start = payload_start - HEADER_SIZE - len(pid)
-    last_seq = first_seq_no + count - 1
+    last_seq = first_seq_no + count - 1 if last_seq_no is None else last_seq_no
     if start < 0:
         raise BadRequestError("no room for the batch header before the payload")
     if count <= 0 or first_seq_no < 0 or last_seq > _U64 or len(pid) > MAX_PRODUCER_ID:
@@ -431,7 +488,7 @@ def header_into(
         first_seq_no,
         last_seq,
         created_base,
-        int(Codec.RAW),
+        int(data_codec),
         len(pid),
         raw_len,
     )
