@@ -369,7 +369,10 @@ def encode_batch(
         cols.append(_arr("I", map(len, hl)))
     pieces = [*cols, *blobs, *data, *hl]
     if view and codec == Codec.RAW:
-        room = HEADER_SIZE + len(producer_id.encode())
+        pid_len = len(producer_id.encode())
+        if pid_len > MAX_PRODUCER_ID:
+            raise BadRequestError("producer_id longer than 65535 bytes")
+        room = HEADER_SIZE + pid_len
         try:
             buf = bytearray().join([bytes(room), *pieces])
         except TypeError:
