@@ -12,7 +12,7 @@ from tests.cluster.claims import owner_of
 from tests.conftest import ServerProcess
 from tests.reliability.history import message_id
 from weir.broker.cluster import ClusterRecords, partition_key
-from weir.errors import UnknownTopicError
+from weir.errors import WeirError
 
 
 async def created(
@@ -29,17 +29,22 @@ async def created(
         owner = await owner_of(records, partition_key(name, 0))
         for p in range(1, partitions):
             await owner_of(records, partition_key(name, p))
-    for srv in brokers.values():  # the catalog watch reaches every broker
+    await known_everywhere(brokers, name)
+    return owner
+
+
+async def known_everywhere(brokers: dict[str, ServerProcess], name: str) -> None:
+    """Until every broker describes ``name`` (the catalog watch reaches each in turn)."""
+    for srv in brokers.values():
         async with weir.aio.Client(srv.endpoint) as c:
             deadline = time.monotonic() + 30
             while True:
                 try:
                     await c.describe_topic(name, timeout=10)
                     break
-                except UnknownTopicError:
+                except WeirError:  # unknown there yet, or the broker still starting
                     assert time.monotonic() < deadline, f"{srv.endpoint} never saw {name}"
                     await asyncio.sleep(0.1)
-    return owner
 
 
 async def read_all(

@@ -21,6 +21,7 @@ from kazoo.client import KazooClient
 
 import weir.aio
 from tests.cluster.claims import Claims
+from tests.cluster.cluster_topics import known_everywhere
 from tests.conftest import ServerProcess, cluster_servers
 from tests.pulsar.test_admin_rest import call
 from tests.reliability.checker import check
@@ -62,16 +63,7 @@ class Cluster(Claims):
         async with weir.aio.Client(self.brokers["a"].endpoint) as admin:
             await admin.create_topic(name, partitions=1)
         owner = await self.owner(partition_key(name, 0))
-        for srv in self.brokers.values():
-            async with weir.aio.Client(srv.endpoint) as c:
-                deadline = time.monotonic() + 30
-                while True:
-                    try:
-                        await c.describe_topic(name, timeout=10)
-                        break
-                    except WeirError:
-                        assert time.monotonic() < deadline, f"{srv.endpoint} never saw {name}"
-                        await asyncio.sleep(0.1)
+        await known_everywhere(self.brokers, name)
         return owner
 
 
