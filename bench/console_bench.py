@@ -209,7 +209,7 @@ async def sample_cost(topics: int) -> tuple[float, float, float, float, dict[str
     from weir.console import subscription_views, views
     from weir.console.app import PREFIX, Console
     from weir.metrics import PrometheusObserver, ServerMetrics
-    from weir.storage.batch import encode_batch
+    from weir.storage.batch_encoding import encode_batch
     from weir.storage.incoming import validate_incoming
 
     metrics = ServerMetrics()

@@ -185,7 +185,7 @@ async def sparse_acks(n: int) -> tuple[list[str], dict[str, Any]]:
     from weir.broker.config import BrokerConfig
     from weir.broker.subscriptions import Delivery
     from weir.errors import WeirError
-    from weir.storage.batch import encode_batch
+    from weir.storage.batch_encoding import encode_batch
     from weir.storage.incoming import validate_incoming
 
     class Sink:

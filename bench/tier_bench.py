@@ -45,7 +45,7 @@ sys.path.insert(0, str(ROOT))
 
 from tests.conftest import ServerProcess  # noqa: E402
 from tests.tiered.conftest import CREDS, S3Server, make_bucket, s3_settings  # noqa: E402
-from weir.storage.batch import encode_batch  # noqa: E402
+from weir.storage.batch_encoding import encode_batch  # noqa: E402
 from weir.storage.incoming import validate_incoming  # noqa: E402
 from weir.storage.partition import PartitionConfig  # noqa: E402
 from weir.storage.store import Store  # noqa: E402

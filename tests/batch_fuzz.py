@@ -28,7 +28,8 @@ from hypothesis.internal.conjecture import providers
 from weir.client.messages import decode_chunks
 from weir.errors import BatchFormatError
 from weir.storage import batch as B
-from weir.storage.batch import HEADER_SIZE, Record, decode_records, encode_batch
+from weir.storage.batch import HEADER_SIZE, Record, decode_records
+from weir.storage.batch_encoding import encode_batch
 from weir.storage.codecs import Codec
 from weir.storage.incoming import validate_incoming
 
@@ -148,7 +149,7 @@ def recrc(buf: bytes | bytearray) -> bytes:
     length = struct.unpack_from("<I", b, 8)[0]
     start = min(HEADER_SIZE + pid_len, len(b))
     struct.pack_into("<I", b, 32, B.crc32c(bytes(b[start : min(length, len(b))])))
-    struct.pack_into("<I", b, 12, B._header_crc(b, 0, start))
+    struct.pack_into("<I", b, 12, B.header_crc_of(b, 0, start))
     return bytes(b)
 
 

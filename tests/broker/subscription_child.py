@@ -12,7 +12,7 @@ from pathlib import Path
 from tests.broker.test_subscriptions import Inbox, fill, one, open_broker
 from weir.broker.subscriptions import DeadLetterPolicy
 from weir.broker.topics import ConsumerConfig
-from weir.storage.batch import encode_batch
+from weir.storage.batch_encoding import encode_batch
 from weir.storage.incoming import validate_incoming
 
 

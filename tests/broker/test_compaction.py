@@ -12,7 +12,8 @@ import pytest
 from weir.broker.broker import Broker
 from weir.broker.config import BrokerConfig
 from weir.errors import BadRequestError, UnknownTopicError
-from weir.storage.batch import decode_records, encode_batch, iter_batches
+from weir.storage.batch import decode_records, iter_batches
+from weir.storage.batch_encoding import encode_batch
 from weir.storage.incoming import validate_incoming
 
 

@@ -17,7 +17,7 @@ from weir.broker.broker import Broker
 from weir.broker.config import BrokerConfig
 from weir.broker.subscriptions import AttachedConsumer, Delivery
 from weir.errors import BadRequestError, WeirError
-from weir.storage.batch import encode_batch
+from weir.storage.batch_encoding import encode_batch
 from weir.storage.incoming import validate_incoming
 
 KEYS = 5

@@ -14,7 +14,7 @@ from weir.broker.broker import Broker
 from weir.broker.config import BrokerConfig
 from weir.broker.subscriptions import Delivery
 from weir.errors import BadRequestError, ConsumerBusyError, WeirError
-from weir.storage.batch import encode_batch
+from weir.storage.batch_encoding import encode_batch
 from weir.storage.incoming import validate_incoming
 
 

@@ -11,7 +11,8 @@ from tests.storage.conftest import make_batch
 from weir.broker.broker import Broker
 from weir.broker.config import BrokerConfig
 from weir.metrics import ServerMetrics
-from weir.storage.batch import decode_records, encode_batch, iter_batches
+from weir.storage.batch import decode_records, iter_batches
+from weir.storage.batch_encoding import encode_batch
 from weir.storage.incoming import validate_incoming
 
 

@@ -322,7 +322,8 @@ async def test_seek_resets_the_cursor_and_drops_the_consumers(tmp_path: Path) ->
 
 async def test_a_message_nacked_too_often_goes_to_the_dead_letter_topic(tmp_path: Path) -> None:
     from weir.broker.subscriptions import DeadLetterPolicy
-    from weir.storage.batch import decode_payload, encode_batch, iter_batches
+    from weir.storage.batch import decode_payload, iter_batches
+    from weir.storage.batch_encoding import encode_batch
     from weir.storage.incoming import validate_incoming
 
     b = await open_broker(tmp_path)
@@ -386,7 +387,7 @@ async def test_failover_spreads_partitions_over_the_ordered_consumers(tmp_path: 
 async def test_a_delayed_message_stays_back_across_a_restart(tmp_path: Path) -> None:
     import time
 
-    from weir.storage.batch import encode_batch
+    from weir.storage.batch_encoding import encode_batch
     from weir.storage.incoming import validate_incoming
 
     b = await open_broker(tmp_path)

@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from weir.client.messages import Batch, decode_parts
-from weir.storage.batch import encode_batch, iter_batches, stamp_header
+from weir.storage.batch import iter_batches, stamp_header
+from weir.storage.batch_encoding import encode_batch
 
 rows = st.lists(
     st.tuples(

@@ -18,7 +18,7 @@ from weir.config import ConfigError, load
 from weir.errors import MessageTooLargeError
 from weir.protocols.native import weir_pb2 as pb
 from weir.protocols.native.wire import RawWriteRequest
-from weir.storage.batch import encode_batch
+from weir.storage.batch_encoding import encode_batch
 
 LIMIT = 64 << 10
 

@@ -22,7 +22,7 @@ from weir.errors import WeirError
 from weir.replication.ledger import LedgerClient
 from weir.replication.managed_log import ManagedLogConfig
 from weir.replication.partition_log import ReplicationConfig
-from weir.storage.batch import encode_batch
+from weir.storage.batch_encoding import encode_batch
 from weir.storage.incoming import validate_incoming
 
 REP = ReplicationConfig(ManagedLogConfig(max_entries_per_ledger=16), snapshot_every=10)

@@ -33,7 +33,8 @@ from weir.replication.managed_log import ManagedLogConfig
 from weir.replication.managed_log.metadata import ManagedLogStore
 from weir.replication.partition_log import ReplicatedPartitionLog, ReplicationConfig
 from weir.replication.zkserver import ZooKeeperServer
-from weir.storage.batch import decode_records, encode_batch, iter_batches
+from weir.storage.batch import decode_records, iter_batches
+from weir.storage.batch_encoding import encode_batch
 from weir.storage.incoming import validate_incoming
 from weir.storage.partition import PartitionConfig
 

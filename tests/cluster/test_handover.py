@@ -21,7 +21,7 @@ from weir.replication.local_cluster import BookieProcess
 from weir.replication.managed_log import ManagedLogConfig
 from weir.replication.partition_log import ReplicationConfig
 from weir.replication.zkserver import ZooKeeperServer
-from weir.storage.batch import encode_batch
+from weir.storage.batch_encoding import encode_batch
 from weir.storage.incoming import validate_incoming
 
 from .test_ownership import until

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from weir.protocols.pulsar import pulsar_api_pb2 as pb
 from weir.protocols.pulsar.records import _plain_batch, entry_of, uniform_messages
-from weir.storage.batch import encode_batch, parse_header
+from weir.storage.batch import parse_header
+from weir.storage.batch_encoding import encode_batch
 
 # ids near the varint length steps (2**7, 2**14, ...) and the top of the uint64 range
 _EDGES = st.sampled_from([0, 1, 126, 127, 128, 16_383, 16_384, 2**21 - 3, 2**35, 2**63 - 50])

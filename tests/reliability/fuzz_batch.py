@@ -11,7 +11,8 @@ import atheris
 
 with atheris.instrument_imports():
     from weir.errors import BatchFormatError
-    from weir.storage.batch import decode_records, encode_batch
+    from weir.storage.batch import decode_records
+    from weir.storage.batch_encoding import encode_batch
     from weir.storage.codecs import Codec
     from weir.storage.incoming import validate_incoming
 

@@ -22,7 +22,8 @@ from tests.reliability.atheris_run import fuzz_for
 from weir.errors import BatchFormatError
 from weir.protocols.native import weir_pb2 as pb
 from weir.protocols.native import weir_pb2_grpc as pb_grpc
-from weir.storage.batch import crc32c, encode_batch, parse_header
+from weir.storage.batch import crc32c, parse_header
+from weir.storage.batch_encoding import encode_batch
 
 ENV = {"WEIR_LIMITS_MAX_BATCH_BYTES": "64KiB", "WEIR_METRICS_ENABLED": "false"}
 
@@ -89,7 +90,7 @@ def recrc(buf: bytearray) -> bytes:
     (pid_len,) = struct.unpack_from("<H", buf, 66)
     start = B.HEADER_SIZE + pid_len
     struct.pack_into("<I", buf, 32, crc32c(bytes(buf[start:])))
-    struct.pack_into("<I", buf, 12, B._header_crc(buf, 0, start))
+    struct.pack_into("<I", buf, 12, B.header_crc_of(buf, 0, start))
     return bytes(buf)
 
 

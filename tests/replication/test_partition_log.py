@@ -30,7 +30,8 @@ from weir.replication.partition_log import (
     ReplicationConfig,
 )
 from weir.replication.zkserver import ZooKeeperServer
-from weir.storage.batch import decode_records, encode_batch, iter_batches
+from weir.storage.batch import decode_records, iter_batches
+from weir.storage.batch_encoding import encode_batch
 from weir.storage.incoming import validate_incoming
 from weir.storage.partition import PartitionConfig
 

@@ -9,7 +9,8 @@ import pytest
 
 from weir.spark.arrow import stored_to_arrow
 from weir.spark.schema import ARROW_SCHEMA
-from weir.storage.batch import decode_records, encode_batch, parse_header, stamp_header
+from weir.storage.batch import decode_records, parse_header, stamp_header
+from weir.storage.batch_encoding import encode_batch
 from weir.storage.codecs import Codec
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from weir.storage.batch import encode_batch
+from weir.storage.batch_encoding import encode_batch
 from weir.storage.committer import GroupCommitter
 from weir.storage.incoming import IncomingBatch, validate_incoming
 from weir.storage.store import Store

@@ -9,7 +9,7 @@ import random
 import sys
 import threading
 
-from weir.storage.batch import encode_batch
+from weir.storage.batch_encoding import encode_batch
 from weir.storage.incoming import validate_incoming
 from weir.storage.partition import PartitionConfig
 from weir.storage.store import Store

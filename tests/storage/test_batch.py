@@ -19,11 +19,11 @@ from weir.storage.batch import (
     HEADER_SIZE,
     decode_payload,
     decode_records,
-    encode_batch,
     parse_header,
     stamp_header,
     verify_body,
 )
+from weir.storage.batch_encoding import encode_batch
 from weir.storage.codecs import Codec
 from weir.storage.incoming import validate_incoming
 
@@ -168,7 +168,7 @@ def test_crc_valid_but_inconsistent_columns_rejected() -> None:
     struct.pack_into("<I", payload, 0, 4)  # first data length 3 -> 4
     head = bytearray(good[: h.payload_start])
     struct.pack_into("<I", head, 32, B.crc32c(bytes(payload)))
-    struct.pack_into("<I", head, 12, B._header_crc(head, 0, len(head)))
+    struct.pack_into("<I", head, 12, B.header_crc_of(head, 0, len(head)))
     bad = bytes(head) + bytes(payload)
     parse_header(bad)
     verify_body(bad, 0, parse_header(bad))

@@ -7,13 +7,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from weir.storage.batch import (
-    decode_records,
-    encode_batch,
-    iter_batches,
-    parse_header,
-    stamp_header,
-)
+from weir.storage.batch import decode_records, iter_batches, parse_header, stamp_header
+from weir.storage.batch_encoding import encode_batch
 from weir.storage.batch_slices import slice_batch, trim_chunks
 from weir.storage.codecs import Codec
 

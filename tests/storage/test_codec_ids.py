@@ -8,14 +8,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from weir.errors import BadRequestError, BatchFormatError
-from weir.storage.batch import (
-    HEADER_SIZE,
-    _header_crc,
-    decode_records,
-    encode_batch,
-    parse_header,
-    reencode_from,
-)
+from weir.storage.batch import HEADER_SIZE, decode_records, header_crc_of, parse_header
+from weir.storage.batch_encoding import encode_batch, reencode_from
 from weir.storage.codecs import CUSTOM_CODECS, LZOP, Codec, codec_id, codec_name, is_opaque
 
 recorded = st.one_of(st.sampled_from([*Codec, LZOP]), st.integers(10000, 19999))
@@ -40,7 +34,7 @@ def test_an_id_that_is_no_codec_is_refused_on_encode_and_on_parse(codec: int) ->
         encode_batch([b"x"], data_codec=codec)
     buf = bytearray(encode_batch([b"x"], data_codec=Codec.RAW))  # no producer id
     buf[64:66] = codec.to_bytes(2, "little")
-    buf[12:16] = _header_crc(buf, 0, HEADER_SIZE).to_bytes(4, "little")  # a valid header CRC
+    buf[12:16] = header_crc_of(buf, 0, HEADER_SIZE).to_bytes(4, "little")  # a valid header CRC
     with pytest.raises(BatchFormatError, match="unknown codec"):
         parse_header(bytes(buf))
 

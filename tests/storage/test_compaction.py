@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 from weir.chunk_headers import CHUNK_COUNT, CHUNK_ID, CHUNK_UUID
 from weir.errors import ClosedError
 from weir.storage import compaction
-from weir.storage.batch import decode_records, encode_batch, iter_batches
+from weir.storage.batch import decode_records, iter_batches
+from weir.storage.batch_encoding import encode_batch
 from weir.storage.compaction import (
     CompactedView,
     CompactionSettings,

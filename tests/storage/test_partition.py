@@ -9,7 +9,8 @@ import pytest
 from tests.storage.conftest import make_batch
 from weir.errors import CorruptDataError, PartitionOverflowError, StorageFullError
 from weir.storage import keys
-from weir.storage.batch import decode_records, encode_batch, iter_batches
+from weir.storage.batch import decode_records, iter_batches
+from weir.storage.batch_encoding import encode_batch
 from weir.storage.blob import BIG
 from weir.storage.incoming import validate_incoming
 from weir.storage.partition import PartitionConfig, PartitionLog

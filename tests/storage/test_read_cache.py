@@ -15,7 +15,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from tests.storage.conftest import make_batch
 from weir.errors import CorruptDataError
-from weir.storage.batch import encode_batch
+from weir.storage.batch_encoding import encode_batch
 from weir.storage.blob import BIG
 from weir.storage.incoming import validate_incoming
 from weir.storage.partition import PartitionConfig, PartitionLog, ReadResult

@@ -21,7 +21,8 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from weir.storage.batch import FLAG_CONTROL, decode_records, encode_batch, iter_batches
+from weir.storage.batch import FLAG_CONTROL, decode_records, iter_batches
+from weir.storage.batch_encoding import encode_batch
 from weir.storage.incoming import validate_incoming
 from weir.storage.partition import PartitionConfig
 from weir.storage.store import Store

@@ -15,7 +15,8 @@ import weir
 from tests.conftest import ServerProcess
 from tests.storage.conftest import make_batch
 from weir.errors import CorruptDataError
-from weir.storage.batch import decode_records, encode_batch
+from weir.storage.batch import decode_records
+from weir.storage.batch_encoding import encode_batch
 from weir.storage.incoming import validate_incoming
 from weir.storage.partition import PartitionConfig
 from weir.storage.store import Store

@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.tiered.test_offload import CFG, open_store, read_all, tier
-from weir.storage.batch import encode_batch
+from weir.storage.batch_encoding import encode_batch
 from weir.storage.incoming import validate_incoming
 from weir.storage.partition import PartitionLog
 from weir.storage.tiered import segment_format

@@ -32,7 +32,7 @@ from weir.errors import (
     WeirError,
     WeirTimeoutError,
 )
-from weir.storage.batch import encode_batch
+from weir.storage.batch_encoding import encode_batch
 
 _INT_TYPES = frozenset((int, bool))
 

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 
 from weir.broker.topics import short_topic
 from weir.errors import BadRequestError
-from weir.storage.batch import BatchHeader, decode_payload, encode_batch, iter_batches
+from weir.storage.batch import BatchHeader, decode_payload, iter_batches
+from weir.storage.batch_encoding import encode_batch
 from weir.storage.codecs import Codec
 from weir.storage.incoming import validate_incoming
 

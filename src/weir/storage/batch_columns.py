@@ -1,5 +1,5 @@
 """Encode a batch from columns (numpy lengths, contiguous blobs) instead of one bytes
-object per record: the same bytes `weir.storage.batch.encode_batch` makes from lists.
+object per record: the same bytes `weir.storage.batch_encoding.encode_batch` makes from lists.
 
 A bulk producer whose records already sit in contiguous buffers (the Spark sink's
 Arrow batches: a binary column is one data buffer and an offsets array) so encodes
@@ -13,16 +13,16 @@ from typing import TYPE_CHECKING, Any
 
 from weir.errors import BadRequestError
 from weir.storage.batch import (
-    _I64_MAX,
-    _I64_MIN,
-    _U64,
     FLAG_CREATED,
     FLAG_CREATED64,
     FLAG_KEYS,
     FLAG_SEQ64,
     FLAG_SEQ_SPARSE,
-    _assemble,
+    I64_MAX,
+    I64_MIN,
+    U64_MAX,
 )
+from weir.storage.batch_encoding import assemble
 from weir.storage.codecs import Codec
 
 Blob = bytes | memoryview
@@ -59,7 +59,7 @@ def encode_batch_columns(
     cols: list[bytes] = []
     first_seq = int(seq_nos[0])
     last_seq = int(seq_nos[-1])
-    if first_seq < 0 or last_seq > _U64:
+    if first_seq < 0 or last_seq > U64_MAX:
         raise BadRequestError("seq_no out of range 0..2**64-1")
     if last_seq - first_seq != count - 1:
         flags |= FLAG_SEQ_SPARSE
@@ -83,7 +83,7 @@ def encode_batch_columns(
                 cols.append(cdeltas.astype("<i8").tobytes())
             else:
                 cols.append(cdeltas.astype("<i4").tobytes())
-    if not _I64_MIN <= created_base <= _I64_MAX:
+    if not I64_MIN <= created_base <= I64_MAX:
         raise BadRequestError("created_at out of range")
     blobs: list[Blob] = []
     if keys is not None and key_lens is not None and key_lens.any():
@@ -94,6 +94,6 @@ def encode_batch_columns(
         blobs.append(keys)
     cols.append(data_lens.astype("<u4").tobytes())
     raw = b"".join([*cols, *blobs, data])
-    return _assemble(
+    return assemble(
         raw, flags, count, first_seq, last_seq, created_base, producer_id, codec, int(Codec.RAW)
     )

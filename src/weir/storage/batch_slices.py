@@ -27,22 +27,17 @@ from weir.storage.batch import (
     HEADER,
     HEADER_SIZE,
     MAGIC,
+    OFF_HEADER_CRC,
     VERSION,
     BatchHeader,
     crc32c,
     decode_payload,
+    header_crc_of,
     iter_batches,
 )
 from weir.storage.codecs import Codec
 
-_OFF_CRC = 12
-_OFF_STAMP = 16
 TRIM_BELOW = 0.5  # trim a batch when the part sent is less than this share of its records
-
-
-def _header_crc(head: bytearray) -> int:
-    mv = memoryview(head)
-    return crc32c(mv[_OFF_STAMP:], crc32c(mv[:_OFF_CRC]))
 
 
 def slice_batch(buf: Any, pos: int, h: BatchHeader, lo: int, hi: int) -> bytes:
@@ -96,7 +91,7 @@ def slice_batch(buf: Any, pos: int, h: BatchHeader, lo: int, hi: int) -> bytes:
         )
     )
     head += pid
-    struct.pack_into("<I", head, _OFF_CRC, _header_crc(head))
+    struct.pack_into("<I", head, OFF_HEADER_CRC, header_crc_of(head, 0, len(head)))
     return bytes(head) + payload
 
 

@@ -52,15 +52,8 @@ from typing import TYPE_CHECKING
 
 from weir.chunk_headers import CHUNK_COUNT, CHUNK_ID, CHUNK_UUID
 from weir.errors import BatchFormatError, ClosedError, CorruptDataError
-from weir.storage.batch import (
-    Payload,
-    decode_payload,
-    encode_batch,
-    iter_batches,
-    parse_header,
-    reencode_from,
-    stamp_header,
-)
+from weir.storage.batch import Payload, decode_payload, iter_batches, parse_header, stamp_header
+from weir.storage.batch_encoding import encode_batch, reencode_from
 from weir.storage.change import ReadResult
 from weir.storage.codecs import Codec
 from weir.storage.committer import GroupCommitter

@@ -35,12 +35,8 @@ from weir.errors import (
     PartitionOverflowError,
 )
 from weir.storage import keys
-from weir.storage.batch import (
-    decode_payload,
-    parse_header,
-    reencode_from,
-    stamp_header,
-)
+from weir.storage.batch import decode_payload, parse_header, stamp_header
+from weir.storage.batch_encoding import reencode_from
 from weir.storage.blob import BIG, BlobInfo, split_parts
 from weir.storage.blob_reads import fetch_blob, index_blob
 from weir.storage.change import BatchResult as BatchResult

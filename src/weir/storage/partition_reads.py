@@ -8,7 +8,8 @@ import bisect
 import dataclasses
 
 from weir.errors import CorruptDataError
-from weir.storage.batch import parse_header, reencode_from, stamp_header
+from weir.storage.batch import parse_header, stamp_header
+from weir.storage.batch_encoding import reencode_from
 from weir.storage.blob import BlobInfo
 from weir.storage.blob_reads import (
     fetch_blob,

@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 
 from weir.errors import CorruptDataError
 from weir.storage import keys
-from weir.storage.batch import FLAG_CONTROL, encode_batch, with_flags
+from weir.storage.batch import FLAG_CONTROL
+from weir.storage.batch_encoding import encode_batch, with_flags
 from weir.storage.kv import Op, ReadView, delete_range, put
 from weir.storage.producers import ProducerState
 

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from weir.errors import BadRequestError
-from weir.storage.batch import decode_payload, encode_batch, iter_batches
+from weir.storage.batch import decode_payload, iter_batches
+from weir.storage.batch_encoding import encode_batch
 
 ORIGIN_TOPIC = "weir-origin-topic"
 ORIGIN_PARTITION = "weir-origin-partition"

@@ -40,12 +40,10 @@ from weir.storage.batch import (
     HEADER_SIZE,
     BatchHeader,
     decode_payload,
-    encode_batch,
-    encode_payload,
-    header_into,
     iter_batches,
     parse_header,
 )
+from weir.storage.batch_encoding import encode_batch, encode_payload, header_into
 from weir.storage.codecs import Codec, decompress_message, is_opaque
 from weir.storage.txn_state import parse_marker_record
 

@@ -62,7 +62,7 @@ class RecordsError(ValueError):
 
 # Bytes parse_batch leaves free before a batch's weir payload, for the weir batch
 # header (72 bytes) and a producer id ("kafka-" and up to 19 digits): the header is
-# written in place (`weir.storage.batch.header_into`), so records are copied once.
+# written in place (`weir.storage.batch_encoding.header_into`), so records are copied once.
 PAYLOAD_ROOM = 72 + 64
 
 
@@ -102,7 +102,8 @@ class KafkaBatch:
     # the records one by one (tests and tools; the produce path uses the payload as it is)
 
     def _records(self) -> list[Any]:
-        from weir.storage.batch import decode_records, header_into
+        from weir.storage.batch import decode_records
+        from weir.storage.batch_encoding import header_into
 
         batch = header_into(
             bytearray(self.payload),

@@ -48,7 +48,8 @@ import zstandard
 
 from weir.errors import BadRequestError
 from weir.protocols.pulsar import pulsar_api_pb2 as pb
-from weir.storage.batch import BatchHeader, Payload, decode_payload, encode_batch
+from weir.storage.batch import BatchHeader, Payload, decode_payload
+from weir.storage.batch_encoding import encode_batch
 from weir.storage.codecs import Codec, decompress_message, is_opaque
 
 DELIVER_AT = "weir-deliver-at"  # the broker's delayed-delivery header (ms since the epoch)

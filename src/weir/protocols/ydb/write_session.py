@@ -61,7 +61,8 @@ from weir.protocols.ydb.topic_settings import persistent_only
 from weir.security import BearerToken, Principal
 from weir.security.authenticator import Credential
 from weir.security.grants import Permission
-from weir.storage.batch import encode_batch, parse_header
+from weir.storage.batch import parse_header
+from weir.storage.batch_encoding import encode_batch
 from weir.storage.codecs import Codec
 from weir.storage.incoming import IncomingBatch
 from weir.storage.partition import BatchResult

@@ -12,7 +12,8 @@ import bisect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from weir.storage.batch import decode_payload, parse_header, reencode_from, stamp_header
+from weir.storage.batch import decode_payload, parse_header, stamp_header
+from weir.storage.batch_encoding import reencode_from
 from weir.storage.incoming import IncomingBatch
 from weir.storage.partition import BatchResult
 from weir.storage.producers import ProducerState

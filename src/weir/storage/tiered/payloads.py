@@ -25,13 +25,8 @@ from dataclasses import dataclass
 
 from weir.errors import CorruptDataError
 from weir.storage import keys
-from weir.storage.batch import (
-    decode_payload,
-    encode_batch,
-    iter_batches,
-    parse_header,
-    stamp_header,
-)
+from weir.storage.batch import decode_payload, iter_batches, parse_header, stamp_header
+from weir.storage.batch_encoding import encode_batch
 from weir.storage.codecs import Codec
 from weir.storage.incoming import IncomingBatch
 from weir.storage.kv import Op, ReadView, delete_range, put
