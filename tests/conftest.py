@@ -161,11 +161,15 @@ def shared_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerPr
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[ServerProcess]:
-    """A server of the test's own, for tests that restart or kill it."""
+def server(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[ServerProcess]:
+    """A server of the test's own, for tests that restart or kill it. When the test
+    fails, the report shows the server's stderr over all its restarts (the end of it)."""
     srv = ServerProcess(tmp_path / "data")
     srv.start()
     yield srv
+    if failed_in_call(request):
+        sys.stderr.write(f"--- {srv.name} stderr (last 300 lines, every restart) ---\n")
+        sys.stderr.writelines(srv.log[-300:])
     if os.environ.get("COVERAGE_PROCESS_CONFIG"):
         srv.stop()  # under `make coverage`: a killed server would not save its coverage data
     else:
@@ -189,6 +193,24 @@ def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperSer
     server.start()
     yield server
     server.stop()
+
+
+_CALL_REPORT = pytest.StashKey[pytest.TestReport]()
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """Keeps each test's call report, so a fixture's teardown can tell it failed."""
+    report = yield
+    if report.when == "call":
+        item.stash[_CALL_REPORT] = report
+    return report
+
+
+def failed_in_call(request: pytest.FixtureRequest) -> bool:
+    """Whether the test using this fixture failed (asked in the fixture's teardown)."""
+    report = request.node.stash.get(_CALL_REPORT, None)
+    return report is not None and report.failed
 
 
 # ------------------------------------------------------------------ parallel runs (xdist)
