@@ -8,7 +8,7 @@ import re
 import signal
 import sys
 import tempfile
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Generator, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -167,7 +167,7 @@ def server(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[ServerPro
     srv = ServerProcess(tmp_path / "data")
     srv.start()
     yield srv
-    if failed_in_call(request):
+    if went_wrong(request):
         sys.stderr.write(f"--- {srv.name} stderr (last 300 lines, every restart) ---\n")
         sys.stderr.writelines(srv.log[-300:])
     if os.environ.get("COVERAGE_PROCESS_CONFIG"):
@@ -195,22 +195,24 @@ def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperSer
     server.stop()
 
 
-_CALL_REPORT = pytest.StashKey[pytest.TestReport]()
+_REPORTS = pytest.StashKey[dict[str, pytest.TestReport]]()
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
-    """Keeps each test's call report, so a fixture's teardown can tell it failed."""
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """Keeps each phase's report of a test, so a fixture's teardown can tell it failed."""
     report = yield
-    if report.when == "call":
-        item.stash[_CALL_REPORT] = report
+    item.stash.setdefault(_REPORTS, {})[report.when] = report
     return report
 
 
-def failed_in_call(request: pytest.FixtureRequest) -> bool:
-    """Whether the test using this fixture failed (asked in the fixture's teardown)."""
-    report = request.node.stash.get(_CALL_REPORT, None)
-    return report is not None and report.failed
+def went_wrong(request: pytest.FixtureRequest) -> bool:
+    """Whether the test using this fixture (or a fixture after it) failed so far: asked in
+    the fixture's teardown."""
+    reports = request.node.stash.get(_REPORTS, {})
+    return any(r.failed for r in reports.values())
 
 
 # ------------------------------------------------------------------ parallel runs (xdist)

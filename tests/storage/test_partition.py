@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -205,6 +206,51 @@ def test_failed_commit_rolls_back_and_writing_resumes(tmp_path: Path) -> None:
     log2 = s2.open_partition(1, PartitionConfig(low_watermark=200_000, max_blob_size=400_000))
     assert log2.end_offset == end + 1 and len(read_all(log2)) == end + 1
     s2.close()
+
+
+def test_a_nearly_full_disk_refuses_writes_and_keeps_what_is_stored(tmp_path: Path) -> None:
+    """``min_disk_free``: a write that would leave less than the reserve on the file
+    system is refused before it is laid out (retryable, saying why), what is stored
+    stays readable, and writing resumes once there is room again (here: a smaller
+    reserve), also right after a refusal, when the free space was just looked up."""
+    s = Store(tmp_path / "d", min_disk_free=0)
+    log = s.open_partition(1, SMALL)
+    log.write(make_batch(10, producer="p", first_seq=1))
+    before = read_all(log)
+    st = os.statvfs(tmp_path)
+    s.min_disk_free = st.f_bavail * st.f_frsize + (1 << 40)  # a terabyte more than there is
+    for i in range(3):  # every write is refused, not only the first
+        with pytest.raises(StorageFullError, match="disk nearly full") as exc:
+            log.write(make_batch(5, producer="p", first_seq=11 + i * 5))
+        assert exc.value.retryable
+    assert read_all(log) == before and log.end_offset == 10
+    s.min_disk_free = 0
+    (r,) = log.write(make_batch(5, producer="p", first_seq=11))
+    assert r.offset == 10 and len(read_all(log)) == 15
+    s.close()
+
+
+def test_near_the_reserve_every_write_sees_the_space_taken_just_before(tmp_path: Path) -> None:
+    """The free space is looked up at most every 0.1 s while far above the reserve;
+    near it, each write looks again: space another file took a moment ago (here 200 MiB
+    allocated next to the data) refuses the next write, and comes back when freed."""
+    s = Store(tmp_path / "d", min_disk_free=0)
+    log = s.open_partition(1, SMALL)
+    log.write(make_batch(10, producer="p", first_seq=1))  # the free space looked up
+    st = os.statvfs(tmp_path)
+    s.min_disk_free = st.f_bavail * st.f_frsize - (50 << 20)  # 50 MiB above the reserve
+    log.write(make_batch(5, producer="p", first_seq=11))
+    fd = os.open(tmp_path / "filler", os.O_WRONLY | os.O_CREAT)
+    try:
+        os.posix_fallocate(fd, 0, 200 << 20)
+    finally:
+        os.close(fd)
+    with pytest.raises(StorageFullError, match="disk nearly full"):
+        log.write(make_batch(5, producer="p", first_seq=16))
+    (tmp_path / "filler").unlink()
+    (r,) = log.write(make_batch(5, producer="p", first_seq=16))
+    assert r.offset == 15 and len(read_all(log)) == 20
+    s.close()
 
 
 def test_recovery_rebuilds_head_offsets_and_producers(tmp_path: Path) -> None:

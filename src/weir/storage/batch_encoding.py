@@ -239,8 +239,8 @@ def encode_payload(
     first_seq_no: int = 0,
     codec: Codec = Codec.RAW,
 ) -> bytes:
-    """A batch from a payload already laid out (columns as the module docstring shows:
-    little-endian u32 lengths, created deltas from ``created_base``; ``flags`` says
+    """A batch from a payload already laid out (columns as the docstring of
+    `weir.storage.batch` shows: little-endian u32 lengths, created deltas from ``created_base``; ``flags`` says
     which columns there are), compressed with ``codec``.
 
     For fronts whose wire format is parsed straight into a payload (the Kafka front's C
@@ -278,8 +278,8 @@ def header_into(
     data_codec: int = Codec.RAW,
 ) -> memoryview:
     """Write the header of an uncompressed batch right before its payload, which the
-    caller laid out in ``buf`` from ``payload_start`` to the end (columns as in
-    `encode_columns`), and return the batch: a view of ``buf`` from its header on. A
+    caller laid out in ``buf`` from ``payload_start`` to the end (columns as
+    `encode_batch` lays them out), and return the batch: a view of ``buf`` from its header on. A
     front that builds payloads in place (the Kafka front's C parser) so copies the
     records once; the caller vouches for the columns, `validate_incoming` checks them.
     ``last_seq_no``: for sparse seq_nos (default: ``first_seq_no + count - 1``).
