@@ -255,16 +255,32 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
 # ------------------------------------------------------------------ the chaos summary
 _CHAOS: list[tuple[str, dict[str, str]]] = []
+# seconds per xdist group (setup + call + teardown) and per worker: the run's critical path
+_GROUP_S: dict[str, float] = {}
+_WORKER_S: dict[str, float] = {}
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     """Chaos columns (tests/reliability/conftest.py record_chaos), from this process or
-    from an xdist worker."""
+    from an xdist worker; the time of each group and worker."""
     if report.when == "call":
         _CHAOS.extend(value for name, value in report.user_properties if name == "chaos")
+    group = parallel.group_of(report.nodeid)
+    _GROUP_S[group] = _GROUP_S.get(group, 0.0) + report.duration
+    node = getattr(report, "node", None)  # xdist: the worker that ran it
+    worker = getattr(getattr(node, "gateway", None), "id", "main")
+    _WORKER_S[worker] = _WORKER_S.get(worker, 0.0) + report.duration
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if len(_WORKER_S) > 1:  # a parallel run: where its wall time went
+        terminalreporter.section("time per worker and the longest groups (tests/parallel.py)")
+        terminalreporter.write_line(
+            "workers: " + ", ".join(f"{w} {s:.0f} s" for w, s in sorted(_WORKER_S.items()))
+        )
+        longest = sorted(_GROUP_S.items(), key=lambda gs: -gs[1])[:12]
+        for group, seconds in longest:
+            terminalreporter.write_line(f"{seconds:8.1f} s  {group}")
     if not _CHAOS:
         return
     from tests.reliability.chaos import summary_table
