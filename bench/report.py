@@ -243,6 +243,10 @@ def _notes(c: Cell) -> str:
             p99 = c.extras("commit_p99_ms_le")
             tail = f", p99 ≤ {median(p99):g} ms" if p99 else ""
             notes.append(f"group commit mean {median(mc):.1f} ms{tail}")
+        grew = c.extras("file_grew_mb")
+        if grew and max(grew) >= 1:
+            per = "/".join(f"{g:,.0f}" for g in grew)
+            notes.append(f"data file grew {per} MB")
     ccpu = c.extras("consumers_cpu_us_per_msg")
     if ccpu:
         notes.append(f"consumers' CPU {median(ccpu):,.2f} µs/msg")

@@ -176,6 +176,9 @@ def commit_stats(
         commit_p50_ms_le=q(0.5),
         commit_p99_ms_le=q(0.99),
         jobs_per_commit=jobs / n,
+        # LMDB's data file grew (new pages) or reused freed ones: writing into new file
+        # space costs the file system about twice the CPU per byte here (performance.md)
+        file_grew_mb=delta("weir_storage_used_bytes") / 1e6,
     )
 
 
