@@ -119,7 +119,9 @@ KEYS: tuple[Key, ...] = (
         "min_disk_free",
         SIZE,
         _B.min_disk_free,
-        "Free disk kept in reserve: writes that would eat into it are refused (retryable).",
+        "Free disk kept in reserve: writes that would eat into it are refused (retryable). "
+        "The disk is asked at most every 0.1 s while more than 256 MiB above the reserve, "
+        "and on every write nearer it.",
         "min_disk_free",
     ),
     Key(
