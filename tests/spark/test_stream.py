@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -161,13 +162,18 @@ def test_retention_past_the_checkpoint_fails_clearly_unless_told_to_skip(
     with pytest.raises(StreamingQueryException) as err:
         _run(spark, weir_server, source, sink, checkpoint)
     msg = str(err.value)
-    assert "offsets 10..19" in msg and "10 records lost" in msg
+    # retention drops whole batches: the larger write's first record went alone when the
+    # writer had nothing in flight, so under load it may go too (start 21 or later, not 20)
+    m = re.search(r"offsets 10\.\.(\d+) .*start to (\d+)\).*: (\d+) records lost", msg)
+    assert m is not None, msg
+    last, start, lost = map(int, m.groups())
+    assert 20 <= start < 50 and last == start - 1 and lost == start - 10, msg
     assert "failOnDataLoss=false" in msg
 
     q = _run(spark, weir_server, source, sink, checkpoint, failOnDataLoss="false")
     assert q.exception() is None
     got = [m.data for m in read_topic(client, sink)[0]]
-    assert len(got) == 40  # the 10 read before, the 30 after the gap
+    assert len(got) == 10 + (50 - start)  # the 10 read before, what is left after the gap
     assert not any(b":b-" in v for v in got)  # the lost ones
 
 
