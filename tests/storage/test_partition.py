@@ -232,17 +232,18 @@ def test_a_nearly_full_disk_refuses_writes_and_keeps_what_is_stored(tmp_path: Pa
 
 def test_near_the_reserve_every_write_sees_the_space_taken_just_before(tmp_path: Path) -> None:
     """The free space is looked up at most every 0.1 s while far above the reserve;
-    near it, each write looks again: space another file took a moment ago (here 200 MiB
+    near it, each write looks again: space another file took a moment ago (here 300 MiB
     allocated next to the data) refuses the next write, and comes back when freed."""
     s = Store(tmp_path / "d", min_disk_free=0)
     log = s.open_partition(1, SMALL)
     log.write(make_batch(10, producer="p", first_seq=1))  # the free space looked up
     st = os.statvfs(tmp_path)
-    s.min_disk_free = st.f_bavail * st.f_frsize - (50 << 20)  # 50 MiB above the reserve
+    # 100 MiB above the reserve: room for what parallel tests write in between
+    s.min_disk_free = st.f_bavail * st.f_frsize - (100 << 20)
     log.write(make_batch(5, producer="p", first_seq=11))
     fd = os.open(tmp_path / "filler", os.O_WRONLY | os.O_CREAT)
     try:
-        os.posix_fallocate(fd, 0, 200 << 20)
+        os.posix_fallocate(fd, 0, 300 << 20)
     finally:
         os.close(fd)
     with pytest.raises(StorageFullError, match="disk nearly full"):
