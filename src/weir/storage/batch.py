@@ -81,7 +81,7 @@ U64_MAX = (1 << 64) - 1
 I64_MIN, I64_MAX = -(1 << 63), (1 << 63) - 1
 
 CODEC_IDS = frozenset(int(c) for c in Codec)
-_LITTLE = sys.byteorder == "little"
+LITTLE_ENDIAN = sys.byteorder == "little"
 OFF_HEADER_CRC = 12
 _OFF_STAMP = 16
 _STAMP = struct.Struct("<Qq")
@@ -139,7 +139,7 @@ class Columns:
 def _arr_from(code: str, buf: bytes | memoryview) -> array[int]:
     a = array(code)
     a.frombytes(buf)
-    if not _LITTLE:  # pragma: no cover
+    if not LITTLE_ENDIAN:  # pragma: no cover
         a.byteswap()
     return a
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import operator
 import struct
-import sys
 from array import array
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Literal, overload
@@ -27,6 +26,7 @@ from weir.storage.batch import (
     HEADER_SIZE,
     I64_MAX,
     I64_MIN,
+    LITTLE_ENDIAN,
     MAGIC,
     MAX_BATCH_BYTES,
     MAX_PRODUCER_ID,
@@ -40,12 +40,10 @@ from weir.storage.batch import (
 )
 from weir.storage.codecs import Codec, compress, is_opaque
 
-_LITTLE = sys.byteorder == "little"
-
 
 def _arr(code: str, values: Sequence[int] | Iterator[int]) -> array[int]:
     a = array(code, values)
-    if not _LITTLE:  # pragma: no cover - weir runs on little-endian hosts
+    if not LITTLE_ENDIAN:  # pragma: no cover - weir runs on little-endian hosts
         a.byteswap()
     return a
 
