@@ -320,3 +320,102 @@ def test_cached_reads_are_zero_copy_views_of_one_verified_copy(tmp_path: Path) -
     assert isinstance(a.chunks[0], memoryview) and a.chunks[0].obj is b.chunks[0].obj
     assert s.read_cache.stats.hits == 1 and s.read_cache.stats.misses == 1
     s.close()
+
+
+def test_blobs_packed_from_the_head_are_indexed_without_parsing_their_batches(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A big blob packed from what this process wrote is indexed from where its batches
+    were placed: no header is parsed on the event loop (6 MiB of small batches took ~0.1 s
+    to parse), and the index is the one a full check of the stored bytes gives. Batches
+    re-sent in part (their duplicates cut off, so their sizes change) are placed too."""
+    from weir.storage import partition_reads
+    from weir.storage.blob_reads import index_blob
+
+    def no_parsing(data: bytes, b: object) -> None:
+        raise AssertionError("a blob written by this process was parsed to index it")
+
+    monkeypatch.setattr(partition_reads, "index_written", no_parsing)
+    s = Store(tmp_path / "d", sync=False, read_cache_bytes=1 << 20)
+    plain = Store(tmp_path / "p", sync=False, read_cache_bytes=0)
+    logs = [s.open_partition(1, CFG), plain.open_partition(1, CFG)]
+    seq = 20
+    for i in range(40):
+        n = 1 + i % 4
+        batches = [
+            make_batch(1 + (i + k) % 5, producer="p", first_seq=seq + k * 5) for k in range(n)
+        ]
+        if i % 3 == 0:  # two batches again: the first whole, the other from its middle
+            batches[:0] = [
+                make_batch(5, producer="p", first_seq=seq - 10),
+                make_batch(5, producer="p", first_seq=seq - 3),
+            ]
+        incoming = [b for bs in batches for b in bs]
+        for log in logs:
+            log.write(incoming, now_ms=1_000_000 + i)
+        seq += n * 5
+    cached, uncached = logs
+    blobs = [b for b in cached.blobs if b.level == BIG]
+    assert len(blobs) >= 3 and s.read_cache.stats.blobs == len(blobs)
+    for b in blobs:
+        entry = s.read_cache.peek((cached._cache_owner, b.first_offset, b.count))
+        assert entry is not None
+        assert (entry.offsets, entry.starts) == index_blob(entry.data, b, "1")
+    pos = cached.start_offset
+    while pos < cached.end_offset:
+        a, z = cached.read(pos, 700), uncached.read(pos, 700)
+        assert joined(a) == joined(z)
+        pos = a.next_offset
+    assert s.read_cache.stats.misses == 0
+    # after a restart the head is read back from the KV without its batches' places:
+    # the next packing parses them (the index must still be right)
+    monkeypatch.undo()
+    s, log = reopened(s, tmp_path / "d")
+    for i in range(12):
+        incoming = make_batch(3, producer="p", first_seq=seq + 3 * i)
+        for lg in (log, uncached):
+            lg.write(incoming, now_ms=2_000_000 + i)
+    pos = log.start_offset
+    while pos < log.end_offset:
+        a, z = log.read(pos, 700), uncached.read(pos, 700)
+        assert joined(a) == joined(z)
+        pos = a.next_offset
+    s.close()
+    plain.close()
+
+
+def test_a_read_from_deep_inside_a_head_segment_starts_at_its_batch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once the head's pieces coalesce, a reader tailing the partition reads from
+    thousands of batches deep in one segment: it starts at its batch (found by bisection)
+    instead of parsing every header before it, and reads what a restarted store reads
+    (whose segments, rebuilt from the KV, do not know their batches' places)."""
+    from weir.storage import blob_reads
+
+    cfg = PartitionConfig(low_watermark=4 << 20, head_merge_fanout=8)
+    s = Store(tmp_path / "d", sync=False, read_cache_bytes=0)
+    log = s.open_partition(1, cfg)
+    for i in range(600):  # 600 pieces of 3 batches: segments of up to 512 pieces
+        batches = [make_batch(1, producer="p", first_seq=1 + 3 * i + k) for k in range(3)]
+        log.write([b for bs in batches for b in bs], now_ms=1_000_000 + i)
+    deepest = max(log.blobs, key=lambda b: b.count)
+    assert deepest.level < BIG and deepest.count >= 512 * 3
+    parsed = 0
+    parse = blob_reads.parse_header
+
+    def counted(buf: bytes | memoryview, pos: int = 0) -> object:
+        nonlocal parsed
+        parsed += 1
+        return parse(buf, pos)
+
+    monkeypatch.setattr(blob_reads, "parse_header", counted)
+    offsets = [deepest.end_offset - 1, deepest.first_offset + deepest.count // 2]
+    got = [joined(log.read(o, 300)) for o in offsets]
+    assert parsed <= 2 * 4, f"{parsed} headers parsed for two short reads"
+    monkeypatch.undo()
+    s.close()
+    s = Store(tmp_path / "d", sync=False, read_cache_bytes=0)
+    log = s.open_partition(1, cfg)
+    assert [joined(log.read(o, 300)) for o in offsets] == got
+    s.close()

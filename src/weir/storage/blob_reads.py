@@ -9,11 +9,13 @@ checked read path. Damage is always a CorruptDataError naming partition and offs
 from __future__ import annotations
 
 from array import array
+from itertools import accumulate
 
 from weir.errors import BatchFormatError, CorruptDataError
 from weir.storage import keys
 from weir.storage.batch import parse_header, verify_body
 from weir.storage.blob import BlobInfo
+from weir.storage.head import BatchSpans
 from weir.storage.kv import ReadView
 
 
@@ -86,6 +88,25 @@ def index_written(data: bytes, b: BlobInfo) -> tuple[array[int], array[int]] | N
     return offsets, starts
 
 
+def index_spans(
+    spans: BatchSpans, b: BlobInfo, nbytes: int
+) -> tuple[array[int], array[int]] | None:
+    """`index_written` from where the batches were placed, without reading a header (a
+    big blob packed from the head: 6 MiB of small batches took ~0.1 s of the event loop
+    to parse); None when the spans do not fill the blob exactly (parse it then)."""
+    offsets, sizes = spans
+    if not offsets or len(offsets) != len(sizes) or offsets[0] != b.first_offset:
+        return None
+    if offsets[-1] >= b.end_offset:
+        return None
+    starts: array[int] = array("q", accumulate(sizes, initial=0))
+    if starts[-1] != nbytes:
+        return None
+    ends: array[int] = array("q", offsets)
+    ends.append(b.end_offset)
+    return ends, starts
+
+
 def fetch_blob(view: ReadView, log_id: int, b: BlobInfo, label: str) -> memoryview:
     if b.parts == 1:
         v = view.get(keys.BLOBS, keys.blob_key(log_id, b.first_offset, b.count, 0))
@@ -125,11 +146,13 @@ def slice_blob(
     have_some: bool,
     verify: bool,
     label: str,
+    skip_to: tuple[int, int] | None = None,
 ) -> tuple[int, int, int, int]:
     """Byte range [a, z) of whole batches of blob ``b`` covering [start, stop) within
-    ``budget`` bytes; also the base offset of the first and the offset after the last."""
-    pos = 0
-    expected = b.first_offset
+    ``budget`` bytes; also the base offset of the first and the offset after the last.
+    ``skip_to``: the byte position and base offset of a batch at or before ``start`` to
+    begin the walk at (every header from there on is still checked)."""
+    pos, expected = (0, b.first_offset) if skip_to is None else skip_to
     a = z = -1
     base = nxt = start
     n = len(data)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from weir.storage.blob import BlobInfo
-from weir.storage.head import HeadSegment
+from weir.storage.head import BatchSpans, HeadSegment
 from weir.storage.kv import Op
 from weir.storage.producers import ProducerState
 from weir.storage.tiered.payloads import PayloadRef
@@ -61,6 +61,7 @@ class NewBlob:
     # a big blob made from bytes in memory (checked when they came in): put into the
     # read cache as it commits, so tailing readers do not fetch and check it again
     data: bytes | None = None
+    batches: BatchSpans | None = None  # where the batches of ``data`` lie, when known
 
 
 @dataclass(slots=True)

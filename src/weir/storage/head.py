@@ -20,11 +20,20 @@ pieces from the KV, rebuilds exactly the segments the writes built.
 from __future__ import annotations
 
 import dataclasses
+from array import array
+from bisect import bisect_right
 from collections.abc import Sequence
+from itertools import accumulate
 
 from weir.storage.blob import BlobInfo
 
 SEALABLE = 254  # level of a segment that is one large piece: never coalesced
+
+# The base offset and the size in bytes of each batch of a blob, in order. Known for what
+# this process wrote (from the batches as they were placed), so that a big blob packed
+# from the head is indexed for the read cache without parsing its batches again; a piece
+# read back from the KV at start has none (`weir.storage.blob_reads.index_written` then).
+BatchSpans = tuple["array[int]", "array[int]"]
 
 
 @dataclasses.dataclass(slots=True)
@@ -33,6 +42,38 @@ class HeadSegment:
 
     data: bytes
     pieces: int = 1
+    batches: BatchSpans | None = None
+    starts: array[int] | None = None  # byte position of each batch (from ``batches``, lazily)
+
+    def batch_at(self, offset: int) -> tuple[int, int] | None:
+        """Byte position and base offset of the batch holding ``offset``, or None when the
+        batches' places are not known or it is the first batch.
+
+        A reader tailing the partition reads from inside the segment its last read ended
+        in; once segments coalesce that is thousands of batches in, and walking their
+        headers from the start took tens of milliseconds of the event loop."""
+        spans = self.batches
+        if spans is None:
+            return None
+        i = bisect_right(spans[0], offset) - 1
+        if i <= 0:
+            return None
+        starts = self.starts
+        if starts is None:
+            starts = self.starts = array("q", accumulate(spans[1], initial=0))
+        return starts[i], spans[0][i]
+
+
+def join_spans(parts: Sequence[BatchSpans | None]) -> BatchSpans | None:
+    """The spans of consecutive blobs as one (None if any of them is not known)."""
+    offsets: array[int] = array("q")
+    sizes: array[int] = array("q")
+    for part in parts:
+        if part is None:
+            return None
+        offsets.extend(part[0])
+        sizes.extend(part[1])
+    return offsets, sizes
 
 
 Entry = tuple[BlobInfo, HeadSegment]
@@ -52,7 +93,8 @@ def merge(entries: Sequence[Entry], level: int) -> Entry:
         level,
     )
     data = b"".join(seg.data for _, seg in entries)
-    return info, HeadSegment(data, sum(seg.pieces for _, seg in entries))
+    spans = join_spans([seg.batches for _, seg in entries])
+    return info, HeadSegment(data, sum(seg.pieces for _, seg in entries), spans)
 
 
 def piece_level(info: BlobInfo, seal_size: int) -> int:
@@ -60,13 +102,22 @@ def piece_level(info: BlobInfo, seal_size: int) -> int:
     return SEALABLE if info.size >= seal_size or info.parts > 1 else 0
 
 
-def push(head: list[Entry], info: BlobInfo, data: bytes, seal_size: int, fanout: int) -> int:
-    """Append one KV piece (``info`` as stored) to the head segments, coalescing at the tail.
+def push(
+    head: list[Entry],
+    info: BlobInfo,
+    data: bytes,
+    seal_size: int,
+    fanout: int,
+    batches: BatchSpans | None = None,
+) -> int:
+    """Append one KV piece (``info`` as stored; ``batches``: its spans, when known) to the
+    head segments, coalescing at the tail.
 
     Returns how many of the segments that were there before are unchanged (a prefix).
     """
     keep = len(head)
-    head.append((dataclasses.replace(info, level=piece_level(info, seal_size)), HeadSegment(data)))
+    level = piece_level(info, seal_size)
+    head.append((dataclasses.replace(info, level=level), HeadSegment(data, 1, batches)))
     while len(head) >= fanout:
         tail = head[-fanout:]
         level = tail[-1][0].level

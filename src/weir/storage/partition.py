@@ -27,6 +27,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import time
+from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -44,7 +45,7 @@ from weir.storage.change import NewBlob
 from weir.storage.change import PreparedChange as PreparedChange
 from weir.storage.change import ReadResult as ReadResult
 from weir.storage.committer import GroupCommitter
-from weir.storage.head import SEALABLE, Entry, HeadSegment, push
+from weir.storage.head import SEALABLE, BatchSpans, Entry, HeadSegment, join_spans, push
 from weir.storage.incoming import IncomingBatch
 from weir.storage.kv import KV, Op, delete, delete_range, put
 from weir.storage.meta import PartitionMeta
@@ -481,10 +482,10 @@ class PartitionLog(PartitionRetention):
         new_bytes = sum(u.size for u in units)
         if sum(b.size for b in head) + new_bytes < cfg.low_watermark:
             # One new piece in the KV; in memory it joins the head segments.
-            info, data = self._make_blob((), units, 0)
+            info, data, spans = self._make_blob((), units, 0)
             self._put_blob(change, info, data)
             segments = [(b, self._head[b.first_offset]) for b in head]
-            keep = push(segments, info, data, cfg.seal_size, cfg.head_merge_fanout)
+            keep = push(segments, info, data, cfg.seal_size, cfg.head_merge_fanout, spans)
             change.drop_tail = len(head) - keep
             change.add = [NewBlob(i, seg) for i, seg in segments[keep:]]
             return
@@ -496,9 +497,8 @@ class PartitionLog(PartitionRetention):
         for b in head:
             if b.level == SEALABLE:
                 self._pack_run(change, run, deletes)
-                self._seal(
-                    change, dataclasses.replace(b, level=BIG), self._head[b.first_offset].data
-                )
+                seg = self._head[b.first_offset]
+                self._seal(change, dataclasses.replace(b, level=BIG), seg.data, seg.batches)
             else:
                 run.append((b, self._head[b.first_offset]))
         self._pack_last(change, run, units, deletes)
@@ -511,11 +511,12 @@ class PartitionLog(PartitionRetention):
         if not run:
             return
         if len(run) == 1 and run[0][1].pieces == 1:
-            self._seal(change, dataclasses.replace(run[0][0], level=BIG), run[0][1].data)
+            seg = run[0][1]
+            self._seal(change, dataclasses.replace(run[0][0], level=BIG), seg.data, seg.batches)
         else:
-            info, data = self._make_blob(run, (), BIG)
+            info, data, spans = self._make_blob(run, (), BIG)
             self._put_blob(change, info, data)
-            change.add.append(NewBlob(info, None, data))
+            change.add.append(NewBlob(info, None, data, spans))
             deletes.extend(self._delete_range_ops(info.first_offset, info.end_offset))
         run.clear()
 
@@ -529,9 +530,9 @@ class PartitionLog(PartitionRetention):
         if old + sum(u.size for u in units) < cfg.low_watermark:
             # Large pieces cut the head short: the small ones after them stay as they are.
             segments = list(run)
-            info, data = self._make_blob((), units, 0)
+            info, data, spans = self._make_blob((), units, 0)
             self._put_blob(change, info, data)
-            push(segments, info, data, cfg.seal_size, cfg.head_merge_fanout)
+            push(segments, info, data, cfg.seal_size, cfg.head_merge_fanout, spans)
             change.add.extend(NewBlob(i, seg) for i, seg in segments)
             return
         # The stored run is under the low watermark, so it fits whole in the first blob.
@@ -545,24 +546,26 @@ class PartitionLog(PartitionRetention):
             size += u.size
         for i, (stored, new) in enumerate(chunks):
             if i > 0 and i == len(chunks) - 1 and size < cfg.low_watermark:
-                info, data = self._make_blob((), new, 0)  # the rest: the new head, one piece
+                info, data, spans = self._make_blob((), new, 0)  # the rest: the new head
                 self._put_blob(change, info, data)
                 rest: list[Entry] = []
-                push(rest, info, data, cfg.seal_size, cfg.head_merge_fanout)
+                push(rest, info, data, cfg.seal_size, cfg.head_merge_fanout, spans)
                 change.add.extend(NewBlob(i, seg) for i, seg in rest)
             elif not new:
                 self._pack_run(change, stored, deletes)
             else:
-                info, data = self._make_blob(stored, new, BIG)
+                info, data, spans = self._make_blob(stored, new, BIG)
                 self._put_blob(change, info, data)
-                change.add.append(NewBlob(info, None, data))
+                change.add.append(NewBlob(info, None, data, spans))
                 if stored:
                     end = stored[-1][0].end_offset
                     deletes.extend(self._delete_range_ops(info.first_offset, end))
 
-    def _seal(self, change: PreparedChange, info: BlobInfo, data: bytes) -> None:
+    def _seal(
+        self, change: PreparedChange, info: BlobInfo, data: bytes, spans: BatchSpans | None
+    ) -> None:
         change.ops.append(self._index_op(info))
-        change.add.append(NewBlob(info, None, data))
+        change.add.append(NewBlob(info, None, data, spans))
 
     def _put_blob(self, change: PreparedChange, info: BlobInfo, data: bytes) -> None:
         for part, piece in enumerate(split_parts(data, self.config.max_blob_size)):
@@ -577,8 +580,9 @@ class PartitionLog(PartitionRetention):
 
     def _make_blob(
         self, stored: Sequence[Entry], units: Sequence[_Unit], level: int
-    ) -> tuple[BlobInfo, bytes]:
-        """A blob of head segments already stored followed by new batches (either may be empty)."""
+    ) -> tuple[BlobInfo, bytes, BatchSpans | None]:
+        """A blob of head segments already stored followed by new batches (either may be
+        empty), and where its batches lie (None if a segment does not know its own)."""
         pieces: list[bytes | memoryview] = [seg.data for _, seg in stored]
         pieces.extend(p for u in units for p in u.pieces)
         data = b"".join(pieces)
@@ -591,7 +595,11 @@ class PartitionLog(PartitionRetention):
             units[-1].written if units else stored[-1][0].max_written,
             level,
         )
-        return info, data
+        new: BatchSpans = (
+            array("q", [u.first for u in units]),
+            array("q", [u.size for u in units]),
+        )
+        return info, data, join_spans([*(seg.batches for _, seg in stored), new])
 
     def _delete_blob_ops(self, b: BlobInfo) -> list[Op]:
         """Delete a blob of the in-memory list: a big blob (all parts) or a head segment
@@ -648,7 +656,7 @@ class PartitionLog(PartitionRetention):
                 # A big blob seals everything before it: the head is what follows it.
                 self._head_count = 0
                 if nb.data is not None:
-                    self._cache_written(nb.info, nb.data)
+                    self._cache_written(nb.info, nb.data, nb.batches)
         for info in change.replace:
             i = bisect.bisect_left(self._firsts, info.first_offset)
             blobs[i] = info

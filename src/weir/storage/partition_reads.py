@@ -14,12 +14,13 @@ from weir.storage.blob import BlobInfo
 from weir.storage.blob_reads import (
     fetch_blob,
     index_blob,
+    index_spans,
     index_written,
     slice_blob,
     time_in_blob,
 )
 from weir.storage.change import ReadResult
-from weir.storage.head import HeadSegment
+from weir.storage.head import BatchSpans, HeadSegment
 from weir.storage.kv import ReadView
 from weir.storage.read_cache import CachedBlob
 from weir.storage.tiered.partition_tier import is_remote
@@ -122,8 +123,9 @@ class PartitionReads(TieredLog):
                     cached = None if b.is_head else self._cached(view, b, fill_cache)
                 if seg is not None:
                     data: bytes | memoryview = memoryview(seg.data)
+                    skip = seg.batch_at(start)
                     a, z, base, nxt = slice_blob(
-                        data, b, start, stop, budget, bool(result.chunks), False, self.label
+                        data, b, start, stop, budget, bool(result.chunks), False, self.label, skip
                     )
                 elif cached is not None:
                     data = memoryview(cached.data)
@@ -198,14 +200,17 @@ class PartitionReads(TieredLog):
             self._cache.put(key, blob)
         return blob
 
-    def _cache_written(self, b: BlobInfo, data: bytes) -> None:
+    def _cache_written(self, b: BlobInfo, data: bytes, spans: BatchSpans | None = None) -> None:
         """A big blob just made from bytes in memory (the head, or batches checked as they
         came in) goes into the read cache as it commits: a consumer tailing the partition
         reads it from there instead of fetching it back from the KV and checking every
-        batch's CRC again (Pulsar's broker keeps recent entries cached the same way)."""
+        batch's CRC again (Pulsar's broker keeps recent entries cached the same way).
+        Indexed from ``spans`` (where its batches were placed) when they are known."""
         if not self._cache.admits(len(data)):
             return
-        index = index_written(data, b)
+        index = None if spans is None else index_spans(spans, b, len(data))
+        if index is None:
+            index = index_written(data, b)
         if index is not None:
             self._cache.put(self._cache_key(b), CachedBlob(data, *index))
 
