@@ -16,7 +16,7 @@ import logging
 import ssl
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 from prometheus_client import (
@@ -68,6 +68,10 @@ class PrometheusObserver(BrokerObserver):
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.totals = RunningTotals()
+        # the labelled counters of each partition written and read: looked up once, as the
+        # broker reports every write and every read response (no series is ever removed)
+        self._written: dict[tuple[str, int], tuple[tuple[str, str], Any, Any]] = {}
+        self._read: dict[tuple[str, int], tuple[Any, Any]] = {}
         r = registry
         self.written_messages = Counter(
             "weir_written_messages", "Messages stored (acknowledged writes).", _TP, registry=r
@@ -140,22 +144,31 @@ class PrometheusObserver(BrokerObserver):
         )
 
     def on_write(self, topic: str, partition: int, records: int, nbytes: int, skipped: int) -> None:
-        labels = (short_topic(topic), str(partition))
+        w = self._written.get((topic, partition))
+        if w is None:
+            labels = (short_topic(topic), str(partition))
+            w = (labels, self.written_messages.labels(*labels), self.written_bytes.labels(*labels))
+            self._written[(topic, partition)] = w
+        labels, messages, written = w
         t = self.totals
         t.messages_in += records
         t.bytes_in += nbytes
         t.partition_messages[labels] = t.partition_messages.get(labels, 0) + records
-        self.written_messages.labels(*labels).inc(records)
-        self.written_bytes.labels(*labels).inc(nbytes)
+        messages.inc(records)
+        written.inc(nbytes)
         if skipped:
             self.dedup_skipped.labels(*labels).inc(skipped)
 
     def on_read(self, topic: str, partition: int, nbytes: int) -> None:
-        labels = (short_topic(topic), str(partition))
+        r = self._read.get((topic, partition))
+        if r is None:
+            labels = (short_topic(topic), str(partition))
+            r = (self.read_bytes.labels(*labels), self.read_responses.labels(*labels))
+            self._read[(topic, partition)] = r
         self.totals.bytes_out += nbytes
         self.totals.reads_out += 1
-        self.read_bytes.labels(*labels).inc(nbytes)
-        self.read_responses.labels(*labels).inc()
+        r[0].inc(nbytes)
+        r[1].inc()
 
     def on_refused(self, topic: str, partition: int, reason: str) -> None:
         self.refusals.labels(short_topic(topic), str(partition), reason).inc()

@@ -10,6 +10,7 @@ one's data.
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, ClassVar
@@ -29,7 +30,17 @@ TOPIC_KINDS = (PERSISTENT, NON_PERSISTENT)
 
 
 def canonical_topic(path: str, database: str = "") -> str:
-    """``tenant/namespace/topic`` for a topic path as a client wrote it (see `tenancy.names`)."""
+    """``tenant/namespace/topic`` for a topic path as a client wrote it (see `tenancy.names`).
+
+    Every write and read request names its topic, so the answers for the names in use are
+    kept (a bounded cache; a bad name is not kept and raises every time)."""
+    if type(path) is str and type(database) is str:
+        return _canonical(path, database)
+    return parse_topic(path, database).full
+
+
+@functools.lru_cache(maxsize=4096)
+def _canonical(path: str, database: str) -> str:
     return parse_topic(path, database).full
 
 

@@ -65,8 +65,11 @@ class Writes(BacklogQuotas):
         if quota is not None:
             self._check_backlog(cfg, partition, quota)
         size = sum(len(b.buf) for b in batches) if nbytes is None else nbytes
-        threshold = self.topic_policies(cfg)["large_payload_threshold_bytes"]
         tier = self.store.tier
+        # (the policies are resolved only where they can matter: a server with a tier)
+        threshold = (
+            None if tier is None else self.topic_policies(cfg)["large_payload_threshold_bytes"]
+        )
         if (
             threshold is not None
             and tier is not None
