@@ -16,7 +16,7 @@ import logging
 import ssl
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 from prometheus_client import (
@@ -70,8 +70,8 @@ class PrometheusObserver(BrokerObserver):
         self.totals = RunningTotals()
         # the labelled counters of each partition written and read: looked up once, as the
         # broker reports every write and every read response (no series is ever removed)
-        self._written: dict[tuple[str, int], tuple[tuple[str, str], Any, Any]] = {}
-        self._read: dict[tuple[str, int], tuple[Any, Any]] = {}
+        self._written: dict[tuple[str, int], tuple[tuple[str, str], Counter, Counter]] = {}
+        self._read: dict[tuple[str, int], tuple[Counter, Counter]] = {}
         r = registry
         self.written_messages = Counter(
             "weir_written_messages", "Messages stored (acknowledged writes).", _TP, registry=r

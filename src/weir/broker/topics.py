@@ -33,10 +33,14 @@ def canonical_topic(path: str, database: str = "") -> str:
     """``tenant/namespace/topic`` for a topic path as a client wrote it (see `tenancy.names`).
 
     Every write and read request names its topic, so the answers for the names in use are
-    kept (a bounded cache; a bad name is not kept and raises every time)."""
-    if type(path) is str and type(database) is str:
+    kept (a bounded cache of short names: a name padded to megabytes, which the rules
+    allow, is parsed each time rather than held; a bad name is never kept)."""
+    if type(path) is str and type(database) is str and len(path) + len(database) <= _CACHED:
         return _canonical(path, database)
     return parse_topic(path, database).full
+
+
+_CACHED = 1024  # characters of a name (and database) the cache keeps
 
 
 @functools.lru_cache(maxsize=4096)

@@ -71,8 +71,8 @@ class Writes(BacklogQuotas):
             None if tier is None else self.topic_policies(cfg)["large_payload_threshold_bytes"]
         )
         if (
-            threshold is not None
-            and tier is not None
+            tier is not None
+            and threshold is not None
             and any(len(b.buf) > threshold for b in batches)
         ):
             ready = asyncio.get_running_loop().create_task(

@@ -8,6 +8,7 @@ checked read path. Damage is always a CorruptDataError naming partition and offs
 
 from __future__ import annotations
 
+import operator
 from array import array
 from itertools import accumulate
 
@@ -97,7 +98,7 @@ def index_spans(
     offsets, sizes = spans
     if not offsets or len(offsets) != len(sizes) or offsets[0] != b.first_offset:
         return None
-    if offsets[-1] >= b.end_offset:
+    if offsets[-1] >= b.end_offset or not all(map(operator.lt, offsets, offsets[1:])):
         return None
     starts: array[int] = array("q", accumulate(sizes, initial=0))
     if starts[-1] != nbytes:

@@ -43,7 +43,10 @@ class HeadSegment:
     data: bytes
     pieces: int = 1
     batches: BatchSpans | None = None
-    starts: array[int] | None = None  # byte position of each batch (from ``batches``, lazily)
+    # byte position of each batch (from ``batches``, on the first read that needs it)
+    starts: array[int] | None = dataclasses.field(
+        default=None, init=False, repr=False, compare=False
+    )
 
     def batch_at(self, offset: int) -> tuple[int, int] | None:
         """Byte position and base offset of the batch holding ``offset``, or None when the

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import operator
 import time
 from array import array
 from collections.abc import Callable, Sequence
@@ -262,9 +263,11 @@ class PartitionLog(PartitionRetention):
                         )
                 elif i >= head_start or verify_all:
                     data = fetch_blob(view, self.log_id, b, self.label)
-                    index_blob(data, b, self.label)
-                    if i >= head_start:
-                        push(segments, b, bytes(data), cfg.seal_size, cfg.head_merge_fanout)
+                    offsets, starts = index_blob(data, b, self.label)
+                    if i >= head_start:  # the checked index gives where its batches lie
+                        sizes = array("q", map(operator.sub, starts[1:], starts))
+                        spans = (offsets[:-1], sizes)
+                        push(segments, b, bytes(data), cfg.seal_size, cfg.head_merge_fanout, spans)
                 else:
                     for part in range(b.parts):
                         key = keys.blob_key(self.log_id, b.first_offset, b.count, part)
