@@ -103,7 +103,10 @@ KEYS: tuple[Key, ...] = (
         "low_watermark",
         SIZE,
         _B.low_watermark,
-        "Head size at which small blobs are compacted into a big one.",
+        "Head size at which small blobs are compacted into a big one. Each compaction is "
+        "one commit of this many bytes that the writes behind it wait for: 1MiB took the "
+        "p99.9 of paced acks from 25-27 to 12-24 ms, at the price of six times as many "
+        "big blobs to index (docs/performance.md).",
         "low_watermark",
     ),
     Key(

@@ -128,3 +128,12 @@ def test_read_cache_size_takes_zero_to_turn_it_off(tmp_path: Path) -> None:
     assert cfg.read_cache_bytes == 1 << 30
     with pytest.raises(ConfigError, match="read_cache_bytes"):
         load(env={"WEIR_STORAGE_READ_CACHE_BYTES": "-5"})
+
+
+def test_docs_show_the_default_file_as_the_server_writes_it() -> None:
+    """The example file in the docs is `default_toml()` (it had fallen behind once: two
+    tier keys were missing)."""
+    docs = (ROOT / "docs" / "configuration.md").read_text()
+    assert config.default_toml().rstrip("\n") in docs, (
+        "regenerate the example: weir.config.default_toml()"
+    )

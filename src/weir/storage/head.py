@@ -29,10 +29,10 @@ from weir.storage.blob import BlobInfo
 
 SEALABLE = 254  # level of a segment that is one large piece: never coalesced
 
-# The base offset and the size in bytes of each batch of a blob, in order. Known for what
-# this process wrote (from the batches as they were placed), so that a big blob packed
-# from the head is indexed for the read cache without parsing its batches again; a piece
-# read back from the KV at start has none (`weir.storage.blob_reads.index_written` then).
+# The base offset and the size in bytes of each batch of a blob, in order: recorded as the
+# batches are placed (a piece read back at start: from the check that reads it), so that a
+# read bisects to its batch and a big blob packed from the head is indexed for the read
+# cache without parsing its batches again. None where unknown: the headers are walked.
 BatchSpans = tuple["array[int]", "array[int]"]
 
 
