@@ -325,9 +325,8 @@ def test_cached_reads_are_zero_copy_views_of_one_verified_copy(tmp_path: Path) -
 def test_blobs_packed_from_the_head_are_indexed_without_parsing_their_batches(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A big blob packed from what this process wrote is indexed from where its batches
-    were placed: no header is parsed on the event loop (6 MiB of small batches took ~0.1 s
-    to parse), and the index is the one a full check of the stored bytes gives. Batches
+    """A big blob packed from the head is indexed from where its batches were placed:
+    no header is parsed on the event loop (6 MiB of small batches took 0.15 s to parse), and the index is the one a full check of the stored bytes gives. Batches
     re-sent in part (their duplicates cut off, so their sizes change) are placed too."""
     from weir.storage import partition_reads
     from weir.storage.blob_reads import index_blob

@@ -66,19 +66,15 @@ class Writes(BacklogQuotas):
             self._check_backlog(cfg, partition, quota)
         size = sum(len(b.buf) for b in batches) if nbytes is None else nbytes
         tier = self.store.tier
-        # (the policies are resolved only where they can matter: a server with a tier)
-        threshold = (
-            None if tier is None else self.topic_policies(cfg)["large_payload_threshold_bytes"]
-        )
-        if (
-            tier is not None
-            and threshold is not None
-            and any(len(b.buf) > threshold for b in batches)
-        ):
-            ready = asyncio.get_running_loop().create_task(
-                asyncio.to_thread(self._cut_payloads, tier, actor.log.log_id, batches, threshold)
-            )
-            return actor.submit(batches, size, ready, txn, on_done)
+        if tier is not None:  # the policies matter here only on a server with a tier
+            threshold = self.topic_policies(cfg)["large_payload_threshold_bytes"]
+            if threshold is not None and any(len(b.buf) > threshold for b in batches):
+                ready = asyncio.get_running_loop().create_task(
+                    asyncio.to_thread(
+                        self._cut_payloads, tier, actor.log.log_id, batches, threshold
+                    )
+                )
+                return actor.submit(batches, size, ready, txn, on_done)
         return actor.submit(batches, size, txn=txn, on_done=on_done)
 
     @staticmethod
