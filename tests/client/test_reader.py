@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -237,6 +238,60 @@ def test_commits_and_credits_interleave_on_one_stream(client: weir.Client, topic
     assert sorted(got) == list(range(6000))
     info = client.describe_consumer(topic_name, "eager")
     assert info.lag == 0 and sum(p.committed_offset for p in info.partitions) == 6000
+
+
+def test_a_reader_keeps_order_while_its_caller_lags_and_races(
+    client: weir.Client, topic_name: str
+) -> None:
+    """The sync reader's batches reach its caller through a hand-off at most one batch
+    ahead, and the loop is woken only when that is full: a caller that sometimes lags
+    (so the hand-off fills) and sometimes waits (so it is empty) gets every message once,
+    in order, with a buffer so small that credit goes back after almost every batch."""
+    client.create_topic(topic_name)
+    n = 6000
+    with client.writer(topic_name) as w:
+        for i in range(n):
+            w.write(b"%d" % i)
+            if i % 7 == 6:
+                w.flush()  # stored batches of 7: many small batches to hand over
+    r = client.reader(topic_name, consumer="lags", buffer_bytes=256)
+    got: list[int] = []
+    deadline = time.monotonic() + 60
+    while len(got) < n and time.monotonic() < deadline:
+        b = r.receive_batch(timeout=0.5 if len(got) % 3 else 0)
+        if b is None:
+            continue
+        got.extend(int(m.data) for m in b)
+        if len(got) % 5 == 0:
+            sum(range(20_000))  # the caller lags: the task fills the hand-off and waits
+    r.commit_with_ack(b)
+    r.close()
+    assert got == list(range(n))
+    assert client.describe_consumer(topic_name, "lags").lag == 0
+
+
+def test_closing_a_reader_wakes_a_caller_waiting_in_another_thread(
+    client: weir.Client, topic_name: str
+) -> None:
+    client.create_topic(topic_name)
+    r = client.reader(topic_name, consumer="waits").wait_connected()
+    outcome: list[BaseException | object] = []
+
+    def wait() -> None:
+        try:
+            outcome.append(r.receive_batch())  # no timeout: only close() ends it
+        except BaseException as exc:  # the outcome is what is checked
+            outcome.append(exc)
+
+    t = threading.Thread(target=wait)
+    t.start()
+    assert r.receive_batch(timeout=0.2) is None  # nothing there; the caller still waits
+    r.close()
+    t.join(10)
+    assert not t.is_alive(), "the waiting caller was never woken"
+    assert len(outcome) == 1 and isinstance(outcome[0], ClosedError), outcome
+    with pytest.raises(ClosedError, match="closed"):
+        r.receive_batch(timeout=0)
 
 
 @pytest.fixture

@@ -27,8 +27,7 @@ class LoopThread:
 
     def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
         """Run ``coro`` in the loop and wait for its result (its exception is re-raised here)."""
-        if threading.current_thread() is self._thread:
-            raise RuntimeError("a sync weir call from inside a weir callback would deadlock")
+        self.check_outside()
         fut = asyncio.run_coroutine_threadsafe(coro, self.loop)
         try:
             return fut.result(timeout)
@@ -37,6 +36,11 @@ class LoopThread:
                 raise  # the coroutine itself raised TimeoutError
             fut.cancel()
             raise WeirTimeoutError(f"operation did not finish within {timeout} s") from None
+
+    def check_outside(self) -> None:
+        """Raise when called in the loop's own thread, where waiting for it would hang."""
+        if threading.current_thread() is self._thread:
+            raise RuntimeError("a sync weir call from inside a weir callback would deadlock")
 
     def stop(self) -> None:
         """Cancel what still runs in the loop, let it finish, then stop the thread.

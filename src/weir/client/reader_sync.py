@@ -1,8 +1,20 @@
-"""The synchronous reader (`weir.Reader`), twin of `weir.aio.Reader`: its calls run
-in the client's loop thread; messages are handed out one by one from the batch taken."""
+"""The synchronous reader (`weir.Reader`), twin of `weir.aio.Reader`: its stream runs
+in the client's loop thread; messages are handed out one by one from the batch taken.
+
+Batches reach the caller's thread through a `BatchHandoff`: a task in the loop thread
+takes the next batch as soon as it arrives and puts it in a thread-safe queue, at most
+one batch ahead of the caller (plus the one it holds). A caller waiting for the next
+batch is woken once, by the put; before, each batch cost a round trip through the
+loop (a coroutine sent there, a task, its result sent back), two thread wake-ups.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import queue
+import threading
+import time
 from collections.abc import Iterator
 from types import TracebackType
 from typing import TYPE_CHECKING
@@ -11,10 +23,111 @@ from weir.client import aio
 from weir.client.loop import LoopThread
 from weir.client.messages import Batch, Message
 from weir.client.reader import PartitionSession
-from weir.errors import WeirError
+from weir.errors import ClosedError, WeirError
 
 if TYPE_CHECKING:
     from weir.client.transaction_sync import Transaction
+
+
+class BatchHandoff:
+    """The loop thread's batches, taken by the caller's thread (module docstring).
+
+    A task in the loop awaits ``inner.receive_batch`` and puts each batch (or the
+    exception it raised, after which the task ends) in a `queue.SimpleQueue`. It keeps
+    at most ``AHEAD`` batches there; with the queue full it waits for the caller to
+    take one, and only then does the caller wake it. Batches are credited to the
+    server as the task takes them, so a reader holds at most ``buffer_bytes`` plus
+    two batches it has not handed out.
+    """
+
+    AHEAD = 1
+
+    def __init__(self, inner: aio.Reader, loop: LoopThread) -> None:
+        self._inner = inner
+        self._loop = loop
+        self._ready: queue.SimpleQueue[Batch | BaseException] = queue.SimpleQueue()
+        self._lock = threading.Lock()  # callers' side of the counts, and the wake-up
+        self._put = 0  # written by the task only
+        self._taken = 0  # written under the lock only
+        self._wants_room = False  # the task waits for the caller to take a batch
+        self._room: asyncio.Event | None = None
+        self._task: concurrent.futures.Future[None] | None = None  # None: not running
+        self._closed = False
+
+    def take(self, timeout: float | None) -> Batch | None:
+        """The next batch, None after ``timeout`` seconds (0: only what is here)."""
+        self._loop.check_outside()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            if self._closed:
+                raise ClosedError("reader is closed")
+            with self._lock:  # one task, however many threads take
+                if self._task is None:
+                    self._task = asyncio.run_coroutine_threadsafe(self._run(), self._loop.loop)
+            wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                item = self._ready.get(wait is None or wait > 0, wait)
+            except queue.Empty:
+                return None
+            with self._lock:
+                self._taken += 1
+                wake = self._wants_room
+            if wake and self._room is not None:
+                self._loop.loop.call_soon_threadsafe(self._room.set)
+            if isinstance(item, BaseException):
+                self._task = None  # it ended; the next take asks again (and sees the error)
+                raise item.with_traceback(None)
+            ps = item.session
+            if ps is None or not (ps.closed or ps.revoking):
+                return item
+            # its partition was taken from this reader (stream lost, rebalance) after the
+            # task took the batch: dropped, as the reader's buffer drops it; it comes again
+
+    async def _run(self) -> None:
+        self._room = asyncio.Event()
+        item: Batch | BaseException | None = None
+        try:
+            while True:
+                try:
+                    item = await self._inner.receive_batch(None)
+                except Exception as exc:  # handed to the caller, who raises it
+                    item = exc
+                if item is None:
+                    continue
+                await self._wait_for_room()
+                self._put += 1
+                self._ready.put(item)
+                if isinstance(item, BaseException):
+                    return
+        finally:
+            if not isinstance(item, BaseException):  # cancelled: wake a waiting caller
+                self._put += 1
+                self._ready.put(ClosedError("reader is closed"))
+
+    async def _wait_for_room(self) -> None:
+        assert self._room is not None
+        while self._put - self._taken >= self.AHEAD:
+            self._room.clear()
+            with self._lock:
+                # set under the lock the caller counts under: a caller taking a batch
+                # now either sees the flag (and wakes us) or we see its count here
+                self._wants_room = True
+                if self._put - self._taken < self.AHEAD:
+                    self._wants_room = False
+                    return
+            await self._room.wait()
+            with self._lock:
+                self._wants_room = False
+
+    def stop(self) -> None:
+        """End the task, from any thread; the batches it holds are dropped, as the
+        reader's buffer is at close (none of them was committed)."""
+        self._closed = True
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+        while not self._ready.empty():
+            self._ready.get_nowait()
 
 
 class Reader:
@@ -25,6 +138,7 @@ class Reader:
         self._loop = loop
         self._batch: Batch | None = None
         self._pos = 0
+        self._handoff = BatchHandoff(inner, loop)
 
     @property
     def connected(self) -> bool:
@@ -59,7 +173,9 @@ class Reader:
         return self
 
     def receive_batch(self, timeout: float | None = None) -> Batch | None:
-        return self._loop.run(self._inner.receive_batch(timeout))
+        """The next batch (None if none arrives within ``timeout`` seconds; with 0, only
+        a batch the reader already holds)."""
+        return self._handoff.take(timeout)
 
     def receive_message(self, timeout: float | None = None) -> Message | None:
         if self._batch is None or self._pos >= len(self._batch.messages):
@@ -102,7 +218,10 @@ class Reader:
         self._loop.run(self._inner.commit_with_ack(item, timeout))
 
     def close(self, timeout: float | None = 10.0) -> None:
-        self._loop.run(self._inner.close(timeout))
+        try:
+            self._loop.run(self._inner.close(timeout))
+        finally:
+            self._handoff.stop()
 
     def __enter__(self) -> Reader:
         return self
