@@ -270,7 +270,7 @@ def test_a_reader_keeps_order_while_its_caller_lags_and_races(
     assert client.describe_consumer(topic_name, "lags").lag == 0
 
 
-def test_closing_a_reader_wakes_a_caller_waiting_in_another_thread(
+def test_closing_a_reader_wakes_the_callers_waiting_in_other_threads(
     client: weir.Client, topic_name: str
 ) -> None:
     client.create_topic(topic_name)
@@ -283,13 +283,15 @@ def test_closing_a_reader_wakes_a_caller_waiting_in_another_thread(
         except BaseException as exc:  # the outcome is what is checked
             outcome.append(exc)
 
-    t = threading.Thread(target=wait)
-    t.start()
-    assert r.receive_batch(timeout=0.2) is None  # nothing there; the caller still waits
+    waiting = [threading.Thread(target=wait) for _ in range(2)]
+    for t in waiting:
+        t.start()
+    assert r.receive_batch(timeout=0.2) is None  # nothing there; the callers still wait
     r.close()
-    t.join(10)
-    assert not t.is_alive(), "the waiting caller was never woken"
-    assert len(outcome) == 1 and isinstance(outcome[0], ClosedError), outcome
+    for t in waiting:
+        t.join(10)
+        assert not t.is_alive(), "a waiting caller was never woken"
+    assert len(outcome) == 2 and all(isinstance(o, ClosedError) for o in outcome), outcome
     with pytest.raises(ClosedError, match="closed"):
         r.receive_batch(timeout=0)
 

@@ -75,7 +75,10 @@ class BatchHandoff:
             if wake and self._room is not None:
                 self._loop.loop.call_soon_threadsafe(self._room.set)
             if isinstance(item, BaseException):
-                self._task = None  # it ended; the next take asks again (and sees the error)
+                if self._closed:
+                    self._ready.put(item)  # for the next caller waiting, if any
+                else:
+                    self._task = None  # it ended; the next take asks again (and sees it)
                 raise item.with_traceback(None)
             ps = item.session
             if ps is None or not (ps.closed or ps.revoking):
@@ -121,13 +124,17 @@ class BatchHandoff:
 
     def stop(self) -> None:
         """End the task, from any thread; the batches it holds are dropped, as the
-        reader's buffer is at close (none of them was committed)."""
+        reader's buffer is at close (none of them was committed), and every caller
+        waiting is woken with `ClosedError`."""
         self._closed = True
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
         while not self._ready.empty():
             self._ready.get_nowait()
+        # what wakes a caller waiting in another thread (the task's own ClosedError may
+        # have been among what was just dropped); each such caller passes it on
+        self._ready.put(ClosedError("reader is closed"))
 
 
 class Reader:
