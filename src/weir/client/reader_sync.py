@@ -46,9 +46,7 @@ class BatchHandoff:
         self._inner = inner
         self._loop = loop
         self._ready: queue.SimpleQueue[Batch | BaseException] = queue.SimpleQueue()
-        self._lock = threading.Lock()  # callers' side of the counts, and the wake-up
-        self._put = 0  # written by the task only
-        self._taken = 0  # written under the lock only
+        self._lock = threading.Lock()  # orders a caller's take against the task's wait
         self._wants_room = False  # the task waits for the caller to take a batch
         self._room: asyncio.Event | None = None
         self._task: concurrent.futures.Future[None] | None = None  # None: not running
@@ -70,7 +68,6 @@ class BatchHandoff:
             except queue.Empty:
                 return None
             with self._lock:
-                self._taken += 1
                 wake = self._wants_room
             if wake and self._room is not None:
                 self._loop.loop.call_soon_threadsafe(self._room.set)
@@ -98,24 +95,22 @@ class BatchHandoff:
                 if item is None:
                     continue
                 await self._wait_for_room()
-                self._put += 1
                 self._ready.put(item)
                 if isinstance(item, BaseException):
                     return
         finally:
             if not isinstance(item, BaseException):  # cancelled: wake a waiting caller
-                self._put += 1
                 self._ready.put(ClosedError("reader is closed"))
 
     async def _wait_for_room(self) -> None:
         assert self._room is not None
-        while self._put - self._taken >= self.AHEAD:
+        while self._ready.qsize() >= self.AHEAD:
             self._room.clear()
             with self._lock:
-                # set under the lock the caller counts under: a caller taking a batch
-                # now either sees the flag (and wakes us) or we see its count here
+                # a caller reads the flag under this lock after its get: it either sees
+                # the flag (and wakes us) or took its batch before we look here
                 self._wants_room = True
-                if self._put - self._taken < self.AHEAD:
+                if self._ready.qsize() < self.AHEAD:
                     self._wants_room = False
                     return
             await self._room.wait()
